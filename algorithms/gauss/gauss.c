@@ -1,0 +1,236 @@
+/* gauss: parameter validation, the precomputation every backend shares, and
+ * dispatch to the context's plugin. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gauss_internal.h"
+
+DK_API void dk_gauss_desc_init(dk_gauss_desc *desc)
+{
+    if (!desc)
+        return;
+    memset(desc, 0, sizeof *desc);
+    desc->dtype = DK_F32;
+    desc->K = 4;
+    desc->boundary = DK_BOUNDARY_ZERO;
+    desc->mode = DK_GAUSS_EXACT;
+    desc->overlap = 5;
+    desc->blocks = 3072;
+}
+
+DK_API double dk_gauss_alpha(double sigma, int K)
+{
+    double E = (double)K / (sigma * sigma);
+    return 1.0 + E - sqrt(E * (E + 2.0));
+}
+
+/* The K-iterated response to a unit impulse, in double, on 2m+1 points. */
+static void impulse_response(double alpha, int K, size_t m, double *r)
+{
+    size_t n = 2 * m + 1;
+    double beta = 1.0 - alpha;
+    memset(r, 0, n * sizeof *r);
+    r[m] = 1.0;
+    for (int k = 0; k < K; k++) {
+        double p = 0.0;
+        for (size_t i = 0; i < n; i++)
+            r[i] = p = beta * r[i] + alpha * p;
+        double s = 0.0;
+        for (size_t i = n; i-- > 0;)
+            r[i] = s = beta * r[i] + alpha * s;
+    }
+}
+
+/* A window's artificial end starts each of the 2K passes from a state that
+ * is off by at most about 2 max|x|; in the first pass that error decays as
+ * alpha^d = (beta alpha^d) / beta, the forward impulse response over beta,
+ * and later passes only smooth it. So the error d values inside is bounded
+ * by 2K * 2 max|x| / beta times the K-iterated response's tail beyond d.
+ * The halo is the least d that puts this under a quarter of the dtype's
+ * rounding unit: then windows are invisible at rounding. */
+DK_API size_t dk_gauss_exact_halo(double alpha, int K, dk_dtype dtype)
+{
+    double eps = dtype == DK_F64 ? 0x1p-53 : 0x1p-24;
+    double beta = 1.0 - alpha;
+    double limit = 0.25 * eps * beta / (4.0 * K);
+    for (size_t m = 64; m < ((size_t)1 << 26); m *= 2) {
+        double *r = malloc((2 * m + 1) * sizeof *r);
+        if (!r)
+            return m;
+        impulse_response(alpha, K, m, r);
+        double tail = 0.0;
+        size_t d = m;
+        /* walk inward from the ends while the two-sided tail stays small */
+        while (d > 0) {
+            double add = r[m - d] + r[m + d];
+            if (tail + add > limit)
+                break;
+            tail += add;
+            d--;
+        }
+        free(r);
+        if (d < m - 1) /* the tail was resolved inside the array */
+            return d + 1;
+    }
+    return (size_t)1 << 26;
+}
+
+dk_status dk_gauss_setup_make(const dk_gauss_desc *desc, dk_gauss_setup *setup)
+{
+    if (!desc || !setup)
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "gauss: the description must not be NULL");
+    const dk_gauss_desc *d = desc;
+    if (d->dtype != DK_F32 && d->dtype != DK_F64)
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "gauss: dtype %d is neither f32 nor f64",
+                       (int)d->dtype);
+    if (d->ndim < 1 || d->ndim > DK_MAX_DIMS)
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "gauss: ndim is %d; 1, 2 or 3 axes are supported",
+                       d->ndim);
+    size_t count = 1;
+    for (int a = 0; a < d->ndim; a++) {
+        if (d->shape[a] == 0)
+            return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "gauss: shape[%d] is 0; every axis needs a size >= 1", a);
+        if (count > SIZE_MAX / 8 / d->shape[a])
+            return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "gauss: the field's size overflows");
+        count *= d->shape[a];
+    }
+    if (d->axes == 0)
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "gauss: no axis selected (axes is 0)");
+    if (d->axes >> d->ndim)
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT,
+                       "gauss: axes 0x%x names an axis beyond the field's %d axes", d->axes, d->ndim);
+    for (int a = 0; a < d->ndim; a++) {
+        if ((d->axes & (1u << a)) && !(isfinite(d->sigma[a]) && d->sigma[a] > 0))
+            return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT,
+                           "gauss: sigma for axis %d is %g; it must be a finite number > 0", a,
+                           d->sigma[a]);
+    }
+    if (d->K < 1 || d->K > 1000000)
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "gauss: K is %d; it must be between 1 and 1000000", d->K);
+    if (d->boundary != DK_BOUNDARY_ZERO && d->boundary != DK_BOUNDARY_CONSTANT)
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "gauss: boundary %d is neither zero nor constant",
+                       (int)d->boundary);
+    if (d->mode != DK_GAUSS_EXACT && d->mode != DK_GAUSS_OVERLAP)
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "gauss: mode %d is neither exact nor overlap",
+                       (int)d->mode);
+    if (d->mode == DK_GAUSS_OVERLAP && d->blocks < 1)
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "gauss: overlap mode needs blocks >= 1");
+
+    memset(setup, 0, sizeof *setup);
+    setup->desc = *d;
+    setup->count = count;
+    for (int a = 0; a < d->ndim; a++) {
+        if (!(d->axes & (1u << a)))
+            continue;
+        setup->alpha[a] = dk_gauss_alpha(d->sigma[a], d->K);
+        setup->halo[a] = dk_gauss_exact_halo(setup->alpha[a], d->K, d->dtype);
+    }
+    return DK_OK;
+}
+
+DK_API const char *const *dk_gauss_variants(const dk_context *ctx)
+{
+    if (!ctx || !ctx->backend->plugin->gauss)
+        return NULL;
+    return ctx->backend->plugin->gauss->variants;
+}
+
+DK_API dk_status dk_gauss_plan_create(dk_context *ctx, const dk_gauss_desc *desc, dk_plan **plan)
+{
+    if (!ctx || !plan)
+        return dk_fail(ctx, DK_ERR_INVALID_ARGUMENT, "dk_gauss_plan_create: ctx and plan must not be NULL");
+    *plan = NULL;
+    const dk_gauss_ops *ops = dk_context_ops(ctx, DK_ALGO_GAUSS);
+    if (!ops)
+        return DK_ERR_NOT_IMPLEMENTED;
+    dk_gauss_setup setup;
+    dk_status st = dk_gauss_setup_make(desc, &setup);
+    if (st != DK_OK)
+        return dk_fail(ctx, st, "%s", dk_last_error(NULL));
+    if (desc->variant) {
+        int known = 0;
+        char offered[256] = "";
+        size_t used = 0;
+        for (const char *const *v = ops->variants; v && *v; v++) {
+            known |= strcmp(*v, desc->variant) == 0;
+            used += (size_t)snprintf(offered + used, used < sizeof offered ? sizeof offered - used : 0,
+                                     "%s%s", used ? ", " : "", *v);
+        }
+        if (!known)
+            return dk_fail(ctx, DK_ERR_NOT_IMPLEMENTED,
+                           "gauss: backend '%s' has no variant '%s'; it offers: %s",
+                           ctx->backend->plugin->name, desc->variant, used ? offered : "none");
+    }
+    dk_plan *p = calloc(1, sizeof *p);
+    if (!p)
+        return dk_fail(ctx, DK_ERR_OUT_OF_MEMORY, "gauss: out of host memory");
+    p->ctx = ctx;
+    p->algo = DK_ALGO_GAUSS;
+    p->impl_destroy = ops->plan_destroy;
+    p->state = malloc(sizeof setup);
+    if (!p->state) {
+        free(p);
+        return dk_fail(ctx, DK_ERR_OUT_OF_MEMORY, "gauss: out of host memory");
+    }
+    memcpy(p->state, &setup, sizeof setup);
+    dk_msg msg = {{0}};
+    st = ops->plan_create(ctx->device, &setup, &p->impl, &msg);
+    if (st != DK_OK) {
+        p->impl = NULL;
+        dk_plan_destroy(p);
+        return dk_fail_msg(ctx, st, &msg, "gauss: the backend could not make the plan");
+    }
+    *plan = p;
+    return DK_OK;
+}
+
+static dk_status check_plan(dk_plan *plan, const char *what)
+{
+    if (!plan)
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "%s: plan must not be NULL", what);
+    if (plan->algo != DK_ALGO_GAUSS)
+        return dk_fail(plan->ctx, DK_ERR_INVALID_ARGUMENT, "%s: the plan is a %s plan", what,
+                       dk_algo_name(plan->algo));
+    return DK_OK;
+}
+
+DK_API dk_status dk_gauss_execute(dk_plan *plan, const dk_buffer *in, dk_buffer *out)
+{
+    dk_status st = check_plan(plan, "dk_gauss_execute");
+    if (st != DK_OK)
+        return st;
+    const dk_gauss_setup *setup = plan->state;
+    size_t bytes = setup->count * dk_dtype_size(setup->desc.dtype);
+    if (!in || !out)
+        return dk_fail(plan->ctx, DK_ERR_INVALID_ARGUMENT, "dk_gauss_execute: buffers must not be NULL");
+    if (in->ctx != plan->ctx || out->ctx != plan->ctx)
+        return dk_fail(plan->ctx, DK_ERR_INVALID_ARGUMENT,
+                       "dk_gauss_execute: a buffer belongs to another context than the plan");
+    if (in->bytes < bytes || out->bytes < bytes)
+        return dk_fail(plan->ctx, DK_ERR_INVALID_ARGUMENT,
+                       "dk_gauss_execute: the field needs %zu bytes, the buffers hold %zu and %zu", bytes,
+                       in->bytes, out->bytes);
+    dk_msg msg = {{0}};
+    const dk_gauss_ops *ops = plan->ctx->backend->plugin->gauss;
+    st = ops->execute(plan->impl, in->handle, out->handle, &msg);
+    return st == DK_OK ? DK_OK : dk_fail_msg(plan->ctx, st, &msg, "gauss: execution failed");
+}
+
+DK_API dk_status dk_gauss_execute_host(dk_plan *plan, const void *in, void *out)
+{
+    dk_status st = check_plan(plan, "dk_gauss_execute_host");
+    if (st != DK_OK)
+        return st;
+    if (!in || !out)
+        return dk_fail(plan->ctx, DK_ERR_INVALID_ARGUMENT, "dk_gauss_execute_host: in and out must not be NULL");
+    const dk_gauss_setup *setup = plan->state;
+    size_t bytes = setup->count * dk_dtype_size(setup->desc.dtype);
+    if (!plan->staging && (st = dk_buffer_create(plan->ctx, bytes, &plan->staging)) != DK_OK)
+        return st;
+    if ((st = dk_buffer_write(plan->staging, in, bytes)) != DK_OK ||
+        (st = dk_gauss_execute(plan, plan->staging, plan->staging)) != DK_OK)
+        return st;
+    return dk_buffer_read(plan->staging, out, bytes);
+}

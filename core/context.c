@@ -1,0 +1,113 @@
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+DK_API void dk_context_destroy(dk_context *ctx)
+{
+    if (!ctx)
+        return;
+    ctx->backend->plugin->device_close(ctx->device);
+    free(ctx);
+}
+
+DK_API const char *dk_context_backend(const dk_context *ctx)
+{
+    return ctx ? ctx->backend->plugin->name : "";
+}
+
+DK_API const char *dk_context_device(const dk_context *ctx)
+{
+    return ctx ? ctx->backend->devices[ctx->device_index].name : "";
+}
+
+DK_API dk_status dk_buffer_create(dk_context *ctx, size_t bytes, dk_buffer **buf)
+{
+    if (!ctx || !buf)
+        return dk_fail(ctx, DK_ERR_INVALID_ARGUMENT, "dk_buffer_create: ctx and buf must not be NULL");
+    *buf = NULL;
+    if (bytes == 0)
+        return dk_fail(ctx, DK_ERR_INVALID_ARGUMENT, "dk_buffer_create: a buffer of 0 bytes");
+    dk_buffer *b = calloc(1, sizeof *b);
+    if (!b)
+        return dk_fail(ctx, DK_ERR_OUT_OF_MEMORY, "dk_buffer_create: out of host memory");
+    dk_msg msg = {{0}};
+    dk_status st = ctx->backend->plugin->buffer_alloc(ctx->device, bytes, &b->handle, &msg);
+    if (st != DK_OK) {
+        free(b);
+        return dk_fail_msg(ctx, st, &msg, "allocating a device buffer");
+    }
+    b->ctx = ctx;
+    b->bytes = bytes;
+    *buf = b;
+    return DK_OK;
+}
+
+DK_API void dk_buffer_destroy(dk_buffer *buf)
+{
+    if (!buf)
+        return;
+    buf->ctx->backend->plugin->buffer_free(buf->ctx->device, buf->handle);
+    free(buf);
+}
+
+DK_API size_t dk_buffer_size(const dk_buffer *buf)
+{
+    return buf ? buf->bytes : 0;
+}
+
+DK_API dk_status dk_buffer_write(dk_buffer *buf, const void *src, size_t bytes)
+{
+    if (!buf || !src)
+        return dk_fail(buf ? buf->ctx : NULL, DK_ERR_INVALID_ARGUMENT,
+                       "dk_buffer_write: buffer and source must not be NULL");
+    if (bytes > buf->bytes)
+        return dk_fail(buf->ctx, DK_ERR_INVALID_ARGUMENT,
+                       "dk_buffer_write: %zu bytes do not fit a buffer of %zu", bytes, buf->bytes);
+    dk_msg msg = {{0}};
+    dk_status st = buf->ctx->backend->plugin->buffer_write(buf->ctx->device, buf->handle, src,
+                                                           bytes, &msg);
+    return st == DK_OK ? DK_OK : dk_fail_msg(buf->ctx, st, &msg, "writing a device buffer");
+}
+
+DK_API dk_status dk_buffer_read(const dk_buffer *buf, void *dst, size_t bytes)
+{
+    if (!buf || !dst)
+        return dk_fail(buf ? buf->ctx : NULL, DK_ERR_INVALID_ARGUMENT,
+                       "dk_buffer_read: buffer and destination must not be NULL");
+    if (bytes > buf->bytes)
+        return dk_fail(buf->ctx, DK_ERR_INVALID_ARGUMENT,
+                       "dk_buffer_read: %zu bytes asked of a buffer of %zu", bytes, buf->bytes);
+    dk_msg msg = {{0}};
+    dk_status st = buf->ctx->backend->plugin->buffer_read(buf->ctx->device, buf->handle, dst,
+                                                          bytes, &msg);
+    return st == DK_OK ? DK_OK : dk_fail_msg(buf->ctx, st, &msg, "reading a device buffer");
+}
+
+DK_API dk_status dk_buffer_copy(dk_buffer *dst, const dk_buffer *src, size_t bytes)
+{
+    if (!dst || !src)
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "dk_buffer_copy: buffers must not be NULL");
+    if (dst->ctx != src->ctx)
+        return dk_fail(dst->ctx, DK_ERR_INVALID_ARGUMENT,
+                       "dk_buffer_copy: the buffers belong to different contexts");
+    if (bytes > dst->bytes || bytes > src->bytes)
+        return dk_fail(dst->ctx, DK_ERR_INVALID_ARGUMENT,
+                       "dk_buffer_copy: %zu bytes exceed a buffer (%zu and %zu bytes)", bytes,
+                       src->bytes, dst->bytes);
+    dk_msg msg = {{0}};
+    dk_status st = dst->ctx->backend->plugin->buffer_copy(dst->ctx->device, dst->handle,
+                                                          src->handle, bytes, &msg);
+    return st == DK_OK ? DK_OK : dk_fail_msg(dst->ctx, st, &msg, "copying a device buffer");
+}
+
+DK_API void dk_plan_destroy(dk_plan *plan)
+{
+    if (!plan)
+        return;
+    if (plan->impl && plan->impl_destroy)
+        plan->impl_destroy(plan->impl);
+    dk_buffer_destroy(plan->staging);
+    free(plan->state);
+    free(plan);
+}

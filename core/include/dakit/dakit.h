@@ -1,0 +1,100 @@
+/* dakit: GPU-accelerated kernels for data assimilation and uncertainty
+ * estimation. Public API of the core library (libdakit).
+ *
+ * Every call returns a dk_status; on failure dk_last_error() gives a
+ * sentence that says what was wrong. Nothing in the library prints or exits
+ * on bad input. */
+#ifndef DAKIT_DAKIT_H
+#define DAKIT_DAKIT_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DK_VERSION_MAJOR 0
+#define DK_VERSION_MINOR 1
+#define DK_VERSION_PATCH 0
+#define DK_VERSION_STRING "0.1.0"
+
+typedef enum dk_status {
+    DK_OK = 0,
+    DK_ERR_INVALID_ARGUMENT, /* a parameter or the data is not acceptable */
+    DK_ERR_NO_BACKEND,       /* the requested backend is absent or was refused */
+    DK_ERR_NOT_IMPLEMENTED,  /* the backend lacks this algorithm or variant */
+    DK_ERR_BACKEND,          /* the backend or its device failed */
+    DK_ERR_OUT_OF_MEMORY,
+    DK_ERR_IO,               /* a file could not be opened, read or written */
+    DK_ERR_FORMAT            /* a file is malformed or of an unsupported kind */
+} dk_status;
+
+typedef enum dk_dtype { DK_F32 = 0, DK_F64 = 1 } dk_dtype;
+
+typedef struct dk_context dk_context; /* one backend, one device */
+typedef struct dk_buffer dk_buffer;   /* memory on the context's device */
+typedef struct dk_plan dk_plan;       /* validated parameters + precomputation */
+
+const char *dk_status_string(dk_status status);
+size_t dk_dtype_size(dk_dtype dtype);
+const char *dk_dtype_name(dk_dtype dtype);
+
+/* The sentence describing the last failure on ctx. With ctx == NULL: the
+ * last failure of any dakit call on the calling thread (which is how the
+ * reason a dk_context_create failed is read). Never NULL. */
+const char *dk_last_error(const dk_context *ctx);
+
+/* Opens a backend. backend: NULL or "auto" picks by the DAKIT_BACKEND
+ * environment variable, else by plugin priority; a name ("cuda") or a comma
+ * list ("cuda,opencl,cpu", an order of preference) picks explicitly.
+ * DAKIT_DEVICE=N picks the device index (default 0). On failure *ctx is
+ * NULL and dk_last_error(NULL) says why, naming the backends available. */
+dk_status dk_context_create(const char *backend, dk_context **ctx);
+void dk_context_destroy(dk_context *ctx);
+const char *dk_context_backend(const dk_context *ctx);
+const char *dk_context_device(const dk_context *ctx);
+
+dk_status dk_buffer_create(dk_context *ctx, size_t bytes, dk_buffer **buf);
+void dk_buffer_destroy(dk_buffer *buf);
+size_t dk_buffer_size(const dk_buffer *buf);
+dk_status dk_buffer_write(dk_buffer *buf, const void *src, size_t bytes);
+dk_status dk_buffer_read(const dk_buffer *buf, void *dst, size_t bytes);
+/* Device-to-device copy of the first `bytes` bytes. */
+dk_status dk_buffer_copy(dk_buffer *dst, const dk_buffer *src, size_t bytes);
+
+/* Errors of a plan's calls are read with dk_last_error(ctx) of its context. */
+void dk_plan_destroy(dk_plan *plan);
+
+/* ---- backends: what was found, what was refused and why ---- */
+
+#define DK_MAX_DEVICES 16
+
+typedef struct dk_device_info {
+    char name[128];
+    size_t memory_bytes; /* 0 when unknown */
+} dk_device_info;
+
+typedef struct dk_backend_info {
+    char name[64];       /* "" when refused before its descriptor could be read */
+    char version[32];
+    char path[1024];
+    int priority;
+    int usable;          /* 1: accepted and at least one device found */
+    char reason[512];    /* why it was refused; "" when usable */
+    int device_count;
+    dk_device_info devices[DK_MAX_DEVICES];
+    char algorithms[128]; /* comma list of implemented algorithms, e.g. "gauss" */
+} dk_backend_info;
+
+/* Discovers plugins on first use (the build tree's plugin folders, the
+ * install folder and every folder in DAKIT_PLUGIN_PATH) and probes them. */
+int dk_backend_count(void);
+dk_status dk_backend_get(int index, dk_backend_info *info);
+
+#ifdef __cplusplus
+}
+#endif
+
+#include <dakit/gauss.h>
+
+#endif

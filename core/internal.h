@@ -1,0 +1,63 @@
+/* Internal to libdakit: shared by the core and the algorithm folders. */
+#ifndef DAKIT_INTERNAL_H
+#define DAKIT_INTERNAL_H
+
+#include <dakit/dakit.h>
+#include <dakit/plugin.h>
+
+#if defined(DK_BUILDING_LIBDAKIT)
+#define DK_API __attribute__((visibility("default")))
+#else
+#define DK_API
+#endif
+
+#define DK_MSG_LEN 512
+
+/* Records the failure as the calling thread's last error (and ctx's, when
+ * given) and returns status, so callers write `return dk_fail(...)`. */
+dk_status dk_fail(dk_context *ctx, dk_status status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The same with a plugin's message. */
+dk_status dk_fail_msg(dk_context *ctx, dk_status status, const dk_msg *msg, const char *what);
+
+typedef enum { DK_LOG_ERROR = 0, DK_LOG_WARN, DK_LOG_INFO, DK_LOG_DEBUG } dk_log_level;
+void dk_log(dk_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* A plugin the registry loaded and accepted. */
+typedef struct dk_backend {
+    const dk_plugin *plugin;
+    char path[1024];
+    int device_count;
+    dk_device_info devices[DK_PLUGIN_MAX_DEVICES];
+} dk_backend;
+
+struct dk_context {
+    const dk_backend *backend;
+    int device_index;
+    void *device;
+    char error[DK_MSG_LEN];
+};
+
+struct dk_buffer {
+    dk_context *ctx;
+    void *handle;
+    size_t bytes;
+};
+
+typedef enum { DK_ALGO_GAUSS = 0, DK_ALGO_ENKF, DK_ALGO_KMEANS, DK_ALGO_GBEES, DK_ALGO_COUNT } dk_algo;
+
+struct dk_plan {
+    dk_context *ctx;
+    dk_algo algo;
+    void *impl;                      /* the plugin's plan */
+    void (*impl_destroy)(void *impl);
+    void *state;                     /* the algorithm's own state (freed with free) */
+    dk_buffer *staging;              /* made on the first *_execute_host call */
+};
+
+/* Ops table of an algorithm on ctx's backend, or NULL with the error set
+ * (naming the backends that do implement it). */
+const void *dk_context_ops(dk_context *ctx, dk_algo algo);
+const char *dk_algo_name(dk_algo algo);
+
+#endif

@@ -1,0 +1,417 @@
+/* Plugin discovery and selection. Like the OpenCL ICD loader, one broken
+ * plugin never hides the others: each file is loaded on its own and, when
+ * refused, recorded with a one-line reason that `dakit info` shows. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "internal.h"
+
+#define MAX_PLUGINS 64
+
+typedef struct entry {
+    dk_backend backend;    /* plugin == NULL: refused before the descriptor was usable */
+    dk_backend_info info;
+    void *handle;
+    int probed;
+} entry;
+
+static entry entries[MAX_PLUGINS];
+static int entry_count;
+static pthread_once_t discovered = PTHREAD_ONCE_INIT;
+static pthread_mutex_t probe_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static const char *const algo_names[DK_ALGO_COUNT] = {"gauss", "enkf", "kmeans", "gbees"};
+
+const char *dk_algo_name(dk_algo algo)
+{
+    return algo < DK_ALGO_COUNT ? algo_names[algo] : "unknown";
+}
+
+static const void *plugin_ops(const dk_plugin *p, dk_algo algo)
+{
+    switch (algo) {
+    case DK_ALGO_GAUSS: return p->gauss;
+    case DK_ALGO_ENKF: return p->enkf;
+    case DK_ALGO_KMEANS: return p->kmeans;
+    case DK_ALGO_GBEES: return p->gbees;
+    default: return NULL;
+    }
+}
+
+static entry *refuse(entry *e, const char *fmt, const char *detail)
+{
+    snprintf(e->info.reason, sizeof e->info.reason, fmt, detail ? detail : "");
+    e->info.usable = 0;
+    e->backend.plugin = NULL;
+    if (e->handle)
+        dlclose(e->handle);
+    e->handle = NULL;
+    e->probed = 1;
+    dk_log(DK_LOG_INFO, "refused plugin %s: %s", e->info.path, e->info.reason);
+    return e;
+}
+
+static int already_seen(const char *real)
+{
+    for (int i = 0; i < entry_count; i++)
+        if (strcmp(entries[i].info.path, real) == 0)
+            return 1;
+    return 0;
+}
+
+static void load_plugin(const char *path)
+{
+    char real[PATH_MAX];
+    if (!realpath(path, real) || already_seen(real) || entry_count == MAX_PLUGINS)
+        return;
+    entry *e = &entries[entry_count++];
+    memset(e, 0, sizeof *e);
+    snprintf(e->info.path, sizeof e->info.path, "%s", real);
+    snprintf(e->backend.path, sizeof e->backend.path, "%s", real);
+
+    e->handle = dlopen(real, RTLD_NOW | RTLD_LOCAL);
+    if (!e->handle) {
+        refuse(e, "not a loadable shared object: %s", dlerror());
+        return;
+    }
+    dk_plugin_entry_fn fn;
+    *(void **)&fn = dlsym(e->handle, DK_PLUGIN_ENTRY_NAME);
+    if (!fn) {
+        refuse(e, "no entry symbol " DK_PLUGIN_ENTRY_NAME "%s", "");
+        return;
+    }
+    const dk_plugin *p = fn();
+    if (!p) {
+        refuse(e, "its entry returned no descriptor%s", "");
+        return;
+    }
+    if (p->abi_version != DK_PLUGIN_ABI_VERSION) {
+        char detail[96];
+        snprintf(detail, sizeof detail, "%u, but this dakit loads ABI version %u", p->abi_version,
+                 DK_PLUGIN_ABI_VERSION);
+        refuse(e, "plugin ABI version %s", detail);
+        return;
+    }
+    if (!p->name || !p->name[0] || strchr(p->name, ',')) {
+        refuse(e, "descriptor has no usable name%s", "");
+        return;
+    }
+    snprintf(e->info.name, sizeof e->info.name, "%s", p->name);
+    snprintf(e->info.version, sizeof e->info.version, "%s", p->version ? p->version : "?");
+    e->info.priority = p->priority;
+    if (!p->probe || !p->device_open || !p->device_close || !p->buffer_alloc || !p->buffer_free ||
+        !p->buffer_write || !p->buffer_read || !p->buffer_copy) {
+        refuse(e, "descriptor lacks a required entry (probe, device or buffer functions)%s", "");
+        return;
+    }
+    for (int i = 0; i < entry_count - 1; i++) {
+        if (entries[i].backend.plugin && strcmp(entries[i].info.name, p->name) == 0) {
+            refuse(e, "a plugin of the same name was found first at %s", entries[i].info.path);
+            return;
+        }
+    }
+    size_t len = 0;
+    for (int a = 0; a < DK_ALGO_COUNT; a++) {
+        if (plugin_ops(p, (dk_algo)a))
+            len += (size_t)snprintf(e->info.algorithms + len, sizeof e->info.algorithms - len,
+                                    "%s%s", len ? "," : "", algo_names[a]);
+    }
+    e->backend.plugin = p;
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+static int is_dir(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* Every *.so in dir, in name order so discovery is repeatable. */
+static void scan_dir(const char *dir)
+{
+    struct dirent **names;
+    int n = scandir(dir, &names, NULL, alphasort);
+    if (n < 0)
+        return;
+    dk_log(DK_LOG_DEBUG, "looking for plugins in %s", dir);
+    for (int i = 0; i < n; i++) {
+        if (ends_with(names[i]->d_name, ".so")) {
+            char path[PATH_MAX];
+            snprintf(path, sizeof path, "%s/%s", dir, names[i]->d_name);
+            load_plugin(path);
+        }
+        free(names[i]);
+    }
+    free(names);
+}
+
+/* In a Meson build tree libdakit sits at the top and each plugin in
+ * plugins/<name>/, so tests and the CLI run without installing. */
+static void scan_build_tree(const char *selfdir)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/meson-private", selfdir);
+    if (!is_dir(path))
+        return;
+    snprintf(path, sizeof path, "%s/plugins", selfdir);
+    struct dirent **names;
+    int n = scandir(path, &names, NULL, alphasort);
+    for (int i = 0; i < n; i++) {
+        if (names[i]->d_name[0] != '.') {
+            char sub[PATH_MAX];
+            snprintf(sub, sizeof sub, "%s/%s", path, names[i]->d_name);
+            if (is_dir(sub))
+                scan_dir(sub);
+        }
+        free(names[i]);
+    }
+    if (n >= 0)
+        free(names);
+}
+
+static void discover(void)
+{
+    const char *env = getenv("DAKIT_PLUGIN_PATH");
+    if (env && *env) {
+        char *copy = strdup(env), *save = NULL;
+        for (char *d = copy ? strtok_r(copy, ":", &save) : NULL; d; d = strtok_r(NULL, ":", &save))
+            scan_dir(d);
+        free(copy);
+    }
+    Dl_info self;
+    if (dladdr((void *)&discover, &self) && self.dli_fname) {
+        char real[PATH_MAX];
+        if (realpath(self.dli_fname, real)) {
+            char *slash = strrchr(real, '/');
+            if (slash)
+                *slash = '\0';
+            scan_build_tree(real);
+            char inst[PATH_MAX];
+            snprintf(inst, sizeof inst, "%s/dakit/plugins", real);
+            scan_dir(inst);
+        }
+    }
+#ifdef DK_PLUGIN_INSTALL_DIR
+    scan_dir(DK_PLUGIN_INSTALL_DIR);
+#endif
+}
+
+static void ensure_discovered(void)
+{
+    pthread_once(&discovered, discover);
+}
+
+static void probe_entry(entry *e)
+{
+    pthread_mutex_lock(&probe_lock);
+    if (!e->probed && e->backend.plugin) {
+        dk_msg msg = {{0}};
+        int n = e->backend.plugin->probe(e->backend.devices, DK_MAX_DEVICES, &msg);
+        e->probed = 1;
+        if (n < 0) {
+            refuse(e, "its probe failed: %s", msg.text[0] ? msg.text : "no reason given");
+        } else if (n == 0) {
+            refuse(e, "no usable device: %s", msg.text[0] ? msg.text : "the probe found none");
+        } else {
+            if (n > DK_MAX_DEVICES)
+                n = DK_MAX_DEVICES;
+            e->backend.device_count = n;
+            e->info.device_count = n;
+            memcpy(e->info.devices, e->backend.devices, sizeof(dk_device_info) * (size_t)n);
+            e->info.usable = 1;
+        }
+    }
+    pthread_mutex_unlock(&probe_lock);
+}
+
+DK_API int dk_backend_count(void)
+{
+    ensure_discovered();
+    return entry_count;
+}
+
+DK_API dk_status dk_backend_get(int index, dk_backend_info *info)
+{
+    ensure_discovered();
+    if (index < 0 || index >= entry_count || !info)
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "backend index %d is out of range (0..%d)",
+                       index, entry_count - 1);
+    probe_entry(&entries[index]);
+    *info = entries[index].info;
+    return DK_OK;
+}
+
+/* "cpu, opencl (no usable device: ...)" style summaries for error messages. */
+static void describe_backends(char *out, size_t len, dk_algo algo, int need_algo)
+{
+    size_t used = 0;
+    out[0] = '\0';
+    for (int i = 0; i < entry_count; i++) {
+        entry *e = &entries[i];
+        probe_entry(e);
+        if (!e->info.usable || (need_algo && !plugin_ops(e->backend.plugin, algo)))
+            continue;
+        used += (size_t)snprintf(out + used, used < len ? len - used : 0, "%s%s", used ? ", " : "",
+                                 e->info.name);
+    }
+    if (!used)
+        snprintf(out, len, "none");
+}
+
+const void *dk_context_ops(dk_context *ctx, dk_algo algo)
+{
+    const void *ops = plugin_ops(ctx->backend->plugin, algo);
+    if (!ops) {
+        char avail[256];
+        describe_backends(avail, sizeof avail, algo, 1);
+        dk_fail(ctx, DK_ERR_NOT_IMPLEMENTED,
+                "backend '%s' does not implement %s; backends that do: %s",
+                ctx->backend->plugin->name, dk_algo_name(algo), avail);
+    }
+    return ops;
+}
+
+static entry *find_by_name(const char *name, size_t len)
+{
+    for (int i = 0; i < entry_count; i++)
+        if (entries[i].info.name[0] && strlen(entries[i].info.name) == len &&
+            strncmp(entries[i].info.name, name, len) == 0)
+            return &entries[i];
+    return NULL;
+}
+
+static int open_on(entry *e, int device, dk_context **out, char *why, size_t why_len)
+{
+    probe_entry(e);
+    if (!e->info.usable) {
+        snprintf(why, why_len, "%s: %s", e->info.name, e->info.reason);
+        return 0;
+    }
+    if (device >= e->backend.device_count) {
+        snprintf(why, why_len, "%s: DAKIT_DEVICE=%d but it has %d device(s)", e->info.name,
+                 device, e->backend.device_count);
+        return 0;
+    }
+    dk_msg msg = {{0}};
+    void *dev = NULL;
+    if (e->backend.plugin->device_open(device, &dev, &msg) != DK_OK) {
+        snprintf(why, why_len, "%s: opening device %d failed: %s", e->info.name, device, msg.text);
+        return 0;
+    }
+    dk_context *ctx = calloc(1, sizeof *ctx);
+    if (!ctx) {
+        e->backend.plugin->device_close(dev);
+        snprintf(why, why_len, "out of memory");
+        return 0;
+    }
+    ctx->backend = &e->backend;
+    ctx->device_index = device;
+    ctx->device = dev;
+    snprintf(ctx->error, sizeof ctx->error, "no error");
+    *out = ctx;
+    dk_log(DK_LOG_INFO, "using backend %s, device %d (%s)", e->info.name, device,
+           e->backend.devices[device].name);
+    return 1;
+}
+
+static int by_priority(const void *a, const void *b)
+{
+    const entry *x = *(entry *const *)a, *y = *(entry *const *)b;
+    return y->info.priority - x->info.priority;
+}
+
+/* Tries the usable backends not yet tried, highest priority first. */
+static int open_auto(int device, int *tried, dk_context **out, char *why, size_t why_len)
+{
+    entry *order[MAX_PLUGINS];
+    int n = 0;
+    for (int i = 0; i < entry_count; i++)
+        if (entries[i].backend.plugin && !tried[i])
+            order[n++] = &entries[i];
+    qsort(order, (size_t)n, sizeof order[0], by_priority);
+    for (int i = 0; i < n; i++) {
+        tried[order[i] - entries] = 1;
+        if (open_on(order[i], device, out, why, why_len))
+            return 1;
+    }
+    return 0;
+}
+
+DK_API dk_status dk_context_create(const char *backend, dk_context **out)
+{
+    if (!out)
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "dk_context_create: ctx must not be NULL");
+    *out = NULL;
+    ensure_discovered();
+
+    const char *source = "the caller";
+    if (!backend || !*backend || strcmp(backend, "auto") == 0) {
+        const char *env = getenv("DAKIT_BACKEND");
+        backend = env && *env ? env : "auto";
+        source = env && *env ? "DAKIT_BACKEND" : "auto selection";
+    }
+    int device = 0;
+    const char *dev_env = getenv("DAKIT_DEVICE");
+    if (dev_env && *dev_env) {
+        char *end;
+        long d = strtol(dev_env, &end, 10);
+        if (*end || d < 0 || d >= DK_MAX_DEVICES)
+            return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT,
+                           "DAKIT_DEVICE='%s' is not a device index (0..%d)", dev_env,
+                           DK_MAX_DEVICES - 1);
+        device = (int)d;
+    }
+
+    int tried[MAX_PLUGINS] = {0};
+    char reasons[1024] = "", why[600];
+    size_t used = 0;
+    const char *p = backend;
+    while (*p) {
+        size_t len = strcspn(p, ",");
+        while (len && *p == ' ') {
+            p++;
+            len--;
+        }
+        while (len && p[len - 1] == ' ')
+            len--;
+        int ok = 0;
+        why[0] = '\0';
+        if (len == 4 && strncmp(p, "auto", 4) == 0) {
+            ok = open_auto(device, tried, out, why, sizeof why);
+        } else if (len) {
+            entry *e = find_by_name(p, len);
+            if (!e)
+                snprintf(why, sizeof why, "%.*s: no plugin of that name was found", (int)len, p);
+            else if (!tried[e - entries]) {
+                tried[e - entries] = 1;
+                ok = open_on(e, device, out, why, sizeof why);
+            }
+        }
+        if (ok)
+            return DK_OK;
+        if (why[0])
+            used += (size_t)snprintf(reasons + used, used < sizeof reasons ? sizeof reasons - used : 0,
+                                     "%s%s", used ? "; " : "", why);
+        p += strcspn(p, ",");
+        if (*p == ',')
+            p++;
+    }
+    char avail[256];
+    describe_backends(avail, sizeof avail, DK_ALGO_GAUSS, 0);
+    return dk_fail(NULL, DK_ERR_NO_BACKEND,
+                   "no backend could be opened for '%s' (asked by %s): %s. Available backends: %s "
+                   "(`dakit info` lists every plugin and why any was refused)",
+                   backend, source, used ? reasons : "no plugin was found", avail);
+}
