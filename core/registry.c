@@ -326,9 +326,19 @@ static int open_on(entry *e, int device, dk_context **out, char *why, size_t why
     return 1;
 }
 
-static int by_priority(const void *a, const void *b)
+static int accelerated(const entry *e)
+{
+    dk_device_kind k = e->backend.devices[0].kind;
+    return e->info.usable && (k == DK_DEVICE_GPU || k == DK_DEVICE_ACCELERATOR);
+}
+
+/* A GPU behind a lower-priority plugin beats a CPU behind a higher one
+ * (OpenCL on a GPU over the OpenMP plugin, but not PoCL over it). */
+static int by_preference(const void *a, const void *b)
 {
     const entry *x = *(entry *const *)a, *y = *(entry *const *)b;
+    if (accelerated(x) != accelerated(y))
+        return accelerated(y) - accelerated(x);
     return y->info.priority - x->info.priority;
 }
 
@@ -337,10 +347,13 @@ static int open_auto(int device, int *tried, dk_context **out, char *why, size_t
 {
     entry *order[MAX_PLUGINS];
     int n = 0;
-    for (int i = 0; i < entry_count; i++)
-        if (entries[i].backend.plugin && !tried[i])
+    for (int i = 0; i < entry_count; i++) {
+        if (entries[i].backend.plugin && !tried[i]) {
+            probe_entry(&entries[i]);
             order[n++] = &entries[i];
-    qsort(order, (size_t)n, sizeof order[0], by_priority);
+        }
+    }
+    qsort(order, (size_t)n, sizeof order[0], by_preference);
     for (int i = 0; i < n; i++) {
         tried[order[i] - entries] = 1;
         if (open_on(order[i], device, out, why, why_len))

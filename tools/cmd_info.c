@@ -22,7 +22,9 @@ int cmd_info(int argc, char **argv)
             printf("\n%s %s (priority %d)\n  file: %s\n  algorithms: %s\n", b.name, b.version,
                    b.priority, b.path, b.algorithms[0] ? b.algorithms : "none");
             for (int d = 0; d < b.device_count; d++) {
-                printf("  device %d: %s", d, b.devices[d].name);
+                static const char *kinds[] = {"", ", cpu", ", gpu", ", accelerator"};
+                unsigned k = (unsigned)b.devices[d].kind;
+                printf("  device %d: %s%s", d, b.devices[d].name, k < 4 ? kinds[k] : "");
                 if (b.devices[d].memory_bytes)
                     printf(" (%.1f GiB)", (double)b.devices[d].memory_bytes / (1 << 30));
                 printf("\n");

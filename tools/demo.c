@@ -67,9 +67,14 @@ int cmd_demo(int argc, char **argv)
     for (size_t i = 0; i < count; i++)
         field[i] *= 0.05f;
     uint64_t st = 11;
+    const int r = 3; /* each source a 7 x 7 patch, so the picture shows it */
     for (int s = 0; s < 60; s++) {
-        size_t y = (size_t)((cli_random(&st) + 1) / 2 * size), x = (size_t)((cli_random(&st) + 1) / 2 * size);
-        field[(y % size) * size + x % size] += (float)(cli_random(&st) * 2 * M_PI * sigma * sigma);
+        size_t y = (size_t)((cli_random(&st) + 1) / 2 * (size - 2 * r)) + r;
+        size_t x = (size_t)((cli_random(&st) + 1) / 2 * (size - 2 * r)) + r;
+        float amp = (float)(cli_random(&st) * 2 * M_PI * sigma * sigma / ((2 * r + 1) * (2 * r + 1)));
+        for (int dy = -r; dy <= r; dy++)
+            for (int dx = -r; dx <= r; dx++)
+                field[(y + dy) * size + x + dx] += amp;
     }
 
     dk_gauss_desc d;
@@ -141,11 +146,19 @@ int cmd_demo(int argc, char **argv)
     }
     float *thumb = malloc((size_t)shown_px * (size_t)shown_px * sizeof(float));
     float *sources[2] = {field, smooth};
-    double scales[2] = {0.25 * maxin, maxout};
+    double scales[2] = {0.5 * maxin, 0.7 * maxout};
     for (int p = 0; p < 2 && thumb; p++) {
+        /* each pixel shows the largest magnitude in its cell, so no source is lost */
         for (int y = 0; y < shown_px; y++)
-            for (int x = 0; x < shown_px; x++)
-                thumb[(size_t)y * shown_px + x] = sources[p][(size_t)(y * step) * size + (size_t)(x * step)];
+            for (int x = 0; x < shown_px; x++) {
+                float keep = 0;
+                for (int dy = 0; dy < step; dy++)
+                    for (int dx = 0; dx < step; dx++) {
+                        float v = sources[p][(size_t)(y * step + dy) * size + (size_t)(x * step + dx)];
+                        keep = fabsf(v) > fabsf(keep) ? v : keep;
+                    }
+                thumb[(size_t)y * shown_px + x] = keep;
+            }
         image_field(&img, gap + p * (panel + gap), gap, thumb, shown_px, shown_px, scales[p]);
     }
     free(thumb);
@@ -155,14 +168,17 @@ int cmd_demo(int argc, char **argv)
         for (int x = 0; x < panel; x++)
             image_set(&img, px0 + x, py0 + y, white);
     static const unsigned char colors[4][3] = {{230, 97, 1}, {94, 60, 153}, {27, 158, 119}, {31, 120, 180}};
-    double peak = 1.0 / (sqrt(2 * M_PI) * sigma);
+    double peak = 1.0 / (sqrt(2 * M_PI) * sigma), top = peak;
+    for (int j = 0; j < 4; j++)
+        for (size_t i = 0; i < 2 * m + 1; i++)
+            top = fmax(top, resp[j][i]);
     for (int j = -1; j < 4; j++) {
         int prevx = 0, prevy = 0;
         for (size_t i = 0; i < 2 * m + 1; i++) {
             double t = ((double)i - (double)m) / sigma;
             double v = j < 0 ? peak * exp(-0.5 * t * t) : resp[j][i];
             int x = px0 + (int)((double)i / (double)(2 * m) * (panel - 1));
-            int y = py0 + panel - 20 - (int)(v / (1.15 * peak) * (panel - 40));
+            int y = py0 + panel - 20 - (int)(v / (1.05 * top) * (panel - 40));
             if (i)
                 image_line(&img, prevx, prevy, x, y, j < 0 ? black : colors[j]);
             prevx = x;

@@ -35,15 +35,10 @@ void image_diverging(double v, unsigned char rgb[3])
     if (!(v == v))
         v = 0;
     v = v < -1 ? -1 : v > 1 ? 1 : v;
-    double a = v < 0 ? -v : v;
-    unsigned char fade = (unsigned char)(255 * (1 - a));
-    if (v < 0) {
-        rgb[0] = fade; rgb[1] = (unsigned char)(fade / 2 + 64 * (1 - a)); rgb[2] = 255;
-    } else {
-        rgb[0] = 255; rgb[1] = (unsigned char)(fade / 2 + 64 * (1 - a)); rgb[2] = fade;
-    }
-    if (a < 1e-3)
-        rgb[0] = rgb[1] = rgb[2] = 255;
+    unsigned char fade = (unsigned char)(255 * (1 - (v < 0 ? -v : v)));
+    rgb[0] = v < 0 ? fade : 255;
+    rgb[1] = fade;
+    rgb[2] = v > 0 ? fade : 255;
 }
 
 void image_field(image *img, int x0, int y0, const float *field, int w, int h, double scale)

@@ -45,7 +45,8 @@ const char *dk_dtype_name(dk_dtype dtype);
 const char *dk_last_error(const dk_context *ctx);
 
 /* Opens a backend. backend: NULL or "auto" picks by the DAKIT_BACKEND
- * environment variable, else by plugin priority; a name ("cuda") or a comma
+ * environment variable, else backends whose device is a GPU or accelerator
+ * first, then by plugin priority; a name ("cuda") or a comma
  * list ("cuda,opencl,cpu", an order of preference) picks explicitly.
  * DAKIT_DEVICE=N picks the device index (default 0). On failure *ctx is
  * NULL and dk_last_error(NULL) says why, naming the backends available. */
@@ -69,9 +70,17 @@ void dk_plan_destroy(dk_plan *plan);
 
 #define DK_MAX_DEVICES 16
 
+typedef enum dk_device_kind {
+    DK_DEVICE_UNKNOWN = 0,
+    DK_DEVICE_CPU,
+    DK_DEVICE_GPU,
+    DK_DEVICE_ACCELERATOR
+} dk_device_kind;
+
 typedef struct dk_device_info {
     char name[128];
     size_t memory_bytes; /* 0 when unknown */
+    dk_device_kind kind; /* auto selection prefers GPUs and accelerators */
 } dk_device_info;
 
 typedef struct dk_backend_info {

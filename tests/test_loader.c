@@ -1,0 +1,108 @@
+/* The loader refuses each broken plugin with its reason, keeps the good
+ * ones working, and names what is available when asked for what is not. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <dakit/dakit.h>
+
+#include "check.h"
+
+
+static const dk_backend_info *find(const dk_backend_info *all, int n, const char *file)
+{
+    for (int i = 0; i < n; i++) {
+        const char *slash = strrchr(all[i].path, '/');
+        if (slash && strcmp(slash + 1, file) == 0)
+            return &all[i];
+    }
+    return NULL;
+}
+
+int main(void)
+{
+    int n = dk_backend_count();
+    dk_backend_info all[64];
+    for (int i = 0; i < n && i < 64; i++)
+        CHECK(dk_backend_get(i, &all[i]) == DK_OK, "dk_backend_get(%d)", i);
+    CHECK(dk_backend_get(n, &all[0]) == DK_ERR_INVALID_ARGUMENT, "an index past the end is refused");
+
+    static const struct {
+        const char *file, *reason;
+    } refused[] = {
+        {"wrong_abi.so", "ABI version"},
+        {"no_entry.so", "no entry symbol"},
+        {"no_device.so", "no test widget is attached"},
+        {"not_a_library.so", "not a loadable shared object"},
+    };
+    for (size_t k = 0; k < sizeof refused / sizeof refused[0]; k++) {
+        const dk_backend_info *b = find(all, n, refused[k].file);
+        CHECK(b != NULL, "%s was not found by discovery", refused[k].file);
+        if (b) {
+            CHECK(!b->usable, "%s should be refused", refused[k].file);
+            CHECK(strstr(b->reason, refused[k].reason) != NULL, "%s: reason '%s' lacks '%s'", refused[k].file,
+                  b->reason, refused[k].reason);
+            printf("refused as expected: %s: %s\n", refused[k].file, b->reason);
+        }
+    }
+    const dk_backend_info *nogauss = find(all, n, "no_gauss.so");
+    CHECK(nogauss && nogauss->usable && nogauss->algorithms[0] == '\0',
+          "the plugin without algorithms loads and lists none");
+    const dk_backend_info *cpu = find(all, n, "dakit-cpu.so");
+    CHECK(cpu && cpu->usable && strstr(cpu->algorithms, "gauss"), "the cpu plugin still works beside broken ones");
+
+    /* a refused or unknown backend: the error names what is available */
+    dk_context *ctx = NULL;
+    CHECK(dk_context_create("wrongabi", &ctx) == DK_ERR_NO_BACKEND && ctx == NULL, "wrongabi must not open");
+    CHECK(strstr(dk_last_error(NULL), "Available backends:") && strstr(dk_last_error(NULL), "cpu"),
+          "message names available backends: %s", dk_last_error(NULL));
+    printf("asking for a missing backend says: %s\n", dk_last_error(NULL));
+    CHECK(dk_context_create("nodevice", &ctx) == DK_ERR_NO_BACKEND, "nodevice must not open");
+    CHECK(strstr(dk_last_error(NULL), "no test widget"), "the probe's reason is passed on: %s", dk_last_error(NULL));
+    CHECK(dk_context_create("quantum", &ctx) == DK_ERR_NO_BACKEND, "unknown name");
+    CHECK(strstr(dk_last_error(NULL), "quantum: no plugin of that name"), "%s", dk_last_error(NULL));
+
+    /* a preference list falls through to the first that works */
+    CHECK(dk_context_create("quantum, nodevice ,cpu", &ctx) == DK_OK, "list falls back to cpu: %s",
+          dk_last_error(NULL));
+    if (ctx) {
+        CHECK(strcmp(dk_context_backend(ctx), "cpu") == 0, "picked %s", dk_context_backend(ctx));
+        dk_context_destroy(ctx);
+        ctx = NULL;
+    }
+    setenv("DAKIT_BACKEND", "quantum,cpu", 1);
+    CHECK(dk_context_create(NULL, &ctx) == DK_OK && strcmp(dk_context_backend(ctx), "cpu") == 0,
+          "DAKIT_BACKEND is honoured under auto");
+    dk_context_destroy(ctx);
+    ctx = NULL;
+    CHECK(dk_context_create("nogauss", &ctx) == DK_OK, "the explicit name overrides DAKIT_BACKEND");
+    unsetenv("DAKIT_BACKEND");
+
+    /* a plugin whose ops table lacks the algorithm */
+    if (ctx) {
+        CHECK(strcmp(dk_context_backend(ctx), "nogauss") == 0, "opened %s", dk_context_backend(ctx));
+        dk_gauss_desc d;
+        dk_gauss_desc_init(&d);
+        d.ndim = 1;
+        d.shape[0] = 16;
+        d.axes = 1;
+        d.sigma[0] = 2;
+        dk_plan *plan = NULL;
+        CHECK(dk_gauss_plan_create(ctx, &d, &plan) == DK_ERR_NOT_IMPLEMENTED && plan == NULL,
+              "gauss on a plugin without it");
+        CHECK(strstr(dk_last_error(ctx), "does not implement gauss") && strstr(dk_last_error(ctx), "cpu"),
+              "message names who does: %s", dk_last_error(ctx));
+        printf("a plugin without gauss says: %s\n", dk_last_error(ctx));
+        CHECK(dk_gauss_variants(ctx) == NULL, "no variants without gauss");
+        dk_context_destroy(ctx);
+    }
+
+    setenv("DAKIT_DEVICE", "7", 1);
+    CHECK(dk_context_create("cpu", &ctx) == DK_ERR_NO_BACKEND, "device 7 of cpu does not exist");
+    CHECK(strstr(dk_last_error(NULL), "DAKIT_DEVICE=7"), "%s", dk_last_error(NULL));
+    setenv("DAKIT_DEVICE", "x", 1);
+    CHECK(dk_context_create("cpu", &ctx) == DK_ERR_INVALID_ARGUMENT, "DAKIT_DEVICE=x is refused");
+    unsetenv("DAKIT_DEVICE");
+
+    return failures ? 1 : 0;
+}
