@@ -84,22 +84,6 @@ static double copy_bandwidth(dk_context *ctx, size_t bytes)
     return bw;
 }
 
-static int wanted(const char *list, const char *name)
-{
-    if (!list)
-        return 1;
-    size_t n = strlen(name);
-    for (const char *p = list; *p;) {
-        size_t len = strcspn(p, ",");
-        if (len == n && !strncmp(p, name, n))
-            return 1;
-        p += len;
-        if (*p == ',')
-            p++;
-    }
-    return 0;
-}
-
 int cmd_bench(int argc, char **argv)
 {
     const char *cmd = "bench", *backend_s = "all", *csv_path = NULL, *case_s = NULL;
@@ -167,7 +151,7 @@ int cmd_bench(int argc, char **argv)
         const char *const *variants = dk_gauss_variants(ctx);
         for (int c = 0; c < NCASES; c++) {
             const bench_case *bc = &gauss_cases[c];
-            if (!wanted(case_s, bc->name))
+            if (!cli_in_list(case_s, bc->name))
                 continue;
             dk_gauss_desc d;
             dk_gauss_desc_init(&d);

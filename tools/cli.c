@@ -112,3 +112,19 @@ int cli_select_backends(const char *want, char names[][64], int max)
     }
     return n;
 }
+
+int cli_in_list(const char *list, const char *name)
+{
+    if (!list)
+        return 1;
+    size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        size_t len = strcspn(p, ",");
+        if (len == n && strncmp(p, name, n) == 0)
+            return 1;
+        p += len;
+        if (*p == ',')
+            p++;
+    }
+    return 0;
+}

@@ -29,6 +29,9 @@ double cli_now(void); /* seconds, monotonic */
 double cli_random(uint64_t *state);
 void cli_fill_random(void *data, dk_dtype dtype, size_t count, uint64_t seed);
 
+/* 1 when name is an item of the comma list (a NULL list holds everything). */
+int cli_in_list(const char *list, const char *name);
+
 /* Names of the usable backends, or only `want` (a comma list or "all"). */
 int cli_select_backends(const char *want, char names[][64], int max);
 

@@ -53,22 +53,6 @@ static void xml_escape(FILE *f, const char *s)
     }
 }
 
-static int wanted_algo(const char *list, const char *algo)
-{
-    if (!list)
-        return 1;
-    size_t n = strlen(algo);
-    for (const char *p = list; *p;) {
-        size_t len = strcspn(p, ",");
-        if (len == n && strncmp(p, algo, n) == 0)
-            return 1;
-        p += len;
-        if (*p == ',')
-            p++;
-    }
-    return 0;
-}
-
 int cmd_conform(int argc, char **argv)
 {
     const char *cmd = "conform", *backend_s = "all", *algo_s = NULL, *junit = NULL;
@@ -127,7 +111,7 @@ int cmd_conform(int argc, char **argv)
     printf("\n%-8s %-24s %-16s %12s %12s  %s\n", "algo", "case", "backend", "error", "tolerance", "result");
     for (int s = 0; s < NSUITES; s++) {
         const conform_suite *su = suites[s];
-        if (!wanted_algo(algo_s, su->algo))
+        if (!cli_in_list(algo_s, su->algo))
             continue;
         for (int i = 0; i < su->count(); i++) {
             if (quick && !su->quick(i))
