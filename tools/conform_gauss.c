@@ -37,7 +37,7 @@ typedef struct gauss_case {
 #define EX DK_GAUSS_EXACT
 #define OV DK_GAUSS_OVERLAP
 
-static const gauss_case cases[] = {
+static gauss_case cases[] = {
     /* name                 dtype  nd shape              axes sigma          K   bnd mode ov  blk  inpl quick */
     {"1d_n1",               DK_F32, 1, {1},              1, {2},             4,   Z, EX, 0, 0,    0, 1},
     {"1d_n2_constant",      DK_F64, 1, {2},              1, {0.5},           1,   C, EX, 0, 0,    0, 1},
@@ -65,15 +65,53 @@ static const gauss_case cases[] = {
     {"overlap_3d_axis0",    DK_F32, 3, {300, 7, 40},     1, {4},             3,   Z, OV, 8, 5,    1, 1},
     {"overlap_m0_single",   DK_F32, 1, {50},             1, {2},             4,   Z, OV, 0, 50,   0, 1},
     {"overlap_blocks1",     DK_F64, 1, {999},            1, {3},             4,   C, OV, 5, 1,    0, 1},
+    /* parameters drawn at random (fixed seed, so every run and backend sees the same) */
+    [26 ... 41] = {NULL, DK_F32, 0, {0}, 0, {0}, 0, Z, EX, 0, 0, 0, 1},
 };
 
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
+#define FIRST_RANDOM 26
+
+static void draw_random_cases(void)
+{
+    static char names[NCASES][24];
+    static const int Ks[] = {1, 2, 3, 4, 5, 8, 16, 50, 200};
+    uint64_t st = 0xca5e5eedu;
+    for (int i = FIRST_RANDOM; i < NCASES; i++) {
+        gauss_case *c = &cases[i];
+        snprintf(names[i], sizeof names[i], "random_%02d", i - FIRST_RANDOM);
+        c->name = names[i];
+        c->dtype = cli_random(&st) < 0 ? DK_F32 : DK_F64;
+        c->ndim = 1 + (int)((cli_random(&st) + 1) * 1.5);
+        size_t budget = 200000;
+        for (int a = 0; a < c->ndim; a++) {
+            double room = pow((double)budget, 1.0 / (c->ndim - a));
+            c->shape[a] = 1 + (size_t)((cli_random(&st) + 1) / 2 * room);
+            budget /= c->shape[a];
+            c->sigma[a] = 0.5 * pow(100.0, (cli_random(&st) + 1) / 2); /* 0.5 .. 50, log-uniform */
+        }
+        do
+            c->axes = (unsigned)((cli_random(&st) + 1) / 2 * (1 << c->ndim)) & ((1u << c->ndim) - 1);
+        while (!c->axes);
+        c->K = Ks[(int)((cli_random(&st) + 1) / 2 * 9) % 9];
+        c->boundary = cli_random(&st) < 0 ? Z : C;
+        c->mode = cli_random(&st) < 0.5 ? EX : OV;
+        c->overlap = (size_t)((cli_random(&st) + 1) * 10);
+        c->blocks = 1 + (size_t)((cli_random(&st) + 1) * 40);
+        c->inplace = cli_random(&st) < -0.5;
+    }
+}
 
 static struct {
     void *in, *ref, *out;
 } prepared[NCASES];
 
-static int gauss_count(void) { return NCASES; }
+static int gauss_count(void)
+{
+    if (!cases[FIRST_RANDOM].name)
+        draw_random_cases();
+    return NCASES;
+}
 static const char *gauss_name(int i) { return cases[i].name; }
 static int gauss_quick(int i) { return cases[i].quick; }
 
