@@ -1,0 +1,997 @@
+/* dakit cuda plugin: gauss, the K-iterated first-order recursive filter.
+ *
+ * Every scheme cuts each line into items and filters each item alone over a
+ * window, keeping the item's own values:
+ *   exact mode    items are chunks of L values; the window reaches at least
+ *                 h = setup->halo[axis] beyond the chunk on each side (clipped
+ *                 at the line's ends), so its artificial ends change nothing
+ *                 at the dtype's rounding and the result equals the serial
+ *                 reference to rounding;
+ *   overlap mode  items are the seed's blocks (dk_gauss_block) and windows
+ *                 (dk_gauss_window), exactly as the reference cuts them.
+ * The boundary rule applies at both ends of every window, as in the
+ * reference.
+ *
+ * Kernels (each pass of one axis uses one):
+ *   k_reg   a thread loads its window straight into registers (compile-time
+ *           length W, loops unrolled). Lines of a strided axis go to adjacent
+ *           threads, so every load and store is coalesced. FULL: every window
+ *           is W long (exact chunks, shifted inside the line at its ends);
+ *           else windows are up to W long (overlap blocks, whole short lines).
+ *   k_tile  exact mode, full windows of W, staged through shared memory by
+ *           persistent blocks that copy the next tile in (cp.async, 16-byte
+ *           pieces) while they filter the current one. Contiguous axis: a
+ *           tile is 128 consecutive chunks (odd length, so that the staged
+ *           windows are read free of bank conflicts) and is written back
+ *           through shared memory with 16-byte stores. Strided axis (inner a
+ *           multiple of 32): a tile is 32 adjacent lines by 4 chunks, laid
+ *           out [row][line].
+ *   k_gen   any window length (large sigma, long overlap blocks): the window
+ *           lives in shared memory laid out [i][thread], or, when that does
+ *           not fit, in a global scratch buffer laid out [i][slot].
+ * Variant "dp" (the seed's dynamic parallelism): the host launches a parent
+ * grid; each parent thread launches, on the device, the child grid that
+ * filters its slice of the blocks of the same kernel (k_tile's children
+ * filter one tile per block, so they stage nothing ahead).
+ *
+ * DAKIT_CUDA_WINDOW=W (31, 47, 63, 95, 127) forces the register window of
+ * exact mode's chunked schemes, for tuning; an unusable W falls back to k_gen.
+ *
+ * Passes (one per filtered axis, increasing order) ping-pong between the
+ * caller's out and a buffer the plan owns, so that in == out works and no
+ * pass reads what it writes. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_internal.h"
+
+typedef long long i64;
+
+namespace {
+
+enum { GEO_CHUNK = 0, GEO_CLIP = 1, GEO_BLOCKS = 2 };
+enum { PATH_REG = 0, PATH_REG_FULL = 1, PATH_ROW = 2, PATH_TILE = 3, PATH_GEN_SMEM = 4, PATH_GEN_GLOBAL = 5 };
+
+/* Where the items of one axis pass lie. */
+struct Geo {
+    i64 n, inner, outer; /* the axis view */
+    int mode;            /* GEO_* */
+    i64 L, h;            /* chunk modes: chunk length, halo */
+    i64 blocks, m;       /* GEO_BLOCKS: blocks per line, overlap */
+    i64 ipl;             /* items per line */
+    int JT, KT;          /* a thread block: JT adjacent lines x KT items */
+    i64 nj, nk;          /* ceil(inner / JT), ceil(ipl / KT) */
+    i64 nblocks;         /* thread blocks of one pass (k_reg, k_gen) */
+};
+
+template <typename T> struct Coef {
+    T alpha, beta, opa; /* opa = 1 + alpha, as the reference rounds it */
+    int K;
+    int constant;
+};
+
+/* The item's kept span [ks, ke) and window [ws, we) on its line. W > 0: the
+ * fixed window length of GEO_CHUNK. */
+__device__ __forceinline__ void item_span(const Geo &g, i64 k, int W, i64 &ks, i64 &ke, i64 &ws,
+                                          i64 &we)
+{
+    if (g.mode == GEO_BLOCKS) { /* dk_gauss_block + dk_gauss_window */
+        i64 d = g.n / g.blocks, r = g.n % g.blocks;
+        ks = k * d + (k < r ? k : r);
+        ke = ks + d + (k < r ? 1 : 0);
+        ws = ks > g.m ? ks - g.m : 0;
+        we = ke + g.m < g.n ? ke + g.m : g.n;
+    } else {
+        ks = k * g.L;
+        ke = ks + g.L < g.n ? ks + g.L : g.n;
+        if (g.mode == GEO_CHUNK) {
+            ws = ks - g.h;
+            if (ws > g.n - W)
+                ws = g.n - W;
+            if (ws < 0)
+                ws = 0;
+            we = ws + W;
+        } else {
+            ws = ks > g.h ? ks - g.h : 0;
+            we = ke + g.h < g.n ? ke + g.h : g.n;
+        }
+    }
+}
+
+/* Thread block b: the line (o, j) and item k of the calling thread. */
+__device__ __forceinline__ bool item_of_thread(const Geo &g, i64 b, i64 &o, i64 &j, i64 &k)
+{
+    i64 jb = b % g.nj, r = b / g.nj;
+    i64 kb = r % g.nk;
+    o = r / g.nk;
+    j = jb * g.JT + (int)threadIdx.x % g.JT;
+    k = kb * g.KT + (int)threadIdx.x / g.JT;
+    return j < g.inner && k < g.ipl && o < g.outer;
+}
+
+/* ---- the filter on a window held in registers ---- */
+
+template <typename T, int W, bool FULL>
+__device__ __forceinline__ void rf_regs(T (&x)[W], int len, const Coef<T> &c)
+{
+    const T alpha = c.alpha, beta = c.beta;
+    for (int it = 0; it < c.K; it++) {
+        if (FULL) {
+            T u = x[W - 1];
+            T p = c.constant ? x[0] : T(0);
+#pragma unroll
+            for (int i = 0; i < W; i++) {
+                p = fma(alpha, p, beta * x[i]);
+                x[i] = p;
+            }
+            T s = c.constant ? u + (p - u) / c.opa : beta * p;
+            x[W - 1] = s;
+#pragma unroll
+            for (int i = W - 2; i >= 0; i--) {
+                s = fma(alpha, s, beta * x[i]);
+                x[i] = s;
+            }
+        } else {
+            T u = T(0), pl = T(0);
+            T p = c.constant ? x[0] : T(0);
+#pragma unroll
+            for (int i = 0; i < W; i++) {
+                if (i < len) {
+                    if (i == len - 1)
+                        u = x[i];
+                    p = fma(alpha, p, beta * x[i]);
+                    x[i] = p;
+                    if (i == len - 1)
+                        pl = p;
+                }
+            }
+            T s0 = c.constant ? u + (pl - u) / c.opa : beta * pl;
+            T s = s0;
+#pragma unroll
+            for (int i = W - 1; i >= 0; i--) {
+                if (i < len) {
+                    s = i == len - 1 ? s0 : fma(alpha, s, beta * x[i]);
+                    x[i] = s;
+                }
+            }
+        }
+    }
+}
+
+/* ---- the filter on a window in memory, element i at w[i * st] ---- */
+
+template <typename T>
+__device__ __forceinline__ void rf_mem(T *w, i64 st, int len, const Coef<T> &c)
+{
+    const T alpha = c.alpha, beta = c.beta;
+    const int last = len - 1;
+    for (int it = 0; it < c.K; it++) {
+        T u = w[last * st];
+        T p = c.constant ? w[0] : T(0);
+        for (int i = 0; i < len; i++) {
+            p = fma(alpha, p, beta * w[i * st]);
+            w[i * st] = p;
+        }
+        T s = c.constant ? u + (p - u) / c.opa : beta * p;
+        w[last * st] = s;
+        for (int i = last - 1; i >= 0; i--) {
+            s = fma(alpha, s, beta * w[i * st]);
+            w[i * st] = s;
+        }
+    }
+}
+
+/* ---- kernels; block0 is the first block's index (dp children cover a
+ * slice of the blocks) ---- */
+
+template <typename T, int W, bool FULL>
+__global__ void __launch_bounds__(128) k_reg(const T *__restrict__ src, T *__restrict__ dst,
+                                            Geo g, Coef<T> c, i64 block0)
+{
+    i64 o, j, k;
+    if (!item_of_thread(g, block0 + blockIdx.x, o, j, k))
+        return;
+    i64 ks, ke, ws, we;
+    item_span(g, k, W, ks, ke, ws, we);
+    const i64 inner = g.inner;
+    const i64 base = (o * g.n + ws) * inner + j;
+    const int len = (int)(we - ws);
+    T x[W];
+#pragma unroll
+    for (int i = 0; i < W; i++)
+        x[i] = (FULL || i < len) ? __ldg(src + base + i * inner) : T(0);
+    rf_regs<T, W, FULL>(x, len, c);
+    const int a = (int)(ks - ws), e = (int)(ke - ws);
+#pragma unroll
+    for (int i = 0; i < W; i++)
+        if (i >= a && i < e)
+            dst[base + i * inner] = x[i];
+}
+
+template <typename T> struct Vec;
+template <> struct Vec<float> { typedef float4 type; };
+template <> struct Vec<double> { typedef double2 type; };
+
+/* Asynchronous global -> shared copies (cp.async): a block stages its next
+ * tile while it filters the current one. */
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem)
+{
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem) : "memory");
+}
+template <int BYTES> __device__ __forceinline__ void cp_async_small(void *smem, const void *gmem)
+{
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(s), "l"(gmem), "n"(BYTES)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_wait_prev() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+
+/* Flat index of the window start of chunk q (exact mode, contiguous axis). */
+__device__ __forceinline__ i64 row_window(const Geo &g, int W, i64 q, i64 *keep_begin,
+                                          i64 *keep_end)
+{
+    i64 o = q / g.ipl, k = q % g.ipl;
+    i64 ks, ke, ws, we;
+    item_span(g, k, W, ks, ke, ws, we);
+    if (keep_begin)
+        *keep_begin = o * g.n + ks;
+    if (keep_end)
+        *keep_end = o * g.n + ke;
+    return o * g.n + ws;
+}
+
+/* One tile of k_tile: what its block stages and writes back.
+ *   contiguous axis: the tile is blockDim.x consecutive chunks (flat order,
+ *     across lines); it stages the flat span [A0, G1) and writes [K0, K1).
+ *   strided axis (inner % 32 == 0): the tile is 32 adjacent lines by KT
+ *     chunks; it stages rows [R0, R1) x 32 columns, laid out [row][column],
+ *     and writes back rows [K0, K1). */
+struct TileSpan {
+    i64 A0, G1, K0, K1; /* contiguous: flat; strided: rows of the line */
+    i64 base;           /* strided: element (o, row 0, column jb*32) */
+};
+
+template <typename T, int W, bool STRIDED>
+__device__ __forceinline__ TileSpan tile_span(const Geo &g, i64 t)
+{
+    constexpr int VEC = (int)(16 / sizeof(T));
+    TileSpan s;
+    if (!STRIDED) {
+        const i64 Q = g.outer * g.ipl;
+        const i64 q0 = t * (i64)blockDim.x;
+        const i64 q1 = (q0 + blockDim.x < Q ? q0 + blockDim.x : Q) - 1;
+        const i64 G0 = row_window(g, W, q0, &s.K0, NULL);
+        s.G1 = row_window(g, W, q1, NULL, &s.K1) + W;
+        s.A0 = G0 & ~(i64)(VEC - 1);
+        s.base = 0;
+    } else {
+        i64 jb = t % g.nj, r = t / g.nj;
+        i64 kb = r % g.nk, o = r / g.nk;
+        i64 k0 = kb * g.KT, k1 = (k0 + g.KT < g.ipl ? k0 + g.KT : g.ipl) - 1;
+        i64 ks, ke, ws, we;
+        item_span(g, k0, W, ks, ke, ws, we);
+        s.A0 = ws;
+        s.K0 = ks;
+        item_span(g, k1, W, ks, ke, ws, we);
+        s.G1 = we;
+        s.K1 = ke;
+        s.base = o * g.n * g.inner + jb * 32;
+    }
+    return s;
+}
+
+template <typename T, int W, bool STRIDED>
+__device__ __forceinline__ void tile_stage(const T *__restrict__ src, const Geo &g,
+                                           const TileSpan &s, T *sm)
+{
+    typedef typename Vec<T>::type V;
+    constexpr int VEC = (int)(sizeof(V) / sizeof(T));
+    if (!STRIDED) {
+        const i64 nvec = (s.G1 - s.A0) / VEC;
+        for (i64 v = threadIdx.x; v < nvec; v += blockDim.x)
+            cp_async16(sm + v * VEC, src + s.A0 + v * VEC);
+        for (i64 i = s.A0 + nvec * VEC + threadIdx.x; i < s.G1; i += blockDim.x)
+            cp_async_small<sizeof(T)>(sm + (i - s.A0), src + i);
+    } else {
+        constexpr int PER_ROW = 32 / VEC;
+        const i64 nvec = (s.G1 - s.A0) * PER_ROW;
+        for (i64 v = threadIdx.x; v < nvec; v += blockDim.x) {
+            i64 r = v / PER_ROW;
+            int c = (int)(v % PER_ROW) * VEC;
+            cp_async16(sm + r * 32 + c, src + s.base + (s.A0 + r) * g.inner + c);
+        }
+    }
+}
+
+/* Exact mode, full windows of W: persistent blocks loop over tiles
+ * [t_begin, t_end) with stride gridDim.x, two shared-memory buffers of `buf`
+ * elements each, the next tile staged while the current one is filtered. */
+template <typename T, int W, bool STRIDED>
+__global__ void __launch_bounds__(128) k_tile(const T *__restrict__ src, T *__restrict__ dst,
+                                             Geo g, Coef<T> c, i64 t_begin, i64 t_end, i64 buf)
+{
+    typedef typename Vec<T>::type V;
+    constexpr int VEC = (int)(sizeof(V) / sizeof(T));
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T *bufs[2] = {reinterpret_cast<T *>(smem_raw), reinterpret_cast<T *>(smem_raw) + buf};
+
+    i64 t = t_begin + blockIdx.x;
+    int cur = 0;
+    if (t < t_end)
+        tile_stage<T, W, STRIDED>(src, g, tile_span<T, W, STRIDED>(g, t), bufs[0]);
+    cp_commit();
+    for (; t < t_end; t += gridDim.x) {
+        const i64 tn = t + gridDim.x;
+        if (tn < t_end)
+            tile_stage<T, W, STRIDED>(src, g, tile_span<T, W, STRIDED>(g, tn), bufs[cur ^ 1]);
+        cp_commit();
+        cp_wait_prev();
+        __syncthreads();
+
+        T *sm = bufs[cur];
+        const TileSpan s = tile_span<T, W, STRIDED>(g, t);
+        T x[W];
+        i64 off = 0; /* the window's first element in sm */
+        i64 step = 1;
+        int a = 0, e = 0;
+        bool active;
+        if (!STRIDED) {
+            const i64 q = t * (i64)blockDim.x + threadIdx.x;
+            active = q < g.outer * g.ipl;
+            if (active) {
+                i64 kb, kend;
+                off = row_window(g, W, q, &kb, &kend) - s.A0;
+                a = (int)(kb - s.A0 - off);
+                e = (int)(kend - s.A0 - off);
+            }
+        } else {
+            const int jl = (int)threadIdx.x % 32;
+            const i64 k = (t / g.nj % g.nk) * g.KT + (int)threadIdx.x / 32;
+            active = k < g.ipl;
+            if (active) {
+                i64 ks, ke, ws, we;
+                item_span(g, k, W, ks, ke, ws, we);
+                off = (ws - s.A0) * 32 + jl;
+                step = 32;
+                a = (int)(ks - ws);
+                e = (int)(ke - ws);
+            }
+        }
+        if (active) {
+#pragma unroll
+            for (int i = 0; i < W; i++)
+                x[i] = sm[off + i * step];
+            rf_regs<T, W, true>(x, W, c);
+        }
+        __syncthreads();
+        if (active) {
+#pragma unroll
+            for (int i = 0; i < W; i++)
+                if (i >= a && i < e)
+                    sm[off + i * step] = x[i];
+        }
+        __syncthreads();
+
+        if (!STRIDED) { /* [K0, K1): head, 16-byte body, tail */
+            i64 h1 = (s.K0 + VEC - 1) & ~(i64)(VEC - 1);
+            if (h1 > s.K1)
+                h1 = s.K1;
+            for (i64 i = s.K0 + threadIdx.x; i < h1; i += blockDim.x)
+                dst[i] = sm[i - s.A0];
+            const i64 nbody = (s.K1 - h1) / VEC;
+            V *vd = reinterpret_cast<V *>(dst + h1);
+            const V *vs = reinterpret_cast<const V *>(sm + (h1 - s.A0));
+            for (i64 v = threadIdx.x; v < nbody; v += blockDim.x)
+                vd[v] = vs[v];
+            for (i64 i = h1 + nbody * VEC + threadIdx.x; i < s.K1; i += blockDim.x)
+                dst[i] = sm[i - s.A0];
+        } else { /* rows [K0, K1) x 32 columns */
+            constexpr int PER_ROW = 32 / VEC;
+            const i64 nvec = (s.K1 - s.K0) * PER_ROW;
+            for (i64 v = threadIdx.x; v < nvec; v += blockDim.x) {
+                i64 r = s.K0 + v / PER_ROW;
+                int cc = (int)(v % PER_ROW) * VEC;
+                *reinterpret_cast<V *>(dst + s.base + r * g.inner + cc) =
+                    *reinterpret_cast<const V *>(sm + (r - s.A0) * 32 + cc);
+            }
+        }
+        __syncthreads();
+        cur ^= 1;
+    }
+}
+
+/* Generic: windows of any length in shared memory ([i][thread]) or in a
+ * global scratch buffer ([i][slot]). slot_blocks thread blocks share the
+ * pass's g.nblocks blocks, each looping over them with that stride. */
+template <typename T, bool SMEM>
+__global__ void __launch_bounds__(128) k_gen(const T *__restrict__ src, T *__restrict__ dst,
+                                            Geo g, Coef<T> c, T *scratch, i64 slot_blocks,
+                                            i64 block0)
+{
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const i64 sb = block0 + blockIdx.x;
+    T *w;
+    i64 st;
+    if (SMEM) {
+        w = reinterpret_cast<T *>(smem_raw) + threadIdx.x;
+        st = blockDim.x;
+    } else {
+        w = scratch + sb * blockDim.x + threadIdx.x;
+        st = slot_blocks * blockDim.x;
+    }
+    for (i64 b = sb; b < g.nblocks; b += slot_blocks) {
+        i64 o, j, k;
+        if (!item_of_thread(g, b, o, j, k))
+            continue;
+        i64 ks, ke, ws, we;
+        item_span(g, k, 0, ks, ke, ws, we);
+        const i64 inner = g.inner;
+        const i64 base = (o * g.n + ws) * inner + j;
+        const int len = (int)(we - ws);
+        for (int i = 0; i < len; i++)
+            w[i * st] = __ldg(src + base + i * inner);
+        rf_mem(w, st, len, c);
+        for (i64 i = ks - ws; i < ke - ws; i++)
+            dst[base + i * inner] = w[i * st];
+    }
+}
+
+/* ---- dp parents: thread s launches the child grid for blocks
+ * [s * per, min((s + 1) * per, nblocks)) ---- */
+
+__device__ __forceinline__ bool dp_slice(i64 nblocks, i64 per, i64 &b0, unsigned &cnt)
+{
+    i64 s = blockIdx.x * (i64)blockDim.x + threadIdx.x;
+    b0 = s * per;
+    if (b0 >= nblocks)
+        return false;
+    cnt = (unsigned)(nblocks - b0 < per ? nblocks - b0 : per);
+    return true;
+}
+
+template <typename T, int W, bool FULL>
+__global__ void p_reg(const T *src, T *dst, Geo g, Coef<T> c, i64 nblocks, i64 per,
+                      unsigned threads)
+{
+    i64 b0;
+    unsigned cnt;
+    if (dp_slice(nblocks, per, b0, cnt))
+        k_reg<T, W, FULL><<<cnt, threads, 0, cudaStreamFireAndForget>>>(src, dst, g, c, b0);
+}
+
+template <typename T, int W, bool STRIDED>
+__global__ void p_tile(const T *src, T *dst, Geo g, Coef<T> c, i64 ntiles, i64 per,
+                       unsigned threads, unsigned smem, i64 buf)
+{
+    i64 b0;
+    unsigned cnt;
+    if (dp_slice(ntiles, per, b0, cnt))
+        k_tile<T, W, STRIDED><<<cnt, threads, smem, cudaStreamFireAndForget>>>(src, dst, g, c, b0,
+                                                                               b0 + cnt, buf);
+}
+
+template <typename T, bool SMEM>
+__global__ void p_gen(const T *src, T *dst, Geo g, Coef<T> c, T *scratch, i64 slot_blocks,
+                      i64 per, unsigned threads, unsigned smem)
+{
+    i64 b0;
+    unsigned cnt;
+    if (dp_slice(slot_blocks, per, b0, cnt))
+        k_gen<T, SMEM><<<cnt, threads, smem, cudaStreamFireAndForget>>>(src, dst, g, c, scratch,
+                                                                        slot_blocks, b0);
+}
+
+/* ---- host side ---- */
+
+/* Compile-time window lengths, odd (so that k_tile's contiguous chunks are odd:
+ * the staged windows are then read free of bank conflicts). */
+static const int kW32[] = {31, 47, 63, 95, 127};
+static const int kW64[] = {31, 47, 63};
+
+struct Pass {
+    int axis;
+    int path; /* PATH_* */
+    int W;
+    Geo g;
+    double alpha;
+    unsigned threads;
+    size_t smem;
+    i64 grid;        /* blocks of the direct launch (slot blocks for k_gen) */
+    i64 ntiles;      /* k_tile: tiles of the pass */
+    i64 buf;         /* k_tile: elements of one of its two shared buffers */
+    i64 dp_per;      /* dp: child blocks per parent thread */
+    i64 dp_parents;  /* dp: parent threads */
+    size_t scratch_bytes; /* PATH_GEN_GLOBAL: the windows' global scratch */
+};
+
+struct Plan {
+    dk_cuda_device *dev;
+    dk_gauss_setup setup;
+    bool dp;
+    int npass;
+    Pass pass[DK_MAX_DIMS];
+    void *tmp;     /* one field */
+    void *scratch; /* k_gen's global windows */
+    size_t esize;
+};
+
+i64 ceil_div(i64 a, i64 b) { return (a + b - 1) / b; }
+
+/* A thread block of `threads` threads: JT adjacent lines (1 on the contiguous
+ * axis) by KT items. */
+void tile(Geo &g, unsigned threads)
+{
+    int jt = 1;
+    if (g.inner > 1)
+        while (jt < 32 && jt < g.inner)
+            jt *= 2;
+    g.JT = jt;
+    g.KT = (int)threads / jt;
+    g.nj = ceil_div(g.inner, g.JT);
+    g.nk = ceil_div(g.ipl, g.KT);
+    g.nblocks = g.nj * g.nk * g.outer;
+}
+
+/* A window length for the register schemes, from DAKIT_CUDA_WINDOW (tuning). */
+int forced_window(void)
+{
+    const char *s = getenv("DAKIT_CUDA_WINDOW");
+    return s ? atoi(s) : 0;
+}
+
+dk_status plan_pass(Plan *p, int axis, Pass *ps, dk_msg *msg)
+{
+    const dk_gauss_desc *d = &p->setup.desc;
+    const bool f32 = d->dtype == DK_F32;
+    const int *Ws = f32 ? kW32 : kW64;
+    const int nW = f32 ? (int)(sizeof kW32 / sizeof *kW32) : (int)(sizeof kW64 / sizeof *kW64);
+    /* windows of varying length (predicated loops) need more registers: the
+     * longest such W that compiles without spilling */
+    const int Wpred = f32 ? 95 : 47;
+    dk_axis_view v = dk_axis_view_of(d, axis);
+    memset(ps, 0, sizeof *ps);
+    ps->axis = axis;
+    ps->alpha = p->setup.alpha[axis];
+    Geo &g = ps->g;
+    g.n = (i64)v.n;
+    g.inner = (i64)v.inner;
+    g.outer = (i64)v.outer;
+    const i64 n = g.n;
+    i64 items_total;
+    i64 maxwin; /* generic path: the longest window */
+    int forced = forced_window();
+
+    if (d->mode == DK_GAUSS_OVERLAP) {
+        i64 blocks = (i64)dk_gauss_line_blocks(v.n, d->blocks);
+        i64 m = (i64)d->overlap;
+        g.mode = GEO_BLOCKS;
+        g.blocks = blocks;
+        g.m = m;
+        g.ipl = blocks;
+        i64 longest = n / blocks + (n % blocks ? 1 : 0) + 2 * m;
+        maxwin = longest < n ? longest : n;
+        ps->path = PATH_GEN_SMEM;
+        for (int i = 0; i < nW && Ws[i] <= Wpred; i++)
+            if (Ws[i] >= maxwin) {
+                ps->path = PATH_REG;
+                ps->W = Ws[i];
+                break;
+            }
+    } else {
+        i64 h = (i64)p->setup.halo[axis];
+        g.h = h;
+        /* chunked in registers: the smallest W whose overhead W/L is at most
+         * 1.85, else the lowest overhead up to 3 (on an H100, f32, h = 21:
+         * W = 95 ran 3% faster than 127 and 15% faster than 63) */
+        int best = 0;
+        for (int i = 0; i < nW; i++) {
+            i64 L = Ws[i] - 2 * h;
+            if (L < 1 || Ws[i] > n)
+                continue;
+            if (forced) {
+                if (Ws[i] == forced)
+                    best = Ws[i];
+                continue;
+            }
+            double r = (double)Ws[i] / (double)L;
+            if (r <= 1.85) {
+                best = Ws[i];
+                break;
+            }
+            if (r <= 3.0 && (!best || r < (double)best / (double)(best - 2 * h)))
+                best = Ws[i];
+        }
+        if (n <= Wpred && (!best || n < best)) {
+            /* the whole line is one window: the reference itself */
+            g.mode = GEO_BLOCKS;
+            g.blocks = 1;
+            g.m = 0;
+            g.ipl = 1;
+            ps->path = PATH_REG;
+            for (int i = 0; i < nW; i++)
+                if (Ws[i] >= n) {
+                    ps->W = Ws[i];
+                    break;
+                }
+            maxwin = n;
+        } else if (best) {
+            g.mode = GEO_CHUNK;
+            g.L = best - 2 * h;
+            g.ipl = ceil_div(n, g.L);
+            ps->W = best;
+            ps->path = g.inner == 1 ? PATH_ROW : g.inner % 32 == 0 ? PATH_TILE : PATH_REG_FULL;
+            maxwin = best;
+        } else {
+            g.mode = GEO_CLIP;
+            g.L = 2 * h > 64 ? 2 * h : 64;
+            g.ipl = ceil_div(n, g.L);
+            i64 longest = g.L + 2 * h;
+            maxwin = longest < n ? longest : n;
+            ps->path = PATH_GEN_SMEM;
+        }
+    }
+
+    items_total = g.inner * g.ipl * g.outer;
+    const i64 fill = (i64)p->dev->sm_count * 256;
+    unsigned threads = items_total >= fill ? 128 : (items_total >= fill / 4 ? 64 : 32);
+    if (ps->path == PATH_ROW || ps->path == PATH_TILE)
+        threads = 128;
+    if (ps->path == PATH_GEN_SMEM) {
+        /* shrink the block until its windows fit in shared memory */
+        while (threads > 32 && threads * maxwin * p->esize > p->dev->smem_optin)
+            threads /= 2;
+        if (threads * maxwin * p->esize > p->dev->smem_optin)
+            ps->path = PATH_GEN_GLOBAL;
+    }
+    ps->threads = threads;
+    tile(g, threads);
+    ps->grid = g.nblocks;
+
+    if (ps->path == PATH_ROW) {
+        const i64 VEC = 16 / (i64)p->esize;
+        ps->ntiles = ceil_div(g.outer * g.ipl, threads);
+        ps->buf = ceil_div((i64)threads * g.L + 2 * g.L + 4 * g.h + VEC, VEC) * VEC;
+        ps->smem = 2 * (size_t)ps->buf * p->esize;
+        ps->grid = ps->ntiles; /* prepare_pass lowers it to the resident blocks */
+    } else if (ps->path == PATH_TILE) {
+        ps->ntiles = g.nblocks;
+        ps->buf = ((i64)(g.KT - 1) * g.L + ps->W) * 32;
+        ps->smem = 2 * (size_t)ps->buf * p->esize;
+        ps->grid = ps->ntiles;
+    } else if (ps->path == PATH_GEN_SMEM) {
+        ps->smem = (size_t)threads * (size_t)maxwin * p->esize;
+    } else if (ps->path == PATH_GEN_GLOBAL) {
+        /* bound the scratch: at most 64 Mi elements of windows */
+        i64 budget = (i64)64 << 20;
+        i64 slot_blocks = budget / ((i64)threads * maxwin);
+        if (slot_blocks < 1)
+            slot_blocks = 1;
+        if (slot_blocks > g.nblocks)
+            slot_blocks = g.nblocks;
+        ps->grid = slot_blocks;
+        ps->scratch_bytes = (size_t)slot_blocks * threads * (size_t)maxwin * p->esize;
+    }
+    if (ps->smem > p->dev->smem_optin && ps->path != PATH_GEN_GLOBAL) {
+        dk_msg_set(msg, "cuda gauss: a block needs %zu bytes of shared memory, the device has %zu",
+                   ps->smem, p->dev->smem_optin);
+        return DK_ERR_NOT_IMPLEMENTED;
+    }
+    /* dp: parents in blocks of 32 threads, each launching a slice of the blocks */
+    const i64 units = ps->ntiles ? ps->ntiles : ps->grid;
+    i64 slices = 2 * (i64)p->dev->sm_count;
+    if (slices > units)
+        slices = units;
+    ps->dp_per = ceil_div(units, slices);
+    ps->dp_parents = ceil_div(units, ps->dp_per);
+    return DK_OK;
+}
+
+/* ---- launching one pass: the template instance for (T, path, W) ---- */
+
+template <typename T> struct Launch {
+    const Pass &ps;
+    const T *src;
+    T *dst;
+    T *scratch;
+    Coef<T> c;
+    cudaStream_t st;
+    bool dp;
+
+    unsigned parent_grid() const { return (unsigned)ceil_div(ps.dp_parents, 32); }
+
+    template <int W, bool FULL> void reg() const
+    {
+        if (dp)
+            p_reg<T, W, FULL><<<parent_grid(), 32, 0, st>>>(src, dst, ps.g, c, ps.grid, ps.dp_per,
+                                                             ps.threads);
+        else
+            k_reg<T, W, FULL><<<(unsigned)ps.grid, ps.threads, 0, st>>>(src, dst, ps.g, c, 0);
+    }
+    template <int W, bool STRIDED> void tile() const
+    {
+        if (dp)
+            p_tile<T, W, STRIDED><<<parent_grid(), 32, 0, st>>>(
+                src, dst, ps.g, c, ps.ntiles, ps.dp_per, ps.threads, (unsigned)ps.smem, ps.buf);
+        else
+            k_tile<T, W, STRIDED><<<(unsigned)ps.grid, ps.threads, ps.smem, st>>>(
+                src, dst, ps.g, c, 0, ps.ntiles, ps.buf);
+    }
+    template <bool SMEM> void gen() const
+    {
+        unsigned smem = SMEM ? (unsigned)ps.smem : 0;
+        if (dp)
+            p_gen<T, SMEM><<<parent_grid(), 32, 0, st>>>(src, dst, ps.g, c, scratch, ps.grid,
+                                                          ps.dp_per, ps.threads, smem);
+        else
+            k_gen<T, SMEM><<<(unsigned)ps.grid, ps.threads, smem, st>>>(src, dst, ps.g, c,
+                                                                        scratch, ps.grid, 0);
+    }
+};
+
+/* Raises a kernel's dynamic shared-memory limit where it needs more than the
+ * default 48 KB. */
+template <typename F> cudaError_t allow_smem(F *kernel, size_t bytes)
+{
+    if (bytes <= 48 * 1024)
+        return cudaSuccess;
+    return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+}
+
+#define DK_W_CASES(X)                                                                          \
+    X(31) X(47) X(63) X(95) X(127)
+
+template <typename T> constexpr bool w_built(int W)
+{
+    return sizeof(T) == 4 ? true : W <= 63;
+}
+
+/* k_tile: raises the shared-memory limit and sizes the persistent grid to
+ * the blocks that fit on the device at once. */
+template <typename T, int W, bool STRIDED> cudaError_t prepare_tile(Pass &ps, int sm_count)
+{
+    auto kernel = k_tile<T, W, STRIDED>;
+    cudaError_t e = allow_smem(kernel, ps.smem);
+    int per_sm = 0;
+    if (e == cudaSuccess)
+        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, (int)ps.threads,
+                                                          ps.smem);
+    if (e == cudaSuccess && per_sm < 1)
+        e = cudaErrorInvalidConfiguration;
+    if (e == cudaSuccess) {
+        i64 resident = (i64)per_sm * sm_count;
+        ps.grid = ps.ntiles < resident ? ps.ntiles : resident;
+    }
+    return e;
+}
+
+template <typename T> cudaError_t prepare_pass(Pass &ps, int sm_count)
+{
+    switch (ps.path) {
+    case PATH_ROW:
+    case PATH_TILE:
+        switch (ps.W) {
+#define X(W)                                                                                   \
+    case W:                                                                                    \
+        if (!w_built<T>(W))                                                                    \
+            break;                                                                             \
+        if (ps.path == PATH_TILE)                                                              \
+            return prepare_tile<T, (w_built<T>(W) ? W : 31), true>(ps, sm_count);             \
+        return prepare_tile<T, (w_built<T>(W) ? W : 31), false>(ps, sm_count);
+            DK_W_CASES(X)
+#undef X
+        }
+        return cudaErrorInvalidValue;
+    case PATH_GEN_SMEM:
+        return allow_smem(k_gen<T, true>, ps.smem);
+    default:
+        return cudaSuccess;
+    }
+}
+
+template <typename T> cudaError_t launch_pass(const Launch<T> &l)
+{
+    const Pass &ps = l.ps;
+    switch (ps.path) {
+    case PATH_REG:
+    case PATH_REG_FULL:
+        switch (ps.W) {
+#define X(W)                                                                                   \
+    case W:                                                                                    \
+        if (!w_built<T>(W))                                                                    \
+            return cudaErrorInvalidValue;                                                      \
+        if (ps.path == PATH_REG_FULL)                                                          \
+            l.template reg<(w_built<T>(W) ? W : 31), true>();                                 \
+        else                                                                                   \
+            l.template reg<(w_built<T>(W) ? W : 31), false>();                                \
+        break;
+            DK_W_CASES(X)
+#undef X
+        default:
+            return cudaErrorInvalidValue;
+        }
+        break;
+    case PATH_ROW:
+    case PATH_TILE:
+        switch (ps.W) {
+#define X(W)                                                                                   \
+    case W:                                                                                    \
+        if (!w_built<T>(W))                                                                    \
+            return cudaErrorInvalidValue;                                                      \
+        if (ps.path == PATH_TILE)                                                              \
+            l.template tile<(w_built<T>(W) ? W : 31), true>();                                \
+        else                                                                                   \
+            l.template tile<(w_built<T>(W) ? W : 31), false>();                               \
+        break;
+            DK_W_CASES(X)
+#undef X
+        default:
+            return cudaErrorInvalidValue;
+        }
+        break;
+    case PATH_GEN_SMEM:
+        l.template gen<true>();
+        break;
+    default:
+        l.template gen<false>();
+        break;
+    }
+    return cudaGetLastError();
+}
+
+const char *const cuda_variants[] = {"fast", "dp", NULL};
+
+void plan_free(Plan *p)
+{
+    if (!p)
+        return;
+    if (cudaSetDevice(p->dev->ordinal) == cudaSuccess) {
+        if (p->tmp)
+            cudaFree(p->tmp);
+        if (p->scratch)
+            cudaFree(p->scratch);
+    }
+    (void)cudaGetLastError();
+    free(p);
+}
+
+dk_status cuda_gauss_plan_create(void *device, const dk_gauss_setup *setup, void **plan,
+                                 dk_msg *msg)
+{
+    dk_cuda_device *dev = (dk_cuda_device *)device;
+    dk_status st = dk_cuda_enter(dev, msg);
+    if (st != DK_OK)
+        return st;
+    Plan *p = (Plan *)calloc(1, sizeof *p);
+    if (!p) {
+        dk_msg_set(msg, "cuda gauss: cannot allocate the plan");
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    p->dev = dev;
+    p->setup = *setup;
+    p->setup.desc.variant = NULL; /* the caller's string need not outlive the plan */
+    p->dp = setup->desc.variant && strcmp(setup->desc.variant, "dp") == 0;
+    p->esize = setup->desc.dtype == DK_F32 ? sizeof(float) : sizeof(double);
+    const dk_gauss_desc *d = &setup->desc;
+    size_t scratch_bytes = 0;
+    cudaError_t e;
+    for (int a = 0; a < d->ndim; a++) {
+        if (!(d->axes & (1u << a)))
+            continue;
+        Pass *ps = &p->pass[p->npass];
+        st = plan_pass(p, a, ps, msg);
+        if (st != DK_OK)
+            goto fail;
+        if (ps->scratch_bytes > scratch_bytes)
+            scratch_bytes = ps->scratch_bytes; /* one scratch serves every pass */
+        e = d->dtype == DK_F32 ? prepare_pass<float>(*ps, dev->sm_count)
+                               : prepare_pass<double>(*ps, dev->sm_count);
+        if (e != cudaSuccess) {
+            st = dk_cuda_fail(msg, e, "setting a kernel's shared-memory limit");
+            goto fail;
+        }
+        p->npass++;
+    }
+    if (setup->count > 0 && (e = cudaMalloc(&p->tmp, setup->count * p->esize)) != cudaSuccess) {
+        (void)cudaGetLastError();
+        p->tmp = NULL;
+        dk_msg_set(msg, "cuda gauss: cannot allocate the plan's %zu-byte work buffer",
+                   setup->count * p->esize);
+        st = DK_ERR_OUT_OF_MEMORY;
+        goto fail;
+    }
+    if (scratch_bytes > 0 && (e = cudaMalloc(&p->scratch, scratch_bytes)) != cudaSuccess) {
+        (void)cudaGetLastError();
+        p->scratch = NULL;
+        dk_msg_set(msg, "cuda gauss: cannot allocate the plan's %zu-byte window scratch",
+                   scratch_bytes);
+        st = DK_ERR_OUT_OF_MEMORY;
+        goto fail;
+    }
+    *plan = p;
+    return DK_OK;
+fail:
+    plan_free(p);
+    return st;
+}
+
+template <typename T>
+dk_status execute_t(Plan *p, const T *in, T *out, dk_msg *msg)
+{
+    cudaStream_t stream = p->dev->stream;
+    T *tmp = (T *)p->tmp;
+    const int P = p->npass;
+    cudaError_t e = cudaSuccess;
+    const size_t bytes = p->setup.count * sizeof(T);
+    if (P == 0) {
+        if (in != out)
+            e = cudaMemcpyAsync(out, in, bytes, cudaMemcpyDeviceToDevice, stream);
+    } else {
+        /* destinations from the last backwards: out, tmp, out, ...; when the
+         * first pass would write in itself (in == out, P odd), all go to
+         * out/tmp shifted by one and a copy ends. */
+        bool shifted = (in == out) && (P % 2 == 1);
+        const T *src = in;
+        for (int i = 0; i < P && e == cudaSuccess; i++) {
+            int from_end = P - 1 - i;
+            T *dst = ((from_end % 2 == 0) != shifted) ? out : tmp;
+            const Pass &ps = p->pass[i];
+            const dk_gauss_desc *d = &p->setup.desc;
+            Coef<T> c;
+            c.alpha = (T)ps.alpha;
+            c.beta = (T)1 - c.alpha;
+            c.opa = (T)1 + c.alpha;
+            c.K = d->K;
+            c.constant = d->boundary == DK_BOUNDARY_CONSTANT;
+            Launch<T> l{ps, src, dst, (T *)p->scratch, c, stream, p->dp};
+            e = launch_pass<T>(l);
+            src = dst;
+        }
+        if (e == cudaSuccess && shifted)
+            e = cudaMemcpyAsync(out, tmp, bytes, cudaMemcpyDeviceToDevice, stream);
+    }
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(stream);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return dk_cuda_fail(msg, e, p->dp ? "the gauss kernels (dp)" : "the gauss kernels");
+    }
+    return DK_OK;
+}
+
+dk_status cuda_gauss_execute(void *plan, const void *in, void *out, dk_msg *msg)
+{
+    Plan *p = (Plan *)plan;
+    dk_status st = dk_cuda_enter(p->dev, msg);
+    if (st != DK_OK)
+        return st;
+    const dk_cuda_buffer *bi = (const dk_cuda_buffer *)in;
+    dk_cuda_buffer *bo = (dk_cuda_buffer *)out;
+    size_t need = p->setup.count * p->esize;
+    if (!bi || !bo || bi->bytes < need || bo->bytes < need) {
+        dk_msg_set(msg, "cuda gauss: the buffers must hold %zu bytes", need);
+        return DK_ERR_INVALID_ARGUMENT;
+    }
+    if (need == 0)
+        return DK_OK;
+    if (p->setup.desc.dtype == DK_F32)
+        return execute_t<float>(p, (const float *)bi->ptr, (float *)bo->ptr, msg);
+    return execute_t<double>(p, (const double *)bi->ptr, (double *)bo->ptr, msg);
+}
+
+void cuda_gauss_plan_destroy(void *plan)
+{
+    plan_free((Plan *)plan);
+}
+
+} /* namespace */
+
+const dk_gauss_ops dk_cuda_gauss_ops = {
+    cuda_variants,
+    cuda_gauss_plan_create,
+    cuda_gauss_execute,
+    cuda_gauss_plan_destroy,
+};

@@ -1,0 +1,264 @@
+/* dakit cuda plugin: the descriptor, device discovery, and device memory.
+ * The algorithms live beside this file (gauss.cu). Only DK_PLUGIN_ENTRY is
+ * exported (-fvisibility=hidden plus the version script exports.map). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_internal.h"
+
+#ifndef DK_CUDA_MIN_CC
+#define DK_CUDA_MIN_CC 90 /* the lowest compute capability the build has code for */
+#endif
+
+dk_status dk_cuda_fail(dk_msg *msg, cudaError_t err, const char *what)
+{
+    dk_msg_set(msg, "cuda: %s failed: %s (%s)", what, cudaGetErrorString(err),
+               cudaGetErrorName(err));
+    return err == cudaErrorMemoryAllocation ? DK_ERR_OUT_OF_MEMORY : DK_ERR_BACKEND;
+}
+
+dk_status dk_cuda_enter(const dk_cuda_device *dev, dk_msg *msg)
+{
+    cudaError_t e = cudaSetDevice(dev->ordinal);
+    return e == cudaSuccess ? DK_OK : dk_cuda_fail(msg, e, "cudaSetDevice");
+}
+
+/* The CUDA ordinals this build can run on, in order. Returns how many, or -1
+ * with msg set; 0 with the reason in msg. */
+static int usable_ordinals(int *ordinals, int max, dk_msg *msg)
+{
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        dk_msg_set(msg, "%s (%s)", cudaGetErrorString(e),
+                   cudaGetErrorName(e));
+        (void)cudaGetLastError();
+        return 0;
+    }
+    if (count == 0) {
+        dk_msg_set(msg, "no CUDA device found");
+        return 0;
+    }
+    int usable = 0, best_cc = 0;
+    for (int i = 0; i < count && usable < max; i++) {
+        int major = 0, minor = 0;
+        if ((e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, i)) != cudaSuccess ||
+            (e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, i)) != cudaSuccess) {
+            dk_cuda_fail(msg, e, "cudaDeviceGetAttribute");
+            return -1;
+        }
+        int cc = 10 * major + minor;
+        if (cc > best_cc)
+            best_cc = cc;
+        if (cc >= DK_CUDA_MIN_CC)
+            ordinals[usable++] = i;
+    }
+    if (usable == 0)
+        dk_msg_set(msg,
+                   "cuda: %d device(s) found, but none of compute capability %d.%d or newer "
+                   "(the best is %d.%d); rebuild with -Dnvcc_arch naming it",
+                   count, DK_CUDA_MIN_CC / 10, DK_CUDA_MIN_CC % 10, best_cc / 10, best_cc % 10);
+    return usable;
+}
+
+static int cuda_probe(dk_device_info *devices, int max, dk_msg *msg)
+{
+    int ordinals[DK_PLUGIN_MAX_DEVICES];
+    if (max > DK_PLUGIN_MAX_DEVICES)
+        max = DK_PLUGIN_MAX_DEVICES;
+    int n = usable_ordinals(ordinals, max, msg);
+    for (int i = 0; i < n && devices; i++) {
+        cudaDeviceProp p;
+        cudaError_t e = cudaGetDeviceProperties(&p, ordinals[i]);
+        if (e != cudaSuccess) {
+            dk_cuda_fail(msg, e, "cudaGetDeviceProperties");
+            return -1;
+        }
+        snprintf(devices[i].name, sizeof devices[i].name, "%s (sm_%d%d)", p.name, p.major,
+                 p.minor);
+        devices[i].memory_bytes = p.totalGlobalMem;
+    }
+    return n;
+}
+
+static dk_status cuda_device_open(int index, void **device, dk_msg *msg)
+{
+    int ordinals[DK_PLUGIN_MAX_DEVICES];
+    int n = usable_ordinals(ordinals, DK_PLUGIN_MAX_DEVICES, msg);
+    if (n < 0)
+        return DK_ERR_BACKEND;
+    if (index < 0 || index >= n) {
+        if (n > 0)
+            dk_msg_set(msg, "cuda: device %d requested, but there are %d usable device(s)",
+                       index, n);
+        return DK_ERR_NO_BACKEND;
+    }
+    dk_cuda_device *dev = (dk_cuda_device *)calloc(1, sizeof *dev);
+    if (!dev) {
+        dk_msg_set(msg, "cuda: cannot allocate the device record");
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    dev->ordinal = ordinals[index];
+    cudaError_t e;
+    int sms = 0, optin = 0, block = 0;
+    dk_status st = dk_cuda_enter(dev, msg);
+    if (st != DK_OK)
+        goto fail;
+    if ((e = cudaFree(0)) != cudaSuccess) { /* creates the context now, so that errors show here */
+        st = dk_cuda_fail(msg, e, "creating the CUDA context");
+        goto fail;
+    }
+    if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev->ordinal)) ||
+        (e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                    dev->ordinal)) ||
+        (e = cudaDeviceGetAttribute(&block, cudaDevAttrMaxSharedMemoryPerBlock, dev->ordinal))) {
+        st = dk_cuda_fail(msg, e, "cudaDeviceGetAttribute");
+        goto fail;
+    }
+    dev->sm_count = sms;
+    dev->smem_optin = (size_t)optin;
+    dev->smem_block = (size_t)block;
+    if ((e = cudaStreamCreateWithFlags(&dev->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+        st = dk_cuda_fail(msg, e, "cudaStreamCreate");
+        goto fail;
+    }
+    *device = dev;
+    return DK_OK;
+fail:
+    free(dev);
+    return st;
+}
+
+static void cuda_device_close(void *device)
+{
+    dk_cuda_device *dev = (dk_cuda_device *)device;
+    if (!dev)
+        return;
+    if (cudaSetDevice(dev->ordinal) == cudaSuccess && dev->stream) {
+        cudaStreamSynchronize(dev->stream);
+        cudaStreamDestroy(dev->stream);
+    }
+    (void)cudaGetLastError();
+    free(dev);
+}
+
+static dk_status cuda_buffer_alloc(void *device, size_t bytes, void **buffer, dk_msg *msg)
+{
+    dk_cuda_device *dev = (dk_cuda_device *)device;
+    dk_status st = dk_cuda_enter(dev, msg);
+    if (st != DK_OK)
+        return st;
+    dk_cuda_buffer *b = (dk_cuda_buffer *)calloc(1, sizeof *b);
+    if (!b) {
+        dk_msg_set(msg, "cuda: cannot allocate a buffer record");
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    if (bytes > 0) {
+        cudaError_t e = cudaMalloc(&b->ptr, bytes);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            free(b);
+            if (e == cudaErrorMemoryAllocation) {
+                dk_msg_set(msg, "cuda: cannot allocate %zu bytes of device memory", bytes);
+                return DK_ERR_OUT_OF_MEMORY;
+            }
+            return dk_cuda_fail(msg, e, "cudaMalloc");
+        }
+    }
+    b->bytes = bytes;
+    *buffer = b;
+    return DK_OK;
+}
+
+static void cuda_buffer_free(void *device, void *buffer)
+{
+    dk_cuda_device *dev = (dk_cuda_device *)device;
+    dk_cuda_buffer *b = (dk_cuda_buffer *)buffer;
+    if (!b)
+        return;
+    if (b->ptr && dev && cudaSetDevice(dev->ordinal) == cudaSuccess)
+        cudaFree(b->ptr);
+    (void)cudaGetLastError();
+    free(b);
+}
+
+static dk_status check_size(const dk_cuda_buffer *b, size_t bytes, const char *what, dk_msg *msg)
+{
+    if (bytes > b->bytes) {
+        dk_msg_set(msg, "cuda: %s of %zu bytes exceeds the buffer's %zu bytes", what, bytes,
+                   b->bytes);
+        return DK_ERR_INVALID_ARGUMENT;
+    }
+    return DK_OK;
+}
+
+/* Issues one copy on the device's stream and waits for it. */
+static dk_status copy_sync(dk_cuda_device *dev, void *dst, const void *src, size_t bytes,
+                           cudaMemcpyKind kind, const char *what, dk_msg *msg)
+{
+    dk_status st = dk_cuda_enter(dev, msg);
+    if (st != DK_OK || bytes == 0)
+        return st;
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, dev->stream);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(dev->stream);
+    return e == cudaSuccess ? DK_OK : dk_cuda_fail(msg, e, what);
+}
+
+static dk_status cuda_buffer_write(void *device, void *buffer, const void *src, size_t bytes,
+                                   dk_msg *msg)
+{
+    dk_cuda_buffer *b = (dk_cuda_buffer *)buffer;
+    dk_status st = check_size(b, bytes, "a write", msg);
+    return st != DK_OK ? st
+                       : copy_sync((dk_cuda_device *)device, b->ptr, src, bytes,
+                                   cudaMemcpyHostToDevice, "copying to the device", msg);
+}
+
+static dk_status cuda_buffer_read(void *device, const void *buffer, void *dst, size_t bytes,
+                                  dk_msg *msg)
+{
+    const dk_cuda_buffer *b = (const dk_cuda_buffer *)buffer;
+    dk_status st = check_size(b, bytes, "a read", msg);
+    return st != DK_OK ? st
+                       : copy_sync((dk_cuda_device *)device, dst, b->ptr, bytes,
+                                   cudaMemcpyDeviceToHost, "copying from the device", msg);
+}
+
+static dk_status cuda_buffer_copy(void *device, void *dst, const void *src, size_t bytes,
+                                  dk_msg *msg)
+{
+    dk_cuda_buffer *d = (dk_cuda_buffer *)dst;
+    const dk_cuda_buffer *s = (const dk_cuda_buffer *)src;
+    dk_status st = check_size(d, bytes, "a copy", msg);
+    if (st == DK_OK)
+        st = check_size(s, bytes, "a copy", msg);
+    if (st != DK_OK || d->ptr == s->ptr)
+        return st;
+    return copy_sync((dk_cuda_device *)device, d->ptr, s->ptr, bytes, cudaMemcpyDeviceToDevice,
+                     "a device-to-device copy", msg);
+}
+
+static const dk_plugin cuda_plugin = {
+    DK_PLUGIN_ABI_VERSION,
+    "cuda",
+    DK_VERSION_STRING,
+    30,
+    cuda_probe,
+    cuda_device_open,
+    cuda_device_close,
+    cuda_buffer_alloc,
+    cuda_buffer_free,
+    cuda_buffer_write,
+    cuda_buffer_read,
+    cuda_buffer_copy,
+    &dk_cuda_gauss_ops,
+    NULL,
+    NULL,
+    NULL,
+};
+
+extern "C" DK_PLUGIN_EXPORT const dk_plugin *DK_PLUGIN_ENTRY(void)
+{
+    return &cuda_plugin;
+}
