@@ -77,6 +77,7 @@ static int cuda_probe(dk_device_info *devices, int max, dk_msg *msg)
         snprintf(devices[i].name, sizeof devices[i].name, "%s (sm_%d%d)", p.name, p.major,
                  p.minor);
         devices[i].memory_bytes = p.totalGlobalMem;
+        devices[i].kind = DK_DEVICE_GPU;
     }
     return n;
 }
