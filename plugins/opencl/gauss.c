@@ -1,0 +1,304 @@
+/* dakit-opencl gauss: the K-iterated recursive filter, one kernel launch
+ * (or a few, see `batch`) per filtered axis, in increasing axis order.
+ *
+ * Each axis is cut into (line, block) items; an item's block is filtered
+ * over its window and only the block is kept (kernel rf_windows in
+ * gauss.cl). A work-item takes `lanes` neighbouring items and filters them
+ * side by side as one vector (CPU devices), or one item (GPUs).
+ * Overlap mode uses the seed's blocks and overlap as the reference does.
+ * Exact mode chooses its own blocks ("chunks") and widens them by
+ * setup->halo, the overlap past which the window's artificial ends change
+ * nothing at the dtype's rounding; a line long enough for parallelism alone
+ * is one chunk, filtered whole. */
+#include <stdlib.h>
+
+#include "opencl_plugin.h"
+
+/* How one axis is filtered. */
+typedef struct axis_pass {
+    dk_axis_view view;
+    double alpha;
+    cl_ulong blocks;       /* per line */
+    cl_ulong m;            /* each window's widening per side */
+    cl_ulong items;        /* lines * blocks windows */
+    cl_ulong groups;       /* work-items: items / lanes, rounded up */
+    int in_dst;            /* windows are whole lines, filtered in the output itself */
+    cl_ulong batch;        /* work-items per launch, bounded by the scratch they need */
+    cl_ulong slot_stride;  /* scratch layout, see rf_windows */
+    cl_ulong value_stride;
+} axis_pass;
+
+typedef struct gauss_plan {
+    dk_opencl_device *dev;
+    dk_dtype dtype;
+    int K;
+    int constant_boundary;
+    size_t count;
+    cl_kernel kernel;
+    cl_mem temp;    /* count elements: the other half of the ping-pong */
+    cl_mem scratch; /* window work areas; NULL when no pass needs them */
+    int npasses;
+    axis_pass pass[DK_MAX_DIMS];
+} gauss_plan;
+
+/* Scratch is allowed the field's own size, and at least this much, so that
+ * launches stay large when windows overlap a lot (overlap mode's small
+ * blocks). */
+#define SCRATCH_FLOOR_BYTES ((size_t)64 << 20)
+
+static const char *const gauss_variants[] = {"windows", NULL};
+
+/* Exact mode: how many chunks a line is cut into. Parallelism comes first
+ * from the lines; chunks are added only when lines are too few to fill the
+ * device, and never shorter than twice the halo, so that no window repeats
+ * more than about twice its chunk's work. */
+static size_t exact_chunks(const dk_opencl_device *dev, int lanes, dk_axis_view v,
+                           size_t halo)
+{
+    size_t lines = v.outer * v.inner;
+    size_t wanted = (size_t)dev->compute_units * (dev->is_cpu ? 8 : 2048) * lanes;
+    if (lines >= wanted || halo >= v.n)
+        return 1;
+    size_t chunks = (wanted + lines - 1) / lines;
+    size_t shortest = 2 * halo > 64 ? 2 * halo : 64;
+    size_t most = v.n / shortest;
+    if (most < 1)
+        most = 1;
+    return chunks < most ? chunks : most;
+}
+
+static void gauss_plan_destroy(void *handle)
+{
+    gauss_plan *plan = handle;
+    if (!plan)
+        return;
+    if (plan->kernel)
+        clReleaseKernel(plan->kernel);
+    if (plan->temp)
+        clReleaseMemObject(plan->temp);
+    if (plan->scratch)
+        clReleaseMemObject(plan->scratch);
+    free(plan);
+}
+
+static dk_status allocate(gauss_plan *plan, size_t bytes, cl_mem *out, const char *what,
+                          dk_msg *msg)
+{
+    cl_int err;
+    *out = clCreateBuffer(plan->dev->context, CL_MEM_READ_WRITE, bytes ? bytes : 1, NULL, &err);
+    if (err != CL_SUCCESS) {
+        dk_msg_set(msg, "opencl gauss: cannot allocate the plan's %s of %zu bytes on %s (%s)",
+                   what, bytes, plan->dev->name, dk_opencl_error_name(err));
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    return DK_OK;
+}
+
+static dk_status gauss_plan_create(void *device, const dk_gauss_setup *setup, void **out,
+                                   dk_msg *msg)
+{
+    dk_opencl_device *dev = device;
+    const dk_gauss_desc *d = &setup->desc;
+    cl_program program = d->dtype == DK_F64 ? dev->gauss_f64 : dev->gauss_f32;
+    if (!program) {
+        dk_msg_set(msg, "opencl gauss: %s lacks cl_khr_fp64, so float64 is not available on "
+                        "it; use float32 or another backend", dev->name);
+        return DK_ERR_NOT_IMPLEMENTED;
+    }
+
+    gauss_plan *plan = calloc(1, sizeof *plan);
+    if (!plan) {
+        dk_msg_set(msg, "opencl gauss: out of host memory creating a plan");
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    plan->dev = dev;
+    plan->dtype = d->dtype;
+    plan->K = d->K;
+    plan->constant_boundary = d->boundary == DK_BOUNDARY_CONSTANT;
+    plan->count = setup->count;
+    size_t esize = dk_dtype_size(d->dtype);
+    int lanes = d->dtype == DK_F64 ? dev->lanes_f64 : dev->lanes_f32;
+
+    size_t budget = setup->count * esize;
+    if (budget < SCRATCH_FLOOR_BYTES)
+        budget = SCRATCH_FLOOR_BYTES;
+    if (dev->max_alloc && budget > dev->max_alloc)
+        budget = (size_t)dev->max_alloc;
+
+    size_t scratch_values = 0;
+    for (int a = 0; a < d->ndim; a++) {
+        if (!(d->axes & (1u << a)))
+            continue;
+        axis_pass *p = &plan->pass[plan->npasses++];
+        dk_axis_view v = dk_axis_view_of(d, a);
+        size_t blocks, m;
+        if (d->mode == DK_GAUSS_EXACT) {
+            m = setup->halo[a];
+            blocks = exact_chunks(dev, lanes, v, m);
+        } else {
+            m = d->overlap;
+            blocks = dk_gauss_line_blocks(v.n, d->blocks);
+        }
+        if (m > v.n)
+            m = v.n; /* a window never reaches past its line anyway */
+        p->view = v;
+        p->alpha = setup->alpha[a];
+        p->blocks = blocks;
+        p->m = m;
+        p->items = (cl_ulong)v.outer * v.inner * blocks;
+        p->groups = (p->items + lanes - 1) / lanes;
+        /* A GPU wants neighbouring work-items on neighbouring addresses:
+         * strided whole lines already are, and are filtered in place in the
+         * output; other windows go to scratch, interleaved across
+         * work-items. A CPU thread runs a work-item alone: its lanes' values
+         * sit side by side in its own stretch of scratch. */
+        p->in_dst = lanes == 1 && blocks == 1 && v.inner > 1;
+        p->batch = p->groups;
+        if (!p->in_dst) {
+            size_t longest = (v.n + blocks - 1) / blocks + 2 * m;
+            if (longest > v.n)
+                longest = v.n;
+            size_t fit = budget / (longest * lanes * esize);
+            if (fit < 1)
+                fit = 1;
+            if (p->batch > fit)
+                p->batch = fit;
+            p->slot_stride = dev->is_cpu ? longest * lanes : (cl_ulong)lanes;
+            p->value_stride = dev->is_cpu ? (cl_ulong)lanes : p->batch * lanes;
+            if (p->batch * longest * lanes > scratch_values)
+                scratch_values = p->batch * longest * lanes;
+        }
+    }
+
+    cl_int err;
+    plan->kernel = clCreateKernel(program, "rf_windows", &err);
+    if (err != CL_SUCCESS) {
+        dk_msg_set(msg, "opencl gauss: clCreateKernel failed (%s)", dk_opencl_error_name(err));
+        gauss_plan_destroy(plan);
+        return DK_ERR_BACKEND;
+    }
+    dk_status st = allocate(plan, setup->count * esize, &plan->temp, "ping-pong buffer", msg);
+    if (st == DK_OK && scratch_values)
+        st = allocate(plan, scratch_values * esize, &plan->scratch, "scratch", msg);
+    if (st != DK_OK) {
+        gauss_plan_destroy(plan);
+        return st;
+    }
+    *out = plan;
+    return DK_OK;
+}
+
+/* Filters one axis from src into dst (distinct buffers). */
+static cl_int run_pass(gauss_plan *plan, const axis_pass *p, cl_mem src, cl_mem dst)
+{
+    dk_opencl_device *dev = plan->dev;
+    cl_kernel k = plan->kernel;
+    cl_ulong n = p->view.n, inner = p->view.inner;
+    cl_int in_dst = p->in_dst;
+    cl_int K = plan->K, constant = plan->constant_boundary;
+    float alpha32 = (float)p->alpha;
+    double alpha64 = p->alpha;
+    /* The scratch argument must name a buffer even when unused. */
+    cl_mem scratch = plan->scratch ? plan->scratch : plan->temp;
+
+    cl_int err = CL_SUCCESS;
+    err |= clSetKernelArg(k, 0, sizeof src, &src);
+    err |= clSetKernelArg(k, 1, sizeof dst, &dst);
+    err |= clSetKernelArg(k, 2, sizeof scratch, &scratch);
+    err |= clSetKernelArg(k, 3, sizeof n, &n);
+    err |= clSetKernelArg(k, 4, sizeof inner, &inner);
+    err |= clSetKernelArg(k, 5, sizeof p->items, &p->items);
+    err |= clSetKernelArg(k, 7, sizeof p->blocks, &p->blocks);
+    err |= clSetKernelArg(k, 8, sizeof p->m, &p->m);
+    if (plan->dtype == DK_F64)
+        err |= clSetKernelArg(k, 9, sizeof alpha64, &alpha64);
+    else
+        err |= clSetKernelArg(k, 9, sizeof alpha32, &alpha32);
+    err |= clSetKernelArg(k, 10, sizeof K, &K);
+    err |= clSetKernelArg(k, 11, sizeof constant, &constant);
+    err |= clSetKernelArg(k, 12, sizeof in_dst, &in_dst);
+    err |= clSetKernelArg(k, 13, sizeof p->slot_stride, &p->slot_stride);
+    err |= clSetKernelArg(k, 14, sizeof p->value_stride, &p->value_stride);
+    if (err != CL_SUCCESS)
+        return CL_INVALID_KERNEL_ARGS; /* the or of several codes names none of them */
+
+    size_t most_local = 64;
+    size_t kernel_local = 0;
+    if (clGetKernelWorkGroupInfo(k, dev->id, CL_KERNEL_WORK_GROUP_SIZE, sizeof kernel_local,
+                                 &kernel_local, NULL) == CL_SUCCESS &&
+        kernel_local > 0 && kernel_local < most_local)
+        most_local = kernel_local;
+
+    for (cl_ulong first = 0; first < p->groups; first += p->batch) {
+        cl_ulong count = p->groups - first < p->batch ? p->groups - first : p->batch;
+        cl_ulong stop = first + count;
+        err = clSetKernelArg(k, 6, sizeof stop, &stop);
+        if (err != CL_SUCCESS)
+            return err;
+        /* A CPU device runs one work-group per thread: keep a few groups per
+         * compute unit. Work-items past `stop` return at once. */
+        size_t local = most_local;
+        if (dev->is_cpu) {
+            local = (size_t)(count / (4 * dev->compute_units));
+            if (local < 1)
+                local = 1;
+            if (local > most_local)
+                local = most_local;
+        }
+        size_t global = ((size_t)count + local - 1) / local * local;
+        size_t offset = (size_t)first;
+        err = clEnqueueNDRangeKernel(dev->queue, k, 1, &offset, &global, &local, 0, NULL, NULL);
+        if (err != CL_SUCCESS)
+            return err;
+    }
+    return CL_SUCCESS;
+}
+
+static dk_status gauss_execute(void *handle, const void *in_handle, void *out_handle,
+                               dk_msg *msg)
+{
+    gauss_plan *plan = handle;
+    cl_mem in = (cl_mem)in_handle, out = (cl_mem)out_handle;
+    size_t bytes = plan->count * dk_dtype_size(plan->dtype);
+    cl_int err = CL_SUCCESS;
+    const char *step = "clEnqueueCopyBuffer";
+
+    /* Pass i writes into out or temp, alternating so that the last pass
+     * writes out and no pass writes the buffer it reads. Only when in is out
+     * and the passes are odd in number would the first pass write its own
+     * input; the input is then copied into temp first. */
+    cl_mem src = in;
+    if (plan->npasses == 0 || (in == out && plan->npasses % 2 == 1)) {
+        cl_mem to = plan->npasses == 0 ? out : plan->temp;
+        if (to != in)
+            err = clEnqueueCopyBuffer(plan->dev->queue, in, to, 0, 0, bytes, 0, NULL, NULL);
+        src = to;
+    }
+    for (int i = 0; i < plan->npasses && err == CL_SUCCESS; i++) {
+        cl_mem dst = (plan->npasses - 1 - i) % 2 == 0 ? out : plan->temp;
+        step = "launching the gauss kernel";
+        err = run_pass(plan, &plan->pass[i], src, dst);
+        src = dst;
+    }
+    if (err == CL_SUCCESS) {
+        step = "finishing the gauss kernels";
+        err = clFinish(plan->dev->queue);
+    }
+    if (err != CL_SUCCESS) {
+        clFinish(plan->dev->queue); /* nothing may still touch in or out */
+        dk_msg_set(msg, "opencl gauss: %s failed on %s (%s)", step, plan->dev->name,
+                   dk_opencl_error_name(err));
+        return err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES ||
+                       err == CL_OUT_OF_HOST_MEMORY
+                   ? DK_ERR_OUT_OF_MEMORY
+                   : DK_ERR_BACKEND;
+    }
+    return DK_OK;
+}
+
+const dk_gauss_ops dk_opencl_gauss_ops = {
+    .variants = gauss_variants,
+    .plan_create = gauss_plan_create,
+    .execute = gauss_execute,
+    .plan_destroy = gauss_plan_destroy,
+};

@@ -1,0 +1,186 @@
+/* dakit opencl gauss kernels. plugin.c builds this source once per
+ * precision: -DREAL=float, and where the device has cl_khr_fp64,
+ * -DREAL=double -DDK_FP64. -DLANES=L (1, 2, 4, 8 or 16) sets how many
+ * windows one work-item filters side by side as one vector: CPUs get SIMD
+ * and independent dependency chains that way; GPUs use 1.
+ *
+ * The arithmetic follows algorithms/gauss/reference.c step for step, so
+ * that a window covering a whole line gives the reference's result. */
+#ifdef DK_FP64
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#endif
+
+/* The reference does a separate multiply and add; a fused one would round
+ * differently. */
+#pragma OPENCL FP_CONTRACT OFF
+
+#ifndef LANES
+#define LANES 1
+#endif
+
+#define GLUE2(a, b) a##b
+#define GLUE(a, b) GLUE2(a, b)
+#if LANES == 1
+typedef REAL VEC;
+#define LOADV(p) (*(p))
+#define STOREV(v, p) (*(p) = (v))
+#else
+typedef GLUE(REAL, LANES) VEC;
+#define LOADV(p) GLUE(vload, LANES)(0, p)
+#define STOREV(v, p) GLUE(vstore, LANES)(v, 0, p)
+#endif
+
+/* One K-iterated RF over n values x[0], x[stride], ... in place, with the
+ * boundary rule at both ends of the span (see dk_boundary). */
+static void rf_span(__global REAL *x, ulong n, ulong stride, REAL alpha, int K,
+                    int constant_boundary)
+{
+    const REAL beta = (REAL)1 - alpha;
+    const ulong last = (n - 1) * stride;
+    for (int k = 0; k < K; k++) {
+        REAL u = x[last];
+        REAL p = constant_boundary ? x[0] : (REAL)0;
+        for (ulong i = 0; i <= last; i += stride) {
+            p = beta * x[i] + alpha * p;
+            x[i] = p;
+        }
+        REAL s = constant_boundary ? u + (p - u) / ((REAL)1 + alpha) : beta * p;
+        x[last] = s;
+        for (ulong i = last; i > 0;) {
+            i -= stride;
+            s = beta * x[i] + alpha * s;
+            x[i] = s;
+        }
+    }
+}
+
+/* rf_span on LANES spans of the same length at once: value i of lane l is
+ * x[i * stride + l]. */
+static void rf_lanes(__global REAL *x, ulong n, ulong stride, REAL alpha, int K,
+                     int constant_boundary)
+{
+    const VEC a = (VEC)alpha;
+    const VEC beta = (VEC)((REAL)1 - alpha);
+    const ulong last = (n - 1) * stride;
+    for (int k = 0; k < K; k++) {
+        VEC u = LOADV(x + last);
+        VEC p = constant_boundary ? LOADV(x) : (VEC)0;
+        for (ulong i = 0; i <= last; i += stride) {
+            p = beta * LOADV(x + i) + a * p;
+            STOREV(p, x + i);
+        }
+        VEC s = constant_boundary ? u + (p - u) / ((VEC)1 + a) : beta * p;
+        STOREV(s, x + last);
+        for (ulong i = last; i > 0;) {
+            i -= stride;
+            s = beta * LOADV(x + i) + a * s;
+            STOREV(s, x + i);
+        }
+    }
+}
+
+/* Where one (line, block) work sits: the line's first element, the block
+ * [begin, end) as dk_gauss_block cuts it, and its window [wbegin, wbegin +
+ * wn) widened by m and clipped as dk_gauss_window does. */
+typedef struct window {
+    ulong first, begin, end, wbegin, wn;
+} window;
+
+/* Item id -> (o, b, j) with j fastest, so that neighbouring items touch
+ * neighbouring addresses when the axis is strided. */
+static window window_of(ulong id, ulong n, ulong inner, ulong blocks, ulong m)
+{
+    const ulong j = id % inner;
+    const ulong t = id / inner;
+    const ulong b = t % blocks;
+    const ulong o = t / blocks;
+    const ulong d = n / blocks, r = n % blocks;
+    window w;
+    w.first = o * n * inner + j;
+    w.begin = b * d + (b < r ? b : r);
+    w.end = w.begin + d + (b < r ? 1 : 0);
+    w.wbegin = w.begin > m ? w.begin - m : 0;
+    w.wn = (w.end + m < n ? w.end + m : n) - w.wbegin;
+    return w;
+}
+
+/* Filters one axis from src into dst (distinct buffers). The axis is seen
+ * as `outer` groups of n values `inner` apart (dk_axis_view); each line is
+ * cut into `blocks` blocks, block b is filtered over its window and only
+ * the block's own values reach dst. That makes `items` = lines * blocks
+ * items; work-item g takes items g*LANES .. g*LANES + LANES - 1.
+ *
+ * Work area: in dst itself when LANES is 1 and the window is the whole line
+ * (in_dst); else this work-item's slot of scratch, lane l's value i at
+ * slot * slot_stride + i * value_stride + l. Launches may cover a part of
+ * the work-items (a global offset, and `stop`, the first work-item past
+ * this launch); slots count from the launch's first work-item. */
+__kernel void rf_windows(__global const REAL *src, __global REAL *dst,
+                         __global REAL *scratch, ulong n, ulong inner, ulong items,
+                         ulong stop, ulong blocks, ulong m, REAL alpha, int K,
+                         int constant_boundary, int in_dst, ulong slot_stride,
+                         ulong value_stride)
+{
+    const ulong g = get_global_id(0);
+    if (g >= stop)
+        return;
+
+    if (in_dst) {
+        window w = window_of(g, n, inner, 1, 0);
+        __global REAL *line = dst + w.first;
+        for (ulong i = 0; i < n; i++)
+            line[i * inner] = src[w.first + i * inner];
+        rf_span(line, n, inner, alpha, K, constant_boundary);
+        return;
+    }
+
+    const ulong id0 = g * LANES;
+    const int lanes = items - id0 < LANES ? (int)(items - id0) : LANES;
+    window win[LANES];
+    ulong longest = 0;
+    /* uniform: all lanes' windows have one length, so they filter as one
+     * vector. side_by_side: moreover the lanes are neighbouring lines of a
+     * strided axis with the same block, so they also move as one vector. */
+    int uniform = lanes == LANES;
+    int side_by_side = uniform;
+    for (int l = 0; l < lanes; l++) {
+        win[l] = window_of(id0 + l, n, inner, blocks, m);
+        longest = win[l].wn > longest ? win[l].wn : longest;
+        uniform = uniform && win[l].wn == win[0].wn;
+        side_by_side = side_by_side && win[l].first == win[0].first + l &&
+                       win[l].begin == win[0].begin && win[l].wbegin == win[0].wbegin;
+    }
+    side_by_side = side_by_side && uniform;
+
+    __global REAL *w = scratch + (g - get_global_offset(0)) * slot_stride;
+    if (side_by_side) {
+        const window v = win[0];
+        for (ulong i = 0; i < v.wn; i++)
+            STOREV(LOADV(src + v.first + (v.wbegin + i) * inner), w + i * value_stride);
+        rf_lanes(w, v.wn, value_stride, alpha, K, constant_boundary);
+        for (ulong i = v.begin; i < v.end; i++)
+            STOREV(LOADV(w + (i - v.wbegin) * value_stride), dst + v.first + i * inner);
+        return;
+    }
+
+    for (ulong i = 0; i < longest; i++)
+        for (int l = 0; l < lanes; l++)
+            if (i < win[l].wn)
+                w[i * value_stride + l] = src[win[l].first + (win[l].wbegin + i) * inner];
+
+    if (uniform) {
+        rf_lanes(w, win[0].wn, value_stride, alpha, K, constant_boundary);
+    } else {
+        for (int l = 0; l < lanes; l++)
+            rf_span(w + l, win[l].wn, value_stride, alpha, K, constant_boundary);
+    }
+
+    ulong widest = 0;
+    for (int l = 0; l < lanes; l++)
+        widest = win[l].end - win[l].begin > widest ? win[l].end - win[l].begin : widest;
+    for (ulong i = 0; i < widest; i++)
+        for (int l = 0; l < lanes; l++)
+            if (win[l].begin + i < win[l].end)
+                dst[win[l].first + (win[l].begin + i) * inner] =
+                    w[(win[l].begin - win[l].wbegin + i) * value_stride + l];
+}

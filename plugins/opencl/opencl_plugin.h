@@ -1,0 +1,29 @@
+/* What plugin.c and gauss.c of the opencl backend share. */
+#ifndef DAKIT_OPENCL_PLUGIN_H
+#define DAKIT_OPENCL_PLUGIN_H
+
+#include <CL/cl.h>
+
+#include <dakit/plugin.h>
+
+/* One opened device: its context, an in-order queue, and the gauss program
+ * built once per precision. */
+typedef struct dk_opencl_device {
+    char name[128];
+    cl_device_id id;
+    cl_context context;
+    cl_command_queue queue;
+    int is_cpu;            /* CPU devices want each work-item's data contiguous */
+    cl_uint compute_units;
+    cl_ulong max_alloc;    /* CL_DEVICE_MAX_MEM_ALLOC_SIZE */
+    int lanes_f32, lanes_f64; /* windows per work-item (LANES in gauss.cl) */
+    cl_program gauss_f32;
+    cl_program gauss_f64;  /* NULL when the device lacks cl_khr_fp64 */
+} dk_opencl_device;
+
+/* "CL_OUT_OF_RESOURCES" for -5, and so on; never NULL. */
+const char *dk_opencl_error_name(cl_int code);
+
+extern const dk_gauss_ops dk_opencl_gauss_ops;
+
+#endif

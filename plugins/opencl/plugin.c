@@ -1,0 +1,383 @@
+/* dakit-opencl: the OpenCL backend, through whatever ICD loader and vendors
+ * the machine has (PoCL on the CPU in CI).
+ *
+ * Devices are numbered in the order the loader lists them: every device of
+ * platform 0, then every device of platform 1, and so on. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "opencl_plugin.h"
+
+#include "gauss_cl.h"
+
+#define MAX_PLATFORMS 16
+
+const char *dk_opencl_error_name(cl_int code)
+{
+    switch (code) {
+    case CL_SUCCESS: return "CL_SUCCESS";
+    case CL_DEVICE_NOT_FOUND: return "CL_DEVICE_NOT_FOUND";
+    case CL_DEVICE_NOT_AVAILABLE: return "CL_DEVICE_NOT_AVAILABLE";
+    case CL_COMPILER_NOT_AVAILABLE: return "CL_COMPILER_NOT_AVAILABLE";
+    case CL_MEM_OBJECT_ALLOCATION_FAILURE: return "CL_MEM_OBJECT_ALLOCATION_FAILURE";
+    case CL_OUT_OF_RESOURCES: return "CL_OUT_OF_RESOURCES";
+    case CL_OUT_OF_HOST_MEMORY: return "CL_OUT_OF_HOST_MEMORY";
+    case CL_BUILD_PROGRAM_FAILURE: return "CL_BUILD_PROGRAM_FAILURE";
+    case CL_MISALIGNED_SUB_BUFFER_OFFSET: return "CL_MISALIGNED_SUB_BUFFER_OFFSET";
+    case CL_COMPILE_PROGRAM_FAILURE: return "CL_COMPILE_PROGRAM_FAILURE";
+    case CL_LINKER_NOT_AVAILABLE: return "CL_LINKER_NOT_AVAILABLE";
+    case CL_LINK_PROGRAM_FAILURE: return "CL_LINK_PROGRAM_FAILURE";
+    case CL_INVALID_VALUE: return "CL_INVALID_VALUE";
+    case CL_INVALID_DEVICE_TYPE: return "CL_INVALID_DEVICE_TYPE";
+    case CL_INVALID_PLATFORM: return "CL_INVALID_PLATFORM";
+    case CL_INVALID_DEVICE: return "CL_INVALID_DEVICE";
+    case CL_INVALID_CONTEXT: return "CL_INVALID_CONTEXT";
+    case CL_INVALID_QUEUE_PROPERTIES: return "CL_INVALID_QUEUE_PROPERTIES";
+    case CL_INVALID_COMMAND_QUEUE: return "CL_INVALID_COMMAND_QUEUE";
+    case CL_INVALID_MEM_OBJECT: return "CL_INVALID_MEM_OBJECT";
+    case CL_INVALID_BUILD_OPTIONS: return "CL_INVALID_BUILD_OPTIONS";
+    case CL_INVALID_PROGRAM: return "CL_INVALID_PROGRAM";
+    case CL_INVALID_PROGRAM_EXECUTABLE: return "CL_INVALID_PROGRAM_EXECUTABLE";
+    case CL_INVALID_KERNEL_NAME: return "CL_INVALID_KERNEL_NAME";
+    case CL_INVALID_KERNEL: return "CL_INVALID_KERNEL";
+    case CL_INVALID_ARG_INDEX: return "CL_INVALID_ARG_INDEX";
+    case CL_INVALID_ARG_VALUE: return "CL_INVALID_ARG_VALUE";
+    case CL_INVALID_ARG_SIZE: return "CL_INVALID_ARG_SIZE";
+    case CL_INVALID_KERNEL_ARGS: return "CL_INVALID_KERNEL_ARGS";
+    case CL_INVALID_WORK_DIMENSION: return "CL_INVALID_WORK_DIMENSION";
+    case CL_INVALID_WORK_GROUP_SIZE: return "CL_INVALID_WORK_GROUP_SIZE";
+    case CL_INVALID_WORK_ITEM_SIZE: return "CL_INVALID_WORK_ITEM_SIZE";
+    case CL_INVALID_GLOBAL_OFFSET: return "CL_INVALID_GLOBAL_OFFSET";
+    case CL_INVALID_EVENT_WAIT_LIST: return "CL_INVALID_EVENT_WAIT_LIST";
+    case CL_INVALID_OPERATION: return "CL_INVALID_OPERATION";
+    case CL_INVALID_BUFFER_SIZE: return "CL_INVALID_BUFFER_SIZE";
+    case CL_INVALID_GLOBAL_WORK_SIZE: return "CL_INVALID_GLOBAL_WORK_SIZE";
+    case -1001: return "CL_PLATFORM_NOT_FOUND_KHR";
+    default: return "an unknown OpenCL error";
+    }
+}
+
+/* The device with number `index` in the loader's order, or a status with
+ * the reason in msg. *count (when not NULL) receives how many devices there
+ * are in all, up to DK_PLUGIN_MAX_DEVICES. */
+static dk_status find_device(int index, cl_platform_id *platform, cl_device_id *device,
+                             int *count, dk_msg *msg)
+{
+    cl_platform_id platforms[MAX_PLATFORMS];
+    cl_uint nplatforms = 0;
+    cl_int err = clGetPlatformIDs(MAX_PLATFORMS, platforms, &nplatforms);
+    if (err != CL_SUCCESS || nplatforms == 0) {
+        dk_msg_set(msg, "opencl: the ICD loader lists no OpenCL platform (%s)",
+                   err != CL_SUCCESS ? dk_opencl_error_name(err) : "none installed");
+        return DK_ERR_NO_BACKEND;
+    }
+    if (nplatforms > MAX_PLATFORMS)
+        nplatforms = MAX_PLATFORMS;
+
+    int seen = 0;
+    int found = 0;
+    for (cl_uint p = 0; p < nplatforms; p++) {
+        cl_device_id ids[DK_PLUGIN_MAX_DEVICES];
+        cl_uint nids = 0;
+        /* A platform without devices (or a broken one) hides no other. */
+        if (clGetDeviceIDs(platforms[p], CL_DEVICE_TYPE_ALL, DK_PLUGIN_MAX_DEVICES, ids,
+                           &nids) != CL_SUCCESS)
+            continue;
+        if (nids > DK_PLUGIN_MAX_DEVICES)
+            nids = DK_PLUGIN_MAX_DEVICES;
+        for (cl_uint i = 0; i < nids && seen < DK_PLUGIN_MAX_DEVICES; i++, seen++) {
+            if (seen == index) {
+                *platform = platforms[p];
+                *device = ids[i];
+                found = 1;
+            }
+        }
+    }
+    if (count)
+        *count = seen;
+    if (seen == 0) {
+        dk_msg_set(msg, "opencl: %u OpenCL platform(s) found, but none has a device",
+                   nplatforms);
+        return DK_ERR_NO_BACKEND;
+    }
+    if (!found) {
+        dk_msg_set(msg, "opencl: there is no device %d (%d device(s) found)", index, seen);
+        return DK_ERR_INVALID_ARGUMENT;
+    }
+    return DK_OK;
+}
+
+/* "<platform>: <device>" */
+static void device_label(cl_platform_id platform, cl_device_id device, char *out,
+                         size_t size)
+{
+    char pname[128] = "", dname[128] = "";
+    clGetPlatformInfo(platform, CL_PLATFORM_NAME, sizeof pname - 1, pname, NULL);
+    clGetDeviceInfo(device, CL_DEVICE_NAME, sizeof dname - 1, dname, NULL);
+    snprintf(out, size, "%s: %s", pname, dname);
+}
+
+static int opencl_probe(dk_device_info *devices, int max, dk_msg *msg)
+{
+    cl_platform_id platform;
+    cl_device_id device;
+    int count = 0;
+    dk_status st = find_device(0, &platform, &device, &count, msg);
+    if (st == DK_ERR_NO_BACKEND)
+        return 0;
+    if (st != DK_OK)
+        return -1;
+    if (count > max)
+        count = max;
+    for (int i = 0; i < count; i++) {
+        if (find_device(i, &platform, &device, NULL, msg) != DK_OK)
+            return -1;
+        device_label(platform, device, devices[i].name, sizeof devices[i].name);
+        cl_ulong bytes = 0;
+        if (clGetDeviceInfo(device, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof bytes, &bytes, NULL) !=
+            CL_SUCCESS)
+            bytes = 0;
+        devices[i].memory_bytes = (size_t)bytes;
+    }
+    return count;
+}
+
+static int has_extension(cl_device_id device, const char *name)
+{
+    size_t size = 0;
+    if (clGetDeviceInfo(device, CL_DEVICE_EXTENSIONS, 0, NULL, &size) != CL_SUCCESS || size == 0)
+        return 0;
+    char *list = malloc(size + 1);
+    if (!list)
+        return 0;
+    int found = 0;
+    if (clGetDeviceInfo(device, CL_DEVICE_EXTENSIONS, size, list, NULL) == CL_SUCCESS) {
+        list[size] = '\0';
+        size_t len = strlen(name);
+        for (const char *at = strstr(list, name); at; at = strstr(at + 1, name)) {
+            int starts = at == list || at[-1] == ' ';
+            int ends = at[len] == '\0' || at[len] == ' ';
+            if (starts && ends) {
+                found = 1;
+                break;
+            }
+        }
+    }
+    free(list);
+    return found;
+}
+
+/* Compiles the gauss kernels for one precision; on failure the compiler's
+ * log (its start) goes into msg. */
+static dk_status build_gauss(dk_opencl_device *dev, const char *options, cl_program *out,
+                             dk_msg *msg)
+{
+    const char *source = dk_opencl_gauss_source;
+    cl_int err;
+    cl_program program = clCreateProgramWithSource(dev->context, 1, &source, NULL, &err);
+    if (err != CL_SUCCESS) {
+        dk_msg_set(msg, "opencl: clCreateProgramWithSource failed (%s)",
+                   dk_opencl_error_name(err));
+        return DK_ERR_BACKEND;
+    }
+    err = clBuildProgram(program, 1, &dev->id, options, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        char log[400] = "";
+        clGetProgramBuildInfo(program, dev->id, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log,
+                              NULL);
+        for (char *c = log; *c; c++)
+            if (*c == '\n')
+                *c = ' ';
+        dk_msg_set(msg, "opencl: building the gauss kernels (%s) failed (%s): %s", options,
+                   dk_opencl_error_name(err), log);
+        clReleaseProgram(program);
+        return DK_ERR_BACKEND;
+    }
+    *out = program;
+    return DK_OK;
+}
+
+static void opencl_device_close(void *handle)
+{
+    dk_opencl_device *dev = handle;
+    if (!dev)
+        return;
+    if (dev->gauss_f32)
+        clReleaseProgram(dev->gauss_f32);
+    if (dev->gauss_f64)
+        clReleaseProgram(dev->gauss_f64);
+    if (dev->queue)
+        clReleaseCommandQueue(dev->queue);
+    if (dev->context)
+        clReleaseContext(dev->context);
+    free(dev);
+}
+
+static dk_status opencl_device_open(int index, void **handle, dk_msg *msg)
+{
+    cl_platform_id platform;
+    cl_device_id id;
+    dk_status st = find_device(index, &platform, &id, NULL, msg);
+    if (st != DK_OK)
+        return st;
+
+    dk_opencl_device *dev = calloc(1, sizeof *dev);
+    if (!dev) {
+        dk_msg_set(msg, "opencl: out of host memory opening device %d", index);
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    dev->id = id;
+    device_label(platform, id, dev->name, sizeof dev->name);
+
+    cl_device_type type = 0;
+    clGetDeviceInfo(id, CL_DEVICE_TYPE, sizeof type, &type, NULL);
+    dev->is_cpu = (type & CL_DEVICE_TYPE_CPU) != 0;
+    if (clGetDeviceInfo(id, CL_DEVICE_MAX_COMPUTE_UNITS, sizeof dev->compute_units,
+                        &dev->compute_units, NULL) != CL_SUCCESS ||
+        dev->compute_units == 0)
+        dev->compute_units = 1;
+    if (clGetDeviceInfo(id, CL_DEVICE_MAX_MEM_ALLOC_SIZE, sizeof dev->max_alloc,
+                        &dev->max_alloc, NULL) != CL_SUCCESS)
+        dev->max_alloc = 0;
+
+    cl_int err;
+    cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)platform, 0};
+    dev->context = clCreateContext(props, 1, &id, NULL, NULL, &err);
+    if (err != CL_SUCCESS) {
+        dk_msg_set(msg, "opencl: clCreateContext failed for %s (%s)", dev->name,
+                   dk_opencl_error_name(err));
+        opencl_device_close(dev);
+        return DK_ERR_BACKEND;
+    }
+    dev->queue = clCreateCommandQueue(dev->context, id, 0, &err);
+    if (err != CL_SUCCESS) {
+        dk_msg_set(msg, "opencl: clCreateCommandQueue failed for %s (%s)", dev->name,
+                   dk_opencl_error_name(err));
+        opencl_device_close(dev);
+        return DK_ERR_BACKEND;
+    }
+
+    /* A CPU runs a work-item on one thread: filtering several windows side
+     * by side as one vector gives it SIMD and independent dependency
+     * chains. A GPU gets its parallelism from the work-items themselves. */
+    dev->lanes_f32 = dev->is_cpu ? 16 : 1;
+    dev->lanes_f64 = dev->is_cpu ? 8 : 1;
+
+    /* The reference divides once per pass; ask for a correctly rounded
+     * float division where the device offers it (OpenCL otherwise allows
+     * 2.5 ulp). */
+    cl_device_fp_config fp32 = 0;
+    clGetDeviceInfo(id, CL_DEVICE_SINGLE_FP_CONFIG, sizeof fp32, &fp32, NULL);
+    char options[160];
+    snprintf(options, sizeof options, "-DREAL=float -DLANES=%d%s", dev->lanes_f32,
+             (fp32 & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT)
+                 ? " -cl-fp32-correctly-rounded-divide-sqrt"
+                 : "");
+    st = build_gauss(dev, options, &dev->gauss_f32, msg);
+    if (st == DK_OK && has_extension(id, "cl_khr_fp64")) {
+        snprintf(options, sizeof options, "-DREAL=double -DDK_FP64 -DLANES=%d", dev->lanes_f64);
+        st = build_gauss(dev, options, &dev->gauss_f64, msg);
+    }
+    if (st != DK_OK) {
+        opencl_device_close(dev);
+        return st;
+    }
+    *handle = dev;
+    return DK_OK;
+}
+
+static dk_status opencl_buffer_alloc(void *handle, size_t bytes, void **buffer, dk_msg *msg)
+{
+    dk_opencl_device *dev = handle;
+    cl_int err;
+    /* OpenCL refuses empty buffers; a one-byte one stands in. */
+    cl_mem mem = clCreateBuffer(dev->context, CL_MEM_READ_WRITE, bytes ? bytes : 1, NULL, &err);
+    if (err != CL_SUCCESS) {
+        dk_msg_set(msg, "opencl: cannot allocate %zu bytes on %s (%s)", bytes, dev->name,
+                   dk_opencl_error_name(err));
+        return err == CL_INVALID_BUFFER_SIZE || err == CL_MEM_OBJECT_ALLOCATION_FAILURE ||
+                       err == CL_OUT_OF_HOST_MEMORY || err == CL_OUT_OF_RESOURCES
+                   ? DK_ERR_OUT_OF_MEMORY
+                   : DK_ERR_BACKEND;
+    }
+    *buffer = mem;
+    return DK_OK;
+}
+
+static void opencl_buffer_free(void *handle, void *buffer)
+{
+    (void)handle;
+    if (buffer)
+        clReleaseMemObject((cl_mem)buffer);
+}
+
+static dk_status opencl_buffer_write(void *handle, void *buffer, const void *src, size_t bytes,
+                                     dk_msg *msg)
+{
+    dk_opencl_device *dev = handle;
+    if (bytes == 0)
+        return DK_OK;
+    cl_int err = clEnqueueWriteBuffer(dev->queue, (cl_mem)buffer, CL_TRUE, 0, bytes, src, 0,
+                                      NULL, NULL);
+    if (err != CL_SUCCESS) {
+        dk_msg_set(msg, "opencl: writing %zu bytes to the device failed (%s)", bytes,
+                   dk_opencl_error_name(err));
+        return DK_ERR_BACKEND;
+    }
+    return DK_OK;
+}
+
+static dk_status opencl_buffer_read(void *handle, const void *buffer, void *dst, size_t bytes,
+                                    dk_msg *msg)
+{
+    dk_opencl_device *dev = handle;
+    if (bytes == 0)
+        return DK_OK;
+    cl_int err = clEnqueueReadBuffer(dev->queue, (cl_mem)buffer, CL_TRUE, 0, bytes, dst, 0,
+                                     NULL, NULL);
+    if (err != CL_SUCCESS) {
+        dk_msg_set(msg, "opencl: reading %zu bytes from the device failed (%s)", bytes,
+                   dk_opencl_error_name(err));
+        return DK_ERR_BACKEND;
+    }
+    return DK_OK;
+}
+
+static dk_status opencl_buffer_copy(void *handle, void *dst, const void *src, size_t bytes,
+                                    dk_msg *msg)
+{
+    dk_opencl_device *dev = handle;
+    if (bytes == 0 || dst == src)
+        return DK_OK;
+    cl_int err = clEnqueueCopyBuffer(dev->queue, (cl_mem)src, (cl_mem)dst, 0, 0, bytes, 0,
+                                     NULL, NULL);
+    if (err == CL_SUCCESS)
+        err = clFinish(dev->queue);
+    if (err != CL_SUCCESS) {
+        dk_msg_set(msg, "opencl: copying %zu bytes on the device failed (%s)", bytes,
+                   dk_opencl_error_name(err));
+        return DK_ERR_BACKEND;
+    }
+    return DK_OK;
+}
+
+static const dk_plugin opencl_plugin = {
+    .abi_version = DK_PLUGIN_ABI_VERSION,
+    .name = "opencl",
+    .version = DK_VERSION_STRING,
+    .priority = 20,
+    .probe = opencl_probe,
+    .device_open = opencl_device_open,
+    .device_close = opencl_device_close,
+    .buffer_alloc = opencl_buffer_alloc,
+    .buffer_free = opencl_buffer_free,
+    .buffer_write = opencl_buffer_write,
+    .buffer_read = opencl_buffer_read,
+    .buffer_copy = opencl_buffer_copy,
+    .gauss = &dk_opencl_gauss_ops,
+};
+
+DK_PLUGIN_EXPORT const dk_plugin *DK_PLUGIN_ENTRY(void)
+{
+    return &opencl_plugin;
+}
