@@ -138,6 +138,12 @@ static int opencl_probe(dk_device_info *devices, int max, dk_msg *msg)
             CL_SUCCESS)
             bytes = 0;
         devices[i].memory_bytes = (size_t)bytes;
+        cl_device_type type = 0;
+        clGetDeviceInfo(device, CL_DEVICE_TYPE, sizeof type, &type, NULL);
+        devices[i].kind = (type & CL_DEVICE_TYPE_GPU)           ? DK_DEVICE_GPU
+                          : (type & CL_DEVICE_TYPE_ACCELERATOR) ? DK_DEVICE_ACCELERATOR
+                          : (type & CL_DEVICE_TYPE_CPU)         ? DK_DEVICE_CPU
+                                                                : DK_DEVICE_UNKNOWN;
     }
     return count;
 }
