@@ -1,0 +1,468 @@
+/* gauss on the cpu backend: the K-iterated recursive filter of
+ * algorithms/gauss/reference.c, run on many lines at once.
+ *
+ * The recursion along a line is serial, so the speed comes from running
+ * LANES lines in lockstep: their values are gathered into a small buffer laid
+ * out [i][lane], filtered there (the lane loop vectorizes and the buffer stays
+ * in cache for all K iterations) and scattered back. Along a strided axis the
+ * lanes are adjacent lines, so a gather reads contiguous rows; along the
+ * contiguous axis the gather is a transpose of LANES rows.
+ *
+ * Each line is cut into segments: a window that is filtered, with the
+ * boundary rule at its ends, and the part of it that is kept.
+ * - overlap mode: the seed's blocks (dk_gauss_block, dk_gauss_window), as the
+ *   reference cuts them;
+ * - exact mode: one segment per line, unless the lines are too few to share
+ *   among the threads or too long for the buffer to stay in cache; then equal
+ *   windows whose kept parts lie at least setup->halo from any artificial end,
+ *   where that end's effect is below rounding.
+ * Segments of a line overlap, so when they do the result goes to another
+ * buffer than the one the windows read (the plan's scratch). */
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include <dakit/plugin.h>
+
+/* Defined in plugin.c. */
+void dk_cpu_copy(void *dst, const void *src, size_t bytes);
+
+/* Lines filtered in lockstep: a row of the lane buffer is 128 bytes, two
+ * cache lines, and several SIMD vectors whose recursions are independent,
+ * so the FMA latency is hidden behind the other vectors' work. */
+#define ROW_BYTES 128
+#define LANES_F32 (ROW_BYTES / 4)
+#define LANES_F64 (ROW_BYTES / 8)
+
+/* A window's lane buffer should stay in the core's L2 for all 2K passes. */
+#define LANE_BUFFER_BYTES ((size_t)1 << 20)
+/* Beyond this a buffer of LANES windows is not worth it: lines that long are
+ * filtered one at a time (overlap mode with few blocks on a huge line). */
+#define LANE_BUFFER_LIMIT ((size_t)64 << 20)
+/* Exact-mode windows shorter than this spend more time starting than filtering. */
+#define MIN_WINDOW 1024
+/* Exact mode: enough segments that each thread gets this many batches. */
+#define BATCHES_PER_THREAD 4
+
+#define CACHE_LINE 64
+
+/* On x86-64 the lockstep kernel is built twice, for AVX2 with FMA and for
+ * the baseline, and the plan picks one when it is made; -march stays
+ * portable. Each build uses its own native vector width, because GCC splits
+ * vectors wider than the target's registers badly. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define HAVE_AVX2_KERNEL 1
+#define TARGET_AVX2 __attribute__((target("avx2,fma")))
+#endif
+
+static const char *const variants[] = {"lines", NULL};
+
+typedef struct cpu_gauss_plan {
+    dk_gauss_setup setup;
+    int threads;
+    size_t lanes;                 /* lines per batch for the dtype */
+    int avx2;                     /* use the AVX2+FMA kernel */
+    size_t segments[DK_MAX_DIMS]; /* segments per line along each filtered axis */
+    size_t window[DK_MAX_DIMS];   /* exact mode with several segments: their common length */
+    int lockstep;                 /* 0: windows are too long, filter one line at a time */
+    size_t buffer_elems;          /* per thread */
+    void *buffers;                /* threads * buffer_elems elements */
+    void *scratch;                /* setup.count elements, or NULL when no segments overlap */
+} cpu_gauss_plan;
+
+static int max_threads(void)
+{
+#ifdef _OPENMP
+    return omp_get_max_threads();
+#else
+    return 1;
+#endif
+}
+
+static int thread_index(void)
+{
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+/* The plugin's own, so that it needs no symbol of libdakit. */
+static size_t element_size(dk_dtype dtype)
+{
+    return dtype == DK_F32 ? sizeof(float) : sizeof(double);
+}
+
+static size_t div_up(size_t a, size_t b)
+{
+    return (a + b - 1) / b;
+}
+
+/* floor(k * span / parts) without overflowing k * span. */
+static size_t spread(size_t k, size_t span, size_t parts)
+{
+    return k * (span / parts) + k * (span % parts) / parts;
+}
+
+/* Segment `seg` of a line of n values along `axis`: the window filtered and
+ * the part kept. The kept parts of a line's segments tile [0, n). */
+static void segment_of(const cpu_gauss_plan *p, int axis, size_t seg, dk_span *window,
+                       dk_span *keep)
+{
+    const dk_gauss_desc *d = &p->setup.desc;
+    size_t n = d->shape[axis], count = p->segments[axis];
+    if (d->mode == DK_GAUSS_OVERLAP) {
+        *keep = dk_gauss_block(n, count, seg);
+        *window = dk_gauss_window(*keep, d->overlap, n);
+        return;
+    }
+    if (count == 1) {
+        window->begin = keep->begin = 0;
+        window->end = keep->end = n;
+        return;
+    }
+    /* Equal windows of length L spread evenly from 0 to n - L; neighbours
+     * start at most L - 2 halo apart, so the boundary between two kept parts,
+     * `halo` past the next window's start, is at least `halo` inside both. */
+    size_t L = p->window[axis], halo = p->setup.halo[axis];
+    size_t start = spread(seg, n - L, count - 1), next = spread(seg + 1, n - L, count - 1);
+    window->begin = start;
+    window->end = start + L;
+    keep->begin = seg == 0 ? 0 : start + halo;
+    keep->end = seg == count - 1 ? n : next + halo;
+}
+
+/* Exact mode: how many segments a line gets and how long they are. */
+static void choose_exact_segments(cpu_gauss_plan *p, int axis, size_t esize)
+{
+    dk_axis_view v = dk_axis_view_of(&p->setup.desc, axis);
+    size_t n = v.n, halo = p->setup.halo[axis], lines = v.outer * v.inner;
+    size_t cache_window = LANE_BUFFER_BYTES / (p->lanes * esize);
+    size_t wanted = (size_t)p->threads * p->lanes * BATCHES_PER_THREAD;
+
+    size_t L = n;
+    if (lines < wanted)
+        L = n / div_up(wanted, lines) + 2 * halo;
+    if (L > cache_window)
+        L = cache_window;
+    if (L < MIN_WINDOW)
+        L = MIN_WINDOW;
+    if (halo < n && L < 4 * halo) /* at most half of each window is overlap */
+        L = 4 * halo;
+    if (halo >= n / 2 || L >= n) {
+        p->segments[axis] = 1;
+        p->window[axis] = n;
+        return;
+    }
+    p->segments[axis] = 1 + div_up(n - L, L - 2 * halo);
+    p->window[axis] = L;
+}
+
+/* The longest window along `axis`. */
+static size_t longest_window(const cpu_gauss_plan *p, int axis)
+{
+    const dk_gauss_desc *d = &p->setup.desc;
+    size_t n = d->shape[axis];
+    if (d->mode == DK_GAUSS_EXACT)
+        return p->window[axis];
+    size_t longest_block = div_up(n, p->segments[axis]);
+    size_t w = longest_block + 2 * d->overlap;
+    return w < n && w >= longest_block ? w : n;
+}
+
+static void *alloc_aligned(size_t bytes)
+{
+    void *ptr = NULL;
+    size_t rounded = (bytes + CACHE_LINE - 1) & ~(size_t)(CACHE_LINE - 1);
+    if (rounded < bytes || posix_memalign(&ptr, CACHE_LINE, rounded ? rounded : CACHE_LINE) != 0)
+        return NULL;
+    return ptr;
+}
+
+static void cpu_gauss_plan_destroy(void *plan)
+{
+    cpu_gauss_plan *p = plan;
+    if (!p)
+        return;
+    free(p->buffers);
+    free(p->scratch);
+    free(p);
+}
+
+static dk_status cpu_gauss_plan_create(void *device, const dk_gauss_setup *setup, void **plan,
+                                       dk_msg *msg)
+{
+    (void)device;
+    const dk_gauss_desc *d = &setup->desc;
+    if (d->dtype != DK_F32 && d->dtype != DK_F64) {
+        dk_msg_set(msg, "the cpu backend's gauss supports float32 and float64 only");
+        return DK_ERR_NOT_IMPLEMENTED;
+    }
+    cpu_gauss_plan *p = calloc(1, sizeof *p);
+    if (!p) {
+        dk_msg_set(msg, "cannot allocate a gauss plan");
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    p->setup = *setup;
+    p->setup.desc.variant = NULL; /* the caller's string need not outlive the plan */
+    p->threads = max_threads();
+    p->lanes = d->dtype == DK_F32 ? LANES_F32 : LANES_F64;
+#ifdef HAVE_AVX2_KERNEL
+    __builtin_cpu_init();
+    p->avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+    size_t esize = element_size(d->dtype);
+
+    size_t longest = 0;
+    int overlapping = 0;
+    for (int a = 0; a < d->ndim; a++) {
+        if (!(d->axes & (1u << a)))
+            continue;
+        if (d->mode == DK_GAUSS_OVERLAP)
+            p->segments[a] = dk_gauss_line_blocks(d->shape[a], d->blocks);
+        else
+            choose_exact_segments(p, a, esize);
+        if (p->segments[a] > 1)
+            overlapping = 1;
+        size_t w = longest_window(p, a);
+        if (w > longest)
+            longest = w;
+    }
+
+    p->lockstep = longest <= LANE_BUFFER_LIMIT / (p->lanes * esize);
+    p->buffer_elems = p->lockstep ? longest * p->lanes : longest;
+    /* Whole cache lines per thread, so threads never share one. */
+    p->buffer_elems = div_up(p->buffer_elems * esize, CACHE_LINE) * CACHE_LINE / esize;
+    size_t buffer_bytes = (size_t)p->threads * p->buffer_elems * esize;
+    p->buffers = alloc_aligned(buffer_bytes);
+    if (overlapping)
+        p->scratch = alloc_aligned(setup->count * esize);
+    if (!p->buffers || (overlapping && !p->scratch)) {
+        dk_msg_set(msg, "cannot allocate %zu bytes of gauss work memory",
+                   buffer_bytes + (overlapping ? setup->count * esize : 0));
+        cpu_gauss_plan_destroy(p);
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    /* Lanes a short batch leaves unused still get filtered; zeros keep them
+     * free of denormals and NaN until real data has passed through. */
+    memset(p->buffers, 0, buffer_bytes);
+    *plan = p;
+    return DK_OK;
+}
+
+/* One line's part in a batch: where its values start and its segment. */
+typedef struct lane {
+    size_t first; /* element index of the line's value 0 */
+    dk_span window, keep;
+} lane;
+
+/* Lanes [t0, t0 + count) of the axis; lane t is segment `seg` of line
+ * (o, j), numbered t = (o * segments + seg) * inner + j so that neighbouring
+ * lanes are adjacent lines along a strided axis. */
+static void lanes_of(const cpu_gauss_plan *p, int axis, dk_axis_view v, size_t t0, size_t count,
+                     lane *out)
+{
+    size_t segments = p->segments[axis];
+    for (size_t w = 0; w < count; w++) {
+        size_t t = t0 + w;
+        size_t j = t % v.inner, rest = t / v.inner;
+        size_t seg = rest % segments, o = rest / segments;
+        out[w].first = o * v.n * v.inner + j;
+        segment_of(p, axis, seg, &out[w].window, &out[w].keep);
+    }
+}
+
+/* Lanes that are adjacent lines with one segment: their values at each i are
+ * one contiguous run in memory. */
+static int lanes_contiguous(const lane *l, size_t count)
+{
+    for (size_t w = 1; w < count; w++)
+        if (l[w].first != l[0].first + w || l[w].window.begin != l[0].window.begin ||
+            l[w].window.end != l[0].window.end || l[w].keep.begin != l[0].keep.begin ||
+            l[w].keep.end != l[0].keep.end)
+            return 0;
+    return 1;
+}
+
+/* K iterations of the RF on n rows of ROW bytes, buf[i * lanes + lane], in
+ * the reference's order of operations (FMA contraction aside). A row is R
+ * vectors V (or one scalar, for a single lane); `alpha * p + beta * x` keeps
+ * one FMA, not a multiply and an FMA, on the recursion's critical path. */
+#define DEFINE_RF(NAME, T, V, ROW, ATTR)                                               \
+    ATTR static void NAME(T *buf, size_t n, T alpha, int K, dk_boundary boundary)      \
+    {                                                                                  \
+        enum { R = (ROW) / sizeof(V) };                                                \
+        const T beta = (T)1 - alpha;                                                   \
+        V *rows = (V *)buf, *last = rows + (n - 1) * R;                                \
+        for (int k = 0; k < K; k++) {                                                  \
+            V u[R], p[R];                                                              \
+            _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) {                     \
+                const V zero = {0};                                                    \
+                u[r] = last[r];                                                        \
+                p[r] = boundary == DK_BOUNDARY_CONSTANT ? rows[r] : zero;              \
+            }                                                                          \
+            for (size_t i = 0; i < n; i++) {                                           \
+                V *row = rows + i * R;                                                 \
+                _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) {                 \
+                    p[r] = alpha * p[r] + beta * row[r];                               \
+                    row[r] = p[r];                                                     \
+                }                                                                      \
+            }                                                                          \
+            V *s = p; /* the backing pass starts from the advancing pass's end */      \
+            _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) {                     \
+                s[r] = boundary == DK_BOUNDARY_CONSTANT                                \
+                           ? u[r] + (s[r] - u[r]) / ((T)1 + alpha)                     \
+                           : beta * s[r];                                              \
+                last[r] = s[r];                                                        \
+            }                                                                          \
+            for (size_t i = n - 1; i-- > 0;) {                                         \
+                V *row = rows + i * R;                                                 \
+                _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) {                 \
+                    s[r] = alpha * s[r] + beta * row[r];                               \
+                    row[r] = s[r];                                                     \
+                }                                                                      \
+            }                                                                          \
+        }                                                                              \
+    }
+
+typedef float f32x4 __attribute__((vector_size(16)));
+typedef double f64x2 __attribute__((vector_size(16)));
+DEFINE_RF(rf_lanes_f32_base, float, f32x4, ROW_BYTES, )
+DEFINE_RF(rf_lanes_f64_base, double, f64x2, ROW_BYTES, )
+DEFINE_RF(rf_single_f32, float, float, sizeof(float), )
+DEFINE_RF(rf_single_f64, double, double, sizeof(double), )
+
+#ifdef HAVE_AVX2_KERNEL
+typedef float f32x8 __attribute__((vector_size(32)));
+typedef double f64x4 __attribute__((vector_size(32)));
+DEFINE_RF(rf_lanes_f32_avx2, float, f32x8, ROW_BYTES, TARGET_AVX2)
+DEFINE_RF(rf_lanes_f64_avx2, double, f64x4, ROW_BYTES, TARGET_AVX2)
+#else
+#define rf_lanes_f32_avx2 rf_lanes_f32_base
+#define rf_lanes_f64_avx2 rf_lanes_f64_base
+#endif
+
+/* Lanes [0, count) of a batch, all with windows of one length L: gathered
+ * into buf (`width` lanes to a row), filtered by rf, and their kept parts
+ * scattered to dst. */
+#define DEFINE_FILTER_LANES(NAME, T)                                                   \
+    static void NAME(const lane *l, size_t count, size_t width, size_t inner,          \
+                     const T *src, T *dst, T *buf, T alpha, const dk_gauss_desc *d,    \
+                     void (*rf)(T *, size_t, T, int, dk_boundary))                     \
+    {                                                                                  \
+        size_t L = l[0].window.end - l[0].window.begin;                                \
+        int rows = inner > 1 && lanes_contiguous(l, count);                            \
+        if (rows) {                                                                    \
+            const T *in = src + l[0].first + l[0].window.begin * inner;                \
+            for (size_t i = 0; i < L; i++)                                             \
+                memcpy(buf + i * width, in + i * inner, count * sizeof(T));            \
+        } else {                                                                       \
+            for (size_t w = 0; w < count; w++) {                                       \
+                const T *in = src + l[w].first + l[w].window.begin * inner;            \
+                for (size_t i = 0; i < L; i++)                                         \
+                    buf[i * width + w] = in[i * inner];                                \
+            }                                                                          \
+        }                                                                              \
+        rf(buf, L, alpha, d->K, d->boundary);                                          \
+        if (rows) {                                                                    \
+            T *out = dst + l[0].first;                                                 \
+            size_t shift = l[0].window.begin;                                          \
+            for (size_t i = l[0].keep.begin; i < l[0].keep.end; i++)                   \
+                memcpy(out + i * inner, buf + (i - shift) * width, count * sizeof(T)); \
+        } else {                                                                       \
+            for (size_t w = 0; w < count; w++) {                                       \
+                T *out = dst + l[w].first;                                             \
+                size_t shift = l[w].window.begin;                                      \
+                for (size_t i = l[w].keep.begin; i < l[w].keep.end; i++)               \
+                    out[i * inner] = buf[(i - shift) * width + w];                     \
+            }                                                                          \
+        }                                                                              \
+    }
+
+/* One axis: batches of W lanes, shared among the threads. A batch never
+ * straddles two groups of adjacent lines when there are at least W of them,
+ * so its gather stays contiguous. */
+#define DEFINE_FILTER_AXIS(NAME, T, W, FILTER_LANES, RF_AVX2, RF_BASE, RF_SINGLE)       \
+    static void NAME(const cpu_gauss_plan *p, int axis, const T *src, T *dst)          \
+    {                                                                                  \
+        const dk_gauss_desc *d = &p->setup.desc;                                       \
+        dk_axis_view v = dk_axis_view_of(d, axis);                                     \
+        T alpha = (T)p->setup.alpha[axis];                                             \
+        size_t lanes_total = v.outer * p->segments[axis] * v.inner;                    \
+        size_t group = v.inner >= W ? v.inner : lanes_total;                           \
+        size_t per_group = div_up(group, W);                                           \
+        size_t batches = lanes_total / group * per_group;                              \
+        _Pragma("omp parallel num_threads(p->threads)")                                \
+        {                                                                              \
+            T *buf = (T *)p->buffers + (size_t)thread_index() * p->buffer_elems;       \
+            _Pragma("omp for schedule(dynamic, 1)")                                    \
+            for (size_t b = 0; b < batches; b++) {                                     \
+                size_t in_group = (b % per_group) * W;                                 \
+                size_t t0 = b / per_group * group + in_group;                          \
+                size_t count = group - in_group < W ? group - in_group : W;            \
+                lane l[W];                                                             \
+                lanes_of(p, axis, v, t0, count, l);                                    \
+                /* runs of lanes whose windows have one length */                      \
+                for (size_t w0 = 0, w1; w0 < count; w0 = w1) {                         \
+                    size_t L = l[w0].window.end - l[w0].window.begin;                  \
+                    for (w1 = w0 + 1; w1 < count; w1++)                                \
+                        if (l[w1].window.end - l[w1].window.begin != L)                \
+                            break;                                                     \
+                    if (p->lockstep) {                                                 \
+                        FILTER_LANES(l + w0, w1 - w0, W, v.inner, src, dst, buf, alpha, \
+                                     d, p->avx2 ? RF_AVX2 : RF_BASE);                  \
+                    } else {                                                           \
+                        for (size_t w = w0; w < w1; w++)                               \
+                            FILTER_LANES(l + w, 1, 1, v.inner, src, dst, buf, alpha,   \
+                                         d, RF_SINGLE);                                \
+                    }                                                                  \
+                }                                                                      \
+            }                                                                          \
+        }                                                                              \
+    }
+
+DEFINE_FILTER_LANES(filter_lanes_f32, float)
+DEFINE_FILTER_LANES(filter_lanes_f64, double)
+
+DEFINE_FILTER_AXIS(filter_axis_f32, float, LANES_F32, filter_lanes_f32, rf_lanes_f32_avx2,
+                   rf_lanes_f32_base, rf_single_f32)
+DEFINE_FILTER_AXIS(filter_axis_f64, double, LANES_F64, filter_lanes_f64, rf_lanes_f64_avx2,
+                   rf_lanes_f64_base, rf_single_f64)
+
+static dk_status cpu_gauss_execute(void *plan, const void *in, void *out, dk_msg *msg)
+{
+    cpu_gauss_plan *p = plan;
+    if (!p || !in || !out) {
+        dk_msg_set(msg, "gauss execute: plan, in and out must not be NULL");
+        return DK_ERR_INVALID_ARGUMENT;
+    }
+    const dk_gauss_desc *d = &p->setup.desc;
+    /* Axes in increasing order. An axis whose segments overlap must not
+     * write over values that another window still reads, so it writes to
+     * the scratch buffer when its input is already out. */
+    const void *current = in;
+    for (int a = 0; a < d->ndim; a++) {
+        if (!(d->axes & (1u << a)))
+            continue;
+        void *target = p->segments[a] > 1 && current == out ? p->scratch : out;
+        if (d->dtype == DK_F32)
+            filter_axis_f32(p, a, current, target);
+        else
+            filter_axis_f64(p, a, current, target);
+        current = target;
+    }
+    if (current != out)
+        dk_cpu_copy(out, current, p->setup.count * element_size(d->dtype));
+    return DK_OK;
+}
+
+const dk_gauss_ops dk_cpu_gauss_ops = {
+    .variants = variants,
+    .plan_create = cpu_gauss_plan_create,
+    .execute = cpu_gauss_execute,
+    .plan_destroy = cpu_gauss_plan_destroy,
+};
