@@ -50,6 +50,7 @@ static gauss_case cases[] = {
     {"1d_K1000",            DK_F32, 1, {20011},          1, {2},             1000, C, EX, 0, 0,   0, 1},
     {"1d_K1000_f64",        DK_F64, 1, {5003},           1, {10},            1000, Z, EX, 0, 0,   0, 0},
     {"1d_2e6_sigma50",      DK_F32, 1, {2000000},        1, {50},            4,   C, EX, 0, 0,    0, 0},
+    {"1d_sigma500_K1000",   DK_F64, 1, {30011},          1, {500},           1000, C, EX, 0, 0,   0, 0},
     {"2d_both",             DK_F32, 2, {257, 311},       3, {2, 5},          4,   Z, EX, 0, 0,    0, 1},
     {"2d_axis0_f64",        DK_F64, 2, {300, 200},       1, {7},             3,   C, EX, 0, 0,    0, 1},
     {"2d_axis1",            DK_F32, 2, {128, 1000},      2, {0, 1.5},        6,   Z, EX, 0, 0,    1, 1},
@@ -66,11 +67,11 @@ static gauss_case cases[] = {
     {"overlap_m0_single",   DK_F32, 1, {50},             1, {2},             4,   Z, OV, 0, 50,   0, 1},
     {"overlap_blocks1",     DK_F64, 1, {999},            1, {3},             4,   C, OV, 5, 1,    0, 1},
     /* parameters drawn at random (fixed seed, so every run and backend sees the same) */
-    [26 ... 41] = {NULL, DK_F32, 0, {0}, 0, {0}, 0, Z, EX, 0, 0, 0, 1},
+    [27 ... 42] = {NULL, DK_F32, 0, {0}, 0, {0}, 0, Z, EX, 0, 0, 0, 1},
 };
 
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
-#define FIRST_RANDOM 26
+#define FIRST_RANDOM 27
 
 static void draw_random_cases(void)
 {

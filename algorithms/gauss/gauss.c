@@ -61,6 +61,15 @@ DK_API size_t dk_gauss_exact_halo(double alpha, int K, dk_dtype dtype)
         if (!r)
             return m;
         impulse_response(alpha, K, m, r);
+        /* an array narrower than the kernel loses its mass through the zero
+         * ends and would look like a short tail: widen it first */
+        double mass = 0.0;
+        for (size_t i = 0; i < 2 * m + 1; i++)
+            mass += r[i];
+        if (mass < 0.999) {
+            free(r);
+            continue;
+        }
         double tail = 0.0;
         size_t d = m;
         /* walk inward from the ends while the two-sided tail stays small */
