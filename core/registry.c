@@ -47,7 +47,9 @@ static const void *plugin_ops(const dk_plugin *p, dk_algo algo)
 
 static entry *refuse(entry *e, const char *fmt, const char *detail)
 {
-    snprintf(e->info.reason, sizeof e->info.reason, fmt, detail ? detail : "");
+    char copy[sizeof e->info.reason]; /* detail may point into another entry */
+    snprintf(copy, sizeof copy, "%s", detail ? detail : "");
+    snprintf(e->info.reason, sizeof e->info.reason, fmt, copy);
     e->info.usable = 0;
     e->backend.plugin = NULL;
     if (e->handle)

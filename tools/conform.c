@@ -81,8 +81,13 @@ int cmd_conform(int argc, char **argv)
         int known = 0;
         for (int s = 0; s < NSUITES; s++)
             known |= strlen(suites[s]->algo) == len && !strncmp(p, suites[s]->algo, len);
-        if (!known)
-            return cli_error(cmd, 2, "no conformance cases for algorithm '%.*s' (known: gauss)", (int)len, p);
+        if (!known) {
+            char names[128] = "";
+            for (int s = 0; s < NSUITES; s++)
+                snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", s ? ", " : "",
+                         suites[s]->algo);
+            return cli_error(cmd, 2, "no conformance cases for algorithm '%.*s' (known: %s)", (int)len, p, names);
+        }
         p += len;
         if (*p == ',')
             p++;
@@ -126,7 +131,7 @@ int cmd_conform(int argc, char **argv)
             for (int b = 0; b < nb; b++) {
                 if (!ctx[b])
                     continue;
-                const char *const *variants = dk_gauss_variants(ctx[b]);
+                const char *const *variants = su->variants(ctx[b]);
                 static const char *const none[] = {NULL, NULL};
                 for (const char *const *v = variants && *variants ? variants : none;
                      (v == none || *v) && nrows < MAX_ROWS; v++) {

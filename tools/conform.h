@@ -18,6 +18,8 @@ typedef struct conform_suite {
     int (*count)(void);
     const char *(*name)(int i);
     int (*quick)(int i); /* part of --quick */
+    /* The backend's variants of this algorithm (NULL-terminated), or NULL. */
+    const char *const *(*variants)(const dk_context *ctx);
     /* Prepares case i's input and reference on the host (once per case). */
     dk_status (*prepare)(int i, char *err, size_t len);
     /* Runs case i on ctx with variant (NULL: default) and compares. */

@@ -240,6 +240,7 @@ const conform_suite conform_gauss = {
     .count = gauss_count,
     .name = gauss_name,
     .quick = gauss_quick,
+    .variants = dk_gauss_variants,
     .prepare = gauss_prepare,
     .run = gauss_run,
     .release = gauss_release,

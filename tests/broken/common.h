@@ -43,7 +43,7 @@ static dk_status b_copy(void *device, void *dst, const void *src, size_t bytes, 
     memcpy(dst, src, bytes);
     return DK_OK;
 }
-static int b_probe_one(dk_device_info *devices, int max, dk_msg *msg)
+__attribute__((unused)) static int b_probe_one(dk_device_info *devices, int max, dk_msg *msg)
 {
     (void)msg;
     if (max > 0)

@@ -90,13 +90,14 @@ typedef struct dk_plugin {
     dk_status (*buffer_copy)(void *device, void *dst, const void *src, size_t bytes,
                              dk_msg *msg);
 
-    /* One ops table per algorithm; NULL: not implemented. The enkf, kmeans
-     * and gbees slots are reserved for their ops tables and must be NULL in
-     * ABI version 1. */
+    /* One ops table per algorithm; NULL: not implemented. Each table's
+     * type is declared in the algorithm's own header (dakit/<algo>.h, the
+     * part under "plugin ops"); a plugin that does not include it leaves
+     * the slot NULL. */
     const dk_gauss_ops *gauss;
-    const void *enkf;
-    const void *kmeans;
-    const void *gbees;
+    const struct dk_enkf_ops *enkf;
+    const struct dk_kmeans_ops *kmeans;
+    const struct dk_gbees_ops *gbees;
 } dk_plugin;
 
 
