@@ -18,7 +18,7 @@ static const bench_suite *const suites[] = {&bench_gauss};
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: dakit bench [ALGO[,ALGO...]] [--backend NAME[,NAME...]|all] [--case NAME[,...]]\n"
+            "usage: dakit bench [[--algo] ALGO[,ALGO...]] [--backend NAME[,NAME...]|all] [--case NAME[,...]]\n"
             "                   [--csv FILE] [--min-time SECONDS] [--max-runs N]\n"
             "\n"
             "Times each benchmark case on each backend and variant: one warm-up, then repeated\n"
@@ -115,6 +115,9 @@ int cmd_bench(int argc, char **argv)
             return 0;
         } else if (a[0] != '-') {
             algo_s = a;
+        } else if (!strcmp(a, "--algo")) {
+            if (!(algo_s = cli_value(cmd, argc, argv, &i)))
+                return 2;
         } else if (!strcmp(a, "--backend")) {
             if (!(backend_s = cli_value(cmd, argc, argv, &i)))
                 return 2;

@@ -113,11 +113,13 @@ int cmd_conform(int argc, char **argv)
 
     static row rows[MAX_ROWS];
     int nrows = 0, failed_total = 0;
-    printf("\n%-8s %-24s %-16s %12s %12s  %s\n", "algo", "case", "backend", "error", "tolerance", "result");
+    printf("\n%-8s %-24s %-16s %-24s %12s %12s  %s\n", "algo", "case", "backend", "device", "error", "tolerance",
+           "result");
     for (int s = 0; s < NSUITES; s++) {
         const conform_suite *su = suites[s];
         if (!cli_in_list(algo_s, su->algo))
             continue;
+        printf("%s: error = %s\n", su->algo, su->measure);
         for (int i = 0; i < su->count(); i++) {
             if (quick && !su->quick(i))
                 continue;
@@ -146,8 +148,8 @@ int cmd_conform(int argc, char **argv)
                     rw->seconds = cli_now() - t0;
                     char label[96];
                     snprintf(label, sizeof label, "%s%s%s", names[b], rw->variant[0] ? "/" : "", rw->variant);
-                    printf("%-8s %-24s %-16s %12.3e %12.3e  %s%s%s\n", su->algo, su->name(i), label,
-                           rw->r.error, rw->r.tolerance, rw->r.passed ? "pass" : "FAIL",
+                    printf("%-8s %-24s %-16s %-24.24s %12.3e %12.3e  %s%s%s\n", su->algo, su->name(i), label,
+                           dk_context_device(ctx[b]), rw->r.error, rw->r.tolerance, rw->r.passed ? "pass" : "FAIL",
                            rw->r.passed ? "" : ": ", rw->r.passed ? "" : rw->r.detail);
                     fflush(stdout);
                     failed_total += !rw->r.passed;
