@@ -14,6 +14,7 @@
 
 /* Defined in gauss.c. */
 extern const dk_gauss_ops dk_cpu_gauss_ops;
+extern const dk_kmeans_ops dk_cpu_kmeans_ops; /* kmeans.c */
 void dk_cpu_copy(void *dst, const void *src, size_t bytes);
 
 /* 64 bytes: one cache line and one AVX-512 vector, so no buffer starts
@@ -183,6 +184,7 @@ static const dk_plugin cpu_plugin = {
     .buffer_read = cpu_buffer_read,
     .buffer_copy = cpu_buffer_copy,
     .gauss = &dk_cpu_gauss_ops,
+    .kmeans = &dk_cpu_kmeans_ops,
 };
 
 DK_PLUGIN_EXPORT const dk_plugin *DK_PLUGIN_ENTRY(void)

@@ -240,6 +240,8 @@ static dk_status cuda_buffer_copy(void *device, void *dst, const void *src, size
                      "a device-to-device copy", msg);
 }
 
+extern "C" const dk_kmeans_ops dk_cuda_kmeans_ops; /* kmeans.cu */
+
 static const dk_plugin cuda_plugin = {
     DK_PLUGIN_ABI_VERSION,
     "cuda",
@@ -255,7 +257,7 @@ static const dk_plugin cuda_plugin = {
     cuda_buffer_copy,
     &dk_cuda_gauss_ops,
     NULL,
-    NULL,
+    &dk_cuda_kmeans_ops,
     NULL,
 };
 

@@ -105,5 +105,6 @@ dk_status dk_backend_get(int index, dk_backend_info *info);
 #endif
 
 #include <dakit/gauss.h>
+#include <dakit/kmeans.h>
 
 #endif

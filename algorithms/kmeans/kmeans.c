@@ -1,0 +1,286 @@
+/* kmeans: parameter validation, the seed's initial centroids, and dispatch
+ * to the context's plugin. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kmeans_internal.h"
+
+DK_API void dk_kmeans_desc_init(dk_kmeans_desc *desc)
+{
+    if (!desc)
+        return;
+    memset(desc, 0, sizeof *desc);
+    desc->max_iters = 20;
+    desc->tol = 0.0;
+    desc->layout = DK_KMEANS_POINT_MAJOR;
+    desc->lambda = 1.0;
+    desc->window = 5;
+}
+
+dk_status dk_kmeans_setup_make(const dk_kmeans_desc *desc, dk_kmeans_setup *setup)
+{
+    if (!desc || !setup)
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "kmeans: the description must not be NULL");
+    const dk_kmeans_desc *d = desc;
+    if (d->n < 1)
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "kmeans: n is 0; there must be at least one point");
+    if (d->d < 1 || d->d > DK_KMEANS_MAX_D)
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "kmeans: d is %d; each point needs 1 to %d features",
+                       d->d, DK_KMEANS_MAX_D);
+    if (d->n > ((size_t)1 << 40) / (size_t)d->d)
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "kmeans: n * d = %zu * %d is too large", d->n, d->d);
+    if (d->k < 1 || d->k > DK_KMEANS_MAX_K)
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "kmeans: k is %d; it must be between 1 and %d", d->k,
+                       DK_KMEANS_MAX_K);
+    if ((size_t)d->k > d->n)
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "kmeans: k = %d is larger than the %zu points", d->k,
+                       d->n);
+    if (d->max_iters < 1)
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "kmeans: max_iters is %d; it must be >= 1", d->max_iters);
+    if (!(d->tol >= 0) || isinf(d->tol))
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "kmeans: tol is %g; it must be a finite number >= 0",
+                       d->tol);
+    if (d->layout != DK_KMEANS_POINT_MAJOR && d->layout != DK_KMEANS_FEATURE_MAJOR)
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "kmeans: layout %d is neither point- nor feature-major",
+                       (int)d->layout);
+    if (!(d->lambda >= 0 && d->lambda <= 1))
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "kmeans: lambda is %g; it must lie in [0, 1]", d->lambda);
+    int grid = d->rows || d->cols;
+    if (grid && (d->rows == 0 || d->cols == 0 || d->rows * d->cols != d->n))
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT,
+                       "kmeans: the grid %zu x %zu does not hold the %zu points (rows * cols must equal n)",
+                       d->rows, d->cols, d->n);
+    if (d->lambda < 1 && !grid)
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT,
+                       "kmeans: lambda %g < 1 asks for the contiguity cost, which needs a grid (rows, cols)",
+                       d->lambda);
+    if (d->window < 1 || d->window > DK_KMEANS_MAX_WINDOW || d->window % 2 == 0)
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "kmeans: window is %d; it must be odd, 1 to %d", d->window,
+                       DK_KMEANS_MAX_WINDOW);
+    memset(setup, 0, sizeof *setup);
+    setup->desc = *d;
+    setup->contiguity = grid && d->lambda < 1;
+    if (d->layout == DK_KMEANS_POINT_MAJOR) {
+        setup->stride_point = (size_t)d->d;
+        setup->stride_feature = 1;
+    } else {
+        setup->stride_point = 1;
+        setup->stride_feature = d->n;
+    }
+    return DK_OK;
+}
+
+DK_API dk_status dk_kmeans_check_points(const dk_kmeans_desc *desc, const float *points,
+                                        const uint8_t *mask, size_t *valid)
+{
+    dk_kmeans_setup s;
+    dk_status st = dk_kmeans_setup_make(desc, &s);
+    if (st != DK_OK)
+        return st;
+    if (!points)
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "kmeans: points must not be NULL");
+    size_t count = 0;
+    for (size_t i = 0; i < s.desc.n; i++) {
+        if (mask && !mask[i])
+            continue;
+        count++;
+        for (int f = 0; f < s.desc.d; f++) {
+            float v = points[i * s.stride_point + (size_t)f * s.stride_feature];
+            if (!isfinite(v))
+                return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT,
+                               "kmeans: feature %d of point %zu is %g; every feature must be a finite number", f,
+                               i, (double)v);
+        }
+    }
+    if (count < (size_t)s.desc.k)
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "kmeans: k = %d is larger than the %zu unmasked points",
+                       s.desc.k, count);
+    if (valid)
+        *valid = count;
+    return DK_OK;
+}
+
+DK_API dk_status dk_kmeans_initial_centroids(const dk_kmeans_desc *desc, const float *points,
+                                             const uint8_t *mask, int feature, float *centroids)
+{
+    dk_kmeans_setup s;
+    dk_status st = dk_kmeans_check_points(desc, points, mask, NULL);
+    if (st != DK_OK)
+        return st;
+    dk_kmeans_setup_make(desc, &s);
+    const dk_kmeans_desc *d = &s.desc;
+    if (feature < 0 || feature >= d->d)
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "kmeans: feature %d to split does not exist (d = %d)",
+                       feature, d->d);
+    if (!centroids)
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "kmeans: centroids must not be NULL");
+    const size_t kd = (size_t)d->k * d->d;
+    double *sum = calloc(kd + (size_t)d->d, sizeof *sum); /* last row: all points */
+    size_t *count = calloc((size_t)d->k, sizeof *count);
+    if (!sum || !count) {
+        free(sum), free(count);
+        return dk_fail(NULL, DK_ERR_OUT_OF_MEMORY, "kmeans: out of host memory");
+    }
+    float lo = INFINITY, hi = -INFINITY;
+    size_t total = 0;
+    for (size_t i = 0; i < d->n; i++) {
+        if (mask && !mask[i])
+            continue;
+        float v = points[i * s.stride_point + (size_t)feature * s.stride_feature];
+        lo = v < lo ? v : lo;
+        hi = v > hi ? v : hi;
+    }
+    double width = ((double)hi - (double)lo) / d->k;
+    for (size_t i = 0; i < d->n; i++) {
+        if (mask && !mask[i])
+            continue;
+        double v = points[i * s.stride_point + (size_t)feature * s.stride_feature];
+        int c = width > 0 ? (int)((v - lo) / width) : 0;
+        c = c < 0 ? 0 : c >= d->k ? d->k - 1 : c;
+        count[c]++;
+        total++;
+        for (int f = 0; f < d->d; f++) {
+            double x = points[i * s.stride_point + (size_t)f * s.stride_feature];
+            sum[(size_t)c * d->d + f] += x;
+            sum[kd + f] += x;
+        }
+    }
+    for (int c = 0; c < d->k; c++)
+        for (int f = 0; f < d->d; f++) {
+            size_t j = (size_t)c * d->d + f;
+            if (count[c])
+                centroids[j] = (float)(sum[j] / (double)count[c]);
+            else if (f == feature)
+                centroids[j] = (float)(lo + (c + 0.5) * width);
+            else
+                centroids[j] = (float)(sum[kd + f] / (double)total);
+        }
+    free(sum), free(count);
+    return DK_OK;
+}
+
+DK_API dk_status dk_kmeans_plan_create(dk_context *ctx, const dk_kmeans_desc *desc, dk_plan **plan)
+{
+    if (!ctx || !plan)
+        return dk_fail(ctx, DK_ERR_INVALID_ARGUMENT, "dk_kmeans_plan_create: ctx and plan must not be NULL");
+    *plan = NULL;
+    const dk_kmeans_ops *ops = dk_context_ops(ctx, DK_ALGO_KMEANS);
+    if (!ops)
+        return DK_ERR_NOT_IMPLEMENTED;
+    dk_kmeans_setup setup;
+    dk_status st = dk_kmeans_setup_make(desc, &setup);
+    if (st != DK_OK) {
+        char why[DK_MSG_LEN];
+        snprintf(why, sizeof why, "%s", dk_last_error(NULL));
+        return dk_fail(ctx, st, "%s", why);
+    }
+    dk_plan *p = calloc(1, sizeof *p);
+    if (!p || !(p->state = malloc(sizeof setup))) {
+        free(p);
+        return dk_fail(ctx, DK_ERR_OUT_OF_MEMORY, "kmeans: out of host memory");
+    }
+    p->ctx = ctx;
+    p->algo = DK_ALGO_KMEANS;
+    p->impl_destroy = ops->plan_destroy;
+    memcpy(p->state, &setup, sizeof setup);
+    dk_msg msg = {{0}};
+    st = ops->plan_create(ctx->device, &setup, &p->impl, &msg);
+    if (st != DK_OK) {
+        p->impl = NULL;
+        dk_plan_destroy(p);
+        return dk_fail_msg(ctx, st, &msg, "kmeans: the backend could not make the plan");
+    }
+    *plan = p;
+    return DK_OK;
+}
+
+static dk_status check_buffer(dk_plan *plan, const dk_buffer *b, size_t bytes, const char *what)
+{
+    if (!b)
+        return dk_fail(plan->ctx, DK_ERR_INVALID_ARGUMENT, "dk_kmeans_execute: the %s buffer must not be NULL",
+                       what);
+    if (b->ctx != plan->ctx)
+        return dk_fail(plan->ctx, DK_ERR_INVALID_ARGUMENT,
+                       "dk_kmeans_execute: the %s buffer belongs to another context than the plan", what);
+    if (b->bytes < bytes)
+        return dk_fail(plan->ctx, DK_ERR_INVALID_ARGUMENT,
+                       "dk_kmeans_execute: the %s buffer holds %zu bytes; it needs %zu", what, b->bytes, bytes);
+    return DK_OK;
+}
+
+DK_API dk_status dk_kmeans_execute(dk_plan *plan, const dk_buffer *points, const dk_buffer *mask,
+                                   const dk_buffer *init, dk_buffer *labels, dk_buffer *centroids,
+                                   dk_kmeans_result *result)
+{
+    if (!plan)
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "dk_kmeans_execute: plan must not be NULL");
+    if (plan->algo != DK_ALGO_KMEANS)
+        return dk_fail(plan->ctx, DK_ERR_INVALID_ARGUMENT, "dk_kmeans_execute: the plan is a %s plan",
+                       dk_algo_name(plan->algo));
+    const dk_kmeans_setup *s = plan->state;
+    const size_t n = s->desc.n, kd = (size_t)s->desc.k * s->desc.d;
+    dk_status st;
+    if ((st = check_buffer(plan, points, n * s->desc.d * sizeof(float), "points")) != DK_OK ||
+        (mask && (st = check_buffer(plan, mask, n, "mask")) != DK_OK) ||
+        (st = check_buffer(plan, init, kd * sizeof(float), "initial centroids")) != DK_OK ||
+        (st = check_buffer(plan, labels, n * sizeof(int32_t), "labels")) != DK_OK ||
+        (st = check_buffer(plan, centroids, kd * sizeof(float), "centroids")) != DK_OK)
+        return st;
+    dk_kmeans_result local;
+    memset(&local, 0, sizeof local);
+    dk_msg msg = {{0}};
+    const dk_kmeans_ops *ops = plan->ctx->backend->plugin->kmeans;
+    st = ops->execute(plan->impl, points->handle, mask ? mask->handle : NULL, init->handle, labels->handle,
+                      centroids->handle, &local, &msg);
+    if (st != DK_OK)
+        return dk_fail_msg(plan->ctx, st, &msg, "kmeans: execution failed");
+    if (result)
+        *result = local;
+    return DK_OK;
+}
+
+DK_API dk_status dk_kmeans_execute_host(dk_plan *plan, const float *points, const uint8_t *mask,
+                                        const float *init, int32_t *labels, float *centroids,
+                                        dk_kmeans_result *result)
+{
+    if (!plan || plan->algo != DK_ALGO_KMEANS)
+        return dk_fail(plan ? plan->ctx : NULL, DK_ERR_INVALID_ARGUMENT,
+                       "dk_kmeans_execute_host: plan must be a kmeans plan");
+    if (!points || !init || !labels || !centroids)
+        return dk_fail(plan->ctx, DK_ERR_INVALID_ARGUMENT,
+                       "dk_kmeans_execute_host: points, init, labels and centroids must not be NULL");
+    const dk_kmeans_setup *s = plan->state;
+    if (dk_kmeans_check_points(&s->desc, points, mask, NULL) != DK_OK) {
+        char why[DK_MSG_LEN];
+        snprintf(why, sizeof why, "%s", dk_last_error(NULL));
+        return dk_fail(plan->ctx, DK_ERR_INVALID_ARGUMENT, "%s", why);
+    }
+    for (size_t j = 0; j < (size_t)s->desc.k * s->desc.d; j++)
+        if (!isfinite(init[j]))
+            return dk_fail(plan->ctx, DK_ERR_INVALID_ARGUMENT,
+                           "dk_kmeans_execute_host: initial centroid value %zu is %g; it must be finite", j,
+                           (double)init[j]);
+    const size_t n = s->desc.n, kd = (size_t)s->desc.k * s->desc.d;
+    dk_context *ctx = plan->ctx;
+    dk_buffer *bx = NULL, *bm = NULL, *bi = NULL, *bl = NULL, *bc = NULL;
+    dk_status st;
+    if ((st = dk_buffer_create(ctx, n * s->desc.d * sizeof(float), &bx)) == DK_OK &&
+        (!mask || (st = dk_buffer_create(ctx, n, &bm)) == DK_OK) &&
+        (st = dk_buffer_create(ctx, kd * sizeof(float), &bi)) == DK_OK &&
+        (st = dk_buffer_create(ctx, n * sizeof(int32_t), &bl)) == DK_OK &&
+        (st = dk_buffer_create(ctx, kd * sizeof(float), &bc)) == DK_OK &&
+        (st = dk_buffer_write(bx, points, n * s->desc.d * sizeof(float))) == DK_OK &&
+        (!mask || (st = dk_buffer_write(bm, mask, n)) == DK_OK) &&
+        (st = dk_buffer_write(bi, init, kd * sizeof(float))) == DK_OK &&
+        (st = dk_kmeans_execute(plan, bx, bm, bi, bl, bc, result)) == DK_OK &&
+        (st = dk_buffer_read(bl, labels, n * sizeof(int32_t))) == DK_OK)
+        st = dk_buffer_read(bc, centroids, kd * sizeof(float));
+    dk_buffer_destroy(bx);
+    dk_buffer_destroy(bm);
+    dk_buffer_destroy(bi);
+    dk_buffer_destroy(bl);
+    dk_buffer_destroy(bc);
+    return st;
+}

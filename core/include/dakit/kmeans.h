@@ -1,0 +1,138 @@
+/* dakit kmeans: Lloyd's k-means on n points of d float32 features, with the
+ * optional contiguity-weighted cost of radar reflectivity clustering
+ * (Lakshmanan et al.; the seed's Algorithm 1).
+ *
+ * The definition every backend computes:
+ * - Point i's feature f is points[i * stride_point + f * stride_feature]
+ *   (point-major: stride_point = d, stride_feature = 1; feature-major, d
+ *   planes of n values: stride_point = 1, stride_feature = n). A mask byte of
+ *   0 excludes a point: label -1, in no sum, no neighbour.
+ * - Plain cost: D(x, c) = sum_f (x_f - C_cf)^2, in float, f ascending.
+ * - Contiguity cost (grid given and lambda < 1): the points are the pixels of
+ *   a rows x cols image (i = row * cols + col), and
+ *   cost(x, c) = lambda * D(x, c) / d + (1 - lambda) * (m - s_c) / m,
+ *   m the number of unmasked pixels other than x in the w x w window around
+ *   x (inside the image), s_c how many of them had label c in the previous
+ *   labels; when m = 0 the second term is 0. Labels update synchronously: the
+ *   previous labels of iteration 1 are the plain nearest-centroid labels of
+ *   the initial centroids.
+ * - Iteration t: every unmasked point takes the label of least cost (ties to
+ *   the lowest index) under centroids C_{t-1}; C_t[c] is the mean (summed in
+ *   double or better, rounded to float) of the points labelled c, or
+ *   C_{t-1}[c] when there are none. move_t = max_c |C_t[c] - C_{t-1}[c]|
+ *   (Euclidean, double). Stop after iteration t when move_t < tol, or at
+ *   t = max_iters.
+ * - Results: the last labels and centroids, the iterations run, and the
+ *   objective sum_i D(x_i, C[label_i]) over unmasked points (double). */
+#ifndef DAKIT_KMEANS_H
+#define DAKIT_KMEANS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <dakit/dakit.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DK_KMEANS_MAX_D 32
+#define DK_KMEANS_MAX_K 256
+#define DK_KMEANS_MAX_WINDOW 31
+
+typedef enum dk_kmeans_layout {
+    DK_KMEANS_POINT_MAJOR = 0,  /* n rows of d features (a .npy of shape (n, d)) */
+    DK_KMEANS_FEATURE_MAJOR = 1 /* d planes of n values (image feature planes) */
+} dk_kmeans_layout;
+
+typedef struct dk_kmeans_desc {
+    size_t n;          /* points, >= 1 */
+    int d;             /* features per point, 1 .. DK_KMEANS_MAX_D */
+    int k;             /* clusters, 1 .. DK_KMEANS_MAX_K, at most n */
+    int max_iters;     /* >= 1 */
+    double tol;        /* stop when the largest centroid move is below it; 0: run max_iters */
+    dk_kmeans_layout layout;
+    /* Contiguity: rows * cols == n and lambda < 1 switch it on. */
+    size_t rows, cols; /* 0, 0: the points are no image */
+    double lambda;     /* weight of the feature distance, 0 .. 1; 1 = plain k-means */
+    int window;        /* w, odd, 1 .. DK_KMEANS_MAX_WINDOW */
+} dk_kmeans_desc;
+
+typedef struct dk_kmeans_result {
+    int iterations;
+    double objective;     /* sum of squared distances to the final centroids */
+    double last_move;     /* largest centroid move of the last iteration */
+    size_t valid;         /* unmasked points */
+    /* Time the backend spent in the assignment (with the per-block partial
+     * sums it makes on the way) and in the reduction that forms the new
+     * centroids, summed over iterations; 0 where the backend does not
+     * measure it. */
+    double assign_seconds, update_seconds;
+} dk_kmeans_result;
+
+/* Defaults: point-major, 20 iterations, tol 0, no grid, lambda 1, window 5;
+ * the caller sets n, d, k. */
+void dk_kmeans_desc_init(dk_kmeans_desc *desc);
+
+dk_status dk_kmeans_plan_create(dk_context *ctx, const dk_kmeans_desc *desc, dk_plan **plan);
+
+/* Buffers on the plan's context: points (n*d float32), mask (n bytes, or
+ * NULL: every point counts), init (k*d float32 initial centroids), labels
+ * (n int32, written), centroids (k*d float32, written; may be init).
+ * result may be NULL. The data are not checked for NaN here (that would read
+ * them back); dk_kmeans_execute_host and dk_kmeans_check_points do. */
+dk_status dk_kmeans_execute(dk_plan *plan, const dk_buffer *points, const dk_buffer *mask,
+                            const dk_buffer *init, dk_buffer *labels, dk_buffer *centroids,
+                            dk_kmeans_result *result);
+/* The same on host memory; refuses NaN or infinite features and k larger
+ * than the number of unmasked points. */
+dk_status dk_kmeans_execute_host(dk_plan *plan, const float *points, const uint8_t *mask,
+                                 const float *init, int32_t *labels, float *centroids,
+                                 dk_kmeans_result *result);
+
+/* Checks host points: finite features, at least k unmasked points. Errors go
+ * to dk_last_error(NULL). *valid (may be NULL) gets the unmasked count. */
+dk_status dk_kmeans_check_points(const dk_kmeans_desc *desc, const float *points,
+                                 const uint8_t *mask, size_t *valid);
+
+/* The seed's initial centroids: the range [lo, hi] of feature `feature` over
+ * the unmasked points is cut into k equal intervals, each point goes to the
+ * interval its value lies in (the top value to the last), and centroid c is
+ * the mean of the points of interval c; an empty interval gets the mean of
+ * all points with feature `feature` set to the interval's middle. */
+dk_status dk_kmeans_initial_centroids(const dk_kmeans_desc *desc, const float *points,
+                                      const uint8_t *mask, int feature, float *centroids);
+
+/* The serial reference that defines the result (host memory). */
+dk_status dk_kmeans_reference(const dk_kmeans_desc *desc, const float *points,
+                              const uint8_t *mask, const float *init, int32_t *labels,
+                              float *centroids, dk_kmeans_result *result);
+
+/* ---- plugin ops ---- */
+
+struct dk_msg;
+
+/* What a kmeans plan receives: the validated description and the
+ * quantities every backend derives from it alike. */
+typedef struct dk_kmeans_setup {
+    dk_kmeans_desc desc;
+    int contiguity;                       /* the contiguity cost applies */
+    size_t stride_point, stride_feature;  /* from the layout */
+} dk_kmeans_setup;
+
+typedef struct dk_kmeans_ops {
+    dk_status (*plan_create)(void *device, const dk_kmeans_setup *setup, void **plan,
+                             struct dk_msg *msg);
+    /* Handles from buffer_alloc; mask may be NULL; centroids may equal init.
+     * Fills result (iterations, objective, last_move, valid, timings). */
+    dk_status (*execute)(void *plan, const void *points, const void *mask, const void *init,
+                         void *labels, void *centroids, dk_kmeans_result *result,
+                         struct dk_msg *msg);
+    void (*plan_destroy)(void *plan);
+} dk_kmeans_ops;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
