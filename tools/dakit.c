@@ -14,6 +14,7 @@ static void usage(FILE *f)
             "commands:\n"
             "  info      list the plugins found, their devices and algorithms, and why any was refused\n"
             "  gauss     Gaussian convolution of a .npy field by the K-iterated recursive filter\n"
+            "  enkf      localized ensemble covariance product, EnKF analysis, Lorenz-96 twin experiment\n"
             "  conform   run the conformance cases on backends against the serial reference\n"
             "  bench     time the benchmark cases side by side on backends\n"
             "  demo      smooth a noisy field on the best backend, check it, and draw a picture\n"
@@ -37,11 +38,12 @@ int main(int argc, char **argv)
         printf("dakit %s\n", DK_VERSION_STRING);
         return 0;
     }
+    extern int cmd_enkf(int, char **); /* cmd_enkf.c */
     static const struct {
         const char *name;
         int (*run)(int, char **);
     } commands[] = {{"info", cmd_info},       {"gauss", cmd_gauss}, {"conform", cmd_conform},
-                    {"bench", cmd_bench},     {"demo", cmd_demo}};
+                    {"bench", cmd_bench},     {"demo", cmd_demo}, {"enkf", cmd_enkf}};
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (strcmp(argv[1], commands[i].name) == 0)
             return commands[i].run(argc - 1, argv + 1);

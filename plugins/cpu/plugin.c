@@ -16,6 +16,9 @@
 extern const dk_gauss_ops dk_cpu_gauss_ops;
 extern const dk_kmeans_ops dk_cpu_kmeans_ops; /* kmeans.c */
 void dk_cpu_copy(void *dst, const void *src, size_t bytes);
+#ifdef DK_CPU_ENKF /* enkf.c, built where FFTW and LAPACKE are found */
+extern const dk_enkf_ops dk_cpu_enkf_ops;
+#endif
 
 /* 64 bytes: one cache line and one AVX-512 vector, so no buffer starts
  * part-way through a line that a neighbour also writes. */
@@ -184,6 +187,9 @@ static const dk_plugin cpu_plugin = {
     .buffer_read = cpu_buffer_read,
     .buffer_copy = cpu_buffer_copy,
     .gauss = &dk_cpu_gauss_ops,
+#ifdef DK_CPU_ENKF
+    .enkf = &dk_cpu_enkf_ops,
+#endif
     .kmeans = &dk_cpu_kmeans_ops,
 };
 

@@ -105,6 +105,7 @@ dk_status dk_backend_get(int index, dk_backend_info *info);
 #endif
 
 #include <dakit/gauss.h>
+#include <dakit/enkf.h>
 #include <dakit/kmeans.h>
 
 #endif

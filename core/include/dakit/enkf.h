@@ -1,0 +1,146 @@
+/* dakit enkf: the localized ensemble covariance product and the stochastic
+ * EnKF analysis step built on it.
+ *
+ *   PHT  = [C o (e e^T)] H^T / (L - 1)      (N x M)
+ *   HPHT = H PHT                            (M x M)
+ *
+ * e: the N x L ensemble anomalies, C: the N x N localization matrix, either
+ * symmetric Toeplitz from its first row c (C[i,k] = c[|i-k|]) or, for an
+ * nx x ny field flattened in C order, block Toeplitz with Toeplitz blocks
+ * from an nx x ny table c2 (C[(ix,iy),(kx,ky)] = c2[|ix-kx|][|iy-ky|]).
+ * H: M x N, sparse, in CSR. No N x N matrix is ever formed.
+ *
+ * Analysis, for each member l:
+ *   x_l <- x_l + PHT (HPHT + R)^{-1} (y + eps_l - H x_l)
+ * with R = diag(r), e the anomalies of the (inflated) forecast ensemble and
+ * eps_l ~ N(0, R) from dk_enkf_perturbations (Philox4x32-10 keyed by a seed),
+ * drawn once on the host so that every backend uses the same numbers.
+ *
+ * Arrays are C order: E and X are N x L (member index fastest), PHT is
+ * N x M, HPHT is M x M. */
+#ifndef DAKIT_ENKF_H
+#define DAKIT_ENKF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <dakit/dakit.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum dk_enkf_scheme {
+    DK_ENKF_AUTO = 0,   /* the cost model picks among those the backend offers */
+    DK_ENKF_TILED = 1,  /* the seed's fused kernel: every (i, nonzero of H) pair */
+    DK_ENKF_BANDED = 2, /* only pairs within C's support: suits compact c */
+    DK_ENKF_FFT = 3     /* C applied by circulant embedding and FFT: full c, large N */
+} dk_enkf_scheme;
+
+/* H in compressed sparse rows, 0-based. Repeated (row, column) entries add,
+ * as in scipy; rows may be empty. */
+typedef struct dk_csr {
+    size_t rows, cols;
+    const int64_t *indptr;  /* rows + 1 */
+    const int64_t *indices; /* indptr[rows] column indices */
+    const double *values;
+} dk_csr;
+
+typedef struct dk_enkf_desc {
+    dk_dtype dtype;        /* of E, X, PHT, HPHT; default float64 */
+    size_t n;              /* state size N */
+    size_t members;        /* L >= 2 */
+    int loc_ndim;          /* 1: loc is c (n values); 2: loc is c2 (nx*ny values) */
+    size_t nx, ny;         /* 2-D grid, nx * ny == n */
+    const double *loc;     /* copied by the plan */
+    dk_csr H;              /* copied by the plan; H.cols == n */
+    dk_enkf_scheme scheme;
+} dk_enkf_desc;
+
+/* Defaults: float64, 1-D localization, scheme auto. */
+void dk_enkf_desc_init(dk_enkf_desc *desc);
+
+dk_status dk_enkf_plan_create(dk_context *ctx, const dk_enkf_desc *desc, dk_plan **plan);
+/* Scheme names the context's backend offers (NULL-terminated), or NULL
+ * when it has no enkf. */
+const char *const *dk_enkf_schemes(const dk_context *ctx);
+/* The scheme the plan runs (never AUTO) and its name. */
+dk_enkf_scheme dk_enkf_plan_scheme(const dk_plan *plan);
+const char *dk_enkf_scheme_name(dk_enkf_scheme scheme);
+
+/* e: N x L anomalies; pht: N x M; hpht: M x M or NULL. Buffers of the
+ * plan's context, in the plan's dtype. */
+dk_status dk_enkf_cov(dk_plan *plan, const dk_buffer *e, dk_buffer *pht, dk_buffer *hpht);
+dk_status dk_enkf_cov_host(dk_plan *plan, const void *e, void *pht, void *hpht);
+
+/* X: N x L forecast ensemble, replaced by the analysis. y, r: M values
+ * (float64, host). inflation >= 1 multiplies the forecast anomalies first. */
+dk_status dk_enkf_analysis(dk_plan *plan, dk_buffer *x, const double *y, const double *r,
+                           uint64_t seed, double inflation);
+dk_status dk_enkf_analysis_host(dk_plan *plan, void *x, const double *y, const double *r,
+                                uint64_t seed, double inflation);
+
+/* The observation perturbations eps[j*L + l] ~ N(0, r[j]): Philox4x32-10
+ * with key = seed and counter = (l, j, 0, 0), two 32-bit words per uniform
+ * and Box-Muller. */
+void dk_enkf_perturbations(uint64_t seed, size_t m, size_t members, const double *r, double *eps);
+
+/* The serial references that define the results (host memory, any dtype of
+ * desc; they compute in float64). Errors go to dk_last_error(NULL). */
+dk_status dk_enkf_cov_reference(const dk_enkf_desc *desc, const void *e, void *pht, void *hpht);
+dk_status dk_enkf_analysis_reference(const dk_enkf_desc *desc, void *x, const double *y,
+                                     const double *r, uint64_t seed, double inflation);
+
+/* H from a MatrixMarket coordinate file (real, integer or pattern; general
+ * or symmetric), as scipy.io.mmwrite writes it. On success the four arrays
+ * are malloc'ed into *H (free with dk_csr_free). */
+dk_status dk_csr_read_mtx(const char *path, dk_csr *H);
+void dk_csr_free(dk_csr *H);
+
+/* ---- plugin ops ---- */
+
+struct dk_msg; /* dakit/plugin.h */
+
+/* What an enkf plan receives: the validated description, with its own
+ * copies of c and H (H's columns sorted within each row), and what the
+ * schemes share. */
+typedef struct dk_enkf_setup {
+    dk_enkf_desc desc;      /* desc.loc and desc.H point at the copies below */
+    dk_enkf_scheme scheme;  /* never AUTO */
+    size_t nnz;
+    size_t loc_count;       /* n (1-D) or nx*ny (2-D) */
+    size_t rx, ry;          /* support: c[d] == 0 for d > rx (1-D);
+                               c2[a][b] == 0 for a > rx or b > ry (2-D) */
+    size_t window;          /* pairs with |i - k| > window have C[i,k] == 0 */
+    double *loc;
+    int64_t *indptr, *indices;
+    double *values;
+} dk_enkf_setup;
+
+/* The flat-index lookup of C every backend uses. */
+static inline double dk_enkf_c(const dk_enkf_setup *s, size_t i, size_t k)
+{
+    if (s->desc.loc_ndim == 1)
+        return s->loc[i > k ? i - k : k - i];
+    size_t ny = s->desc.ny, ix = i / ny, iy = i % ny, kx = k / ny, ky = k % ny;
+    return s->loc[(ix > kx ? ix - kx : kx - ix) * ny + (iy > ky ? iy - ky : ky - iy)];
+}
+
+typedef struct dk_enkf_ops {
+    /* NULL-terminated scheme names offered ("tiled", "banded", "fft"). */
+    const char *const *schemes;
+    dk_status (*plan_create)(void *device, const dk_enkf_setup *setup, void **plan, struct dk_msg *msg);
+    /* e, pht, hpht (may be NULL): buffer handles. */
+    dk_status (*cov)(void *plan, const void *e, void *pht, void *hpht, struct dk_msg *msg);
+    /* x: buffer handle, N x L, updated in place. d: host, M x L,
+     * y_j + eps_jl; r: host, M. */
+    dk_status (*analysis)(void *plan, void *x, const double *d, const double *r, double inflation,
+                          struct dk_msg *msg);
+    void (*plan_destroy)(void *plan);
+} dk_enkf_ops;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,398 @@
+/* enkf on the host's cores (OpenMP): the three schemes in float64 (float32
+ * data is widened on the way in and rounded on the way out), FFTW for the
+ * fft scheme, LAPACKE (dposv) for the M x M solve of the analysis. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <fftw3.h>
+#include <lapacke.h>
+
+#include <dakit/plugin.h>
+
+typedef struct cpu_enkf {
+    const dk_enkf_setup *s;
+    size_t P;                /* circulant embedding: 2N (1-D) or 2nx * 2ny (2-D) */
+    size_t Pc;               /* complex outputs of the r2c transform */
+    fftw_complex *spectrum;  /* of C's circulant embedding, / P */
+    fftw_plan forward, backward;
+} cpu_enkf;
+
+static const char *const schemes[] = {"tiled", "banded", "fft", NULL};
+
+static void cpu_enkf_destroy(void *p)
+{
+    cpu_enkf *q = p;
+    if (!q)
+        return;
+    if (q->forward) {
+#pragma omp critical(dk_fftw_planner)
+        {
+            fftw_destroy_plan(q->forward);
+            fftw_destroy_plan(q->backward);
+        }
+    }
+    fftw_free(q->spectrum);
+    free(q);
+}
+
+/* The first column of the circulant that embeds C: C[i,k] is col[(i-k) mod P]
+ * for i, k < N, per axis in 2-D. */
+static double embedded(const dk_enkf_setup *s, size_t a, size_t b)
+{
+    if (s->desc.loc_ndim == 1) {
+        size_t N = s->desc.n;
+        if (a < N)
+            return s->loc[a];
+        return a == N ? 0.0 : s->loc[2 * N - a];
+    }
+    size_t nx = s->desc.nx, ny = s->desc.ny;
+    if (a == nx || b == ny)
+        return 0.0;
+    size_t da = a < nx ? a : 2 * nx - a, db = b < ny ? b : 2 * ny - b;
+    return s->loc[da * ny + db];
+}
+
+static dk_status make_fft(cpu_enkf *q, dk_msg *msg)
+{
+    const dk_enkf_setup *s = q->s;
+    int two_d = s->desc.loc_ndim == 2;
+    size_t n0 = two_d ? 2 * s->desc.nx : 2 * s->desc.n, n1 = two_d ? 2 * s->desc.ny : 1;
+    q->P = n0 * n1;
+    q->Pc = two_d ? n0 * (n1 / 2 + 1) : n0 / 2 + 1;
+    double *real = fftw_malloc(q->P * sizeof *real);
+    q->spectrum = fftw_malloc(q->Pc * sizeof *q->spectrum);
+    if (!real || !q->spectrum) {
+        fftw_free(real);
+        dk_msg_set(msg, "out of host memory for the FFT scheme (%zu points)", q->P);
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+#pragma omp critical(dk_fftw_planner)
+    {
+        if (two_d) {
+            q->forward = fftw_plan_dft_r2c_2d((int)n0, (int)n1, real, q->spectrum, FFTW_ESTIMATE);
+            q->backward = fftw_plan_dft_c2r_2d((int)n0, (int)n1, q->spectrum, real, FFTW_ESTIMATE);
+        } else {
+            q->forward = fftw_plan_dft_r2c_1d((int)n0, real, q->spectrum, FFTW_ESTIMATE);
+            q->backward = fftw_plan_dft_c2r_1d((int)n0, q->spectrum, real, FFTW_ESTIMATE);
+        }
+    }
+    if (!q->forward || !q->backward) {
+        fftw_free(real);
+        dk_msg_set(msg, "FFTW could not plan a transform of %zu points", q->P);
+        return DK_ERR_BACKEND;
+    }
+    for (size_t a = 0; a < n0; a++)
+        for (size_t b = 0; b < n1; b++)
+            real[a * n1 + b] = embedded(s, a, b);
+    fftw_execute_dft_r2c(q->forward, real, q->spectrum);
+    for (size_t t = 0; t < q->Pc; t++) {
+        q->spectrum[t][0] /= (double)q->P;
+        q->spectrum[t][1] /= (double)q->P;
+    }
+    fftw_free(real);
+    return DK_OK;
+}
+
+static dk_status cpu_enkf_create(void *device, const dk_enkf_setup *s, void **plan, dk_msg *msg)
+{
+    (void)device;
+    cpu_enkf *q = calloc(1, sizeof *q);
+    if (!q) {
+        dk_msg_set(msg, "out of host memory");
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    q->s = s;
+    if (s->scheme == DK_ENKF_FFT) {
+        dk_status rc = make_fft(q, msg);
+        if (rc != DK_OK) {
+            cpu_enkf_destroy(q);
+            return rc;
+        }
+    }
+    *plan = q;
+    return DK_OK;
+}
+
+/* G[t*L + l] = H_t e[k_t, l]: the weighted anomalies every scheme sums. */
+static void weigh(const dk_enkf_setup *s, const double *e, double *G)
+{
+    size_t L = s->desc.members;
+#pragma omp parallel for schedule(static)
+    for (size_t t = 0; t < s->nnz; t++)
+        for (size_t l = 0; l < L; l++)
+            G[t * L + l] = s->values[t] * e[(size_t)s->indices[t] * L + l];
+}
+
+static double finish(const double *ei, const double *acc, size_t L)
+{
+    double v = 0;
+    for (size_t l = 0; l < L; l++)
+        v += ei[l] * acc[l];
+    return v / (double)(L - 1);
+}
+
+static void tiled(const dk_enkf_setup *s, const double *e, const double *G, double *pht)
+{
+    size_t N = s->desc.n, L = s->desc.members, M = s->desc.H.rows;
+#pragma omp parallel
+    {
+        double *acc = malloc(L * sizeof *acc);
+#pragma omp for schedule(dynamic, 16)
+        for (size_t i = 0; i < N; i++)
+            for (size_t j = 0; j < M; j++) {
+                memset(acc, 0, L * sizeof *acc);
+                for (int64_t t = s->indptr[j]; t < s->indptr[j + 1]; t++) {
+                    double c = dk_enkf_c(s, i, (size_t)s->indices[t]);
+                    const double *g = G + (size_t)t * L;
+                    for (size_t l = 0; l < L; l++)
+                        acc[l] += c * g[l];
+                }
+                pht[i * M + j] = finish(e + i * L, acc, L);
+            }
+        free(acc);
+    }
+}
+
+/* The first entry of indices[b, e) that is >= key. */
+static int64_t lower_bound(const int64_t *indices, int64_t b, int64_t e, int64_t key)
+{
+    while (b < e) {
+        int64_t mid = b + (e - b) / 2;
+        if (indices[mid] < key)
+            b = mid + 1;
+        else
+            e = mid;
+    }
+    return b;
+}
+
+static void banded(const dk_enkf_setup *s, const double *e, const double *G, double *pht)
+{
+    size_t N = s->desc.n, L = s->desc.members, M = s->desc.H.rows;
+    int64_t w = (int64_t)s->window;
+#pragma omp parallel
+    {
+        double *acc = malloc(L * sizeof *acc);
+#pragma omp for schedule(dynamic, 64)
+        for (size_t i = 0; i < N; i++)
+            for (size_t j = 0; j < M; j++) {
+                memset(acc, 0, L * sizeof *acc);
+                int64_t b = lower_bound(s->indices, s->indptr[j], s->indptr[j + 1], (int64_t)i - w);
+                for (int64_t t = b; t < s->indptr[j + 1] && s->indices[t] <= (int64_t)i + w; t++) {
+                    double c = dk_enkf_c(s, i, (size_t)s->indices[t]);
+                    if (c == 0)
+                        continue;
+                    const double *g = G + (size_t)t * L;
+                    for (size_t l = 0; l < L; l++)
+                        acc[l] += c * g[l];
+                }
+                pht[i * M + j] = finish(e + i * L, acc, L);
+            }
+        free(acc);
+    }
+}
+
+/* Column j = 1/(L-1) sum_l e_l o C (e_l o h_j), C applied through the
+ * circulant embedding. Columns go to threads whole, so no two threads add
+ * into one column. */
+static dk_status fft(const cpu_enkf *q, const double *e, const double *G, double *pht)
+{
+    const dk_enkf_setup *s = q->s;
+    size_t N = s->desc.n, L = s->desc.members, M = s->desc.H.rows;
+    int two_d = s->desc.loc_ndim == 2;
+    size_t ny = s->desc.ny, n1 = two_d ? 2 * ny : 1;
+    int failed = 0;
+#pragma omp parallel
+    {
+        double *v = fftw_malloc(q->P * sizeof *v), *col = malloc(N * sizeof *col);
+        fftw_complex *V = fftw_malloc(q->Pc * sizeof *V);
+        if (!v || !col || !V)
+            failed = 1;
+#pragma omp for schedule(dynamic, 1)
+        for (size_t j = 0; j < M; j++) {
+            if (!v || !col || !V)
+                continue;
+            memset(col, 0, N * sizeof *col);
+            for (size_t l = 0; l < L; l++) {
+                memset(v, 0, q->P * sizeof *v);
+                for (int64_t t = s->indptr[j]; t < s->indptr[j + 1]; t++) {
+                    size_t k = (size_t)s->indices[t];
+                    size_t at = two_d ? (k / ny) * n1 + k % ny : k;
+                    v[at] += G[(size_t)t * L + l];
+                }
+                fftw_execute_dft_r2c(q->forward, v, V);
+                for (size_t t = 0; t < q->Pc; t++) {
+                    double re = V[t][0] * q->spectrum[t][0] - V[t][1] * q->spectrum[t][1];
+                    double im = V[t][0] * q->spectrum[t][1] + V[t][1] * q->spectrum[t][0];
+                    V[t][0] = re;
+                    V[t][1] = im;
+                }
+                fftw_execute_dft_c2r(q->backward, V, v);
+                for (size_t i = 0; i < N; i++) {
+                    size_t at = two_d ? (i / ny) * n1 + i % ny : i;
+                    col[i] += e[i * L + l] * v[at];
+                }
+            }
+            for (size_t i = 0; i < N; i++)
+                pht[i * M + j] = col[i] / (double)(L - 1);
+        }
+        fftw_free(v);
+        fftw_free(V);
+        free(col);
+    }
+    return failed ? DK_ERR_OUT_OF_MEMORY : DK_OK;
+}
+
+static void hpht_of(const dk_enkf_setup *s, const double *pht, double *hpht)
+{
+    size_t M = s->desc.H.rows;
+#pragma omp parallel for schedule(static)
+    for (size_t a = 0; a < M; a++)
+        for (size_t j = 0; j < M; j++) {
+            double sum = 0;
+            for (int64_t t = s->indptr[a]; t < s->indptr[a + 1]; t++)
+                sum += s->values[t] * pht[(size_t)s->indices[t] * M + j];
+            hpht[a * M + j] = sum;
+        }
+}
+
+/* PHT (and HPHT when asked) in float64 from float64 anomalies. */
+static dk_status cov64(const cpu_enkf *q, const double *e, double *pht, double *hpht, dk_msg *msg)
+{
+    const dk_enkf_setup *s = q->s;
+    double *G = malloc((s->nnz ? s->nnz : 1) * s->desc.members * sizeof *G);
+    if (!G) {
+        dk_msg_set(msg, "out of host memory");
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    weigh(s, e, G);
+    dk_status rc = DK_OK;
+    if (s->scheme == DK_ENKF_TILED)
+        tiled(s, e, G, pht);
+    else if (s->scheme == DK_ENKF_BANDED)
+        banded(s, e, G, pht);
+    else
+        rc = fft(q, e, G, pht);
+    free(G);
+    if (rc != DK_OK) {
+        dk_msg_set(msg, "out of host memory for the FFT work arrays");
+        return rc;
+    }
+    if (hpht)
+        hpht_of(s, pht, hpht);
+    return DK_OK;
+}
+
+static double *widen(const void *p, dk_dtype t, size_t count)
+{
+    double *d = malloc((count ? count : 1) * sizeof *d);
+    if (d)
+        for (size_t k = 0; k < count; k++)
+            d[k] = t == DK_F32 ? (double)((const float *)p)[k] : ((const double *)p)[k];
+    return d;
+}
+
+static void narrow(const double *d, void *p, dk_dtype t, size_t count)
+{
+    if (t == DK_F64)
+        memcpy(p, d, count * sizeof *d);
+    else
+        for (size_t k = 0; k < count; k++)
+            ((float *)p)[k] = (float)d[k];
+}
+
+static dk_status cpu_enkf_cov(void *plan, const void *e, void *pht, void *hpht, dk_msg *msg)
+{
+    const cpu_enkf *q = plan;
+    const dk_enkf_setup *s = q->s;
+    size_t N = s->desc.n, L = s->desc.members, M = s->desc.H.rows;
+    dk_dtype t = s->desc.dtype;
+    if (t == DK_F64)
+        return cov64(q, e, pht, hpht, msg);
+    double *e64 = widen(e, t, N * L), *p64 = malloc(N * M * sizeof *p64), *h64 = malloc(M * M * sizeof *h64);
+    dk_status rc = DK_ERR_OUT_OF_MEMORY;
+    if (!e64 || !p64 || !h64)
+        dk_msg_set(msg, "out of host memory");
+    else if ((rc = cov64(q, e64, p64, hpht ? h64 : NULL, msg)) == DK_OK) {
+        narrow(p64, pht, t, N * M);
+        if (hpht)
+            narrow(h64, hpht, t, M * M);
+    }
+    free(e64);
+        free(p64);
+        free(h64);
+    return rc;
+}
+
+static dk_status cpu_enkf_analysis(void *plan, void *x, const double *d, const double *r, double inflation,
+                                   dk_msg *msg)
+{
+    const cpu_enkf *q = plan;
+    const dk_enkf_setup *s = q->s;
+    size_t N = s->desc.n, L = s->desc.members, M = s->desc.H.rows;
+    dk_dtype t = s->desc.dtype;
+    double *X = widen(x, t, N * L), *e = malloc(N * L * sizeof *e), *pht = malloc(N * M * sizeof *pht),
+           *A = malloc(M * M * sizeof *A), *D = malloc(M * L * sizeof *D);
+    dk_status rc = DK_ERR_OUT_OF_MEMORY;
+    if (!X || !e || !pht || !A || !D) {
+        dk_msg_set(msg, "out of host memory");
+        goto done;
+    }
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < N; i++) {
+        double mean = 0;
+        for (size_t l = 0; l < L; l++)
+            mean += X[i * L + l];
+        mean /= (double)L;
+        for (size_t l = 0; l < L; l++) {
+            e[i * L + l] = inflation * (X[i * L + l] - mean);
+            X[i * L + l] = mean + e[i * L + l];
+        }
+    }
+    if ((rc = cov64(q, e, pht, A, msg)) != DK_OK)
+        goto done;
+    for (size_t j = 0; j < M; j++) {
+        A[j * M + j] += r[j];
+        for (size_t l = 0; l < L; l++) {
+            double hx = 0;
+            for (int64_t u = s->indptr[j]; u < s->indptr[j + 1]; u++)
+                hx += s->values[u] * X[(size_t)s->indices[u] * L + l];
+            D[j * L + l] = d[j * L + l] - hx;
+        }
+    }
+    lapack_int info = LAPACKE_dposv(LAPACK_ROW_MAJOR, 'L', (lapack_int)M, (lapack_int)L, A, (lapack_int)M, D,
+                                    (lapack_int)L);
+    if (info != 0) {
+        dk_msg_set(msg, info > 0 ? "HPHT + R is not positive definite (LAPACKE_dposv, minor %d)"
+                                 : "LAPACKE_dposv rejected argument %d",
+                   (int)(info > 0 ? info : -info));
+        rc = info > 0 ? DK_ERR_INVALID_ARGUMENT : DK_ERR_BACKEND;
+        goto done;
+    }
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < N; i++)
+        for (size_t l = 0; l < L; l++) {
+            double v = X[i * L + l];
+            for (size_t j = 0; j < M; j++)
+                v += pht[i * M + j] * D[j * L + l];
+            X[i * L + l] = v;
+        }
+    narrow(X, x, t, N * L);
+    rc = DK_OK;
+done:
+    free(X);
+    free(e);
+    free(pht);
+    free(A);
+    free(D);
+    return rc;
+}
+
+const dk_enkf_ops dk_cpu_enkf_ops = {
+    .schemes = schemes,
+    .plan_create = cpu_enkf_create,
+    .cov = cpu_enkf_cov,
+    .analysis = cpu_enkf_analysis,
+    .plan_destroy = cpu_enkf_destroy,
+};
