@@ -22,5 +22,6 @@ typedef struct bench_suite {
 } bench_suite;
 
 extern const bench_suite bench_gauss;
+extern const bench_suite bench_kmeans;
 
 #endif

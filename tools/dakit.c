@@ -14,6 +14,7 @@ static void usage(FILE *f)
             "commands:\n"
             "  info      list the plugins found, their devices and algorithms, and why any was refused\n"
             "  gauss     Gaussian convolution of a .npy field by the K-iterated recursive filter\n"
+            "  kmeans    k-means of .npy points, or cluster a RADOLAN radar composite into a map\n"
             "  enkf      localized ensemble covariance product, EnKF analysis, Lorenz-96 twin experiment\n"
             "  conform   run the conformance cases on backends against the serial reference\n"
             "  bench     time the benchmark cases side by side on backends\n"
@@ -39,10 +40,11 @@ int main(int argc, char **argv)
         return 0;
     }
     extern int cmd_enkf(int, char **); /* cmd_enkf.c */
+    extern int cmd_kmeans(int, char **); /* cmd_kmeans.c */
     static const struct {
         const char *name;
         int (*run)(int, char **);
-    } commands[] = {{"info", cmd_info},       {"gauss", cmd_gauss}, {"conform", cmd_conform},
+    } commands[] = {{"info", cmd_info},       {"gauss", cmd_gauss}, {"kmeans", cmd_kmeans}, {"conform", cmd_conform},
                     {"bench", cmd_bench},     {"demo", cmd_demo}, {"enkf", cmd_enkf}};
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (strcmp(argv[1], commands[i].name) == 0)

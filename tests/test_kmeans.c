@@ -1,0 +1,201 @@
+/* kmeans: blobs recovered exactly, the RADOLAN reader on the real composite
+ * and on broken copies of it, and bad input refused with a sentence. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <dakit/kmeans.h>
+
+#include "check.h"
+#include "radolan.h"
+
+/* stops the test where going on would only crash */
+#define REQUIRE(cond)                                                                                      \
+    do {                                                                                                   \
+        if (!(cond)) {                                                                                     \
+            printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);                                          \
+            exit(1);                                                                                       \
+        }                                                                                                  \
+    } while (0)
+
+static void blobs(dk_context *ctx)
+{
+    /* 5 blobs of radius 0.5 whose centres are >= 10 apart: every point must
+     * land with its own blob, and each centroid on its blob's mean */
+    const int k = 5, d = 3;
+    const size_t n = 5000;
+    float *x = malloc(n * d * sizeof *x), init[15], cent[15];
+    int32_t *lab = malloc(n * sizeof *lab);
+    double mean[5][3] = {{0}};
+    uint64_t s = 7;
+    for (size_t i = 0; i < n; i++)
+        for (int f = 0; f < d; f++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            double u = (double)(s >> 11) / 9007199254740992.0 - 0.5;
+            x[i * d + f] = (float)(12.0 * (double)(i % k) * (f == 0 ? 1 : -0.5) + u);
+            mean[i % k][f] += x[i * d + f] / (double)(n / k);
+        }
+    dk_kmeans_desc desc;
+    dk_kmeans_desc_init(&desc);
+    desc.n = n;
+    desc.d = d;
+    desc.k = k;
+    REQUIRE(dk_kmeans_initial_centroids(&desc, x, NULL, 0, init) == DK_OK);
+    dk_plan *plan = NULL;
+    dk_kmeans_result r;
+    REQUIRE(dk_kmeans_plan_create(ctx, &desc, &plan) == DK_OK);
+    REQUIRE(dk_kmeans_execute_host(plan, x, NULL, init, lab, cent, &r) == DK_OK);
+    for (size_t i = 0; i < n; i++)
+        CHECK(lab[i] == (int32_t)(i % k), "point %zu labelled %d, blob %zu", i, lab[i], i % k);
+    for (int c = 0; c < k; c++)
+        for (int f = 0; f < d; f++)
+            CHECK(fabs(cent[c * d + f] - mean[c][f]) < 1e-4, "centroid %d feature %d: %g vs %g", c, f,
+                   cent[c * d + f], mean[c][f]);
+    CHECK(r.iterations == 20 && r.valid == n, "iterations %d valid %zu", r.iterations, r.valid);
+
+    /* bad input: NaN, k > valid points, d = 0, even window, lambda without grid */
+    x[7] = NAN;
+    CHECK(dk_kmeans_execute_host(plan, x, NULL, init, lab, cent, &r) == DK_ERR_INVALID_ARGUMENT &&
+               strstr(dk_last_error(ctx), "finite"),
+           "NaN accepted: %s", dk_last_error(ctx));
+    x[7] = 0;
+    uint8_t *mask = calloc(n, 1);
+    mask[0] = mask[1] = 1;
+    CHECK(dk_kmeans_execute_host(plan, x, mask, init, lab, cent, &r) == DK_ERR_INVALID_ARGUMENT &&
+               strstr(dk_last_error(ctx), "unmasked"),
+           "k > valid accepted: %s", dk_last_error(ctx));
+    dk_plan_destroy(plan);
+    dk_kmeans_desc bad = desc;
+    bad.d = 0;
+    CHECK(dk_kmeans_plan_create(ctx, &bad, &plan) == DK_ERR_INVALID_ARGUMENT, "d = 0 accepted");
+    bad = desc;
+    bad.k = (int)n + 1;
+    CHECK(dk_kmeans_reference(&bad, x, NULL, init, lab, cent, &r) == DK_ERR_INVALID_ARGUMENT, "k > n accepted");
+    bad = desc;
+    bad.lambda = 0.5;
+    CHECK(dk_kmeans_plan_create(ctx, &bad, &plan) == DK_ERR_INVALID_ARGUMENT, "lambda without a grid accepted");
+    bad = desc;
+    bad.rows = 50;
+    bad.cols = 100;
+    bad.lambda = 0.5;
+    bad.window = 4;
+    CHECK(dk_kmeans_plan_create(ctx, &bad, &plan) == DK_ERR_INVALID_ARGUMENT, "even window accepted");
+    bad.window = 5;
+    bad.cols = 99;
+    CHECK(dk_kmeans_plan_create(ctx, &bad, &plan) == DK_ERR_INVALID_ARGUMENT &&
+               strstr(dk_last_error(ctx), "grid"),
+           "grid that does not hold n accepted");
+    free(mask);
+    free(x);
+    free(lab);
+}
+
+static unsigned char *slurp_gz(const char *path, size_t *size)
+{
+    radolan r;
+    char err[512];
+    (void)r;
+    (void)err;
+    char cmd[1200];
+    snprintf(cmd, sizeof cmd, "gzip -dc '%s'", path);
+    FILE *p = popen(cmd, "r");
+    if (!p)
+        return NULL;
+    size_t cap = 2 << 20;
+    unsigned char *b = malloc(cap);
+    *size = fread(b, 1, cap, p);
+    pclose(p);
+    return b;
+}
+
+static void write_file(const char *path, const unsigned char *b, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    fwrite(b, 1, n, f);
+    fclose(f);
+}
+
+static void reader(const char *path, const char *tmpdir)
+{
+    radolan r;
+    char err[512], p[1024];
+    REQUIRE(radolan_read(path, &r, err, sizeof err) == DK_OK);
+    CHECK(!strcmp(r.product, "RX") && r.rows == 900 && r.cols == 900, "%s %zu x %zu", r.product, r.rows, r.cols);
+    CHECK(r.data_pixels == 633455, "pixels with data %zu", r.data_pixels);
+    CHECK(fabsf(r.max_value - 56.5f) < 1e-6f, "max %g", (double)r.max_value);
+    size_t ge5 = 0;
+    for (size_t i = 0; i < r.rows * r.cols; i++)
+        ge5 += r.has_data[i] && r.value[i] >= 5;
+    CHECK(ge5 == 149569, "pixels >= 5 dBZ %zu", ge5);
+    radolan_free(&r);
+
+    size_t size = 0;
+    unsigned char *b = slurp_gz(path, &size);
+    REQUIRE(b && size == 810138);
+    /* the plain (uncompressed) file reads the same */
+    snprintf(p, sizeof p, "%s/plain.bin", tmpdir);
+    write_file(p, b, size);
+    CHECK(radolan_read(p, &r, err, sizeof err) == DK_OK && r.data_pixels == 633455, "plain file: %s", err);
+    radolan_free(&r);
+    /* truncated */
+    CHECK(radolan_parse(b, size - 1000, &r, err, sizeof err) == DK_ERR_FORMAT && strstr(err, "truncated"),
+           "truncated: %s", err);
+    /* a grid that disagrees with the byte count (BY removed so the size check speaks) */
+    unsigned char *c = malloc(size);
+    memcpy(c, b, size);
+    memcpy(strstr((char *)c, "BY"), "XX", 2);
+    CHECK(radolan_parse(c, size - 900, &r, err, sizeof err) == DK_ERR_FORMAT && strstr(err, "truncated"),
+           "short data: %s", err);
+    memcpy(strstr((char *)c, "GP") + 3, "899", 3);
+    CHECK(radolan_parse(c, size, &r, err, sizeof err) == DK_ERR_FORMAT && strstr(err, "needs"), "grid: %s", err);
+    /* unknown product */
+    memcpy(c, b, size);
+    c[0] = 'Q';
+    c[1] = 'Q';
+    CHECK(radolan_parse(c, size, &r, err, sizeof err) == DK_ERR_FORMAT && strstr(err, "unknown"), "product: %s",
+           err);
+    /* no header end */
+    memset(c, 'A', 9000);
+    CHECK(radolan_parse(c, 9000, &r, err, sizeof err) == DK_ERR_FORMAT, "no header: %s", err);
+    /* a corrupt gzip stream */
+    FILE *f = fopen(path, "rb");
+    unsigned char gz[4096];
+    size_t gn = fread(gz, 1, sizeof gz, f);
+    fclose(f);
+    for (size_t i = 100; i < gn; i += 7)
+        gz[i] ^= 0x5a;
+    snprintf(p, sizeof p, "%s/corrupt.gz", tmpdir);
+    write_file(p, gz, gn);
+    CHECK(radolan_read(p, &r, err, sizeof err) == DK_ERR_FORMAT, "corrupt gzip: %s", err);
+    /* a two-byte product: RW, precision 0.1, one value, one no-data, one clutter */
+    const char *fmt = "RW102050100000814BY%7zuVS 3SW   2.13.1PR E-01INT  60GP   1x   3MS 10<boo,ros> \x03";
+    char hdr[200];
+    size_t hl = (size_t)snprintf(hdr, sizeof hdr, fmt, (size_t)0);
+    snprintf(hdr, sizeof hdr, fmt, hl + 6);
+    unsigned char two[200];
+    memcpy(two, hdr, hl);
+    unsigned short px[3] = {123, 0x2000 | 29, 0x8000 | 5};
+    memcpy(two + hl, px, sizeof px);
+    CHECK(radolan_parse(two, hl + 6, &r, err, sizeof err) == DK_OK && r.bytes_per_pixel == 2 && r.cols == 3 &&
+               fabsf(r.value[0] - 12.3f) < 1e-5f && r.data_pixels == 1 && r.clutter_pixels == 1,
+           "two-byte product: %s", err);
+    radolan_free(&r);
+    free(c);
+    free(b);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: test_kmeans RADOLAN_FILE TMPDIR\n");
+        return 2;
+    }
+    dk_context *ctx;
+    REQUIRE(dk_context_create("cpu", &ctx) == DK_OK);
+    blobs(ctx);
+    dk_context_destroy(ctx);
+    reader(argv[1], argv[2]);
+    printf("%s\n", failures ? "FAILED" : "ok");
+    return failures != 0;
+}

@@ -1,0 +1,173 @@
+/* The kmeans benchmark cases: the issue's targets.
+ *   points_3e6_d8_k16  n = 3e6, d = 8, k = 16, 20 iterations, tol 0: labels
+ *                      and centroids from points already on the device. The
+ *                      floor is reading the points 20 times.
+ *   radar_900          the RADOLAN composite (tests/data, or $DAKIT_RADOLAN),
+ *                      k = 6, lambda 0.7, window 5, 20 iterations: decoded
+ *                      reflectivity on the host to labels on the host (texture
+ *                      features by gauss on the device, transfers included).
+ * After the timed runs, each case prints how the backend's own clock split
+ * the last run between assignment and centroid update. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <dakit/kmeans.h>
+
+#include "bench.h"
+#include "cli.h"
+#include "kmeans_radar.h"
+#include "radolan.h"
+
+#define RADAR_FILE "tests/data/raa01-rx_10000-1408102050-dwd---bin.gz"
+
+static const struct {
+    const char *name, *what;
+} cases[] = {
+    {"points_3e6_d8_k16", "3e6 points, d 8, k 16, 20 iterations, tol 0 (device-resident)"},
+    {"radar_900", "RADOLAN RX 900x900, k 6, lambda 0.7, window 5, 20 iterations, reflectivity to labels"},
+};
+#define NCASES ((int)(sizeof cases / sizeof cases[0]))
+
+typedef struct state {
+    int which;
+    char backend[64];
+    dk_plan *plan;
+    dk_buffer *x, *init, *labels, *cent;
+    dk_kmeans_result last;
+    radolan r;
+    radar_pipeline *radar;
+    int32_t *h_labels;
+    float h_cent[6 * RADAR_FEATURES];
+} state;
+
+static int count(void) { return NCASES; }
+static const char *name(int i) { return cases[i].name; }
+static const char *what(int i) { return cases[i].what; }
+static const char *const *variants(const dk_context *ctx)
+{
+    (void)ctx;
+    static const char *const one[] = {"lloyd", NULL};
+    return one;
+}
+
+static double bytes(int i)
+{
+    if (i == 0)
+        return 20.0 * 3e6 * 8 * sizeof(float);
+    return 20.0 * 810000.0 * RADAR_FEATURES * sizeof(float);
+}
+
+static void teardown(void *p)
+{
+    state *s = p;
+    if (!s)
+        return;
+    if (s->last.iterations)
+        printf("kmeans %s on %s: last run %d iterations, backend clock: assignment + block partial sums %.3f ms, "
+               "centroid update (reduction) %.3f ms\n",
+               cases[s->which].name, s->backend, s->last.iterations, s->last.assign_seconds * 1e3,
+               s->last.update_seconds * 1e3);
+    dk_plan_destroy(s->plan);
+    dk_buffer_destroy(s->x);
+    dk_buffer_destroy(s->init);
+    dk_buffer_destroy(s->labels);
+    dk_buffer_destroy(s->cent);
+    radar_pipeline_destroy(s->radar);
+    radolan_free(&s->r);
+    free(s->h_labels);
+    free(s);
+}
+
+static void *setup(dk_context *ctx, int i, const char *variant, char *err, size_t len)
+{
+    (void)variant;
+    state *s = calloc(1, sizeof *s);
+    if (!s) {
+        snprintf(err, len, "out of host memory");
+        return NULL;
+    }
+    s->which = i;
+    snprintf(s->backend, sizeof s->backend, "%s", dk_context_backend(ctx));
+    if (i == 1) {
+        const char *path = getenv("DAKIT_RADOLAN") ? getenv("DAKIT_RADOLAN") : RADAR_FILE;
+        radar_options o = {6, 0.7, 5, 5.0, 2.0, 20, 0.0};
+        if (radolan_read(path, &s->r, err, len) != DK_OK ||
+            radar_pipeline_create(ctx, s->r.rows, s->r.cols, &o, &s->radar, err, len) != DK_OK) {
+            teardown(s);
+            return NULL;
+        }
+        s->h_labels = malloc(s->r.rows * s->r.cols * sizeof *s->h_labels);
+        return s;
+    }
+    dk_kmeans_desc d;
+    dk_kmeans_desc_init(&d);
+    d.n = 3000000;
+    d.d = 8;
+    d.k = 16;
+    d.max_iters = 20;
+    d.tol = 0;
+    size_t xs = d.n * d.d * sizeof(float), cs = (size_t)d.k * d.d * sizeof(float);
+    float *host = malloc(xs), *init = malloc(cs);
+    if (!host || !init) {
+        snprintf(err, len, "out of host memory");
+        free(host);
+        free(init);
+        teardown(s);
+        return NULL;
+    }
+    /* 16 overlapping blobs in 8 dimensions, uniform noise around them */
+    uint64_t st = 99;
+    float centers[16][8];
+    for (int c = 0; c < 16; c++)
+        for (int f = 0; f < 8; f++)
+            centers[c][f] = (float)(4 * cli_random(&st));
+    for (size_t p = 0; p < d.n; p++)
+        for (int f = 0; f < 8; f++)
+            host[p * 8 + f] = centers[p % 16][f] + (float)cli_random(&st);
+    if (dk_kmeans_initial_centroids(&d, host, NULL, 0, init) != DK_OK ||
+        dk_kmeans_plan_create(ctx, &d, &s->plan) != DK_OK || dk_buffer_create(ctx, xs, &s->x) != DK_OK ||
+        dk_buffer_create(ctx, cs, &s->init) != DK_OK ||
+        dk_buffer_create(ctx, d.n * sizeof(int32_t), &s->labels) != DK_OK ||
+        dk_buffer_create(ctx, cs, &s->cent) != DK_OK || dk_buffer_write(s->x, host, xs) != DK_OK ||
+        dk_buffer_write(s->init, init, cs) != DK_OK) {
+        snprintf(err, len, "%s", dk_last_error(ctx));
+        free(host);
+        free(init);
+        teardown(s);
+        return NULL;
+    }
+    free(host);
+    free(init);
+    return s;
+}
+
+static dk_status run(void *p)
+{
+    state *s = p;
+    if (s->which == 1) {
+        char err[512];
+        radar_result res;
+        memset(&res, 0, sizeof res);
+        dk_status st = radar_pipeline_run(s->radar, s->r.value, s->h_labels, s->h_cent, &res, err, sizeof err);
+        if (st == DK_OK)
+            s->last = res.kmeans;
+        else
+            fprintf(stderr, "kmeans radar_900: %s\n", err);
+        return st;
+    }
+    return dk_kmeans_execute(s->plan, s->x, NULL, s->init, s->labels, s->cent, &s->last);
+}
+
+const bench_suite bench_kmeans = {
+    .algo = "kmeans",
+    .count = count,
+    .name = name,
+    .what = what,
+    .bytes = bytes,
+    .variants = variants,
+    .setup = setup,
+    .run = run,
+    .teardown = teardown,
+};
