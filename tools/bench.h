@@ -22,6 +22,7 @@ typedef struct bench_suite {
 } bench_suite;
 
 extern const bench_suite bench_gauss;
+extern const bench_suite bench_enkf;
 extern const bench_suite bench_kmeans;
 
 #endif
