@@ -12,7 +12,7 @@
 #define MAX_BACKENDS 16
 #define MAX_RUNS 200
 
-static const bench_suite *const suites[] = {&bench_gauss, &bench_enkf, &bench_kmeans};
+static const bench_suite *const suites[] = {&bench_gauss, &bench_enkf, &bench_kmeans, &bench_gbees};
 #define NSUITES ((int)(sizeof suites / sizeof suites[0]))
 
 static void usage(FILE *f)

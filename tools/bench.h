@@ -24,5 +24,6 @@ typedef struct bench_suite {
 extern const bench_suite bench_gauss;
 extern const bench_suite bench_enkf;
 extern const bench_suite bench_kmeans;
+extern const bench_suite bench_gbees;
 
 #endif

@@ -11,7 +11,7 @@
 #define MAX_BACKENDS 16
 #define MAX_ROWS 4096
 
-static const conform_suite *const suites[] = {&conform_gauss, &conform_enkf, &conform_kmeans};
+static const conform_suite *const suites[] = {&conform_gauss, &conform_enkf, &conform_kmeans, &conform_gbees};
 #define NSUITES ((int)(sizeof suites / sizeof suites[0]))
 
 typedef struct row {

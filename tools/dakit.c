@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "gbees_tools.h"
 
 static void usage(FILE *f)
 {
@@ -18,6 +19,7 @@ static void usage(FILE *f)
             "  enkf      localized ensemble covariance product, EnKF analysis, Lorenz-96 twin experiment\n"
             "  conform   run the conformance cases on backends against the serial reference\n"
             "  bench     time the benchmark cases side by side on backends\n"
+            "  gbees     propagate a density with GBEES (gbees-plot: 2-D marginals; gbees-mc: Monte Carlo check)\n"
             "  demo      smooth a noisy field on the best backend, check it, and draw a picture\n"
             "\n"
             "environment:\n"
@@ -41,12 +43,12 @@ int main(int argc, char **argv)
     }
     extern int cmd_enkf(int, char **); /* cmd_enkf.c */
     extern int cmd_kmeans(int, char **); /* cmd_kmeans.c */
-    extern int cmd_enkf(int, char **); /* cmd_enkf.c */
     static const struct {
         const char *name;
         int (*run)(int, char **);
     } commands[] = {{"info", cmd_info},       {"gauss", cmd_gauss}, {"kmeans", cmd_kmeans}, {"conform", cmd_conform},
-                    {"bench", cmd_bench},     {"demo", cmd_demo}, {"enkf", cmd_enkf}};
+                    {"bench", cmd_bench},     {"demo", cmd_demo},
+                    {"gbees", cmd_gbees}, {"gbees-plot", cmd_gbees_plot}, {"gbees-mc", cmd_gbees_mc}, {"enkf", cmd_enkf}};
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (strcmp(argv[1], commands[i].name) == 0)
             return commands[i].run(argc - 1, argv + 1);

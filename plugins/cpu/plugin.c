@@ -14,6 +14,7 @@
 
 /* Defined in gauss.c. */
 extern const dk_gauss_ops dk_cpu_gauss_ops;
+extern const dk_gbees_ops dk_cpu_gbees_ops; /* gbees.c */
 extern const dk_kmeans_ops dk_cpu_kmeans_ops; /* kmeans.c */
 void dk_cpu_copy(void *dst, const void *src, size_t bytes);
 #ifdef DK_CPU_ENKF /* enkf.c, built where FFTW and LAPACKE are found */
@@ -187,6 +188,7 @@ static const dk_plugin cpu_plugin = {
     .buffer_read = cpu_buffer_read,
     .buffer_copy = cpu_buffer_copy,
     .gauss = &dk_cpu_gauss_ops,
+    .gbees = &dk_cpu_gbees_ops,
 #ifdef DK_CPU_ENKF
     .enkf = &dk_cpu_enkf_ops,
 #endif

@@ -107,5 +107,6 @@ dk_status dk_backend_get(int index, dk_backend_info *info);
 #include <dakit/gauss.h>
 #include <dakit/enkf.h>
 #include <dakit/kmeans.h>
+#include <dakit/gbees.h>
 
 #endif

@@ -1,0 +1,636 @@
+/* The GBEES scheme on one sparse grid, shared by the serial reference (in
+ * libdakit, compiled without OpenMP) and the cpu plugin (compiled with it).
+ * Every parallel loop writes only its own cell, and every sum is taken in
+ * fixed chunks added in order, so both builds give bit-identical results
+ * whatever the thread count.
+ *
+ * Storage is structure-of-arrays over cell positions 0..n-1: key (dim int32),
+ * v (velocity component i at the cell's forward face in i), nb (2 dim
+ * neighbour positions: backward then forward per axis, -1 when absent), p
+ * (probability mass), flux (per axis, the total flux through the forward
+ * face, times dt). A hash table maps keys to positions. */
+#ifndef DAKIT_GBEES_ENGINE_H
+#define DAKIT_GBEES_ENGINE_H
+
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <dakit/plugin.h>
+
+#include "hash.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#define GB_OMP(x) _Pragma(#x)
+#else
+#define GB_OMP(x)
+#endif
+
+/* Sums run over fixed chunks of this many cells, then add the chunk sums in
+ * order: the same rounding serially and in parallel. */
+#define GB_CHUNK 2048
+
+typedef struct gb_grid {
+    dk_gbees_setup s;
+    int d;
+    size_t n, cap;
+    int32_t *key;
+    double *v;
+    int32_t *nb;
+    double *p;
+    double *flux;
+    double *rate;    /* sum_i |v_i| / dx_i: the cell's CFL rate */
+    uint8_t *mark;
+    double *partial; /* chunk sums */
+    gb_hash ht;
+    double t, dt;
+    uint64_t steps, cell_steps;
+} gb_grid;
+
+static int gb_reserve(gb_grid *g, size_t want)
+{
+    if (want <= g->cap)
+        return 0;
+    size_t cap = g->cap ? g->cap : 1024;
+    while (cap < want)
+        cap *= 2;
+    if (cap > (size_t)INT32_MAX)
+        return -1;
+    int d = g->d;
+    void *k = realloc(g->key, cap * d * sizeof *g->key);
+    if (k) g->key = k;
+    void *v = realloc(g->v, cap * d * sizeof *g->v);
+    if (v) g->v = v;
+    void *nb = realloc(g->nb, cap * 2 * d * sizeof *g->nb);
+    if (nb) g->nb = nb;
+    void *p = realloc(g->p, cap * sizeof *g->p);
+    if (p) g->p = p;
+    void *f = realloc(g->flux, cap * d * sizeof *g->flux);
+    if (f) g->flux = f;
+    void *r = realloc(g->rate, cap * sizeof *g->rate);
+    if (r) g->rate = r;
+    void *m = realloc(g->mark, cap);
+    if (m) g->mark = m;
+    void *pa = realloc(g->partial, (cap / GB_CHUNK + 1) * sizeof *g->partial);
+    if (pa) g->partial = pa;
+    if (!k || !v || !nb || !p || !f || !r || !m || !pa)
+        return -1;
+    g->cap = cap;
+    return 0;
+}
+
+static void gb_free(gb_grid *g)
+{
+    free(g->key);
+    free(g->v);
+    free(g->nb);
+    free(g->p);
+    free(g->flux);
+    free(g->rate);
+    free(g->mark);
+    free(g->partial);
+    gb_hash_free(&g->ht);
+    free(g);
+}
+
+static gb_grid *gb_create(const dk_gbees_setup *setup)
+{
+    gb_grid *g = calloc(1, sizeof *g);
+    if (!g)
+        return NULL;
+    g->s = *setup;
+    g->d = setup->dim;
+    if (gb_reserve(g, 4096) != 0 || gb_hash_init(&g->ht, g->d, 4096) != 0) {
+        gb_free(g);
+        return NULL;
+    }
+    return g;
+}
+
+static inline void gb_center(const gb_grid *g, size_t c, double *x)
+{
+    for (int i = 0; i < g->d; i++)
+        x[i] = g->s.center[i] + g->s.dx[i] * g->key[c * g->d + i];
+}
+
+/* Velocities at the forward faces: component i of f at the centre moved
+ * half a cell along i. Fixed in time (the models are autonomous), so they
+ * are computed once, when the cell is made. */
+static void gb_velocity(gb_grid *g, size_t c)
+{
+    int d = g->d;
+    double x[DK_GBEES_MAX_DIM], f[DK_GBEES_MAX_DIM], rate = 0.0;
+    for (int i = 0; i < d; i++) {
+        gb_center(g, c, x);
+        x[i] += 0.5 * g->s.dx[i];
+        g->s.model->f(d, x, g->s.model->coef, f);
+        g->v[c * d + i] = f[i];
+        rate += fabs(f[i]) / g->s.dx[i];
+    }
+    g->rate[c] = rate;
+}
+
+/* Appends a cell with key k and mass p (no velocity or links yet);
+ * returns its position, or -1 when memory ran out. Present: its position. */
+static int32_t gb_add(gb_grid *g, const int32_t *k, double p)
+{
+    int32_t found = gb_hash_find(&g->ht, g->key, k);
+    if (found >= 0)
+        return found;
+    if (gb_reserve(g, g->n + 1) != 0)
+        return -1;
+    size_t c = g->n;
+    memcpy(g->key + c * g->d, k, g->d * sizeof *k);
+    g->p[c] = p;
+    if (gb_hash_insert(&g->ht, g->key, (int32_t)c) < 0)
+        return -1;
+    g->n++;
+    return (int32_t)c;
+}
+
+/* Links cells [from, n) to their face neighbours, both ways, and gives them
+ * velocities. */
+static void gb_link_new(gb_grid *g, size_t from)
+{
+    int d = g->d;
+    GB_OMP(omp parallel for schedule(static))
+    for (size_t c = from; c < g->n; c++) {
+        int32_t k[DK_GBEES_MAX_DIM];
+        memcpy(k, g->key + c * d, d * sizeof *k);
+        for (int i = 0; i < d; i++) {
+            k[i]--;
+            g->nb[c * 2 * d + 2 * i] = gb_hash_find(&g->ht, g->key, k);
+            k[i] += 2;
+            g->nb[c * 2 * d + 2 * i + 1] = gb_hash_find(&g->ht, g->key, k);
+            k[i]--;
+        }
+        gb_velocity(g, c);
+    }
+    /* old cells learn of new neighbours: a new cell's back neighbour, if
+     * old, points forward to it (old cells are touched by one new cell per
+     * face at most, and serially, so no two writes meet) */
+    for (size_t c = from; c < g->n; c++)
+        for (int i = 0; i < d; i++) {
+            int32_t b = g->nb[c * 2 * d + 2 * i], f = g->nb[c * 2 * d + 2 * i + 1];
+            if (b >= 0 && (size_t)b < from)
+                g->nb[(size_t)b * 2 * d + 2 * i + 1] = (int32_t)c;
+            if (f >= 0 && (size_t)f < from)
+                g->nb[(size_t)f * 2 * d + 2 * i] = (int32_t)c;
+        }
+}
+
+static double gb_sum(gb_grid *g)
+{
+    size_t chunks = (g->n + GB_CHUNK - 1) / GB_CHUNK;
+    GB_OMP(omp parallel for schedule(static))
+    for (size_t b = 0; b < chunks; b++) {
+        size_t end = (b + 1) * GB_CHUNK < g->n ? (b + 1) * GB_CHUNK : g->n;
+        double s = 0.0;
+        for (size_t c = b * GB_CHUNK; c < end; c++)
+            s += g->p[c];
+        g->partial[b] = s;
+    }
+    double total = 0.0;
+    for (size_t b = 0; b < chunks; b++)
+        total += g->partial[b];
+    return total;
+}
+
+static int gb_normalize(gb_grid *g)
+{
+    double total = gb_sum(g);
+    if (!(total > 0.0) || !isfinite(total))
+        return -1;
+    double scale = 1.0 / total;
+    GB_OMP(omp parallel for schedule(static))
+    for (size_t c = 0; c < g->n; c++)
+        g->p[c] *= scale;
+    return 0;
+}
+
+static double gb_gauss_quad(int d, const double *x, const double *mean, const double *inv)
+{
+    double r[DK_GBEES_MAX_DIM], q = 0.0;
+    for (int i = 0; i < d; i++)
+        r[i] = x[i] - mean[i];
+    for (int i = 0; i < d; i++) {
+        double row = 0.0;
+        for (int j = 0; j < d; j++)
+            row += inv[i * d + j] * r[j];
+        q += r[i] * row;
+    }
+    return q;
+}
+
+/* Breadth-first from the mean's cell: every cell whose mass is at or above
+ * the threshold adds its face neighbours. Masses are the Gaussian density
+ * at the centre times the cell volume. */
+static dk_status gb_init(gb_grid *g, const double *mean, const double *inv, dk_msg *msg)
+{
+    int d = g->d;
+    double logdet_inv = 0.0; /* log det of inv from its Cholesky factor */
+    {
+        double a[DK_GBEES_MAX_DIM * DK_GBEES_MAX_DIM];
+        memcpy(a, inv, d * d * sizeof *a);
+        for (int j = 0; j < d; j++) {
+            double s = a[j * d + j];
+            for (int k = 0; k < j; k++)
+                s -= a[j * d + k] * a[j * d + k];
+            if (!(s > 0.0)) {
+                dk_msg_set(msg, "the initial covariance is not positive definite");
+                return DK_ERR_INVALID_ARGUMENT;
+            }
+            a[j * d + j] = sqrt(s);
+            logdet_inv += 2.0 * log(a[j * d + j]);
+            for (int i = j + 1; i < d; i++) {
+                double t = a[i * d + j];
+                for (int k = 0; k < j; k++)
+                    t -= a[i * d + k] * a[j * d + k];
+                a[i * d + j] = t / a[j * d + j];
+            }
+        }
+    }
+    double lognorm = 0.5 * logdet_inv - 0.5 * d * log(2.0 * M_PI);
+    for (int i = 0; i < d; i++)
+        lognorm += log(g->s.dx[i]);
+    g->n = 0;
+    gb_hash_clear(&g->ht);
+    int32_t k[DK_GBEES_MAX_DIM];
+    for (int i = 0; i < d; i++)
+        k[i] = (int32_t)lround((mean[i] - g->s.center[i]) / g->s.dx[i]);
+    if (gb_add(g, k, 0.0) < 0)
+        goto nomem;
+    for (size_t c = 0; c < g->n; c++) {
+        double x[DK_GBEES_MAX_DIM];
+        gb_center(g, c, x);
+        g->p[c] = exp(lognorm - 0.5 * gb_gauss_quad(d, x, mean, inv));
+        if (g->p[c] < g->s.threshold)
+            continue;
+        for (int i = 0; i < d; i++)
+            for (int s = -1; s <= 1; s += 2) {
+                memcpy(k, g->key + c * d, d * sizeof *k);
+                k[i] += s;
+                if (gb_add(g, k, 0.0) < 0)
+                    goto nomem;
+            }
+    }
+    gb_link_new(g, 0);
+    if (gb_normalize(g) != 0) {
+        dk_msg_set(msg, "the initial density has no mass on the grid");
+        return DK_ERR_INVALID_ARGUMENT;
+    }
+    g->t = 0.0;
+    return DK_OK;
+nomem:
+    dk_msg_set(msg, "out of memory growing the grid to %zu cells", g->n);
+    return DK_ERR_OUT_OF_MEMORY;
+}
+
+/* Directional growth: each cell at or above the threshold adds, where
+ * absent, its downwind face neighbour along each axis with a non-zero
+ * velocity and the downwind edge neighbours of each pair of such axes. */
+static dk_status gb_grow(gb_grid *g, dk_msg *msg)
+{
+    int d = g->d;
+    size_t old = g->n;
+    double thr = g->s.threshold;
+    for (size_t c = 0; c < old; c++) {
+        if (g->p[c] < thr)
+            continue;
+        /* copies: adding cells may move the arrays */
+        double v[DK_GBEES_MAX_DIM];
+        int32_t nb[2 * DK_GBEES_MAX_DIM];
+        memcpy(v, g->v + c * d, d * sizeof *v);
+        memcpy(nb, g->nb + c * 2 * d, 2 * d * sizeof *nb);
+        for (int i = 0; i < d; i++) {
+            if (v[i] == 0.0)
+                continue;
+            int si = v[i] > 0.0;
+            int32_t face = nb[2 * i + si];
+            int32_t k[DK_GBEES_MAX_DIM];
+            memcpy(k, g->key + c * d, d * sizeof *k);
+            k[i] += si ? 1 : -1;
+            if (face < 0 && (face = gb_add(g, k, 0.0)) < 0)
+                goto nomem;
+            for (int j = 0; j < d; j++) {
+                if (j == i || v[j] == 0.0)
+                    continue;
+                int sj = v[j] > 0.0;
+                /* a face neighbour made in this pass has no links yet */
+                if ((size_t)face < old && g->nb[(size_t)face * 2 * d + 2 * j + sj] >= 0)
+                    continue;
+                k[j] += sj ? 1 : -1;
+                if (gb_add(g, k, 0.0) < 0)
+                    goto nomem;
+                k[j] -= sj ? 1 : -1;
+            }
+        }
+    }
+    if (g->n > old)
+        gb_link_new(g, old);
+    return DK_OK;
+nomem:
+    dk_msg_set(msg, "out of memory growing the grid to %zu cells", g->n);
+    return DK_ERR_OUT_OF_MEMORY;
+}
+
+/* MC (monotonized central) limiter. */
+static inline double gb_mc(double th)
+{
+    double m = fmin(0.5 * (1.0 + th), 2.0);
+    return fmax(0.0, fmin(m, 2.0 * th));
+}
+
+/* Mass through the face between a (behind) and b = a's forward neighbour
+ * along i, per unit dt/dx_i: donor-cell upwind plus the MC-limited
+ * second-order correction, then the corner-transport terms that this face's
+ * wave sends to the transverse faces. Gathered from the point of view of
+ * cell c's forward faces so that each cell writes only its own fluxes. */
+static inline double gb_wave(const gb_grid *g, int32_t a, int32_t b, int i)
+{
+    /* half the jump across the face, times dt/dx_i */
+    return g->dt * (g->p[b] - g->p[a]) / (2.0 * g->s.dx[i]);
+}
+
+static void gb_fluxes(gb_grid *g)
+{
+    int d = g->d;
+    const double *p = g->p, *vv = g->v;
+    const int32_t *nbs = g->nb;
+    double dt = g->dt;
+    GB_OMP(omp parallel for schedule(static))
+    for (size_t c = 0; c < g->n; c++) {
+        const double *v = vv + c * d;
+        const int32_t *nb = nbs + c * 2 * d;
+        for (int j = 0; j < d; j++) {
+            double u = v[j];
+            int32_t fwd = nb[2 * j + 1];
+            /* donor cell */
+            double F = fmax(u, 0.0) * p[c] + (fwd >= 0 ? fmin(u, 0.0) * p[fwd] : 0.0);
+            double corr = 0.0;
+            if (fwd >= 0) {
+                /* high resolution: the limited slope of the upwind side */
+                double jump = p[fwd] - p[c];
+                if (jump != 0.0) {
+                    double up;
+                    if (u > 0.0) {
+                        int32_t back = nb[2 * j];
+                        up = back >= 0 ? p[c] - p[back] : p[c];
+                    } else {
+                        int32_t ff = nbs[(size_t)fwd * 2 * d + 2 * j + 1];
+                        up = ff >= 0 ? p[ff] - p[fwd] : -p[fwd];
+                    }
+                    double au = fabs(u);
+                    corr += au * (g->s.dx[j] / dt - au) * gb_wave(g, c, fwd, j) * gb_mc(up / jump);
+                }
+            }
+            /* corner transport: waves on faces along i != j that touch this
+             * face's cells push part of their mass across it */
+            double vj_out = fmax(v[j], 0.0), vj_in = fmin(v[j], 0.0);
+            for (int i = 0; i < d; i++) {
+                if (i == j)
+                    continue;
+                int32_t a = nb[2 * i], b = nb[2 * i + 1];
+                if (a >= 0 && vj_out != 0.0) /* wave on c's back face along i, moving in */
+                    corr -= fmax(vv[(size_t)a * d + i], 0.0) * vj_out * gb_wave(g, a, c, i);
+                if (b >= 0 && vj_out != 0.0) /* wave on c's front face along i, moving in */
+                    corr -= fmin(v[i], 0.0) * vj_out * gb_wave(g, c, b, i);
+                if (fwd >= 0 && vj_in != 0.0) {
+                    const int32_t *fnb = nbs + (size_t)fwd * 2 * d;
+                    int32_t fa = fnb[2 * i], fb = fnb[2 * i + 1];
+                    if (fa >= 0)
+                        corr -= fmax(vv[(size_t)fa * d + i], 0.0) * vj_in * gb_wave(g, fa, fwd, i);
+                    if (fb >= 0)
+                        corr -= fmin(vv[(size_t)fwd * d + i], 0.0) * vj_in * gb_wave(g, fwd, fb, i);
+                }
+            }
+            g->flux[c * d + j] = (F + corr) * dt / g->s.dx[j];
+        }
+    }
+}
+
+static void gb_apply(gb_grid *g)
+{
+    int d = g->d;
+    GB_OMP(omp parallel for schedule(static))
+    for (size_t c = 0; c < g->n; c++) {
+        double q = g->p[c];
+        const int32_t *nb = g->nb + c * 2 * d;
+        for (int j = 0; j < d; j++) {
+            int32_t back = nb[2 * j];
+            q -= g->flux[c * d + j] - (back >= 0 ? g->flux[(size_t)back * d + j] : 0.0);
+        }
+        g->p[c] = fmax(q, 0.0);
+    }
+}
+
+static double gb_max_rate(gb_grid *g)
+{
+    size_t chunks = (g->n + GB_CHUNK - 1) / GB_CHUNK;
+    GB_OMP(omp parallel for schedule(static))
+    for (size_t b = 0; b < chunks; b++) {
+        size_t end = (b + 1) * GB_CHUNK < g->n ? (b + 1) * GB_CHUNK : g->n;
+        double m = 0.0;
+        for (size_t c = b * GB_CHUNK; c < end; c++)
+            m = fmax(m, g->rate[c]);
+        g->partial[b] = m;
+    }
+    double m = 0.0;
+    for (size_t b = 0; b < chunks; b++)
+        m = fmax(m, g->partial[b]);
+    return m;
+}
+
+/* A cell below the threshold survives when some cell at or above it would
+ * grow into it: a face or edge neighbour whose velocity signs point here. */
+static int gb_fed(const gb_grid *g, size_t c)
+{
+    int d = g->d;
+    double thr = g->s.threshold;
+    const int32_t *nb = g->nb + c * 2 * d;
+    for (int i = 0; i < d; i++)
+        for (int si = 0; si < 2; si++) {
+            int32_t a = nb[2 * i + si]; /* si 0: behind, must move forward */
+            if (a < 0)
+                continue;
+            double vai = g->v[(size_t)a * d + i];
+            if (!(si == 0 ? vai > 0.0 : vai < 0.0))
+                continue;
+            if (g->p[a] >= thr)
+                return 1;
+            for (int j = 0; j < d; j++) {
+                if (j == i)
+                    continue;
+                for (int sj = 0; sj < 2; sj++) {
+                    int32_t e = g->nb[(size_t)a * 2 * d + 2 * j + sj];
+                    if (e < 0 || g->p[e] < thr)
+                        continue;
+                    const double *ve = g->v + (size_t)e * d;
+                    if ((si == 0 ? ve[i] > 0.0 : ve[i] < 0.0) && (sj == 0 ? ve[j] > 0.0 : ve[j] < 0.0))
+                        return 1;
+                }
+            }
+        }
+    return 0;
+}
+
+/* Removes unfed cells below the threshold, keeping the order of the rest,
+ * then rebuilds the index and the links. */
+static dk_status gb_prune(gb_grid *g, dk_msg *msg)
+{
+    int d = g->d;
+    double thr = g->s.threshold;
+    GB_OMP(omp parallel for schedule(static))
+    for (size_t c = 0; c < g->n; c++)
+        g->mark[c] = g->p[c] < thr && !gb_fed(g, c);
+    size_t w = 0;
+    for (size_t c = 0; c < g->n; c++) {
+        if (g->mark[c])
+            continue;
+        if (w != c) {
+            memmove(g->key + w * d, g->key + c * d, d * sizeof *g->key);
+            memmove(g->v + w * d, g->v + c * d, d * sizeof *g->v);
+            g->p[w] = g->p[c];
+            g->rate[w] = g->rate[c];
+        }
+        w++;
+    }
+    if (w == g->n)
+        return DK_OK;
+    g->n = w;
+    gb_hash_clear(&g->ht);
+    for (size_t c = 0; c < g->n; c++)
+        gb_hash_place(&g->ht, g->key, (int32_t)c);
+    GB_OMP(omp parallel for schedule(static))
+    for (size_t c = 0; c < g->n; c++) {
+        int32_t k[DK_GBEES_MAX_DIM];
+        memcpy(k, g->key + c * d, d * sizeof *k);
+        for (int i = 0; i < d; i++) {
+            k[i]--;
+            g->nb[c * 2 * d + 2 * i] = gb_hash_find(&g->ht, g->key, k);
+            k[i] += 2;
+            g->nb[c * 2 * d + 2 * i + 1] = gb_hash_find(&g->ht, g->key, k);
+            k[i]--;
+        }
+    }
+    (void)msg;
+    return DK_OK;
+}
+
+static dk_status gb_advance(gb_grid *g, double t_target, int max_steps, dk_msg *msg)
+{
+    for (int done = 0; g->t < t_target && (max_steps <= 0 || done < max_steps); done++) {
+        dk_status st = gb_grow(g, msg);
+        if (st != DK_OK)
+            return st;
+        double rate = gb_max_rate(g);
+        double dt = rate > 0.0 ? g->s.cfl / rate : t_target - g->t;
+        if (!(dt > 1e-12 * (1.0 + fabs(t_target)))) {
+            dk_msg_set(msg, "the time step collapsed to %g at t = %g (velocities too large for the grid)",
+                       dt, g->t);
+            return DK_ERR_INVALID_ARGUMENT;
+        }
+        int last = dt >= t_target - g->t;
+        g->dt = last ? t_target - g->t : dt;
+        gb_fluxes(g);
+        gb_apply(g);
+        g->cell_steps += g->n;
+        g->steps++;
+        g->t = last ? t_target : g->t + g->dt;
+        if (gb_normalize(g) != 0) {
+            dk_msg_set(msg, "all probability left the grid at t = %g", g->t);
+            return DK_ERR_INVALID_ARGUMENT;
+        }
+        if (g->steps % (uint64_t)g->s.del_step == 0) {
+            if ((st = gb_prune(g, msg)) != DK_OK)
+                return st;
+            if (gb_normalize(g) != 0) {
+                dk_msg_set(msg, "all probability was pruned at t = %g", g->t);
+                return DK_ERR_INVALID_ARGUMENT;
+            }
+        }
+    }
+    return DK_OK;
+}
+
+static dk_status gb_update(gb_grid *g, const double *y, const double *r_inv, int m, dk_msg *msg)
+{
+    int d = g->d;
+    const dk_gbees_model *model = g->s.model;
+    GB_OMP(omp parallel for schedule(static))
+    for (size_t c = 0; c < g->n; c++) {
+        double x[DK_GBEES_MAX_DIM], hx[DK_GBEES_MAX_DIM];
+        gb_center(g, c, x);
+        model->h(d, x, model->coef, hx);
+        g->p[c] *= exp(-0.5 * gb_gauss_quad(m, hx, y, r_inv));
+    }
+    if (gb_normalize(g) != 0) {
+        dk_msg_set(msg, "the measurement at t = %g has no support on the grid (likelihood zero everywhere)", g->t);
+        return DK_ERR_INVALID_ARGUMENT;
+    }
+    return DK_OK;
+}
+
+static dk_status gb_snapshot(gb_grid *g, double *out, size_t max, size_t *cells, dk_msg *msg)
+{
+    (void)msg;
+    int d = g->d;
+    *cells = g->n;
+    size_t rows = max < g->n ? max : g->n;
+    GB_OMP(omp parallel for schedule(static))
+    for (size_t c = 0; c < rows; c++) {
+        gb_center(g, c, out + c * (d + 1));
+        out[c * (d + 1) + d] = g->p[c];
+    }
+    return DK_OK;
+}
+
+static void gb_stats(gb_grid *g, dk_gbees_stats *st)
+{
+    st->t = g->t;
+    st->steps = g->steps;
+    st->cell_steps = g->cell_steps;
+    st->cells = g->n;
+    st->dt = g->dt;
+}
+
+/* The ops table over this engine; the includer names it. */
+#define GB_DEFINE_OPS(NAME, VARIANTS) /* VARIANTS: a NULL-terminated array's name */                                                              \
+    static dk_status NAME##_plan_create(void *device, const dk_gbees_setup *setup, void **plan,   \
+                                        dk_msg *msg)                                               \
+    {                                                                                              \
+        (void)device;                                                                              \
+        gb_grid *g = gb_create(setup);                                                             \
+        if (!g) {                                                                                  \
+            dk_msg_set(msg, "out of memory making a gbees grid");                                  \
+            return DK_ERR_OUT_OF_MEMORY;                                                           \
+        }                                                                                          \
+        *plan = g;                                                                                 \
+        return DK_OK;                                                                              \
+    }                                                                                              \
+    static dk_status NAME##_init(void *p, const double *m, const double *ci, dk_msg *msg)          \
+    {                                                                                              \
+        return gb_init(p, m, ci, msg);                                                             \
+    }                                                                                              \
+    static dk_status NAME##_advance(void *p, double t, int n, dk_msg *msg)                         \
+    {                                                                                              \
+        return gb_advance(p, t, n, msg);                                                           \
+    }                                                                                              \
+    static dk_status NAME##_update(void *p, const double *y, const double *r, int m, dk_msg *msg)  \
+    {                                                                                              \
+        return gb_update(p, y, r, m, msg);                                                         \
+    }                                                                                              \
+    static dk_status NAME##_snapshot(void *p, double *o, size_t mx, size_t *n, dk_msg *msg)        \
+    {                                                                                              \
+        return gb_snapshot(p, o, mx, n, msg);                                                      \
+    }                                                                                              \
+    static void NAME##_stats(void *p, dk_gbees_stats *s) { gb_stats(p, s); }                       \
+    static void NAME##_destroy(void *p) { gb_free(p); }                                            \
+    const dk_gbees_ops NAME = {VARIANTS, NAME##_plan_create, NAME##_init,              \
+                               NAME##_advance,       NAME##_update,      NAME##_snapshot,          \
+                               NAME##_stats,         NAME##_destroy};
+
+#endif

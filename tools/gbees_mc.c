@@ -1,0 +1,313 @@
+/* Monte Carlo check of a GBEES snapshot: samples of the initial Gaussian
+ * carried by the same f, a kernel density estimate at the cell centres, and
+ * the Bhattacharyya coefficient between the two. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../algorithms/gbees/hash.h"
+#include "cli.h"
+#include "gbees_tools.h"
+#include "npy.h"
+
+/* Dormand-Prince 5(4) with its error estimate steering the step. */
+static void rk45(const dk_gbees_model *m, int d, double *x, double t_end)
+{
+    static const double c2 = 1.0 / 5, c3 = 3.0 / 10, c4 = 4.0 / 5, c5 = 8.0 / 9;
+    static const double a21 = 1.0 / 5, a31 = 3.0 / 40, a32 = 9.0 / 40, a41 = 44.0 / 45, a42 = -56.0 / 15,
+                        a43 = 32.0 / 9, a51 = 19372.0 / 6561, a52 = -25360.0 / 2187, a53 = 64448.0 / 6561,
+                        a54 = -212.0 / 729, a61 = 9017.0 / 3168, a62 = -355.0 / 33, a63 = 46732.0 / 5247,
+                        a64 = 49.0 / 176, a65 = -5103.0 / 18656, b1 = 35.0 / 384, b3 = 500.0 / 1113,
+                        b4 = 125.0 / 192, b5 = -2187.0 / 6784, b6 = 11.0 / 84;
+    static const double e1 = 71.0 / 57600, e3 = -71.0 / 16695, e4 = 71.0 / 1920, e5 = -17253.0 / 339200,
+                        e6 = 22.0 / 525, e7 = -1.0 / 40;
+    (void)c2, (void)c3, (void)c4, (void)c5;
+    double t = 0.0, h = 1e-3, tol = 1e-10;
+    double k1[DK_GBEES_MAX_DIM], k2[DK_GBEES_MAX_DIM], k3[DK_GBEES_MAX_DIM], k4[DK_GBEES_MAX_DIM],
+        k5[DK_GBEES_MAX_DIM], k6[DK_GBEES_MAX_DIM], k7[DK_GBEES_MAX_DIM], y[DK_GBEES_MAX_DIM],
+        z[DK_GBEES_MAX_DIM];
+    m->f(d, x, m->coef, k1);
+    while (t < t_end) {
+        if (t + h > t_end)
+            h = t_end - t;
+        for (int i = 0; i < d; i++) y[i] = x[i] + h * a21 * k1[i];
+        m->f(d, y, m->coef, k2);
+        for (int i = 0; i < d; i++) y[i] = x[i] + h * (a31 * k1[i] + a32 * k2[i]);
+        m->f(d, y, m->coef, k3);
+        for (int i = 0; i < d; i++) y[i] = x[i] + h * (a41 * k1[i] + a42 * k2[i] + a43 * k3[i]);
+        m->f(d, y, m->coef, k4);
+        for (int i = 0; i < d; i++) y[i] = x[i] + h * (a51 * k1[i] + a52 * k2[i] + a53 * k3[i] + a54 * k4[i]);
+        m->f(d, y, m->coef, k5);
+        for (int i = 0; i < d; i++)
+            y[i] = x[i] + h * (a61 * k1[i] + a62 * k2[i] + a63 * k3[i] + a64 * k4[i] + a65 * k5[i]);
+        m->f(d, y, m->coef, k6);
+        for (int i = 0; i < d; i++)
+            z[i] = x[i] + h * (b1 * k1[i] + b3 * k3[i] + b4 * k4[i] + b5 * k5[i] + b6 * k6[i]);
+        m->f(d, z, m->coef, k7);
+        double err = 0.0;
+        for (int i = 0; i < d; i++) {
+            double e = h * (e1 * k1[i] + e3 * k3[i] + e4 * k4[i] + e5 * k5[i] + e6 * k6[i] + e7 * k7[i]);
+            double sc = tol * (1.0 + fmax(fabs(x[i]), fabs(z[i])));
+            err = fmax(err, fabs(e) / sc);
+        }
+        if (err <= 1.0 || h < 1e-12) {
+            t += h;
+            memcpy(x, z, d * sizeof *x);
+            memcpy(k1, k7, d * sizeof *k1);
+        }
+        double grow = err > 0 ? 0.9 * pow(err, -0.2) : 5.0;
+        h *= fmin(5.0, fmax(0.2, grow));
+    }
+}
+
+static int cholesky(const double *a, int n, double *l)
+{
+    memset(l, 0, (size_t)n * n * sizeof *l);
+    for (int j = 0; j < n; j++) {
+        double s = a[j * n + j];
+        for (int k = 0; k < j; k++)
+            s -= l[j * n + k] * l[j * n + k];
+        if (!(s > 0.0))
+            return -1;
+        l[j * n + j] = sqrt(s);
+        for (int i = j + 1; i < n; i++) {
+            double t = a[i * n + j];
+            for (int k = 0; k < j; k++)
+                t -= l[i * n + k] * l[j * n + k];
+            l[i * n + j] = t / l[j * n + j];
+        }
+    }
+    return 0;
+}
+
+/* y = L^-1 (x - mu) */
+static void whiten(const double *l, int d, const double *mu, const double *x, double *y)
+{
+    for (int i = 0; i < d; i++) {
+        double t = x[i] - mu[i];
+        for (int k = 0; k < i; k++)
+            t -= l[i * d + k] * y[k];
+        y[i] = t / l[i * d + i];
+    }
+}
+
+static double normal(uint64_t *s)
+{
+    double u = 0.5 * (cli_random(s) + 1.0), v = 0.5 * (cli_random(s) + 1.0);
+    if (u < 1e-300)
+        u = 1e-300;
+    return sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * v);
+}
+
+typedef struct bin_sort {
+    int32_t key[DK_GBEES_MAX_DIM];
+    size_t sample;
+} bin_sort;
+
+static int dim_for_sort;
+static int by_key(const void *a, const void *b)
+{
+    return memcmp(((const bin_sort *)a)->key, ((const bin_sort *)b)->key, dim_for_sort * sizeof(int32_t));
+}
+
+dk_status gbees_mc_bc(const dk_gbees_model *model, const dk_gbees_meas *meas0, double t, size_t n,
+                      uint64_t seed, const double *rows, size_t cells, int d, double *bc, char *err, size_t len)
+{
+    if (d != meas0->dim || n < 10 || cells == 0) {
+        snprintf(err, len, "Monte Carlo: the snapshot has dimension %d, the measurement %d; %zu samples, %zu cells",
+                 d, meas0->dim, n, cells);
+        return DK_ERR_INVALID_ARGUMENT;
+    }
+    double l0[DK_GBEES_MAX_DIM * DK_GBEES_MAX_DIM];
+    if (cholesky(meas0->cov, d, l0) != 0) {
+        snprintf(err, len, "Monte Carlo: the initial covariance is not positive definite");
+        return DK_ERR_INVALID_ARGUMENT;
+    }
+    double *x = malloc(n * d * sizeof *x), *y = malloc(n * d * sizeof *y), *q = malloc(cells * sizeof *q);
+    bin_sort *bs = malloc(n * sizeof *bs);
+    int32_t *bin_keys = malloc(n * d * sizeof *bin_keys);
+    size_t *bin_start = malloc((n + 1) * sizeof *bin_start);
+    gb_hash ht = {0};
+    dk_status st = DK_OK;
+    if (!x || !y || !q || !bs || !bin_keys || !bin_start || gb_hash_init(&ht, d, n) != 0) {
+        snprintf(err, len, "Monte Carlo: out of memory for %zu samples", n);
+        st = DK_ERR_OUT_OF_MEMORY;
+        goto done;
+    }
+    uint64_t state = seed;
+    for (size_t s = 0; s < n; s++) {
+        double z[DK_GBEES_MAX_DIM];
+        for (int i = 0; i < d; i++)
+            z[i] = normal(&state);
+        for (int i = 0; i < d; i++) {
+            double v = meas0->mean[i];
+            for (int k = 0; k <= i; k++)
+                v += l0[i * d + k] * z[k];
+            x[s * d + i] = v;
+        }
+    }
+#pragma omp parallel for schedule(dynamic, 64)
+    for (size_t s = 0; s < n; s++)
+        rk45(model, d, x + s * d, t);
+    /* Scott's rule on the sample covariance: whiten, then one bandwidth */
+    double mu[DK_GBEES_MAX_DIM] = {0}, cov[DK_GBEES_MAX_DIM * DK_GBEES_MAX_DIM] = {0}, l[DK_GBEES_MAX_DIM * DK_GBEES_MAX_DIM];
+    for (size_t s = 0; s < n; s++)
+        for (int i = 0; i < d; i++)
+            mu[i] += x[s * d + i] / (double)n;
+    for (size_t s = 0; s < n; s++)
+        for (int i = 0; i < d; i++)
+            for (int j = 0; j < d; j++)
+                cov[i * d + j] += (x[s * d + i] - mu[i]) * (x[s * d + j] - mu[j]) / (double)(n - 1);
+    if (cholesky(cov, d, l) != 0) {
+        snprintf(err, len, "Monte Carlo: the propagated samples have a singular covariance");
+        st = DK_ERR_INVALID_ARGUMENT;
+        goto done;
+    }
+    double h = pow((double)n, -1.0 / (d + 4)), reach = 4.0 * h;
+    for (size_t s = 0; s < n; s++) {
+        whiten(l, d, mu, x + s * d, y + s * d);
+        for (int i = 0; i < d; i++)
+            bs[s].key[i] = (int32_t)floor(y[s * d + i] / reach);
+        bs[s].sample = s;
+    }
+    dim_for_sort = d;
+    qsort(bs, n, sizeof *bs, by_key);
+    size_t bins = 0;
+    for (size_t s = 0; s < n; s++) {
+        if (s == 0 || by_key(&bs[s - 1], &bs[s]) != 0) {
+            memcpy(bin_keys + bins * d, bs[s].key, d * sizeof(int32_t));
+            bin_start[bins] = s;
+            gb_hash_insert(&ht, bin_keys, (int32_t)bins);
+            bins++;
+        }
+    }
+    bin_start[bins] = n;
+    int neighbours = 1;
+    for (int i = 0; i < d; i++)
+        neighbours *= 3;
+#pragma omp parallel for schedule(dynamic, 256)
+    for (size_t c = 0; c < cells; c++) {
+        double yc[DK_GBEES_MAX_DIM];
+        int32_t home[DK_GBEES_MAX_DIM], k[DK_GBEES_MAX_DIM];
+        whiten(l, d, mu, rows + c * (d + 1), yc);
+        for (int i = 0; i < d; i++)
+            home[i] = (int32_t)floor(yc[i] / reach);
+        double sum = 0.0;
+        for (int nb = 0; nb < neighbours; nb++) {
+            int code = nb;
+            for (int i = 0; i < d; i++) {
+                k[i] = home[i] + code % 3 - 1;
+                code /= 3;
+            }
+            int32_t b = gb_hash_find(&ht, bin_keys, k);
+            if (b < 0)
+                continue;
+            for (size_t s = bin_start[b]; s < bin_start[b + 1]; s++) {
+                const double *ys = y + bs[s].sample * d;
+                double r2 = 0.0;
+                for (int i = 0; i < d; i++)
+                    r2 += (yc[i] - ys[i]) * (yc[i] - ys[i]);
+                if (r2 < reach * reach)
+                    sum += exp(-0.5 * r2 / (h * h));
+            }
+        }
+        q[c] = sum;
+    }
+    double qs = 0.0, ps = 0.0;
+    for (size_t c = 0; c < cells; c++) {
+        qs += q[c];
+        ps += rows[c * (d + 1) + d];
+    }
+    if (!(qs > 0.0) || !(ps > 0.0)) {
+        snprintf(err, len, "Monte Carlo: no sample lies near the snapshot's cells");
+        st = DK_ERR_INVALID_ARGUMENT;
+        goto done;
+    }
+    double sum = 0.0;
+    for (size_t c = 0; c < cells; c++)
+        sum += sqrt(fmax(rows[c * (d + 1) + d], 0.0) / ps * q[c] / qs);
+    *bc = sum;
+done:
+    free(x);
+    free(y);
+    free(q);
+    free(bs);
+    free(bin_keys);
+    free(bin_start);
+    gb_hash_free(&ht);
+    return st;
+}
+
+static void mc_usage(FILE *f)
+{
+    fprintf(f, "usage: dakit gbees-mc --model NAME --meas DIR --pdf RUN/pdf_0_K.npy --t T [options]\n"
+               "\n"
+               "Carries samples of the Gaussian in DIR/measurement0.txt through the model to time T\n"
+               "(adaptive Runge-Kutta), estimates their density by Gaussian kernels (Scott's bandwidth)\n"
+               "at the snapshot's cell centres, and prints the Bhattacharyya coefficient (1: identical).\n"
+               "Only snapshots before the first measurement update compare (Monte Carlo has no update).\n"
+               "\n"
+               "  --samples N   (default 100000)\n"
+               "  --seed S      (default 1)\n");
+}
+
+int cmd_gbees_mc(int argc, char **argv)
+{
+    const char *cmd = "gbees-mc", *model_s = NULL, *meas_dir = NULL, *pdf = NULL;
+    double t = -1.0;
+    long samples = 100000, seed = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            mc_usage(stdout);
+            return 0;
+        }
+        const char *v = cli_value(cmd, argc, argv, &i);
+        if (!v)
+            return 2;
+        char *end = NULL;
+        if (!strcmp(a, "--model"))
+            model_s = v;
+        else if (!strcmp(a, "--meas"))
+            meas_dir = v;
+        else if (!strcmp(a, "--pdf"))
+            pdf = v;
+        else if (!strcmp(a, "--t"))
+            t = strtod(v, &end);
+        else if (!strcmp(a, "--samples"))
+            samples = strtol(v, &end, 10);
+        else if (!strcmp(a, "--seed"))
+            seed = strtol(v, &end, 10);
+        else
+            return cli_error(cmd, 2, "unknown option '%s' (dakit gbees-mc --help)", a);
+        if (end && (end == v || *end))
+            return cli_error(cmd, 2, "%s needs a number, not '%s'", a, v);
+    }
+    if (!model_s || !meas_dir || !pdf || t < 0 || samples < 10)
+        return cli_error(cmd, 2, "--model, --meas, --pdf and --t >= 0 are required, --samples >= 10 (dakit gbees-mc --help)");
+    const dk_gbees_model *model = dk_gbees_model_find(model_s);
+    if (!model)
+        return cli_error(cmd, 2, "unknown model '%s'", model_s);
+    dk_gbees_meas meas0;
+    char path[4096], err[512];
+    snprintf(path, sizeof path, "%s/measurement0.txt", meas_dir);
+    if (dk_gbees_meas_read(path, &meas0) != DK_OK)
+        return cli_error(cmd, 1, "%s", dk_last_error(NULL));
+    npy_array a;
+    if (npy_read(pdf, &a, err, sizeof err) != DK_OK)
+        return cli_error(cmd, 1, "%s", err);
+    if (a.ndim != 2 || a.dtype != DK_F64 || a.shape[1] != (size_t)meas0.dim + 1) {
+        npy_free(&a);
+        return cli_error(cmd, 1, "%s: expected float64 of shape (cells, %d)", pdf, meas0.dim + 1);
+    }
+    double bc = 0.0, t0 = cli_now();
+    dk_status st = gbees_mc_bc(model, &meas0, t, (size_t)samples, (uint64_t)seed, a.data, a.shape[0], meas0.dim,
+                               &bc, err, sizeof err);
+    npy_free(&a);
+    if (st != DK_OK)
+        return cli_error(cmd, 1, "%s", err);
+    printf("gbees-mc: %s t = %g, %ld samples, %zu cells: Bhattacharyya coefficient %.4f (%.1f s)\n", model->name, t,
+           samples, (size_t)a.shape[0], bc, cli_now() - t0);
+    return 0;
+}
