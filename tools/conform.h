@@ -28,7 +28,6 @@ typedef struct conform_suite {
 } conform_suite;
 
 extern const conform_suite conform_gauss;
-extern const conform_suite conform_enkf;
 extern const conform_suite conform_gbees;
 extern const conform_suite conform_enkf;
 extern const conform_suite conform_kmeans;

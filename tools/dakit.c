@@ -43,7 +43,6 @@ int main(int argc, char **argv)
     }
     extern int cmd_enkf(int, char **); /* cmd_enkf.c */
     extern int cmd_kmeans(int, char **); /* cmd_kmeans.c */
-    extern int cmd_enkf(int, char **); /* cmd_enkf.c */
     static const struct {
         const char *name;
         int (*run)(int, char **);

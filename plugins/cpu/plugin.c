@@ -188,9 +188,6 @@ static const dk_plugin cpu_plugin = {
     .buffer_read = cpu_buffer_read,
     .buffer_copy = cpu_buffer_copy,
     .gauss = &dk_cpu_gauss_ops,
-#ifdef DK_CPU_ENKF
-    .enkf = &dk_cpu_enkf_ops,
-#endif
     .gbees = &dk_cpu_gbees_ops,
 #ifdef DK_CPU_ENKF
     .enkf = &dk_cpu_enkf_ops,
