@@ -37,7 +37,8 @@ static void usage(FILE *f)
             "  --junit     also write a JUnit XML report\n"
             "\n"
             "exit status: 0 every case passed on every selected backend; 1 a case failed;\n"
-            "4 some selected backend is absent; 77 no selected backend is present (a skip).\n");
+            "4 some selected backend is absent or lacks a selected algorithm; 77 nothing could\n"
+            "run (no selected backend is present, or none implements the algorithms): a skip.\n");
 }
 
 static void xml_escape(FILE *f, const char *s)
@@ -51,6 +52,17 @@ static void xml_escape(FILE *f, const char *s)
         default: fputc(*s, f);
         }
     }
+}
+
+/* Whether backend `name` implements `algo` (dakit info's algorithm list). */
+static int implements(const char *name, const char *algo)
+{
+    for (int i = 0; i < dk_backend_count(); i++) {
+        dk_backend_info b;
+        if (dk_backend_get(i, &b) == DK_OK && b.usable && !strcmp(b.name, name))
+            return cli_in_list(b.algorithms, algo);
+    }
+    return 0;
 }
 
 int cmd_conform(int argc, char **argv)
@@ -112,7 +124,8 @@ int cmd_conform(int argc, char **argv)
         printf("no usable backend found (dakit info says why)\n");
 
     static row rows[MAX_ROWS];
-    int nrows = 0, failed_total = 0;
+    int nrows = 0, failed_total = 0, lacking = 0;
+    char missing[MAX_BACKENDS][128] = {{0}}; /* algorithms a present backend lacks */
     printf("\n%-8s %-24s %-16s %-24s %12s %12s  %s\n", "algo", "case", "backend", "device", "error", "tolerance",
            "result");
     for (int s = 0; s < NSUITES; s++) {
@@ -120,6 +133,19 @@ int cmd_conform(int argc, char **argv)
         if (!cli_in_list(algo_s, su->algo))
             continue;
         printf("%s: error = %s\n", su->algo, su->measure);
+        int has[MAX_BACKENDS] = {0};
+        for (int b = 0; b < nb; b++) {
+            if (!ctx[b])
+                continue;
+            has[b] = implements(names[b], su->algo);
+            if (!has[b]) {
+                printf("%-8s %-24s %-16s does not implement %s: not tested\n", su->algo, "(all cases)", names[b],
+                       su->algo);
+                snprintf(missing[b] + strlen(missing[b]), sizeof missing[b] - strlen(missing[b]), "%s%s",
+                         missing[b][0] ? ", " : "", su->algo);
+                lacking++;
+            }
+        }
         for (int i = 0; i < su->count(); i++) {
             if (quick && !su->quick(i))
                 continue;
@@ -131,7 +157,7 @@ int cmd_conform(int argc, char **argv)
                 continue;
             }
             for (int b = 0; b < nb; b++) {
-                if (!ctx[b])
+                if (!ctx[b] || !has[b])
                     continue;
                 const char *const *variants = su->variants(ctx[b]);
                 static const char *const none[] = {NULL, NULL};
@@ -170,8 +196,9 @@ int cmd_conform(int argc, char **argv)
         if (!ctx[b])
             printf("verdict %-8s ABSENT: %s\n", names[b], absent[b]);
         else
-            printf("verdict %-8s %s: %d passed, %d failed (%s)\n", names[b], fail ? "FAIL" : "PASS", pass,
-                   fail, dk_context_device(ctx[b]));
+            printf("verdict %-8s %s: %d passed, %d failed (%s)%s%s\n", names[b],
+                   fail ? "FAIL" : pass ? "PASS" : "NOTHING RUN", pass, fail, dk_context_device(ctx[b]),
+                   missing[b][0] ? "; not implemented: " : "", missing[b]);
     }
 
     if (junit) {
@@ -218,7 +245,7 @@ int cmd_conform(int argc, char **argv)
         dk_context_destroy(ctx[b]);
     if (failed_total)
         return 1;
-    if (present == 0)
-        return 77;
-    return present < nb ? 4 : 0;
+    if (nrows == 0)
+        return 77; /* nothing could run here: no such backend, or it lacks the algorithm */
+    return present < nb || lacking ? 4 : 0;
 }
