@@ -38,10 +38,14 @@ void dk_log(dk_log_level level, const char *fmt, ...)
 
 dk_status dk_fail(dk_context *ctx, dk_status status, const char *fmt, ...)
 {
+    /* formatted apart first: relaying dk_last_error(NULL) to a context is a
+     * call whose argument is thread_error itself */
+    char text[DK_MSG_LEN];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(thread_error, sizeof thread_error, fmt, ap);
+    vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
+    memcpy(thread_error, text, sizeof thread_error);
     if (ctx)
         memcpy(ctx->error, thread_error, sizeof ctx->error);
     dk_log(DK_LOG_DEBUG, "%s: %s", dk_status_string(status), thread_error);

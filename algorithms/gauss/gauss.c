@@ -157,11 +157,8 @@ DK_API dk_status dk_gauss_plan_create(dk_context *ctx, const dk_gauss_desc *desc
         return DK_ERR_NOT_IMPLEMENTED;
     dk_gauss_setup setup;
     dk_status st = dk_gauss_setup_make(desc, &setup);
-    if (st != DK_OK) {
-        char why[DK_MSG_LEN];
-        snprintf(why, sizeof why, "%s", dk_last_error(NULL));
-        return dk_fail(ctx, st, "%s", why);
-    }
+    if (st != DK_OK)
+        return dk_fail(ctx, st, "%s", dk_last_error(NULL));
     if (desc->variant) {
         int known = 0;
         char offered[256] = "";
