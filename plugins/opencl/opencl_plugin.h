@@ -19,11 +19,13 @@ typedef struct dk_opencl_device {
     int lanes_f32, lanes_f64; /* windows per work-item (LANES in gauss.cl) */
     cl_program gauss_f32;
     cl_program gauss_f64;  /* NULL when the device lacks cl_khr_fp64 */
+    cl_program kmeans;     /* built by kmeans.c on the first kmeans plan */
 } dk_opencl_device;
 
 /* "CL_OUT_OF_RESOURCES" for -5, and so on; never NULL. */
 const char *dk_opencl_error_name(cl_int code);
 
 extern const dk_gauss_ops dk_opencl_gauss_ops;
+extern const dk_kmeans_ops dk_opencl_kmeans_ops;
 
 #endif

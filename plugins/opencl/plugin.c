@@ -212,6 +212,8 @@ static void opencl_device_close(void *handle)
         clReleaseProgram(dev->gauss_f32);
     if (dev->gauss_f64)
         clReleaseProgram(dev->gauss_f64);
+    if (dev->kmeans)
+        clReleaseProgram(dev->kmeans);
     if (dev->queue)
         clReleaseCommandQueue(dev->queue);
     if (dev->context)
@@ -381,6 +383,7 @@ static const dk_plugin opencl_plugin = {
     .buffer_read = opencl_buffer_read,
     .buffer_copy = opencl_buffer_copy,
     .gauss = &dk_opencl_gauss_ops,
+    .kmeans = &dk_opencl_kmeans_ops,
 };
 
 DK_PLUGIN_EXPORT const dk_plugin *DK_PLUGIN_ENTRY(void)
