@@ -3,12 +3,18 @@
  * A persistent grid (as many blocks as fit on the device at once) runs every
  * iteration; grid-wide syncs separate the phases, and the convergence test is
  * made on the device, so the host launches once and reads the result once.
- *   A  each thread takes points in a grid-stride loop, holds a point's
- *      features in registers, finds its least-cost centroid (centroids in
- *      shared memory; contiguity reads the previous labels of the w x w
- *      window), writes the label and adds the point into its block's partial
- *      sums in shared memory (shared atomics; no global atomic at all). The
- *      block then writes its partial sums and counts to global memory.
+ *   A  each thread takes points in a grid-stride loop (whole warps step
+ *      together), holds a point's features in registers (two 16-byte loads
+ *      for point-major d = 8, and so on), finds its least-cost centroid
+ *      (centroids in shared memory, rows padded to DMAX so they are read 16
+ *      bytes at a time; contiguity reads the previous labels of the w x w
+ *      window) and writes the label. The lanes of a warp with the same label
+ *      then sum their points by shuffles (__match_any_sync groups them), and
+ *      one lane per distinct label adds into the block's partial sums in
+ *      shared memory: no two lanes of a warp hit the same address, so the
+ *      float shared atomics (a compare-and-swap loop in hardware) rarely
+ *      retry. No global atomic at all. The block then writes its partial
+ *      sums and counts to global memory.
  *   B  block b reduces cluster c = b, b + gridDim, ...: the partials of every
  *      block, in double, by a tree reduction (warp shuffles), and writes the
  *      new centroid (the old one when the cluster is empty) and its move.
@@ -52,6 +58,7 @@ struct Args {
     double *result;         /* iterations, objective, move, valid, assign_ns, update_ns */
     long long n, sp, sf;
     int d, k, max_iters, window;
+    int vec4;               /* point-major, d a multiple of 4, 16-byte aligned rows */
     long long rows, cols;
     float lambda;
     double tol;
@@ -102,7 +109,7 @@ __device__ __forceinline__ int best_label(const Args &a, long long i, const floa
     int best = 0;
     float best_cost = 0.0f;
     for (int c = 0; c < a.k; c++) {
-        const float *cc = Cs + c * a.d;
+        const float *cc = Cs + c * DMAX;
         float dist = 0.0f;
 #pragma unroll
         for (int f = 0; f < DMAX; f++)
@@ -135,19 +142,59 @@ __device__ __forceinline__ int best_label(const Args &a, long long i, const floa
 template <int DMAX>
 __device__ __forceinline__ void load_point(const Args &a, long long i, float *x)
 {
+    if (DMAX % 4 == 0 && a.vec4) {
+        const float4 *row = (const float4 *)(a.x + i * a.sp);
+#pragma unroll
+        for (int q = 0; q < DMAX / 4; q++) {
+            float4 v = 4 * q < a.d ? __ldg(row + q) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            x[4 * q] = v.x;
+            x[4 * q + 1] = v.y;
+            x[4 * q + 2] = v.z;
+            x[4 * q + 3] = v.w;
+        }
+        return;
+    }
 #pragma unroll
     for (int f = 0; f < DMAX; f++)
         x[f] = f < a.d ? __ldg(a.x + i * a.sp + f * a.sf) : 0.0f;
 }
 
+/* Sums v over the lanes of `peers` (the lanes holding the same key as this
+ * one) by a tree of shuffles; the total ends in the lowest lane of peers.
+ * Every lane of the warp must call it. */
+template <int DMAX>
+__device__ __forceinline__ void sum_peers(unsigned peers, float *v, int d)
+{
+    const int lane = threadIdx.x & 31;
+    unsigned rank = __popc(peers & ((1u << lane) - 1u)); /* peers below me */
+    unsigned above = peers & ~((2u << lane) - 1u);       /* peers above me */
+    if (lane == 31)
+        above = 0;
+    while (__any_sync(0xffffffffu, above != 0)) {
+        int next = __ffs(above) - 1; /* the next peer above, -1 for none */
+#pragma unroll
+        for (int f = 0; f < DMAX; f++)
+            if (f < d) {
+                float t = __shfl_sync(0xffffffffu, v[f], next < 0 ? lane : next);
+                if (next >= 0)
+                    v[f] += t;
+            }
+        /* lanes at odd rank have been added into the lane below them */
+        unsigned done = __ballot_sync(0xffffffffu, rank & 1u);
+        above &= ~done;
+        rank >>= 1;
+    }
+}
+
 template <int DMAX, bool CONTIG>
-__global__ void __launch_bounds__(THREADS) k_lloyd(Args a)
+__global__ void __launch_bounds__(THREADS, DMAX <= 8 ? 3 : 1) k_lloyd(Args a)
 {
     cg::grid_group grid = cg::this_grid();
     extern __shared__ unsigned char smem[];
     const int kd = a.k * a.d;
+    const int kdpad = a.k * DMAX;
     float *Cs = (float *)smem;
-    float *sums = Cs + kd;
+    float *sums = Cs + kdpad;
     unsigned *counts = (unsigned *)(sums + kd);
     __shared__ double scratch[THREADS / 32];
     __shared__ double csum[DK_KMEANS_MAX_D + 1];
@@ -159,8 +206,8 @@ __global__ void __launch_bounds__(THREADS) k_lloyd(Args a)
 
     if (CONTIG) {
         /* labels of iteration 0: plain nearest centroid to the initial ones */
-        for (int j = threadIdx.x; j < kd; j += blockDim.x)
-            Cs[j] = a.init[j];
+        for (int j = threadIdx.x; j < kdpad; j += blockDim.x)
+            Cs[j] = j % DMAX < a.d ? a.init[j / DMAX * a.d + j % DMAX] : 0.0f;
         __syncthreads();
         for (long long i = first; i < a.n; i += stride) {
             if (a.mask && !a.mask[i]) {
@@ -183,27 +230,39 @@ __global__ void __launch_bounds__(THREADS) k_lloyd(Args a)
         const int32_t *prev = CONTIG ? a.lab[it & 1] : nullptr;
         int32_t *cur = CONTIG ? a.lab[(it + 1) & 1] : a.labels;
         /* A: assignment and block partial sums */
-        for (int j = threadIdx.x; j < kd; j += blockDim.x) {
-            Cs[j] = __ldcg(Cprev + j);
+        for (int j = threadIdx.x; j < kdpad; j += blockDim.x)
+            Cs[j] = j % DMAX < a.d ? __ldcg(Cprev + j / DMAX * a.d + j % DMAX) : 0.0f;
+        for (int j = threadIdx.x; j < kd; j += blockDim.x)
             sums[j] = 0.0f;
-        }
         for (int j = threadIdx.x; j < a.k; j += blockDim.x)
             counts[j] = 0;
         __syncthreads();
-        for (long long i = first; i < a.n; i += stride) {
-            if (a.mask && !a.mask[i]) {
-                cur[i] = -1;
-                continue;
-            }
+        /* whole warps step together (stride and first - lane are multiples
+         * of 32), so every lane takes part in the shuffles */
+        const int lane = threadIdx.x & 31;
+        for (long long base = first - lane; base < a.n; base += stride) {
+            const long long i = base + lane;
+            int l = -1;
             float x[DMAX];
-            load_point<DMAX>(a, i, x);
-            int l = best_label<DMAX, CONTIG>(a, i, x, Cs, prev);
-            cur[i] = l;
 #pragma unroll
             for (int f = 0; f < DMAX; f++)
-                if (f < a.d)
-                    atomicAdd(&sums[l * a.d + f], x[f]);
-            atomicAdd(&counts[l], 1u);
+                x[f] = 0.0f;
+            if (i < a.n) {
+                if (!a.mask || a.mask[i]) {
+                    load_point<DMAX>(a, i, x);
+                    l = best_label<DMAX, CONTIG>(a, i, x, Cs, prev);
+                }
+                cur[i] = l;
+            }
+            unsigned peers = __match_any_sync(0xffffffffu, l);
+            sum_peers<DMAX>(peers, x, a.d);
+            if (l >= 0 && lane == __ffs(peers) - 1) {
+#pragma unroll
+                for (int f = 0; f < DMAX; f++)
+                    if (f < a.d)
+                        atomicAdd(&sums[l * a.d + f], x[f]);
+                atomicAdd(&counts[l], (unsigned)__popc(peers));
+            }
         }
         __syncthreads();
         for (int j = threadIdx.x; j < kd; j += blockDim.x)
@@ -264,8 +323,8 @@ __global__ void __launch_bounds__(THREADS) k_lloyd(Args a)
 
     /* the objective under the final centroids, and the final labels */
     const float *Cfin = a.cent[(it - 1) & 1];
-    for (int j = threadIdx.x; j < kd; j += blockDim.x)
-        Cs[j] = __ldcg(Cfin + j);
+    for (int j = threadIdx.x; j < kdpad; j += blockDim.x)
+        Cs[j] = j % DMAX < a.d ? __ldcg(Cfin + j / DMAX * a.d + j % DMAX) : 0.0f;
     __syncthreads();
     const int32_t *fin = CONTIG ? a.lab[it & 1] : a.labels;
     double obj = 0;
@@ -283,7 +342,7 @@ __global__ void __launch_bounds__(THREADS) k_lloyd(Args a)
 #pragma unroll
         for (int f = 0; f < DMAX; f++)
             if (f < a.d) {
-                float diff = x[f] - Cs[l * a.d + f];
+                float diff = x[f] - Cs[l * DMAX + f];
                 dist += diff * diff;
             }
         obj += dist;
@@ -296,7 +355,7 @@ __global__ void __launch_bounds__(THREADS) k_lloyd(Args a)
     }
     if (blockIdx.x == 0)
         for (int j = threadIdx.x; j < kd; j += blockDim.x)
-            a.out_centroids[j] = Cs[j];
+            a.out_centroids[j] = Cs[j / a.d * DMAX + j % a.d];
     grid.sync();
     if (blockIdx.x == 0 && threadIdx.x == 0) {
         double total = 0;
@@ -367,7 +426,8 @@ dk_status plan_create(void *device, const dk_kmeans_setup *setup, void **out, dk
     const dk_kmeans_desc &d = setup->desc;
     p->kernel = pick(d.d, setup->contiguity != 0);
     size_t kd = (size_t)d.k * d.d;
-    p->smem = 2 * kd * sizeof(float) + (size_t)d.k * sizeof(unsigned);
+    int dmax = d.d <= 4 ? 4 : d.d <= 8 ? 8 : d.d <= 16 ? 16 : 32; /* as pick() */
+    p->smem = ((size_t)d.k * dmax + kd) * sizeof(float) + (size_t)d.k * sizeof(unsigned);
     cudaError_t e = cudaSuccess;
     if (p->smem > 48 * 1024)
         e = cudaFuncSetAttribute(p->kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)p->smem);
@@ -426,6 +486,7 @@ dk_status plan_create(void *device, const dk_kmeans_setup *setup, void **out, dk
     a.k = d.k;
     a.max_iters = d.max_iters;
     a.window = d.window;
+    a.vec4 = setup->stride_feature == 1 && setup->stride_point % 4 == 0 && d.d % 4 == 0;
     a.rows = (long long)d.rows;
     a.cols = (long long)d.cols;
     a.lambda = (float)d.lambda;
@@ -443,6 +504,7 @@ dk_status execute(void *handle, const void *points, const void *mask, const void
         return st;
     Args a = p->a;
     a.x = (const float *)((const dk_cuda_buffer *)points)->ptr;
+    a.vec4 = a.vec4 && (uintptr_t)a.x % 16 == 0;
     a.mask = mask ? (const uint8_t *)((const dk_cuda_buffer *)mask)->ptr : nullptr;
     a.init = (const float *)((const dk_cuda_buffer *)init)->ptr;
     a.labels = (int32_t *)((dk_cuda_buffer *)labels)->ptr;
