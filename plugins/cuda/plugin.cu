@@ -240,6 +240,7 @@ static dk_status cuda_buffer_copy(void *device, void *dst, const void *src, size
                      "a device-to-device copy", msg);
 }
 
+extern "C" const dk_enkf_ops dk_cuda_enkf_ops;     /* enkf.cu */
 extern "C" const dk_kmeans_ops dk_cuda_kmeans_ops; /* kmeans.cu */
 
 static const dk_plugin cuda_plugin = {
@@ -256,7 +257,7 @@ static const dk_plugin cuda_plugin = {
     cuda_buffer_read,
     cuda_buffer_copy,
     &dk_cuda_gauss_ops,
-    NULL,
+    &dk_cuda_enkf_ops,
     &dk_cuda_kmeans_ops,
     NULL,
 };

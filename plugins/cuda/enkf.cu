@@ -1,0 +1,791 @@
+/* dakit cuda plugin: enkf, the localized covariance product and the analysis.
+ *
+ * Arithmetic is float64 throughout; float32 data are widened on the way in
+ * and rounded on the way out (as the cpu plugin does), so both dtypes agree
+ * with the reference to the rounding of their storage.
+ *
+ *   G[t*L + l] = H_t e[k_t, l]  (k_weigh) is what every scheme sums.
+ *   tiled   k_direct over every nonzero of row j: the seed's fused kernel,
+ *           C read from its first row (or the 2-D table), H in CSR, each
+ *           block a tile of state points x one observation, G staged in
+ *           shared memory, the member sums in registers.
+ *   banded  the same kernel restricted to the nonzeros within C's support
+ *           of the tile (a bisection of the sorted columns), warps skipping
+ *           nonzeros out of their reach: C applied as a short convolution of
+ *           the sparse vectors e_l o h_j.
+ *   fft     column j = 1/(L-1) sum_l e_l o C (e_l o h_j): the L*M sparse
+ *           vectors are scattered into the circulant embedding (batched,
+ *           chunks of whole observations sized to a memory budget), cuFFT
+ *           D2Z, times C's spectrum, Z2D, and a gather that multiplies by
+ *           e_l and sums over l. 1-D and 2-D (block Toeplitz) alike.
+ *   HPHT    k_hpht, one block per observation row.
+ *   analysis: inflate, cov into work arrays, innovations, cuSOLVER potrf +
+ *           potrs for (HPHT + R) Z = D, cuBLAS dgemm for X += PHT Z. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cublas_v2.h>
+#include <cufft.h>
+#include <cusolverDn.h>
+
+#include <dakit/enkf.h>
+
+#include "cuda_internal.h"
+
+namespace {
+
+const int DIRECT_THREADS = 128;
+const int DIRECT_R = 2; /* state points per thread: G's shared loads serve both */
+const int DIRECT_TILE = DIRECT_THREADS * DIRECT_R;
+/* nonzeros staged at a time: G's slice stays within 32 KiB of shared memory */
+const int THREADS = 256;
+const size_t FFT_BUDGET = (size_t)1 << 30; /* bytes of batched transform data */
+
+struct Plan {
+    dk_cuda_device *dev;
+    const dk_enkf_setup *s;
+    long long N, L, M, nnz;
+    int two_d;
+    long long ny;
+    long long rx, ry, window;
+    double *loc;
+    int *indptr, *indices, *row_of;
+    double *values;
+    double *G;
+    /* float32 cov and the analysis: float64 work arrays */
+    double *e64, *pht64, *hpht64, *x64;
+    /* fft */
+    long long P0, P1, Preal, Pc;
+    long long rows_per_chunk;
+    cufftHandle fwd, inv, fwd_last, inv_last;
+    int have_fwd, have_inv, have_fwd_last, have_inv_last;
+    double *spectrum; /* real (C's embedding is symmetric), divided by P */
+    double *real;
+    cufftDoubleComplex *freq;
+    /* analysis */
+    cusolverDnHandle_t solver;
+    cublasHandle_t blas;
+    double *A, *D, *d_host_copy, *r_dev, *work;
+    int *info;
+    int lwork;
+};
+
+#define CUDA_TRY(call, what)                                                                           \
+    do {                                                                                               \
+        cudaError_t e_ = (call);                                                                       \
+        if (e_ != cudaSuccess) {                                                                       \
+            (void)cudaGetLastError();                                                                  \
+            return dk_cuda_fail(msg, e_, what);                                                        \
+        }                                                                                              \
+    } while (0)
+
+dk_status fft_fail(dk_msg *msg, cufftResult r, const char *what)
+{
+    dk_msg_set(msg, "cuda enkf: cuFFT %s failed (cufftResult %d)", what, (int)r);
+    return r == CUFFT_ALLOC_FAILED ? DK_ERR_OUT_OF_MEMORY : DK_ERR_BACKEND;
+}
+
+#define FFT_TRY(call, what)                                                                            \
+    do {                                                                                               \
+        cufftResult r_ = (call);                                                                       \
+        if (r_ != CUFFT_SUCCESS)                                                                       \
+            return fft_fail(msg, r_, what);                                                            \
+    } while (0)
+
+#define SOLVER_TRY(call, what)                                                                         \
+    do {                                                                                               \
+        cusolverStatus_t r_ = (call);                                                                  \
+        if (r_ != CUSOLVER_STATUS_SUCCESS) {                                                           \
+            dk_msg_set(msg, "cuda enkf: cuSOLVER %s failed (status %d)", what, (int)r_);               \
+            return r_ == CUSOLVER_STATUS_ALLOC_FAILED ? DK_ERR_OUT_OF_MEMORY : DK_ERR_BACKEND;         \
+        }                                                                                              \
+    } while (0)
+
+#define BLAS_TRY(call, what)                                                                           \
+    do {                                                                                               \
+        cublasStatus_t r_ = (call);                                                                    \
+        if (r_ != CUBLAS_STATUS_SUCCESS) {                                                             \
+            dk_msg_set(msg, "cuda enkf: cuBLAS %s failed (status %d)", what, (int)r_);                 \
+            return r_ == CUBLAS_STATUS_ALLOC_FAILED ? DK_ERR_OUT_OF_MEMORY : DK_ERR_BACKEND;           \
+        }                                                                                              \
+    } while (0)
+
+unsigned blocks_for(long long n, int threads)
+{
+    long long b = (n + threads - 1) / threads;
+    return (unsigned)(b < 1 ? 1 : (b > (1ll << 30) ? (1ll << 30) : b));
+}
+
+/* ---- kernels ---- */
+
+template <typename T>
+__global__ void k_widen(const T *in, double *out, long long n)
+{
+    for (long long q = blockIdx.x * (long long)blockDim.x + threadIdx.x; q < n; q += (long long)gridDim.x * blockDim.x)
+        out[q] = (double)in[q];
+}
+
+template <typename T>
+__global__ void k_narrow(const double *in, T *out, long long n)
+{
+    for (long long q = blockIdx.x * (long long)blockDim.x + threadIdx.x; q < n; q += (long long)gridDim.x * blockDim.x)
+        out[q] = (T)in[q];
+}
+
+__global__ void k_weigh(const double *e, const int *indices, const double *values, double *G, long long nnz,
+                        long long L)
+{
+    for (long long q = blockIdx.x * (long long)blockDim.x + threadIdx.x; q < nnz * L;
+         q += (long long)gridDim.x * blockDim.x) {
+        long long t = q / L, l = q % L;
+        G[q] = values[t] * e[(long long)indices[t] * L + l];
+    }
+}
+
+struct DirectArgs {
+    const double *e, *G, *loc;
+    const int *indptr, *indices;
+    double *pht;
+    long long N, L, M, ny, rx, ry, window;
+    int two_d, banded;
+    double inv_lm1;
+};
+
+__device__ __forceinline__ int lower_bound(const int *indices, int b, int e, long long key)
+{
+    while (b < e) {
+        int mid = b + (e - b) / 2;
+        if (indices[mid] < key)
+            b = mid + 1;
+        else
+            e = mid;
+    }
+    return b;
+}
+
+/* C[i,k] from the state points' grid coordinates; zero outside the support. */
+__device__ __forceinline__ double c_value(const DirectArgs &a, long long ix, long long iy, int kx, int ky)
+{
+    long long dx = ix > kx ? ix - kx : kx - ix;
+    if (!a.two_d)
+        return dx <= a.rx ? __ldg(a.loc + dx) : 0.0;
+    long long dy = iy > ky ? iy - ky : ky - iy;
+    return (dx <= a.rx && dy <= a.ry) ? __ldg(a.loc + dx * a.ny + dy) : 0.0;
+}
+
+/* One block: DIRECT_TILE state points x observation rows j = blockIdx.y,
+ * blockIdx.y + gridDim.y, ...; members in groups of LB held in registers. */
+template <int LB>
+__global__ void __launch_bounds__(DIRECT_THREADS) k_direct(DirectArgs a)
+{
+    constexpr int CHUNK = LB <= 16 ? 256 : 128;
+    __shared__ double gs[CHUNK * LB];
+    __shared__ int kxs[CHUNK], kys[CHUNK], kflat[CHUNK];
+    __shared__ int range[2];
+    const int tid = threadIdx.x;
+    const long long i0 = (long long)blockIdx.x * DIRECT_TILE;
+    const long long ilast = min(i0 + DIRECT_TILE, a.N) - 1;
+    long long ix[DIRECT_R], iy[DIRECT_R], wlo[DIRECT_R];
+    for (int r = 0; r < DIRECT_R; r++) {
+        long long i = i0 + r * DIRECT_THREADS + tid;
+        ix[r] = a.two_d ? i / a.ny : i;
+        iy[r] = a.two_d ? i % a.ny : 0;
+        wlo[r] = i0 + r * DIRECT_THREADS + (tid & ~31);
+    }
+    for (long long j = blockIdx.y; j < a.M; j += gridDim.y) {
+        int tb = a.indptr[j], te = a.indptr[j + 1];
+        if (a.banded) {
+            __syncthreads();
+            if (tid == 0)
+                range[0] = lower_bound(a.indices, tb, te, i0 - a.window);
+            if (tid == 32)
+                range[1] = lower_bound(a.indices, tb, te, ilast + a.window + 1);
+            __syncthreads();
+            tb = range[0];
+            te = range[1];
+        }
+        double out[DIRECT_R];
+        for (int r = 0; r < DIRECT_R; r++)
+            out[r] = 0.0;
+        for (long long l0 = 0; l0 < a.L; l0 += LB) {
+            double acc[DIRECT_R][LB];
+#pragma unroll
+            for (int r = 0; r < DIRECT_R; r++)
+#pragma unroll
+                for (int l = 0; l < LB; l++)
+                    acc[r][l] = 0.0;
+            for (int c0 = tb; c0 < te; c0 += CHUNK) {
+                int cn = min(CHUNK, te - c0);
+                __syncthreads();
+                for (int q = tid; q < cn * LB; q += DIRECT_THREADS) {
+                    int tt = q / LB, l = q % LB;
+                    gs[q] = l0 + l < a.L ? a.G[(long long)(c0 + tt) * a.L + l0 + l] : 0.0;
+                }
+                for (int q = tid; q < cn; q += DIRECT_THREADS) {
+                    int k = a.indices[c0 + q];
+                    kflat[q] = k;
+                    kxs[q] = a.two_d ? (int)(k / a.ny) : k;
+                    kys[q] = a.two_d ? (int)(k % a.ny) : 0;
+                }
+                __syncthreads();
+                for (int tt = 0; tt < cn; tt++) {
+                    long long k = kflat[tt];
+                    int kx = kxs[tt], ky = kys[tt];
+                    double g[LB];
+#pragma unroll
+                    for (int l = 0; l < LB; l++)
+                        g[l] = gs[tt * LB + l];
+#pragma unroll
+                    for (int r = 0; r < DIRECT_R; r++) {
+                        /* the warp's 32 points all lie out of reach: skip together */
+                        if (a.banded && (k + a.window < wlo[r] || k - a.window > wlo[r] + 31))
+                            continue;
+                        double c = c_value(a, ix[r], iy[r], kx, ky);
+#pragma unroll
+                        for (int l = 0; l < LB; l++)
+                            acc[r][l] = fma(c, g[l], acc[r][l]);
+                    }
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < DIRECT_R; r++) {
+                long long i = i0 + r * DIRECT_THREADS + tid;
+                if (i < a.N)
+#pragma unroll
+                    for (int l = 0; l < LB; l++)
+                        if (l0 + l < a.L)
+                            out[r] = fma(a.e[i * a.L + l0 + l], acc[r][l], out[r]);
+            }
+        }
+        for (int r = 0; r < DIRECT_R; r++) {
+            long long i = i0 + r * DIRECT_THREADS + tid;
+            if (i < a.N)
+                a.pht[i * a.M + j] = out[r] * a.inv_lm1;
+        }
+    }
+}
+
+/* Vector v = (j - j0)*L + l of the chunk gets e_l o h_j in the embedding;
+ * repeated columns of a row are summed by the first of their run. */
+__global__ void k_scatter(const double *G, const int *indices, const int *indptr, const int *row_of, double *real,
+                          long long t_begin, long long t_end, long long j0, long long L, long long ny, long long P1,
+                          long long Preal, int two_d)
+{
+    long long count = (t_end - t_begin) * L;
+    for (long long q = blockIdx.x * (long long)blockDim.x + threadIdx.x; q < count;
+         q += (long long)gridDim.x * blockDim.x) {
+        long long t = t_begin + q / L, l = q % L;
+        int j = row_of[t];
+        int k = indices[t];
+        if (t > indptr[j] && indices[t - 1] == k)
+            continue;
+        double sum = 0;
+        for (long long u = t; u < indptr[j + 1] && indices[u] == k; u++)
+            sum += G[u * L + l];
+        long long at = two_d ? ((long long)k / ny) * P1 + k % ny : k;
+        real[((j - j0) * L + l) * Preal + at] = sum;
+    }
+}
+
+__global__ void k_spectrum_multiply(cufftDoubleComplex *freq, const double *spectrum, long long Pc, long long count)
+{
+    for (long long q = blockIdx.x * (long long)blockDim.x + threadIdx.x; q < count;
+         q += (long long)gridDim.x * blockDim.x) {
+        double s = spectrum[q % Pc];
+        freq[q].x *= s;
+        freq[q].y *= s;
+    }
+}
+
+/* pht[i, j] = 1/(L-1) sum_l e[i,l] (C v_jl)[i] for the chunk's rows. */
+__global__ void k_gather(const double *e, const double *real, double *pht, long long N, long long L, long long M,
+                         long long j0, long long nj, long long ny, long long P1, long long Preal, int two_d,
+                         double inv_lm1)
+{
+    for (long long q = blockIdx.x * (long long)blockDim.x + threadIdx.x; q < N * nj;
+         q += (long long)gridDim.x * blockDim.x) {
+        long long i = q % N, jj = q / N;
+        long long at = two_d ? (i / ny) * P1 + i % ny : i;
+        const double *col = real + jj * L * Preal + at;
+        double v = 0;
+        for (long long l = 0; l < L; l++)
+            v = fma(e[i * L + l], col[l * Preal], v);
+        pht[i * M + j0 + jj] = v * inv_lm1;
+    }
+}
+
+__global__ void k_hpht(const double *pht, const int *indptr, const int *indices, const double *values, double *hpht,
+                       long long M)
+{
+    for (long long a = blockIdx.x; a < M; a += gridDim.x)
+        for (long long j = threadIdx.x; j < M; j += blockDim.x) {
+            double sum = 0;
+            for (int t = indptr[a]; t < indptr[a + 1]; t++)
+                sum += values[t] * pht[(long long)indices[t] * M + j];
+            hpht[a * M + j] = sum;
+        }
+}
+
+/* Forecast anomalies, inflated, and the inflated ensemble. */
+template <typename T>
+__global__ void k_inflate(const T *x, double *X, double *e, long long N, long long L, double inflation)
+{
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < N; i += (long long)gridDim.x * blockDim.x) {
+        double mean = 0;
+        for (long long l = 0; l < L; l++)
+            mean += (double)x[i * L + l];
+        mean /= (double)L;
+        for (long long l = 0; l < L; l++) {
+            double a = inflation * ((double)x[i * L + l] - mean);
+            e[i * L + l] = a;
+            X[i * L + l] = mean + a;
+        }
+    }
+}
+
+/* D (column-major M x L, for potrs) = d - H X, and A += diag(r). */
+__global__ void k_innovation(const double *X, const int *indptr, const int *indices, const double *values,
+                             const double *d, const double *r, double *D, double *A, long long M, long long L)
+{
+    for (long long q = blockIdx.x * (long long)blockDim.x + threadIdx.x; q < M * L;
+         q += (long long)gridDim.x * blockDim.x) {
+        long long j = q / L, l = q % L;
+        double hx = 0;
+        for (int u = indptr[j]; u < indptr[j + 1]; u++)
+            hx += values[u] * X[(long long)indices[u] * L + l];
+        D[l * M + j] = d[j * L + l] - hx;
+        if (l == 0)
+            A[j * M + j] += r[j];
+    }
+}
+
+/* ---- plan ---- */
+
+const char *const schemes[] = {"tiled", "banded", "fft", NULL};
+
+void plan_free(Plan *p)
+{
+    if (!p)
+        return;
+    if (cudaSetDevice(p->dev->ordinal) == cudaSuccess) {
+        void *ptrs[] = {p->loc,    p->indptr, p->indices,  p->row_of, p->values, p->G,    p->e64,
+                        p->pht64,  p->hpht64, p->x64,      p->spectrum, p->real, p->freq, p->A,
+                        p->D,      p->d_host_copy, p->r_dev, p->work,  p->info};
+        for (void *q : ptrs)
+            if (q)
+                cudaFree(q);
+        if (p->have_fwd)
+            cufftDestroy(p->fwd);
+        if (p->have_inv)
+            cufftDestroy(p->inv);
+        if (p->have_fwd_last)
+            cufftDestroy(p->fwd_last);
+        if (p->have_inv_last)
+            cufftDestroy(p->inv_last);
+        if (p->solver)
+            cusolverDnDestroy(p->solver);
+        if (p->blas)
+            cublasDestroy(p->blas);
+    }
+    (void)cudaGetLastError();
+    free(p);
+}
+
+/* The smallest 2^a 3^b 5^c 7^d >= n: cuFFT's fast sizes. */
+long long fft_size(long long n)
+{
+    for (long long m = n;; m++) {
+        long long r = m;
+        for (long long f : {2, 3, 5, 7})
+            while (r % f == 0)
+                r /= f;
+        if (r == 1)
+            return m;
+    }
+}
+
+dk_status make_transform(Plan *p, cufftHandle *h, int *have, cufftType type, long long batch, dk_msg *msg)
+{
+    int n[2] = {(int)p->P0, (int)p->P1};
+    int rank = p->two_d ? 2 : 1;
+    int idist = (int)(type == CUFFT_D2Z ? p->Preal : p->Pc), odist = (int)(type == CUFFT_D2Z ? p->Pc : p->Preal);
+    FFT_TRY(cufftCreate(h), "cufftCreate");
+    *have = 1;
+    size_t work = 0;
+    FFT_TRY(cufftMakePlanMany(*h, rank, n, NULL, 1, idist, NULL, 1, odist, type, (int)batch, &work), "planning");
+    FFT_TRY(cufftSetStream(*h, p->dev->stream), "cufftSetStream");
+    return DK_OK;
+}
+
+/* The embedding's first column (per axis in 2-D): C[i,k] = col[(i-k) mod P]. */
+double embedded(const dk_enkf_setup *s, long long P0, long long P1, long long a, long long b)
+{
+    long long n0 = s->desc.loc_ndim == 1 ? (long long)s->desc.n : (long long)s->desc.nx;
+    long long n1 = s->desc.loc_ndim == 1 ? 1 : (long long)s->desc.ny;
+    long long da = a < n0 ? a : (P0 - a < n0 ? P0 - a : -1);
+    long long db = s->desc.loc_ndim == 1 ? 0 : (b < n1 ? b : (P1 - b < n1 ? P1 - b : -1));
+    if (da < 0 || db < 0)
+        return 0.0;
+    return s->loc[da * n1 + db];
+}
+
+dk_status make_fft(Plan *p, dk_msg *msg)
+{
+    const dk_enkf_setup *s = p->s;
+    if (p->two_d) {
+        p->P0 = fft_size(2 * (long long)s->desc.nx - 1);
+        p->P1 = fft_size(2 * (long long)s->desc.ny - 1);
+        p->Pc = p->P0 * (p->P1 / 2 + 1);
+    } else {
+        p->P0 = fft_size(2 * p->N - 1);
+        p->P1 = 1;
+        p->Pc = p->P0 / 2 + 1;
+    }
+    p->Preal = p->P0 * p->P1;
+    if (p->Preal > INT32_MAX || p->Pc > INT32_MAX) {
+        dk_msg_set(msg, "cuda enkf: the circulant embedding (%lld points) is too large for one cuFFT transform",
+                   p->Preal);
+        return DK_ERR_INVALID_ARGUMENT;
+    }
+    long long per_vector = 8 * p->Preal + 16 * p->Pc;
+    long long vectors = (long long)(FFT_BUDGET / (size_t)per_vector);
+    p->rows_per_chunk = vectors / p->L;
+    if (p->rows_per_chunk < 1)
+        p->rows_per_chunk = 1;
+    if (p->rows_per_chunk > p->M)
+        p->rows_per_chunk = p->M;
+    long long batch = p->rows_per_chunk * p->L, last = (p->M % p->rows_per_chunk) * p->L;
+    CUDA_TRY(cudaMalloc(&p->real, (size_t)(batch * p->Preal) * sizeof(double)), "allocating the FFT work array");
+    CUDA_TRY(cudaMalloc(&p->freq, (size_t)(batch * p->Pc) * sizeof(cufftDoubleComplex)),
+             "allocating the FFT work array");
+    CUDA_TRY(cudaMalloc(&p->spectrum, (size_t)p->Pc * sizeof(double)), "allocating C's spectrum");
+
+    /* C's spectrum: one transform of the embedding, real by symmetry. */
+    double *col = (double *)malloc((size_t)p->Preal * sizeof *col);
+    cufftDoubleComplex *spec = (cufftDoubleComplex *)malloc((size_t)p->Pc * sizeof *spec);
+    double *re = (double *)malloc((size_t)p->Pc * sizeof *re);
+    if (!col || !spec || !re) {
+        free(col), free(spec), free(re);
+        dk_msg_set(msg, "cuda enkf: out of host memory for C's embedding (%lld points)", p->Preal);
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    for (long long a = 0; a < p->P0; a++)
+        for (long long b = 0; b < p->P1; b++)
+            col[a * p->P1 + b] = embedded(s, p->P0, p->P1, a, b);
+    cufftHandle one;
+    int have_one = 0;
+    dk_status st = make_transform(p, &one, &have_one, CUFFT_D2Z, 1, msg);
+    cudaError_t e = cudaSuccess;
+    cufftResult fr = CUFFT_SUCCESS;
+    if (st == DK_OK) {
+        e = cudaMemcpyAsync(p->real, col, (size_t)p->Preal * sizeof(double), cudaMemcpyHostToDevice, p->dev->stream);
+        if (e == cudaSuccess && (fr = cufftExecD2Z(one, p->real, p->freq)) == CUFFT_SUCCESS)
+            e = cudaMemcpyAsync(spec, p->freq, (size_t)p->Pc * sizeof *spec, cudaMemcpyDeviceToHost, p->dev->stream);
+        if (e == cudaSuccess && fr == CUFFT_SUCCESS)
+            e = cudaStreamSynchronize(p->dev->stream);
+    }
+    if (have_one)
+        cufftDestroy(one);
+    if (st == DK_OK && fr != CUFFT_SUCCESS)
+        st = fft_fail(msg, fr, "transforming C's embedding");
+    if (st == DK_OK && e != cudaSuccess) {
+        (void)cudaGetLastError();
+        st = dk_cuda_fail(msg, e, "transforming C's embedding");
+    }
+    if (st == DK_OK) {
+        for (long long q = 0; q < p->Pc; q++)
+            re[q] = spec[q].x / (double)p->Preal;
+        e = cudaMemcpy(p->spectrum, re, (size_t)p->Pc * sizeof(double), cudaMemcpyHostToDevice);
+        if (e != cudaSuccess)
+            st = dk_cuda_fail(msg, e, "copying C's spectrum");
+    }
+    free(col), free(spec), free(re);
+    if (st != DK_OK)
+        return st;
+    if ((st = make_transform(p, &p->fwd, &p->have_fwd, CUFFT_D2Z, batch, msg)) != DK_OK ||
+        (st = make_transform(p, &p->inv, &p->have_inv, CUFFT_Z2D, batch, msg)) != DK_OK)
+        return st;
+    if (last > 0 && ((st = make_transform(p, &p->fwd_last, &p->have_fwd_last, CUFFT_D2Z, last, msg)) != DK_OK ||
+                     (st = make_transform(p, &p->inv_last, &p->have_inv_last, CUFFT_Z2D, last, msg)) != DK_OK))
+        return st;
+    return DK_OK;
+}
+
+dk_status ensure(double **ptr, long long count, const char *what, dk_msg *msg)
+{
+    if (!*ptr)
+        CUDA_TRY(cudaMalloc(ptr, (size_t)(count ? count : 1) * sizeof(double)), what);
+    return DK_OK;
+}
+
+template <typename T>
+dk_status upload(T **dst, const T *src, size_t count, const char *what, dk_msg *msg)
+{
+    CUDA_TRY(cudaMalloc(dst, (count ? count : 1) * sizeof(T)), what);
+    if (count)
+        CUDA_TRY(cudaMemcpy(*dst, src, count * sizeof(T), cudaMemcpyHostToDevice), what);
+    return DK_OK;
+}
+
+dk_status plan_fill(Plan *p, dk_msg *msg)
+{
+    const dk_enkf_setup *s = p->s;
+    size_t nnz = s->nnz, rows = s->desc.H.rows;
+    int *indptr = (int *)malloc((rows + 1) * sizeof(int)), *indices = (int *)malloc((nnz ? nnz : 1) * sizeof(int)),
+        *row_of = (int *)malloc((nnz ? nnz : 1) * sizeof(int));
+    if (!indptr || !indices || !row_of) {
+        free(indptr), free(indices), free(row_of);
+        dk_msg_set(msg, "cuda enkf: out of host memory");
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    for (size_t j = 0; j <= rows; j++)
+        indptr[j] = (int)s->indptr[j];
+    for (size_t j = 0; j < rows; j++)
+        for (int64_t t = s->indptr[j]; t < s->indptr[j + 1]; t++) {
+            indices[t] = (int)s->indices[t];
+            row_of[t] = (int)j;
+        }
+    dk_status st;
+    if ((st = upload(&p->indptr, indptr, rows + 1, "copying H", msg)) == DK_OK &&
+        (st = upload(&p->indices, indices, nnz, "copying H", msg)) == DK_OK &&
+        (st = upload(&p->row_of, row_of, nnz, "copying H", msg)) == DK_OK &&
+        (st = upload(&p->values, (const double *)s->values, nnz, "copying H", msg)) == DK_OK)
+        st = upload(&p->loc, (const double *)s->loc, s->loc_count, "copying the localization", msg);
+    free(indptr), free(indices), free(row_of);
+    if (st == DK_OK)
+        st = ensure(&p->G, (long long)(nnz ? nnz : 1) * p->L, "allocating the weighted anomalies", msg);
+    return st;
+}
+
+dk_status plan_create(void *device, const dk_enkf_setup *s, void **plan, dk_msg *msg)
+{
+    dk_cuda_device *dev = (dk_cuda_device *)device;
+    dk_status st = dk_cuda_enter(dev, msg);
+    if (st != DK_OK)
+        return st;
+    Plan *p = (Plan *)calloc(1, sizeof *p);
+    if (!p) {
+        dk_msg_set(msg, "cuda enkf: cannot allocate the plan");
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    p->dev = dev;
+    p->s = s;
+    p->N = (long long)s->desc.n;
+    p->L = (long long)s->desc.members;
+    p->M = (long long)s->desc.H.rows;
+    p->nnz = (long long)s->nnz;
+    p->two_d = s->desc.loc_ndim == 2;
+    p->ny = p->two_d ? (long long)s->desc.ny : 1;
+    p->rx = (long long)s->rx;
+    p->ry = (long long)s->ry;
+    p->window = (long long)s->window;
+    if ((st = plan_fill(p, msg)) == DK_OK && s->scheme == DK_ENKF_FFT)
+        st = make_fft(p, msg);
+    if (st != DK_OK) {
+        plan_free(p);
+        return st;
+    }
+    *plan = p;
+    return DK_OK;
+}
+
+void plan_destroy(void *plan) { plan_free((Plan *)plan); }
+
+template <int LB>
+cudaError_t launch_direct(const DirectArgs &a, cudaStream_t stream)
+{
+    dim3 grid((unsigned)((a.N + DIRECT_TILE - 1) / DIRECT_TILE), (unsigned)(a.M < 65535 ? a.M : 65535));
+    k_direct<LB><<<grid, DIRECT_THREADS, 0, stream>>>(a);
+    return cudaGetLastError();
+}
+
+cudaError_t direct(const Plan *p, const double *e, double *pht, int banded)
+{
+    DirectArgs a = {e, p->G, p->loc, p->indptr, p->indices, pht, p->N, p->L, p->M, p->ny, p->rx,
+                    p->two_d ? p->ry : 0, p->window, p->two_d, banded, 1.0 / (double)(p->L - 1)};
+    if (!banded)
+        a.window = p->N; /* every nonzero of the row */
+    cudaStream_t st = p->dev->stream;
+    switch (p->L) {
+    case 2: return launch_direct<2>(a, st);
+    case 3: case 4: return launch_direct<4>(a, st);
+    case 5: case 6: return launch_direct<6>(a, st);
+    case 7: case 8: return launch_direct<8>(a, st);
+    case 9: case 10: return launch_direct<10>(a, st);
+    case 11: case 12: return launch_direct<12>(a, st);
+    case 13: case 14: case 15: case 16: return launch_direct<16>(a, st);
+    case 17: case 18: case 19: case 20: return launch_direct<20>(a, st);
+    case 21: case 22: case 23: case 24: return launch_direct<24>(a, st);
+    default: return launch_direct<32>(a, st);
+    }
+}
+
+dk_status fft_cov(Plan *p, const double *e, double *pht, dk_msg *msg)
+{
+    cudaStream_t st = p->dev->stream;
+    for (long long j0 = 0; j0 < p->M; j0 += p->rows_per_chunk) {
+        long long nj = p->M - j0 < p->rows_per_chunk ? p->M - j0 : p->rows_per_chunk;
+        long long batch = nj * p->L;
+        int full = nj == p->rows_per_chunk;
+        long long t_begin = p->s->indptr[j0], t_end = p->s->indptr[j0 + nj];
+        CUDA_TRY(cudaMemsetAsync(p->real, 0, (size_t)(batch * p->Preal) * sizeof(double), st), "clearing the FFT input");
+        if (t_end > t_begin) {
+            k_scatter<<<blocks_for((t_end - t_begin) * p->L, THREADS), THREADS, 0, st>>>(
+                p->G, p->indices, p->indptr, p->row_of, p->real, t_begin, t_end, j0, p->L, p->ny, p->P1, p->Preal,
+                p->two_d);
+            CUDA_TRY(cudaGetLastError(), "the scatter kernel");
+        }
+        FFT_TRY(cufftExecD2Z(full ? p->fwd : p->fwd_last, p->real, p->freq), "forward transform");
+        k_spectrum_multiply<<<blocks_for(batch * p->Pc, THREADS), THREADS, 0, st>>>(p->freq, p->spectrum, p->Pc,
+                                                                                  batch * p->Pc);
+        CUDA_TRY(cudaGetLastError(), "the spectrum kernel");
+        FFT_TRY(cufftExecZ2D(full ? p->inv : p->inv_last, p->freq, p->real), "inverse transform");
+        k_gather<<<blocks_for(p->N * nj, THREADS), THREADS, 0, st>>>(e, p->real, pht, p->N, p->L, p->M, j0, nj, p->ny,
+                                                                    p->P1, p->Preal, p->two_d,
+                                                                    1.0 / (double)(p->L - 1));
+        CUDA_TRY(cudaGetLastError(), "the gather kernel");
+    }
+    return DK_OK;
+}
+
+/* PHT (and HPHT) in float64 on the device, not waiting for the result. */
+dk_status cov64(Plan *p, const double *e, double *pht, double *hpht, dk_msg *msg)
+{
+    cudaStream_t st = p->dev->stream;
+    if (p->nnz > 0) {
+        k_weigh<<<blocks_for(p->nnz * p->L, THREADS), THREADS, 0, st>>>(e, p->indices, p->values, p->G, p->nnz, p->L);
+        CUDA_TRY(cudaGetLastError(), "the weighting kernel");
+    }
+    if (p->s->scheme == DK_ENKF_FFT) {
+        dk_status rc = fft_cov(p, e, pht, msg);
+        if (rc != DK_OK)
+            return rc;
+    } else {
+        CUDA_TRY(direct(p, e, pht, p->s->scheme == DK_ENKF_BANDED), "the covariance kernel");
+    }
+    if (hpht) {
+        k_hpht<<<(unsigned)(p->M < 65535 ? p->M : 65535), THREADS, 0, st>>>(pht, p->indptr, p->indices, p->values,
+                                                                             hpht, p->M);
+        CUDA_TRY(cudaGetLastError(), "the HPHT kernel");
+    }
+    return DK_OK;
+}
+
+dk_status cov(void *plan, const void *e, void *pht, void *hpht, dk_msg *msg)
+{
+    Plan *p = (Plan *)plan;
+    dk_status rc = dk_cuda_enter(p->dev, msg);
+    if (rc != DK_OK)
+        return rc;
+    cudaStream_t st = p->dev->stream;
+    const void *ep = ((const dk_cuda_buffer *)e)->ptr;
+    void *pp = ((dk_cuda_buffer *)pht)->ptr;
+    void *hp = hpht ? ((dk_cuda_buffer *)hpht)->ptr : NULL;
+    long long NL = p->N * p->L, NM = p->N * p->M, MM = p->M * p->M;
+    if (p->s->desc.dtype == DK_F64) {
+        rc = cov64(p, (const double *)ep, (double *)pp, (double *)hp, msg);
+    } else {
+        if ((rc = ensure(&p->e64, NL, "allocating float64 work arrays", msg)) != DK_OK ||
+            (rc = ensure(&p->pht64, NM, "allocating float64 work arrays", msg)) != DK_OK ||
+            (rc = ensure(&p->hpht64, MM, "allocating float64 work arrays", msg)) != DK_OK)
+            return rc;
+        k_widen<float><<<blocks_for(NL, THREADS), THREADS, 0, st>>>((const float *)ep, p->e64, NL);
+        if ((rc = cov64(p, p->e64, p->pht64, hp ? p->hpht64 : NULL, msg)) == DK_OK) {
+            k_narrow<float><<<blocks_for(NM, THREADS), THREADS, 0, st>>>(p->pht64, (float *)pp, NM);
+            if (hp)
+                k_narrow<float><<<blocks_for(MM, THREADS), THREADS, 0, st>>>(p->hpht64, (float *)hp, MM);
+        }
+    }
+    if (rc != DK_OK)
+        return rc;
+    CUDA_TRY(cudaGetLastError(), "the float32 conversion kernels");
+    CUDA_TRY(cudaStreamSynchronize(st), "the covariance product");
+    return DK_OK;
+}
+
+dk_status analysis(void *plan, void *x, const double *d, const double *r, double inflation, dk_msg *msg)
+{
+    Plan *p = (Plan *)plan;
+    dk_status rc = dk_cuda_enter(p->dev, msg);
+    if (rc != DK_OK)
+        return rc;
+    cudaStream_t st = p->dev->stream;
+    long long N = p->N, L = p->L, M = p->M, NL = N * L;
+    if ((rc = ensure(&p->e64, NL, "allocating the analysis work arrays", msg)) != DK_OK ||
+        (rc = ensure(&p->x64, NL, "allocating the analysis work arrays", msg)) != DK_OK ||
+        (rc = ensure(&p->pht64, N * M, "allocating the analysis work arrays", msg)) != DK_OK ||
+        (rc = ensure(&p->A, M * M, "allocating the analysis work arrays", msg)) != DK_OK ||
+        (rc = ensure(&p->D, M * L, "allocating the analysis work arrays", msg)) != DK_OK ||
+        (rc = ensure(&p->d_host_copy, M * L, "allocating the analysis work arrays", msg)) != DK_OK ||
+        (rc = ensure(&p->r_dev, M, "allocating the analysis work arrays", msg)) != DK_OK)
+        return rc;
+    if (!p->info)
+        CUDA_TRY(cudaMalloc(&p->info, sizeof(int)), "allocating the solver status");
+    if (!p->solver) {
+        SOLVER_TRY(cusolverDnCreate(&p->solver), "cusolverDnCreate");
+        SOLVER_TRY(cusolverDnSetStream(p->solver, st), "cusolverDnSetStream");
+        SOLVER_TRY(cusolverDnDpotrf_bufferSize(p->solver, CUBLAS_FILL_MODE_LOWER, (int)M, p->A, (int)M, &p->lwork),
+                   "potrf_bufferSize");
+        CUDA_TRY(cudaMalloc(&p->work, (size_t)(p->lwork > 0 ? p->lwork : 1) * sizeof(double)),
+                 "allocating the solver workspace");
+    }
+    if (!p->blas) {
+        BLAS_TRY(cublasCreate(&p->blas), "cublasCreate");
+        BLAS_TRY(cublasSetStream(p->blas, st), "cublasSetStream");
+    }
+    CUDA_TRY(cudaMemcpyAsync(p->d_host_copy, d, (size_t)(M * L) * sizeof(double), cudaMemcpyHostToDevice, st),
+             "copying the observations");
+    CUDA_TRY(cudaMemcpyAsync(p->r_dev, r, (size_t)M * sizeof(double), cudaMemcpyHostToDevice, st),
+             "copying the observation variances");
+    void *xp = ((dk_cuda_buffer *)x)->ptr;
+    int f32 = p->s->desc.dtype == DK_F32;
+    if (f32)
+        k_inflate<float><<<blocks_for(N, THREADS), THREADS, 0, st>>>((const float *)xp, p->x64, p->e64, N, L, inflation);
+    else
+        k_inflate<double><<<blocks_for(N, THREADS), THREADS, 0, st>>>((const double *)xp, p->x64, p->e64, N, L,
+                                                                       inflation);
+    CUDA_TRY(cudaGetLastError(), "the inflation kernel");
+    if ((rc = cov64(p, p->e64, p->pht64, p->A, msg)) != DK_OK)
+        return rc;
+    k_innovation<<<blocks_for(M * L, THREADS), THREADS, 0, st>>>(p->x64, p->indptr, p->indices, p->values,
+                                                                 p->d_host_copy, p->r_dev, p->D, p->A, M, L);
+    CUDA_TRY(cudaGetLastError(), "the innovation kernel");
+    /* row-major symmetric A is its own column-major transpose */
+    SOLVER_TRY(cusolverDnDpotrf(p->solver, CUBLAS_FILL_MODE_LOWER, (int)M, p->A, (int)M, p->work, p->lwork, p->info),
+               "potrf");
+    int info = 0;
+    CUDA_TRY(cudaMemcpyAsync(&info, p->info, sizeof info, cudaMemcpyDeviceToHost, st), "reading the solver status");
+    CUDA_TRY(cudaStreamSynchronize(st), "the Cholesky factorization");
+    if (info != 0) {
+        dk_msg_set(msg, info > 0 ? "HPHT + R is not positive definite (cusolverDnDpotrf, minor %d)"
+                                 : "cusolverDnDpotrf rejected argument %d",
+                   info > 0 ? info : -info);
+        return info > 0 ? DK_ERR_INVALID_ARGUMENT : DK_ERR_BACKEND;
+    }
+    SOLVER_TRY(cusolverDnDpotrs(p->solver, CUBLAS_FILL_MODE_LOWER, (int)M, (int)L, p->A, (int)M, p->D, (int)M, p->info),
+               "potrs");
+    /* X (column-major L x N) += Z^T (L x M) PHT^T (M x N) */
+    const double one = 1.0;
+    BLAS_TRY(cublasDgemm(p->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)L, (int)N, (int)M, &one, p->D, (int)M, p->pht64,
+                         (int)M, &one, p->x64, (int)L),
+             "dgemm (X += PHT Z)");
+    if (f32)
+        k_narrow<float><<<blocks_for(NL, THREADS), THREADS, 0, st>>>(p->x64, (float *)xp, NL);
+    else
+        CUDA_TRY(cudaMemcpyAsync(xp, p->x64, (size_t)NL * sizeof(double), cudaMemcpyDeviceToDevice, st),
+                 "writing the analysis");
+    CUDA_TRY(cudaGetLastError(), "the conversion kernel");
+    CUDA_TRY(cudaMemcpyAsync(&info, p->info, sizeof info, cudaMemcpyDeviceToHost, st), "reading the solver status");
+    CUDA_TRY(cudaStreamSynchronize(st), "the analysis");
+    if (info != 0) {
+        dk_msg_set(msg, "cusolverDnDpotrs rejected argument %d", -info);
+        return DK_ERR_BACKEND;
+    }
+    return DK_OK;
+}
+
+} // namespace
+
+extern "C" const dk_enkf_ops dk_cuda_enkf_ops = {schemes, plan_create, cov, analysis, plan_destroy};
