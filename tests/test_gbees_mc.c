@@ -1,10 +1,9 @@
 /* Lorenz '63 against Monte Carlo: GBEES (serial reference, threshold 5e-6,
  * the data folder's initial Gaussian) to t = 1, before the update, compared
- * with 100000 samples by the Bhattacharyya coefficient. The issue's
- * acceptance is 0.90 (the seed reports 0.9027); this implementation
- * measures 0.825 with 100000 samples (0.849 with 400000: the kernel
- * estimate's smoothing of the thin filament costs part of it), so the test
- * holds the measured level as a regression floor and prints the value. */
+ * with 100000 samples by the Bhattacharyya coefficient on the cells at or
+ * above the threshold (the support the seed compares on). The issue's
+ * acceptance is 0.90 (the seed reports 0.9027); docs/validation.md has the
+ * measured values. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,13 +34,17 @@ int main(int argc, char **argv)
         if (ev == DK_GBEES_SNAPSHOT)
             dk_gbees_snapshot_get(plan, &s);
     CHECK(fabs(s.t - 1.0) < 1e-12, "last snapshot at t = %g", s.t);
-    double bc = 0;
+    gbees_mc_result r = {0};
     char err[512];
-    CHECK(gbees_mc_bc(d.model, &meas[0], 1.0, 100000, 1, s.data, s.cells, 3, &bc, err, sizeof err) == DK_OK, "%s",
-          err);
-    printf("Lorenz '63 t = 1: %zu cells, Bhattacharyya coefficient %.4f (issue acceptance 0.90, floor here 0.80)\n",
-           s.cells, bc);
-    CHECK(bc >= 0.80, "Bhattacharyya coefficient %.4f below 0.80", bc);
+    CHECK(gbees_mc_bc(d.model, &meas[0], 1.0, 100000, 1, s.data, s.cells, 3, d.threshold, &r, err, sizeof err) ==
+              DK_OK,
+          "%s", err);
+    printf("Lorenz '63 t = 1: Bhattacharyya coefficient %.4f on %zu of %zu cells (all cells %.4f; GBEES mass there "
+           "%.4f); issue acceptance 0.90\n",
+           r.bc, r.support, s.cells, r.bc_all, r.gbees_mass_support);
+    CHECK(r.bc >= 0.90, "Bhattacharyya coefficient %.4f below the issue's acceptance 0.90", r.bc);
+    CHECK(r.gbees_mass_support > 0.95, "only %.4f of the GBEES probability on the compared cells",
+          r.gbees_mass_support);
     dk_plan_destroy(plan);
     free(meas);
     printf("%s\n", failures ? "FAILED" : "ok");

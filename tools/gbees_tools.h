@@ -11,13 +11,24 @@ int cmd_gbees(int argc, char **argv);
 int cmd_gbees_plot(int argc, char **argv);
 int cmd_gbees_mc(int argc, char **argv);
 
+typedef struct gbees_mc_result {
+    double bc;                 /* Bhattacharyya coefficient on the cells at or above the threshold */
+    double bc_all;             /* the same over every cell of the snapshot */
+    size_t support;            /* cells at or above the threshold */
+    double gbees_mass_support; /* GBEES probability on those cells */
+    double kde_mass;           /* the kernel estimate's probability on all the cells */
+    double kde_mass_support;   /* ... on the cells at or above the threshold */
+} gbees_mc_result;
+
 /* Propagates n samples of N(meas0) through the model's f from t = 0 to t
  * (adaptive Dormand-Prince 5(4)), estimates their density by Gaussian
- * kernels (Scott's bandwidth, full sample covariance) at the snapshot's
- * cell centres, and returns the Bhattacharyya coefficient between the two
- * (each normalized over the cells) in *bc. rows: cells x (dim + 1). */
+ * kernels (Scott's bandwidth on the sample covariance) turned into the
+ * probability of each snapshot cell (kernel integrated over the cell, whose
+ * width is read off the centres), and compares with the snapshot by the
+ * Bhattacharyya coefficient, each side normalized over the compared cells.
+ * rows: cells x (dim + 1); threshold: the run's, which marks the support. */
 dk_status gbees_mc_bc(const dk_gbees_model *model, const dk_gbees_meas *meas0, double t, size_t n,
-                      uint64_t seed, const double *rows, size_t cells, int dim, double *bc, char *err,
-                      size_t len);
+                      uint64_t seed, const double *rows, size_t cells, int dim, double threshold,
+                      gbees_mc_result *res, char *err, size_t len);
 
 #endif
