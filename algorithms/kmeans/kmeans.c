@@ -171,11 +171,8 @@ DK_API dk_status dk_kmeans_plan_create(dk_context *ctx, const dk_kmeans_desc *de
         return DK_ERR_NOT_IMPLEMENTED;
     dk_kmeans_setup setup;
     dk_status st = dk_kmeans_setup_make(desc, &setup);
-    if (st != DK_OK) {
-        char why[DK_MSG_LEN];
-        snprintf(why, sizeof why, "%s", dk_last_error(NULL));
-        return dk_fail(ctx, st, "%s", why);
-    }
+    if (st != DK_OK)
+        return dk_fail(ctx, st, "%s", dk_last_error(NULL));
     dk_plan *p = calloc(1, sizeof *p);
     if (!p || !(p->state = malloc(sizeof setup))) {
         free(p);
