@@ -249,11 +249,8 @@ DK_API dk_status dk_kmeans_execute_host(dk_plan *plan, const float *points, cons
         return dk_fail(plan->ctx, DK_ERR_INVALID_ARGUMENT,
                        "dk_kmeans_execute_host: points, init, labels and centroids must not be NULL");
     const dk_kmeans_setup *s = plan->state;
-    if (dk_kmeans_check_points(&s->desc, points, mask, NULL) != DK_OK) {
-        char why[DK_MSG_LEN];
-        snprintf(why, sizeof why, "%s", dk_last_error(NULL));
-        return dk_fail(plan->ctx, DK_ERR_INVALID_ARGUMENT, "%s", why);
-    }
+    if (dk_kmeans_check_points(&s->desc, points, mask, NULL) != DK_OK)
+        return dk_fail(plan->ctx, DK_ERR_INVALID_ARGUMENT, "%s", dk_last_error(NULL));
     for (size_t j = 0; j < (size_t)s->desc.k * s->desc.d; j++)
         if (!isfinite(init[j]))
             return dk_fail(plan->ctx, DK_ERR_INVALID_ARGUMENT,
