@@ -283,11 +283,8 @@ DK_API dk_status dk_enkf_plan_create(dk_context *ctx, const dk_enkf_desc *desc, 
         return DK_ERR_NOT_IMPLEMENTED;
     dk_enkf_setup made;
     dk_status rc = dk_enkf_setup_make(desc, &made);
-    if (rc != DK_OK) {
-        char why[DK_MSG_LEN];
-        snprintf(why, sizeof why, "%s", dk_last_error(NULL));
-        return dk_fail(ctx, rc, "%s", why);
-    }
+    if (rc != DK_OK)
+        return dk_fail(ctx, rc, "%s", dk_last_error(NULL));
     enkf_state *st = state_pack(&made);
     dk_enkf_setup_free(&made);
     if (!st)
