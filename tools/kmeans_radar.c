@@ -26,8 +26,9 @@ struct radar_pipeline {
     dk_gauss_desc gd;
     dk_kmeans_desc kd;
     dk_plan *gauss, *kmeans;
-    dk_buffer *planes, *points, *mask, *init, *labels, *centroids;
-    float *h_planes, *h_feat, *h_init;
+    dk_buffer *value, *planes, *points, *mask, *init, *labels, *centroids;
+    dk_kmeans_texture_stats stats;
+    float *h_planes, *h_feat, *h_init; /* the serial references (ctx NULL) */
     uint8_t *h_mask;
 };
 
@@ -37,6 +38,7 @@ void radar_pipeline_destroy(radar_pipeline *p)
         return;
     dk_plan_destroy(p->gauss);
     dk_plan_destroy(p->kmeans);
+    dk_buffer_destroy(p->value);
     dk_buffer_destroy(p->planes);
     dk_buffer_destroy(p->points);
     dk_buffer_destroy(p->mask);
@@ -83,18 +85,19 @@ dk_status radar_pipeline_create(dk_context *ctx, size_t rows, size_t cols, const
     p->kd.cols = cols;
     p->kd.lambda = o->lambda;
     p->kd.window = o->window;
-    p->h_planes = malloc(F * n * sizeof(float));
-    p->h_feat = malloc(F * n * sizeof(float));
-    p->h_init = malloc(kf * sizeof(float));
-    p->h_mask = malloc(n);
     dk_status st = DK_OK;
-    if (!p->h_planes || !p->h_feat || !p->h_init || !p->h_mask) {
-        snprintf(err, len, "out of memory for a %zu x %zu grid", rows, cols);
-        st = DK_ERR_OUT_OF_MEMORY;
-    } else if (!ctx) {
-        /* the serial references: nothing to prepare */
+    if (!ctx) {
+        p->h_planes = malloc(F * n * sizeof(float));
+        p->h_feat = malloc(F * n * sizeof(float));
+        p->h_init = malloc(kf * sizeof(float));
+        p->h_mask = malloc(n);
+        if (!p->h_planes || !p->h_feat || !p->h_init || !p->h_mask) {
+            snprintf(err, len, "out of memory for a %zu x %zu grid", rows, cols);
+            st = DK_ERR_OUT_OF_MEMORY;
+        }
     } else if ((st = dk_gauss_plan_create(ctx, &p->gd, &p->gauss)) != DK_OK ||
                (st = dk_kmeans_plan_create(ctx, &p->kd, &p->kmeans)) != DK_OK ||
+               (st = dk_buffer_create(ctx, n * sizeof(float), &p->value)) != DK_OK ||
                (st = dk_buffer_create(ctx, F * n * sizeof(float), &p->planes)) != DK_OK ||
                (st = dk_buffer_create(ctx, F * n * sizeof(float), &p->points)) != DK_OK ||
                (st = dk_buffer_create(ctx, n, &p->mask)) != DK_OK ||
@@ -111,104 +114,66 @@ dk_status radar_pipeline_create(dk_context *ctx, size_t rows, size_t cols, const
     return DK_OK;
 }
 
+static dk_status too_few(radar_pipeline *p, char *err, size_t len)
+{
+    snprintf(err, len, "only %zu pixel(s) have data at or above %g; --k %d needs at least as many", p->stats.valid,
+             p->o.min_value, p->o.k);
+    return DK_ERR_INVALID_ARGUMENT;
+}
+
+/* On a device: the reflectivity goes over once, the texture planes, their
+ * smoothing, the features with their standardization and the initial
+ * centroids, and the clustering all stay there (dakit/kmeans.h's texture
+ * functions), and the labels come back. */
 dk_status radar_pipeline_run(radar_pipeline *p, const float *value, int32_t *labels, float *centroids,
                              radar_result *res, char *err, size_t len)
 {
     const size_t n = p->n, F = RADAR_FEATURES, kf = (size_t)p->o.k * F;
-    float *a = p->h_planes, *b = a + n, *m = b + n;
-    double t0 = cli_now();
-    for (size_t i = 0; i < n; i++) {
-        int has = !isnan(value[i]);
-        float z = has ? value[i] : 0.0f;
-        a[i] = z;
-        b[i] = z * z;
-        m[i] = (float)has;
-    }
+    double t0 = cli_now(), t1;
+    dk_kmeans_result kr;
     dk_status st;
     if (p->ctx) {
-        if ((st = dk_buffer_write(p->planes, a, F * n * sizeof(float))) != DK_OK ||
-            (st = dk_gauss_execute(p->gauss, p->planes, p->planes)) != DK_OK ||
-            (st = dk_buffer_read(p->planes, a, F * n * sizeof(float))) != DK_OK) {
+        if ((st = dk_buffer_write(p->value, value, n * sizeof(float))) != DK_OK ||
+            (st = dk_kmeans_texture_planes(p->kmeans, p->value, p->planes)) != DK_OK ||
+            (st = dk_gauss_execute(p->gauss, p->planes, p->planes)) != DK_OK) {
             snprintf(err, len, "texture features: %s", dk_last_error(p->ctx));
             return st;
         }
-    } else if ((st = dk_gauss_reference(&p->gd, a, a)) != DK_OK) {
-        snprintf(err, len, "texture features: %s", dk_last_error(NULL));
-        return st;
-    }
-    float *fz = p->h_feat, *fm = fz + n, *fs = fm + n;
-    double sum[RADAR_FEATURES] = {0}, sq[RADAR_FEATURES] = {0};
-    size_t valid = 0;
-    for (size_t i = 0; i < n; i++) {
-        int has = !isnan(value[i]);
-        float z = has ? value[i] : 0.0f;
-        float w = m[i];
-        float mean = w > 1e-6f ? a[i] / w : z;
-        float var = w > 1e-6f ? b[i] / w - mean * mean : 0.0f;
-        fz[i] = z;
-        fm[i] = mean;
-        fs[i] = var > 0 ? sqrtf(var) : 0.0f;
-        p->h_mask[i] = has && z >= p->o.min_value;
-        if (p->h_mask[i]) {
-            valid++;
-            for (size_t f = 0; f < F; f++) {
-                double v = p->h_feat[f * n + i];
-                sum[f] += v;
-                sq[f] += v * v;
-            }
+        st = dk_kmeans_texture_features(p->kmeans, p->value, p->planes, p->o.min_value, p->points, p->mask,
+                                        p->init, &p->stats);
+        if (st != DK_OK && p->stats.valid < (size_t)p->o.k)
+            return too_few(p, err, len);
+        if (st != DK_OK) {
+            snprintf(err, len, "texture features: %s", dk_last_error(p->ctx));
+            return st;
         }
-    }
-    if (valid < (size_t)p->o.k) {
-        snprintf(err, len, "only %zu pixel(s) have data at or above %g; --k %d needs at least as many", valid,
-                 p->o.min_value, p->o.k);
-        return DK_ERR_INVALID_ARGUMENT;
-    }
-    if (res) {
-        res->sizes = calloc((size_t)p->o.k, sizeof *res->sizes);
-        res->mean_value = calloc((size_t)p->o.k, sizeof(double));
-        res->mean_local = calloc((size_t)p->o.k, sizeof(double));
-        res->mean_std = calloc((size_t)p->o.k, sizeof(double));
-    }
-    /* standardize in place; the physical values go to the statistics first */
-    double mu[RADAR_FEATURES], sd[RADAR_FEATURES];
-    for (size_t f = 0; f < F; f++) {
-        mu[f] = sum[f] / (double)valid;
-        double var = sq[f] / (double)valid - mu[f] * mu[f];
-        sd[f] = var > 1e-12 ? sqrt(var) : 1.0;
-    }
-    float *phys = NULL;
-    if (res && res->sizes)
-        phys = malloc(F * n * sizeof *phys);
-    if (phys)
-        memcpy(phys, p->h_feat, F * n * sizeof *phys);
-    for (size_t f = 0; f < F; f++)
-        for (size_t i = 0; i < n; i++)
-            p->h_feat[f * n + i] = p->h_mask[i] ? (float)((p->h_feat[f * n + i] - mu[f]) / sd[f]) : 0.0f;
-    /* the seed's start: the reflectivity range cut into k intervals */
-    if ((st = dk_kmeans_initial_centroids(&p->kd, p->h_feat, p->h_mask, 0, p->h_init)) != DK_OK) {
-        snprintf(err, len, "%s", dk_last_error(NULL));
-        free(phys);
-        return st;
-    }
-    double t1 = cli_now();
-    dk_kmeans_result kr;
-    if (p->ctx) {
-        if ((st = dk_buffer_write(p->points, p->h_feat, F * n * sizeof(float))) != DK_OK ||
-            (st = dk_buffer_write(p->mask, p->h_mask, n)) != DK_OK ||
-            (st = dk_buffer_write(p->init, p->h_init, kf * sizeof(float))) != DK_OK ||
-            (st = dk_kmeans_execute(p->kmeans, p->points, p->mask, p->init, p->labels, p->centroids, &kr)) !=
+        t1 = cli_now();
+        if ((st = dk_kmeans_execute(p->kmeans, p->points, p->mask, p->init, p->labels, p->centroids, &kr)) !=
                 DK_OK ||
             (st = dk_buffer_read(p->labels, labels, n * sizeof(int32_t))) != DK_OK ||
             (st = dk_buffer_read(p->centroids, centroids, kf * sizeof(float))) != DK_OK) {
             snprintf(err, len, "clustering: %s", dk_last_error(p->ctx));
-            free(phys);
             return st;
         }
-    } else if ((st = dk_kmeans_reference(&p->kd, p->h_feat, p->h_mask, p->h_init, labels, centroids, &kr)) !=
-               DK_OK) {
-        snprintf(err, len, "clustering: %s", dk_last_error(NULL));
-        free(phys);
-        return st;
+    } else {
+        if ((st = dk_kmeans_texture_planes_reference(&p->kd, value, p->h_planes)) != DK_OK ||
+            (st = dk_gauss_reference(&p->gd, p->h_planes, p->h_planes)) != DK_OK) {
+            snprintf(err, len, "texture features: %s", dk_last_error(NULL));
+            return st;
+        }
+        st = dk_kmeans_texture_features_reference(&p->kd, value, p->h_planes, p->o.min_value, p->h_feat, p->h_mask,
+                                                  p->h_init, &p->stats);
+        if (st != DK_OK && p->stats.valid < (size_t)p->o.k)
+            return too_few(p, err, len);
+        if (st != DK_OK) {
+            snprintf(err, len, "texture features: %s", dk_last_error(NULL));
+            return st;
+        }
+        t1 = cli_now();
+        if ((st = dk_kmeans_reference(&p->kd, p->h_feat, p->h_mask, p->h_init, labels, centroids, &kr)) != DK_OK) {
+            snprintf(err, len, "clustering: %s", dk_last_error(NULL));
+            return st;
+        }
     }
     double t2 = cli_now();
     if (res) {
@@ -216,25 +181,47 @@ dk_status radar_pipeline_run(radar_pipeline *p, const float *value, int32_t *lab
         res->feature_seconds = t1 - t0;
         res->cluster_seconds = t2 - t1;
         res->seconds = t2 - t0;
-        if (phys && res->mean_value && res->mean_local && res->mean_std) {
-            for (size_t i = 0; i < n; i++) {
-                int l = labels[i];
-                if (l < 0)
-                    continue;
-                res->sizes[l]++;
-                res->mean_value[l] += phys[i];
-                res->mean_local[l] += phys[n + i];
-                res->mean_std[l] += phys[2 * n + i];
-            }
-            for (int c = 0; c < p->o.k; c++)
-                if (res->sizes[c]) {
-                    res->mean_value[c] /= (double)res->sizes[c];
-                    res->mean_local[c] /= (double)res->sizes[c];
-                    res->mean_std[c] /= (double)res->sizes[c];
-                }
-        }
     }
-    free(phys);
+    return DK_OK;
+}
+
+/* Per-cluster means in physical units, from the standardized features
+ * (read back from the device where there is one). */
+static dk_status cluster_statistics(radar_pipeline *p, radar_result *res, char *err, size_t len)
+{
+    const size_t n = p->n, F = RADAR_FEATURES;
+    const int k = p->o.k;
+    res->sizes = calloc((size_t)k, sizeof *res->sizes);
+    res->mean_value = calloc((size_t)k, sizeof(double));
+    res->mean_local = calloc((size_t)k, sizeof(double));
+    res->mean_std = calloc((size_t)k, sizeof(double));
+    float *feat = p->h_feat ? p->h_feat : malloc(F * n * sizeof *feat);
+    if (!res->sizes || !res->mean_value || !res->mean_local || !res->mean_std || !feat) {
+        if (feat != p->h_feat)
+            free(feat);
+        snprintf(err, len, "out of memory");
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    if (feat != p->h_feat && dk_buffer_read(p->points, feat, F * n * sizeof *feat) != DK_OK) {
+        snprintf(err, len, "reading the features back: %s", dk_last_error(p->ctx));
+        free(feat);
+        return DK_ERR_BACKEND;
+    }
+    double *mean[RADAR_FEATURES] = {res->mean_value, res->mean_local, res->mean_std};
+    for (size_t i = 0; i < n; i++) {
+        int l = res->labels[i];
+        if (l < 0)
+            continue;
+        res->sizes[l]++;
+        for (size_t f = 0; f < F; f++)
+            mean[f][l] += feat[f * n + i] * p->stats.sd[f] + p->stats.mean[f];
+    }
+    for (int c = 0; c < k; c++)
+        for (size_t f = 0; f < F; f++)
+            if (res->sizes[c])
+                mean[f][c] /= (double)res->sizes[c];
+    if (feat != p->h_feat)
+        free(feat);
     return DK_OK;
 }
 
@@ -252,8 +239,8 @@ dk_status radar_cluster(dk_context *ctx, const radolan *r, const radar_options *
     if (!out->labels || !out->centroids) {
         snprintf(err, len, "out of memory");
         st = DK_ERR_OUT_OF_MEMORY;
-    } else {
-        st = radar_pipeline_run(p, r->value, out->labels, out->centroids, out, err, len);
+    } else if ((st = radar_pipeline_run(p, r->value, out->labels, out->centroids, out, err, len)) == DK_OK) {
+        st = cluster_statistics(p, out, err, len);
     }
     radar_pipeline_destroy(p);
     if (st != DK_OK)

@@ -35,8 +35,10 @@ typedef struct radar_result {
 typedef struct radar_pipeline radar_pipeline;
 dk_status radar_pipeline_create(dk_context *ctx, size_t rows, size_t cols, const radar_options *o,
                                 radar_pipeline **out, char *err, size_t len);
-/* Decoded values (NAN = no data) to labels; fills labels/centroids and
- * result->kmeans, result->feature_seconds, result->cluster_seconds. */
+/* Decoded values (NAN = no data) in host memory to labels in host memory;
+ * on a device only the values go over and the labels and centroids come
+ * back. Fills labels/centroids and result->kmeans, feature_seconds (upload
+ * and features), cluster_seconds (clustering and the copies back). */
 dk_status radar_pipeline_run(radar_pipeline *p, const float *value, int32_t *labels, float *centroids,
                              radar_result *result, char *err, size_t len);
 void radar_pipeline_destroy(radar_pipeline *p);

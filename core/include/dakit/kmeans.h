@@ -108,6 +108,46 @@ dk_status dk_kmeans_reference(const dk_kmeans_desc *desc, const float *points,
                               const uint8_t *mask, const float *init, int32_t *labels,
                               float *centroids, dk_kmeans_result *result);
 
+/* ---- texture features of an image (the radar pipeline), on the device ----
+ *
+ * For a feature-major plan with d = DK_KMEANS_TEXTURE_D over a grid (rows x
+ * cols = n), the features are computed where the clustering runs, so the
+ * image goes to the device once and only the labels come back:
+ * 1. dk_kmeans_texture_planes: value (n float32; a value that is not finite
+ *    is no data) -> planes (3n float32): z m, z^2 m, m, with m = 1 where
+ *    there is data, else 0, and z = value there, else 0.
+ * 2. The caller smooths the three planes (a gauss plan over (3, rows, cols),
+ *    axes 1 and 2), in place or not.
+ * 3. dk_kmeans_texture_features: from value and the smoothed planes (a, b, w)
+ *    each pixel gets z, mean = a / w and std = sqrt(max(b / w - mean^2, 0))
+ *    (mean = z, std = 0 where w <= 1e-6; float arithmetic); mask (n bytes) =
+ *    has data and z >= min_value; each feature is standardized over the
+ *    unmasked pixels, (float)((x - mu) / sd) with mu and sd their mean and
+ *    standard deviation in double (sd = 1 when the variance is <= 1e-12), 0 at
+ *    masked pixels; init (k * 3) gets dk_kmeans_initial_centroids on feature 0
+ *    of the standardized points. The sums run in double in an order of the
+ *    backend's choosing, so a backend may differ from the reference by a
+ *    float rounding unit. Fails (stats still filled) when fewer than k pixels
+ *    are unmasked. Backends without device code for it run the reference on
+ *    the host between a buffer read and write. */
+#define DK_KMEANS_TEXTURE_D 3
+
+typedef struct dk_kmeans_texture_stats {
+    size_t valid;                      /* unmasked pixels */
+    double mean[DK_KMEANS_TEXTURE_D];  /* mu of z, local mean, local std */
+    double sd[DK_KMEANS_TEXTURE_D];
+} dk_kmeans_texture_stats;
+
+dk_status dk_kmeans_texture_planes(dk_plan *plan, const dk_buffer *value, dk_buffer *planes);
+dk_status dk_kmeans_texture_features(dk_plan *plan, const dk_buffer *value, const dk_buffer *smoothed,
+                                     double min_value, dk_buffer *points, dk_buffer *mask, dk_buffer *init,
+                                     dk_kmeans_texture_stats *stats);
+/* The serial references (host memory); desc as the plan's. */
+dk_status dk_kmeans_texture_planes_reference(const dk_kmeans_desc *desc, const float *value, float *planes);
+dk_status dk_kmeans_texture_features_reference(const dk_kmeans_desc *desc, const float *value,
+                                               const float *smoothed, double min_value, float *points,
+                                               uint8_t *mask, float *init, dk_kmeans_texture_stats *stats);
+
 /* ---- plugin ops ---- */
 
 struct dk_msg;
@@ -129,6 +169,13 @@ typedef struct dk_kmeans_ops {
                          void *labels, void *centroids, dk_kmeans_result *result,
                          struct dk_msg *msg);
     void (*plan_destroy)(void *plan);
+    /* Optional (NULL: the core runs the references on the host): the
+     * texture features above, on handles from buffer_alloc, for a plan the
+     * core has checked is feature-major with d = 3 over a grid. */
+    dk_status (*texture_planes)(void *plan, const void *value, void *planes, struct dk_msg *msg);
+    dk_status (*texture_features)(void *plan, const void *value, const void *smoothed, double min_value,
+                                  void *points, void *mask, void *init, dk_kmeans_texture_stats *stats,
+                                  struct dk_msg *msg);
 } dk_kmeans_ops;
 
 #ifdef __cplusplus
