@@ -74,6 +74,29 @@ int main(void)
     for (int n = 0; n < 40; n++)
         CHECK(gb_hash_find(&s, k1, &k1[n]) == (n % 3 ? n : -1), "crowded after removal %d", n);
     gb_hash_free(&s);
+
+    /* placement by many threads at once (the index rebuild after pruning):
+     * every key findable at its own position, none lost to a race */
+    {
+        enum { M = 200000 };
+        int32_t *mk = malloc(sizeof(int32_t) * M * DIM);
+        CHECK(mk != NULL, "alloc");
+        for (int n = 0; n < M; n++)
+            for (int i = 0; i < DIM; i++)
+                mk[n * DIM + i] = (n >> (5 * i)) % 32 - 16 + i;
+        gb_hash m;
+        CHECK(gb_hash_init(&m, DIM, M) == 0, "init shared");
+#pragma omp parallel for schedule(dynamic, 64)
+        for (int n = 0; n < M; n++)
+            gb_hash_place_shared(&m, mk, n);
+        m.count = M;
+        int lost = 0;
+        for (int n = 0; n < M; n++)
+            lost += gb_hash_find(&m, mk, mk + n * DIM) != n;
+        CHECK(lost == 0, "%d of %d keys placed together not found at their position", lost, M);
+        gb_hash_free(&m);
+        free(mk);
+    }
     printf("%s\n", failures ? "FAILED" : "ok");
     return failures != 0;
 }

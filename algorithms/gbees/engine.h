@@ -33,6 +33,17 @@
  * order: the same rounding serially and in parallel. */
 #define GB_CHUNK 2048
 
+/* Growth and initialization look for missing neighbours in parallel over
+ * fixed blocks of this many cells, each block listing its finds in cell
+ * order; the lists are then added block by block, so new cells land in the
+ * same order as a serial pass, whatever the thread count. */
+#define GB_BLOCK 4096
+
+typedef struct gb_cand {
+    int32_t *key; /* dim int32 per candidate */
+    size_t n, cap;
+} gb_cand;
+
 typedef struct gb_grid {
     dk_gbees_setup s;
     int d;
@@ -42,9 +53,12 @@ typedef struct gb_grid {
     int32_t *nb;
     double *p;
     double *flux;
+    double *wave;    /* per axis, the wave on the forward face (gb_wave) */
     double *rate;    /* sum_i |v_i| / dx_i: the cell's CFL rate */
     uint8_t *mark;
     double *partial; /* chunk sums */
+    gb_cand *cand;   /* per block: keys of cells to add */
+    size_t ncand;
     gb_hash ht;
     double t, dt;
     uint64_t steps, cell_steps;
@@ -70,13 +84,15 @@ static int gb_reserve(gb_grid *g, size_t want)
     if (p) g->p = p;
     void *f = realloc(g->flux, cap * d * sizeof *g->flux);
     if (f) g->flux = f;
+    void *w = realloc(g->wave, cap * d * sizeof *g->wave);
+    if (w) g->wave = w;
     void *r = realloc(g->rate, cap * sizeof *g->rate);
     if (r) g->rate = r;
     void *m = realloc(g->mark, cap);
     if (m) g->mark = m;
     void *pa = realloc(g->partial, (cap / GB_CHUNK + 1) * sizeof *g->partial);
     if (pa) g->partial = pa;
-    if (!k || !v || !nb || !p || !f || !r || !m || !pa)
+    if (!k || !v || !nb || !p || !f || !w || !r || !m || !pa)
         return -1;
     g->cap = cap;
     return 0;
@@ -89,9 +105,13 @@ static void gb_free(gb_grid *g)
     free(g->nb);
     free(g->p);
     free(g->flux);
+    free(g->wave);
     free(g->rate);
     free(g->mark);
     free(g->partial);
+    for (size_t b = 0; b < g->ncand; b++)
+        free(g->cand[b].key);
+    free(g->cand);
     gb_hash_free(&g->ht);
     free(g);
 }
@@ -145,10 +165,56 @@ static int32_t gb_add(gb_grid *g, const int32_t *k, double p)
     size_t c = g->n;
     memcpy(g->key + c * g->d, k, g->d * sizeof *k);
     g->p[c] = p;
-    if (gb_hash_insert(&g->ht, g->key, (int32_t)c) < 0)
+    if (2 * (g->ht.count + 1) > g->ht.cap && gb_hash_grow(&g->ht, g->key) != 0)
         return -1;
+    gb_hash_place(&g->ht, g->key, (int32_t)c);
     g->n++;
     return (int32_t)c;
+}
+
+/* Empties the candidate lists of blocks [0, nblocks), making them exist. */
+static int gb_cand_reset(gb_grid *g, size_t nblocks)
+{
+    if (nblocks > g->ncand) {
+        gb_cand *more = realloc(g->cand, nblocks * sizeof *more);
+        if (!more)
+            return -1;
+        memset(more + g->ncand, 0, (nblocks - g->ncand) * sizeof *more);
+        g->cand = more;
+        g->ncand = nblocks;
+    }
+    for (size_t b = 0; b < nblocks; b++)
+        g->cand[b].n = 0;
+    return 0;
+}
+
+/* 0, or 1 when memory ran out. */
+static int gb_cand_push(gb_cand *l, const int32_t *k, int d)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? 2 * l->cap : 256;
+        int32_t *more = realloc(l->key, cap * d * sizeof *more);
+        if (!more)
+            return 1;
+        l->key = more;
+        l->cap = cap;
+    }
+    memcpy(l->key + l->n * d, k, d * sizeof *k);
+    l->n++;
+    return 0;
+}
+
+/* Adds the candidates of blocks [0, nblocks) in block order, skipping keys
+ * already present (a cell is often found by several neighbours). */
+static int gb_cand_merge(gb_grid *g, size_t nblocks)
+{
+    for (size_t b = 0; b < nblocks; b++) {
+        const gb_cand *l = &g->cand[b];
+        for (size_t m = 0; m < l->n; m++)
+            if (gb_add(g, l->key + m * g->d, 0.0) < 0)
+                return -1;
+    }
+    return 0;
 }
 
 /* Links cells [from, n) to their face neighbours, both ways, and gives them
@@ -170,8 +236,9 @@ static void gb_link_new(gb_grid *g, size_t from)
         gb_velocity(g, c);
     }
     /* old cells learn of new neighbours: a new cell's back neighbour, if
-     * old, points forward to it (old cells are touched by one new cell per
-     * face at most, and serially, so no two writes meet) */
+     * old, points forward to it. Each old cell's face slot is written only
+     * by the one cell across that face, so no two writes meet. */
+    GB_OMP(omp parallel for schedule(static))
     for (size_t c = from; c < g->n; c++)
         for (int i = 0; i < d; i++) {
             int32_t b = g->nb[c * 2 * d + 2 * i], f = g->nb[c * 2 * d + 2 * i + 1];
@@ -263,19 +330,35 @@ static dk_status gb_init(gb_grid *g, const double *mean, const double *inv, dk_m
         k[i] = (int32_t)lround((mean[i] - g->s.center[i]) / g->s.dx[i]);
     if (gb_add(g, k, 0.0) < 0)
         goto nomem;
-    for (size_t c = 0; c < g->n; c++) {
-        double x[DK_GBEES_MAX_DIM];
-        gb_center(g, c, x);
-        g->p[c] = exp(lognorm - 0.5 * gb_gauss_quad(d, x, mean, inv));
-        if (g->p[c] < g->s.threshold)
-            continue;
-        for (int i = 0; i < d; i++)
-            for (int s = -1; s <= 1; s += 2) {
-                memcpy(k, g->key + c * d, d * sizeof *k);
-                k[i] += s;
-                if (gb_add(g, k, 0.0) < 0)
-                    goto nomem;
+    /* level by level: the masses of one level and its missing neighbours in
+     * parallel, then the neighbours appended in order, as a queue would */
+    for (size_t level = 0; level < g->n;) {
+        size_t end = g->n, nblocks = (end - level + GB_BLOCK - 1) / GB_BLOCK;
+        if (gb_cand_reset(g, nblocks) != 0)
+            goto nomem;
+        int failed = 0;
+        GB_OMP(omp parallel for schedule(dynamic, 1) reduction(| : failed))
+        for (size_t b = 0; b < nblocks; b++) {
+            size_t last = level + (b + 1) * GB_BLOCK < end ? level + (b + 1) * GB_BLOCK : end;
+            for (size_t c = level + b * GB_BLOCK; c < last; c++) {
+                double x[DK_GBEES_MAX_DIM];
+                gb_center(g, c, x);
+                g->p[c] = exp(lognorm - 0.5 * gb_gauss_quad(d, x, mean, inv));
+                if (g->p[c] < g->s.threshold)
+                    continue;
+                int32_t kn[DK_GBEES_MAX_DIM];
+                for (int i = 0; i < d; i++)
+                    for (int s = -1; s <= 1; s += 2) {
+                        memcpy(kn, g->key + c * d, d * sizeof *kn);
+                        kn[i] += s;
+                        if (gb_hash_find(&g->ht, g->key, kn) < 0)
+                            failed |= gb_cand_push(&g->cand[b], kn, d);
+                    }
             }
+        }
+        if (failed || gb_cand_merge(g, nblocks) != 0)
+            goto nomem;
+        level = end;
     }
     gb_link_new(g, 0);
     if (gb_normalize(g) != 0) {
@@ -295,40 +378,49 @@ nomem:
 static dk_status gb_grow(gb_grid *g, dk_msg *msg)
 {
     int d = g->d;
-    size_t old = g->n;
+    size_t old = g->n, nblocks = (old + GB_BLOCK - 1) / GB_BLOCK;
     double thr = g->s.threshold;
-    for (size_t c = 0; c < old; c++) {
-        if (g->p[c] < thr)
-            continue;
-        /* copies: adding cells may move the arrays */
-        double v[DK_GBEES_MAX_DIM];
-        int32_t nb[2 * DK_GBEES_MAX_DIM];
-        memcpy(v, g->v + c * d, d * sizeof *v);
-        memcpy(nb, g->nb + c * 2 * d, 2 * d * sizeof *nb);
-        for (int i = 0; i < d; i++) {
-            if (v[i] == 0.0)
+    if (gb_cand_reset(g, nblocks) != 0)
+        goto nomem;
+    int failed = 0;
+    /* The grid is read-only here: links are complete among the old cells,
+     * so a missing link is a missing cell, and only an edge neighbour seen
+     * through a missing face cell needs the index. */
+    GB_OMP(omp parallel for schedule(dynamic, 1) reduction(| : failed))
+    for (size_t b = 0; b < nblocks; b++) {
+        gb_cand *l = &g->cand[b];
+        size_t last = (b + 1) * GB_BLOCK < old ? (b + 1) * GB_BLOCK : old;
+        for (size_t c = b * GB_BLOCK; c < last; c++) {
+            if (g->p[c] < thr)
                 continue;
-            int si = v[i] > 0.0;
-            int32_t face = nb[2 * i + si];
-            int32_t k[DK_GBEES_MAX_DIM];
-            memcpy(k, g->key + c * d, d * sizeof *k);
-            k[i] += si ? 1 : -1;
-            if (face < 0 && (face = gb_add(g, k, 0.0)) < 0)
-                goto nomem;
-            for (int j = 0; j < d; j++) {
-                if (j == i || v[j] == 0.0)
+            const double *v = g->v + c * d;
+            const int32_t *nb = g->nb + c * 2 * d;
+            for (int i = 0; i < d; i++) {
+                if (v[i] == 0.0)
                     continue;
-                int sj = v[j] > 0.0;
-                /* a face neighbour made in this pass has no links yet */
-                if ((size_t)face < old && g->nb[(size_t)face * 2 * d + 2 * j + sj] >= 0)
-                    continue;
-                k[j] += sj ? 1 : -1;
-                if (gb_add(g, k, 0.0) < 0)
-                    goto nomem;
-                k[j] -= sj ? 1 : -1;
+                int si = v[i] > 0.0;
+                int32_t face = nb[2 * i + si];
+                int32_t k[DK_GBEES_MAX_DIM];
+                memcpy(k, g->key + c * d, d * sizeof *k);
+                k[i] += si ? 1 : -1;
+                if (face < 0)
+                    failed |= gb_cand_push(l, k, d);
+                for (int j = 0; j < d; j++) {
+                    if (j == i || v[j] == 0.0)
+                        continue;
+                    int sj = v[j] > 0.0;
+                    if (face >= 0 && g->nb[(size_t)face * 2 * d + 2 * j + sj] >= 0)
+                        continue;
+                    k[j] += sj ? 1 : -1;
+                    if (face >= 0 || gb_hash_find(&g->ht, g->key, k) < 0)
+                        failed |= gb_cand_push(l, k, d);
+                    k[j] -= sj ? 1 : -1;
+                }
             }
         }
     }
+    if (failed || gb_cand_merge(g, nblocks) != 0)
+        goto nomem;
     if (g->n > old)
         gb_link_new(g, old);
     return DK_OK;
@@ -337,11 +429,18 @@ nomem:
     return DK_ERR_OUT_OF_MEMORY;
 }
 
+/* max(x, 0) and min(x, 0) written out: libm's fmax and fmin are calls
+ * that the compiler may not inline (their NaN rules), and the flux loop
+ * makes dozens per cell. */
+static inline double gb_pos(double x) { return x > 0.0 ? x : 0.0; }
+static inline double gb_neg(double x) { return x < 0.0 ? x : 0.0; }
+
 /* MC (monotonized central) limiter. */
 static inline double gb_mc(double th)
 {
-    double m = fmin(0.5 * (1.0 + th), 2.0);
-    return fmax(0.0, fmin(m, 2.0 * th));
+    double m = 0.5 * (1.0 + th);
+    m = m < 2.0 ? m : 2.0;
+    return gb_pos(m < 2.0 * th ? m : 2.0 * th);
 }
 
 /* Mass through the face between a (behind) and b = a's forward neighbour
@@ -360,7 +459,15 @@ static void gb_fluxes(gb_grid *g)
     int d = g->d;
     const double *p = g->p, *vv = g->v;
     const int32_t *nbs = g->nb;
-    double dt = g->dt;
+    double dt = g->dt, *wave = g->wave;
+    /* each face's wave once: the loop below reads every one of them up to
+     * 4 (d - 1) + 1 times */
+    GB_OMP(omp parallel for schedule(static))
+    for (size_t c = 0; c < g->n; c++)
+        for (int i = 0; i < d; i++) {
+            int32_t fwd = nbs[c * 2 * d + 2 * i + 1];
+            wave[c * d + i] = fwd >= 0 ? gb_wave(g, (int32_t)c, fwd, i) : 0.0;
+        }
     GB_OMP(omp parallel for schedule(static))
     for (size_t c = 0; c < g->n; c++) {
         const double *v = vv + c * d;
@@ -369,7 +476,7 @@ static void gb_fluxes(gb_grid *g)
             double u = v[j];
             int32_t fwd = nb[2 * j + 1];
             /* donor cell */
-            double F = fmax(u, 0.0) * p[c] + (fwd >= 0 ? fmin(u, 0.0) * p[fwd] : 0.0);
+            double F = gb_pos(u) * p[c] + (fwd >= 0 ? gb_neg(u) * p[fwd] : 0.0);
             double corr = 0.0;
             if (fwd >= 0) {
                 /* high resolution: the limited slope of the upwind side */
@@ -384,27 +491,27 @@ static void gb_fluxes(gb_grid *g)
                         up = ff >= 0 ? p[ff] - p[fwd] : -p[fwd];
                     }
                     double au = fabs(u);
-                    corr += au * (g->s.dx[j] / dt - au) * gb_wave(g, c, fwd, j) * gb_mc(up / jump);
+                    corr += au * (g->s.dx[j] / dt - au) * wave[c * d + j] * gb_mc(up / jump);
                 }
             }
             /* corner transport: waves on faces along i != j that touch this
              * face's cells push part of their mass across it */
-            double vj_out = fmax(v[j], 0.0), vj_in = fmin(v[j], 0.0);
+            double vj_out = gb_pos(v[j]), vj_in = gb_neg(v[j]);
             for (int i = 0; i < d; i++) {
                 if (i == j)
                     continue;
                 int32_t a = nb[2 * i], b = nb[2 * i + 1];
                 if (a >= 0 && vj_out != 0.0) /* wave on c's back face along i, moving in */
-                    corr -= fmax(vv[(size_t)a * d + i], 0.0) * vj_out * gb_wave(g, a, c, i);
+                    corr -= gb_pos(vv[(size_t)a * d + i]) * vj_out * wave[(size_t)a * d + i];
                 if (b >= 0 && vj_out != 0.0) /* wave on c's front face along i, moving in */
-                    corr -= fmin(v[i], 0.0) * vj_out * gb_wave(g, c, b, i);
+                    corr -= gb_neg(v[i]) * vj_out * wave[c * d + i];
                 if (fwd >= 0 && vj_in != 0.0) {
                     const int32_t *fnb = nbs + (size_t)fwd * 2 * d;
                     int32_t fa = fnb[2 * i], fb = fnb[2 * i + 1];
                     if (fa >= 0)
-                        corr -= fmax(vv[(size_t)fa * d + i], 0.0) * vj_in * gb_wave(g, fa, fwd, i);
+                        corr -= gb_pos(vv[(size_t)fa * d + i]) * vj_in * wave[(size_t)fa * d + i];
                     if (fb >= 0)
-                        corr -= fmin(vv[(size_t)fwd * d + i], 0.0) * vj_in * gb_wave(g, fwd, fb, i);
+                        corr -= gb_neg(vv[(size_t)fwd * d + i]) * vj_in * wave[(size_t)fwd * d + i];
                 }
             }
             g->flux[c * d + j] = (F + corr) * dt / g->s.dx[j];
@@ -423,7 +530,7 @@ static void gb_apply(gb_grid *g)
             int32_t back = nb[2 * j];
             q -= g->flux[c * d + j] - (back >= 0 ? g->flux[(size_t)back * d + j] : 0.0);
         }
-        g->p[c] = fmax(q, 0.0);
+        g->p[c] = gb_pos(q);
     }
 }
 
@@ -502,8 +609,10 @@ static dk_status gb_prune(gb_grid *g, dk_msg *msg)
         return DK_OK;
     g->n = w;
     gb_hash_clear(&g->ht);
+    GB_OMP(omp parallel for schedule(static))
     for (size_t c = 0; c < g->n; c++)
-        gb_hash_place(&g->ht, g->key, (int32_t)c);
+        gb_hash_place_shared(&g->ht, g->key, (int32_t)c);
+    g->ht.count = g->n;
     GB_OMP(omp parallel for schedule(static))
     for (size_t c = 0; c < g->n; c++) {
         int32_t k[DK_GBEES_MAX_DIM];

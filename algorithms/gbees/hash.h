@@ -41,6 +41,16 @@ static inline uint64_t gb_hash_key(const int32_t *k, int dim)
     return gb_mix64(h);
 }
 
+/* Written out rather than memcmp: keys are a few ints, and a library call
+ * per probe costs more than the compare. */
+static inline int gb_key_eq(const int32_t *a, const int32_t *b, int dim)
+{
+    for (int i = 0; i < dim; i++)
+        if (a[i] != b[i])
+            return 0;
+    return 1;
+}
+
 static inline int gb_hash_init(gb_hash *t, int dim, size_t min_cap)
 {
     size_t cap = 64;
@@ -87,7 +97,7 @@ static inline int32_t gb_hash_find(const gb_hash *t, const int32_t *keys, const 
         int32_t pos = t->slot[s];
         if (pos < 0)
             return -1;
-        if (t->tag[s] == tag && memcmp(keys + (size_t)pos * t->dim, key, t->dim * sizeof *key) == 0)
+        if (t->tag[s] == tag && gb_key_eq(keys + (size_t)pos * t->dim, key, t->dim))
             return pos;
         s = (s + 1) & mask;
     }
@@ -103,6 +113,24 @@ static inline void gb_hash_place(gb_hash *t, const int32_t *keys, int32_t pos)
     t->slot[s] = pos;
     t->tag[s] = (uint32_t)(h >> 32);
     t->count++;
+}
+
+/* gb_hash_place for many threads at once over distinct keys: a slot is
+ * claimed by compare-and-swap. Which slot a key takes may depend on the
+ * threads' timing, but lookups do not; count is the caller's to add. */
+static inline void gb_hash_place_shared(gb_hash *t, const int32_t *keys, int32_t pos)
+{
+    uint64_t h = gb_hash_key(keys + (size_t)pos * t->dim, t->dim);
+    size_t mask = t->cap - 1, s = (size_t)h & mask;
+    for (;;) {
+        int32_t empty = -1;
+        if (__atomic_load_n(&t->slot[s], __ATOMIC_RELAXED) < 0 &&
+            __atomic_compare_exchange_n(&t->slot[s], &empty, pos, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+            t->tag[s] = (uint32_t)(h >> 32);
+            return;
+        }
+        s = (s + 1) & mask;
+    }
 }
 
 static inline int gb_hash_grow(gb_hash *t, const int32_t *keys)
@@ -141,7 +169,7 @@ static inline int gb_hash_remove(gb_hash *t, const int32_t *keys, const int32_t 
         int32_t pos = t->slot[s];
         if (pos < 0)
             return 0;
-        if (t->tag[s] == tag && memcmp(keys + (size_t)pos * t->dim, key, t->dim * sizeof *key) == 0)
+        if (t->tag[s] == tag && gb_key_eq(keys + (size_t)pos * t->dim, key, t->dim))
             break;
         s = (s + 1) & mask;
     }

@@ -1,8 +1,10 @@
 /* gbees on the cpu backend: the shared engine with its per-cell loops
- * spread over the host's cores by OpenMP. Growth and the index rebuild
- * stay serial (they insert into one hash table); every loop that writes
- * only its own cell runs in parallel, and the engine's sums go through
- * fixed chunks, so the result equals the serial reference bit for bit. */
+ * spread over the host's cores by OpenMP. Growth and initialization find
+ * missing neighbours in parallel over fixed blocks and append them block
+ * by block (only that append is serial); the index rebuild after pruning
+ * places cells concurrently; every other loop writes only its own cell,
+ * and the engine's sums go through fixed chunks, so the result equals the
+ * serial reference bit for bit whatever the thread count. */
 #include "../../algorithms/gbees/engine.h"
 
 static const char *const cpu_gbees_variants[] = {"openmp", NULL};
