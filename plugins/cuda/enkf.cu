@@ -9,10 +9,12 @@
  *           C read from its first row (or the 2-D table), H in CSR, each
  *           block a tile of state points x one observation, G staged in
  *           shared memory, the member sums in registers.
- *   banded  the same kernel restricted to the nonzeros within C's support
- *           of the tile (a bisection of the sorted columns), warps skipping
- *           nonzeros out of their reach: C applied as a short convolution of
- *           the sparse vectors e_l o h_j.
+ *   banded  C applied as a short convolution of the sparse vectors
+ *           e_l o h_j: for 1-D C with radius up to ~1,900, k_band (c staged
+ *           in shared memory as a zero-padded signed window, 4 points per
+ *           thread, G formed while staging, 32-bit indices); otherwise
+ *           k_direct restricted to the nonzeros within C's support of the
+ *           tile, warps skipping nonzeros out of their reach.
  *   fft     column j = 1/(L-1) sum_l e_l o C (e_l o h_j): the L*M sparse
  *           vectors are scattered into the circulant embedding (batched,
  *           chunks of whole observations sized to a memory budget), cuFFT
@@ -41,6 +43,16 @@ const int DIRECT_R = 2; /* state points per thread: G's shared loads serve both 
 const int DIRECT_TILE = DIRECT_THREADS * DIRECT_R;
 /* nonzeros staged at a time: G's slice stays within 32 KiB of shared memory */
 const int THREADS = 256;
+/* banded, 1-D C: each warp owns 32*BAND_R consecutive state points (lane +
+ * 32 r), so a nonzero's c values sit in shared memory at consecutive
+ * addresses across the warp (no bank conflicts) and one staged G row serves
+ * BAND_R points; all index arithmetic is 32-bit. */
+const int BAND_THREADS = 128;
+const int BAND_R = 4;
+const int BAND_TILE = BAND_THREADS * BAND_R;
+const int BAND_CHUNK = 128;    /* nonzeros staged at a time */
+const int BAND_MAX_LB = 12;    /* members per pass: acc[BAND_R][LB] stays in registers */
+const int BAND_MAX_W = 2047;   /* c staged as 2W+1 values: at most 32 KiB of shared memory */
 const size_t FFT_BUDGET = (size_t)1 << 30; /* bytes of batched transform data */
 
 struct Plan {
@@ -68,6 +80,7 @@ struct Plan {
     long long S;
     /* banded: each tile's range of nonzeros in each row (NULL: bisect) */
     int *range_lo, *range_hi;
+    int band_fast; /* 1-D banded with a short support: k_band */
     /* analysis */
     cusolverDnHandle_t solver;
     cublasHandle_t blas;
@@ -272,6 +285,127 @@ __global__ void __launch_bounds__(DIRECT_THREADS) k_direct(DirectArgs a)
             long long i = i0 + r * DIRECT_THREADS + tid;
             if (i < a.N)
                 a.pht[i * a.M + j] = out[r] * a.inv_lm1;
+        }
+    }
+}
+
+struct BandArgs {
+    const double *e, *values, *loc;
+    const int *indptr, *indices;
+    const int *range_lo, *range_hi; /* per (row, tile); NULL: bisect */
+    double *pht;
+    int N, L, M, rx, W;
+    double inv_lm1;
+};
+
+__device__ __forceinline__ int lower_bound32(const int *keys, int b, int e, int key)
+{
+    while (b < e) {
+        int mid = (b + e) >> 1;
+        if (keys[mid] < key)
+            b = mid + 1;
+        else
+            e = mid;
+    }
+    return b;
+}
+
+/* 1-D C with support rx: pht[i, j] = 1/(L-1) sum_l e[i,l] sum_t c[|i-k_t|]
+ * values[t] e[k_t,l]. c is staged once per block as a signed, zero-padded
+ * window cs[d + W] (d = i - k in [-W, W]), so the inner loop has no
+ * branch and no bounds test: one shared load of c and LB FMAs per point.
+ * The weighted anomalies G are formed while staging (no separate pass).
+ * Each warp walks only the staged nonzeros within reach of its points. */
+template <int LB>
+__global__ void __launch_bounds__(BAND_THREADS) k_band(BandArgs a)
+{
+    extern __shared__ double cs[];
+    __shared__ double2 gs2[BAND_CHUNK * LB / 2]; /* 16-byte loads in the inner loop */
+    double *gs = (double *)gs2;
+    __shared__ int ks[BAND_CHUNK];
+    __shared__ int range[2];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int W = a.W;
+    for (int q = tid; q <= 2 * W; q += BAND_THREADS) {
+        int d = q > W ? q - W : W - q;
+        cs[q] = d <= a.rx ? a.loc[d] : 0.0;
+    }
+    const int i0 = blockIdx.x * BAND_TILE;
+    const int wbase = i0 + warp * 32 * BAND_R;
+    const int klo = wbase - a.rx, khi = wbase + 32 * BAND_R - 1 + a.rx;
+    const int cbase = wbase + lane + W;
+    for (int j = blockIdx.y; j < a.M; j += gridDim.y) {
+        int tb, te;
+        if (a.range_lo) {
+            int at = j * gridDim.x + blockIdx.x;
+            tb = a.range_lo[at];
+            te = a.range_hi[at];
+        } else {
+            __syncthreads();
+            if (tid == 0)
+                range[0] = lower_bound32(a.indices, a.indptr[j], a.indptr[j + 1], i0 - a.rx);
+            if (tid == 32)
+                range[1] = lower_bound32(a.indices, a.indptr[j], a.indptr[j + 1], i0 + BAND_TILE + a.rx);
+            __syncthreads();
+            tb = range[0];
+            te = range[1];
+        }
+        double out[BAND_R];
+#pragma unroll
+        for (int r = 0; r < BAND_R; r++)
+            out[r] = 0.0;
+        for (int l0 = 0; l0 < a.L; l0 += LB) {
+            double acc[BAND_R][LB];
+#pragma unroll
+            for (int r = 0; r < BAND_R; r++)
+#pragma unroll
+                for (int l = 0; l < LB; l++)
+                    acc[r][l] = 0.0;
+            for (int c0 = tb; c0 < te; c0 += BAND_CHUNK) {
+                int cn = min(BAND_CHUNK, te - c0);
+                __syncthreads();
+                for (int q = tid; q < cn * LB; q += BAND_THREADS) {
+                    int tt = q / LB, l = q - tt * LB;
+                    int k = a.indices[c0 + tt];
+                    gs[q] = l0 + l < a.L ? a.values[c0 + tt] * a.e[(size_t)k * a.L + l0 + l] : 0.0;
+                    if (l == 0)
+                        ks[tt] = k;
+                }
+                __syncthreads();
+                int lo = lower_bound32(ks, 0, cn, klo), hi = lower_bound32(ks, lo, cn, khi + 1);
+                for (int tt = lo; tt < hi; tt++) {
+                    const double *c = cs + (cbase - ks[tt]);
+                    double g[LB];
+#pragma unroll
+                    for (int h = 0; h < LB / 2; h++) {
+                        double2 v = gs2[tt * (LB / 2) + h];
+                        g[2 * h] = v.x;
+                        g[2 * h + 1] = v.y;
+                    }
+#pragma unroll
+                    for (int r = 0; r < BAND_R; r++) {
+                        double cr = c[32 * r];
+#pragma unroll
+                        for (int l = 0; l < LB; l++)
+                            acc[r][l] = fma(cr, g[l], acc[r][l]);
+                    }
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < BAND_R; r++) {
+                int i = wbase + 32 * r + lane;
+                if (i < a.N)
+#pragma unroll
+                    for (int l = 0; l < LB; l++)
+                        if (l0 + l < a.L)
+                            out[r] = fma(a.e[(size_t)i * a.L + l0 + l], acc[r][l], out[r]);
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < BAND_R; r++) {
+            int i = wbase + 32 * r + lane;
+            if (i < a.N)
+                a.pht[(size_t)i * a.M + j] = out[r] * a.inv_lm1;
         }
     }
 }
@@ -564,10 +698,10 @@ dk_status make_fft(Plan *p, dk_msg *msg)
 
 /* For each tile of DIRECT_TILE state points and each row j, the nonzeros
  * whose column is within the window of the tile: [lo, hi). */
-dk_status make_ranges(Plan *p, dk_msg *msg)
+dk_status make_ranges(Plan *p, long long tile_points, dk_msg *msg)
 {
     const dk_enkf_setup *s = p->s;
-    long long tiles = (p->N + DIRECT_TILE - 1) / DIRECT_TILE, w = p->window;
+    long long tiles = (p->N + tile_points - 1) / tile_points, w = p->window;
     if (tiles * p->M > (1ll << 26))
         return DK_OK; /* too many to keep: the kernel bisects instead */
     int *lo = (int *)malloc((size_t)(tiles * p->M) * sizeof(int)), *hi = (int *)malloc((size_t)(tiles * p->M) * sizeof(int));
@@ -579,7 +713,7 @@ dk_status make_ranges(Plan *p, dk_msg *msg)
     for (long long j = 0; j < p->M; j++) {
         int64_t a = s->indptr[j], b = s->indptr[j];
         for (long long tile = 0; tile < tiles; tile++) {
-            long long first = tile * DIRECT_TILE, lastp = min(first + DIRECT_TILE, p->N) - 1;
+            long long first = tile * tile_points, lastp = min(first + tile_points, p->N) - 1;
             while (a < s->indptr[j + 1] && s->indices[a] < first - w)
                 a++;
             if (b < a)
@@ -659,8 +793,10 @@ dk_status plan_create(void *device, const dk_enkf_setup *s, void **plan, dk_msg 
         st = ensure(&p->partial, p->M * p->M * p->S, "allocating the HPHT partial sums", msg);
     if (st == DK_OK && s->scheme == DK_ENKF_FFT)
         st = make_fft(p, msg);
+    p->band_fast = s->scheme == DK_ENKF_BANDED && !p->two_d && p->rx + 32 * BAND_R - 1 <= BAND_MAX_W &&
+                   p->N + BAND_TILE + BAND_MAX_W < INT32_MAX;
     if (st == DK_OK && s->scheme == DK_ENKF_BANDED)
-        st = make_ranges(p, msg);
+        st = make_ranges(p, p->band_fast ? BAND_TILE : DIRECT_TILE, msg);
     if (st != DK_OK) {
         plan_free(p);
         return st;
@@ -681,6 +817,37 @@ cudaError_t launch_direct(const DirectArgs &a, cudaStream_t stream)
     dim3 grid((unsigned)tiles, (a.banded && tiles >= 1024) ? 1u : (unsigned)(a.M < 65535 ? a.M : 65535));
     k_direct<LB><<<grid, DIRECT_THREADS, 0, stream>>>(a);
     return cudaGetLastError();
+}
+
+template <int LB>
+cudaError_t launch_band(const BandArgs &a, cudaStream_t stream)
+{
+    /* one block takes every row of its tile when tiles fill the device, so
+     * the rows of PHT it writes are whole while still in L2 */
+    unsigned tiles = (unsigned)((a.N + BAND_TILE - 1) / BAND_TILE);
+    dim3 grid(tiles, tiles >= 1024 ? 1u : (unsigned)(a.M < 65535 ? a.M : 65535));
+    size_t shared = (size_t)(2 * a.W + 1) * sizeof(double);
+    k_band<LB><<<grid, BAND_THREADS, shared, stream>>>(a);
+    return cudaGetLastError();
+}
+
+cudaError_t band(const Plan *p, const double *e, double *pht)
+{
+    int W = (int)p->rx + 32 * BAND_R - 1;
+    BandArgs a = {e, p->values, p->loc, p->indptr, p->indices, p->range_lo, p->range_hi, pht, (int)p->N, (int)p->L,
+                  (int)p->M, (int)p->rx, W, 1.0 / (double)(p->L - 1)};
+    /* members in equal passes of at most BAND_MAX_LB, rounded up to even */
+    int passes = (int)((p->L + BAND_MAX_LB - 1) / BAND_MAX_LB);
+    int lb = (int)((p->L + passes - 1) / passes);
+    cudaStream_t st = p->dev->stream;
+    switch ((lb + 1) / 2) {
+    case 1: return launch_band<2>(a, st);
+    case 2: return launch_band<4>(a, st);
+    case 3: return launch_band<6>(a, st);
+    case 4: return launch_band<8>(a, st);
+    case 5: return launch_band<10>(a, st);
+    default: return launch_band<12>(a, st);
+    }
 }
 
 cudaError_t direct(const Plan *p, const double *e, double *pht, int banded)
@@ -738,7 +905,8 @@ dk_status fft_cov(Plan *p, const double *e, double *pht, dk_msg *msg)
 dk_status cov64(Plan *p, const double *e, double *pht, double *hpht, dk_msg *msg)
 {
     cudaStream_t st = p->dev->stream;
-    if (p->nnz > 0) {
+    int fused = p->s->scheme == DK_ENKF_BANDED && p->band_fast; /* k_band weighs as it stages */
+    if (p->nnz > 0 && !fused) {
         k_weigh<<<blocks_for(p->nnz * p->L, THREADS), THREADS, 0, st>>>(e, p->indices, p->values, p->G, p->nnz, p->L);
         CUDA_TRY(cudaGetLastError(), "the weighting kernel");
     }
@@ -746,6 +914,8 @@ dk_status cov64(Plan *p, const double *e, double *pht, double *hpht, dk_msg *msg
         dk_status rc = fft_cov(p, e, pht, msg);
         if (rc != DK_OK)
             return rc;
+    } else if (fused) {
+        CUDA_TRY(band(p, e, pht), "the banded covariance kernel");
     } else {
         CUDA_TRY(direct(p, e, pht, p->s->scheme == DK_ENKF_BANDED), "the covariance kernel");
     }
