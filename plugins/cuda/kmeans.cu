@@ -87,6 +87,68 @@ __device__ double block_sum(double v, double *scratch)
     return total; /* valid in thread 0 */
 }
 
+/* Squared distance of x to the centroid row cc (DMAX floats, 16-byte
+ * aligned). Both are zero past d, so the extra terms add exact zeros and the
+ * sum equals the definition's over f < d; no per-feature test, and the row
+ * comes in 16-byte shared loads (one wavefront each: every lane reads the
+ * same row). */
+template <int DMAX>
+__device__ __forceinline__ float distance2(const float *x, const float *cc)
+{
+    float dist = 0.0f;
+#pragma unroll
+    for (int q = 0; q < DMAX / 4; q++) {
+        const float4 c4 = *(const float4 *)(cc + 4 * q);
+        float diff = x[4 * q] - c4.x;
+        dist += diff * diff;
+        diff = x[4 * q + 1] - c4.y;
+        dist += diff * diff;
+        diff = x[4 * q + 2] - c4.z;
+        dist += diff * diff;
+        diff = x[4 * q + 3] - c4.w;
+        dist += diff * diff;
+    }
+    return dist;
+}
+
+/* Plain nearest centroids of two points, each centroid row read once for
+ * both. */
+template <int DMAX>
+__device__ __forceinline__ void best_label2(const Args &a, const float *x0, const float *x1, const float *Cs,
+                                            int &l0, int &l1)
+{
+    float b0 = 0.0f, b1 = 0.0f;
+    l0 = l1 = 0;
+    for (int c = 0; c < a.k; c++) {
+        const float *cc = Cs + c * DMAX;
+        float d0 = 0.0f, d1 = 0.0f;
+#pragma unroll
+        for (int q = 0; q < DMAX / 4; q++) {
+            const float4 c4 = *(const float4 *)(cc + 4 * q);
+            float e0 = x0[4 * q] - c4.x, e1 = x1[4 * q] - c4.x;
+            d0 += e0 * e0;
+            d1 += e1 * e1;
+            e0 = x0[4 * q + 1] - c4.y, e1 = x1[4 * q + 1] - c4.y;
+            d0 += e0 * e0;
+            d1 += e1 * e1;
+            e0 = x0[4 * q + 2] - c4.z, e1 = x1[4 * q + 2] - c4.z;
+            d0 += e0 * e0;
+            d1 += e1 * e1;
+            e0 = x0[4 * q + 3] - c4.w, e1 = x1[4 * q + 3] - c4.w;
+            d0 += e0 * e0;
+            d1 += e1 * e1;
+        }
+        if (c == 0 || d0 < b0) {
+            l0 = c;
+            b0 = d0;
+        }
+        if (c == 0 || d1 < b1) {
+            l1 = c;
+            b1 = d1;
+        }
+    }
+}
+
 template <int DMAX, bool CONTIG>
 __device__ __forceinline__ int best_label(const Args &a, long long i, const float *x, const float *Cs,
                                           const int32_t *prev)
@@ -109,14 +171,7 @@ __device__ __forceinline__ int best_label(const Args &a, long long i, const floa
     int best = 0;
     float best_cost = 0.0f;
     for (int c = 0; c < a.k; c++) {
-        const float *cc = Cs + c * DMAX;
-        float dist = 0.0f;
-#pragma unroll
-        for (int f = 0; f < DMAX; f++)
-            if (f < a.d) {
-                float diff = x[f] - cc[f];
-                dist += diff * diff;
-            }
+        const float dist = distance2<DMAX>(x, Cs + c * DMAX);
         float cost = dist;
         if (CONTIG) {
             int same = 0;
@@ -232,14 +287,7 @@ __device__ __forceinline__ int best_label_tile(const Args &a, const float *x, co
     int best = 0;
     float best_cost = 0.0f;
     for (int c = 0; c < a.k; c++) {
-        const float *cc = Cs + c * DMAX;
-        float dist = 0.0f;
-#pragma unroll
-        for (int f = 0; f < DMAX; f++)
-            if (f < a.d) {
-                float diff = x[f] - cc[f];
-                dist += diff * diff;
-            }
+        const float dist = distance2<DMAX>(x, Cs + c * DMAX);
         int same = 0;
         if (m)
             for (int y = -r; y <= r; y++)
@@ -262,7 +310,7 @@ template <int DMAX, bool CONTIG, bool WSUM, int PPT>
 __global__ void __launch_bounds__(THREADS, DMAX <= 8 ? 3 : 1) k_lloyd(Args a)
 {
     cg::grid_group grid = cg::this_grid();
-    extern __shared__ unsigned char smem[];
+    extern __shared__ __align__(16) unsigned char smem[];
     const int kd = a.k * a.d;
     const int kdpad = a.k * DMAX;
     const int copies = WSUM ? THREADS / 32 : 1;
@@ -359,11 +407,10 @@ __global__ void __launch_bounds__(THREADS, DMAX <= 8 ? 3 : 1) k_lloyd(Args a)
                     load_point<DMAX>(a, i1, x1);
                 const bool v0 = i0 < a.n && (!a.mask || a.mask[i0]);
                 const bool v1 = i1 < a.n && (!a.mask || a.mask[i1]);
-                int l0 = -1, l1 = -1;
-                if (v0)
-                    l0 = best_label<DMAX, false>(a, i0, x0, Cs, nullptr);
-                if (v1)
-                    l1 = best_label<DMAX, false>(a, i1, x1, Cs, nullptr);
+                int l0, l1;
+                best_label2<DMAX>(a, x0, x1, Cs, l0, l1);
+                l0 = v0 ? l0 : -1;
+                l1 = v1 ? l1 : -1;
                 if (!v0)
 #pragma unroll
                     for (int f = 0; f < DMAX; f++)
