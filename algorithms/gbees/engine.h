@@ -56,6 +56,7 @@ typedef struct gb_grid {
     double *wave;    /* per axis, the wave on the forward face (gb_wave) */
     double *rate;    /* sum_i |v_i| / dx_i: the cell's CFL rate */
     uint8_t *mark;
+    int32_t *remap;  /* pruning: a cell's new position, or -1 */
     double *partial; /* chunk sums */
     gb_cand *cand;   /* per block: keys of cells to add */
     size_t ncand;
@@ -90,9 +91,11 @@ static int gb_reserve(gb_grid *g, size_t want)
     if (r) g->rate = r;
     void *m = realloc(g->mark, cap);
     if (m) g->mark = m;
+    void *rm = realloc(g->remap, cap * sizeof *g->remap);
+    if (rm) g->remap = rm;
     void *pa = realloc(g->partial, (cap / GB_CHUNK + 1) * sizeof *g->partial);
     if (pa) g->partial = pa;
-    if (!k || !v || !nb || !p || !f || !w || !r || !m || !pa)
+    if (!k || !v || !nb || !p || !f || !w || !r || !m || !rm || !pa)
         return -1;
     g->cap = cap;
     return 0;
@@ -108,6 +111,7 @@ static void gb_free(gb_grid *g)
     free(g->wave);
     free(g->rate);
     free(g->mark);
+    free(g->remap);
     free(g->partial);
     for (size_t b = 0; b < g->ncand; b++)
         free(g->cand[b].key);
@@ -585,7 +589,9 @@ static int gb_fed(const gb_grid *g, size_t c)
 }
 
 /* Removes unfed cells below the threshold, keeping the order of the rest,
- * then rebuilds the index and the links. */
+ * then rebuilds the index. Links are carried over through the old-to-new
+ * positions (a removed neighbour becomes -1), which gives what looking
+ * every neighbour up again would, without 2 d hash probes per cell. */
 static dk_status gb_prune(gb_grid *g, dk_msg *msg)
 {
     int d = g->d;
@@ -594,37 +600,32 @@ static dk_status gb_prune(gb_grid *g, dk_msg *msg)
     for (size_t c = 0; c < g->n; c++)
         g->mark[c] = g->p[c] < thr && !gb_fed(g, c);
     size_t w = 0;
-    for (size_t c = 0; c < g->n; c++) {
-        if (g->mark[c])
-            continue;
-        if (w != c) {
-            memmove(g->key + w * d, g->key + c * d, d * sizeof *g->key);
-            memmove(g->v + w * d, g->v + c * d, d * sizeof *g->v);
-            g->p[w] = g->p[c];
-            g->rate[w] = g->rate[c];
-        }
-        w++;
-    }
+    for (size_t c = 0; c < g->n; c++)
+        g->remap[c] = g->mark[c] ? -1 : (int32_t)w++;
     if (w == g->n)
         return DK_OK;
+    /* in order, so a cell never moves onto one not yet moved (w <= c) */
+    for (size_t c = 0; c < g->n; c++) {
+        int32_t to = g->remap[c];
+        if (to < 0)
+            continue;
+        for (int k = 0; k < 2 * d; k++) {
+            int32_t b = g->nb[c * 2 * d + k];
+            g->nb[(size_t)to * 2 * d + k] = b >= 0 ? g->remap[b] : -1;
+        }
+        if ((size_t)to != c) {
+            memmove(g->key + (size_t)to * d, g->key + c * d, d * sizeof *g->key);
+            memmove(g->v + (size_t)to * d, g->v + c * d, d * sizeof *g->v);
+            g->p[to] = g->p[c];
+            g->rate[to] = g->rate[c];
+        }
+    }
     g->n = w;
     gb_hash_clear(&g->ht);
     GB_OMP(omp parallel for schedule(static))
     for (size_t c = 0; c < g->n; c++)
         gb_hash_place_shared(&g->ht, g->key, (int32_t)c);
     g->ht.count = g->n;
-    GB_OMP(omp parallel for schedule(static))
-    for (size_t c = 0; c < g->n; c++) {
-        int32_t k[DK_GBEES_MAX_DIM];
-        memcpy(k, g->key + c * d, d * sizeof *k);
-        for (int i = 0; i < d; i++) {
-            k[i]--;
-            g->nb[c * 2 * d + 2 * i] = gb_hash_find(&g->ht, g->key, k);
-            k[i] += 2;
-            g->nb[c * 2 * d + 2 * i + 1] = gb_hash_find(&g->ht, g->key, k);
-            k[i]--;
-        }
-    }
     (void)msg;
     return DK_OK;
 }
