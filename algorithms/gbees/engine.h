@@ -54,6 +54,9 @@ typedef struct gb_grid {
     double *p;
     double *flux;
     double *wave;    /* per axis, the wave on the forward face (gb_wave) */
+    double *back;    /* per axis, the back neighbour's max(v_i, 0) and the
+                      * wave on the back face: a cell's row holds what the
+                      * corner terms would otherwise fetch from d cells */
     double *rate;    /* sum_i |v_i| / dx_i: the cell's CFL rate */
     uint8_t *mark;
     int32_t *remap;  /* pruning: a cell's new position, or -1 */
@@ -87,6 +90,8 @@ static int gb_reserve(gb_grid *g, size_t want)
     if (f) g->flux = f;
     void *w = realloc(g->wave, cap * d * sizeof *g->wave);
     if (w) g->wave = w;
+    void *bk = realloc(g->back, cap * 2 * d * sizeof *g->back);
+    if (bk) g->back = bk;
     void *r = realloc(g->rate, cap * sizeof *g->rate);
     if (r) g->rate = r;
     void *m = realloc(g->mark, cap);
@@ -95,7 +100,7 @@ static int gb_reserve(gb_grid *g, size_t want)
     if (rm) g->remap = rm;
     void *pa = realloc(g->partial, (cap / GB_CHUNK + 1) * sizeof *g->partial);
     if (pa) g->partial = pa;
-    if (!k || !v || !nb || !p || !f || !w || !r || !m || !rm || !pa)
+    if (!k || !v || !nb || !p || !f || !w || !bk || !r || !m || !rm || !pa)
         return -1;
     g->cap = cap;
     return 0;
@@ -109,6 +114,7 @@ static void gb_free(gb_grid *g)
     free(g->p);
     free(g->flux);
     free(g->wave);
+    free(g->back);
     free(g->rate);
     free(g->mark);
     free(g->remap);
@@ -463,14 +469,16 @@ static void gb_fluxes(gb_grid *g)
     int d = g->d;
     const double *p = g->p, *vv = g->v;
     const int32_t *nbs = g->nb;
-    double dt = g->dt, *wave = g->wave;
-    /* each face's wave once: the loop below reads every one of them up to
-     * 4 (d - 1) + 1 times */
+    double dt = g->dt, *wave = g->wave, *back = g->back;
+    /* each face's wave once (the loop below reads every one up to
+     * 4 (d - 1) + 1 times), and beside it what the back face brings in */
     GB_OMP(omp parallel for schedule(static))
     for (size_t c = 0; c < g->n; c++)
         for (int i = 0; i < d; i++) {
-            int32_t fwd = nbs[c * 2 * d + 2 * i + 1];
+            int32_t fwd = nbs[c * 2 * d + 2 * i + 1], a = nbs[c * 2 * d + 2 * i];
             wave[c * d + i] = fwd >= 0 ? gb_wave(g, (int32_t)c, fwd, i) : 0.0;
+            back[c * 2 * d + 2 * i] = a >= 0 ? gb_pos(vv[(size_t)a * d + i]) : 0.0;
+            back[c * 2 * d + 2 * i + 1] = a >= 0 ? gb_wave(g, a, (int32_t)c, i) : 0.0;
         }
     GB_OMP(omp parallel for schedule(static))
     for (size_t c = 0; c < g->n; c++) {
@@ -506,14 +514,15 @@ static void gb_fluxes(gb_grid *g)
                     continue;
                 int32_t a = nb[2 * i], b = nb[2 * i + 1];
                 if (a >= 0 && vj_out != 0.0) /* wave on c's back face along i, moving in */
-                    corr -= gb_pos(vv[(size_t)a * d + i]) * vj_out * wave[(size_t)a * d + i];
+                    corr -= back[c * 2 * d + 2 * i] * vj_out * back[c * 2 * d + 2 * i + 1];
                 if (b >= 0 && vj_out != 0.0) /* wave on c's front face along i, moving in */
                     corr -= gb_neg(v[i]) * vj_out * wave[c * d + i];
                 if (fwd >= 0 && vj_in != 0.0) {
                     const int32_t *fnb = nbs + (size_t)fwd * 2 * d;
                     int32_t fa = fnb[2 * i], fb = fnb[2 * i + 1];
+                    const double *fback = back + (size_t)fwd * 2 * d;
                     if (fa >= 0)
-                        corr -= gb_pos(vv[(size_t)fa * d + i]) * vj_in * wave[(size_t)fa * d + i];
+                        corr -= fback[2 * i] * vj_in * fback[2 * i + 1];
                     if (fb >= 0)
                         corr -= gb_neg(vv[(size_t)fwd * d + i]) * vj_in * wave[(size_t)fwd * d + i];
                 }
