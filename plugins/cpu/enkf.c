@@ -10,6 +10,12 @@
 
 #include <dakit/plugin.h>
 
+/* Below this much work a loop runs on the calling thread: waking and
+ * joining a team costs more than small problems (a Lorenz-96 cycle, N = 40)
+ * take, and many plans in one process would spin their threads against
+ * each other. */
+#define PARALLEL_MIN_WORK 32768
+
 typedef struct cpu_enkf {
     const dk_enkf_setup *s;
     size_t P;                /* circulant embedding: 2N (1-D) or 2nx * 2ny (2-D) */
@@ -118,7 +124,7 @@ static dk_status cpu_enkf_create(void *device, const dk_enkf_setup *s, void **pl
 static void weigh(const dk_enkf_setup *s, const double *e, double *G)
 {
     size_t L = s->desc.members;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (s->nnz * L > PARALLEL_MIN_WORK)
     for (size_t t = 0; t < s->nnz; t++)
         for (size_t l = 0; l < L; l++)
             G[t * L + l] = s->values[t] * e[(size_t)s->indices[t] * L + l];
@@ -135,7 +141,7 @@ static double finish(const double *ei, const double *acc, size_t L)
 static void tiled(const dk_enkf_setup *s, const double *e, const double *G, double *pht)
 {
     size_t N = s->desc.n, L = s->desc.members, M = s->desc.H.rows;
-#pragma omp parallel
+#pragma omp parallel if (N * M > PARALLEL_MIN_WORK)
     {
         double *acc = malloc(L * sizeof *acc);
 #pragma omp for schedule(dynamic, 16)
@@ -171,7 +177,7 @@ static void banded(const dk_enkf_setup *s, const double *e, const double *G, dou
 {
     size_t N = s->desc.n, L = s->desc.members, M = s->desc.H.rows;
     int64_t w = (int64_t)s->window;
-#pragma omp parallel
+#pragma omp parallel if (N * M > PARALLEL_MIN_WORK)
     {
         double *acc = malloc(L * sizeof *acc);
 #pragma omp for schedule(dynamic, 64)
@@ -203,7 +209,7 @@ static dk_status fft(const cpu_enkf *q, const double *e, const double *G, double
     int two_d = s->desc.loc_ndim == 2;
     size_t ny = s->desc.ny, n1 = two_d ? 2 * ny : 1;
     int failed = 0;
-#pragma omp parallel
+#pragma omp parallel if (q->P * M * L > PARALLEL_MIN_WORK)
     {
         double *v = fftw_malloc(q->P * sizeof *v), *col = malloc(N * sizeof *col);
         fftw_complex *V = fftw_malloc(q->Pc * sizeof *V);
@@ -247,7 +253,7 @@ static dk_status fft(const cpu_enkf *q, const double *e, const double *G, double
 static void hpht_of(const dk_enkf_setup *s, const double *pht, double *hpht)
 {
     size_t M = s->desc.H.rows;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (M * M > PARALLEL_MIN_WORK)
     for (size_t a = 0; a < M; a++)
         for (size_t j = 0; j < M; j++) {
             double sum = 0;
@@ -339,7 +345,7 @@ static dk_status cpu_enkf_analysis(void *plan, void *x, const double *d, const d
         dk_msg_set(msg, "out of host memory");
         goto done;
     }
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * L > PARALLEL_MIN_WORK)
     for (size_t i = 0; i < N; i++) {
         double mean = 0;
         for (size_t l = 0; l < L; l++)
@@ -370,7 +376,7 @@ static dk_status cpu_enkf_analysis(void *plan, void *x, const double *d, const d
         rc = info > 0 ? DK_ERR_INVALID_ARGUMENT : DK_ERR_BACKEND;
         goto done;
     }
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * L > PARALLEL_MIN_WORK)
     for (size_t i = 0; i < N; i++)
         for (size_t l = 0; l < L; l++) {
             double v = X[i * L + l];
