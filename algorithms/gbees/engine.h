@@ -1,7 +1,10 @@
 /* The GBEES scheme on one sparse grid, shared by the serial reference (in
  * libdakit, compiled without OpenMP) and the cpu plugin (compiled with it).
- * Every parallel loop writes only its own cell, and every sum is taken in
- * fixed chunks added in order, so both builds give bit-identical results
+ * Every parallel loop writes only its own cell (or a link slot that only
+ * it writes), new cells are appended in a fixed order (see GB_BLOCK), the
+ * index is rebuilt by compare-and-swap (which moves where a key sits in the
+ * table, not what a lookup returns), and every sum is taken in fixed
+ * chunks added in order, so both builds give bit-identical results
  * whatever the thread count.
  *
  * Storage is structure-of-arrays over cell positions 0..n-1: key (dim int32),
