@@ -20,6 +20,7 @@ typedef struct dk_opencl_device {
     cl_program gauss_f32;
     cl_program gauss_f64;  /* NULL when the device lacks cl_khr_fp64 */
     cl_program kmeans;     /* built by kmeans.c on the first kmeans plan */
+    cl_program enkf;       /* built by enkf.c on the first enkf plan */
 } dk_opencl_device;
 
 /* "CL_OUT_OF_RESOURCES" for -5, and so on; never NULL. */
@@ -27,5 +28,8 @@ const char *dk_opencl_error_name(cl_int code);
 
 extern const dk_gauss_ops dk_opencl_gauss_ops;
 extern const dk_kmeans_ops dk_opencl_kmeans_ops;
+#ifdef DK_OPENCL_ENKF /* enkf.c, built where LAPACKE is found */
+extern const dk_enkf_ops dk_opencl_enkf_ops;
+#endif
 
 #endif

@@ -214,6 +214,8 @@ static void opencl_device_close(void *handle)
         clReleaseProgram(dev->gauss_f64);
     if (dev->kmeans)
         clReleaseProgram(dev->kmeans);
+    if (dev->enkf)
+        clReleaseProgram(dev->enkf);
     if (dev->queue)
         clReleaseCommandQueue(dev->queue);
     if (dev->context)
@@ -384,6 +386,9 @@ static const dk_plugin opencl_plugin = {
     .buffer_copy = opencl_buffer_copy,
     .gauss = &dk_opencl_gauss_ops,
     .kmeans = &dk_opencl_kmeans_ops,
+#ifdef DK_OPENCL_ENKF
+    .enkf = &dk_opencl_enkf_ops,
+#endif
 };
 
 DK_PLUGIN_EXPORT const dk_plugin *DK_PLUGIN_ENTRY(void)

@@ -1,0 +1,364 @@
+/* dakit-opencl enkf: the tiled and banded schemes as direct kernels
+ * (enkf.cl), HPHT and the analysis, in float64 through cl_khr_fp64
+ * (float32 data are widened on the device and the results rounded back,
+ * as the cpu plugin does).
+ *
+ * The fft scheme is not offered: OpenCL has no FFT of its own and clFFT is
+ * not a dependency yet, so the core's cost model picks between tiled and
+ * banded here, and asking for fft names the schemes this backend has.
+ *
+ * The M x M solve of the analysis runs on the host with LAPACKE (dposv)
+ * after HPHT and the innovations are read back: OpenCL has no solver
+ * library, and M is small (tens, at most a few thousand), so the transfer
+ * is M * (M + L) values against the N * M of the covariance product. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <lapacke.h>
+
+#include "opencl_plugin.h"
+
+#include "enkf_cl.h"
+
+static const char *const schemes[] = {"tiled", "banded", NULL};
+
+typedef struct enkf_plan {
+    dk_opencl_device *dev;
+    const dk_enkf_setup *s;
+    cl_kernel widen, narrow, weigh, direct, hpht, inflate, innovation, update;
+    cl_mem indptr, indices, values, loc; /* H and c on the device */
+    cl_mem G;                            /* nnz x L weighted anomalies */
+    cl_mem hpht64, D, W;                 /* M x M, M x L, M x L */
+    /* made on first use: the float64 copies of float32 data, and the
+     * analysis's own arrays */
+    cl_mem e64, pht64, X64;
+} enkf_plan;
+
+static void release(cl_mem m)
+{
+    if (m)
+        clReleaseMemObject(m);
+}
+
+static void plan_destroy(void *handle)
+{
+    enkf_plan *p = handle;
+    if (!p)
+        return;
+    cl_kernel ks[] = {p->widen, p->narrow, p->weigh, p->direct, p->hpht, p->inflate, p->innovation, p->update};
+    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++)
+        if (ks[i])
+            clReleaseKernel(ks[i]);
+    cl_mem ms[] = {p->indptr, p->indices, p->values, p->loc, p->G, p->hpht64, p->D, p->W, p->e64, p->pht64, p->X64};
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
+        release(ms[i]);
+    free(p);
+}
+
+static dk_status failed(dk_msg *msg, const char *what, cl_int err)
+{
+    dk_msg_set(msg, "opencl enkf: %s failed (%s)", what, dk_opencl_error_name(err));
+    return err == CL_OUT_OF_RESOURCES || err == CL_OUT_OF_HOST_MEMORY || err == CL_MEM_OBJECT_ALLOCATION_FAILURE
+               ? DK_ERR_OUT_OF_MEMORY
+               : DK_ERR_BACKEND;
+}
+
+/* The enkf program, built on the device's first enkf plan and kept. */
+static dk_status program(dk_opencl_device *dev, cl_program *out, dk_msg *msg)
+{
+    if (dev->enkf) {
+        *out = dev->enkf;
+        return DK_OK;
+    }
+    cl_device_fp_config fp64 = 0;
+    clGetDeviceInfo(dev->id, CL_DEVICE_DOUBLE_FP_CONFIG, sizeof fp64, &fp64, NULL);
+    if (!fp64) {
+        dk_msg_set(msg, "opencl enkf: %s lacks cl_khr_fp64, which the enkf kernels need (they "
+                        "compute in float64 for both dtypes); use another backend", dev->name);
+        return DK_ERR_NOT_IMPLEMENTED;
+    }
+    const char *source = dk_opencl_enkf_source;
+    cl_int err;
+    cl_program prog = clCreateProgramWithSource(dev->context, 1, &source, NULL, &err);
+    if (err != CL_SUCCESS)
+        return failed(msg, "clCreateProgramWithSource", err);
+    err = clBuildProgram(prog, 1, &dev->id, "", NULL, NULL);
+    if (err != CL_SUCCESS) {
+        char log[400] = "";
+        clGetProgramBuildInfo(prog, dev->id, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
+        for (char *c = log; *c; c++)
+            if (*c == '\n')
+                *c = ' ';
+        dk_msg_set(msg, "opencl enkf: building the kernels failed (%s): %s", dk_opencl_error_name(err), log);
+        clReleaseProgram(prog);
+        return DK_ERR_BACKEND;
+    }
+    dev->enkf = prog;
+    *out = prog;
+    return DK_OK;
+}
+
+/* A device buffer of `bytes`, filled from `src` when not NULL. */
+static dk_status buffer(enkf_plan *p, size_t bytes, const void *src, cl_mem *out, const char *what, dk_msg *msg)
+{
+    cl_int err;
+    cl_mem_flags flags = CL_MEM_READ_WRITE | (src && bytes ? CL_MEM_COPY_HOST_PTR : 0);
+    *out = clCreateBuffer(p->dev->context, flags, bytes ? bytes : 1, bytes ? (void *)src : NULL, &err);
+    if (err != CL_SUCCESS) {
+        *out = NULL;
+        dk_msg_set(msg, "opencl enkf: cannot allocate the %s (%zu bytes) on %s (%s)", what, bytes, p->dev->name,
+                   dk_opencl_error_name(err));
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    return DK_OK;
+}
+
+static dk_status lazy(enkf_plan *p, cl_mem *m, size_t bytes, const char *what, dk_msg *msg)
+{
+    return *m ? DK_OK : buffer(p, bytes, NULL, m, what, msg);
+}
+
+static dk_status plan_create(void *device, const dk_enkf_setup *s, void **out, dk_msg *msg)
+{
+    dk_opencl_device *dev = device;
+    if (s->scheme != DK_ENKF_TILED && s->scheme != DK_ENKF_BANDED) {
+        dk_msg_set(msg, "opencl enkf: scheme '%s' is not offered (tiled, banded)", dk_enkf_scheme_name(s->scheme));
+        return DK_ERR_NOT_IMPLEMENTED;
+    }
+    cl_program prog;
+    dk_status st = program(dev, &prog, msg);
+    if (st != DK_OK)
+        return st;
+    enkf_plan *p = calloc(1, sizeof *p);
+    if (!p) {
+        dk_msg_set(msg, "opencl enkf: out of host memory");
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    p->dev = dev;
+    p->s = s;
+    struct {
+        cl_kernel *k;
+        const char *name;
+    } kernels[] = {{&p->widen, "ek_widen"},     {&p->narrow, "ek_narrow"},   {&p->weigh, "ek_weigh"},
+                   {&p->direct, "ek_direct"},   {&p->hpht, "ek_hpht"},       {&p->inflate, "ek_inflate"},
+                   {&p->innovation, "ek_innovation"}, {&p->update, "ek_update"}};
+    for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++) {
+        cl_int err;
+        *kernels[i].k = clCreateKernel(prog, kernels[i].name, &err);
+        if (err != CL_SUCCESS) {
+            plan_destroy(p);
+            return failed(msg, kernels[i].name, err);
+        }
+    }
+    size_t M = s->desc.H.rows, L = s->desc.members;
+    if ((st = buffer(p, (M + 1) * sizeof(int64_t), s->indptr, &p->indptr, "row pointers of H", msg)) != DK_OK ||
+        (st = buffer(p, s->nnz * sizeof(int64_t), s->indices, &p->indices, "column indices of H", msg)) != DK_OK ||
+        (st = buffer(p, s->nnz * sizeof(double), s->values, &p->values, "values of H", msg)) != DK_OK ||
+        (st = buffer(p, s->loc_count * sizeof(double), s->loc, &p->loc, "localization", msg)) != DK_OK ||
+        (st = buffer(p, s->nnz * L * sizeof(double), NULL, &p->G, "weighted anomalies", msg)) != DK_OK ||
+        (st = buffer(p, M * M * sizeof(double), NULL, &p->hpht64, "HPHT", msg)) != DK_OK ||
+        (st = buffer(p, M * L * sizeof(double), NULL, &p->D, "innovations", msg)) != DK_OK ||
+        (st = buffer(p, M * L * sizeof(double), NULL, &p->W, "solved innovations", msg)) != DK_OK) {
+        plan_destroy(p);
+        return st;
+    }
+    *out = p;
+    return DK_OK;
+}
+
+/* Enqueues k over a 1-D or 2-D range; an empty range enqueues nothing
+ * (OpenCL 1.2 refuses a global size of 0). */
+static cl_int launch(enkf_plan *p, cl_kernel k, size_t d0, size_t d1)
+{
+    if (d0 == 0 || d1 == 0)
+        return CL_SUCCESS;
+    size_t global[2] = {d0, d1};
+    return clEnqueueNDRangeKernel(p->dev->queue, k, d1 > 1 ? 2 : 1, NULL, global, NULL, 0, NULL, NULL);
+}
+
+static cl_int convert(enkf_plan *p, cl_kernel k, cl_mem in, cl_mem out, size_t count)
+{
+    cl_ulong n = count;
+    cl_int err = clSetKernelArg(k, 0, sizeof in, &in);
+    err |= clSetKernelArg(k, 1, sizeof out, &out);
+    err |= clSetKernelArg(k, 2, sizeof n, &n);
+    return err != CL_SUCCESS ? err : launch(p, k, count, 1);
+}
+
+/* pht64 (N x M) and, when hpht64 is not NULL, hpht64 (M x M) from the
+ * float64 anomalies e64, all device buffers. */
+static cl_int cov64(enkf_plan *p, cl_mem e64, cl_mem pht64, cl_mem hpht64)
+{
+    const dk_enkf_setup *s = p->s;
+    cl_ulong N = s->desc.n, L = s->desc.members, M = s->desc.H.rows, nnz = s->nnz, ny = s->desc.ny;
+    cl_int ndim = s->desc.loc_ndim, banded = s->scheme == DK_ENKF_BANDED;
+    cl_long window = (cl_long)s->window;
+
+    cl_kernel k = p->weigh;
+    cl_int err = clSetKernelArg(k, 0, sizeof e64, &e64);
+    err |= clSetKernelArg(k, 1, sizeof p->indices, &p->indices);
+    err |= clSetKernelArg(k, 2, sizeof p->values, &p->values);
+    err |= clSetKernelArg(k, 3, sizeof p->G, &p->G);
+    err |= clSetKernelArg(k, 4, sizeof nnz, &nnz);
+    err |= clSetKernelArg(k, 5, sizeof L, &L);
+    if (err == CL_SUCCESS)
+        err = launch(p, k, (size_t)(nnz * L), 1);
+
+    k = p->direct;
+    err |= clSetKernelArg(k, 0, sizeof e64, &e64);
+    err |= clSetKernelArg(k, 1, sizeof p->G, &p->G);
+    err |= clSetKernelArg(k, 2, sizeof p->indptr, &p->indptr);
+    err |= clSetKernelArg(k, 3, sizeof p->indices, &p->indices);
+    err |= clSetKernelArg(k, 4, sizeof p->loc, &p->loc);
+    err |= clSetKernelArg(k, 5, sizeof pht64, &pht64);
+    err |= clSetKernelArg(k, 6, sizeof N, &N);
+    err |= clSetKernelArg(k, 7, sizeof L, &L);
+    err |= clSetKernelArg(k, 8, sizeof M, &M);
+    err |= clSetKernelArg(k, 9, sizeof ndim, &ndim);
+    err |= clSetKernelArg(k, 10, sizeof ny, &ny);
+    err |= clSetKernelArg(k, 11, sizeof window, &window);
+    err |= clSetKernelArg(k, 12, sizeof banded, &banded);
+    if (err == CL_SUCCESS)
+        err = launch(p, k, (size_t)M, (size_t)N);
+    if (err != CL_SUCCESS || !hpht64)
+        return err;
+
+    k = p->hpht;
+    err |= clSetKernelArg(k, 0, sizeof pht64, &pht64);
+    err |= clSetKernelArg(k, 1, sizeof p->indptr, &p->indptr);
+    err |= clSetKernelArg(k, 2, sizeof p->indices, &p->indices);
+    err |= clSetKernelArg(k, 3, sizeof p->values, &p->values);
+    err |= clSetKernelArg(k, 4, sizeof hpht64, &hpht64);
+    err |= clSetKernelArg(k, 5, sizeof M, &M);
+    if (err == CL_SUCCESS)
+        err = launch(p, k, (size_t)M, (size_t)M);
+    return err;
+}
+
+static dk_status cov(void *handle, const void *e_, void *pht_, void *hpht_, dk_msg *msg)
+{
+    enkf_plan *p = handle;
+    const dk_enkf_setup *s = p->s;
+    size_t N = s->desc.n, L = s->desc.members, M = s->desc.H.rows;
+    cl_mem e = (cl_mem)e_, pht = (cl_mem)pht_, hpht = (cl_mem)hpht_;
+    dk_status st;
+    cl_int err;
+    if (s->desc.dtype == DK_F64) {
+        err = cov64(p, e, pht, hpht);
+    } else {
+        if ((st = lazy(p, &p->e64, N * L * sizeof(double), "float64 anomalies", msg)) != DK_OK ||
+            (st = lazy(p, &p->pht64, N * M * sizeof(double), "float64 PHT", msg)) != DK_OK)
+            return st;
+        err = convert(p, p->widen, e, p->e64, N * L);
+        if (err == CL_SUCCESS)
+            err = cov64(p, p->e64, p->pht64, hpht ? p->hpht64 : NULL);
+        if (err == CL_SUCCESS)
+            err = convert(p, p->narrow, p->pht64, pht, N * M);
+        if (err == CL_SUCCESS && hpht)
+            err = convert(p, p->narrow, p->hpht64, hpht, M * M);
+    }
+    if (err == CL_SUCCESS)
+        err = clFinish(p->dev->queue);
+    return err == CL_SUCCESS ? DK_OK : failed(msg, "the covariance product", err);
+}
+
+static dk_status analysis(void *handle, void *x_, const double *d, const double *r, double inflation,
+                          dk_msg *msg)
+{
+    enkf_plan *p = handle;
+    const dk_enkf_setup *s = p->s;
+    size_t N = s->desc.n, L = s->desc.members, M = s->desc.H.rows;
+    cl_command_queue q = p->dev->queue;
+    cl_mem x = (cl_mem)x_;
+    dk_status st;
+    if ((st = lazy(p, &p->e64, N * L * sizeof(double), "anomalies", msg)) != DK_OK ||
+        (st = lazy(p, &p->pht64, N * M * sizeof(double), "PHT", msg)) != DK_OK ||
+        (st = lazy(p, &p->X64, N * L * sizeof(double), "float64 ensemble", msg)) != DK_OK)
+        return st;
+    double *A = malloc(M * M * sizeof *A), *D = malloc(M * L * sizeof *D);
+    if (!A || !D) {
+        free(A);
+        free(D);
+        dk_msg_set(msg, "opencl enkf: out of host memory");
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+
+    cl_ulong n64 = N, l64 = L, m64 = M;
+    cl_int err = s->desc.dtype == DK_F64
+                     ? clEnqueueCopyBuffer(q, x, p->X64, 0, 0, N * L * sizeof(double), 0, NULL, NULL)
+                     : convert(p, p->widen, x, p->X64, N * L);
+    cl_kernel k = p->inflate;
+    err |= clSetKernelArg(k, 0, sizeof p->X64, &p->X64);
+    err |= clSetKernelArg(k, 1, sizeof p->e64, &p->e64);
+    err |= clSetKernelArg(k, 2, sizeof n64, &n64);
+    err |= clSetKernelArg(k, 3, sizeof l64, &l64);
+    err |= clSetKernelArg(k, 4, sizeof inflation, &inflation);
+    if (err == CL_SUCCESS)
+        err = launch(p, k, N, 1);
+    if (err == CL_SUCCESS)
+        err = cov64(p, p->e64, p->pht64, p->hpht64);
+    /* y + eps goes up in W, the innovations d - H X come back in D */
+    if (err == CL_SUCCESS)
+        err = clEnqueueWriteBuffer(q, p->W, CL_TRUE, 0, M * L * sizeof(double), d, 0, NULL, NULL);
+    k = p->innovation;
+    err |= clSetKernelArg(k, 0, sizeof p->X64, &p->X64);
+    err |= clSetKernelArg(k, 1, sizeof p->indptr, &p->indptr);
+    err |= clSetKernelArg(k, 2, sizeof p->indices, &p->indices);
+    err |= clSetKernelArg(k, 3, sizeof p->values, &p->values);
+    err |= clSetKernelArg(k, 4, sizeof p->W, &p->W);
+    err |= clSetKernelArg(k, 5, sizeof p->D, &p->D);
+    err |= clSetKernelArg(k, 6, sizeof m64, &m64);
+    err |= clSetKernelArg(k, 7, sizeof l64, &l64);
+    if (err == CL_SUCCESS)
+        err = launch(p, k, L, M);
+    if (err == CL_SUCCESS)
+        err = clEnqueueReadBuffer(q, p->hpht64, CL_TRUE, 0, M * M * sizeof *A, A, 0, NULL, NULL);
+    if (err == CL_SUCCESS)
+        err = clEnqueueReadBuffer(q, p->D, CL_TRUE, 0, M * L * sizeof *D, D, 0, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        st = failed(msg, "forming HPHT and the innovations", err);
+        goto done;
+    }
+
+    for (size_t j = 0; j < M; j++)
+        A[j * M + j] += r[j];
+    lapack_int info = LAPACKE_dposv(LAPACK_ROW_MAJOR, 'L', (lapack_int)M, (lapack_int)L, A, (lapack_int)M, D,
+                                    (lapack_int)L);
+    if (info != 0) {
+        dk_msg_set(msg, info > 0 ? "HPHT + R is not positive definite (LAPACKE_dposv, minor %d)"
+                                 : "LAPACKE_dposv rejected argument %d",
+                   (int)(info > 0 ? info : -info));
+        st = info > 0 ? DK_ERR_INVALID_ARGUMENT : DK_ERR_BACKEND;
+        goto done;
+    }
+
+    err = clEnqueueWriteBuffer(q, p->W, CL_TRUE, 0, M * L * sizeof *D, D, 0, NULL, NULL);
+    k = p->update;
+    err |= clSetKernelArg(k, 0, sizeof p->X64, &p->X64);
+    err |= clSetKernelArg(k, 1, sizeof p->pht64, &p->pht64);
+    err |= clSetKernelArg(k, 2, sizeof p->W, &p->W);
+    err |= clSetKernelArg(k, 3, sizeof n64, &n64);
+    err |= clSetKernelArg(k, 4, sizeof l64, &l64);
+    err |= clSetKernelArg(k, 5, sizeof m64, &m64);
+    if (err == CL_SUCCESS)
+        err = launch(p, k, L, N);
+    if (err == CL_SUCCESS)
+        err = s->desc.dtype == DK_F64
+                  ? clEnqueueCopyBuffer(q, p->X64, x, 0, 0, N * L * sizeof(double), 0, NULL, NULL)
+                  : convert(p, p->narrow, p->X64, x, N * L);
+    if (err == CL_SUCCESS)
+        err = clFinish(q);
+    st = err == CL_SUCCESS ? DK_OK : failed(msg, "the analysis update", err);
+done:
+    free(A);
+    free(D);
+    return st;
+}
+
+const dk_enkf_ops dk_opencl_enkf_ops = {
+    .schemes = schemes,
+    .plan_create = plan_create,
+    .cov = cov,
+    .analysis = analysis,
+    .plan_destroy = plan_destroy,
+};
