@@ -4,13 +4,27 @@
  * counter is written by two threads); the partials are then reduced by
  * cluster in parallel. Labels update synchronously (previous labels in their
  * own buffer), so the result does not depend on the thread count beyond the
- * order of the double sums. */
+ * order of the double sums.
+ *
+ * Plain k-means (no contiguity) on x86-64 with AVX2 computes each point's
+ * distances to 8 centroids per vector: the centroids sit transposed in a small
+ * buffer (feature f of centroids c..c+7 contiguous), and each lane sums
+ * (x_f - c_f)^2 over f in the same order as the reference, with separate
+ * multiply and add, so every distance is bit-identical to the reference's and
+ * the labels equal it exactly (the expanded |x|^2 - 2 x.c + |c|^2 form would
+ * round differently and flip near-ties). DAKIT_KMEANS_CPU_VARIANT=scalar
+ * forces the scalar loop, for A/B timing. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #ifdef _OPENMP
 #include <omp.h>
+#endif
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define KM_AVX2 1
 #endif
 
 #include <dakit/kmeans.h>
@@ -22,6 +36,9 @@ typedef struct kmeans_plan {
     double *partial;  /* threads * k * (d + 1): sums, then the count */
     int32_t *prev;    /* contiguity: the previous labels */
     float *C;         /* k * d current centroids */
+    int vector;       /* use the AVX2 assignment */
+    int kv;           /* k in vectors of 8 (AVX2) */
+    float *CT;        /* d * 8 kv: centroids transposed, padded with +inf */
 } kmeans_plan;
 
 static double now(void)
@@ -41,6 +58,7 @@ static void plan_destroy(void *handle)
     free(p->partial);
     free(p->prev);
     free(p->C);
+    free(p->CT);
     free(p);
 }
 
@@ -63,7 +81,14 @@ static dk_status plan_create(void *device, const dk_kmeans_setup *setup, void **
     p->C = malloc((size_t)d->k * d->d * sizeof *p->C);
     if (setup->contiguity)
         p->prev = malloc(d->n * sizeof *p->prev);
-    if (!p->partial || !p->C || (setup->contiguity && !p->prev)) {
+#ifdef KM_AVX2
+    const char *variant = getenv("DAKIT_KMEANS_CPU_VARIANT");
+    p->vector = __builtin_cpu_supports("avx2") && !(variant && !strcmp(variant, "scalar"));
+#endif
+    p->kv = (d->k + 7) / 8;
+    if (p->vector)
+        p->CT = aligned_alloc(32, (size_t)d->d * p->kv * 8 * sizeof *p->CT);
+    if (!p->partial || !p->C || (setup->contiguity && !p->prev) || (p->vector && !p->CT)) {
         plan_destroy(p);
         dk_msg_set(msg, "cpu kmeans: out of host memory for a plan of %zu points", d->n);
         return DK_ERR_OUT_OF_MEMORY;
@@ -120,6 +145,128 @@ static inline int best_label(const kmeans_plan *p, const float *X, const int32_t
     return best;
 }
 
+#ifdef KM_AVX2
+/* Distances of the P points xs (P 1 or 2: two points share each centroid
+ * load and give two independent chains) to the centroid vectors g .. g + G - 1
+ * (P and G constant after inlining, so the accumulators stay in registers),
+ * stored to dist[point]. */
+__attribute__((target("avx2"), always_inline)) static inline void
+distances_group(const float *const *xs, int P, int d, const float *CT, int kv, int g, int G,
+                float (*dist)[DK_KMEANS_MAX_K])
+{
+    __m256 acc[2][4];
+    for (int q = 0; q < P; q++)
+        for (int j = 0; j < G; j++)
+            acc[q][j] = _mm256_setzero_ps();
+    for (int f = 0; f < d; f++) {
+        const float *row = CT + ((size_t)f * kv + g) * 8;
+        for (int q = 0; q < P; q++) {
+            const __m256 xf = _mm256_set1_ps(xs[q][f]);
+            for (int j = 0; j < G; j++) {
+                __m256 diff = _mm256_sub_ps(xf, _mm256_load_ps(row + 8 * j));
+                acc[q][j] = _mm256_add_ps(acc[q][j], _mm256_mul_ps(diff, diff));
+            }
+        }
+    }
+    for (int q = 0; q < P; q++)
+        for (int j = 0; j < G; j++)
+            _mm256_store_ps(dist[q] + 8 * (g + j), acc[q][j]);
+}
+
+__attribute__((target("avx2"), always_inline)) static inline void
+distances(const float *const *xs, int P, int d, const float *CT, int kv,
+          float (*dist)[DK_KMEANS_MAX_K])
+{
+    int g = 0;
+    for (; g + 4 <= kv; g += 4)
+        distances_group(xs, P, d, CT, kv, g, 4, dist);
+    switch (kv - g) {
+    case 3: distances_group(xs, P, d, CT, kv, g, 3, dist); break;
+    case 2: distances_group(xs, P, d, CT, kv, g, 2, dist); break;
+    case 1: distances_group(xs, P, d, CT, kv, g, 1, dist); break;
+    }
+}
+
+/* The index of the least of the kv vectors of distances, ties to the lowest
+ * index, as best_label's strict < scan picks it. Padding lanes are +inf, so
+ * they never come before a real centroid. */
+__attribute__((target("avx2"))) static inline int first_min(const float *dist, int kv)
+{
+    __m256 m = _mm256_load_ps(dist);
+    for (int j = 1; j < kv; j++)
+        m = _mm256_min_ps(m, _mm256_load_ps(dist + 8 * j));
+    m = _mm256_min_ps(m, _mm256_permute2f128_ps(m, m, 1));
+    m = _mm256_min_ps(m, _mm256_shuffle_ps(m, m, _MM_SHUFFLE(1, 0, 3, 2)));
+    m = _mm256_min_ps(m, _mm256_shuffle_ps(m, m, _MM_SHUFFLE(2, 3, 0, 1)));
+    /* the first lane equal to the minimum, 64 lanes per word without branches */
+    for (int w = 0; w < kv; w += 8) {
+        uint64_t bits = 0;
+        for (int j = w; j < kv && j < w + 8; j++) {
+            unsigned eq = (unsigned)_mm256_movemask_ps(
+                _mm256_cmp_ps(_mm256_load_ps(dist + 8 * j), m, _CMP_EQ_OQ));
+            bits |= (uint64_t)eq << (8 * (j - w));
+        }
+        if (bits)
+            return 8 * w + __builtin_ctzll(bits);
+    }
+    return 0; /* not reached: the minimum is one of the lanes */
+}
+
+/* Labels of the P (1 or 2) points xs without contiguity. */
+__attribute__((target("avx2"))) static void best_labels_avx2(const float *const *xs, int P, int d,
+                                                             const float *CT, int kv, int *out)
+{
+    float dist[2][DK_KMEANS_MAX_K] __attribute__((aligned(32)));
+    if (P == 2)
+        distances(xs, 2, d, CT, kv, dist);
+    else
+        distances(xs, 1, d, CT, kv, dist);
+    for (int q = 0; q < P; q++)
+        out[q] = first_min(dist[q], kv);
+}
+#endif
+
+/* The centroids transposed for the vector assignment. */
+static void transpose_centroids(kmeans_plan *p, const float *C)
+{
+    const int k = p->s.desc.k, d = p->s.desc.d, w = p->kv * 8;
+    for (int f = 0; f < d; f++)
+        for (int c = 0; c < w; c++)
+            p->CT[(size_t)f * w + c] = c < k ? C[(size_t)c * d + f] : INFINITY;
+}
+
+/* Labels of the m (1 or 2) points from i: -1 where masked, the contiguity
+ * cost with prev, else the plain distance on the fastest path. */
+static inline void assign_points(const kmeans_plan *p, const float *X, const uint8_t *mask,
+                                 const int32_t *prev, const float *C, size_t i, int m, int32_t *out)
+{
+    const dk_kmeans_desc *d = &p->s.desc;
+    float x[2][DK_KMEANS_MAX_D];
+    const float *xs[2] = {x[0], x[1]};
+    size_t at[2];
+    int live = 0;
+    for (int q = 0; q < m; q++) {
+        out[q] = -1;
+        if (mask && !mask[i + q])
+            continue;
+        if (prev || !p->vector) {
+            out[q] = best_label(p, X, prev, i + q, C);
+            continue;
+        }
+        for (int f = 0; f < d->d; f++)
+            x[live][f] = X[(i + q) * p->s.stride_point + (size_t)f * p->s.stride_feature];
+        at[live++] = (size_t)q;
+    }
+#ifdef KM_AVX2
+    if (live) {
+        int l[2];
+        best_labels_avx2(xs, live, d->d, p->CT, p->kv, l);
+        for (int q = 0; q < live; q++)
+            out[at[q]] = l[q];
+    }
+#endif
+}
+
 static dk_status execute(void *handle, const void *points, const void *mask_, const void *init,
                          void *labels_, void *centroids, dk_kmeans_result *res, dk_msg *msg)
 {
@@ -134,10 +281,12 @@ static dk_status execute(void *handle, const void *points, const void *mask_, co
     float *C = p->C;
     memcpy(C, init, kd * sizeof *C);
     int32_t *prev = p->prev;
+    if (p->vector)
+        transpose_centroids(p, C);
     if (prev) {
 #pragma omp parallel for schedule(static) num_threads(T)
-        for (size_t i = 0; i < n; i++)
-            prev[i] = mask && !mask[i] ? -1 : best_label(p, X, NULL, i, C);
+        for (size_t i = 0; i < n; i += 2)
+            assign_points(p, X, mask, NULL, C, i, i + 1 < n ? 2 : 1, prev + i);
     }
     double assign_s = 0, update_s = 0, move = 0;
     int it = 0;
@@ -153,17 +302,19 @@ static dk_status execute(void *handle, const void *points, const void *mask_, co
             double *part = p->partial + (size_t)t * k * stride;
             memset(part, 0, (size_t)k * stride * sizeof *part);
 #pragma omp for schedule(static)
-            for (size_t i = 0; i < n; i++) {
-                if (mask && !mask[i]) {
-                    labels[i] = -1;
-                    continue;
+            for (size_t i = 0; i < n; i += 2) {
+                const int m = i + 1 < n ? 2 : 1;
+                int32_t l[2];
+                assign_points(p, X, mask, prev, C, i, m, l);
+                for (int q = 0; q < m; q++) {
+                    labels[i + q] = l[q];
+                    if (l[q] < 0)
+                        continue;
+                    double *row = part + (size_t)l[q] * stride;
+                    for (int f = 0; f < dd; f++)
+                        row[f] += X[(i + q) * p->s.stride_point + (size_t)f * p->s.stride_feature];
+                    row[dd] += 1.0;
                 }
-                int l = best_label(p, X, prev, i, C);
-                labels[i] = l;
-                double *row = part + (size_t)l * stride;
-                for (int f = 0; f < dd; f++)
-                    row[f] += X[i * p->s.stride_point + (size_t)f * p->s.stride_feature];
-                row[dd] += 1.0;
             }
         }
         double t1 = now();
@@ -190,6 +341,8 @@ static dk_status execute(void *handle, const void *points, const void *mask_, co
         }
         if (prev)
             memcpy(prev, labels, n * sizeof *prev);
+        if (p->vector)
+            transpose_centroids(p, C);
         double t2 = now();
         assign_s += t1 - t0;
         update_s += t2 - t1;
