@@ -242,7 +242,7 @@ static inline void assign_points(const kmeans_plan *p, const float *X, const uin
 {
     const dk_kmeans_desc *d = &p->s.desc;
     float x[2][DK_KMEANS_MAX_D];
-    const float *xs[2] = {x[0], x[1]};
+    const float *xs[2]; /* the points' features: in place when contiguous */
     size_t at[2];
     int live = 0;
     for (int q = 0; q < m; q++) {
@@ -253,8 +253,13 @@ static inline void assign_points(const kmeans_plan *p, const float *X, const uin
             out[q] = best_label(p, X, prev, i + q, C);
             continue;
         }
-        for (int f = 0; f < d->d; f++)
-            x[live][f] = X[(i + q) * p->s.stride_point + (size_t)f * p->s.stride_feature];
+        if (p->s.stride_feature == 1) {
+            xs[live] = X + (i + q) * p->s.stride_point;
+        } else {
+            for (int f = 0; f < d->d; f++)
+                x[live][f] = X[(i + q) * p->s.stride_point + (size_t)f * p->s.stride_feature];
+            xs[live] = x[live];
+        }
         at[live++] = (size_t)q;
     }
 #ifdef KM_AVX2
