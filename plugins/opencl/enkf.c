@@ -1,11 +1,13 @@
 /* dakit-opencl enkf: the tiled and banded schemes as direct kernels
- * (enkf.cl), HPHT and the analysis, in float64 through cl_khr_fp64
+ * (enkf.cl), the fft scheme, HPHT and the analysis, in float64 through
+ * cl_khr_fp64
  * (float32 data are widened on the device and the results rounded back,
  * as the cpu plugin does).
  *
- * The fft scheme is not offered: OpenCL has no FFT of its own and clFFT is
- * not a dependency yet, so the core's cost model picks between tiled and
- * banded here, and asking for fft names the schemes this backend has.
+ * The fft scheme (built where clFFT is found, DK_OPENCL_CLFFT) applies C
+ * through its circulant embedding with clFFT's batched real transforms.
+ * Without clFFT the plugin offers tiled and banded only: the core's cost
+ * model then picks between those, and asking for fft names what it has.
  *
  * The M x M solve of the analysis runs on the host with LAPACKE (dposv)
  * after HPHT and the innovations are read back: OpenCL has no solver
@@ -15,12 +17,24 @@
 #include <string.h>
 
 #include <lapacke.h>
+#ifdef DK_OPENCL_CLFFT
+#include <pthread.h>
+
+#include <clFFT.h>
+#endif
 
 #include "opencl_plugin.h"
 
 #include "enkf_cl.h"
 
+#ifdef DK_OPENCL_CLFFT
+static const char *const schemes[] = {"tiled", "banded", "fft", NULL};
+/* The fft scheme's work arrays (one batch of columns x members) stay below
+ * this many bytes. */
+#define FFT_BATCH_BYTES ((size_t)128 << 20)
+#else
 static const char *const schemes[] = {"tiled", "banded", NULL};
+#endif
 
 typedef struct enkf_plan {
     dk_opencl_device *dev;
@@ -32,6 +46,14 @@ typedef struct enkf_plan {
     /* made on first use: the float64 copies of float32 data, and the
      * analysis's own arrays */
     cl_mem e64, pht64, X64;
+#ifdef DK_OPENCL_CLFFT
+    cl_kernel scatter, multiply, scale, gather;
+    clfftPlanHandle forward, backward;
+    int have_forward, have_backward;
+    size_t n0, n1, P, Pc; /* embedding: n0 x n1 reals (1-D: n1 = 1), Pc complex outputs */
+    size_t columns;       /* columns of PHT per batch */
+    cl_mem buf, freq, spectrum;
+#endif
 } enkf_plan;
 
 static void release(cl_mem m)
@@ -52,6 +74,19 @@ static void plan_destroy(void *handle)
     cl_mem ms[] = {p->indptr, p->indices, p->values, p->loc, p->G, p->hpht64, p->D, p->W, p->e64, p->pht64, p->X64};
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
         release(ms[i]);
+#ifdef DK_OPENCL_CLFFT
+    cl_kernel fk[] = {p->scatter, p->multiply, p->scale, p->gather};
+    for (size_t i = 0; i < sizeof fk / sizeof fk[0]; i++)
+        if (fk[i])
+            clReleaseKernel(fk[i]);
+    if (p->have_forward)
+        clfftDestroyPlan(&p->forward);
+    if (p->have_backward)
+        clfftDestroyPlan(&p->backward);
+    release(p->buf);
+    release(p->freq);
+    release(p->spectrum);
+#endif
     free(p);
 }
 
@@ -118,13 +153,257 @@ static dk_status lazy(enkf_plan *p, cl_mem *m, size_t bytes, const char *what, d
     return *m ? DK_OK : buffer(p, bytes, NULL, m, what, msg);
 }
 
+static cl_int launch(enkf_plan *p, cl_kernel k, size_t d0, size_t d1);
+
+#ifdef DK_OPENCL_CLFFT
+/* clFFT's library state is process-wide: set up on the first fft plan and
+ * torn down at exit (or unload) by a handler registered after clfftSetup,
+ * so that it runs before clFFT's own, which otherwise prints a reminder. */
+static pthread_once_t clfft_once = PTHREAD_ONCE_INIT;
+static clfftStatus clfft_ready = CLFFT_SUCCESS;
+
+static void clfft_fini(void)
+{
+    clfftTeardown();
+}
+
+static void clfft_init(void)
+{
+    clfftSetupData d;
+    clfftInitSetupData(&d);
+    clfft_ready = clfftSetup(&d);
+    if (clfft_ready == CLFFT_SUCCESS)
+        atexit(clfft_fini);
+}
+
+static dk_status clfft_failed(dk_msg *msg, const char *what, clfftStatus st)
+{
+    dk_msg_set(msg, "opencl enkf: clFFT %s failed (status %d, %s)", what, (int)st,
+               dk_opencl_error_name((cl_int)st));
+    return st == CLFFT_OUT_OF_RESOURCES || st == CLFFT_OUT_OF_HOST_MEMORY ||
+                   st == CLFFT_MEM_OBJECT_ALLOCATION_FAILURE
+               ? DK_ERR_OUT_OF_MEMORY
+               : DK_ERR_BACKEND;
+}
+
+/* The embedding length per axis: any length >= 2n - 1 gives C exactly;
+ * a power of two keeps clFFT on its radix-2 kernels. (Lengths with factors
+ * 3, 5, 7 also transform and would be up to half as long, but each new
+ * length is a new set of kernels to compile, which on PoCL made the
+ * conformance run take minutes instead of seconds.) */
+static size_t pow2_at_least(size_t n)
+{
+    size_t m = 1;
+    while (m < n)
+        m *= 2;
+    return m;
+}
+
+/* Offset a of an axis of n points embedded in `len`: its distance, or
+ * (size_t)-1 where the embedding holds a zero. */
+static size_t distance_of(size_t a, size_t n, size_t len)
+{
+    if (a < n)
+        return a;
+    return a > len - n ? len - a : (size_t)-1;
+}
+
+/* The first column of the circulant of n0 x n1 points that embeds C. */
+static double embedded(const enkf_plan *p, size_t a, size_t b)
+{
+    const dk_enkf_setup *s = p->s;
+    if (s->desc.loc_ndim == 1) {
+        size_t da = distance_of(a, s->desc.n, p->n0);
+        return da == (size_t)-1 ? 0.0 : s->loc[da];
+    }
+    size_t da = distance_of(a, s->desc.nx, p->n0), db = distance_of(b, s->desc.ny, p->n1);
+    return da == (size_t)-1 || db == (size_t)-1 ? 0.0 : s->loc[da * s->desc.ny + db];
+}
+
+/* A batched out-of-place double transform between n0 x n1 reals and their
+ * n0 x (n1/2 + 1) half spectrum (1-D: n0 reals, n0/2 + 1 outputs). */
+static clfftStatus make_transform(enkf_plan *p, int forward, size_t batch, clfftPlanHandle *out, int *made)
+{
+    int two_d = p->s->desc.loc_ndim == 2;
+    size_t lengths[2] = {two_d ? p->n1 : p->n0, p->n0};
+    size_t real_strides[2] = {1, p->n1}, half_strides[2] = {1, p->n1 / 2 + 1};
+    clfftDim dim = two_d ? CLFFT_2D : CLFFT_1D;
+    clfftPlanHandle h;
+    clfftStatus st = clfftCreateDefaultPlan(&h, p->dev->context, dim, lengths);
+    if (st != CLFFT_SUCCESS)
+        return st;
+    *out = h;
+    *made = 1;
+    if ((st = clfftSetPlanPrecision(h, CLFFT_DOUBLE)) != CLFFT_SUCCESS ||
+        (st = clfftSetLayout(h, forward ? CLFFT_REAL : CLFFT_HERMITIAN_INTERLEAVED,
+                             forward ? CLFFT_HERMITIAN_INTERLEAVED : CLFFT_REAL)) != CLFFT_SUCCESS ||
+        (st = clfftSetResultLocation(h, CLFFT_OUTOFPLACE)) != CLFFT_SUCCESS ||
+        (st = clfftSetPlanInStride(h, dim, forward ? real_strides : half_strides)) != CLFFT_SUCCESS ||
+        (st = clfftSetPlanOutStride(h, dim, forward ? half_strides : real_strides)) != CLFFT_SUCCESS ||
+        (st = clfftSetPlanDistance(h, forward ? p->P : p->Pc, forward ? p->Pc : p->P)) != CLFFT_SUCCESS ||
+        (st = clfftSetPlanBatchSize(h, batch)) != CLFFT_SUCCESS ||
+        /* unscaled both ways: 1/P goes into the spectrum, in double */
+        (st = clfftSetPlanScale(h, CLFFT_BACKWARD, 1.0f)) != CLFFT_SUCCESS)
+        return st;
+    return clfftBakePlan(h, 1, &p->dev->queue, NULL, NULL);
+}
+
+static dk_status make_fft(enkf_plan *p, cl_program prog, dk_msg *msg)
+{
+    const dk_enkf_setup *s = p->s;
+    size_t L = s->desc.members, M = s->desc.H.rows;
+    struct {
+        cl_kernel *k;
+        const char *name;
+    } kernels[] = {{&p->scatter, "ek_scatter"}, {&p->multiply, "ek_multiply"}, {&p->scale, "ek_scale"},
+                   {&p->gather, "ek_gather"}};
+    for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++) {
+        cl_int err;
+        *kernels[i].k = clCreateKernel(prog, kernels[i].name, &err);
+        if (err != CL_SUCCESS)
+            return failed(msg, kernels[i].name, err);
+    }
+    if (s->desc.loc_ndim == 1) {
+        p->n0 = pow2_at_least(2 * s->desc.n);
+        p->n1 = 1;
+        p->P = p->n0;
+        p->Pc = p->n0 / 2 + 1;
+    } else {
+        p->n0 = pow2_at_least(2 * s->desc.nx);
+        p->n1 = pow2_at_least(2 * s->desc.ny);
+        p->P = p->n0 * p->n1;
+        p->Pc = p->n0 * (p->n1 / 2 + 1);
+    }
+    size_t per_column = L * (p->P + 2 * p->Pc) * sizeof(double);
+    p->columns = FFT_BATCH_BYTES / per_column;
+    if (p->columns < 1)
+        p->columns = 1;
+    if (p->columns > M)
+        p->columns = M;
+    size_t batch = p->columns * L;
+    dk_status st;
+    if ((st = buffer(p, batch * p->P * sizeof(double), NULL, &p->buf, "FFT real work array", msg)) != DK_OK ||
+        (st = buffer(p, batch * p->Pc * 2 * sizeof(double), NULL, &p->freq, "FFT spectra", msg)) != DK_OK ||
+        (st = buffer(p, p->Pc * 2 * sizeof(double), NULL, &p->spectrum, "spectrum of C", msg)) != DK_OK)
+        return st;
+
+    pthread_once(&clfft_once, clfft_init);
+    if (clfft_ready != CLFFT_SUCCESS)
+        return clfft_failed(msg, "setup", clfft_ready);
+    clfftStatus cs = make_transform(p, 1, batch, &p->forward, &p->have_forward);
+    if (cs != CLFFT_SUCCESS)
+        return clfft_failed(msg, "planning the forward transform", cs);
+    cs = make_transform(p, 0, batch, &p->backward, &p->have_backward);
+    if (cs != CLFFT_SUCCESS)
+        return clfft_failed(msg, "planning the backward transform", cs);
+
+    /* The spectrum: C's embedding in slot 0 of the work array, through the
+     * batched plan (its other slots are transformed and ignored). Every
+     * slot is zeroed first: clFFT transforms real batches in pairs, so a
+     * NaN in a neighbouring slot's uninitialized memory would reach
+     * slot 0. */
+    double *col = malloc(p->P * sizeof *col);
+    if (!col) {
+        dk_msg_set(msg, "opencl enkf: out of host memory");
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    for (size_t a = 0; a < p->n0; a++)
+        for (size_t b = 0; b < p->n1; b++)
+            col[a * p->n1 + b] = embedded(p, a, b);
+    cl_command_queue q = p->dev->queue;
+    const double zero = 0.0;
+    cl_int err = clEnqueueFillBuffer(q, p->buf, &zero, sizeof zero, 0, batch * p->P * sizeof(double), 0, NULL, NULL);
+    if (err == CL_SUCCESS)
+        err = clEnqueueWriteBuffer(q, p->buf, CL_TRUE, 0, p->P * sizeof *col, col, 0, NULL, NULL);
+    free(col);
+    if (err == CL_SUCCESS)
+        err = (cl_int)clfftEnqueueTransform(p->forward, CLFFT_FORWARD, 1, &q, 0, NULL, NULL, &p->buf, &p->freq, NULL);
+    cl_ulong count = 2 * p->Pc;
+    double factor = 1.0 / (double)p->P;
+    err |= clSetKernelArg(p->scale, 0, sizeof p->freq, &p->freq);
+    err |= clSetKernelArg(p->scale, 1, sizeof count, &count);
+    err |= clSetKernelArg(p->scale, 2, sizeof factor, &factor);
+    if (err == CL_SUCCESS)
+        err = launch(p, p->scale, (size_t)count, 1);
+    if (err == CL_SUCCESS)
+        err = clEnqueueCopyBuffer(q, p->freq, p->spectrum, 0, 0, p->Pc * 2 * sizeof(double), 0, NULL, NULL);
+    if (err == CL_SUCCESS)
+        err = clFinish(q);
+    return err == CL_SUCCESS ? DK_OK : failed(msg, "the spectrum of C", err);
+}
+
+/* pht64 from the weighted anomalies in p->G, a batch of columns at a time:
+ * scatter e_l o h_j into the embedding, transform, multiply by C's
+ * spectrum, transform back, gather e_l o (.) over the members. */
+static cl_int fft(enkf_plan *p, cl_mem e64, cl_mem pht64)
+{
+    const dk_enkf_setup *s = p->s;
+    cl_command_queue q = p->dev->queue;
+    cl_ulong N = s->desc.n, L = s->desc.members, M = s->desc.H.rows, P = p->P, Pc = p->Pc;
+    cl_ulong ny = s->desc.ny, n1 = p->n1;
+    cl_int two_d = s->desc.loc_ndim == 2, err = CL_SUCCESS;
+    const double zero = 0.0;
+    for (cl_ulong j0 = 0; j0 < M && err == CL_SUCCESS; j0 += p->columns) {
+        cl_ulong jn = M - j0 < p->columns ? M - j0 : p->columns, count = jn * L * Pc;
+        /* the whole batch, also slots past jn * L: see make_fft */
+        err = clEnqueueFillBuffer(q, p->buf, &zero, sizeof zero, 0, p->columns * L * P * sizeof(double), 0, NULL,
+                                  NULL);
+        cl_kernel k = p->scatter;
+        err |= clSetKernelArg(k, 0, sizeof p->G, &p->G);
+        err |= clSetKernelArg(k, 1, sizeof p->indptr, &p->indptr);
+        err |= clSetKernelArg(k, 2, sizeof p->indices, &p->indices);
+        err |= clSetKernelArg(k, 3, sizeof p->buf, &p->buf);
+        err |= clSetKernelArg(k, 4, sizeof L, &L);
+        err |= clSetKernelArg(k, 5, sizeof j0, &j0);
+        err |= clSetKernelArg(k, 6, sizeof jn, &jn);
+        err |= clSetKernelArg(k, 7, sizeof P, &P);
+        err |= clSetKernelArg(k, 8, sizeof ny, &ny);
+        err |= clSetKernelArg(k, 9, sizeof n1, &n1);
+        err |= clSetKernelArg(k, 10, sizeof two_d, &two_d);
+        if (err == CL_SUCCESS)
+            err = launch(p, k, (size_t)(jn * L), 1);
+        if (err == CL_SUCCESS)
+            err = (cl_int)clfftEnqueueTransform(p->forward, CLFFT_FORWARD, 1, &q, 0, NULL, NULL, &p->buf, &p->freq,
+                                                NULL);
+        k = p->multiply;
+        err |= clSetKernelArg(k, 0, sizeof p->freq, &p->freq);
+        err |= clSetKernelArg(k, 1, sizeof p->spectrum, &p->spectrum);
+        err |= clSetKernelArg(k, 2, sizeof Pc, &Pc);
+        err |= clSetKernelArg(k, 3, sizeof count, &count);
+        if (err == CL_SUCCESS)
+            err = launch(p, k, (size_t)count, 1);
+        if (err == CL_SUCCESS)
+            err = (cl_int)clfftEnqueueTransform(p->backward, CLFFT_BACKWARD, 1, &q, 0, NULL, NULL, &p->freq, &p->buf,
+                                                NULL);
+        k = p->gather;
+        err |= clSetKernelArg(k, 0, sizeof e64, &e64);
+        err |= clSetKernelArg(k, 1, sizeof p->buf, &p->buf);
+        err |= clSetKernelArg(k, 2, sizeof pht64, &pht64);
+        err |= clSetKernelArg(k, 3, sizeof N, &N);
+        err |= clSetKernelArg(k, 4, sizeof L, &L);
+        err |= clSetKernelArg(k, 5, sizeof M, &M);
+        err |= clSetKernelArg(k, 6, sizeof j0, &j0);
+        err |= clSetKernelArg(k, 7, sizeof jn, &jn);
+        err |= clSetKernelArg(k, 8, sizeof P, &P);
+        err |= clSetKernelArg(k, 9, sizeof ny, &ny);
+        err |= clSetKernelArg(k, 10, sizeof n1, &n1);
+        err |= clSetKernelArg(k, 11, sizeof two_d, &two_d);
+        if (err == CL_SUCCESS)
+            err = launch(p, k, (size_t)jn, (size_t)N);
+    }
+    return err;
+}
+#endif
+
 static dk_status plan_create(void *device, const dk_enkf_setup *s, void **out, dk_msg *msg)
 {
     dk_opencl_device *dev = device;
+#ifndef DK_OPENCL_CLFFT
     if (s->scheme != DK_ENKF_TILED && s->scheme != DK_ENKF_BANDED) {
         dk_msg_set(msg, "opencl enkf: scheme '%s' is not offered (tiled, banded)", dk_enkf_scheme_name(s->scheme));
         return DK_ERR_NOT_IMPLEMENTED;
     }
+#endif
     cl_program prog;
     dk_status st = program(dev, &prog, msg);
     if (st != DK_OK)
@@ -162,6 +441,12 @@ static dk_status plan_create(void *device, const dk_enkf_setup *s, void **out, d
         plan_destroy(p);
         return st;
     }
+#ifdef DK_OPENCL_CLFFT
+    if (s->scheme == DK_ENKF_FFT && (st = make_fft(p, prog, msg)) != DK_OK) {
+        plan_destroy(p);
+        return st;
+    }
+#endif
     *out = p;
     return DK_OK;
 }
@@ -203,7 +488,12 @@ static cl_int cov64(enkf_plan *p, cl_mem e64, cl_mem pht64, cl_mem hpht64)
     err |= clSetKernelArg(k, 5, sizeof L, &L);
     if (err == CL_SUCCESS)
         err = launch(p, k, (size_t)(nnz * L), 1);
-
+#ifdef DK_OPENCL_CLFFT
+    if (err == CL_SUCCESS && s->scheme == DK_ENKF_FFT)
+        err = fft(p, e64, pht64);
+    else
+#endif
+    {
     k = p->direct;
     err |= clSetKernelArg(k, 0, sizeof e64, &e64);
     err |= clSetKernelArg(k, 1, sizeof p->G, &p->G);
@@ -220,6 +510,7 @@ static cl_int cov64(enkf_plan *p, cl_mem e64, cl_mem pht64, cl_mem hpht64)
     err |= clSetKernelArg(k, 12, sizeof banded, &banded);
     if (err == CL_SUCCESS)
         err = launch(p, k, (size_t)M, (size_t)N);
+    }
     if (err != CL_SUCCESS || !hpht64)
         return err;
 

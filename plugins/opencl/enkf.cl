@@ -153,3 +153,59 @@ __kernel void ek_update(__global double *X, __global const double *pht, __global
         v += pht[i * M + j] * W[j * L + l];
     X[i * L + l] = v;
 }
+
+/* ---- the fft scheme (clFFT does the transforms) ----
+ * A batch holds `jn` columns j0 .. j0+jn-1 of PHT times L members: slot
+ * b = jj * L + l is a zeroed real array of P points (the circulant
+ * embedding, n1 points per row in 2-D) holding e_l o h_j. */
+static ulong embedded_at(ulong k, ulong ny, ulong n1, int two_d)
+{
+    return two_d ? (k / ny) * n1 + k % ny : k;
+}
+
+/* one slot per work-item, its row of H in order: repeated columns add */
+__kernel void ek_scatter(__global const double *G, __global const long *indptr,
+                         __global const long *indices, __global double *buf, ulong L, ulong j0,
+                         ulong jn, ulong P, ulong ny, ulong n1, int two_d)
+{
+    ulong b = get_global_id(0);
+    if (b >= jn * L)
+        return;
+    ulong j = j0 + b / L, l = b % L;
+    __global double *v = buf + b * P;
+    for (long t = indptr[j]; t < indptr[j + 1]; t++)
+        v[embedded_at((ulong)indices[t], ny, n1, two_d)] += G[(ulong)t * L + l];
+}
+
+/* freq *= the spectrum of C's embedding (already divided by P) */
+__kernel void ek_multiply(__global double2 *freq, __global const double2 *spectrum, ulong Pc,
+                          ulong count)
+{
+    ulong g = get_global_id(0);
+    if (g >= count)
+        return;
+    double2 a = freq[g], s = spectrum[g % Pc];
+    freq[g] = (double2)(a.x * s.x - a.y * s.y, a.x * s.y + a.y * s.x);
+}
+
+__kernel void ek_scale(__global double *v, ulong n, double factor)
+{
+    ulong g = get_global_id(0);
+    if (g < n)
+        v[g] *= factor;
+}
+
+/* pht[i, j0+jj] = 1/(L-1) sum_l e[i,l] (C (e_l o h_j))[i] */
+__kernel void ek_gather(__global const double *e, __global const double *buf, __global double *pht,
+                        ulong N, ulong L, ulong M, ulong j0, ulong jn, ulong P, ulong ny, ulong n1,
+                        int two_d)
+{
+    ulong jj = get_global_id(0), i = get_global_id(1);
+    if (jj >= jn || i >= N)
+        return;
+    ulong at = embedded_at(i, ny, n1, two_d);
+    double v = 0.0;
+    for (ulong l = 0; l < L; l++)
+        v += e[i * L + l] * buf[(jj * L + l) * P + at];
+    pht[i * M + j0 + jj] = v / (double)(L - 1);
+}
