@@ -299,9 +299,11 @@ static dk_status make_fft(enkf_plan *p, cl_program prog, dk_msg *msg)
 
     /* The spectrum: C's embedding in slot 0 of the work array, through the
      * batched plan (its other slots are transformed and ignored). Every
-     * slot is zeroed first: clFFT transforms real batches in pairs, so a
-     * NaN in a neighbouring slot's uninitialized memory would reach
-     * slot 0. */
+     * slot is zeroed first: with uninitialized neighbours, slot 0's
+     * spectrum came out NaN for some lengths and batch sizes on PoCL
+     * (1d_full_small, 1d_L2_M1, analysis_f32 failed), so clFFT's real
+     * transforms do not keep batches apart (it packs real inputs in pairs,
+     * as far as we can tell). */
     double *col = malloc(p->P * sizeof *col);
     if (!col) {
         dk_msg_set(msg, "opencl enkf: out of host memory");
