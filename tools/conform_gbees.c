@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "conform.h"
+#include "gbees_tools.h"
 
 typedef struct gbees_case {
     const char *name, *model;
@@ -39,16 +40,7 @@ static dk_status run_case(dk_context *ctx, const char *variant, int i, double **
 {
     gbees_case *c = &cases[i];
     dk_gbees_meas z[2];
-    memset(z, 0, sizeof z);
-    z[0].dim = c->dim;
-    memcpy(z[0].mean, c->mean, c->dim * sizeof(double));
-    for (int k = 0; k < c->dim; k++)
-        z[0].cov[k * c->dim + k] = c->var;
-    z[0].period = c->period;
-    z[1].dim = 1;
-    z[1].mean[0] = c->y;
-    z[1].cov[0] = c->r;
-    z[1].period = c->period;
+    gbees_case_measurements(c->dim, c->mean, c->var, c->period, c->y, c->r, z);
     dk_gbees_desc d;
     dk_gbees_desc_init(&d);
     d.model = dk_gbees_model_find(c->model);

@@ -419,3 +419,18 @@ int cmd_gbees_mc(int argc, char **argv)
            cells, r.bc_all, r.gbees_mass_support, r.kde_mass_support, r.kde_mass);
     return 0;
 }
+
+void gbees_case_measurements(int dim, const double *mean, double var, double period, double y, double r,
+                             dk_gbees_meas z[2])
+{
+    memset(z, 0, 2 * sizeof *z);
+    z[0].dim = dim;
+    memcpy(z[0].mean, mean, (size_t)dim * sizeof(double));
+    for (int k = 0; k < dim; k++)
+        z[0].cov[k * dim + k] = var;
+    z[0].period = period;
+    z[1].dim = 1;
+    z[1].mean[0] = y;
+    z[1].cov[0] = r;
+    z[1].period = period;
+}

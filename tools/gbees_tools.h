@@ -31,4 +31,10 @@ dk_status gbees_mc_bc(const dk_gbees_model *model, const dk_gbees_meas *meas0, d
                       uint64_t seed, const double *rows, size_t cells, int dim, double threshold,
                       gbees_mc_result *res, char *err, size_t len);
 
+/* The measurements of a synthetic case: z[0] an isotropic Gaussian start
+ * (mean, variance var on every axis), z[1] one scalar measurement y of
+ * variance r; both with the same period (the case says how many it uses). */
+void gbees_case_measurements(int dim, const double *mean, double var, double period, double y, double r,
+                             dk_gbees_meas z[2]);
+
 #endif
