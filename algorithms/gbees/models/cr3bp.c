@@ -1,11 +1,11 @@
 /* Circular restricted three-body problem in the rotating frame, state
  * (x, y, z, vx, vy, vz), Earth-Moon mass ratio mu = 0.012150585609624;
  * h = (x, y, z). */
-#include <math.h>
+#ifndef GB_MODEL_FN
+#include "model.h"
+#endif
 
-#include <dakit/gbees.h>
-
-static void f(int dim, const double *s, const double *c, double *v)
+GB_MODEL_FN void cr3bp_f(int dim, const double *s, const double *c, double *v)
 {
     (void)dim;
     double mu = c[0], x = s[0], y = s[1], z = s[2];
@@ -19,7 +19,7 @@ static void f(int dim, const double *s, const double *c, double *v)
     v[5] = -(1.0 - mu) * z / r1 - mu * z / r2;
 }
 
-static void h(int dim, const double *s, const double *c, double *y)
+GB_MODEL_FN void cr3bp_h(int dim, const double *s, const double *c, double *y)
 {
     (void)dim;
     (void)c;
@@ -28,10 +28,5 @@ static void h(int dim, const double *s, const double *c, double *y)
     y[2] = s[2];
 }
 
-const dk_gbees_model dk_gbees_model_cr3bp = {
-    .name = "cr3bp",
-    .about = "CR3BP (x, y, z, vx, vy, vz), rotating frame, mu = 0.012150585609624 (Earth-Moon); h = (x, y, z)",
-    .dim = 6, .min_dim = 6, .meas_dim = 3,
-    .ncoef = 1, .coef = {0.012150585609624},
-    .f = f, .h = h,
-};
+GB_MODEL(cr3bp, "CR3BP (x, y, z, vx, vy, vz), rotating frame, mu = 0.012150585609624 (Earth-Moon); h = (x, y, z)",
+         6, 6, 3, 1, 0.012150585609624)

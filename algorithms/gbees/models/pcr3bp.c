@@ -1,11 +1,11 @@
 /* Planar circular restricted three-body problem in the rotating frame,
  * state (x, y, vx, vy), Earth-Moon mass ratio mu = 0.012150585609624;
  * h = (x, y). */
-#include <math.h>
+#ifndef GB_MODEL_FN
+#include "model.h"
+#endif
 
-#include <dakit/gbees.h>
-
-static void f(int dim, const double *s, const double *c, double *v)
+GB_MODEL_FN void pcr3bp_f(int dim, const double *s, const double *c, double *v)
 {
     (void)dim;
     double mu = c[0], x = s[0], y = s[1];
@@ -17,7 +17,7 @@ static void f(int dim, const double *s, const double *c, double *v)
     v[3] = -2.0 * s[2] + y - (1.0 - mu) * y / r1 - mu * y / r2;
 }
 
-static void h(int dim, const double *s, const double *c, double *y)
+GB_MODEL_FN void pcr3bp_h(int dim, const double *s, const double *c, double *y)
 {
     (void)dim;
     (void)c;
@@ -25,10 +25,5 @@ static void h(int dim, const double *s, const double *c, double *y)
     y[1] = s[1];
 }
 
-const dk_gbees_model dk_gbees_model_pcr3bp = {
-    .name = "pcr3bp",
-    .about = "planar CR3BP (x, y, vx, vy), rotating frame, mu = 0.012150585609624 (Earth-Moon); h = (x, y)",
-    .dim = 4, .min_dim = 4, .meas_dim = 2,
-    .ncoef = 1, .coef = {0.012150585609624},
-    .f = f, .h = h,
-};
+GB_MODEL(pcr3bp, "planar CR3BP (x, y, vx, vy), rotating frame, mu = 0.012150585609624 (Earth-Moon); h = (x, y)",
+         4, 4, 2, 1, 0.012150585609624)

@@ -1,13 +1,11 @@
-/* The built-in models. Adding one: a file beside this one defining
- * dk_gbees_model_<name>, its name in the list below, and in meson.build. */
+/* The built-in models' descriptors (the model files, compiled for the
+ * host here) and lookup by name. The list is all.h. */
 #include <string.h>
 
 #include "../../../core/internal.h"
+#include "model.h"
+#include "all.h"
 
-#define GB_MODELS(X) X(lorenz63) X(lorenz96) X(pcr3bp) X(cr3bp)
-
-#define GB_DECLARE(name) extern const dk_gbees_model dk_gbees_model_##name;
-GB_MODELS(GB_DECLARE)
 #define GB_ENTRY(name) &dk_gbees_model_##name,
 static const dk_gbees_model *const models[] = {GB_MODELS(GB_ENTRY) NULL};
 
