@@ -167,7 +167,9 @@ dk_status gbees_mc_bc(const dk_gbees_model *model, const dk_gbees_meas *meas0, d
     bin_sort *bs = malloc(n * sizeof *bs);
     int32_t *bin_keys = malloc(n * d * sizeof *bin_keys);
     size_t *bin_start = malloc((n + 1) * sizeof *bin_start);
-    gb_hash ht = {0};
+    gb_hash ht = {0}, home_ht = {0};
+    int32_t *cell_bin = NULL, *home_keys = NULL, *group_bins = NULL;
+    size_t *group_start = NULL, *group_cells = NULL;
     dk_status st = DK_OK;
     if (!x || !y || !q || !bs || !bin_keys || !bin_start || gb_hash_init(&ht, d, n) != 0) {
         snprintf(err, len, "Monte Carlo: out of memory for %zu samples", n);
@@ -240,25 +242,91 @@ dk_status gbees_mc_bc(const dk_gbees_model *model, const dk_gbees_meas *meas0, d
     int neighbours = 1;
     for (int i = 0; i < d; i++)
         neighbours *= 3;
-#pragma omp parallel for schedule(dynamic, 256)
+    /* Cells are grouped by the bin they fall in, so the 3^d neighbour bins
+     * are looked up and their samples gathered once per group rather than
+     * once per cell (a Lorenz '96 snapshot has millions of cells, a few
+     * thousand per bin). */
+    if (!(cell_bin = malloc(cells * sizeof *cell_bin)) || !(home_keys = malloc(cells * d * sizeof *home_keys)) ||
+        gb_hash_init(&home_ht, d, 1024) != 0) {
+        snprintf(err, len, "Monte Carlo: out of memory for %zu cells", cells);
+        st = DK_ERR_OUT_OF_MEMORY;
+        goto done;
+    }
+    size_t homes = 0;
     for (size_t c = 0; c < cells; c++) {
         double yc[DK_GBEES_MAX_DIM];
-        int32_t home[DK_GBEES_MAX_DIM], k[DK_GBEES_MAX_DIM];
         whiten(l, d, mu, rows + c * (d + 1), yc);
+        int32_t *k = home_keys + homes * d;
         for (int i = 0; i < d; i++)
-            home[i] = (int32_t)floor(yc[i] / reach);
-        double sum = 0.0;
+            k[i] = (int32_t)floor(yc[i] / reach);
+        int32_t hb = gb_hash_find(&home_ht, home_keys, k);
+        if (hb < 0) {
+            if (gb_hash_insert(&home_ht, home_keys, (int32_t)homes) < 0) {
+                snprintf(err, len, "Monte Carlo: out of memory grouping %zu cells", cells);
+                st = DK_ERR_OUT_OF_MEMORY;
+                goto done;
+            }
+            hb = (int32_t)homes++;
+        }
+        cell_bin[c] = hb;
+    }
+    if (!(group_start = calloc(homes + 1, sizeof *group_start)) || !(group_cells = malloc(cells * sizeof *group_cells))) {
+        snprintf(err, len, "Monte Carlo: out of memory for %zu cells", cells);
+        st = DK_ERR_OUT_OF_MEMORY;
+        goto done;
+    }
+    for (size_t c = 0; c < cells; c++)
+        group_start[cell_bin[c] + 1]++;
+    for (size_t g = 0; g < homes; g++)
+        group_start[g + 1] += group_start[g];
+    for (size_t c = 0; c < cells; c++)
+        group_cells[group_start[cell_bin[c]]++] = c;
+    for (size_t g = homes; g > 0; g--)
+        group_start[g] = group_start[g - 1];
+    group_start[0] = 0;
+    /* the samples in bin order, so a bin's samples are contiguous */
+    for (size_t s = 0; s < n; s++)
+        memcpy(x + s * d, y + bs[s].sample * d, d * sizeof *x);
+    if (!(group_bins = malloc(homes * neighbours * sizeof *group_bins))) {
+        snprintf(err, len, "Monte Carlo: out of memory for %zu cell groups", homes);
+        st = DK_ERR_OUT_OF_MEMORY;
+        goto done;
+    }
+#pragma omp parallel for schedule(dynamic, 16)
+    for (size_t g = 0; g < homes; g++) {
+        const int32_t *home = home_keys + g * d;
+        int32_t k[DK_GBEES_MAX_DIM], *list = group_bins + g * neighbours;
         for (int nb = 0; nb < neighbours; nb++) {
             int code = nb;
             for (int i = 0; i < d; i++) {
                 k[i] = home[i] + code % 3 - 1;
                 code /= 3;
             }
-            int32_t b = gb_hash_find(&ht, bin_keys, k);
-            if (b < 0)
+            list[nb] = gb_hash_find(&ht, bin_keys, k);
+        }
+    }
+    int failed = 0;
+#pragma omp parallel for schedule(dynamic, 256)
+    for (size_t gc = 0; gc < cells; gc++) {
+        size_t c = group_cells[gc];
+        const int32_t *list = group_bins + (size_t)cell_bin[c] * neighbours;
+        double yc[DK_GBEES_MAX_DIM], sum = 0.0;
+        whiten(l, d, mu, rows + c * (d + 1), yc);
+        for (int nb = 0; nb < neighbours; nb++) {
+            if (list[nb] < 0)
                 continue;
-            for (size_t s = bin_start[b]; s < bin_start[b + 1]; s++) {
-                const double *ys = y + bs[s].sample * d;
+            /* skip bins whose box lies beyond the kernel's reach */
+            const int32_t *bk = bin_keys + (size_t)list[nb] * d;
+            double gap2 = 0.0;
+            for (int i = 0; i < d; i++) {
+                double lo = bk[i] * reach - yc[i], hi = yc[i] - (bk[i] + 1) * reach;
+                double g = lo > 0.0 ? lo : hi > 0.0 ? hi : 0.0;
+                gap2 += g * g;
+            }
+            if (gap2 >= reach * reach)
+                continue;
+            for (size_t s = bin_start[list[nb]]; s < bin_start[list[nb] + 1]; s++) {
+                const double *ys = x + s * d;
                 double r2 = 0.0;
                 for (int i = 0; i < d; i++)
                     r2 += (yc[i] - ys[i]) * (yc[i] - ys[i]);
@@ -267,6 +335,11 @@ dk_status gbees_mc_bc(const dk_gbees_model *model, const dk_gbees_meas *meas0, d
             }
         }
         q[c] = sum * norm;
+    }
+    if (failed) {
+        snprintf(err, len, "Monte Carlo: out of memory for the kernel sums");
+        st = DK_ERR_OUT_OF_MEMORY;
+        goto done;
     }
     /* Both sides normalized over the compared cells: all of them, and the
      * support the seed compares on, the cells at or above the threshold
@@ -309,6 +382,12 @@ done:
     free(bin_keys);
     free(bin_start);
     gb_hash_free(&ht);
+    gb_hash_free(&home_ht);
+    free(cell_bin);
+    free(home_keys);
+    free(group_start);
+    free(group_cells);
+    free(group_bins);
     return st;
 }
 
