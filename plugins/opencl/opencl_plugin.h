@@ -6,6 +6,8 @@
 
 #include <dakit/plugin.h>
 
+#define DK_OPENCL_GBEES_PROGRAMS 16
+
 /* One opened device: its context, an in-order queue, and the gauss program
  * built once per precision. */
 typedef struct dk_opencl_device {
@@ -21,6 +23,13 @@ typedef struct dk_opencl_device {
     cl_program gauss_f64;  /* NULL when the device lacks cl_khr_fp64 */
     cl_program kmeans;     /* built by kmeans.c on the first kmeans plan */
     cl_program enkf;       /* built by enkf.c on the first enkf plan */
+    /* gbees: one program per (model, dimension), built by gbees.c on first
+     * use; model points into the plugin's own table */
+    struct {
+        const char *model;
+        int dim;
+        cl_program program;
+    } gbees[DK_OPENCL_GBEES_PROGRAMS];
 } dk_opencl_device;
 
 /* "CL_OUT_OF_RESOURCES" for -5, and so on; never NULL. */
@@ -28,6 +37,7 @@ const char *dk_opencl_error_name(cl_int code);
 
 extern const dk_gauss_ops dk_opencl_gauss_ops;
 extern const dk_kmeans_ops dk_opencl_kmeans_ops;
+extern const dk_gbees_ops dk_opencl_gbees_ops;
 #ifdef DK_OPENCL_ENKF /* enkf.c, built where LAPACKE is found */
 extern const dk_enkf_ops dk_opencl_enkf_ops;
 #endif

@@ -216,6 +216,9 @@ static void opencl_device_close(void *handle)
         clReleaseProgram(dev->kmeans);
     if (dev->enkf)
         clReleaseProgram(dev->enkf);
+    for (int i = 0; i < DK_OPENCL_GBEES_PROGRAMS; i++)
+        if (dev->gbees[i].program)
+            clReleaseProgram(dev->gbees[i].program);
     if (dev->queue)
         clReleaseCommandQueue(dev->queue);
     if (dev->context)
@@ -386,6 +389,7 @@ static const dk_plugin opencl_plugin = {
     .buffer_copy = opencl_buffer_copy,
     .gauss = &dk_opencl_gauss_ops,
     .kmeans = &dk_opencl_kmeans_ops,
+    .gbees = &dk_opencl_gbees_ops,
 #ifdef DK_OPENCL_ENKF
     .enkf = &dk_opencl_enkf_ops,
 #endif

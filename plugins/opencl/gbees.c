@@ -1,0 +1,953 @@
+/* dakit-opencl gbees: the whole propagation on the OpenCL device, as a
+ * sequence of kernels per step (gbees.cl says which and how new cells are
+ * made with 32-bit atomics only). The grid never leaves the device; the
+ * host reads back a few numbers per step:
+ *   after growth     the number of candidate cells, to size the arrays
+ *                    and the index before they are inserted (and the last
+ *                    step's probability sum, read without waiting then);
+ *   after insertion  how many cells were new and the largest CFL rate
+ *                    among them (the largest over all cells is kept on the
+ *                    host: a maximum does not depend on order, and a
+ *                    cell's rate never changes, so only pruning, which
+ *                    removes cells, needs a full reduction);
+ *   when pruning     the number of cells kept.
+ * dt is chosen on the host exactly as the engine does (CFL limit, the last
+ * step clipped to the target, the same 'time step collapsed' error).
+ *
+ * Capacity: the cell arrays, the index (occupancy at most one half) and
+ * the candidate list grow by doubling when the counts read back say so,
+ * and a candidate list that overflowed is enlarged and the growth launch
+ * run again, so no cell is ever dropped; a grid that no longer fits the
+ * device's memory stops the run with a message saying how large it got.
+ *
+ * The program is built per (model, dimension): the model file's text
+ * (embedded by gbees_models.py from models/all.h) comes before gbees.cl,
+ * with the dimension fixed at compile time, and kept in the device for
+ * later plans. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <dakit/gbees.h>
+
+#include "opencl_plugin.h"
+
+#include "gbees_cl.h"
+#include "gbees_models_cl.h"
+
+/* Work-groups of the first reduction stage, at most. */
+#define MAX_REDUCE_GROUPS 1024
+
+typedef struct gb_ocl {
+    dk_opencl_device *dev;
+    dk_gbees_setup s;
+    int d;
+    cl_program prog;
+    int owns_prog; /* built for this plan alone (the device's cache was full) */
+    cl_kernel init_level, grow, insert, assign, link_new, reduce, reduce_final, scale, waves,
+        fluxes, apply, prune_mark, scan_blocks, scan_top, scan_remap, prune_move, hash_place,
+        update;
+    size_t group; /* work-group size, a power of two */
+    size_t n, cap;
+    cl_mem key, v, nb, p, rate;           /* the cells */
+    cl_mem key2, v2, nb2, p2, rate2;      /* where pruning moves them; then swapped */
+    cl_mem flux, wave, back, keep, remap; /* per step */
+    cl_mem blocks;                        /* pruning's scan: one int per group of cells */
+    size_t hcap;                          /* index slots, a power of two */
+    cl_mem slot;
+    size_t ccap; /* candidates */
+    cl_mem cand, cand_slot;
+    cl_mem counters; /* int: 0 candidates, 1 new cells, 2 cells kept */
+    cl_mem scalars;  /* double: 0 largest rate of a reduction, 1 probability sum */
+    cl_mem partial;  /* MAX_REDUCE_GROUPS doubles */
+    cl_mem par;      /* centre, dx, coefficients, threshold */
+    cl_mem gauss;    /* mean and inverse covariance (initialization, updates) */
+    double max_rate;
+    /* the last normalization's sum, read without waiting; checked at the
+     * next point where the host waits anyway */
+    double pending_sum;
+    const char *pending_what;
+    double pending_t;
+    double t, dt;
+    uint64_t steps, cell_steps;
+} gb_ocl;
+
+static void release(cl_mem m)
+{
+    if (m)
+        clReleaseMemObject(m);
+}
+
+static dk_status failed(dk_msg *msg, const char *what, cl_int err)
+{
+    dk_msg_set(msg, "opencl gbees: %s failed (%s)", what, dk_opencl_error_name(err));
+    return err == CL_OUT_OF_RESOURCES || err == CL_OUT_OF_HOST_MEMORY ||
+                   err == CL_MEM_OBJECT_ALLOCATION_FAILURE
+               ? DK_ERR_OUT_OF_MEMORY
+               : DK_ERR_BACKEND;
+}
+
+static void plan_destroy(void *handle)
+{
+    gb_ocl *g = handle;
+    if (!g)
+        return;
+    cl_kernel ks[] = {g->init_level, g->grow,        g->insert,    g->assign,     g->link_new,
+                      g->reduce,     g->reduce_final, g->scale,    g->waves,      g->fluxes,
+                      g->apply,      g->prune_mark,  g->scan_blocks, g->scan_top, g->scan_remap,
+                      g->prune_move, g->hash_place,  g->update};
+    for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++)
+        if (ks[i])
+            clReleaseKernel(ks[i]);
+    cl_mem ms[] = {g->key,  g->v,    g->nb,   g->p,     g->rate,      g->key2,     g->v2,
+                   g->nb2,  g->p2,   g->rate2, g->flux, g->wave,      g->back,     g->keep,
+                   g->remap, g->blocks, g->slot, g->cand, g->cand_slot, g->counters, g->scalars,
+                   g->partial, g->par, g->gauss};
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
+        release(ms[i]);
+    if (g->owns_prog && g->prog)
+        clReleaseProgram(g->prog);
+    free(g);
+}
+
+static const char *model_source(const char *name)
+{
+    for (const dk_opencl_gbees_model_source *m = dk_opencl_gbees_models; m->name; m++)
+        if (strcmp(m->name, name) == 0)
+            return m->source;
+    return NULL;
+}
+
+/* The program for the plan's model and dimension: from the device's cache,
+ * or built (and cached while there is room). */
+static dk_status program(gb_ocl *g, dk_msg *msg)
+{
+    dk_opencl_device *dev = g->dev;
+    const char *name = g->s.model->name;
+    cl_device_fp_config fp64 = 0;
+    clGetDeviceInfo(dev->id, CL_DEVICE_DOUBLE_FP_CONFIG, sizeof fp64, &fp64, NULL);
+    if (!fp64) {
+        dk_msg_set(msg, "opencl gbees: %s has no double precision (cl_khr_fp64), which gbees needs "
+                        "(the scheme is float64 throughout); use another backend", dev->name);
+        return DK_ERR_NOT_IMPLEMENTED;
+    }
+    const char *model = model_source(name);
+    if (!model) {
+        dk_msg_set(msg, "opencl gbees: model %s has no OpenCL source (the plugin carries the files "
+                        "listed in algorithms/gbees/models/all.h); use another backend", name);
+        return DK_ERR_NOT_IMPLEMENTED;
+    }
+    int free_at = -1;
+    for (int i = 0; i < DK_OPENCL_GBEES_PROGRAMS; i++) {
+        if (!dev->gbees[i].program) {
+            if (free_at < 0)
+                free_at = i;
+            continue;
+        }
+        if (dev->gbees[i].dim == g->d && strcmp(dev->gbees[i].model, name) == 0) {
+            g->prog = dev->gbees[i].program;
+            return DK_OK;
+        }
+    }
+    char head[256], tail[128], options[96];
+    snprintf(head, sizeof head,
+             "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
+             "#pragma OPENCL FP_CONTRACT OFF\n" /* the reference is compiled without contraction */
+             "#define GB_MODEL_FN\n"
+             "#define GB_MODEL(...)\n");
+    snprintf(tail, sizeof tail, "\n#define gb_f %s_f\n#define gb_h %s_h\n", name, name);
+    snprintf(options, sizeof options, "-DGB_DIM=%d -DGB_NCOEF=%d", g->d, DK_GBEES_MAX_COEF);
+    const char *sources[] = {head, model, tail, dk_opencl_gbees_source};
+    cl_int err;
+    cl_program prog = clCreateProgramWithSource(dev->context, 4, sources, NULL, &err);
+    if (err != CL_SUCCESS)
+        return failed(msg, "clCreateProgramWithSource", err);
+    err = clBuildProgram(prog, 1, &dev->id, options, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        /* the log from its first error on (compilers lead with a count) */
+        size_t size = 0;
+        clGetProgramBuildInfo(prog, dev->id, CL_PROGRAM_BUILD_LOG, 0, NULL, &size);
+        char *log = malloc(size + 1);
+        const char *from = "";
+        if (log && clGetProgramBuildInfo(prog, dev->id, CL_PROGRAM_BUILD_LOG, size, log, NULL) == CL_SUCCESS) {
+            log[size] = '\0';
+            for (char *c = log; *c; c++)
+                if (*c == '\n')
+                    *c = ' ';
+            from = strstr(log, "error") ? strstr(log, "error") : log;
+        }
+        dk_msg_set(msg, "opencl gbees: building the kernels for model %s (%s) failed (%s): %.300s", name,
+                   options, dk_opencl_error_name(err), from);
+        free(log);
+        clReleaseProgram(prog);
+        return DK_ERR_BACKEND;
+    }
+    g->prog = prog;
+    if (free_at >= 0) {
+        /* the table's name, which lives as long as the plugin */
+        for (const dk_opencl_gbees_model_source *m = dk_opencl_gbees_models; m->name; m++)
+            if (strcmp(m->name, name) == 0)
+                dev->gbees[free_at].model = m->name;
+        dev->gbees[free_at].dim = g->d;
+        dev->gbees[free_at].program = prog;
+    } else {
+        g->owns_prog = 1;
+    }
+    return DK_OK;
+}
+
+static dk_status alloc(gb_ocl *g, size_t bytes, cl_mem *out, dk_msg *msg)
+{
+    cl_int err;
+    *out = clCreateBuffer(g->dev->context, CL_MEM_READ_WRITE, bytes ? bytes : 1, NULL, &err);
+    if (err != CL_SUCCESS) {
+        *out = NULL;
+        dk_msg_set(msg, "opencl gbees: cannot allocate %zu bytes on %s (%s)", bytes, g->dev->name,
+                   dk_opencl_error_name(err));
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    return DK_OK;
+}
+
+/* Bytes per cell of each cell array, in the order of cell_arrays(). */
+static size_t cell_bytes(const gb_ocl *g, int which)
+{
+    size_t d = (size_t)g->d;
+    switch (which) {
+    case 0: case 5: return d * sizeof(cl_int);        /* key, key2 */
+    case 1: case 6: return d * sizeof(cl_double);     /* v, v2 */
+    case 2: case 7: return 2 * d * sizeof(cl_int);    /* nb, nb2 */
+    case 3: case 8: case 4: case 9: return sizeof(cl_double); /* p, p2, rate, rate2 */
+    case 10: case 11: return d * sizeof(cl_double);   /* flux, wave */
+    case 12: return 2 * d * sizeof(cl_double);        /* back */
+    default: return sizeof(cl_int);                   /* keep, remap */
+    }
+}
+
+#define NCELL_ARRAYS 15
+
+static cl_mem *cell_array(gb_ocl *g, int which)
+{
+    cl_mem *a[NCELL_ARRAYS] = {&g->key,  &g->v,  &g->nb,  &g->p,    &g->rate,
+                               &g->key2, &g->v2, &g->nb2, &g->p2,   &g->rate2,
+                               &g->flux, &g->wave, &g->back, &g->keep, &g->remap};
+    return a[which];
+}
+
+/* Room for `want` cells: the arrays double until they hold it; the first
+ * five (the grid itself) keep their first n cells. */
+static dk_status reserve_cells(gb_ocl *g, size_t want, dk_msg *msg)
+{
+    if (want <= g->cap)
+        return DK_OK;
+    size_t cap = g->cap ? g->cap : 4096;
+    while (cap < want)
+        cap *= 2;
+    size_t largest = cap * cell_bytes(g, 12);
+    if (cap > (size_t)INT32_MAX / 2 || (g->dev->max_alloc && largest > g->dev->max_alloc)) {
+        dk_msg_set(msg, "opencl gbees: the grid outgrew %s at %zu cells: %zu cells would need "
+                        "buffers of %zu bytes, over the device's largest allocation of %zu bytes",
+                   g->dev->name, g->n, cap, largest, (size_t)g->dev->max_alloc);
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    cl_mem fresh[NCELL_ARRAYS] = {0}, blocks = NULL;
+    dk_status st = DK_OK;
+    for (int a = 0; a < NCELL_ARRAYS && st == DK_OK; a++)
+        st = alloc(g, cap * cell_bytes(g, a), &fresh[a], msg);
+    if (st == DK_OK)
+        st = alloc(g, (cap / g->group + 1) * sizeof(cl_int), &blocks, msg);
+    cl_int err = CL_SUCCESS;
+    for (int a = 0; a < 5 && st == DK_OK && err == CL_SUCCESS && g->n > 0; a++)
+        err = clEnqueueCopyBuffer(g->dev->queue, *cell_array(g, a), fresh[a], 0, 0,
+                                  g->n * cell_bytes(g, a), 0, NULL, NULL);
+    if (st == DK_OK && err == CL_SUCCESS)
+        err = clFinish(g->dev->queue);
+    if (st != DK_OK || err != CL_SUCCESS) {
+        for (int a = 0; a < NCELL_ARRAYS; a++)
+            release(fresh[a]);
+        release(blocks);
+        dk_msg_set(msg, "opencl gbees: out of device memory on %s growing the grid from %zu to %zu cells",
+                   g->dev->name, g->n, want);
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    for (int a = 0; a < NCELL_ARRAYS; a++) {
+        release(*cell_array(g, a));
+        *cell_array(g, a) = fresh[a];
+    }
+    release(g->blocks);
+    g->blocks = blocks;
+    g->cap = cap;
+    return DK_OK;
+}
+
+static cl_int launch(gb_ocl *g, cl_kernel k, size_t items)
+{
+    if (items == 0)
+        return CL_SUCCESS;
+    size_t global = (items + g->group - 1) / g->group * g->group;
+    return clEnqueueNDRangeKernel(g->dev->queue, k, 1, NULL, &global, &g->group, 0, NULL, NULL);
+}
+
+#define ARG(k, i, x) clSetKernelArg(k, i, sizeof(x), &(x))
+
+/* Places cells [from, n) in the index. */
+static cl_int place(gb_ocl *g, size_t from)
+{
+    cl_int f = (cl_int)from, n = (cl_int)g->n;
+    cl_uint mask = (cl_uint)(g->hcap - 1);
+    cl_kernel k = g->hash_place;
+    cl_int err = ARG(k, 0, f) | ARG(k, 1, n) | ARG(k, 2, g->key) | ARG(k, 3, g->slot) | ARG(k, 4, mask);
+    return err != CL_SUCCESS ? err : launch(g, k, g->n - from);
+}
+
+static cl_int clear_slots(gb_ocl *g, cl_mem slot, size_t count)
+{
+    cl_int empty = -1;
+    return clEnqueueFillBuffer(g->dev->queue, slot, &empty, sizeof empty, 0, count * sizeof(cl_int), 0,
+                               NULL, NULL);
+}
+
+/* An index with room for `want` cells at occupancy one half; when it grows,
+ * every cell is placed again. */
+static dk_status reserve_index(gb_ocl *g, size_t want, dk_msg *msg)
+{
+    if (2 * want <= g->hcap)
+        return DK_OK;
+    size_t cap = g->hcap ? g->hcap : 8192;
+    while (cap < 2 * want)
+        cap *= 2;
+    if (cap > ((size_t)1 << 31)) {
+        dk_msg_set(msg, "opencl gbees: the grid's index cannot hold %zu cells (32-bit slots)", want);
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    cl_mem slot;
+    dk_status st = alloc(g, cap * sizeof(cl_int), &slot, msg);
+    if (st != DK_OK) {
+        dk_msg_set(msg, "opencl gbees: out of device memory on %s growing the index to %zu slots (%zu cells)",
+                   g->dev->name, cap, want);
+        return st;
+    }
+    release(g->slot);
+    g->slot = slot;
+    g->hcap = cap;
+    cl_int err = clear_slots(g, slot, cap);
+    if (err == CL_SUCCESS)
+        err = place(g, 0);
+    return err == CL_SUCCESS ? DK_OK : failed(msg, "rebuilding the index", err);
+}
+
+static dk_status reserve_candidates(gb_ocl *g, size_t want, dk_msg *msg)
+{
+    if (want <= g->ccap)
+        return DK_OK;
+    size_t cap = g->ccap ? g->ccap : 4096;
+    while (cap < want)
+        cap *= 2;
+    if (cap > (size_t)INT32_MAX / 2) {
+        dk_msg_set(msg, "opencl gbees: %zu candidate cells in one step are more than 32-bit positions allow",
+                   want);
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    cl_mem cand = NULL, cand_slot = NULL;
+    dk_status st = alloc(g, cap * g->d * sizeof(cl_int), &cand, msg);
+    if (st == DK_OK)
+        st = alloc(g, cap * sizeof(cl_int), &cand_slot, msg);
+    if (st != DK_OK) {
+        release(cand);
+        release(cand_slot);
+        dk_msg_set(msg, "opencl gbees: out of device memory on %s for %zu candidate cells", g->dev->name, want);
+        return st;
+    }
+    release(g->cand);
+    release(g->cand_slot);
+    g->cand = cand;
+    g->cand_slot = cand_slot;
+    g->ccap = cap;
+    return DK_OK;
+}
+
+static cl_int zero_counters(gb_ocl *g)
+{
+    cl_int zero = 0;
+    return clEnqueueFillBuffer(g->dev->queue, g->counters, &zero, sizeof zero, 0, 4 * sizeof(cl_int), 0, NULL,
+                               NULL);
+}
+
+/* scalars[at] = the sum (op 0) or maximum (op 1) of x[base, base + count),
+ * count = counters[1] when from_counter (then n bounds it), else n. */
+static cl_int reduce(gb_ocl *g, cl_mem x, size_t base, size_t n, int from_counter, int op, int at)
+{
+    size_t groups = (n + g->group - 1) / g->group;
+    if (groups > MAX_REDUCE_GROUPS)
+        groups = MAX_REDUCE_GROUPS;
+    if (groups == 0)
+        groups = 1;
+    cl_int b = (cl_int)base, cn = (cl_int)n, fc = from_counter, o = op, ng = (cl_int)groups, a = at;
+    cl_kernel k = g->reduce;
+    cl_int err = ARG(k, 0, b) | ARG(k, 1, cn) | ARG(k, 2, fc) | ARG(k, 3, g->counters) | ARG(k, 4, x) |
+                 ARG(k, 5, o) | ARG(k, 6, g->partial) | clSetKernelArg(k, 7, g->group * sizeof(double), NULL);
+    size_t global = groups * g->group;
+    if (err == CL_SUCCESS)
+        err = clEnqueueNDRangeKernel(g->dev->queue, k, 1, NULL, &global, &g->group, 0, NULL, NULL);
+    k = g->reduce_final;
+    if (err == CL_SUCCESS)
+        err = ARG(k, 0, ng) | ARG(k, 1, g->partial) | ARG(k, 2, o) | ARG(k, 3, g->scalars) | ARG(k, 4, a) |
+              clSetKernelArg(k, 5, g->group * sizeof(double), NULL);
+    if (err == CL_SUCCESS)
+        err = clEnqueueNDRangeKernel(g->dev->queue, k, 1, NULL, &g->group, &g->group, 0, NULL, NULL);
+    return err;
+}
+
+/* Sums p, divides by the sum on the device, and reads the sum back without
+ * waiting; `what` and t name the failure if it was not positive. */
+static cl_int normalize_async(gb_ocl *g, const char *what)
+{
+    cl_int err = reduce(g, g->p, 0, g->n, 0, 0, 1);
+    cl_int n = (cl_int)g->n, at = 1;
+    cl_kernel k = g->scale;
+    if (err == CL_SUCCESS)
+        err = ARG(k, 0, n) | ARG(k, 1, g->p) | ARG(k, 2, g->scalars) | ARG(k, 3, at);
+    if (err == CL_SUCCESS)
+        err = launch(g, k, g->n);
+    if (err == CL_SUCCESS)
+        err = clEnqueueReadBuffer(g->dev->queue, g->scalars, CL_FALSE, sizeof(double), sizeof(double),
+                                  &g->pending_sum, 0, NULL, NULL);
+    g->pending_what = what;
+    g->pending_t = g->t;
+    return err;
+}
+
+/* Call only after the queue reached a point where the host waited. */
+static dk_status check_pending(gb_ocl *g, dk_msg *msg)
+{
+    const char *what = g->pending_what;
+    g->pending_what = NULL;
+    if (what && !(g->pending_sum > 0.0 && isfinite(g->pending_sum))) {
+        dk_msg_set(msg, what, g->pending_t);
+        return DK_ERR_INVALID_ARGUMENT;
+    }
+    return DK_OK;
+}
+
+static dk_status finish(gb_ocl *g, dk_msg *msg)
+{
+    cl_int err = clFinish(g->dev->queue);
+    if (err != CL_SUCCESS)
+        return failed(msg, "running the step kernels", err);
+    return check_pending(g, msg);
+}
+
+/* Inserts the ncand candidates (counters[0] of them, keys in cand) as new
+ * cells, links them, gives them velocities and reads back how many were
+ * new and their largest rate. */
+static dk_status add_candidates(gb_ocl *g, size_t ncand, size_t *added, double *max_new, dk_msg *msg)
+{
+    dk_status st = reserve_cells(g, g->n + ncand, msg);
+    if (st == DK_OK)
+        st = reserve_index(g, g->n + ncand, msg);
+    if (st != DK_OK)
+        return st;
+    cl_int nc = (cl_int)ncand, n = (cl_int)g->n;
+    cl_uint mask = (cl_uint)(g->hcap - 1);
+    cl_kernel k = g->insert;
+    cl_int err = ARG(k, 0, nc) | ARG(k, 1, g->cand) | ARG(k, 2, g->key) | ARG(k, 3, g->slot) | ARG(k, 4, mask) |
+                 ARG(k, 5, g->cand_slot);
+    if (err == CL_SUCCESS)
+        err = launch(g, k, ncand);
+    k = g->assign;
+    if (err == CL_SUCCESS)
+        err = ARG(k, 0, nc) | ARG(k, 1, n) | ARG(k, 2, g->cand) | ARG(k, 3, g->cand_slot) | ARG(k, 4, g->key) |
+              ARG(k, 5, g->p) | ARG(k, 6, g->slot) | ARG(k, 7, g->counters);
+    if (err == CL_SUCCESS)
+        err = launch(g, k, ncand);
+    k = g->link_new;
+    if (err == CL_SUCCESS)
+        err = ARG(k, 0, n) | ARG(k, 1, g->counters) | ARG(k, 2, g->par) | ARG(k, 3, g->key) | ARG(k, 4, g->slot) |
+              ARG(k, 5, mask) | ARG(k, 6, g->nb) | ARG(k, 7, g->v) | ARG(k, 8, g->rate);
+    if (err == CL_SUCCESS)
+        err = launch(g, k, ncand);
+    if (err == CL_SUCCESS)
+        err = reduce(g, g->rate, g->n, ncand, 1, 1, 0);
+    cl_int counters[4];
+    if (err == CL_SUCCESS)
+        err = clEnqueueReadBuffer(g->dev->queue, g->counters, CL_FALSE, 0, sizeof counters, counters, 0, NULL,
+                                  NULL);
+    if (err == CL_SUCCESS)
+        err = clEnqueueReadBuffer(g->dev->queue, g->scalars, CL_TRUE, 0, sizeof *max_new, max_new, 0, NULL, NULL);
+    if (err != CL_SUCCESS)
+        return failed(msg, "adding cells", err);
+    *added = (size_t)counters[1];
+    g->n += *added;
+    return DK_OK;
+}
+
+/* Launches the candidate-making kernel k (its arguments set but the
+ * candidate count and list) and reads the count; a list that overflowed
+ * is enlarged and the launch repeated, the grid being unchanged. */
+static dk_status find_candidates(gb_ocl *g, cl_kernel k, int arg_cand, size_t items, size_t *ncand,
+                                 dk_msg *msg)
+{
+    for (;;) {
+        cl_int cap = (cl_int)g->ccap;
+        cl_int err = zero_counters(g);
+        if (err == CL_SUCCESS)
+            err = ARG(k, arg_cand, g->cand) | ARG(k, arg_cand + 1, g->counters) | ARG(k, arg_cand + 2, cap);
+        if (err == CL_SUCCESS)
+            err = launch(g, k, items);
+        cl_int count = 0;
+        if (err == CL_SUCCESS)
+            err = clEnqueueReadBuffer(g->dev->queue, g->counters, CL_TRUE, 0, sizeof count, &count, 0, NULL,
+                                      NULL);
+        if (err != CL_SUCCESS)
+            return failed(msg, "finding new cells", err);
+        dk_status st = check_pending(g, msg);
+        if (st != DK_OK)
+            return st;
+        if (count < 0) {
+            dk_msg_set(msg, "opencl gbees: more candidate cells in one step than 32-bit counters allow");
+            return DK_ERR_OUT_OF_MEMORY;
+        }
+        if ((size_t)count <= g->ccap) {
+            *ncand = (size_t)count;
+            return DK_OK;
+        }
+        if ((st = reserve_candidates(g, (size_t)count, msg)) != DK_OK)
+            return st;
+    }
+}
+
+static dk_status plan_create(void *device, const dk_gbees_setup *setup, void **out, dk_msg *msg)
+{
+    gb_ocl *g = calloc(1, sizeof *g);
+    if (!g) {
+        dk_msg_set(msg, "opencl gbees: out of host memory");
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    g->dev = device;
+    g->s = *setup;
+    g->d = setup->dim;
+    dk_status st = program(g, msg);
+    if (st != DK_OK) {
+        plan_destroy(g);
+        return st;
+    }
+    struct {
+        cl_kernel *k;
+        const char *name;
+    } kernels[] = {
+        {&g->init_level, "gb_init_level"}, {&g->grow, "gb_grow"},
+        {&g->insert, "gb_insert"},         {&g->assign, "gb_assign"},
+        {&g->link_new, "gb_link_new"},     {&g->reduce, "gb_reduce"},
+        {&g->reduce_final, "gb_reduce_final"}, {&g->scale, "gb_scale"},
+        {&g->waves, "gb_waves"},           {&g->fluxes, "gb_fluxes"},
+        {&g->apply, "gb_apply"},           {&g->prune_mark, "gb_prune_mark"},
+        {&g->scan_blocks, "gb_scan_blocks"}, {&g->scan_top, "gb_scan_top"},
+        {&g->scan_remap, "gb_scan_remap"}, {&g->prune_move, "gb_prune_move"},
+        {&g->hash_place, "gb_hash_place"}, {&g->update, "gb_update"},
+    };
+    size_t group = 256;
+    for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++) {
+        cl_int err;
+        *kernels[i].k = clCreateKernel(g->prog, kernels[i].name, &err);
+        if (err != CL_SUCCESS) {
+            dk_msg_set(msg, "opencl gbees: clCreateKernel(%s) failed (%s)", kernels[i].name,
+                       dk_opencl_error_name(err));
+            plan_destroy(g);
+            return DK_ERR_BACKEND;
+        }
+        size_t most = 0;
+        if (clGetKernelWorkGroupInfo(*kernels[i].k, g->dev->id, CL_KERNEL_WORK_GROUP_SIZE, sizeof most, &most,
+                                     NULL) == CL_SUCCESS &&
+            most < group)
+            group = most;
+    }
+    /* the tree reductions and scans want a power of two */
+    g->group = 1;
+    while (g->group * 2 <= group)
+        g->group *= 2;
+
+    double par[2 * DK_GBEES_MAX_DIM + DK_GBEES_MAX_COEF + 1] = {0};
+    for (int i = 0; i < g->d; i++) {
+        par[i] = setup->center[i];
+        par[g->d + i] = setup->dx[i];
+    }
+    for (int m = 0; m < DK_GBEES_MAX_COEF; m++)
+        par[2 * g->d + m] = setup->model->coef[m];
+    par[2 * g->d + DK_GBEES_MAX_COEF] = setup->threshold;
+    size_t par_bytes = (2 * (size_t)g->d + DK_GBEES_MAX_COEF + 1) * sizeof(double);
+    size_t gauss_bytes = (DK_GBEES_MAX_DIM + DK_GBEES_MAX_DIM * DK_GBEES_MAX_DIM) * sizeof(double);
+    if ((st = alloc(g, par_bytes, &g->par, msg)) != DK_OK ||
+        (st = alloc(g, gauss_bytes, &g->gauss, msg)) != DK_OK ||
+        (st = alloc(g, 4 * sizeof(cl_int), &g->counters, msg)) != DK_OK ||
+        (st = alloc(g, 4 * sizeof(double), &g->scalars, msg)) != DK_OK ||
+        (st = alloc(g, MAX_REDUCE_GROUPS * sizeof(double), &g->partial, msg)) != DK_OK ||
+        (st = reserve_cells(g, 4096, msg)) != DK_OK || (st = reserve_index(g, 4096, msg)) != DK_OK ||
+        (st = reserve_candidates(g, 4096, msg)) != DK_OK) {
+        plan_destroy(g);
+        return st;
+    }
+    cl_int err = clEnqueueWriteBuffer(g->dev->queue, g->par, CL_TRUE, 0, par_bytes, par, 0, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        plan_destroy(g);
+        return failed(msg, "writing the grid's parameters", err);
+    }
+    *out = g;
+    return DK_OK;
+}
+
+/* Breadth-first from the mean's cell, level by level on the device, as the
+ * engine's gb_init: each level's masses, then its cells at or above the
+ * threshold ask for their missing face neighbours. */
+static dk_status init(void *handle, const double *mean, const double *inv, dk_msg *msg)
+{
+    gb_ocl *g = handle;
+    int d = g->d;
+    double logdet_inv = 0.0; /* log det of inv from its Cholesky factor */
+    {
+        double a[DK_GBEES_MAX_DIM * DK_GBEES_MAX_DIM];
+        memcpy(a, inv, (size_t)d * d * sizeof *a);
+        for (int j = 0; j < d; j++) {
+            double s = a[j * d + j];
+            for (int k = 0; k < j; k++)
+                s -= a[j * d + k] * a[j * d + k];
+            if (!(s > 0.0)) {
+                dk_msg_set(msg, "the initial covariance is not positive definite");
+                return DK_ERR_INVALID_ARGUMENT;
+            }
+            a[j * d + j] = sqrt(s);
+            logdet_inv += 2.0 * log(a[j * d + j]);
+            for (int i = j + 1; i < d; i++) {
+                double t = a[i * d + j];
+                for (int k = 0; k < j; k++)
+                    t -= a[i * d + k] * a[j * d + k];
+                a[i * d + j] = t / a[j * d + j];
+            }
+        }
+    }
+    double lognorm = 0.5 * logdet_inv - 0.5 * d * log(2.0 * M_PI);
+    for (int i = 0; i < d; i++)
+        lognorm += log(g->s.dx[i]);
+    double gauss[DK_GBEES_MAX_DIM + DK_GBEES_MAX_DIM * DK_GBEES_MAX_DIM];
+    memcpy(gauss, mean, d * sizeof *gauss);
+    memcpy(gauss + d, inv, (size_t)d * d * sizeof *gauss);
+    cl_int k0[DK_GBEES_MAX_DIM];
+    for (int i = 0; i < d; i++)
+        k0[i] = (cl_int)lround((mean[i] - g->s.center[i]) / g->s.dx[i]);
+    g->n = 0;
+    g->t = 0.0;
+    g->pending_what = NULL;
+    cl_command_queue q = g->dev->queue;
+    cl_int err = clEnqueueWriteBuffer(q, g->gauss, CL_TRUE, 0, (d + (size_t)d * d) * sizeof(double), gauss, 0,
+                                      NULL, NULL);
+    if (err == CL_SUCCESS)
+        err = clEnqueueWriteBuffer(q, g->key, CL_TRUE, 0, d * sizeof(cl_int), k0, 0, NULL, NULL);
+    if (err == CL_SUCCESS)
+        err = clear_slots(g, g->slot, g->hcap);
+    g->n = 1;
+    if (err == CL_SUCCESS)
+        err = place(g, 0);
+    if (err != CL_SUCCESS)
+        return failed(msg, "starting the grid", err);
+
+    cl_kernel k = g->init_level;
+    cl_uint mask;
+    for (size_t from = 0; from < g->n;) {
+        size_t to = g->n;
+        cl_int f = (cl_int)from, t = (cl_int)to;
+        mask = (cl_uint)(g->hcap - 1);
+        err = ARG(k, 0, f) | ARG(k, 1, t) | ARG(k, 2, lognorm) | ARG(k, 3, g->par) | ARG(k, 4, g->gauss) |
+              ARG(k, 5, g->key) | ARG(k, 6, g->p) | ARG(k, 7, g->slot) | ARG(k, 8, mask);
+        if (err != CL_SUCCESS)
+            return failed(msg, "setting the initialization's arguments", err);
+        size_t ncand;
+        dk_status st = find_candidates(g, k, 9, to - from, &ncand, msg);
+        if (st != DK_OK)
+            return st;
+        if (ncand > 0) {
+            /* as add_candidates without the links: those come once, below */
+            if ((st = reserve_cells(g, g->n + ncand, msg)) != DK_OK ||
+                (st = reserve_index(g, g->n + ncand, msg)) != DK_OK)
+                return st;
+            cl_int nc = (cl_int)ncand, n = (cl_int)g->n;
+            mask = (cl_uint)(g->hcap - 1);
+            cl_kernel ki = g->insert, ka = g->assign;
+            err = ARG(ki, 0, nc) | ARG(ki, 1, g->cand) | ARG(ki, 2, g->key) | ARG(ki, 3, g->slot) |
+                  ARG(ki, 4, mask) | ARG(ki, 5, g->cand_slot);
+            if (err == CL_SUCCESS)
+                err = launch(g, ki, ncand);
+            if (err == CL_SUCCESS)
+                err = ARG(ka, 0, nc) | ARG(ka, 1, n) | ARG(ka, 2, g->cand) | ARG(ka, 3, g->cand_slot) |
+                      ARG(ka, 4, g->key) | ARG(ka, 5, g->p) | ARG(ka, 6, g->slot) | ARG(ka, 7, g->counters);
+            if (err == CL_SUCCESS)
+                err = launch(g, ka, ncand);
+            cl_int counters[4];
+            if (err == CL_SUCCESS)
+                err = clEnqueueReadBuffer(q, g->counters, CL_TRUE, 0, sizeof counters, counters, 0, NULL, NULL);
+            if (err != CL_SUCCESS)
+                return failed(msg, "growing the initial grid", err);
+            g->n += (size_t)counters[1];
+        }
+        from = to;
+    }
+    /* every cell is new: link all and give them velocities */
+    cl_int all[4] = {0, (cl_int)g->n, 0, 0}, zero = 0;
+    mask = (cl_uint)(g->hcap - 1);
+    k = g->link_new;
+    err = clEnqueueWriteBuffer(q, g->counters, CL_TRUE, 0, sizeof all, all, 0, NULL, NULL);
+    if (err == CL_SUCCESS)
+        err = ARG(k, 0, zero) | ARG(k, 1, g->counters) | ARG(k, 2, g->par) | ARG(k, 3, g->key) |
+              ARG(k, 4, g->slot) | ARG(k, 5, mask) | ARG(k, 6, g->nb) | ARG(k, 7, g->v) | ARG(k, 8, g->rate);
+    if (err == CL_SUCCESS)
+        err = launch(g, k, g->n);
+    if (err == CL_SUCCESS)
+        err = reduce(g, g->rate, 0, g->n, 0, 1, 0);
+    if (err == CL_SUCCESS)
+        err = clEnqueueReadBuffer(q, g->scalars, CL_TRUE, 0, sizeof g->max_rate, &g->max_rate, 0, NULL, NULL);
+    if (err == CL_SUCCESS)
+        err = normalize_async(g, "the initial density has no mass on the grid (t = %g)");
+    if (err != CL_SUCCESS)
+        return failed(msg, "linking the initial grid", err);
+    dk_status st = finish(g, msg);
+    if (st != DK_OK)
+        return st;
+    g->t = 0.0;
+    g->dt = 0.0;
+    return DK_OK;
+}
+
+/* Directional growth: candidates from the cells at or above the threshold,
+ * then the new cells. */
+static dk_status grow(gb_ocl *g, dk_msg *msg)
+{
+    cl_int n = (cl_int)g->n;
+    cl_uint mask = (cl_uint)(g->hcap - 1);
+    cl_kernel k = g->grow;
+    cl_int err = ARG(k, 0, n) | ARG(k, 1, g->par) | ARG(k, 2, g->key) | ARG(k, 3, g->v) | ARG(k, 4, g->nb) |
+                 ARG(k, 5, g->p) | ARG(k, 6, g->slot) | ARG(k, 7, mask);
+    if (err != CL_SUCCESS)
+        return failed(msg, "setting the growth's arguments", err);
+    size_t ncand;
+    dk_status st = find_candidates(g, k, 8, g->n, &ncand, msg);
+    if (st != DK_OK || ncand == 0)
+        return st;
+    size_t added;
+    double max_new;
+    if ((st = add_candidates(g, ncand, &added, &max_new, msg)) != DK_OK)
+        return st;
+    if (added > 0 && max_new > g->max_rate)
+        g->max_rate = max_new;
+    return DK_OK;
+}
+
+/* Removes the unfed cells below the threshold, keeping the order of the
+ * rest (a scan of the keep flags), moves the kept cells into the second
+ * set of arrays with their links renumbered, and rebuilds the index. */
+static dk_status prune(gb_ocl *g, dk_msg *msg)
+{
+    cl_int n = (cl_int)g->n;
+    cl_int nblocks = (cl_int)((g->n + g->group - 1) / g->group);
+    size_t local = g->group * sizeof(cl_int);
+    cl_kernel k = g->prune_mark;
+    cl_int err = ARG(k, 0, n) | ARG(k, 1, g->par) | ARG(k, 2, g->nb) | ARG(k, 3, g->v) | ARG(k, 4, g->p) |
+                 ARG(k, 5, g->keep);
+    if (err == CL_SUCCESS)
+        err = launch(g, k, g->n);
+    k = g->scan_blocks;
+    if (err == CL_SUCCESS)
+        err = ARG(k, 0, n) | ARG(k, 1, g->keep) | ARG(k, 2, g->blocks) | clSetKernelArg(k, 3, local, NULL);
+    if (err == CL_SUCCESS)
+        err = launch(g, k, g->n);
+    k = g->scan_top;
+    if (err == CL_SUCCESS)
+        err = ARG(k, 0, nblocks) | ARG(k, 1, g->blocks) | ARG(k, 2, g->counters) | clSetKernelArg(k, 3, local, NULL);
+    if (err == CL_SUCCESS)
+        err = launch(g, k, g->group);
+    k = g->scan_remap;
+    if (err == CL_SUCCESS)
+        err = ARG(k, 0, n) | ARG(k, 1, g->keep) | ARG(k, 2, g->blocks) | ARG(k, 3, g->remap) |
+              clSetKernelArg(k, 4, local, NULL);
+    if (err == CL_SUCCESS)
+        err = launch(g, k, g->n);
+    cl_int counters[4];
+    if (err == CL_SUCCESS)
+        err = clEnqueueReadBuffer(g->dev->queue, g->counters, CL_TRUE, 0, sizeof counters, counters, 0, NULL, NULL);
+    if (err != CL_SUCCESS)
+        return failed(msg, "marking cells to prune", err);
+    dk_status st = check_pending(g, msg);
+    if (st != DK_OK)
+        return st;
+    size_t kept = (size_t)counters[2];
+    if (kept == g->n)
+        return DK_OK;
+    k = g->prune_move;
+    err = ARG(k, 0, n) | ARG(k, 1, g->remap) | ARG(k, 2, g->key) | ARG(k, 3, g->v) | ARG(k, 4, g->nb) |
+          ARG(k, 5, g->p) | ARG(k, 6, g->rate) | ARG(k, 7, g->key2) | ARG(k, 8, g->v2) | ARG(k, 9, g->nb2) |
+          ARG(k, 10, g->p2) | ARG(k, 11, g->rate2);
+    if (err == CL_SUCCESS)
+        err = launch(g, k, g->n);
+    if (err != CL_SUCCESS)
+        return failed(msg, "moving the kept cells", err);
+    cl_mem t;
+    t = g->key, g->key = g->key2, g->key2 = t;
+    t = g->v, g->v = g->v2, g->v2 = t;
+    t = g->nb, g->nb = g->nb2, g->nb2 = t;
+    t = g->p, g->p = g->p2, g->p2 = t;
+    t = g->rate, g->rate = g->rate2, g->rate2 = t;
+    g->n = kept;
+    err = clear_slots(g, g->slot, g->hcap);
+    if (err == CL_SUCCESS)
+        err = place(g, 0);
+    /* removed cells may have held the largest rate */
+    if (err == CL_SUCCESS)
+        err = reduce(g, g->rate, 0, g->n, 0, 1, 0);
+    if (err == CL_SUCCESS)
+        err = clEnqueueReadBuffer(g->dev->queue, g->scalars, CL_TRUE, 0, sizeof g->max_rate, &g->max_rate, 0, NULL,
+                                  NULL);
+    if (err != CL_SUCCESS)
+        return failed(msg, "rebuilding the index after pruning", err);
+    return DK_OK;
+}
+
+/* One step's fluxes and update of p with time step dt. */
+static cl_int transport(gb_ocl *g)
+{
+    cl_int n = (cl_int)g->n;
+    cl_double dt = g->dt;
+    cl_kernel k = g->waves;
+    cl_int err = ARG(k, 0, n) | ARG(k, 1, dt) | ARG(k, 2, g->par) | ARG(k, 3, g->nb) | ARG(k, 4, g->v) |
+                 ARG(k, 5, g->p) | ARG(k, 6, g->wave) | ARG(k, 7, g->back);
+    if (err == CL_SUCCESS)
+        err = launch(g, k, g->n);
+    k = g->fluxes;
+    if (err == CL_SUCCESS)
+        err = ARG(k, 0, n) | ARG(k, 1, dt) | ARG(k, 2, g->par) | ARG(k, 3, g->nb) | ARG(k, 4, g->v) |
+              ARG(k, 5, g->p) | ARG(k, 6, g->wave) | ARG(k, 7, g->back) | ARG(k, 8, g->flux);
+    if (err == CL_SUCCESS)
+        err = launch(g, k, g->n);
+    k = g->apply;
+    if (err == CL_SUCCESS)
+        err = ARG(k, 0, n) | ARG(k, 1, g->nb) | ARG(k, 2, g->flux) | ARG(k, 3, g->p);
+    if (err == CL_SUCCESS)
+        err = launch(g, k, g->n);
+    return err;
+}
+
+static dk_status advance(void *handle, double t_target, int max_steps, dk_msg *msg)
+{
+    gb_ocl *g = handle;
+    dk_status st;
+    for (int done = 0; g->t < t_target && (max_steps <= 0 || done < max_steps); done++) {
+        if ((st = grow(g, msg)) != DK_OK)
+            return st;
+        double rate = g->max_rate;
+        double dt = rate > 0.0 ? g->s.cfl / rate : t_target - g->t;
+        if (!(dt > 1e-12 * (1.0 + fabs(t_target)))) {
+            dk_msg_set(msg, "the time step collapsed to %g at t = %g (velocities too large for the grid)", dt,
+                       g->t);
+            return DK_ERR_INVALID_ARGUMENT;
+        }
+        int last = dt >= t_target - g->t;
+        g->dt = last ? t_target - g->t : dt;
+        cl_int err = transport(g);
+        if (err != CL_SUCCESS)
+            return failed(msg, "enqueueing a step", err);
+        g->cell_steps += g->n;
+        g->steps++;
+        g->t = last ? t_target : g->t + g->dt;
+        if ((err = normalize_async(g, "all probability left the grid at t = %g")) != CL_SUCCESS)
+            return failed(msg, "normalizing", err);
+        if (g->steps % (uint64_t)g->s.del_step == 0) {
+            if ((st = prune(g, msg)) != DK_OK)
+                return st;
+            if ((err = normalize_async(g, "all probability was pruned at t = %g")) != CL_SUCCESS)
+                return failed(msg, "normalizing", err);
+        }
+    }
+    return finish(g, msg);
+}
+
+static dk_status update(void *handle, const double *y, const double *r_inv, int m, dk_msg *msg)
+{
+    gb_ocl *g = handle;
+    dk_status st = finish(g, msg);
+    if (st != DK_OK)
+        return st;
+    double gauss[DK_GBEES_MAX_DIM + DK_GBEES_MAX_DIM * DK_GBEES_MAX_DIM];
+    memcpy(gauss, y, m * sizeof *gauss);
+    memcpy(gauss + m, r_inv, (size_t)m * m * sizeof *gauss);
+    cl_int n = (cl_int)g->n, cm = m;
+    cl_kernel k = g->update;
+    cl_int err = clEnqueueWriteBuffer(g->dev->queue, g->gauss, CL_TRUE, 0, (m + (size_t)m * m) * sizeof(double),
+                                      gauss, 0, NULL, NULL);
+    if (err == CL_SUCCESS)
+        err = ARG(k, 0, n) | ARG(k, 1, cm) | ARG(k, 2, g->par) | ARG(k, 3, g->gauss) | ARG(k, 4, g->key) |
+              ARG(k, 5, g->p);
+    if (err == CL_SUCCESS)
+        err = launch(g, k, g->n);
+    if (err == CL_SUCCESS)
+        err = normalize_async(g, "the measurement at t = %g has no support on the grid (likelihood zero everywhere)");
+    if (err != CL_SUCCESS)
+        return failed(msg, "the measurement update", err);
+    return finish(g, msg);
+}
+
+static dk_status snapshot(void *handle, double *out, size_t max, size_t *cells, dk_msg *msg)
+{
+    gb_ocl *g = handle;
+    dk_status st = finish(g, msg);
+    if (st != DK_OK)
+        return st;
+    *cells = g->n;
+    size_t rows = max < g->n ? max : g->n;
+    if (!out || rows == 0)
+        return DK_OK;
+    int d = g->d;
+    cl_int *key = malloc(rows * d * sizeof *key);
+    double *p = malloc(rows * sizeof *p);
+    if (!key || !p) {
+        free(key);
+        free(p);
+        dk_msg_set(msg, "opencl gbees: out of host memory for a snapshot of %zu cells", rows);
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    cl_int err = clEnqueueReadBuffer(g->dev->queue, g->key, CL_FALSE, 0, rows * d * sizeof *key, key, 0, NULL, NULL);
+    if (err == CL_SUCCESS)
+        err = clEnqueueReadBuffer(g->dev->queue, g->p, CL_TRUE, 0, rows * sizeof *p, p, 0, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        free(key);
+        free(p);
+        return failed(msg, "reading a snapshot", err);
+    }
+    for (size_t c = 0; c < rows; c++) {
+        for (int i = 0; i < d; i++)
+            out[c * (d + 1) + i] = g->s.center[i] + g->s.dx[i] * key[c * d + i];
+        out[c * (d + 1) + d] = p[c];
+    }
+    free(key);
+    free(p);
+    return DK_OK;
+}
+
+static void stats(void *handle, dk_gbees_stats *st)
+{
+    gb_ocl *g = handle;
+    st->t = g->t;
+    st->steps = g->steps;
+    st->cell_steps = g->cell_steps;
+    st->cells = g->n;
+    st->dt = g->dt;
+}
+
+static const char *const variants[] = {"kernels", NULL};
+
+const dk_gbees_ops dk_opencl_gbees_ops = {
+    .variants = variants,
+    .plan_create = plan_create,
+    .init = init,
+    .advance = advance,
+    .update = update,
+    .snapshot = snapshot,
+    .stats = stats,
+    .plan_destroy = plan_destroy,
+};

@@ -1,0 +1,598 @@
+/* dakit-opencl gbees kernels: the scheme of algorithms/gbees/engine.h as a
+ * sequence of kernels per step (OpenCL has no grid-wide barrier).
+ *
+ * gbees.c prepends the model: the cl_khr_fp64 pragma, GB_DIM (the grid's
+ * dimension, so per-cell loops have fixed trip counts), the text of the
+ * model file and gb_f / gb_h naming its functions. Model functions take
+ * private pointers, so their arguments are copied into private arrays.
+ *
+ * Storage as in the engine: per cell position c, key[c*D + i], v[c*D + i]
+ * (velocity i at the forward face i), nb[c*2D + 2i] / [.. + 1] (back and
+ * forward neighbour along i, -1 when absent), p[c], rate[c]; per step
+ * scratch wave, back, flux. par holds centre (D), dx (D), the model's
+ * coefficients (GB_NCOEF) and the threshold.
+ *
+ * The index is an open-addressing table of 32-bit slots (linear probing,
+ * occupancy at most one half): -1 empty, c >= 0 a cell. New cells come in
+ * three launches, none of which waits on another work-item:
+ *   gb_grow / gb_init_level  cells write the keys of missing neighbours
+ *              into a candidate list (atomic_inc; the table is read-only);
+ *   gb_insert  each candidate claims a slot by atomic_cmpxchg with the
+ *              value -2 - candidate, whose key is already in the list, so
+ *              a racing candidate compares keys at once; a candidate that
+ *              meets its own key is a duplicate and drops out;
+ *   gb_assign  each winner takes a cell position (atomic_inc), writes its
+ *              key and puts the position in its slot.
+ * Only 32-bit atomics are used (64-bit ones are not on every device).
+ *
+ * Every sum and maximum goes through gb_reduce (work-groups stride over
+ * the cells, then a tree in local memory) and gb_reduce_final (one group
+ * over the partials): fixed order for a given cell order. The cell order
+ * itself follows the atomics, so sums may round differently from the
+ * reference's; the conformance suite allows for that. */
+
+#define D GB_DIM
+#define P_CENTER 0
+#define P_DX D
+#define P_COEF (2 * D)
+#define P_THR (2 * D + GB_NCOEF)
+#define MAXM 8 /* DK_GBEES_MAX_DIM: measurement components */
+
+static inline double gb_pos(double x) { return x > 0.0 ? x : 0.0; }
+static inline double gb_neg(double x) { return x < 0.0 ? x : 0.0; }
+
+static inline double gb_mc(double th)
+{
+    double m = 0.5 * (1.0 + th);
+    m = m < 2.0 ? m : 2.0;
+    return gb_pos(m < 2.0 * th ? m : 2.0 * th);
+}
+
+static inline ulong gb_mix64(ulong z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9UL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebUL;
+    return z ^ (z >> 31);
+}
+
+/* the cyclic-polynomial hash of hash.h */
+static inline ulong gb_hash_key(const int *k)
+{
+    ulong h = 0x9e3779b97f4a7c15UL * (ulong)(D + 1);
+    for (int i = 0; i < D; i++) {
+        h = (h << 7) | (h >> 57);
+        h ^= gb_mix64((ulong)(uint)k[i] + 0x632be59bd9b4e019UL * (ulong)(i + 1));
+    }
+    return gb_mix64(h);
+}
+
+static inline int gb_key_eq(__global const int *a, const int *b)
+{
+    for (int i = 0; i < D; i++)
+        if (a[i] != b[i])
+            return 0;
+    return 1;
+}
+
+static inline void gb_load_key(__global const int *key, int c, int *k)
+{
+    for (int i = 0; i < D; i++)
+        k[i] = key[(size_t)c * D + i];
+}
+
+static int gb_find(__global const int *slot, uint mask, __global const int *key, const int *k)
+{
+    uint s = (uint)gb_hash_key(k) & mask;
+    for (;;) {
+        int pos = slot[s];
+        if (pos < 0)
+            return -1;
+        if (gb_key_eq(key + (size_t)pos * D, k))
+            return pos;
+        s = (s + 1) & mask;
+    }
+}
+
+static inline void gb_center(__global const double *par, const int *k, double *x)
+{
+    for (int i = 0; i < D; i++)
+        x[i] = par[P_CENTER + i] + par[P_DX + i] * k[i];
+}
+
+static double gb_quad(int m, const double *x, __global const double *mean, __global const double *inv)
+{
+    double r[MAXM], q = 0.0;
+    for (int i = 0; i < m; i++)
+        r[i] = x[i] - mean[i];
+    for (int i = 0; i < m; i++) {
+        double row = 0.0;
+        for (int j = 0; j < m; j++)
+            row += inv[i * m + j] * r[j];
+        q += r[i] * row;
+    }
+    return q;
+}
+
+/* Appends key k to the candidate list; past cand_cap only the count grows,
+ * and the host enlarges the list and runs the launch again. */
+static inline void gb_push(__global int *cand, __global int *counters, int cand_cap, const int *k)
+{
+    int at = atomic_inc(&counters[0]);
+    if (at < cand_cap)
+        for (int i = 0; i < D; i++)
+            cand[(size_t)at * D + i] = k[i];
+}
+
+/* Initialization, one breadth-first level: the Gaussian masses of cells
+ * [from, to), and the missing face neighbours of those at or above the
+ * threshold. gauss: mean (D), then the inverse covariance (D x D). */
+__kernel void gb_init_level(int from, int to, double lognorm, __global const double *par,
+                            __global const double *gauss, __global const int *key,
+                            __global double *p, __global const int *slot, uint mask,
+                            __global int *cand, __global int *counters, int cand_cap)
+{
+    int c = from + (int)get_global_id(0);
+    if (c >= to)
+        return;
+    int k[D];
+    double x[D];
+    gb_load_key(key, c, k);
+    gb_center(par, k, x);
+    double mass = exp(lognorm - 0.5 * gb_quad(D, x, gauss, gauss + D));
+    p[c] = mass;
+    if (mass < par[P_THR])
+        return;
+    for (int i = 0; i < D; i++)
+        for (int s = -1; s <= 1; s += 2) {
+            k[i] += s;
+            if (gb_find(slot, mask, key, k) < 0)
+                gb_push(cand, counters, cand_cap, k);
+            k[i] -= s;
+        }
+}
+
+/* Directional growth as gb_grow decides it: a cell at or above the
+ * threshold asks for its downwind face neighbour along each axis with a
+ * non-zero velocity and for the downwind edge neighbours of each pair of
+ * such axes. Links are complete among existing cells, so a missing link is
+ * a missing cell; only an edge neighbour behind a missing face cell needs
+ * the index. */
+__kernel void gb_grow(int n, __global const double *par, __global const int *key,
+                      __global const double *v, __global const int *nb, __global const double *p,
+                      __global const int *slot, uint mask, __global int *cand,
+                      __global int *counters, int cand_cap)
+{
+    int c = (int)get_global_id(0);
+    if (c >= n || p[c] < par[P_THR])
+        return;
+    double vc[D];
+    for (int i = 0; i < D; i++)
+        vc[i] = v[(size_t)c * D + i];
+    __global const int *nbc = nb + (size_t)c * 2 * D;
+    int k[D];
+    for (int i = 0; i < D; i++) {
+        if (vc[i] == 0.0)
+            continue;
+        int si = vc[i] > 0.0;
+        int face = nbc[2 * i + si];
+        gb_load_key(key, c, k);
+        k[i] += si ? 1 : -1;
+        if (face < 0)
+            gb_push(cand, counters, cand_cap, k);
+        for (int j = 0; j < D; j++) {
+            if (j == i || vc[j] == 0.0)
+                continue;
+            int sj = vc[j] > 0.0;
+            if (face >= 0 && nb[(size_t)face * 2 * D + 2 * j + sj] >= 0)
+                continue;
+            k[j] += sj ? 1 : -1;
+            if (face >= 0 || gb_find(slot, mask, key, k) < 0)
+                gb_push(cand, counters, cand_cap, k);
+            k[j] -= sj ? 1 : -1;
+        }
+    }
+}
+
+/* Each candidate claims a slot or finds its key already there (a cell, or
+ * a candidate that claimed first). cand_slot: the slot won, or -1. */
+__kernel void gb_insert(int ncand, __global const int *cand, __global const int *key,
+                        __global int *slot, uint mask, __global int *cand_slot)
+{
+    int c = (int)get_global_id(0);
+    if (c >= ncand)
+        return;
+    int k[D];
+    gb_load_key(cand, c, k);
+    uint s = (uint)gb_hash_key(k) & mask;
+    volatile __global int *vs = slot;
+    for (;;) {
+        int cur = vs[s];
+        if (cur == -1) {
+            int prev = atomic_cmpxchg(&slot[s], -1, -2 - c);
+            if (prev == -1) {
+                cand_slot[c] = (int)s;
+                return;
+            }
+            cur = prev;
+        }
+        __global const int *other = cur >= 0 ? key + (size_t)cur * D : cand + (size_t)(-2 - cur) * D;
+        if (gb_key_eq(other, k)) {
+            cand_slot[c] = -1;
+            return;
+        }
+        s = (s + 1) & mask;
+    }
+}
+
+/* Winners become cells n, n + 1, ...: key, zero mass, the slot's value.
+ * counters[1] counts them. */
+__kernel void gb_assign(int ncand, int n, __global const int *cand, __global const int *cand_slot,
+                        __global int *key, __global double *p, __global int *slot,
+                        __global int *counters)
+{
+    int c = (int)get_global_id(0);
+    if (c >= ncand)
+        return;
+    int s = cand_slot[c];
+    if (s < 0)
+        return;
+    int at = n + atomic_inc(&counters[1]);
+    for (int i = 0; i < D; i++)
+        key[(size_t)at * D + i] = cand[(size_t)c * D + i];
+    p[at] = 0.0;
+    slot[s] = at;
+}
+
+/* Cells [from, from + counters[1]) find their face neighbours, tell the
+ * older ones about themselves (each older cell's face slot has exactly one
+ * cell across it, so no two writes meet) and get their velocities: f at
+ * the centre moved half a cell along each axis, once per cell. */
+__kernel void gb_link_new(int from, __global const int *counters, __global const double *par,
+                          __global const int *key, __global const int *slot, uint mask,
+                          __global int *nb, __global double *v, __global double *rate)
+{
+    int c = from + (int)get_global_id(0);
+    if (c >= from + counters[1])
+        return;
+    int k[D];
+    gb_load_key(key, c, k);
+    for (int i = 0; i < D; i++) {
+        k[i]--;
+        int b = gb_find(slot, mask, key, k);
+        k[i] += 2;
+        int f = gb_find(slot, mask, key, k);
+        k[i]--;
+        nb[(size_t)c * 2 * D + 2 * i] = b;
+        nb[(size_t)c * 2 * D + 2 * i + 1] = f;
+        if (b >= 0 && b < from)
+            nb[(size_t)b * 2 * D + 2 * i + 1] = c;
+        if (f >= 0 && f < from)
+            nb[(size_t)f * 2 * D + 2 * i] = c;
+    }
+    double coef[GB_NCOEF], x[D], fx[D], r = 0.0;
+    for (int m = 0; m < GB_NCOEF; m++)
+        coef[m] = par[P_COEF + m];
+    for (int i = 0; i < D; i++) {
+        gb_center(par, k, x);
+        x[i] += 0.5 * par[P_DX + i];
+        gb_f(D, x, coef, fx);
+        v[(size_t)c * D + i] = fx[i];
+        r += fabs(fx[i]) / par[P_DX + i];
+    }
+    rate[c] = r;
+}
+
+/* Stage one of a sum (op 0) or maximum (op 1) of x[base, base + count),
+ * count = counters[1] when from_counter, else n: partial[group]. */
+__kernel void gb_reduce(int base, int n, int from_counter, __global const int *counters,
+                        __global const double *x, int op, __global double *partial,
+                        __local double *tmp)
+{
+    int count = from_counter ? counters[1] : n;
+    size_t lid = get_local_id(0), size = get_local_size(0);
+    double acc = 0.0;
+    for (size_t i = get_global_id(0); i < (size_t)count; i += get_global_size(0)) {
+        double y = x[base + i];
+        acc = op == 0 ? acc + y : fmax(acc, y);
+    }
+    tmp[lid] = acc;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (size_t h = size / 2; h > 0; h /= 2) {
+        if (lid < h)
+            tmp[lid] = op == 0 ? tmp[lid] + tmp[lid + h] : fmax(tmp[lid], tmp[lid + h]);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid == 0)
+        partial[get_group_id(0)] = tmp[0];
+}
+
+/* Stage two, one work-group: out[at] = the reduction of partial[0, groups). */
+__kernel void gb_reduce_final(int groups, __global const double *partial, int op,
+                              __global double *out, int at, __local double *tmp)
+{
+    size_t lid = get_local_id(0), size = get_local_size(0);
+    double acc = 0.0;
+    for (size_t i = lid; i < (size_t)groups; i += size)
+        acc = op == 0 ? acc + partial[i] : fmax(acc, partial[i]);
+    tmp[lid] = acc;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (size_t h = size / 2; h > 0; h /= 2) {
+        if (lid < h)
+            tmp[lid] = op == 0 ? tmp[lid] + tmp[lid + h] : fmax(tmp[lid], tmp[lid + h]);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid == 0)
+        out[at] = tmp[0];
+}
+
+/* p /= scalars[at], when that is a positive finite total (the host checks
+ * it and reports a run whose mass vanished). */
+__kernel void gb_scale(int n, __global double *p, __global const double *scalars, int at)
+{
+    int c = (int)get_global_id(0);
+    double total = scalars[at];
+    if (c >= n || !(total > 0.0) || isinf(total))
+        return;
+    double scale = 1.0 / total;
+    p[c] *= scale;
+}
+
+/* Each face's wave (half the jump across it, times dt/dx) and what the
+ * back face brings in: the back neighbour's max(v_i, 0) and the back
+ * face's wave. */
+__kernel void gb_waves(int n, double dt, __global const double *par, __global const int *nb,
+                       __global const double *v, __global const double *p,
+                       __global double *wave, __global double *back)
+{
+    int c = (int)get_global_id(0);
+    if (c >= n)
+        return;
+    double pc = p[c];
+    for (int i = 0; i < D; i++) {
+        int fwd = nb[(size_t)c * 2 * D + 2 * i + 1], a = nb[(size_t)c * 2 * D + 2 * i];
+        double dxi = par[P_DX + i];
+        wave[(size_t)c * D + i] = fwd >= 0 ? dt * (p[fwd] - pc) / (2.0 * dxi) : 0.0;
+        back[(size_t)c * 2 * D + 2 * i] = a >= 0 ? gb_pos(v[(size_t)a * D + i]) : 0.0;
+        back[(size_t)c * 2 * D + 2 * i + 1] = a >= 0 ? dt * (pc - p[a]) / (2.0 * dxi) : 0.0;
+    }
+}
+
+/* The flux through each forward face of cell c, times dt / dx_j: donor
+ * cell, the MC-limited high-resolution correction, and the
+ * corner-transport terms of the transverse waves (engine.h, gb_fluxes). */
+__kernel void gb_fluxes(int n, double dt, __global const double *par, __global const int *nbs,
+                        __global const double *vv, __global const double *p,
+                        __global const double *wave, __global const double *back,
+                        __global double *flux)
+{
+    int c = (int)get_global_id(0);
+    if (c >= n)
+        return;
+    double v[D];
+    int nb[2 * D];
+    for (int i = 0; i < D; i++)
+        v[i] = vv[(size_t)c * D + i];
+    for (int i = 0; i < 2 * D; i++)
+        nb[i] = nbs[(size_t)c * 2 * D + i];
+    double pc = p[c];
+    for (int j = 0; j < D; j++) {
+        double u = v[j], dxj = par[P_DX + j];
+        int fwd = nb[2 * j + 1];
+        double F = gb_pos(u) * pc + (fwd >= 0 ? gb_neg(u) * p[fwd] : 0.0);
+        double corr = 0.0;
+        if (fwd >= 0) {
+            double jump = p[fwd] - pc;
+            if (jump != 0.0) {
+                double up;
+                if (u > 0.0) {
+                    int bk = nb[2 * j];
+                    up = bk >= 0 ? pc - p[bk] : pc;
+                } else {
+                    int ff = nbs[(size_t)fwd * 2 * D + 2 * j + 1];
+                    up = ff >= 0 ? p[ff] - p[fwd] : -p[fwd];
+                }
+                double au = fabs(u);
+                corr += au * (dxj / dt - au) * wave[(size_t)c * D + j] * gb_mc(up / jump);
+            }
+        }
+        double vj_out = gb_pos(v[j]), vj_in = gb_neg(v[j]);
+        for (int i = 0; i < D; i++) {
+            if (i == j)
+                continue;
+            int a = nb[2 * i], b = nb[2 * i + 1];
+            if (a >= 0 && vj_out != 0.0)
+                corr -= back[(size_t)c * 2 * D + 2 * i] * vj_out * back[(size_t)c * 2 * D + 2 * i + 1];
+            if (b >= 0 && vj_out != 0.0)
+                corr -= gb_neg(v[i]) * vj_out * wave[(size_t)c * D + i];
+            if (fwd >= 0 && vj_in != 0.0) {
+                __global const int *fnb = nbs + (size_t)fwd * 2 * D;
+                int fa = fnb[2 * i], fb = fnb[2 * i + 1];
+                __global const double *fback = back + (size_t)fwd * 2 * D;
+                if (fa >= 0)
+                    corr -= fback[2 * i] * vj_in * fback[2 * i + 1];
+                if (fb >= 0)
+                    corr -= gb_neg(vv[(size_t)fwd * D + i]) * vj_in * wave[(size_t)fwd * D + i];
+            }
+        }
+        flux[(size_t)c * D + j] = (F + corr) * dt / dxj;
+    }
+}
+
+__kernel void gb_apply(int n, __global const int *nb, __global const double *flux, __global double *p)
+{
+    int c = (int)get_global_id(0);
+    if (c >= n)
+        return;
+    double q = p[c];
+    for (int j = 0; j < D; j++) {
+        int bk = nb[(size_t)c * 2 * D + 2 * j];
+        q -= flux[(size_t)c * D + j] - (bk >= 0 ? flux[(size_t)bk * D + j] : 0.0);
+    }
+    p[c] = gb_pos(q);
+}
+
+/* Pruning. A cell below the threshold survives when some cell at or above
+ * it would grow into it (engine.h, gb_fed). keep[c]: 1 kept, 0 removed. */
+__kernel void gb_prune_mark(int n, __global const double *par, __global const int *nb,
+                            __global const double *v, __global const double *p,
+                            __global int *keep)
+{
+    int c = (int)get_global_id(0);
+    if (c >= n)
+        return;
+    double thr = par[P_THR];
+    int fed = p[c] >= thr;
+    for (int i = 0; i < D && !fed; i++)
+        for (int si = 0; si < 2 && !fed; si++) {
+            int a = nb[(size_t)c * 2 * D + 2 * i + si];
+            if (a < 0)
+                continue;
+            double vai = v[(size_t)a * D + i];
+            if (!(si == 0 ? vai > 0.0 : vai < 0.0))
+                continue;
+            if (p[a] >= thr) {
+                fed = 1;
+                break;
+            }
+            for (int j = 0; j < D && !fed; j++) {
+                if (j == i)
+                    continue;
+                for (int sj = 0; sj < 2; sj++) {
+                    int e = nb[(size_t)a * 2 * D + 2 * j + sj];
+                    if (e < 0 || p[e] < thr)
+                        continue;
+                    double vei = v[(size_t)e * D + i], vej = v[(size_t)e * D + j];
+                    if ((si == 0 ? vei > 0.0 : vei < 0.0) && (sj == 0 ? vej > 0.0 : vej < 0.0)) {
+                        fed = 1;
+                        break;
+                    }
+                }
+            }
+        }
+    keep[c] = fed;
+}
+
+/* Exclusive scan of tmp[0, size) in place (size a power of two); returns
+ * the total. Every work-item of the group calls it. */
+static int gb_scan_local(__local int *tmp)
+{
+    size_t lid = get_local_id(0), size = get_local_size(0);
+    for (size_t off = 1; off < size; off *= 2) {
+        int add = lid >= off ? tmp[lid - off] : 0;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        tmp[lid] += add;
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    int total = tmp[size - 1];
+    int mine = lid > 0 ? tmp[lid - 1] : 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    tmp[lid] = mine;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return total;
+}
+
+/* The kept cells of each work-group's stretch of cells: blocks[group]. */
+__kernel void gb_scan_blocks(int n, __global const int *keep, __global int *blocks, __local int *tmp)
+{
+    size_t c = get_global_id(0), lid = get_local_id(0);
+    tmp[lid] = c < (size_t)n ? keep[c] : 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (size_t h = get_local_size(0) / 2; h > 0; h /= 2) {
+        if (lid < h)
+            tmp[lid] += tmp[lid + h];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid == 0)
+        blocks[get_group_id(0)] = tmp[0];
+}
+
+/* One work-group: blocks[] becomes each block's first new position, and
+ * counters[2] the number of cells kept. */
+__kernel void gb_scan_top(int nblocks, __global int *blocks, __global int *counters, __local int *tmp)
+{
+    size_t lid = get_local_id(0), size = get_local_size(0);
+    int carry = 0;
+    for (size_t at = 0; at < (size_t)nblocks; at += size) {
+        tmp[lid] = at + lid < (size_t)nblocks ? blocks[at + lid] : 0;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        int total = gb_scan_local(tmp);
+        if (at + lid < (size_t)nblocks)
+            blocks[at + lid] = carry + tmp[lid];
+        carry += total;
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid == 0)
+        counters[2] = carry;
+}
+
+/* remap[c]: the kept cell's new position (order kept), or -1. */
+__kernel void gb_scan_remap(int n, __global const int *keep, __global const int *blocks,
+                            __global int *remap, __local int *tmp)
+{
+    size_t c = get_global_id(0), lid = get_local_id(0);
+    int k = c < (size_t)n ? keep[c] : 0;
+    tmp[lid] = k;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    gb_scan_local(tmp);
+    if (c < (size_t)n)
+        remap[c] = k ? blocks[get_group_id(0)] + tmp[lid] : -1;
+}
+
+/* Kept cells move to their new positions in the second set of arrays,
+ * links carried through remap (a removed neighbour becomes -1). */
+__kernel void gb_prune_move(int n, __global const int *remap,
+                            __global const int *key, __global const double *v,
+                            __global const int *nb, __global const double *p,
+                            __global const double *rate,
+                            __global int *key2, __global double *v2, __global int *nb2,
+                            __global double *p2, __global double *rate2)
+{
+    int c = (int)get_global_id(0);
+    if (c >= n)
+        return;
+    int to = remap[c];
+    if (to < 0)
+        return;
+    for (int i = 0; i < D; i++) {
+        key2[(size_t)to * D + i] = key[(size_t)c * D + i];
+        v2[(size_t)to * D + i] = v[(size_t)c * D + i];
+    }
+    for (int m = 0; m < 2 * D; m++) {
+        int b = nb[(size_t)c * 2 * D + m];
+        nb2[(size_t)to * 2 * D + m] = b >= 0 ? remap[b] : -1;
+    }
+    p2[to] = p[c];
+    rate2[to] = rate[c];
+}
+
+/* Places cells [from, n), whose keys are distinct, into an index whose
+ * slots hold -1 or other cells. */
+__kernel void gb_hash_place(int from, int n, __global const int *key, __global int *slot, uint mask)
+{
+    int c = from + (int)get_global_id(0);
+    if (c >= n)
+        return;
+    int k[D];
+    gb_load_key(key, c, k);
+    uint s = (uint)gb_hash_key(k) & mask;
+    while (atomic_cmpxchg(&slot[s], -1, c) != -1)
+        s = (s + 1) & mask;
+}
+
+/* The measurement update: p *= exp(-(h(x) - y)' R^-1 (h(x) - y) / 2).
+ * gauss: y (m), then R^-1 (m x m). */
+__kernel void gb_update(int n, int m, __global const double *par, __global const double *gauss,
+                        __global const int *key, __global double *p)
+{
+    int c = (int)get_global_id(0);
+    if (c >= n)
+        return;
+    int k[D];
+    double x[D], hx[MAXM], coef[GB_NCOEF];
+    for (int i = 0; i < GB_NCOEF; i++)
+        coef[i] = par[P_COEF + i];
+    gb_load_key(key, c, k);
+    gb_center(par, k, x);
+    gb_h(D, x, coef, hx);
+    p[c] *= exp(-0.5 * gb_quad(m, hx, gauss, gauss + m));
+}
