@@ -13,7 +13,10 @@
  *                      timed: reading and decoding the file, the plans.
  * After the timed runs, each case prints how the backend's own clock split
  * the last run between assignment and centroid update (and, for the radar,
- * the host clock's split between the features and the clustering). */
+ * the host clock's split between the features and the clustering). With
+ * DAKIT_BENCH_KMEANS_CHECK=1, points_3e6_d8_k16 also runs the serial
+ * reference on the same points (seconds) and prints how many of the last
+ * run's labels differ from it, and the centroids' largest difference. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +45,8 @@ typedef struct state {
     dk_plan *plan;
     dk_buffer *x, *init, *labels, *cent;
     dk_kmeans_result last;
+    dk_kmeans_desc desc;
+    float *h_points, *h_init; /* kept for DAKIT_BENCH_KMEANS_CHECK */
     double feature_seconds, cluster_seconds;
     radolan r;
     radar_pipeline *radar;
@@ -66,11 +71,44 @@ static double bytes(int i)
     return 20.0 * 810000.0 * RADAR_FEATURES * sizeof(float);
 }
 
+/* The last run's labels and centroids against the serial reference's. */
+static void check_points(state *s)
+{
+    const dk_kmeans_desc *d = &s->desc;
+    size_t kd = (size_t)d->k * d->d;
+    int32_t *got = malloc(d->n * sizeof *got), *ref = malloc(d->n * sizeof *ref);
+    float *gc = malloc(kd * sizeof *gc), *rc = malloc(kd * sizeof *rc);
+    dk_kmeans_result rr;
+    if (!got || !ref || !gc || !rc || dk_buffer_read(s->labels, got, d->n * sizeof *got) != DK_OK ||
+        dk_buffer_read(s->cent, gc, kd * sizeof *gc) != DK_OK ||
+        dk_kmeans_reference(d, s->h_points, NULL, s->h_init, ref, rc, &rr) != DK_OK) {
+        printf("kmeans %s on %s: reference check could not run\n", cases[s->which].name, s->backend);
+    } else {
+        size_t differ = 0;
+        for (size_t i = 0; i < d->n; i++)
+            differ += got[i] != ref[i];
+        double err = 0;
+        for (size_t j = 0; j < kd; j++)
+            err = fmax(err, fabs((double)gc[j] - (double)rc[j]));
+        printf("kmeans %s on %s: against the serial reference: %zu of %zu labels differ, max |C - C_ref| %.3g, "
+               "objective %.9g vs %.9g, iterations %d vs %d\n",
+               cases[s->which].name, s->backend, differ, d->n, err, s->last.objective, rr.objective,
+               s->last.iterations, rr.iterations);
+    }
+    free(got);
+    free(ref);
+    free(gc);
+    free(rc);
+}
+
 static void teardown(void *p)
 {
     state *s = p;
     if (!s)
         return;
+    if (s->which == 0 && s->last.iterations && s->h_points && getenv("DAKIT_BENCH_KMEANS_CHECK") &&
+        !strcmp(getenv("DAKIT_BENCH_KMEANS_CHECK"), "1"))
+        check_points(s);
     if (s->last.iterations)
         printf("kmeans %s on %s: last run %d iterations, backend clock: assignment + block partial sums %.3f ms, "
                "centroid update (reduction) %.3f ms\n",
@@ -88,6 +126,8 @@ static void teardown(void *p)
     radar_pipeline_destroy(s->radar);
     radolan_free(&s->r);
     free(s->h_labels);
+    free(s->h_points);
+    free(s->h_init);
     free(s);
 }
 
@@ -149,8 +189,9 @@ static void *setup(dk_context *ctx, int i, const char *variant, char *err, size_
         teardown(s);
         return NULL;
     }
-    free(host);
-    free(init);
+    s->desc = d;
+    s->h_points = host;
+    s->h_init = init;
     return s;
 }
 

@@ -7,6 +7,17 @@
 
 #include "kmeans_internal.h"
 
+/* Each float operation of a distance or cost rounds on its own, as the
+ * definition writes it: no contraction of a multiply and an add into an FMA
+ * (GCC's gnu11 default contracts wherever the target has FMA, e.g. aarch64
+ * or -march=native; clang's within an expression). The backends' labels
+ * equal the reference's because they round the same way. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 static float feature(const dk_kmeans_setup *s, const float *x, size_t i, int f)
 {
     return x[i * s->stride_point + (size_t)f * s->stride_feature];

@@ -7,6 +7,17 @@
 
 #include "kmeans_internal.h"
 
+/* Each float operation of a distance or cost rounds on its own, as the
+ * definition writes it: no contraction of a multiply and an add into an FMA
+ * (GCC's gnu11 default contracts wherever the target has FMA, e.g. aarch64
+ * or -march=native; clang's within an expression). The backends' labels
+ * equal the reference's because they round the same way. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 #define TD DK_KMEANS_TEXTURE_D
 
 static dk_status check_desc(const dk_kmeans_desc *desc, const char *who)

@@ -12,7 +12,8 @@
  * (x_f - c_f)^2 over f in the same order as the reference, with separate
  * multiply and add, so every distance is bit-identical to the reference's and
  * the labels equal it exactly (the expanded |x|^2 - 2 x.c + |c|^2 form would
- * round differently and flip near-ties). DAKIT_KMEANS_CPU_VARIANT=scalar
+ * round differently and flip near-ties; and FMA contraction is off in this
+ * file, see below). DAKIT_KMEANS_CPU_VARIANT=scalar
  * forces the scalar loop, for A/B timing. */
 #include <math.h>
 #include <stdlib.h>
@@ -29,6 +30,17 @@
 
 #include <dakit/kmeans.h>
 #include <dakit/plugin.h>
+
+/* Each float operation of a distance or cost rounds on its own, as the
+ * definition writes it: no contraction of a multiply and an add into an FMA
+ * (GCC's gnu11 default contracts wherever the target has FMA, e.g. aarch64
+ * or -march=native; clang's within an expression). The backends' labels
+ * equal the reference's because they round the same way. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
 
 typedef struct kmeans_plan {
     dk_kmeans_setup s;

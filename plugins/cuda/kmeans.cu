@@ -4,23 +4,29 @@
  * iteration; grid-wide syncs separate the phases, and the convergence test is
  * made on the device, so the host launches once and reads the result once.
  *   A  each thread takes points in a grid-stride loop (whole warps step
- *      together), holds a point's features in registers (two 16-byte loads
- *      for point-major d = 8, and so on), finds its least-cost centroid
- *      (centroids in shared memory, rows padded to DMAX so they are read 16
- *      bytes at a time; contiguity reads the previous labels of the w x w
- *      window) and writes the label. The lanes of a warp with the same label
- *      then sum their points by shuffles (__match_any_sync groups them), and
- *      one lane per distinct label adds into the block's partial sums in
- *      shared memory: no two lanes of a warp hit the same address, so the
- *      float shared atomics (a compare-and-swap loop in hardware) rarely
- *      retry. No global atomic at all. The block then writes its partial
- *      sums and counts to global memory.
- *   B  block b reduces cluster c = b, b + gridDim, ...: the partials of every
- *      block, in double, by a tree reduction (warp shuffles), and writes the
- *      new centroid (the old one when the cluster is empty) and its move.
+ *      together), two at a time for d <= 8, holds their features in
+ *      registers (two 16-byte loads for point-major d = 8, and so on), finds
+ *      each one's least-cost centroid (centroids in shared memory, rows
+ *      padded to DMAX so they are read 16 bytes at a time; contiguity reads
+ *      the previous labels of the w x w window) and writes the label. Labels
+ *      are the reference's bit for bit: every distance and cost that decides
+ *      a label is rounded operation by operation as the reference rounds it
+ *      (_rn intrinsics, no FMA contraction), and plain k-means first screens
+ *      the centroids by a cheaper bound and recomputes exactly where two are
+ *      close (screened_labels). The lanes of a warp with the same label then
+ *      sum their points by shuffles (__match_any_sync groups them), and one
+ *      lane per distinct label adds into its warp's partial sums in shared
+ *      memory: no two lanes hit the same address, so no atomics (or the
+ *      block's one copy with shared atomics, when per-warp copies would not
+ *      fit). No global atomic at all. The block then writes its partial sums
+ *      and counts to global memory.
+ *   B  one warp per (cluster, feature) reduces the partials of every block,
+ *      in double and in a fixed order, and writes the new centroid
+ *      coordinate (the old one when the cluster is empty) and its move.
  *   C  every block reads all moves and stops when the largest is below tol.
  * After the loop: the objective (double) and, with contiguity, the final
- * labels copied out of the ping-pong buffers.
+ * labels copied out of the ping-pong buffers; plain k-means run to max_iters
+ * gets its objective from the last iteration instead (see the kernel's end).
  * Data written by other blocks in the same launch are read with __ldcg (L2),
  * since L1 is not coherent across SMs.
  * Thread 0 of block 0 stamps %globaltimer at the phase boundaries, which gives
@@ -52,7 +58,9 @@ struct Args {
     float *out_centroids;
     float *psum;            /* gridDim * k * d block partial sums */
     unsigned *pcount;       /* gridDim * k */
-    double *move2;          /* k */
+    double *move2;          /* k * d: squared move per feature */
+    double *corr, *corr_old; /* k * d: the objective's correction (see k_lloyd's end) */
+    unsigned long long *ccount; /* k: the last iteration's cluster sizes */
     double *pobj;           /* gridDim */
     unsigned long long *pvalid; /* gridDim */
     double *result;         /* iterations, objective, move, valid, assign_ns, update_ns */
@@ -87,11 +95,30 @@ __device__ double block_sum(double v, double *scratch)
     return total; /* valid in thread 0 */
 }
 
+__device__ double block_max(double v, double *scratch)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmax(v, __shfl_down_sync(0xffffffffu, v, o));
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    __syncthreads();
+    if (lane == 0)
+        scratch[warp] = v;
+    __syncthreads();
+    double m = v;
+    if (threadIdx.x == 0)
+        for (int w = 1; w < (int)(blockDim.x / 32); w++)
+            m = fmax(m, scratch[w]);
+    return m; /* valid in thread 0 */
+}
+
 /* Squared distance of x to the centroid row cc (DMAX floats, 16-byte
- * aligned). Both are zero past d, so the extra terms add exact zeros and the
- * sum equals the definition's over f < d; no per-feature test, and the row
- * comes in 16-byte shared loads (one wavefront each: every lane reads the
- * same row). */
+ * aligned), bit for bit the reference's: the same operations in the same
+ * order, each rounded on its own (the _rn intrinsics keep nvcc from fusing a
+ * multiply and an add into an FMA, which rounds once and would move labels
+ * at near-ties). Both are zero past d, so the extra terms add exact zeros;
+ * no per-feature test, and the row comes in 16-byte shared loads (one
+ * wavefront each when every lane reads the same row). The first term is
+ * the reference's 0 + t * t, which is t * t exactly. */
 template <int DMAX>
 __device__ __forceinline__ float distance2(const float *x, const float *cc)
 {
@@ -99,99 +126,111 @@ __device__ __forceinline__ float distance2(const float *x, const float *cc)
 #pragma unroll
     for (int q = 0; q < DMAX / 4; q++) {
         const float4 c4 = *(const float4 *)(cc + 4 * q);
-        float diff = x[4 * q] - c4.x;
-        dist += diff * diff;
-        diff = x[4 * q + 1] - c4.y;
-        dist += diff * diff;
-        diff = x[4 * q + 2] - c4.z;
-        dist += diff * diff;
-        diff = x[4 * q + 3] - c4.w;
-        dist += diff * diff;
+        const float c[4] = {c4.x, c4.y, c4.z, c4.w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const float t = __fsub_rn(x[4 * q + j], c[j]);
+            dist = q == 0 && j == 0 ? __fmul_rn(t, t) : __fadd_rn(dist, __fmul_rn(t, t));
+        }
     }
     return dist;
 }
 
-/* Plain nearest centroids of two points, each centroid row read once for
- * both. */
-template <int DMAX>
-__device__ __forceinline__ void best_label2(const Args &a, const float *x0, const float *x1, const float *Cs,
-                                            int &l0, int &l1)
+/* The contiguity cost as the reference rounds it. */
+__device__ __forceinline__ float contig_cost(float lambda, float dist, float inv_d, int m, int same)
 {
-    float b0 = 0.0f, b1 = 0.0f;
-    l0 = l1 = 0;
-    for (int c = 0; c < a.k; c++) {
-        const float *cc = Cs + c * DMAX;
-        float d0 = 0.0f, d1 = 0.0f;
+    const float frac = m ? __fdiv_rn((float)(m - same), (float)m) : 0.0f;
+    return __fadd_rn(__fmul_rn(lambda, __fmul_rn(dist, inv_d)), __fmul_rn(__fsub_rn(1.0f, lambda), frac));
+}
+
+/* Plain nearest centroids of P points by the exact distances, each centroid
+ * row read once for all of them; ties to the lowest index. */
+template <int DMAX, int P>
+__device__ __forceinline__ void exact_labels(const float (*x)[DMAX], const float *Cs, int k, int *l)
+{
+    float b[P];
 #pragma unroll
-        for (int q = 0; q < DMAX / 4; q++) {
-            const float4 c4 = *(const float4 *)(cc + 4 * q);
-            float e0 = x0[4 * q] - c4.x, e1 = x1[4 * q] - c4.x;
-            d0 += e0 * e0;
-            d1 += e1 * e1;
-            e0 = x0[4 * q + 1] - c4.y, e1 = x1[4 * q + 1] - c4.y;
-            d0 += e0 * e0;
-            d1 += e1 * e1;
-            e0 = x0[4 * q + 2] - c4.z, e1 = x1[4 * q + 2] - c4.z;
-            d0 += e0 * e0;
-            d1 += e1 * e1;
-            e0 = x0[4 * q + 3] - c4.w, e1 = x1[4 * q + 3] - c4.w;
-            d0 += e0 * e0;
-            d1 += e1 * e1;
-        }
-        if (c == 0 || d0 < b0) {
-            l0 = c;
-            b0 = d0;
-        }
-        if (c == 0 || d1 < b1) {
-            l1 = c;
-            b1 = d1;
+    for (int p = 0; p < P; p++) {
+        l[p] = 0;
+        b[p] = 0.0f;
+    }
+    for (int c = 0; c < k; c++) {
+        float cc[DMAX];
+#pragma unroll
+        for (int q = 0; q < DMAX / 4; q++)
+            *(float4 *)(cc + 4 * q) = *(const float4 *)(Cs + c * DMAX + 4 * q);
+#pragma unroll
+        for (int p = 0; p < P; p++) {
+            float dist = 0.0f;
+#pragma unroll
+            for (int f = 0; f < DMAX; f++) {
+                const float t = __fsub_rn(x[p][f], cc[f]);
+                dist = f == 0 ? __fmul_rn(t, t) : __fadd_rn(dist, __fmul_rn(t, t));
+            }
+            if (c == 0 || dist < b[p]) {
+                l[p] = c;
+                b[p] = dist;
+            }
         }
     }
 }
 
-template <int DMAX, bool CONTIG>
-__device__ __forceinline__ int best_label(const Args &a, long long i, const float *x, const float *Cs,
-                                          const int32_t *prev)
+/* Plain nearest centroids of P points, screened. The nearest centroid
+ * maximizes B_c = x.c - |c|^2 / 2, which is 8 FMAs per centroid for d 8
+ * (one chain from h_c = -|c|^2 / 2) instead of the exact distance's 23
+ * separately rounded operations; each point keeps its largest and second
+ * largest B. With s2 = |x|^2, the exact float distance is
+ * D_c = s2 - 2 B_c + e_c, |e_c| <= 3 (d + 2) u R^2 to first order (u = 2^-24,
+ * R = |x| + max|c|, R^2 <= 2 (s2 + rmax2)): the chain's rounding, the
+ * rounding of |c|^2, and D's own. So when the best B beats the second by
+ * more than eps = 12 (d + 2) u (s2 + rmax2) (twice that bound, for the
+ * second-order terms and the rounding of the test itself) the best one is
+ * the strict exact minimum: the reference's label. Otherwise (a near-tie,
+ * or inf / NaN from huge values) the whole warp recomputes its labels with
+ * the exact distances, which for the other lanes gives the same labels. A
+ * tiny absolute term covers subnormal rounding. Every lane of the warp must
+ * call it. */
+template <int DMAX, int P>
+__device__ __forceinline__ void screened_labels(const float (*x)[DMAX], const float *Cs, const float *Ch, int k,
+                                                float rmax2, float eps_coef, int *l)
 {
-    int m = 0;
-    long long row = 0, col = 0;
-    const int r = a.window / 2;
-    if (CONTIG) {
-        row = i / a.cols;
-        col = i % a.cols;
-        for (long long y = row - r; y <= row + r; y++) {
-            if (y < 0 || y >= a.rows)
-                continue;
-            for (long long c = col - r; c <= col + r; c++)
-                if (c >= 0 && c < a.cols && !(y == row && c == col) && __ldcg(prev + y * a.cols + c) >= 0)
-                    m++;
+    float b1[P], b2[P];
+    int i1[P];
+#pragma unroll
+    for (int p = 0; p < P; p++) {
+        b1[p] = b2[p] = -INFINITY;
+        i1[p] = 0;
+    }
+    for (int c = 0; c < k; c++) {
+        float cc[DMAX];
+#pragma unroll
+        for (int q = 0; q < DMAX / 4; q++)
+            *(float4 *)(cc + 4 * q) = *(const float4 *)(Cs + c * DMAX + 4 * q);
+        const float h = Ch[c];
+#pragma unroll
+        for (int p = 0; p < P; p++) {
+            float B = h;
+#pragma unroll
+            for (int f = 0; f < DMAX; f++)
+                B = __fmaf_rn(x[p][f], cc[f], B);
+            i1[p] = B > b1[p] ? c : i1[p];
+            b2[p] = fminf(b1[p], fmaxf(b2[p], B));
+            b1[p] = fmaxf(b1[p], B);
         }
     }
-    const float inv_d = 1.0f / (float)a.d;
-    int best = 0;
-    float best_cost = 0.0f;
-    for (int c = 0; c < a.k; c++) {
-        const float dist = distance2<DMAX>(x, Cs + c * DMAX);
-        float cost = dist;
-        if (CONTIG) {
-            int same = 0;
-            if (m)
-                for (long long y = row - r; y <= row + r; y++) {
-                    if (y < 0 || y >= a.rows)
-                        continue;
-                    for (long long cx = col - r; cx <= col + r; cx++)
-                        if (cx >= 0 && cx < a.cols && !(y == row && cx == col) &&
-                            __ldcg(prev + y * a.cols + cx) == c)
-                            same++;
-                }
-            cost = a.lambda * (dist * inv_d) + (1.0f - a.lambda) * (m ? (float)(m - same) / (float)m : 0.0f);
-        }
-        if (c == 0 || cost < best_cost) {
-            best = c;
-            best_cost = cost;
-        }
+    bool near = false;
+#pragma unroll
+    for (int p = 0; p < P; p++) {
+        float s2 = 0.0f;
+#pragma unroll
+        for (int f = 0; f < DMAX; f++)
+            s2 = __fmaf_rn(x[p][f], x[p][f], s2);
+        const float eps = __fmaf_rn(eps_coef, s2 + rmax2, 1e-37f);
+        near |= !(b1[p] - b2[p] > eps);
+        l[p] = i1[p];
     }
-    return best;
+    if (__any_sync(0xffffffffu, near))
+        exact_labels<DMAX, P>(x, Cs, k, l);
 }
 
 template <int DMAX>
@@ -245,9 +284,12 @@ __device__ __forceinline__ void sum_peers(unsigned peers, float *v, int d)
  * lanes with the same label first sum by shuffles, then the lowest of them
  * adds. WSUM: sums and counts are this warp's own copy, and the adding lanes
  * hold distinct labels, so plain adds suffice (and the order is fixed);
- * otherwise the block's one copy takes shared atomics. Every lane calls it. */
+ * otherwise the block's one copy takes shared atomics. Rows are ds = d | 1
+ * floats apart: an odd stride puts the same feature of different labels in
+ * different banks (with 8 the adding lanes of 16 labels met in 4 banks).
+ * Every lane calls it. */
 template <int DMAX, bool WSUM>
-__device__ __forceinline__ void accumulate(int l, float *x, int d, float *sums, unsigned *counts)
+__device__ __forceinline__ void accumulate(int l, float *x, int d, int ds, float *sums, unsigned *counts)
 {
     const int lane = threadIdx.x & 31;
     unsigned peers = __match_any_sync(0xffffffffu, l);
@@ -257,9 +299,9 @@ __device__ __forceinline__ void accumulate(int l, float *x, int d, float *sums, 
         for (int f = 0; f < DMAX; f++)
             if (f < d) {
                 if (WSUM)
-                    sums[l * d + f] += x[f];
+                    sums[l * ds + f] += x[f];
                 else
-                    atomicAdd(&sums[l * d + f], x[f]);
+                    atomicAdd(&sums[l * ds + f], x[f]);
             }
         if (WSUM)
             counts[l] += (unsigned)__popc(peers);
@@ -273,7 +315,7 @@ __device__ __forceinline__ void accumulate(int l, float *x, int d, float *sums, 
 /* The contiguity cost with the previous labels of the window staged in
  * shared memory: halo holds the labels of a (TILE_H + 2r) x (32 + 2r) patch
  * (-1 outside the image or masked), and (hy, hx) is this pixel in it. The
- * arithmetic is best_label's. */
+ * arithmetic is the reference's, rounded as it rounds. */
 template <int DMAX>
 __device__ __forceinline__ int best_label_tile(const Args &a, const float *x, const float *Cs, const short *halo,
                                                int hw, int hy, int hx)
@@ -283,7 +325,7 @@ __device__ __forceinline__ int best_label_tile(const Args &a, const float *x, co
     for (int y = -r; y <= r; y++)
         for (int c = -r; c <= r; c++)
             m += (y || c) && halo[(hy + y) * hw + hx + c] >= 0;
-    const float inv_d = 1.0f / (float)a.d;
+    const float inv_d = __fdiv_rn(1.0f, (float)a.d);
     int best = 0;
     float best_cost = 0.0f;
     for (int c = 0; c < a.k; c++) {
@@ -293,7 +335,7 @@ __device__ __forceinline__ int best_label_tile(const Args &a, const float *x, co
             for (int y = -r; y <= r; y++)
                 for (int cx = -r; cx <= r; cx++)
                     same += (y || cx) && halo[(hy + y) * hw + hx + cx] == c;
-        float cost = a.lambda * (dist * inv_d) + (1.0f - a.lambda) * (m ? (float)(m - same) / (float)m : 0.0f);
+        const float cost = contig_cost(a.lambda, dist, inv_d, m, same);
         if (c == 0 || cost < best_cost) {
             best = c;
             best_cost = cost;
@@ -304,30 +346,36 @@ __device__ __forceinline__ int best_label_tile(const Args &a, const float *x, co
 
 const int TILE_H = THREADS / 32; /* contiguity tiles: one warp per row of 32 pixels */
 
-/* PPT points per thread in flight on the plain path (1 or 2); WSUM per-warp
- * partial sums without atomics (see accumulate). */
-template <int DMAX, bool CONTIG, bool WSUM, int PPT>
+/* WSUM per-warp partial sums without atomics (see accumulate); SCREEN the
+ * plain labels through screened_labels (else exact_labels for every point).
+ * The plain path takes P points per thread per step (2 for d <= 8: each
+ * centroid row read from shared memory serves both). */
+template <int DMAX, bool CONTIG, bool WSUM, bool SCREEN>
 __global__ void __launch_bounds__(THREADS, DMAX <= 8 ? 3 : 1) k_lloyd(Args a)
 {
+    constexpr int P = DMAX <= 8 ? 2 : 1;
     cg::grid_group grid = cg::this_grid();
     extern __shared__ __align__(16) unsigned char smem[];
     const int kd = a.k * a.d;
+    const int ds = a.d | 1;
     const int kdpad = a.k * DMAX;
     const int copies = WSUM ? THREADS / 32 : 1;
     float *Cs = (float *)smem;
-    float *sums = Cs + kdpad;
-    unsigned *counts = (unsigned *)(sums + copies * kd);
+    float *Ch = Cs + kdpad;
+    float *sums = Ch + a.k;
+    unsigned *counts = (unsigned *)(sums + copies * a.k * ds);
     short *halo = (short *)(counts + copies * a.k);
-    const int warp = threadIdx.x / 32;
-    float *my_sums = WSUM ? sums + warp * kd : sums;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    float *my_sums = WSUM ? sums + warp * a.k * ds : sums;
     unsigned *my_counts = WSUM ? counts + warp * a.k : counts;
     __shared__ double scratch[THREADS / 32];
-    __shared__ double csum[DK_KMEANS_MAX_D + 1];
-    __shared__ int stop;
+    __shared__ int stop, rmax_bits;
     const long long stride = (long long)gridDim.x * blockDim.x;
     const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     const bool timer = blockIdx.x == 0 && threadIdx.x == 0;
     unsigned long long assign_ns = 0, update_ns = 0;
+    /* screened_labels' bound, see there */
+    const float eps_coef = 12.0f * (float)(a.d + 2) * 0x1p-24f;
 
     if (CONTIG) {
         /* labels of iteration 0: plain nearest centroid to the initial ones */
@@ -339,9 +387,11 @@ __global__ void __launch_bounds__(THREADS, DMAX <= 8 ? 3 : 1) k_lloyd(Args a)
                 a.lab[0][i] = -1;
                 continue;
             }
-            float x[DMAX];
-            load_point<DMAX>(a, i, x);
-            a.lab[0][i] = best_label<DMAX, false>(a, i, x, Cs, nullptr);
+            float x[1][DMAX];
+            load_point<DMAX>(a, i, x[0]);
+            int l;
+            exact_labels<DMAX, 1>(x, Cs, a.k, &l);
+            a.lab[0][i] = l;
         }
         grid.sync();
     }
@@ -354,15 +404,32 @@ __global__ void __launch_bounds__(THREADS, DMAX <= 8 ? 3 : 1) k_lloyd(Args a)
         float *Cnext = a.cent[it & 1];
         const int32_t *prev = CONTIG ? a.lab[it & 1] : nullptr;
         int32_t *cur = CONTIG ? a.lab[(it + 1) & 1] : a.labels;
+        /* plain k-means, last iteration: each point's exact distance to its
+         * centroid, for the objective without another pass (see below) */
+        const bool fold = !CONTIG && it == a.max_iters - 1;
         /* A: assignment and block partial sums */
         for (int j = threadIdx.x; j < kdpad; j += blockDim.x)
             Cs[j] = j % DMAX < a.d ? __ldcg(Cprev + j / DMAX * a.d + j % DMAX) : 0.0f;
-        for (int j = threadIdx.x; j < copies * kd; j += blockDim.x)
+        for (int j = threadIdx.x; j < copies * a.k * ds; j += blockDim.x)
             sums[j] = 0.0f;
         for (int j = threadIdx.x; j < copies * a.k; j += blockDim.x)
             counts[j] = 0;
+        if (threadIdx.x == 0)
+            rmax_bits = 0;
         __syncthreads();
-        const int lane = threadIdx.x & 31;
+        float rmax2 = 0.0f;
+        if (SCREEN && !CONTIG) {
+            for (int c = threadIdx.x; c < a.k; c += blockDim.x) {
+                float q = 0.0f;
+#pragma unroll
+                for (int f = 0; f < DMAX; f++)
+                    q = __fmaf_rn(Cs[c * DMAX + f], Cs[c * DMAX + f], q);
+                Ch[c] = -0.5f * q;
+                atomicMax(&rmax_bits, __float_as_int(q)); /* q >= 0: its bits order as ints */
+            }
+            __syncthreads();
+            rmax2 = __int_as_float(rmax_bits);
+        }
         if (CONTIG) {
             /* tiles of TILE_H rows x 32 columns, their window's labels staged
              * in shared memory once instead of read k + 1 times per pixel */
@@ -391,67 +458,61 @@ __global__ void __launch_bounds__(THREADS, DMAX <= 8 ? 3 : 1) k_lloyd(Args a)
                     }
                     cur[i] = l;
                 }
-                accumulate<DMAX, WSUM>(l, x, a.d, my_sums, my_counts);
-            }
-        } else if (PPT == 2) {
-            /* two points per thread, both loads issued before either is used */
-            for (long long base = first - lane; base < a.n; base += 2 * stride) {
-                const long long i0 = base + lane, i1 = base + stride + lane;
-                float x0[DMAX], x1[DMAX];
-#pragma unroll
-                for (int f = 0; f < DMAX; f++)
-                    x0[f] = x1[f] = 0.0f;
-                if (i0 < a.n)
-                    load_point<DMAX>(a, i0, x0);
-                if (i1 < a.n)
-                    load_point<DMAX>(a, i1, x1);
-                const bool v0 = i0 < a.n && (!a.mask || a.mask[i0]);
-                const bool v1 = i1 < a.n && (!a.mask || a.mask[i1]);
-                int l0, l1;
-                best_label2<DMAX>(a, x0, x1, Cs, l0, l1);
-                l0 = v0 ? l0 : -1;
-                l1 = v1 ? l1 : -1;
-                if (!v0)
-#pragma unroll
-                    for (int f = 0; f < DMAX; f++)
-                        x0[f] = 0.0f;
-                if (!v1)
-#pragma unroll
-                    for (int f = 0; f < DMAX; f++)
-                        x1[f] = 0.0f;
-                if (i0 < a.n)
-                    cur[i0] = l0;
-                if (i1 < a.n)
-                    cur[i1] = l1;
-                accumulate<DMAX, WSUM>(l0, x0, a.d, my_sums, my_counts);
-                accumulate<DMAX, WSUM>(l1, x1, a.d, my_sums, my_counts);
+                accumulate<DMAX, WSUM>(l, x, a.d, ds, my_sums, my_counts);
             }
         } else {
-            /* whole warps step together (stride and first - lane are
+            /* P points per thread, all loads issued before any is used;
+             * whole warps step together (stride and first - lane are
              * multiples of 32), so every lane takes part in the shuffles */
-            for (long long base = first - lane; base < a.n; base += stride) {
-                const long long i = base + lane;
-                int l = -1;
-                float x[DMAX];
+            double obj = 0.0;
+            for (long long base = first - lane; base < a.n; base += P * stride) {
+                float x[P][DMAX];
+                long long idx[P];
+                int l[P];
 #pragma unroll
-                for (int f = 0; f < DMAX; f++)
-                    x[f] = 0.0f;
-                if (i < a.n) {
-                    if (!a.mask || a.mask[i]) {
-                        load_point<DMAX>(a, i, x);
-                        l = best_label<DMAX, false>(a, i, x, Cs, nullptr);
-                    }
-                    cur[i] = l;
+                for (int p = 0; p < P; p++) {
+                    idx[p] = base + p * stride + lane;
+#pragma unroll
+                    for (int f = 0; f < DMAX; f++)
+                        x[p][f] = 0.0f;
+                    if (idx[p] < a.n)
+                        load_point<DMAX>(a, idx[p], x[p]);
                 }
-                accumulate<DMAX, WSUM>(l, x, a.d, my_sums, my_counts);
+                if (SCREEN)
+                    screened_labels<DMAX, P>(x, Cs, Ch, a.k, rmax2, eps_coef, l);
+                else
+                    exact_labels<DMAX, P>(x, Cs, a.k, l);
+#pragma unroll
+                for (int p = 0; p < P; p++) {
+                    const bool valid = idx[p] < a.n && (!a.mask || a.mask[idx[p]]);
+                    if (!valid) {
+                        l[p] = -1;
+#pragma unroll
+                        for (int f = 0; f < DMAX; f++)
+                            x[p][f] = 0.0f;
+                    }
+                    if (idx[p] < a.n)
+                        cur[idx[p]] = l[p];
+                    if (fold && valid)
+                        obj += distance2<DMAX>(x[p], Cs + l[p] * DMAX);
+                }
+#pragma unroll
+                for (int p = 0; p < P; p++)
+                    accumulate<DMAX, WSUM>(l[p], x[p], a.d, ds, my_sums, my_counts);
+            }
+            if (fold) {
+                obj = block_sum(obj, scratch);
+                if (threadIdx.x == 0)
+                    a.pobj[blockIdx.x] = obj;
             }
         }
         __syncthreads();
         /* the warps' copies in a fixed order */
         for (int j = threadIdx.x; j < kd; j += blockDim.x) {
+            const int c = j / a.d, f = j % a.d;
             float t = 0.0f;
             for (int w = 0; w < copies; w++)
-                t += sums[w * kd + j];
+                t += sums[(w * a.k + c) * ds + f];
             a.psum[(size_t)blockIdx.x * kd + j] = t;
         }
         for (int j = threadIdx.x; j < a.k; j += blockDim.x) {
@@ -463,42 +524,55 @@ __global__ void __launch_bounds__(THREADS, DMAX <= 8 ? 3 : 1) k_lloyd(Args a)
         grid.sync();
         unsigned long long t1 = timer ? globaltimer() : 0;
 
-        /* B: reduce the partials cluster by cluster */
-        for (int c = blockIdx.x; c < a.k; c += gridDim.x) {
-            double cnt = 0;
-            for (int b = threadIdx.x; b < (int)gridDim.x; b += blockDim.x)
-                cnt += (double)__ldcg(a.pcount + (size_t)b * a.k + c);
-            cnt = block_sum(cnt, scratch);
-            if (threadIdx.x == 0)
-                csum[a.d] = cnt;
-            for (int f = 0; f < a.d; f++) {
-                double s = 0;
-                for (int b = threadIdx.x; b < (int)gridDim.x; b += blockDim.x)
-                    s += (double)__ldcg(a.psum + (size_t)b * kd + c * a.d + f);
-                s = block_sum(s, scratch);
-                if (threadIdx.x == 0)
-                    csum[f] = s;
+        /* B: one warp per (cluster, feature), spread over the blocks first so
+         * the partials' reads come from many SMs at once; each lane sums a
+         * fixed set of blocks in double, then a fixed shuffle tree: the
+         * result does not depend on timing. The count is summed again by
+         * each of the cluster's warps (integers: exact). */
+        for (int w = blockIdx.x + gridDim.x * warp; w < kd; w += gridDim.x * (THREADS / 32)) {
+            const int c = w / a.d;
+            double s = 0.0;
+            unsigned long long cnt = 0;
+            for (int b = lane; b < (int)gridDim.x; b += 32) {
+                s += (double)__ldcg(a.psum + (size_t)b * kd + w);
+                cnt += __ldcg(a.pcount + (size_t)b * a.k + c);
             }
-            if (threadIdx.x == 0) {
-                double m2 = 0;
-                for (int f = 0; f < a.d; f++) {
-                    float old = __ldcg(Cprev + c * a.d + f);
-                    float next = csum[a.d] > 0 ? (float)(csum[f] / csum[a.d]) : old;
-                    double diff = (double)next - (double)old;
-                    m2 += diff * diff;
-                    Cnext[c * a.d + f] = next;
+            for (int o = 16; o > 0; o >>= 1) {
+                s += __shfl_down_sync(0xffffffffu, s, o);
+                cnt += __shfl_down_sync(0xffffffffu, cnt, o);
+            }
+            if (lane == 0) {
+                const float old = __ldcg(Cprev + w);
+                const float next = cnt ? (float)(s / (double)cnt) : old;
+                const double diff = (double)next - (double)old;
+                Cnext[w] = next;
+                a.move2[w] = __dmul_rn(diff, diff);
+                if (fold) {
+                    /* sum over the cluster's points of |x - next|^2 - |x - old|^2
+                     * = cnt (|m - next|^2 - |m - old|^2), m their mean; this
+                     * feature's share */
+                    const double m = cnt ? s / (double)cnt : 0.0, e = m - (double)next, g = m - (double)old;
+                    a.corr[w] = (double)cnt * (e * e - g * g);
+                    a.corr_old[w] = (double)cnt * g * g;
+                    if (w % a.d == 0)
+                        a.ccount[c] = cnt;
                 }
-                a.move2[c] = m2;
             }
-            __syncthreads();
         }
         grid.sync();
         it++;
-        /* C: the convergence test, the same in every block */
+        /* C: the convergence test, the same in every block: each cluster's
+         * move^2 summed over its features in order as the reference does,
+         * the largest by a block reduction (max: any order) */
+        double mx = 0.0;
+        for (int c = threadIdx.x; c < a.k; c += blockDim.x) {
+            double m2 = 0.0;
+            for (int f = 0; f < a.d; f++)
+                m2 = __dadd_rn(m2, __ldcg(a.move2 + c * a.d + f));
+            mx = fmax(mx, m2);
+        }
+        mx = block_max(mx, scratch);
         if (threadIdx.x == 0) {
-            double mx = 0;
-            for (int c = 0; c < a.k; c++)
-                mx = fmax(mx, __ldcg(a.move2 + c));
             move = sqrt(mx);
             stop = move < a.tol;
         }
@@ -512,8 +586,52 @@ __global__ void __launch_bounds__(THREADS, DMAX <= 8 ? 3 : 1) k_lloyd(Args a)
             break;
     }
 
-    /* the objective under the final centroids, and the final labels */
     const float *Cfin = a.cent[(it - 1) & 1];
+    /* Plain k-means that ran to max_iters: the objective is the sum over the
+     * points of the exact distance to the centroid they were assigned to in
+     * the last iteration (pobj), plus the correction to the final centroids
+     * (corr), which is small when the centroids have settled. When it is not
+     * (a large old-centroid term: cancellation), or with contiguity (the
+     * labels are copied out anyway), or after an early stop, one more pass
+     * computes it directly. The decision is the same in every block. */
+    bool direct = true;
+    if (!CONTIG && it == a.max_iters) {
+        double t = 0, cn = 0, co = 0, nv = 0;
+        for (int b = threadIdx.x; b < (int)gridDim.x; b += blockDim.x)
+            t += __ldcg(a.pobj + b);
+        for (int j = threadIdx.x; j < kd; j += blockDim.x) {
+            cn += __ldcg(a.corr + j);
+            co += __ldcg(a.corr_old + j);
+        }
+        for (int c = threadIdx.x; c < a.k; c += blockDim.x)
+            nv += (double)__ldcg(a.ccount + c);
+        t = block_sum(t, scratch);
+        cn = block_sum(cn, scratch);
+        co = block_sum(co, scratch);
+        nv = block_sum(nv, scratch);
+        if (threadIdx.x == 0) {
+            const double total = t + cn;
+            stop = co <= total; /* reused as the verdict */
+            if (stop && blockIdx.x == 0) {
+                a.result[0] = it;
+                a.result[1] = total;
+                a.result[2] = move;
+                a.result[3] = nv;
+                a.result[4] = (double)assign_ns;
+                a.result[5] = (double)update_ns;
+            }
+        }
+        __syncthreads();
+        direct = !stop;
+    }
+    if (!direct) {
+        if (blockIdx.x == 0)
+            for (int j = threadIdx.x; j < kd; j += blockDim.x)
+                a.out_centroids[j] = __ldcg(Cfin + j);
+        return;
+    }
+
+    /* the objective under the final centroids, and the final labels */
     for (int j = threadIdx.x; j < kdpad; j += blockDim.x)
         Cs[j] = j % DMAX < a.d ? __ldcg(Cfin + j / DMAX * a.d + j % DMAX) : 0.0f;
     __syncthreads();
@@ -529,14 +647,7 @@ __global__ void __launch_bounds__(THREADS, DMAX <= 8 ? 3 : 1) k_lloyd(Args a)
         valid++;
         float x[DMAX];
         load_point<DMAX>(a, i, x);
-        float dist = 0.0f;
-#pragma unroll
-        for (int f = 0; f < DMAX; f++)
-            if (f < a.d) {
-                float diff = x[f] - Cs[l * DMAX + f];
-                dist += diff * diff;
-            }
-        obj += dist;
+        obj += distance2<DMAX>(x, Cs + l * DMAX);
     }
     obj = block_sum(obj, scratch);
     double v = block_sum((double)valid, scratch);
@@ -740,24 +851,24 @@ __global__ void k_tex_init(const double *ipart, int blocks, int k, const double 
 typedef void (*kernel_fn)(Args);
 
 template <int DMAX>
-kernel_fn pick_d(bool contig, bool wsum, int ppt)
+kernel_fn pick_d(bool contig, bool wsum, bool screen)
 {
     if (contig)
-        return wsum ? k_lloyd<DMAX, true, true, 1> : k_lloyd<DMAX, true, false, 1>;
-    if (ppt == 2 && DMAX <= 8)
-        return wsum ? k_lloyd<DMAX, false, true, 2> : k_lloyd<DMAX, false, false, 2>;
-    return wsum ? k_lloyd<DMAX, false, true, 1> : k_lloyd<DMAX, false, false, 1>;
+        return wsum ? k_lloyd<DMAX, true, true, false> : k_lloyd<DMAX, true, false, false>;
+    if (screen)
+        return wsum ? k_lloyd<DMAX, false, true, true> : k_lloyd<DMAX, false, false, true>;
+    return wsum ? k_lloyd<DMAX, false, true, false> : k_lloyd<DMAX, false, false, false>;
 }
 
-kernel_fn pick(int d, bool contig, bool wsum, int ppt)
+kernel_fn pick(int d, bool contig, bool wsum, bool screen)
 {
     if (d <= 4)
-        return pick_d<4>(contig, wsum, ppt);
+        return pick_d<4>(contig, wsum, screen);
     if (d <= 8)
-        return pick_d<8>(contig, wsum, ppt);
+        return pick_d<8>(contig, wsum, screen);
     if (d <= 16)
-        return pick_d<16>(contig, wsum, ppt);
-    return pick_d<32>(contig, wsum, ppt);
+        return pick_d<16>(contig, wsum, screen);
+    return pick_d<32>(contig, wsum, screen);
 }
 
 struct Plan {
@@ -804,19 +915,21 @@ dk_status plan_create(void *device, const dk_kmeans_setup *setup, void **out, dk
     const dk_kmeans_desc &d = setup->desc;
     size_t kd = (size_t)d.k * d.d;
     int dmax = d.d <= 4 ? 4 : d.d <= 8 ? 8 : d.d <= 16 ? 16 : 32; /* as pick() */
-    /* Variants for A/B timing (DAKIT_KMEANS_CUDA_VARIANT): "atomic1" the
-     * block's one copy of the sums with shared atomics, one point per
-     * thread; "warp1" per-warp copies without atomics; "warp2" (default)
-     * per-warp copies and two points per thread in flight. Per-warp copies
-     * only while they stay small (k * d <= 512). */
+    /* Variants for A/B timing (DAKIT_KMEANS_CUDA_VARIANT), every one giving
+     * the reference's labels: "screen" (default) the plain labels through
+     * screened_labels, per-warp copies of the sums; "exact" the exact
+     * distance to every centroid; "atomic" the block's one copy of the sums
+     * with shared atomics (also taken when per-warp copies would be large,
+     * k * d > 512). */
     const char *variant = getenv("DAKIT_KMEANS_CUDA_VARIANT");
-    bool wsum = kd <= 512 && !(variant && !strcmp(variant, "atomic1"));
-    int ppt = variant && (!strcmp(variant, "atomic1") || !strcmp(variant, "warp1")) ? 1 : 2;
-    p->kernel = pick(d.d, setup->contiguity != 0, wsum, ppt);
+    bool wsum = kd <= 512 && !(variant && !strcmp(variant, "atomic"));
+    bool screen = !(variant && !strcmp(variant, "exact"));
+    p->kernel = pick(d.d, setup->contiguity != 0, wsum, screen);
     size_t copies = wsum ? THREADS / 32 : 1;
+    size_t ds = (size_t)(d.d | 1);
     int r = d.window / 2;
     size_t halo = setup->contiguity ? (size_t)(TILE_H + 2 * r) * (32 + 2 * r) * sizeof(short) : 0;
-    p->smem = ((size_t)d.k * dmax + copies * kd) * sizeof(float) + copies * d.k * sizeof(unsigned) + halo;
+    p->smem = ((size_t)d.k * dmax + d.k + copies * d.k * ds) * sizeof(float) + copies * d.k * sizeof(unsigned) + halo;
     cudaError_t e = cudaSuccess;
     if (p->smem > 48 * 1024)
         e = cudaFuncSetAttribute(p->kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)p->smem);
@@ -840,8 +953,11 @@ dk_status plan_create(void *device, const dk_kmeans_setup *setup, void **out, dk
     size_t lab = setup->contiguity ? align256(d.n * sizeof(int32_t)) : 0;
     size_t sizes[] = {lab, lab, align256(kd * sizeof(float)), align256(kd * sizeof(float)),
                       align256(B * kd * sizeof(float)), align256(B * d.k * sizeof(unsigned)),
-                      align256(d.k * sizeof(double)), align256(B * sizeof(double)),
-                      align256(B * sizeof(unsigned long long)), align256(8 * sizeof(double))};
+                      align256(kd * sizeof(double)), align256(B * sizeof(double)),
+                      align256(B * sizeof(unsigned long long)), align256(8 * sizeof(double)),
+                      align256(kd * sizeof(double)), align256(kd * sizeof(double)),
+                      align256(d.k * sizeof(unsigned long long))};
+    const int nptr = (int)(sizeof sizes / sizeof sizes[0]);
     size_t total = 0;
     for (size_t s : sizes)
         total += s;
@@ -852,8 +968,8 @@ dk_status plan_create(void *device, const dk_kmeans_setup *setup, void **out, dk
         return dk_cuda_fail(msg, e, "allocating the kmeans plan's scratch");
     }
     char *at = (char *)p->scratch;
-    void *ptr[10];
-    for (int j = 0; j < 10; j++) {
+    void *ptr[nptr];
+    for (int j = 0; j < nptr; j++) {
         ptr[j] = at;
         at += sizes[j];
     }
@@ -868,6 +984,9 @@ dk_status plan_create(void *device, const dk_kmeans_setup *setup, void **out, dk
     a.pobj = (double *)ptr[7];
     a.pvalid = (unsigned long long *)ptr[8];
     a.result = (double *)ptr[9];
+    a.corr = (double *)ptr[10];
+    a.corr_old = (double *)ptr[11];
+    a.ccount = (unsigned long long *)ptr[12];
     a.n = (long long)d.n;
     a.sp = (long long)setup->stride_point;
     a.sf = (long long)setup->stride_feature;
