@@ -251,6 +251,19 @@ static dk_status reserve_cells(gb_ocl *g, size_t want, dk_msg *msg)
                    g->dev->name, g->n, cap, largest, (size_t)g->dev->max_alloc);
         return DK_ERR_OUT_OF_MEMORY;
     }
+    /* a CPU device's allocations succeed past its memory and fail later
+     * (or wake the OOM killer): ask for no more than the device has */
+    size_t per_cell = 0;
+    for (int a = 0; a < NCELL_ARRAYS; a++)
+        per_cell += cell_bytes(g, a);
+    cl_ulong device_bytes = 0;
+    clGetDeviceInfo(g->dev->id, CL_DEVICE_GLOBAL_MEM_SIZE, sizeof device_bytes, &device_bytes, NULL);
+    if (device_bytes && (double)cap * (per_cell + 2 * sizeof(cl_int)) > (double)device_bytes) {
+        dk_msg_set(msg, "opencl gbees: the grid outgrew %s at %zu cells: %zu cells need about %.3g GB, "
+                        "the device has %.3g GB",
+                   g->dev->name, g->n, cap, cap * (per_cell + 2 * sizeof(cl_int)) / 1e9, device_bytes / 1e9);
+        return DK_ERR_OUT_OF_MEMORY;
+    }
     cl_mem fresh[NCELL_ARRAYS] = {0}, blocks = NULL;
     dk_status st = DK_OK;
     for (int a = 0; a < NCELL_ARRAYS && st == DK_OK; a++)
