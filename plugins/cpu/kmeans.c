@@ -247,10 +247,115 @@ static void transpose_centroids(kmeans_plan *p, const float *C)
             p->CT[(size_t)f * w + c] = c < k ? C[(size_t)c * d + f] : INFINITY;
 }
 
+/* The contiguity window's label counts, slid along a row: moving one
+ * pixel to the right drops one column of w labels and adds one, instead of
+ * reading all w * w again. The counts include the centre pixel, which
+ * contig_label takes out. */
+typedef struct window_counts {
+    long row, col; /* the pixel the counts are for (row -1: none yet) */
+    int total;     /* labels >= 0 in the window */
+    int count[DK_KMEANS_MAX_K] __attribute__((aligned(32)));
+} window_counts;
+
+static void window_column(const dk_kmeans_desc *d, const int32_t *prev, long row, long col, int delta,
+                          window_counts *w)
+{
+    if (col < 0 || col >= (long)d->cols)
+        return;
+    const long r = d->window / 2;
+    for (long y = row - r; y <= row + r; y++) {
+        if (y < 0 || y >= (long)d->rows)
+            continue;
+        int32_t l = prev[(size_t)y * d->cols + (size_t)col];
+        if (l >= 0) {
+            w->count[l] += delta;
+            w->total += delta;
+        }
+    }
+}
+
+/* Moves the counts to pixel i: along the row by dropping and adding the
+ * columns between (2 per pixel moved), or afresh (w columns) on a new row or
+ * after a gap of masked pixels wider than half the window. */
+static void window_move(const dk_kmeans_desc *d, const int32_t *prev, size_t i, window_counts *w)
+{
+    const long r = d->window / 2, row = (long)(i / d->cols), col = (long)(i % d->cols);
+    const long gap = col - w->col;
+    if (w->row == row && gap > 0 && 2 * gap <= d->window) {
+        for (long c = w->col - r; c < col - r; c++)
+            window_column(d, prev, row, c, -1, w);
+        for (long c = w->col + r + 1; c <= col + r; c++)
+            window_column(d, prev, row, c, +1, w);
+    } else {
+        memset(w->count, 0, sizeof w->count);
+        w->total = 0;
+        for (long c = col - r; c <= col + r; c++)
+            window_column(d, prev, row, c, +1, w);
+    }
+    w->row = row;
+    w->col = col;
+}
+
+#ifdef KM_AVX2
+/* The least contiguity cost of a pixel from its distances (dist, kv vectors,
+ * as distances() leaves them), the window counts and its own previous label
+ * lc: the reference's cost, operation for operation (separate multiplies and
+ * adds, an IEEE divide), 8 centroids per vector; padding lanes get +inf. */
+__attribute__((target("avx2"))) static int contig_label_avx2(const float *dist, const window_counts *w,
+                                                             int32_t lc, int k, int kv, float lambda,
+                                                             float inv_d)
+{
+    float cost[DK_KMEANS_MAX_K] __attribute__((aligned(32)));
+    const int m = w->total - (lc >= 0);
+    const __m256 vl = _mm256_set1_ps(lambda), vid = _mm256_set1_ps(inv_d),
+                 vol = _mm256_set1_ps(1.0f - lambda), vm = _mm256_set1_ps((float)m),
+                 inf = _mm256_set1_ps(INFINITY);
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), vlc = _mm256_set1_epi32(lc),
+                  vk = _mm256_set1_epi32(k), vmi = _mm256_set1_epi32(m);
+    for (int j = 0; j < kv; j++) {
+        const __m256i idx = _mm256_add_epi32(_mm256_set1_epi32(8 * j), lane);
+        /* same = count - (c == lc); cmpeq gives -1 where equal */
+        __m256i same = _mm256_load_si256((const __m256i *)(w->count + 8 * j));
+        same = _mm256_add_epi32(same, _mm256_cmpeq_epi32(idx, vlc));
+        const __m256 frac = m ? _mm256_div_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(vmi, same)), vm)
+                              : _mm256_setzero_ps();
+        __m256 c = _mm256_add_ps(_mm256_mul_ps(vl, _mm256_mul_ps(_mm256_load_ps(dist + 8 * j), vid)),
+                                 _mm256_mul_ps(vol, frac));
+        c = _mm256_blendv_ps(inf, c, _mm256_castsi256_ps(_mm256_cmpgt_epi32(vk, idx)));
+        _mm256_store_ps(cost + 8 * j, c);
+    }
+    return first_min(cost, kv);
+}
+#endif
+
+#ifdef KM_AVX2
+/* Contiguity labels of the live (0, 1 or 2) unmasked pixels i + at[j]
+ * (features xs[j]). */
+__attribute__((target("avx2"))) static void contig_labels_avx2(const kmeans_plan *p, const float *const *xs,
+                                                               int live, const size_t *at, const int32_t *prev,
+                                                               size_t i, int32_t *out, window_counts *win)
+{
+    const dk_kmeans_desc *d = &p->s.desc;
+    float dist[2][DK_KMEANS_MAX_K] __attribute__((aligned(32)));
+    if (live == 2)
+        distances(xs, 2, d->d, p->CT, p->kv, dist);
+    else if (live == 1)
+        distances(xs, 1, d->d, p->CT, p->kv, dist);
+    const float lambda = (float)d->lambda, inv_d = 1.0f / (float)d->d;
+    for (int j = 0; j < live; j++) {
+        const size_t at_i = i + at[j];
+        window_move(d, prev, at_i, win);
+        out[at[j]] = contig_label_avx2(dist[j], win, prev[at_i], d->k, p->kv, lambda, inv_d);
+    }
+}
+#endif
+
 /* Labels of the m (1 or 2) points from i: -1 where masked, the contiguity
- * cost with prev, else the plain distance on the fastest path. */
+ * cost with prev, else the plain distance on the fastest path. With prev on
+ * the vector path, win holds the calling thread's sliding window counts. */
 static inline void assign_points(const kmeans_plan *p, const float *X, const uint8_t *mask,
-                                 const int32_t *prev, const float *C, size_t i, int m, int32_t *out)
+                                 const int32_t *prev, const float *C, size_t i, int m, int32_t *out,
+                                 window_counts *win)
 {
     const dk_kmeans_desc *d = &p->s.desc;
     float x[2][DK_KMEANS_MAX_D];
@@ -261,7 +366,7 @@ static inline void assign_points(const kmeans_plan *p, const float *X, const uin
         out[q] = -1;
         if (mask && !mask[i + q])
             continue;
-        if (prev || !p->vector) {
+        if (!p->vector || (prev && !win)) {
             out[q] = best_label(p, X, prev, i + q, C);
             continue;
         }
@@ -275,6 +380,10 @@ static inline void assign_points(const kmeans_plan *p, const float *X, const uin
         at[live++] = (size_t)q;
     }
 #ifdef KM_AVX2
+    if (prev && win) {
+        contig_labels_avx2(p, xs, live, at, prev, i, out, win);
+        return;
+    }
     if (live) {
         int l[2];
         best_labels_avx2(xs, live, d->d, p->CT, p->kv, l);
@@ -303,7 +412,7 @@ static dk_status execute(void *handle, const void *points, const void *mask_, co
     if (prev) {
 #pragma omp parallel for schedule(static) num_threads(T)
         for (size_t i = 0; i < n; i += 2)
-            assign_points(p, X, mask, NULL, C, i, i + 1 < n ? 2 : 1, prev + i);
+            assign_points(p, X, mask, NULL, C, i, i + 1 < n ? 2 : 1, prev + i, NULL);
     }
     double assign_s = 0, update_s = 0, move = 0;
     int it = 0;
@@ -318,11 +427,13 @@ static dk_status execute(void *handle, const void *points, const void *mask_, co
 #endif
             double *part = p->partial + (size_t)t * k * stride;
             memset(part, 0, (size_t)k * stride * sizeof *part);
+            window_counts win = {.row = -1};
+            window_counts *w = prev && p->vector ? &win : NULL;
 #pragma omp for schedule(static)
             for (size_t i = 0; i < n; i += 2) {
                 const int m = i + 1 < n ? 2 : 1;
                 int32_t l[2];
-                assign_points(p, X, mask, prev, C, i, m, l);
+                assign_points(p, X, mask, prev, C, i, m, l, w);
                 for (int q = 0; q < m; q++) {
                     labels[i + q] = l[q];
                     if (l[q] < 0)
