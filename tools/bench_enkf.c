@@ -44,7 +44,21 @@ static double bytes(int i)
     return 8.0 * (n * L_ + n * M_) + 16.0 * DENSITY * n * M_;
 }
 
-static const char *const *schemes(const dk_context *ctx) { return dk_enkf_schemes(ctx); }
+/* DAKIT_BENCH_ENKF_SCHEMES=fft,banded times only those of the backend's
+ * schemes (a tiled run at N = 10^6 takes seconds). */
+static const char *const *schemes(const dk_context *ctx)
+{
+    static const char *kept[8];
+    const char *const *all = dk_enkf_schemes(ctx), *only = getenv("DAKIT_BENCH_ENKF_SCHEMES");
+    if (!only || !*only)
+        return all;
+    int n = 0;
+    for (const char *const *v = all; v && *v && n < 7; v++)
+        if (cli_in_list(only, *v))
+            kept[n++] = *v;
+    kept[n] = NULL;
+    return kept;
+}
 
 static void teardown(void *p)
 {
@@ -107,10 +121,12 @@ fail:
     return NULL;
 }
 
+/* DAKIT_BENCH_ENKF_NO_HPHT=1 times PHT alone (HPHT's share of a case). */
 static dk_status run(void *p)
 {
     state *s = p;
-    return dk_enkf_cov(s->plan, s->e, s->pht, s->hpht);
+    const char *no_hpht = getenv("DAKIT_BENCH_ENKF_NO_HPHT");
+    return dk_enkf_cov(s->plan, s->e, s->pht, no_hpht && *no_hpht && *no_hpht != '0' ? NULL : s->hpht);
 }
 
 const bench_suite bench_enkf = {

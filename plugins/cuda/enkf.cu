@@ -5,6 +5,12 @@
  * with the reference to the rounding of their storage.
  *
  *   G[t*L + l] = H_t e[k_t, l]  (k_weigh) is what every scheme sums.
+ *   1-D C and L <= 16, tiled and banded: k_mma, the same sum on the float64
+ *           tensor cores (16 nonzeros x 8 points x 4 members per mma), c
+ *           staged as a window in shared memory (the tile's reach, or
+ *           segments of the state with partial sums for a wide C), the
+ *           nonzeros staged by a pipeline of asynchronous copies. The
+ *           vector kernels below take 2-D C and larger L.
  *   tiled   k_direct over every nonzero of row j: the seed's fused kernel,
  *           C read from its first row (or the 2-D table), H in CSR, each
  *           block a tile of state points x one observation, G staged in
@@ -20,7 +26,7 @@
  *           chunks of whole observations sized to a memory budget), cuFFT
  *           D2Z, times C's spectrum, Z2D, and a gather that multiplies by
  *           e_l and sums over l. 1-D and 2-D (block Toeplitz) alike.
- *   HPHT    k_hpht, one block per observation row.
+ *   HPHT    k_hpht_partial over segments of each row of H, then k_hpht_sum.
  *   analysis: inflate, cov into work arrays, innovations, cuSOLVER potrf +
  *           potrs for (HPHT + R) Z = D, cuBLAS dgemm for X += PHT Z. */
 #include <math.h>
@@ -81,6 +87,9 @@ struct Plan {
     /* banded: each tile's range of nonzeros in each row (NULL: bisect) */
     int *range_lo, *range_hi;
     int band_fast; /* 1-D banded with a short support: k_band */
+    /* tiled and banded with 1-D C on the tensor cores: k_mma */
+    int mma, mma_rx, mma_seg_len, mma_wcap, mma_nseg;
+    double *mma_partial;
     /* analysis */
     cusolverDnHandle_t solver;
     cublasHandle_t blas;
@@ -410,6 +419,323 @@ __global__ void __launch_bounds__(BAND_THREADS) k_band(BandArgs a)
     }
 }
 
+/* ---- 1-D C on the float64 tensor cores (DMMA, mma.sync m16n8k4) ----
+ *
+ * For a chunk of 16 nonzeros t of one row j and 8 state points i, one
+ * m16n8k4 product per 4 members gives D[t][i] = sum_l G[t][l] e[i][l]
+ * (G = H_t e[k_t], formed while staging, the members padded to 4 KS with
+ * zeros); the epilogue adds c[|i - k_t|] D[t][i] into the thread's sums,
+ * and at the end of the row the 8 lanes that share an i add theirs. So
+ * each (point, nonzero) pair costs 4 KS tensor FMAs and one vector FMA
+ * instead of L vector FMAs, and one shared load of c.
+ *
+ * A block takes MMA_TILE consecutive points and every row; its nonzeros
+ * are those within C's reach (rx) of the tile and, for a wide C, within
+ * one segment of the state (blockIdx.y), so that c's window (signed,
+ * zero-padded: cs[x], x = (i - i0) + (khi - k)) fits in shared memory.
+ * With several segments each writes its own partial PHT, summed in a
+ * fixed order by k_mma_sum. Each row's nonzeros are staged in chunks of 16
+ * (the last one padded with zero weights), so a chunk never spans rows. */
+const int MMA_WARPS = 4;
+const int MMA_THREADS = MMA_WARPS * 32;
+const int MMA_NT = 4;                          /* n-tiles of 8 points per warp */
+const int MMA_TILE = MMA_WARPS * MMA_NT * 8;   /* points per block */
+const int MMA_CAPC = MMA_THREADS / 16;         /* chunks per batch: one nonzero slot per thread */
+const int MMA_CAP = MMA_CAPC * 16;
+const int MMA_ROWS = 32;                       /* observation rows per group */
+const int MMA_WMAX = 2048;                     /* entries of c's window (64 KiB, both copies) */
+const int MMA_MAX_KS = 4;                      /* L <= 16 */
+
+struct MmaArgs {
+    const double *e, *values, *loc;
+    const int *indptr, *indices;
+    const int *range_lo, *range_hi; /* per (segment, tile, row); NULL: bisect */
+    double *out; /* pht, or partial[seg][i][j] with several segments */
+    int N, L, M, rx, seg_len, wcap; /* seg_len 0: one segment, the tile's reach */
+    double inv_lm1;
+};
+
+/* Staged anomaly rows hold the pair (t, t+8) of a chunk side by side, one
+ * 16-byte entry per member; the row stride is 4 KS entries rounded to 4
+ * mod 8, so the 8 lanes of a 16-byte load phase (two rows, four members)
+ * hit 8 different bank groups. */
+__host__ __device__ constexpr int mma_gstride(int ks) { return (ks & 1) ? 4 * ks : 4 * ks + 4; }
+/* entries of each copy of c's window: odd, so the second copy starts on an
+ * odd 16-byte slot */
+__host__ __device__ inline int mma_wpad(int wcap) { return wcap | 1; }
+
+size_t mma_shared(int ks, int wcap)
+{
+    return 2 * (size_t)mma_wpad(wcap) * 16 + 2 * (size_t)(MMA_CAP / 2) * mma_gstride(ks) * 16 +
+           3 * (size_t)MMA_CAP * 16 + 3 * (size_t)MMA_CAPC * 16 + (size_t)(3 * MMA_ROWS + 1) * 4;
+}
+
+/* D (16 x 8) += A (16 x 4) B (4 x 8) across the warp, in mma.m16n8k4's
+ * fragment layout: lane (g, q) = (lane / 4, lane % 4) holds A[g][q],
+ * A[g+8][q], B[q][g] and D[g][2q], D[g][2q+1], D[g+8][2q], D[g+8][2q+1].
+ * On the A100 (-Dnvcc_arch=80) two m8n8k4 products give the same layout. */
+__device__ __forceinline__ void dmma(double (&d)[4], const double (&a)[2], double b)
+{
+#if __CUDA_ARCH__ >= 900
+    asm("mma.sync.aligned.m16n8k4.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+        : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
+        : "d"(a[0]), "d"(a[1]), "d"(b));
+#else /* sm_80 (the plugin needs cp.async, so nothing older) */
+    asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
+        : "+d"(d[0]), "+d"(d[1])
+        : "d"(a[0]), "d"(b));
+    asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
+        : "+d"(d[2]), "+d"(d[3])
+        : "d"(a[1]), "d"(b));
+#endif
+}
+
+__device__ __forceinline__ void cp_async8(void *dst, const void *src)
+{
+    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(d), "l"(src) : "memory");
+}
+
+__device__ __forceinline__ void cp_async4(void *dst, const void *src)
+{
+    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+/* The 8 lanes of a column group (lanes q, q+4, ..., q+28) hold partial
+ * sums of the same 8 points; a butterfly over them leaves lane g with the
+ * whole sum of point g (7 shuffles, not 24), so the row is written by one
+ * store of 32 lanes. Clears the sums. */
+__device__ __forceinline__ void mma_flush(double (&o)[MMA_NT][2], const MmaArgs &a, int seg, int ibase, int j, int lane)
+{
+    const int g = lane >> 2;
+    const bool h2 = g & 4, h1 = g & 2, h0 = g & 1;
+    double v4[4], v2[2];
+#pragma unroll
+    for (int m = 0; m < 4; m++) {
+        double lo = o[m >> 1][m & 1], hi = o[2 + (m >> 1)][m & 1]; /* values m and m + 4 */
+        double other = __shfl_xor_sync(0xffffffffu, h2 ? lo : hi, 16);
+        v4[m] = (h2 ? hi : lo) + other;
+    }
+#pragma unroll
+    for (int m = 0; m < 2; m++) {
+        double other = __shfl_xor_sync(0xffffffffu, h1 ? v4[m] : v4[m + 2], 8);
+        v2[m] = (h1 ? v4[m + 2] : v4[m]) + other;
+    }
+    double other = __shfl_xor_sync(0xffffffffu, h0 ? v2[0] : v2[1], 4);
+    double v = (h0 ? v2[1] : v2[0]) + other;
+    int i = ibase + 8 * (g >> 1) + 2 * (lane & 3) + (g & 1);
+    if (i < a.N)
+        a.out[((size_t)seg * a.N + i) * a.M + j] = v * a.inv_lm1;
+#pragma unroll
+    for (int n = 0; n < MMA_NT; n++)
+        o[n][0] = o[n][1] = 0.0;
+}
+
+/* The staging is a three-step pipeline of asynchronous copies, one nonzero
+ * slot per thread: columns and weights of batch b+2 and the anomaly rows
+ * of batch b+1 (whose columns arrived one step earlier) are in flight
+ * while batch b is multiplied, so no global latency sits between barriers.
+ * c's window is held twice as pairs (c[x], c[x+1]), the second copy one
+ * 16-byte slot off, and each lane reads the copy that puts its pair on a
+ * slot of its row's parity: the two rows of a load phase then never share
+ * a bank, whatever their columns. */
+template <int KS>
+__global__ void __launch_bounds__(MMA_THREADS, 4) k_mma(MmaArgs a)
+{
+    constexpr int GS = mma_gstride(KS);
+    extern __shared__ double2 smem2[];
+    const int wpad = mma_wpad(a.wcap);
+    double2 *cp0 = smem2, *cp1 = smem2 + wpad, *er = smem2 + 2 * wpad;
+    double2 *kv = er + 2 * (MMA_CAP / 2) * GS; /* (weight, column in the low word) */
+    int4 *cinfo = (int4 *)(kv + 3 * MMA_CAP);  /* (row, first column, last column) */
+    int *rlo = (int *)(cinfo + 3 * MMA_CAPC), *rhi = rlo + MMA_ROWS, *rfirst = rhi + MMA_ROWS;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
+    const int tile = blockIdx.x, i0 = tile * MMA_TILE, seg = blockIdx.y;
+    int klo = i0 - a.rx, khi = i0 + MMA_TILE - 1 + a.rx;
+    if (a.seg_len) {
+        klo = max(klo, seg * a.seg_len);
+        khi = min(khi, seg * a.seg_len + a.seg_len - 1);
+    }
+    klo = max(klo, 0);
+    khi = min(khi, a.N - 1);
+    if (khi < klo) { /* no column of this segment within reach: zeros */
+        for (int u = tid; u < MMA_TILE * a.M; u += MMA_THREADS) {
+            int i = i0 + u / a.M;
+            if (i < a.N)
+                a.out[((size_t)seg * a.N + i) * a.M + u % a.M] = 0.0;
+        }
+        return;
+    }
+    const int win = MMA_TILE + khi - klo;
+    for (int x = tid; x < win; x += MMA_THREADS) {
+        int d0 = x + i0 - khi, d1 = d0 + 1;
+        d0 = d0 < 0 ? -d0 : d0;
+        d1 = d1 < 0 ? -d1 : d1;
+        double2 v = make_double2(d0 <= a.rx ? a.loc[d0] : 0.0, d1 <= a.rx ? a.loc[d1] : 0.0);
+        cp0[x] = v;
+        cp1[x] = v;
+    }
+    const int ibase = i0 + warp * 32;
+    const int wklo = ibase - a.rx, wkhi = ibase + 31 + a.rx; /* columns within this warp's reach */
+    double b[MMA_NT][KS];
+#pragma unroll
+    for (int n = 0; n < MMA_NT; n++)
+#pragma unroll
+        for (int s = 0; s < KS; s++) {
+            int i = ibase + 8 * n + g, l = 4 * s + q;
+            b[n][s] = (i < a.N && l < a.L) ? a.e[(size_t)i * a.L + l] : 0.0;
+        }
+    double o[MMA_NT][2];
+#pragma unroll
+    for (int n = 0; n < MMA_NT; n++)
+        o[n][0] = o[n][1] = 0.0;
+    const size_t range_at = ((size_t)seg * gridDim.x + tile) * a.M;
+    for (int j0 = 0; j0 < a.M; j0 += MMA_ROWS) {
+        const int nr = min(MMA_ROWS, a.M - j0);
+        __syncthreads();
+        if (a.range_lo) {
+            if (tid < nr)
+                rlo[tid] = a.range_lo[range_at + j0 + tid];
+            else if (tid >= 64 && tid - 64 < nr)
+                rhi[tid - 64] = a.range_hi[range_at + j0 + tid - 64];
+        } else {
+            if (tid < nr)
+                rlo[tid] = lower_bound32(a.indices, a.indptr[j0 + tid], a.indptr[j0 + tid + 1], klo);
+            else if (tid >= 64 && tid - 64 < nr)
+                rhi[tid - 64] = lower_bound32(a.indices, a.indptr[j0 + tid - 64], a.indptr[j0 + tid - 63], khi + 1);
+        }
+        __syncthreads();
+        if (warp == 0) { /* chunks per row (at least one: every row is written), scanned */
+            int count = lane < nr ? max(1, (rhi[lane] - rlo[lane] + 15) >> 4) : 0, incl = count;
+#pragma unroll
+            for (int d = 1; d < 32; d <<= 1) {
+                int v = __shfl_up_sync(0xffffffffu, incl, d);
+                if (lane >= d)
+                    incl += v;
+            }
+            if (lane < nr)
+                rfirst[lane] = incl - count;
+            if (lane == nr - 1)
+                rfirst[nr] = incl;
+        }
+        __syncthreads();
+        const int total = rfirst[nr], batches = (total + MMA_CAPC - 1) / MMA_CAPC;
+        /* step 1 of batch bb: this thread's slot's column and weight */
+        auto stage_columns = [&](int bb) {
+            int st = bb % 3, c = bb * MMA_CAPC + (tid >> 4);
+            if (c >= total)
+                return;
+            int r = 0;
+#pragma unroll
+            for (int step = MMA_ROWS / 2; step; step >>= 1)
+                if (r + step < nr && rfirst[r + step] <= c)
+                    r += step;
+            int t = rlo[r] + ((c - rfirst[r]) << 4) + (tid & 15);
+            double2 *slot = kv + st * MMA_CAP + tid;
+            int *kd = (int *)&slot->y;
+            if (t < rhi[r]) {
+                cp_async4(kd, a.indices + t);
+                cp_async8(&slot->x, a.values + t);
+            } else {
+                /* padding: the row's last column (chunks stay sorted), weight 0 */
+                if (rhi[r] > rlo[r])
+                    cp_async4(kd, a.indices + rhi[r] - 1);
+                else
+                    *kd = klo;
+                slot->x = 0.0;
+            }
+            if ((tid & 15) == 0)
+                cinfo[st * MMA_CAPC + (tid >> 4)].x = r;
+        };
+        /* step 2: the anomaly row of the slot's column */
+        auto stage_rows = [&](int bb) {
+            int st = bb % 3, c = tid >> 4, u = tid & 15;
+            if (bb * MMA_CAPC + c >= total)
+                return;
+            int k = __double2loint(kv[st * MMA_CAP + tid].y);
+            if (u == 0) {
+                cinfo[st * MMA_CAPC + c].y = k;
+                cinfo[st * MMA_CAPC + c].z = __double2loint(kv[st * MMA_CAP + tid + 15].y);
+            }
+            const double *src = a.e + (size_t)k * a.L;
+            double *dst = (double *)(er + ((bb & 1) * (MMA_CAP / 2) + c * 8 + (u & 7)) * GS) + (u >> 3);
+            for (int l = 0; l < a.L; l++)
+                cp_async8(dst + 2 * l, src + l);
+        };
+        stage_columns(0);
+        cp_async_wait_all();
+        __syncthreads();
+        int cur = -1;
+        for (int bb = 0; bb < batches; bb++) {
+            if (bb == 0) {
+                stage_rows(0);
+                if (batches > 1)
+                    stage_columns(1);
+            }
+            cp_async_wait_all();
+            __syncthreads();
+            if (bb + 1 < batches)
+                stage_rows(bb + 1);
+            if (bb + 2 < batches)
+                stage_columns(bb + 2);
+            const int nc = min(MMA_CAPC, total - bb * MMA_CAPC);
+            const double2 *ers = er + (bb & 1) * (MMA_CAP / 2) * GS, *kvs = kv + (bb % 3) * MMA_CAP;
+            const int4 *cis = cinfo + (bb % 3) * MMA_CAPC;
+            for (int c = 0; c < nc; c++) {
+                const int4 ci = cis[c];
+                if (ci.x != cur) {
+                    if (cur >= 0)
+                        mma_flush(o, a, seg, ibase, j0 + cur, lane);
+                    cur = ci.x;
+                }
+                if (ci.z < wklo || ci.y > wkhi)
+                    continue;
+                const double2 kv0 = kvs[c * 16 + g], kv8 = kvs[c * 16 + g + 8];
+                const double2 *ep = ers + (c * 8 + g) * GS;
+                double af[KS][2];
+#pragma unroll
+                for (int s = 0; s < KS; s++) {
+                    double2 ev = ep[4 * s + q];
+                    bool in = 4 * s + q < a.L; /* members past L are not staged */
+                    af[s][0] = in ? kv0.x * ev.x : 0.0;
+                    af[s][1] = in ? kv8.x * ev.y : 0.0;
+                }
+                const int x0 = khi - __double2loint(kv0.y) + warp * 32 + 2 * q;
+                const int x8 = khi - __double2loint(kv8.y) + warp * 32 + 2 * q;
+                const double2 *c0 = (((x0 ^ g) & 1) ? cp1 : cp0) + x0;
+                const double2 *c8 = (((x8 ^ g) & 1) ? cp1 : cp0) + x8;
+#pragma unroll
+                for (int n = 0; n < MMA_NT; n++) {
+                    double d[4] = {0.0, 0.0, 0.0, 0.0};
+#pragma unroll
+                    for (int s = 0; s < KS; s++)
+                        dmma(d, af[s], b[n][s]);
+                    const double2 w0 = c0[8 * n], w8 = c8[8 * n];
+                    o[n][0] = fma(w0.x, d[0], fma(w8.x, d[2], o[n][0]));
+                    o[n][1] = fma(w0.y, d[1], fma(w8.y, d[3], o[n][1]));
+                }
+            }
+            __syncthreads();
+        }
+        if (cur >= 0)
+            mma_flush(o, a, seg, ibase, j0 + cur, lane);
+    }
+}
+
+/* pht[i, j] = the segments' partial sums, added in segment order. */
+__global__ void k_mma_sum(const double *partial, double *pht, long long NM, int nseg)
+{
+    for (long long q = blockIdx.x * (long long)blockDim.x + threadIdx.x; q < NM; q += (long long)gridDim.x * blockDim.x) {
+        double v = 0.0;
+        for (int s = 0; s < nseg; s++)
+            v += partial[s * NM + q];
+        pht[q] = v;
+    }
+}
+
 /* Vector v = (j - j0)*L + l of the chunk gets e_l o h_j in the embedding:
  * the real part of signal v/2 when v is even, the imaginary part when odd.
  * C's spectrum is real, so both parts go through the transforms unmixed.
@@ -551,7 +877,7 @@ void plan_free(Plan *p)
     if (cudaSetDevice(p->dev->ordinal) == cudaSuccess) {
         void *ptrs[] = {p->loc,    p->indptr, p->indices,  p->row_of, p->values, p->G,    p->e64,
                         p->pht64,  p->hpht64, p->x64,      p->spectrum, p->buf, p->partial, p->A,
-                        p->D,      p->d_host_copy, p->r_dev, p->work,  p->info, p->range_lo, p->range_hi};
+                        p->D,      p->d_host_copy, p->r_dev, p->work,  p->info, p->range_lo, p->range_hi, p->mma_partial};
         for (void *q : ptrs)
             if (q)
                 cudaFree(q);
@@ -630,6 +956,24 @@ dk_status make_fft(Plan *p, dk_msg *msg)
         p->P1 = fft_size(2 * (long long)s->desc.ny - 1);
     } else {
         p->P0 = fft_size(2 * p->N - 1);
+        /* tuning: a larger embedding that cuFFT may split into fewer passes
+         * (a size; "pow2", the next power of two; "p2", the smallest 2^a r
+         * with r in 1, 3, 5, 7, 9, 25 and 2^a >= 256) */
+        const char *size = getenv("DAKIT_ENKF_CUDA_FFT_SIZE");
+        if (size && (!strcmp(size, "pow2") || !strcmp(size, "p2"))) {
+            long long best = 0;
+            for (long long r : {1, 3, 5, 7, 9, 25}) {
+                if (r > 1 && !strcmp(size, "pow2"))
+                    break;
+                long long m = 256 * r;
+                while (m < 2 * p->N - 1)
+                    m *= 2;
+                if (!best || m < best)
+                    best = m;
+            }
+            p->P0 = best;
+        } else if (size && atoll(size) >= 2 * p->N - 1 && atoll(size) <= 4 * p->N)
+            p->P0 = atoll(size);
         p->P1 = 1;
     }
     p->P = p->P0 * p->P1;
@@ -638,7 +982,11 @@ dk_status make_fft(Plan *p, dk_msg *msg)
         return DK_ERR_INVALID_ARGUMENT;
     }
     /* whole observations per chunk, within the budget (8 P bytes a vector) */
-    p->rows_per_chunk = (long long)(FFT_BUDGET / (size_t)(8 * p->P)) / p->L;
+    size_t budget = FFT_BUDGET;
+    const char *mb = getenv("DAKIT_ENKF_CUDA_FFT_BUDGET_MB"); /* tuning: chunk size (L2-sized chunks) */
+    if (mb && atoll(mb) >= 1 && atoll(mb) <= 4096)
+        budget = (size_t)atoll(mb) << 20;
+    p->rows_per_chunk = (long long)(budget / (size_t)(8 * p->P)) / p->L;
     if (p->rows_per_chunk < 1)
         p->rows_per_chunk = 1;
     if (p->rows_per_chunk > p->M)
@@ -761,6 +1109,89 @@ dk_status plan_fill(Plan *p, dk_msg *msg)
     return st;
 }
 
+/* Each (segment, tile, row)'s nonzeros within reach, as k_mma computes its
+ * column range [klo, khi], so the kernel reads them instead of bisecting. */
+dk_status mma_ranges(Plan *p, dk_msg *msg)
+{
+    const dk_enkf_setup *s = p->s;
+    long long tiles = (p->N + MMA_TILE - 1) / MMA_TILE, count = p->mma_nseg * tiles * p->M;
+    if (count > (1ll << 26))
+        return DK_OK; /* too many to keep: the kernel bisects */
+    int *lo = (int *)malloc((size_t)count * sizeof(int)), *hi = (int *)malloc((size_t)count * sizeof(int));
+    if (!lo || !hi) {
+        free(lo), free(hi);
+        dk_msg_set(msg, "cuda enkf: out of host memory");
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    auto bound = [&](long long j, long long key) {
+        int64_t b = s->indptr[j], e = s->indptr[j + 1];
+        while (b < e) {
+            int64_t mid = b + (e - b) / 2;
+            if (s->indices[mid] < key)
+                b = mid + 1;
+            else
+                e = mid;
+        }
+        return (int)b;
+    };
+    long long at = 0;
+    for (long long seg = 0; seg < p->mma_nseg; seg++)
+        for (long long tile = 0; tile < tiles; tile++) {
+            long long i0 = tile * MMA_TILE, klo = i0 - p->mma_rx, khi = i0 + MMA_TILE - 1 + p->mma_rx;
+            if (p->mma_seg_len) {
+                klo = max(klo, seg * p->mma_seg_len);
+                khi = min(khi, seg * p->mma_seg_len + p->mma_seg_len - 1);
+            }
+            klo = max(klo, 0ll);
+            khi = min(khi, p->N - 1);
+            for (long long j = 0; j < p->M; j++, at++) {
+                lo[at] = bound(j, klo);
+                hi[at] = khi < klo ? lo[at] : bound(j, khi + 1);
+            }
+        }
+    dk_status st = upload(&p->range_lo, lo, (size_t)count, "copying the nonzero ranges", msg);
+    if (st == DK_OK)
+        st = upload(&p->range_hi, hi, (size_t)count, "copying the nonzero ranges", msg);
+    free(lo), free(hi);
+    return st;
+}
+
+/* k_mma takes tiled and banded with 1-D C and L <= 16 (DAKIT_ENKF_CUDA_SIMT=1
+ * keeps the vector kernels, for comparison): c's window is the tile's reach
+ * when it fits in shared memory, else segments of the state with partial
+ * sums (at most 1 GiB of them; beyond, the vector kernels). */
+dk_status plan_mma(Plan *p, dk_msg *msg)
+{
+    const dk_enkf_setup *s = p->s;
+    const char *simt = getenv("DAKIT_ENKF_CUDA_SIMT");
+    if (p->two_d || p->L > 4 * MMA_MAX_KS || 2 * p->N + 4 * MMA_TILE >= INT32_MAX || (simt && *simt && *simt != '0') ||
+        (s->scheme != DK_ENKF_TILED && s->scheme != DK_ENKF_BANDED))
+        return DK_OK;
+    long long rx = s->scheme == DK_ENKF_TILED ? p->N - 1 : min(p->rx, p->N - 1);
+    long long seg_len = 0, wcap = 2 * MMA_TILE + 2 * rx, nseg = 1, wmax = MMA_WMAX;
+    const char *w = getenv("DAKIT_ENKF_CUDA_MMA_WMAX"); /* tuning: c's window, 1024 to 4096 entries */
+    if (w && atoll(w) >= 1024 && atoll(w) <= 4096)
+        wmax = atoll(w);
+    if (wcap > wmax) {
+        seg_len = wmax - MMA_TILE;
+        wcap = wmax;
+        nseg = (p->N + seg_len - 1) / seg_len;
+        if ((double)nseg * (double)p->N * (double)p->M * 8.0 > (double)(1ll << 30))
+            return DK_OK;
+    }
+    p->mma = 1;
+    p->mma_rx = (int)rx;
+    p->mma_seg_len = (int)seg_len;
+    p->mma_wcap = (int)wcap;
+    p->mma_nseg = (int)nseg;
+    if (nseg > 1) {
+        dk_status st = ensure(&p->mma_partial, nseg * p->N * p->M, "allocating the partial sums", msg);
+        if (st != DK_OK)
+            return st;
+    }
+    return mma_ranges(p, msg);
+}
+
 dk_status plan_create(void *device, const dk_enkf_setup *s, void **plan, dk_msg *msg)
 {
     dk_cuda_device *dev = (dk_cuda_device *)device;
@@ -795,7 +1226,9 @@ dk_status plan_create(void *device, const dk_enkf_setup *s, void **plan, dk_msg 
         st = make_fft(p, msg);
     p->band_fast = s->scheme == DK_ENKF_BANDED && !p->two_d && p->rx + 32 * BAND_R - 1 <= BAND_MAX_W &&
                    p->N + BAND_TILE + BAND_MAX_W < INT32_MAX;
-    if (st == DK_OK && s->scheme == DK_ENKF_BANDED)
+    if (st == DK_OK)
+        st = plan_mma(p, msg);
+    if (st == DK_OK && s->scheme == DK_ENKF_BANDED && !p->mma)
         st = make_ranges(p, p->band_fast ? BAND_TILE : DIRECT_TILE, msg);
     if (st != DK_OK) {
         plan_free(p);
@@ -806,6 +1239,38 @@ dk_status plan_create(void *device, const dk_enkf_setup *s, void **plan, dk_msg 
 }
 
 void plan_destroy(void *plan) { plan_free((Plan *)plan); }
+
+template <int KS>
+cudaError_t launch_mma(const MmaArgs &a, unsigned tiles, unsigned nseg, size_t shared, cudaStream_t stream)
+{
+    cudaError_t e = cudaFuncSetAttribute(k_mma<KS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    if (e != cudaSuccess)
+        return e;
+    k_mma<KS><<<dim3(tiles, nseg), MMA_THREADS, shared, stream>>>(a);
+    return cudaGetLastError();
+}
+
+cudaError_t mma_cov(const Plan *p, const double *e, double *pht)
+{
+    MmaArgs a = {e, p->values, p->loc, p->indptr, p->indices, p->range_lo, p->range_hi,
+                 p->mma_nseg > 1 ? p->mma_partial : pht, (int)p->N, (int)p->L, (int)p->M, p->mma_rx,
+                 p->mma_seg_len, p->mma_wcap, 1.0 / (double)(p->L - 1)};
+    unsigned tiles = (unsigned)((p->N + MMA_TILE - 1) / MMA_TILE), nseg = (unsigned)p->mma_nseg;
+    int ks = (int)((p->L + 3) / 4);
+    size_t shared = mma_shared(ks, p->mma_wcap);
+    cudaStream_t st = p->dev->stream;
+    cudaError_t e2;
+    switch (ks) {
+    case 1: e2 = launch_mma<1>(a, tiles, nseg, shared, st); break;
+    case 2: e2 = launch_mma<2>(a, tiles, nseg, shared, st); break;
+    case 3: e2 = launch_mma<3>(a, tiles, nseg, shared, st); break;
+    default: e2 = launch_mma<4>(a, tiles, nseg, shared, st); break;
+    }
+    if (e2 != cudaSuccess || nseg == 1)
+        return e2;
+    k_mma_sum<<<blocks_for(p->N * p->M, THREADS), THREADS, 0, st>>>(p->mma_partial, pht, p->N * p->M, (int)nseg);
+    return cudaGetLastError();
+}
 
 template <int LB>
 cudaError_t launch_direct(const DirectArgs &a, cudaStream_t stream)
@@ -905,7 +1370,8 @@ dk_status fft_cov(Plan *p, const double *e, double *pht, dk_msg *msg)
 dk_status cov64(Plan *p, const double *e, double *pht, double *hpht, dk_msg *msg)
 {
     cudaStream_t st = p->dev->stream;
-    int fused = p->s->scheme == DK_ENKF_BANDED && p->band_fast; /* k_band weighs as it stages */
+    /* k_band and k_mma weigh as they stage */
+    int fused = (p->s->scheme == DK_ENKF_BANDED && p->band_fast) || p->mma;
     if (p->nnz > 0 && !fused) {
         k_weigh<<<blocks_for(p->nnz * p->L, THREADS), THREADS, 0, st>>>(e, p->indices, p->values, p->G, p->nnz, p->L);
         CUDA_TRY(cudaGetLastError(), "the weighting kernel");
@@ -914,6 +1380,8 @@ dk_status cov64(Plan *p, const double *e, double *pht, double *hpht, dk_msg *msg
         dk_status rc = fft_cov(p, e, pht, msg);
         if (rc != DK_OK)
             return rc;
+    } else if (p->mma) {
+        CUDA_TRY(mma_cov(p, e, pht), "the tensor-core covariance kernel");
     } else if (fused) {
         CUDA_TRY(band(p, e, pht), "the banded covariance kernel");
     } else {
