@@ -347,10 +347,11 @@ __device__ __forceinline__ int best_label_tile(const Args &a, const float *x, co
 const int TILE_H = THREADS / 32; /* contiguity tiles: one warp per row of 32 pixels */
 
 /* WSUM per-warp partial sums without atomics (see accumulate); SCREEN the
- * plain labels through screened_labels (else exact_labels for every point).
- * The plain path takes P points per thread per step (2 for d <= 8: each
- * centroid row read from shared memory serves both). */
-template <int DMAX, bool CONTIG, bool WSUM, bool SCREEN>
+ * plain labels through screened_labels (else exact_labels for every point);
+ * PF the plain path loads the next step's points before it labels this
+ * step's. The plain path takes P points per thread per step (2 for d <= 8:
+ * each centroid row read from shared memory serves both). */
+template <int DMAX, bool CONTIG, bool WSUM, bool SCREEN, bool PF = false>
 __global__ void __launch_bounds__(THREADS, DMAX <= 8 ? 3 : 1) k_lloyd(Args a)
 {
     constexpr int P = DMAX <= 8 ? 2 : 1;
@@ -376,6 +377,8 @@ __global__ void __launch_bounds__(THREADS, DMAX <= 8 ? 3 : 1) k_lloyd(Args a)
     unsigned long long assign_ns = 0, update_ns = 0;
     /* screened_labels' bound, see there */
     const float eps_coef = 12.0f * (float)(a.d + 2) * 0x1p-24f;
+    if (threadIdx.x == 0)
+        stop = 0; /* read first after phase A's __syncthreads */
 
     if (CONTIG) {
         /* labels of iteration 0: plain nearest centroid to the initial ones */
@@ -465,6 +468,19 @@ __global__ void __launch_bounds__(THREADS, DMAX <= 8 ? 3 : 1) k_lloyd(Args a)
              * whole warps step together (stride and first - lane are
              * multiples of 32), so every lane takes part in the shuffles */
             double obj = 0.0;
+            /* PF: the next step's points are loaded before this step's
+             * labels are computed, so their latency hides behind the work */
+            float xn[PF ? P : 1][DMAX];
+            if (PF)
+#pragma unroll
+                for (int p = 0; p < P; p++) {
+                    const long long i = first - lane + p * stride + lane;
+#pragma unroll
+                    for (int f = 0; f < DMAX; f++)
+                        xn[PF ? p : 0][f] = 0.0f;
+                    if (i < a.n)
+                        load_point<DMAX>(a, i, xn[PF ? p : 0]);
+                }
             for (long long base = first - lane; base < a.n; base += P * stride) {
                 float x[P][DMAX];
                 long long idx[P];
@@ -472,11 +488,22 @@ __global__ void __launch_bounds__(THREADS, DMAX <= 8 ? 3 : 1) k_lloyd(Args a)
 #pragma unroll
                 for (int p = 0; p < P; p++) {
                     idx[p] = base + p * stride + lane;
+                    if (PF) {
+                        const long long i = idx[p] + P * stride;
 #pragma unroll
-                    for (int f = 0; f < DMAX; f++)
-                        x[p][f] = 0.0f;
-                    if (idx[p] < a.n)
-                        load_point<DMAX>(a, idx[p], x[p]);
+                        for (int f = 0; f < DMAX; f++) {
+                            x[p][f] = xn[PF ? p : 0][f];
+                            xn[PF ? p : 0][f] = 0.0f;
+                        }
+                        if (i < a.n)
+                            load_point<DMAX>(a, i, xn[PF ? p : 0]);
+                    } else {
+#pragma unroll
+                        for (int f = 0; f < DMAX; f++)
+                            x[p][f] = 0.0f;
+                        if (idx[p] < a.n)
+                            load_point<DMAX>(a, idx[p], x[p]);
+                    }
                 }
                 if (SCREEN)
                     screened_labels<DMAX, P>(x, Cs, Ch, a.k, rmax2, eps_coef, l);
@@ -563,20 +590,24 @@ __global__ void __launch_bounds__(THREADS, DMAX <= 8 ? 3 : 1) k_lloyd(Args a)
         it++;
         /* C: the convergence test, the same in every block: each cluster's
          * move^2 summed over its features in order as the reference does,
-         * the largest by a block reduction (max: any order) */
-        double mx = 0.0;
-        for (int c = threadIdx.x; c < a.k; c += blockDim.x) {
-            double m2 = 0.0;
-            for (int f = 0; f < a.d; f++)
-                m2 = __dadd_rn(m2, __ldcg(a.move2 + c * a.d + f));
-            mx = fmax(mx, m2);
+         * the largest by a block reduction (max: any order). With tol <= 0
+         * nothing stops early, so only the last move (for the result) is
+         * needed. */
+        if (a.tol > 0 || it == a.max_iters) {
+            double mx = 0.0;
+            for (int c = threadIdx.x; c < a.k; c += blockDim.x) {
+                double m2 = 0.0;
+                for (int f = 0; f < a.d; f++)
+                    m2 = __dadd_rn(m2, __ldcg(a.move2 + c * a.d + f));
+                mx = fmax(mx, m2);
+            }
+            mx = block_max(mx, scratch);
+            if (threadIdx.x == 0) {
+                move = sqrt(mx);
+                stop = move < a.tol;
+            }
+            __syncthreads();
         }
-        mx = block_max(mx, scratch);
-        if (threadIdx.x == 0) {
-            move = sqrt(mx);
-            stop = move < a.tol;
-        }
-        __syncthreads();
         if (timer) {
             unsigned long long t2 = globaltimer();
             assign_ns += t1 - t0;
@@ -851,24 +882,26 @@ __global__ void k_tex_init(const double *ipart, int blocks, int k, const double 
 typedef void (*kernel_fn)(Args);
 
 template <int DMAX>
-kernel_fn pick_d(bool contig, bool wsum, bool screen)
+kernel_fn pick_d(bool contig, bool wsum, bool screen, bool prefetch)
 {
     if (contig)
         return wsum ? k_lloyd<DMAX, true, true, false> : k_lloyd<DMAX, true, false, false>;
+    if (screen && wsum && prefetch)
+        return k_lloyd<DMAX, false, true, true, true>;
     if (screen)
         return wsum ? k_lloyd<DMAX, false, true, true> : k_lloyd<DMAX, false, false, true>;
     return wsum ? k_lloyd<DMAX, false, true, false> : k_lloyd<DMAX, false, false, false>;
 }
 
-kernel_fn pick(int d, bool contig, bool wsum, bool screen)
+kernel_fn pick(int d, bool contig, bool wsum, bool screen, bool prefetch)
 {
     if (d <= 4)
-        return pick_d<4>(contig, wsum, screen);
+        return pick_d<4>(contig, wsum, screen, prefetch);
     if (d <= 8)
-        return pick_d<8>(contig, wsum, screen);
+        return pick_d<8>(contig, wsum, screen, prefetch);
     if (d <= 16)
-        return pick_d<16>(contig, wsum, screen);
-    return pick_d<32>(contig, wsum, screen);
+        return pick_d<16>(contig, wsum, screen, prefetch);
+    return pick_d<32>(contig, wsum, screen, prefetch);
 }
 
 struct Plan {
@@ -916,15 +949,20 @@ dk_status plan_create(void *device, const dk_kmeans_setup *setup, void **out, dk
     size_t kd = (size_t)d.k * d.d;
     int dmax = d.d <= 4 ? 4 : d.d <= 8 ? 8 : d.d <= 16 ? 16 : 32; /* as pick() */
     /* Variants for A/B timing (DAKIT_KMEANS_CUDA_VARIANT), every one giving
-     * the reference's labels: "screen" (default) the plain labels through
-     * screened_labels, per-warp copies of the sums; "exact" the exact
-     * distance to every centroid; "atomic" the block's one copy of the sums
-     * with shared atomics (also taken when per-warp copies would be large,
-     * k * d > 512). */
+     * the reference's labels: the default screens the plain labels
+     * (screened_labels), loads the next step's points ahead and keeps
+     * per-warp copies of the sums; "screen" the same without the loads
+     * ahead; "exact" the exact distance to every centroid; "atomic" the
+     * block's one copy of the sums with shared atomics (also taken when
+     * per-warp copies would be large, k * d > 512). Measured on an H100, see
+     * docs/performance.md; loads ahead with 2 blocks per SM (122 registers)
+     * and 4 blocks per SM without them (64 registers, spills) were slower. */
     const char *variant = getenv("DAKIT_KMEANS_CUDA_VARIANT");
-    bool wsum = kd <= 512 && !(variant && !strcmp(variant, "atomic"));
-    bool screen = !(variant && !strcmp(variant, "exact"));
-    p->kernel = pick(d.d, setup->contiguity != 0, wsum, screen);
+    const bool named = variant && *variant;
+    bool wsum = kd <= 512 && !(named && !strcmp(variant, "atomic"));
+    bool screen = !(named && !strcmp(variant, "exact"));
+    bool prefetch = !named;
+    p->kernel = pick(d.d, setup->contiguity != 0, wsum, screen, prefetch);
     size_t copies = wsum ? THREADS / 32 : 1;
     size_t ds = (size_t)(d.d | 1);
     int r = d.window / 2;
