@@ -242,6 +242,7 @@ static dk_status cuda_buffer_copy(void *device, void *dst, const void *src, size
 
 extern "C" const dk_enkf_ops dk_cuda_enkf_ops;     /* enkf.cu */
 extern "C" const dk_kmeans_ops dk_cuda_kmeans_ops; /* kmeans.cu */
+extern "C" const dk_gbees_ops dk_cuda_gbees_ops;   /* gbees.cu */
 
 static const dk_plugin cuda_plugin = {
     DK_PLUGIN_ABI_VERSION,
@@ -259,7 +260,7 @@ static const dk_plugin cuda_plugin = {
     &dk_cuda_gauss_ops,
     &dk_cuda_enkf_ops,
     &dk_cuda_kmeans_ops,
-    NULL,
+    &dk_cuda_gbees_ops,
 };
 
 extern "C" DK_PLUGIN_EXPORT const dk_plugin *DK_PLUGIN_ENTRY(void)

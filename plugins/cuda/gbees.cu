@@ -1,0 +1,1837 @@
+/* dakit cuda plugin: gbees, the whole propagation on the device.
+ *
+ * The grid lives in device memory as structure-of-arrays over cell
+ * positions (key, face velocities, 2d face links, probability, CFL rate;
+ * two copies of these so that pruning compacts from one into the other),
+ * with per-cell scratch (fluxes, face waves, the back neighbour's terms,
+ * prune marks and new positions). The index is an open-addressing table of
+ * 64-bit slots (hash tag << 32 | position, linear probing, occupancy at
+ * most one half; two tables, one per copy of the cells). A new cell is
+ * inserted by claiming its slot with compare-and-swap (tag | LOCKED),
+ * taking a position from an atomic counter, writing the cell (key, zero
+ * mass, velocities and rate, computed once as in the reference) and then
+ * publishing the position; a thread that meets a LOCKED slot with its own
+ * tag waits for the position and compares keys, so each key is made once
+ * and positions stay dense.
+ *
+ * One step, as the reference's gb_advance, in four phases:
+ *   grow   cells at or above the threshold insert their missing downwind
+ *          face and edge neighbours (gb_grow's decisions); new cells get
+ *          their velocities and raise the running maximum rate (atomicMax
+ *          on the bits of a non-negative double: exact, order-free);
+ *   link   dt = cfl / max rate (clipped to the target; the collapse check);
+ *          new cells find their 2d neighbours in the table and patch the
+ *          links of old neighbours (each old slot has one writer); every
+ *          cell writes the waves of its present forward faces and its back
+ *          neighbour's terms, and a new cell writes those of the old cells
+ *          whose link it patched (the same value as the owner would: an old
+ *          cell that sees the link stale skips, never writes a zero);
+ *   flux   gb_fluxes' second pass, unchanged;
+ *   apply  p -= net flux, clipped at zero; block sums of p.
+ * Normalization is lazy: p is stored unscaled with one scale = 1 / total,
+ * and every read uses p * scale, which is the reference's normalized value
+ * bit for bit (the reference stores exactly that product). Every del_step
+ * steps pruning marks unfed cells below the threshold (gb_fed), counts the
+ * kept cells per block, turns the counts into offsets, and compacts into
+ * the other copy in order, remapping links and inserting each kept cell
+ * into the other (cleared) table; the survivors' sum and maximum rate give
+ * the new scale and CFL rate.
+ *
+ * Variants:
+ *   coop  one cooperative kernel (grid sized by the occupancy API and the
+ *         cell count) runs every step up to the target: grid.sync()
+ *         between phases, 4 per step plus 3 per pruning; sums go through
+ *         per-block partials that every block adds in the same order, so
+ *         every block derives the same dt, scale and time without another
+ *         barrier.
+ *   dp    dynamic parallelism: the host launches one scheduler; schedulers
+ *         (one block) read the counts on the device and tail-launch the
+ *         phase kernels sized to the current number of cells, then the
+ *         next scheduler. No host round trip per step.
+ *   host  the baseline: the host launches the same phase kernels per step
+ *         and reads the state back after each step.
+ * Capacity: before a step's growth the counter may pass the capacity; the
+ * inserting thread marks its slot FAILED and raises a flag, the step stops
+ * after the growth barrier, and the host restores the count, doubles every
+ * array and the tables, rebuilds the index from the kept cells and
+ * relaunches: no cell is ever dropped. Initialization (once per run, every
+ * variant) grows level by level from the mean's cell in a cooperative
+ * kernel; the measurement update and snapshots are single kernels.
+ *
+ * DAKIT_GBEES_CUDA_PROFILE=1 prints, at plan destruction, the coop kernel's
+ * time per phase (%globaltimer at the barriers) to stderr: a developer's
+ * tool. DAKIT_GBEES_CUDA_CPT=k sizes the coop grid at k cells per thread
+ * (default 1), DAKIT_GBEES_CUDA_BLOCKS=b fixes it, DAKIT_GBEES_CUDA_DP_STEPS=s
+ * makes the dp chain return to the host every s steps, DAKIT_GBEES_CUDA_OCC=3
+ * takes the coop kernel capped at 80 registers (3 blocks per SM), for
+ * tuning. */
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cooperative_groups.h>
+
+#include <dakit/gbees.h>
+
+#include "cuda_internal.h"
+
+/* The models as device code: the same files the host compiles. GB_MODEL
+ * records each model's dimension rule for picking the instances below. */
+#define GB_MODEL_FN __device__ static __forceinline__
+#define GB_MODEL(name_, about_, dim_, min_dim_, meas_dim_, ncoef_, ...)                                                \
+    struct gb_info_##name_ {                                                                                           \
+        static constexpr int dim = dim_, min_dim = min_dim_;                                                           \
+    };
+#include "../../algorithms/gbees/models/all.h"
+
+namespace cg = cooperative_groups;
+
+namespace {
+
+const int THREADS = 256;
+const int MAX_PARTS = 4096; /* blocks of a phase kernel (grid-stride beyond) */
+const unsigned long long EMPTY = ~0ull;
+const unsigned long long TAG_MASK = 0xffffffff00000000ull;
+const uint32_t LOCKED = 0xfffffffeu, FAILED = 0xfffffffdu;
+
+enum { ST_OK = 0, ST_CAPACITY = 1, ST_COLLAPSE = 2, ST_MASS = 3, ST_PRUNED = 4, ST_LAUNCH = 5, ST_NOMASS = 6 };
+enum { V_COOP = 0, V_DP = 1, V_HOST = 2 };
+enum { PH_GROW, PH_LINK, PH_FLUX, PH_APPLY, PH_PRUNE, PH_N };
+
+struct Cells {
+    int32_t *key; /* D per cell */
+    double *v;    /* D: velocity component i at the forward face along i */
+    int32_t *nb;  /* 2D: back then forward neighbour per axis, -1 absent */
+    double *p;    /* unscaled mass (times State::scale) */
+    double *rate; /* sum_i |v_i| / dx_i */
+};
+
+/* Scalars first: the host copies the head (up to part_sum) back. */
+struct State {
+    int n, cur, status, nparts;
+    unsigned int n_alloc; /* the position counter of growth (== n between steps) */
+    int overflow;
+    int n_old, last, kept, cnt_blocks, lo;
+    double t, dt, scale, dt_step, t_target;
+    double err_a, err_b;
+    long long max_steps, done;
+    unsigned long long steps, cell_steps;
+    unsigned long long maxbits[2]; /* per table: the running maximum rate's bits */
+    unsigned long long prof[PH_N];
+    double part_sum[MAX_PARTS];
+    double part_sum2[MAX_PARTS];
+    int part_cnt[MAX_PARTS];
+    int offs[MAX_PARTS];
+};
+
+/* Everything a kernel needs, passed by value. */
+struct Dev {
+    Cells c[2];
+    double *flux, *wave, *back;
+    uint8_t *keep;
+    int32_t *remap;
+    unsigned long long *table[2];
+    unsigned long long hmask;
+    int cap;
+    State *st;
+    double center[DK_GBEES_MAX_DIM], dx[DK_GBEES_MAX_DIM], coef[DK_GBEES_MAX_COEF];
+    double thr, cfl;
+    int del_step;
+};
+
+/* What one phase works on (the coop kernel keeps it in registers; phase
+ * kernels load it from State). */
+struct Step {
+    int n_old, n, cur;
+    double scale, dt;
+};
+
+struct InitArgs {
+    double mean[DK_GBEES_MAX_DIM];
+    double inv[DK_GBEES_MAX_DIM * DK_GBEES_MAX_DIM];
+    double lognorm;
+    int32_t root[DK_GBEES_MAX_DIM];
+};
+
+struct UpdArgs {
+    double y[DK_GBEES_MAX_DIM];
+    double rinv[DK_GBEES_MAX_DIM * DK_GBEES_MAX_DIM];
+    int m;
+};
+
+/* ---- small device helpers ---- */
+
+__device__ __forceinline__ double gpos(double x) { return x > 0.0 ? x : 0.0; }
+__device__ __forceinline__ double gneg(double x) { return x < 0.0 ? x : 0.0; }
+
+__device__ __forceinline__ double gmc(double th)
+{
+    double m = 0.5 * (1.0 + th);
+    m = m < 2.0 ? m : 2.0;
+    return gpos(m < 2.0 * th ? m : 2.0 * th);
+}
+
+template <typename T> __device__ __forceinline__ T vload(const T &x) { return *(const volatile T *)&x; }
+
+__device__ __forceinline__ unsigned long long globaltimer()
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+__device__ __forceinline__ uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* A cyclic-polynomial hash of the multi-index (rotate, then fold in each
+ * mixed component), mixed again so the low bits (the slot) and the high
+ * bits (the tag) are both well spread. */
+template <int D> __device__ __forceinline__ uint64_t hash_key(const int32_t *k)
+{
+    uint64_t h = 0x9e3779b97f4a7c15ull * (uint64_t)(D + 1);
+#pragma unroll
+    for (int i = 0; i < D; i++) {
+        h = (h << 7) | (h >> 57);
+        h ^= mix64((uint64_t)(uint32_t)k[i] + 0x632be59bd9b4e019ull * (uint64_t)(i + 1));
+    }
+    return mix64(h);
+}
+
+/* Position of key k, or -1; only while no insertion runs. */
+template <int D>
+__device__ __forceinline__ int32_t find(const unsigned long long *table, unsigned long long mask, const int32_t *keys,
+                                        const int32_t *k)
+{
+    uint64_t h = hash_key<D>(k);
+    unsigned long long tag = h & TAG_MASK;
+    for (uint64_t s = h & mask;; s = (s + 1) & mask) {
+        unsigned long long e = table[s];
+        if (e == EMPTY)
+            return -1;
+        if ((e & TAG_MASK) == tag) {
+            int32_t pos = (int32_t)(uint32_t)e;
+            bool eq = true;
+#pragma unroll
+            for (int q = 0; q < D; q++)
+                eq &= keys[(size_t)pos * D + q] == k[q];
+            if (eq)
+                return pos;
+        }
+    }
+}
+
+/* Places pos under its key, keys known distinct (rebuilds, compaction). */
+template <int D>
+__device__ __forceinline__ void place(unsigned long long *table, unsigned long long mask, const int32_t *k, int32_t pos)
+{
+    uint64_t h = hash_key<D>(k);
+    unsigned long long entry = (h & TAG_MASK) | (uint32_t)pos;
+    for (uint64_t s = h & mask;; s = (s + 1) & mask)
+        if (atomicCAS(&table[s], EMPTY, entry) == EMPTY)
+            return;
+}
+
+/* The centre of key k, written as the reference's gb_center (no fused
+ * multiply-add, so the same bits). */
+template <int D> __device__ __forceinline__ void centre(const Dev &g, const int32_t *k, double *x)
+{
+#pragma unroll
+    for (int q = 0; q < D; q++)
+        x[q] = __dadd_rn(g.center[q], __dmul_rn(g.dx[q], (double)k[q]));
+}
+
+/* gb_velocity: component i of f half a cell forward along i; returns the
+ * CFL rate. */
+template <class M, int D> __device__ __forceinline__ double velocity(const Dev &g, const int32_t *k, double *v)
+{
+    double rate = 0.0;
+#pragma unroll
+    for (int i = 0; i < D; i++) {
+        double x[D], f[D];
+        centre<D>(g, k, x);
+        x[i] += 0.5 * g.dx[i];
+        M::f(D, x, g.coef, f);
+        v[i] = f[i];
+        rate += fabs(f[i]) / g.dx[i];
+    }
+    return rate;
+}
+
+/* Inserts key k as a new cell (zero mass, velocities made) unless present.
+ * Concurrent: see the header. */
+template <class M, int D>
+__device__ __forceinline__ void insert_new(const Dev &g, const Cells &C, unsigned long long *table,
+                                           unsigned long long *maxbits, const int32_t *k)
+{
+    State *st = g.st;
+    uint64_t h = hash_key<D>(k);
+    unsigned long long tag = h & TAG_MASK;
+    for (uint64_t s = h & g.hmask;; s = (s + 1) & g.hmask) {
+        unsigned long long e = vload(table[s]);
+        if (e == EMPTY) {
+            unsigned long long prev = atomicCAS(&table[s], EMPTY, tag | LOCKED);
+            if (prev == EMPTY) {
+                unsigned pos = atomicAdd(&st->n_alloc, 1u);
+                if (pos >= (unsigned)g.cap) {
+                    atomicExch(&table[s], tag | FAILED);
+                    atomicExch(&st->overflow, 1);
+                    return;
+                }
+                double v[D];
+                double rate = velocity<M, D>(g, k, v);
+#pragma unroll
+                for (int q = 0; q < D; q++) {
+                    C.key[(size_t)pos * D + q] = k[q];
+                    C.v[(size_t)pos * D + q] = v[q];
+                }
+                C.p[pos] = 0.0;
+                C.rate[pos] = rate;
+                atomicMax(maxbits, (unsigned long long)__double_as_longlong(rate));
+                __threadfence();
+                atomicExch(&table[s], tag | pos);
+                return;
+            }
+            e = prev;
+        }
+        if ((e & TAG_MASK) == tag) {
+            uint32_t pos = (uint32_t)e;
+            while (pos == LOCKED) {
+                e = vload(table[s]);
+                pos = (uint32_t)e;
+            }
+            if (pos == FAILED)
+                return;
+            __threadfence();
+            bool eq = true;
+#pragma unroll
+            for (int q = 0; q < D; q++)
+                eq &= __ldcg(&C.key[(size_t)pos * D + q]) == k[q];
+            if (eq)
+                return;
+        }
+    }
+}
+
+/* ---- block reductions (blockDim.x == NT) ---- */
+
+template <int NT> __device__ __forceinline__ double block_sum(double x)
+{
+    __shared__ double sh[NT / 32 + 1];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        x += __shfl_xor_sync(0xffffffffu, x, o);
+    __syncthreads();
+    if (lane == 0)
+        sh[warp] = x;
+    __syncthreads();
+    if (warp == 0) {
+        double y = lane < NT / 32 ? sh[lane] : 0.0;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+            y += __shfl_xor_sync(0xffffffffu, y, o);
+        if (lane == 0)
+            sh[NT / 32] = y;
+    }
+    __syncthreads();
+    return sh[NT / 32];
+}
+
+/* Exclusive prefix of x over the block; *total gets the block's sum. */
+template <int NT> __device__ __forceinline__ int block_scan(int x, int *total)
+{
+    __shared__ int sh[NT / 32 + 1];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int incl = x;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        int y = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o)
+            incl += y;
+    }
+    __syncthreads();
+    if (lane == 31)
+        sh[warp] = incl;
+    __syncthreads();
+    if (warp == 0) {
+        int w = lane < NT / 32 ? sh[lane] : 0, wi = w;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            int y = __shfl_up_sync(0xffffffffu, wi, o);
+            if (lane >= o)
+                wi += y;
+        }
+        if (lane < NT / 32)
+            sh[lane] = wi - w;
+        if (lane == NT / 32 - 1)
+            sh[NT / 32] = wi;
+    }
+    __syncthreads();
+    *total = sh[NT / 32];
+    return sh[warp] + incl - x;
+}
+
+/* The sum of parts[0, count), the same bits in every block. */
+__device__ __forceinline__ double sum_parts(const double *parts, int count)
+{
+    double x = 0.0;
+    for (int b = threadIdx.x; b < count; b += THREADS)
+        x += vload(parts[b]);
+    return block_sum<THREADS>(x);
+}
+
+/* ---- the phases ----
+ * Work items, strided over the grid from i0: growth and fluxes take one
+ * (cell, axis) pair each and linking one face each, so that a thread's
+ * chain of dependent loads is one axis long, not d; apply and pruning take
+ * whole cells. */
+
+/* Growth of cell c along axis i (gb_grow's decisions for that axis). */
+template <class M, int D> __device__ void grow_phase(const Dev &g, const Step &s, long long i0, long long stride)
+{
+    const Cells C = g.c[s.cur];
+    unsigned long long *table = g.table[s.cur], *maxbits = &g.st->maxbits[s.cur];
+    const long long items = (long long)s.n_old * D;
+    for (long long w = i0; w < items; w += stride) {
+        const long long c = w / D;
+        const int i = (int)(w - c * D);
+        if (C.p[c] * s.scale < g.thr)
+            continue;
+        double v[D];
+#pragma unroll
+        for (int q = 0; q < D; q++)
+            v[q] = C.v[c * D + q];
+        const double vi = C.v[c * D + i];
+        if (vi == 0.0)
+            continue;
+        const int si = vi > 0.0;
+        const int32_t face = C.nb[c * 2 * D + 2 * i + si];
+        int32_t fnb[2 * D];
+#pragma unroll
+        for (int q = 0; q < 2 * D; q++)
+            fnb[q] = face >= 0 ? C.nb[(size_t)face * 2 * D + q] : -1;
+        /* bit D: the face neighbour; bit j: the edge neighbour across i, j */
+        unsigned want = face < 0 ? 1u << D : 0u, up = 0;
+#pragma unroll
+        for (int j = 0; j < D; j++) {
+            if (j == i || v[j] == 0.0)
+                continue;
+            const int sj = v[j] > 0.0;
+            up |= (unsigned)sj << j;
+            if (face >= 0 && (sj ? fnb[2 * j + 1] : fnb[2 * j]) >= 0)
+                continue;
+            want |= 1u << j;
+        }
+        if (!want)
+            continue;
+        int32_t k[D];
+#pragma unroll
+        for (int q = 0; q < D; q++)
+            k[q] = C.key[c * D + q];
+        /* in gb_grow's order: the face, then the edges by j */
+        while (want) {
+            const int bit = (want >> D) & 1 ? D : __ffs(want) - 1;
+            want &= ~(1u << bit);
+            const int j = bit == D ? -1 : bit;
+            int32_t kc[D];
+#pragma unroll
+            for (int q = 0; q < D; q++)
+                kc[q] = k[q] + (q == i ? (si ? 1 : -1) : 0) + (q == j ? ((up >> j) & 1 ? 1 : -1) : 0);
+            insert_new<M, D>(g, C, table, maxbits, kc);
+        }
+    }
+}
+
+__device__ __forceinline__ double wave_of(double dt, double pa, double pb, double dx)
+{
+    return dt * (pb - pa) / (2.0 * dx);
+}
+
+/* Links of new cells and this step's waves. Items [0, n_old d): old cell
+ * c's faces along i, whose waves and back terms it writes where its links
+ * exist (read fresh: a new cell may patch a missing link right now, and a
+ * stale -1 only skips a write that the new cell makes with the same
+ * value). Then 2d items per new cell: find the neighbour on one side, link
+ * it, write that face's terms, and patch an old neighbour's link (each old
+ * slot has one writer: the cell across that face). */
+template <class M, int D> __device__ void link_phase(const Dev &g, const Step &s, long long i0, long long stride)
+{
+    const Cells C = g.c[s.cur];
+    const unsigned long long *table = g.table[s.cur];
+    const long long old_items = (long long)s.n_old * D;
+    const long long items = old_items + (long long)(s.n - s.n_old) * 2 * D;
+    const double sc = s.scale, dt = s.dt;
+    for (long long w = i0; w < items; w += stride) {
+        if (w < old_items) {
+            const long long c = w / D;
+            const int i = (int)(w - c * D);
+            const int32_t a = vload(C.nb[c * 2 * D + 2 * i]), f = vload(C.nb[c * 2 * D + 2 * i + 1]);
+            const double pc = C.p[c] * sc;
+            if (f >= 0)
+                g.wave[c * D + i] = wave_of(dt, pc, C.p[f] * sc, g.dx[i]);
+            if (a >= 0) {
+                g.back[c * 2 * D + 2 * i] = gpos(C.v[(size_t)a * D + i]);
+                g.back[c * 2 * D + 2 * i + 1] = wave_of(dt, C.p[a] * sc, pc, g.dx[i]);
+            }
+            continue;
+        }
+        const long long r = w - old_items, c = s.n_old + r / (2 * D);
+        const int q = (int)(r - (c - s.n_old) * 2 * D), i = q >> 1, fwd = q & 1;
+        int32_t k[D];
+#pragma unroll
+        for (int j = 0; j < D; j++)
+            k[j] = C.key[c * D + j] + (j == i ? (fwd ? 1 : -1) : 0);
+        const int32_t o = find<D>(table, g.hmask, C.key, k);
+        C.nb[c * 2 * D + q] = o;
+        if (o < 0)
+            continue;
+        const double pc = C.p[c] * sc, po = C.p[o] * sc;
+        if (fwd) {
+            const double wv = wave_of(dt, pc, po, g.dx[i]);
+            g.wave[c * D + i] = wv;
+            if (o < s.n_old) {
+                C.nb[(size_t)o * 2 * D + 2 * i] = (int32_t)c;
+                g.back[(size_t)o * 2 * D + 2 * i] = gpos(C.v[c * D + i]);
+                g.back[(size_t)o * 2 * D + 2 * i + 1] = wv;
+            }
+        } else {
+            const double wv = wave_of(dt, po, pc, g.dx[i]);
+            g.back[c * 2 * D + 2 * i] = gpos(C.v[(size_t)o * D + i]);
+            g.back[c * 2 * D + 2 * i + 1] = wv;
+            if (o < s.n_old) {
+                C.nb[(size_t)o * 2 * D + 2 * i + 1] = (int32_t)c;
+                g.wave[(size_t)o * D + i] = wv;
+            }
+        }
+    }
+}
+
+/* gb_fluxes' second pass for face (c, j), the terms added in the same
+ * order. The forward cell's row is read only when its terms count. */
+template <class M, int D> __device__ void flux_phase(const Dev &g, const Step &s, long long i0, long long stride)
+{
+    const Cells C = g.c[s.cur];
+    const double sc = s.scale, dt = s.dt;
+    const long long items = (long long)s.n * D;
+    for (long long w = i0; w < items; w += stride) {
+        const long long c = w / D;
+        const int j = (int)(w - c * D);
+        const double u = C.v[c * D + j], wj = g.wave[c * D + j];
+        const int32_t fwd = C.nb[c * 2 * D + 2 * j + 1], behind = C.nb[c * 2 * D + 2 * j];
+        const double pc = C.p[c] * sc;
+        const double pf = fwd >= 0 ? C.p[fwd] * sc : 0.0;
+        double F = gpos(u) * pc + (fwd >= 0 ? gneg(u) * pf : 0.0);
+        double corr = 0.0;
+        if (fwd >= 0) {
+            double jump = pf - pc;
+            if (jump != 0.0) {
+                double up;
+                if (u > 0.0) {
+                    up = behind >= 0 ? pc - C.p[behind] * sc : pc;
+                } else {
+                    int32_t ff = C.nb[(size_t)fwd * 2 * D + 2 * j + 1];
+                    up = ff >= 0 ? C.p[ff] * sc - pf : -pf;
+                }
+                double au = fabs(u);
+                corr += au * (g.dx[j] / dt - au) * wj * gmc(up / jump);
+            }
+        }
+        const double vj_out = gpos(u), vj_in = gneg(u);
+        const bool fin = fwd >= 0 && vj_in != 0.0;
+        const int32_t *nb = C.nb + c * 2 * D, *fnb = C.nb + (size_t)(fin ? fwd : 0) * 2 * D;
+        const double *bk = g.back + c * 2 * D, *fbk = g.back + (size_t)(fin ? fwd : 0) * 2 * D;
+#pragma unroll
+        for (int i = 0; i < D; i++) {
+            if (i == j)
+                continue;
+            if (nb[2 * i] >= 0 && vj_out != 0.0)
+                corr -= bk[2 * i] * vj_out * bk[2 * i + 1];
+            if (nb[2 * i + 1] >= 0 && vj_out != 0.0)
+                corr -= gneg(C.v[c * D + i]) * vj_out * g.wave[c * D + i];
+            if (fin) {
+                if (fnb[2 * i] >= 0)
+                    corr -= fbk[2 * i] * vj_in * fbk[2 * i + 1];
+                if (fnb[2 * i + 1] >= 0)
+                    corr -= gneg(C.v[(size_t)fwd * D + i]) * vj_in * g.wave[(size_t)fwd * D + i];
+            }
+        }
+        g.flux[c * D + j] = (F + corr) * dt / g.dx[j];
+    }
+}
+
+/* gb_apply; returns this thread's sum of the new masses. */
+template <int D> __device__ double apply_phase(const Dev &g, const Step &s, long long i0, long long stride)
+{
+    const Cells C = g.c[s.cur];
+    double sum = 0.0;
+    for (long long c = i0; c < s.n; c += stride) {
+        double q = C.p[c] * s.scale;
+#pragma unroll
+        for (int j = 0; j < D; j++) {
+            int32_t bk = C.nb[c * 2 * D + 2 * j];
+            q -= g.flux[c * D + j] - (bk >= 0 ? g.flux[(size_t)bk * D + j] : 0.0);
+        }
+        q = gpos(q);
+        C.p[c] = q;
+        sum += q;
+    }
+    return sum;
+}
+
+/* gb_fed */
+template <int D> __device__ __forceinline__ bool fed(const Dev &g, const Cells &C, double sc, long long c)
+{
+    const int32_t *nb = C.nb + c * 2 * D;
+    for (int i = 0; i < D; i++)
+        for (int si = 0; si < 2; si++) {
+            int32_t a = nb[2 * i + si];
+            if (a < 0)
+                continue;
+            double vai = C.v[(size_t)a * D + i];
+            if (!(si == 0 ? vai > 0.0 : vai < 0.0))
+                continue;
+            if (C.p[a] * sc >= g.thr)
+                return true;
+            for (int j = 0; j < D; j++) {
+                if (j == i)
+                    continue;
+                for (int sj = 0; sj < 2; sj++) {
+                    int32_t e = C.nb[(size_t)a * 2 * D + 2 * j + sj];
+                    if (e < 0 || C.p[e] * sc < g.thr)
+                        continue;
+                    const double *ve = C.v + (size_t)e * D;
+                    if ((si == 0 ? ve[i] > 0.0 : ve[i] < 0.0) && (sj == 0 ? ve[j] > 0.0 : ve[j] < 0.0))
+                        return true;
+                }
+            }
+        }
+    return false;
+}
+
+/* Pruning's cells are cut into one contiguous chunk per block (whole
+ * tiles of THREADS), so that positions keep their order. */
+__device__ __forceinline__ void chunk(int n, int blocks, int b, int *lo, int *hi)
+{
+    long long per = ((long long)n + blocks - 1) / blocks;
+    per = (per + THREADS - 1) / THREADS * THREADS;
+    long long a = per * b, e = a + per;
+    *lo = (int)(a < n ? a : n);
+    *hi = (int)(e < n ? e : n);
+}
+
+/* Marks the cells to keep in this block's chunk; returns the block's count
+ * (every thread). Also clears the other table and its maximum rate. */
+template <int D> __device__ int prune_mark(const Dev &g, const Step &s, long long i0, long long stride)
+{
+    const Cells C = g.c[s.cur];
+    unsigned long long *other = g.table[s.cur ^ 1];
+    for (unsigned long long q = i0; q <= g.hmask; q += stride)
+        other[q] = EMPTY;
+    if (i0 == 0)
+        g.st->maxbits[s.cur ^ 1] = 0;
+    int lo, hi, count = 0;
+    chunk(s.n, gridDim.x, blockIdx.x, &lo, &hi);
+    for (int c = lo + threadIdx.x; c < hi; c += THREADS) {
+        bool keep = !(C.p[c] * s.scale < g.thr && !fed<D>(g, C, s.scale, c));
+        g.keep[c] = keep;
+        count += keep;
+    }
+    return (int)block_sum<THREADS>((double)count);
+}
+
+/* New positions of this block's chunk from its offset. */
+__device__ void prune_remap(const Dev &g, const Step &s, int offset)
+{
+    int lo, hi;
+    chunk(s.n, gridDim.x, blockIdx.x, &lo, &hi);
+    for (int base = lo; base < hi; base += THREADS) {
+        int c = base + threadIdx.x, total;
+        int flag = c < hi ? g.keep[c] : 0;
+        int before = block_scan<THREADS>(flag, &total);
+        if (c < hi)
+            g.remap[c] = flag ? offset + before : -1;
+        offset += total;
+    }
+}
+
+/* Moves kept cells into the other copy (mass normalized, links remapped)
+ * and the other table; returns this thread's sum of the kept masses. */
+template <int D> __device__ double prune_move(const Dev &g, const Step &s, long long i0, long long stride)
+{
+    const Cells C = g.c[s.cur], N = g.c[s.cur ^ 1];
+    unsigned long long *other = g.table[s.cur ^ 1], *maxbits = &g.st->maxbits[s.cur ^ 1];
+    double sum = 0.0, mx = 0.0;
+    for (long long c = i0; c < s.n; c += stride) {
+        int32_t to = g.remap[c];
+        if (to < 0)
+            continue;
+        int32_t k[D];
+#pragma unroll
+        for (int q = 0; q < D; q++) {
+            k[q] = C.key[c * D + q];
+            N.key[(size_t)to * D + q] = k[q];
+            N.v[(size_t)to * D + q] = C.v[c * D + q];
+        }
+#pragma unroll
+        for (int q = 0; q < 2 * D; q++) {
+            int32_t b = C.nb[c * 2 * D + q];
+            N.nb[(size_t)to * 2 * D + q] = b >= 0 ? g.remap[b] : -1;
+        }
+        double p = C.p[c] * s.scale;
+        N.p[to] = p;
+        sum += p;
+        double r = C.rate[c];
+        N.rate[to] = r;
+        mx = r > mx ? r : mx;
+        place<D>(other, g.hmask, k, to);
+    }
+    if (mx > 0.0)
+        atomicMax(maxbits, (unsigned long long)__double_as_longlong(mx));
+    return sum;
+}
+
+/* ---- the cooperative kernel: every step of one advance ---- */
+
+/* MINB: blocks per SM the registers are capped for (2: 128 registers, no
+ * spills; 3: 80, a few spills on the rare insertion path) */
+template <class M, int D, int MINB>
+__global__ void __launch_bounds__(THREADS, MINB) k_coop(Dev g, double t_target, long long max_steps)
+{
+    cg::grid_group grid = cg::this_grid();
+    State *st = g.st;
+    const long long i0 = (long long)blockIdx.x * THREADS + threadIdx.x, stride = (long long)gridDim.x * THREADS;
+    const bool timer = blockIdx.x == 0 && threadIdx.x == 0;
+    Step s;
+    s.n = st->n;
+    s.n_old = s.n;
+    s.cur = st->cur;
+    s.scale = st->scale;
+    s.dt = st->dt;
+    double t = st->t, err_a = 0.0, err_b = 0.0;
+    unsigned long long steps = st->steps, cell_steps = st->cell_steps;
+    unsigned long long prof[PH_N] = {0, 0, 0, 0, 0}, t0 = timer ? globaltimer() : 0, t1;
+    int status = ST_OK;
+    long long done = 0;
+    while (t < t_target && (max_steps <= 0 || done < max_steps)) {
+        s.n_old = s.n;
+        grow_phase<M, D>(g, s, i0, stride);
+        grid.sync();
+        if (timer) {
+            t1 = globaltimer();
+            prof[PH_GROW] += t1 - t0;
+            t0 = t1;
+        }
+        if (vload(st->overflow)) {
+            status = ST_CAPACITY;
+            break;
+        }
+        s.n = (int)vload(st->n_alloc);
+        double rate = __longlong_as_double((long long)vload(st->maxbits[s.cur]));
+        double dt = rate > 0.0 ? g.cfl / rate : t_target - t;
+        if (!(dt > 1e-12 * (1.0 + fabs(t_target)))) {
+            status = ST_COLLAPSE;
+            err_a = dt;
+            err_b = t;
+            break;
+        }
+        bool last = dt >= t_target - t;
+        s.dt = last ? t_target - t : dt;
+        link_phase<M, D>(g, s, i0, stride);
+        grid.sync();
+        if (timer) {
+            t1 = globaltimer();
+            prof[PH_LINK] += t1 - t0;
+            t0 = t1;
+        }
+        flux_phase<M, D>(g, s, i0, stride);
+        grid.sync();
+        if (timer) {
+            t1 = globaltimer();
+            prof[PH_FLUX] += t1 - t0;
+            t0 = t1;
+        }
+        double part = block_sum<THREADS>(apply_phase<D>(g, s, i0, stride));
+        if (threadIdx.x == 0)
+            st->part_sum[blockIdx.x] = part;
+        grid.sync();
+        double total = sum_parts(st->part_sum, gridDim.x);
+        if (timer) {
+            t1 = globaltimer();
+            prof[PH_APPLY] += t1 - t0;
+            t0 = t1;
+        }
+        cell_steps += (unsigned long long)s.n;
+        steps++;
+        done++;
+        t = last ? t_target : t + s.dt;
+        if (!(total > 0.0) || !isfinite(total)) {
+            status = ST_MASS;
+            err_b = t;
+            break;
+        }
+        s.scale = 1.0 / total;
+        if (steps % (unsigned long long)g.del_step == 0) {
+            int count = prune_mark<D>(g, s, i0, stride);
+            if (threadIdx.x == 0)
+                st->part_cnt[blockIdx.x] = count;
+            grid.sync();
+            double before = 0.0, all = 0.0;
+            for (int b = threadIdx.x; b < (int)gridDim.x; b += THREADS) {
+                double cb = (double)vload(st->part_cnt[b]);
+                all += cb;
+                before += b < (int)blockIdx.x ? cb : 0.0;
+            }
+            before = block_sum<THREADS>(before);
+            all = block_sum<THREADS>(all);
+            prune_remap(g, s, (int)before);
+            grid.sync();
+            part = block_sum<THREADS>(prune_move<D>(g, s, i0, stride));
+            if (threadIdx.x == 0)
+                st->part_sum2[blockIdx.x] = part;
+            if (timer)
+                st->n_alloc = (unsigned)all;
+            grid.sync();
+            double total2 = sum_parts(st->part_sum2, gridDim.x);
+            s.cur ^= 1;
+            s.n = (int)all;
+            if (timer) {
+                t1 = globaltimer();
+                prof[PH_PRUNE] += t1 - t0;
+                t0 = t1;
+            }
+            if (!(total2 > 0.0) || !isfinite(total2)) {
+                status = ST_PRUNED;
+                err_b = t;
+                break;
+            }
+            s.scale = 1.0 / total2;
+        }
+    }
+    if (timer) {
+        /* on ST_CAPACITY, s.n is still the count before the growth */
+        st->n = s.n;
+        st->cur = s.cur;
+        st->t = t;
+        st->dt = s.dt;
+        st->scale = s.scale;
+        st->steps = steps;
+        st->cell_steps = cell_steps;
+        st->status = status;
+        st->err_a = err_a;
+        st->err_b = err_b;
+        for (int q = 0; q < PH_N; q++)
+            st->prof[q] += prof[q];
+    }
+}
+
+/* ---- phase kernels (variants dp and host) ---- */
+
+__device__ __forceinline__ Step load_step(const State *st)
+{
+    Step s;
+    s.n_old = st->n_old;
+    s.n = st->n;
+    s.cur = st->cur;
+    s.scale = st->scale;
+    s.dt = st->dt_step;
+    return s;
+}
+
+__host__ __device__ __forceinline__ int blocks_for(long long n)
+{
+    long long b = (n + THREADS - 1) / THREADS;
+    return (int)(b < 1 ? 1 : b > MAX_PARTS ? MAX_PARTS : b);
+}
+
+#define GB_PHASE_PROLOGUE                                                                                              \
+    State *st = g.st;                                                                                                  \
+    if (vload(st->status) != ST_OK)                                                                                    \
+        return;                                                                                                        \
+    Step s = load_step(st);                                                                                            \
+    const long long i0 = (long long)blockIdx.x * THREADS + threadIdx.x, stride = (long long)gridDim.x * THREADS;
+
+template <class M, int D> __global__ void __launch_bounds__(THREADS) k_grow(Dev g)
+{
+    GB_PHASE_PROLOGUE
+    grow_phase<M, D>(g, s, i0, stride);
+}
+
+template <class M, int D> __global__ void __launch_bounds__(THREADS) k_link(Dev g)
+{
+    GB_PHASE_PROLOGUE
+    link_phase<M, D>(g, s, i0, stride);
+}
+
+template <class M, int D> __global__ void __launch_bounds__(THREADS) k_flux(Dev g)
+{
+    GB_PHASE_PROLOGUE
+    flux_phase<M, D>(g, s, i0, stride);
+}
+
+template <int D> __global__ void __launch_bounds__(THREADS) k_apply(Dev g)
+{
+    GB_PHASE_PROLOGUE
+    double part = block_sum<THREADS>(apply_phase<D>(g, s, i0, stride));
+    if (threadIdx.x == 0)
+        st->part_sum[blockIdx.x] = part;
+    if (i0 == 0)
+        st->nparts = gridDim.x;
+}
+
+template <int D> __global__ void __launch_bounds__(THREADS) k_prune_mark(Dev g)
+{
+    GB_PHASE_PROLOGUE
+    int count = prune_mark<D>(g, s, i0, stride);
+    if (threadIdx.x == 0)
+        st->part_cnt[blockIdx.x] = count;
+    if (i0 == 0)
+        st->cnt_blocks = gridDim.x;
+}
+
+/* Offsets of the blocks' counts (one block of 1024). */
+__global__ void __launch_bounds__(1024) k_prune_scan(Dev g)
+{
+    State *st = g.st;
+    if (vload(st->status) != ST_OK)
+        return;
+    int nb = st->cnt_blocks, per = (nb + 1023) / 1024;
+    int lo = threadIdx.x * per, hi = lo + per < nb ? lo + per : nb, mine = 0, total;
+    for (int b = lo; b < hi; b++)
+        mine += st->part_cnt[b];
+    int off = block_scan<1024>(mine, &total);
+    for (int b = lo; b < hi; b++) {
+        st->offs[b] = off;
+        off += st->part_cnt[b];
+    }
+    if (threadIdx.x == 0)
+        st->kept = total;
+}
+
+__global__ void __launch_bounds__(THREADS) k_prune_remap(Dev g)
+{
+    GB_PHASE_PROLOGUE
+    (void)i0;
+    (void)stride;
+    prune_remap(g, s, st->offs[blockIdx.x]);
+}
+
+template <int D> __global__ void __launch_bounds__(THREADS) k_prune_move(Dev g)
+{
+    GB_PHASE_PROLOGUE
+    double part = block_sum<THREADS>(prune_move<D>(g, s, i0, stride));
+    if (threadIdx.x == 0)
+        st->part_sum2[blockIdx.x] = part;
+    if (i0 == 0)
+        st->nparts = gridDim.x;
+}
+
+/* ---- schedulers (one block): the step's scalar logic; with DP they also
+ * tail-launch what follows, sized to the counts they read ---- */
+
+template <class M, int D, bool DP> __global__ void __launch_bounds__(THREADS) k_mid(Dev g);
+template <class M, int D, bool DP> __global__ void __launch_bounds__(THREADS) k_end(Dev g);
+template <class M, int D, bool DP> __global__ void __launch_bounds__(THREADS) k_pruned(Dev g);
+
+__device__ __forceinline__ void check_launch(State *st)
+{
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) {
+        st->status = ST_LAUNCH;
+        st->err_a = (double)e;
+    }
+}
+
+/* Starts a step, or ends the chain (dp) when the target is reached. */
+template <class M, int D, bool DP> __device__ void next_step(Dev g)
+{
+    State *st = g.st;
+    if (st->status != ST_OK || !(st->t < st->t_target) || (st->max_steps > 0 && st->done >= st->max_steps))
+        return;
+    st->n_old = st->n;
+    if (DP) {
+        k_grow<M, D><<<blocks_for(st->n), THREADS, 0, cudaStreamTailLaunch>>>(g);
+        k_mid<M, D, DP><<<1, 32, 0, cudaStreamTailLaunch>>>(g);
+        check_launch(st);
+    }
+}
+
+template <class M, int D, bool DP> __global__ void k_begin(Dev g)
+{
+    next_step<M, D, DP>(g);
+}
+
+template <class M, int D, bool DP> __global__ void __launch_bounds__(THREADS) k_mid(Dev g)
+{
+    State *st = g.st;
+    if (threadIdx.x != 0 || st->status != ST_OK)
+        return;
+    if (st->overflow) {
+        st->status = ST_CAPACITY; /* st->n is still the count before the growth */
+        return;
+    }
+    int n = (int)st->n_alloc;
+    double t = st->t, tt = st->t_target;
+    double rate = __longlong_as_double((long long)st->maxbits[st->cur]);
+    double dt = rate > 0.0 ? g.cfl / rate : tt - t;
+    if (!(dt > 1e-12 * (1.0 + fabs(tt)))) {
+        st->status = ST_COLLAPSE;
+        st->err_a = dt;
+        st->err_b = t;
+        return;
+    }
+    int last = dt >= tt - t;
+    st->last = last;
+    st->dt_step = last ? tt - t : dt;
+    st->n = n;
+    if (DP) {
+        int b = blocks_for(n);
+        k_link<M, D><<<b, THREADS, 0, cudaStreamTailLaunch>>>(g);
+        k_flux<M, D><<<b, THREADS, 0, cudaStreamTailLaunch>>>(g);
+        k_apply<D><<<b, THREADS, 0, cudaStreamTailLaunch>>>(g);
+        k_end<M, D, DP><<<1, THREADS, 0, cudaStreamTailLaunch>>>(g);
+        check_launch(st);
+    }
+}
+
+template <class M, int D, bool DP> __global__ void __launch_bounds__(THREADS) k_end(Dev g)
+{
+    State *st = g.st;
+    if (vload(st->status) != ST_OK)
+        return;
+    double total = sum_parts(st->part_sum, st->nparts);
+    if (threadIdx.x != 0)
+        return;
+    st->t = st->last ? st->t_target : st->t + st->dt_step;
+    st->dt = st->dt_step;
+    st->steps++;
+    st->cell_steps += (unsigned long long)st->n;
+    st->done++;
+    if (!(total > 0.0) || !isfinite(total)) {
+        st->status = ST_MASS;
+        st->err_b = st->t;
+        return;
+    }
+    st->scale = 1.0 / total;
+    if (!DP)
+        return;
+    if (st->steps % (unsigned long long)g.del_step == 0) {
+        int b = blocks_for(st->n);
+        k_prune_mark<D><<<b, THREADS, 0, cudaStreamTailLaunch>>>(g);
+        k_prune_scan<<<1, 1024, 0, cudaStreamTailLaunch>>>(g);
+        k_prune_remap<<<b, THREADS, 0, cudaStreamTailLaunch>>>(g);
+        k_prune_move<D><<<b, THREADS, 0, cudaStreamTailLaunch>>>(g);
+        k_pruned<M, D, DP><<<1, THREADS, 0, cudaStreamTailLaunch>>>(g);
+        check_launch(st);
+    } else {
+        next_step<M, D, DP>(g);
+    }
+}
+
+template <class M, int D, bool DP> __global__ void __launch_bounds__(THREADS) k_pruned(Dev g)
+{
+    State *st = g.st;
+    if (vload(st->status) != ST_OK)
+        return;
+    double total = sum_parts(st->part_sum2, st->nparts);
+    if (threadIdx.x != 0)
+        return;
+    st->cur ^= 1;
+    st->n = st->kept;
+    st->n_alloc = (unsigned)st->kept;
+    st->maxbits[st->cur ^ 1] = 0;
+    if (!(total > 0.0) || !isfinite(total)) {
+        st->status = ST_PRUNED;
+        st->err_b = st->t;
+        return;
+    }
+    st->scale = 1.0 / total;
+    if (DP)
+        next_step<M, D, DP>(g);
+}
+
+/* ---- initialization, rebuild, update, snapshot ---- */
+
+/* Level by level from the root, as gb_init: the masses of one level, and
+ * the face neighbours of those at or above the threshold; then links and
+ * the sum. Resumable at a level after the host grew the arrays. */
+template <class M, int D> __global__ void __launch_bounds__(THREADS) k_init(Dev g, InitArgs a)
+{
+    cg::grid_group grid = cg::this_grid();
+    State *st = g.st;
+    const Cells C = g.c[0];
+    unsigned long long *table = g.table[0], *maxbits = &st->maxbits[0];
+    const long long i0 = (long long)blockIdx.x * THREADS + threadIdx.x, stride = (long long)gridDim.x * THREADS;
+    if (i0 == 0 && st->n_alloc == 0)
+        insert_new<M, D>(g, C, table, maxbits, a.root);
+    grid.sync();
+    int lo = st->lo, hi = (int)vload(st->n_alloc);
+    /* every block reads the counter before any block inserts again */
+    grid.sync();
+    while (lo < hi) {
+        for (long long c = lo + i0; c < hi; c += stride) {
+            int32_t k[D];
+            double x[D], r[D], q = 0.0;
+#pragma unroll
+            for (int i = 0; i < D; i++)
+                k[i] = C.key[c * D + i];
+            centre<D>(g, k, x);
+#pragma unroll
+            for (int i = 0; i < D; i++)
+                r[i] = x[i] - a.mean[i];
+#pragma unroll
+            for (int i = 0; i < D; i++) {
+                double row = 0.0;
+#pragma unroll
+                for (int j = 0; j < D; j++)
+                    row += a.inv[i * D + j] * r[j];
+                q += r[i] * row;
+            }
+            double p = exp(a.lognorm - 0.5 * q);
+            C.p[c] = p;
+            if (p < g.thr)
+                continue;
+#pragma unroll 1
+            for (int i = 0; i < 2 * D; i++) {
+                int32_t kn[D];
+#pragma unroll
+                for (int j = 0; j < D; j++)
+                    kn[j] = k[j] + (j == (i >> 1) ? ((i & 1) ? 1 : -1) : 0);
+                insert_new<M, D>(g, C, table, maxbits, kn);
+            }
+        }
+        grid.sync();
+        const int next = (int)vload(st->n_alloc), over = vload(st->overflow);
+        grid.sync();
+        if (over) {
+            /* the host grows the arrays, keeps the cells made so far and
+             * runs this level again */
+            if (i0 == 0) {
+                st->lo = lo;
+                st->status = ST_CAPACITY;
+            }
+            return;
+        }
+        lo = hi;
+        hi = next;
+    }
+    for (long long w = i0; w < (long long)hi * 2 * D; w += stride) {
+        const long long c = w / (2 * D);
+        const int q = (int)(w - c * 2 * D);
+        int32_t k[D];
+#pragma unroll
+        for (int i = 0; i < D; i++)
+            k[i] = C.key[c * D + i] + (i == (q >> 1) ? ((q & 1) ? 1 : -1) : 0);
+        C.nb[w] = find<D>(table, g.hmask, C.key, k);
+    }
+    double sum = 0.0;
+    for (long long c = i0; c < hi; c += stride)
+        sum += C.p[c];
+    sum = block_sum<THREADS>(sum);
+    if (threadIdx.x == 0)
+        st->part_sum[blockIdx.x] = sum;
+    grid.sync();
+    double total = sum_parts(st->part_sum, gridDim.x);
+    if (i0 == 0) {
+        st->n = hi;
+        st->lo = hi;
+        st->cur = 0;
+        st->t = 0.0;
+        st->dt = 0.0;
+        st->steps = st->cell_steps = 0;
+        if (!(total > 0.0) || !isfinite(total)) {
+            st->status = ST_NOMASS;
+        } else {
+            st->scale = 1.0 / total;
+            st->status = ST_OK;
+        }
+    }
+}
+
+/* The index of copy cur from its cells [0, n), and their maximum rate. */
+template <int D> __global__ void __launch_bounds__(THREADS) k_rebuild(Dev g, int cur, int n)
+{
+    const Cells C = g.c[cur];
+    double mx = 0.0;
+    for (long long c = (long long)blockIdx.x * THREADS + threadIdx.x; c < n; c += (long long)gridDim.x * THREADS) {
+        int32_t k[D];
+#pragma unroll
+        for (int q = 0; q < D; q++)
+            k[q] = C.key[c * D + q];
+        place<D>(g.table[cur], g.hmask, k, (int32_t)c);
+        mx = C.rate[c] > mx ? C.rate[c] : mx;
+    }
+    if (mx > 0.0)
+        atomicMax(&g.st->maxbits[cur], (unsigned long long)__double_as_longlong(mx));
+}
+
+/* gb_update: the likelihood of y through h, into the masses; block sums. */
+template <class M, int D> __global__ void __launch_bounds__(THREADS) k_update(Dev g, UpdArgs a)
+{
+    State *st = g.st;
+    const Cells C = g.c[st->cur];
+    const int n = st->n;
+    const double sc = st->scale;
+    double sum = 0.0;
+    for (long long c = (long long)blockIdx.x * THREADS + threadIdx.x; c < n; c += (long long)gridDim.x * THREADS) {
+        int32_t k[D];
+        double x[D], hx[DK_GBEES_MAX_DIM], r[DK_GBEES_MAX_DIM], q = 0.0;
+#pragma unroll
+        for (int i = 0; i < D; i++)
+            k[i] = C.key[c * D + i];
+        centre<D>(g, k, x);
+        M::h(D, x, g.coef, hx);
+        for (int i = 0; i < a.m; i++)
+            r[i] = hx[i] - a.y[i];
+        for (int i = 0; i < a.m; i++) {
+            double row = 0.0;
+            for (int j = 0; j < a.m; j++)
+                row += a.rinv[i * a.m + j] * r[j];
+            q += r[i] * row;
+        }
+        double p = C.p[c] * sc * exp(-0.5 * q);
+        C.p[c] = p;
+        sum += p;
+    }
+    sum = block_sum<THREADS>(sum);
+    if (threadIdx.x == 0)
+        st->part_sum[blockIdx.x] = sum;
+}
+
+template <int D> __global__ void __launch_bounds__(THREADS) k_snapshot(Dev g, double *out, int rows)
+{
+    const State *st = g.st;
+    const Cells C = g.c[st->cur];
+    const double sc = st->scale;
+    for (long long c = (long long)blockIdx.x * THREADS + threadIdx.x; c < rows; c += (long long)gridDim.x * THREADS) {
+        int32_t k[D];
+        double x[D];
+#pragma unroll
+        for (int i = 0; i < D; i++)
+            k[i] = C.key[c * D + i];
+        centre<D>(g, k, x);
+#pragma unroll
+        for (int i = 0; i < D; i++)
+            out[c * (D + 1) + i] = x[i];
+        out[c * (D + 1) + D] = C.p[c] * sc;
+    }
+}
+
+/* ---- the instances: one set of kernels per (model, dimension) ---- */
+
+struct Kernels {
+    int dim;
+    void (*coop)(Dev, double, long long);
+    void (*coop3)(Dev, double, long long);
+    void (*init)(Dev, InitArgs);
+    void (*rebuild)(Dev, int, int);
+    void (*update)(Dev, UpdArgs);
+    void (*snapshot)(Dev, double *, int);
+    void (*begin_dp)(Dev);
+    void (*begin_host)(Dev);
+    void (*grow)(Dev);
+    void (*mid)(Dev);
+    void (*link)(Dev);
+    void (*flux)(Dev);
+    void (*apply)(Dev);
+    void (*end)(Dev);
+    void (*mark)(Dev);
+    void (*remap)(Dev);
+    void (*move)(Dev);
+    void (*pruned)(Dev);
+};
+
+template <class M, int D> const Kernels *kernels_for()
+{
+    static const Kernels k = {D,
+                              k_coop<M, D, 2>,
+                              k_coop<M, D, 3>,
+                              k_init<M, D>,
+                              k_rebuild<D>,
+                              k_update<M, D>,
+                              k_snapshot<D>,
+                              k_begin<M, D, true>,
+                              k_begin<M, D, false>,
+                              k_grow<M, D>,
+                              k_mid<M, D, false>,
+                              k_link<M, D>,
+                              k_flux<M, D>,
+                              k_apply<D>,
+                              k_end<M, D, false>,
+                              k_prune_mark<D>,
+                              k_prune_remap,
+                              k_prune_move<D>,
+                              k_pruned<M, D, false>};
+    return &k;
+}
+
+#define GB_FUNCTOR(name)                                                                                               \
+    struct model_##name {                                                                                              \
+        static __device__ __forceinline__ void f(int d, const double *x, const double *c, double *v)                   \
+        {                                                                                                              \
+            name##_f(d, x, c, v);                                                                                      \
+        }                                                                                                              \
+        static __device__ __forceinline__ void h(int d, const double *x, const double *c, double *y)                   \
+        {                                                                                                              \
+            name##_h(d, x, c, y);                                                                                      \
+        }                                                                                                              \
+    };
+GB_MODELS(GB_FUNCTOR)
+
+/* The instance for dimension d among D..DK_GBEES_MAX_DIM, only where the
+ * model allows the dimension. */
+template <class M, class Info, int D> const Kernels *pick_dim(int d)
+{
+    if constexpr (D > DK_GBEES_MAX_DIM) {
+        (void)d;
+        return nullptr;
+    } else {
+        if (d == D) {
+            if constexpr (Info::dim ? D == Info::dim : D >= Info::min_dim)
+                return kernels_for<M, D>();
+            else
+                return nullptr;
+        }
+        return pick_dim<M, Info, D + 1>(d);
+    }
+}
+
+#define GB_PICK(name)                                                                                                  \
+    if (!strcmp(model, #name))                                                                                         \
+        return pick_dim<model_##name, gb_info_##name, 1>(d);
+
+const Kernels *pick_kernels(const char *model, int d)
+{
+    GB_MODELS(GB_PICK)
+    return nullptr;
+}
+
+/* ---- host side ---- */
+
+struct Plan {
+    dk_cuda_device *dev;
+    dk_gbees_setup s;
+    const Kernels *k;
+    int variant, d;
+    Dev g;
+    void *cells_mem; /* every capacity-sized array */
+    State *st;       /* device */
+    State hs;        /* host copy of the head */
+    void (*coop)(Dev, double, long long); /* the instance in use */
+    int coop_max;    /* resident blocks of the coop kernel */
+    int init_max;
+    double cpt;      /* coop grid: cells per thread */
+    int fixed_blocks;
+    int dp_steps;    /* dp: steps per host launch (0: all) */
+    double *snap;
+    size_t snap_rows;
+    bool profile;
+    unsigned long long launches;
+};
+
+const size_t HEAD = offsetof(State, part_sum);
+
+size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
+
+cudaError_t copy_head_in(Plan *p)
+{
+    return cudaMemcpyAsync(p->st, &p->hs, HEAD, cudaMemcpyHostToDevice, p->dev->stream);
+}
+
+cudaError_t copy_head_out(Plan *p)
+{
+    cudaError_t e = cudaMemcpyAsync(&p->hs, p->st, HEAD, cudaMemcpyDeviceToHost, p->dev->stream);
+    return e == cudaSuccess ? cudaStreamSynchronize(p->dev->stream) : e;
+}
+
+/* Makes the arrays hold cap cells, keeping cells [0, n) of copy cur
+ * (moved to copy 0), and rebuilds the index of copy 0. */
+dk_status reserve(Plan *p, long long want, int n, dk_msg *msg)
+{
+    long long cap = p->g.cap ? p->g.cap : 65536;
+    while (cap < want)
+        cap *= 2;
+    if (cap > (long long)INT32_MAX) {
+        dk_msg_set(msg, "cuda gbees: the grid would need more than 2^31 - 1 cells (%lld wanted)", want);
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    if (cap == p->g.cap)
+        return DK_OK;
+    const int D = p->d;
+    unsigned long long hcap = 64;
+    while (hcap < 2ull * (unsigned long long)cap)
+        hcap *= 2;
+    size_t C = (size_t)cap;
+    size_t sizes[] = {
+        align256(C * D * 4), align256(C * D * 8), align256(C * 2 * D * 4), align256(C * 8), align256(C * 8), /* copy 0 */
+        align256(C * D * 4), align256(C * D * 8), align256(C * 2 * D * 4), align256(C * 8), align256(C * 8), /* copy 1 */
+        align256(C * D * 8), align256(C * D * 8), align256(C * 2 * D * 8),                                    /* flux wave back */
+        align256(C), align256(C * 4), align256(hcap * 8), align256(hcap * 8)};
+    size_t total = 0;
+    for (size_t b : sizes)
+        total += b;
+    void *mem = NULL;
+    cudaError_t e = cudaMalloc(&mem, total);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        dk_msg_set(msg, "cuda gbees: out of device memory growing the grid to %lld cells (%.2f GB)", cap, total / 1e9);
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    char *at = (char *)mem;
+    void *ptr[17];
+    for (int j = 0; j < 17; j++) {
+        ptr[j] = at;
+        at += sizes[j];
+    }
+    Dev ng = p->g;
+    for (int b = 0; b < 2; b++) {
+        ng.c[b].key = (int32_t *)ptr[5 * b];
+        ng.c[b].v = (double *)ptr[5 * b + 1];
+        ng.c[b].nb = (int32_t *)ptr[5 * b + 2];
+        ng.c[b].p = (double *)ptr[5 * b + 3];
+        ng.c[b].rate = (double *)ptr[5 * b + 4];
+    }
+    ng.flux = (double *)ptr[10];
+    ng.wave = (double *)ptr[11];
+    ng.back = (double *)ptr[12];
+    ng.keep = (uint8_t *)ptr[13];
+    ng.remap = (int32_t *)ptr[14];
+    ng.table[0] = (unsigned long long *)ptr[15];
+    ng.table[1] = (unsigned long long *)ptr[16];
+    ng.hmask = hcap - 1;
+    ng.cap = (int)cap;
+    cudaStream_t sm = p->dev->stream;
+    if (n > 0) {
+        const Cells &o = p->g.c[p->hs.cur];
+        size_t N = (size_t)n;
+        e = cudaMemcpyAsync(ng.c[0].key, o.key, N * D * 4, cudaMemcpyDeviceToDevice, sm);
+        if (e == cudaSuccess)
+            e = cudaMemcpyAsync(ng.c[0].v, o.v, N * D * 8, cudaMemcpyDeviceToDevice, sm);
+        if (e == cudaSuccess)
+            e = cudaMemcpyAsync(ng.c[0].nb, o.nb, N * 2 * D * 4, cudaMemcpyDeviceToDevice, sm);
+        if (e == cudaSuccess)
+            e = cudaMemcpyAsync(ng.c[0].p, o.p, N * 8, cudaMemcpyDeviceToDevice, sm);
+        if (e == cudaSuccess)
+            e = cudaMemcpyAsync(ng.c[0].rate, o.rate, N * 8, cudaMemcpyDeviceToDevice, sm);
+    }
+    if (e == cudaSuccess)
+        e = cudaMemsetAsync(ng.table[0], 0xff, hcap * 8, sm);
+    if (e == cudaSuccess)
+        e = cudaMemsetAsync(ng.table[1], 0xff, hcap * 8, sm);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(sm);
+    if (e != cudaSuccess) {
+        cudaFree(mem);
+        return dk_cuda_fail(msg, e, "growing the gbees grid");
+    }
+    if (p->cells_mem)
+        cudaFree(p->cells_mem);
+    p->cells_mem = mem;
+    p->g = ng;
+    p->hs.cur = 0;
+    p->hs.n = n;
+    p->hs.n_alloc = (unsigned)n;
+    p->hs.overflow = 0;
+    p->hs.maxbits[0] = p->hs.maxbits[1] = 0;
+    e = copy_head_in(p);
+    if (e == cudaSuccess && n > 0) {
+        p->k->rebuild<<<blocks_for(n), THREADS, 0, sm>>>(p->g, 0, n);
+        e = cudaGetLastError();
+    }
+    if (e == cudaSuccess)
+        e = copy_head_out(p);
+    return e == cudaSuccess ? DK_OK : dk_cuda_fail(msg, e, "rebuilding the gbees index");
+}
+
+/* After a growth that ran out of room: the same cells, twice the room. */
+dk_status regrow(Plan *p, dk_msg *msg)
+{
+    p->hs.status = ST_OK;
+    return reserve(p, 2ll * p->g.cap, p->hs.n, msg);
+}
+
+void plan_destroy(void *handle)
+{
+    Plan *p = (Plan *)handle;
+    if (!p)
+        return;
+    cudaSetDevice(p->dev->ordinal);
+    if (p->profile && p->hs.steps) {
+        const char *names[PH_N] = {"grow", "link+waves", "fluxes", "apply+sum", "prune"};
+        double all = 0.0;
+        for (int q = 0; q < PH_N; q++)
+            all += (double)p->hs.prof[q];
+        fprintf(stderr, "gbees cuda profile: %llu steps, %llu cell-steps, %llu launches; coop kernel phases:",
+                (unsigned long long)p->hs.steps, (unsigned long long)p->hs.cell_steps, p->launches);
+        for (int q = 0; q < PH_N; q++)
+            fprintf(stderr, " %s %.3f ms (%.2f us/step)", names[q], p->hs.prof[q] * 1e-6,
+                    p->hs.prof[q] * 1e-3 / (double)p->hs.steps);
+        fprintf(stderr, "; total %.3f ms\n", all * 1e-6);
+    }
+    if (p->cells_mem)
+        cudaFree(p->cells_mem);
+    if (p->st)
+        cudaFree(p->st);
+    if (p->snap)
+        cudaFree(p->snap);
+    (void)cudaGetLastError();
+    free(p);
+}
+
+const char *const cuda_gbees_variants[] = {"coop", "dp", "host", NULL};
+
+dk_status plan_create(void *device, const dk_gbees_setup *setup, void **out, dk_msg *msg)
+{
+    dk_cuda_device *dev = (dk_cuda_device *)device;
+    dk_status st = dk_cuda_enter(dev, msg);
+    if (st != DK_OK)
+        return st;
+    const Kernels *k = pick_kernels(setup->model->name, setup->dim);
+    if (!k) {
+        dk_msg_set(msg, "cuda gbees: model %s in %d dimensions has no device code (models come from "
+                   "algorithms/gbees/models/all.h)", setup->model->name, setup->dim);
+        return DK_ERR_NOT_IMPLEMENTED;
+    }
+    Plan *p = (Plan *)calloc(1, sizeof *p);
+    if (!p) {
+        dk_msg_set(msg, "cuda gbees: out of host memory");
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    p->dev = dev;
+    p->s = *setup;
+    p->k = k;
+    p->d = setup->dim;
+    p->variant = V_COOP;
+    if (setup->variant && !strcmp(setup->variant, "dp"))
+        p->variant = V_DP;
+    else if (setup->variant && !strcmp(setup->variant, "host"))
+        p->variant = V_HOST;
+    const char *env = getenv("DAKIT_GBEES_CUDA_PROFILE");
+    p->profile = env && *env && strcmp(env, "0");
+    env = getenv("DAKIT_GBEES_CUDA_CPT");
+    p->cpt = env ? atof(env) : 1.0;
+    if (!(p->cpt > 0.0))
+        p->cpt = 1.0;
+    env = getenv("DAKIT_GBEES_CUDA_BLOCKS");
+    p->fixed_blocks = env ? atoi(env) : 0;
+    env = getenv("DAKIT_GBEES_CUDA_DP_STEPS");
+    p->dp_steps = env ? atoi(env) : 0;
+    Dev &g = p->g;
+    for (int i = 0; i < p->d; i++) {
+        g.center[i] = setup->center[i];
+        g.dx[i] = setup->dx[i];
+    }
+    for (int i = 0; i < setup->model->ncoef && i < DK_GBEES_MAX_COEF; i++)
+        g.coef[i] = setup->model->coef[i];
+    g.thr = setup->threshold;
+    g.cfl = setup->cfl;
+    g.del_step = setup->del_step;
+    env = getenv("DAKIT_GBEES_CUDA_OCC");
+    p->coop = env && atoi(env) == 3 ? k->coop3 : k->coop;
+    int per_sm = 0, per_sm_init = 0;
+    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, p->coop, THREADS, 0);
+    if (e == cudaSuccess)
+        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_init, k->init, THREADS, 0);
+    if (e == cudaSuccess)
+        e = cudaMalloc(&p->st, sizeof(State));
+    if (e != cudaSuccess) {
+        p->st = NULL;
+        plan_destroy(p);
+        return dk_cuda_fail(msg, e, "preparing the gbees plan");
+    }
+    if (per_sm < 1 || per_sm_init < 1) {
+        plan_destroy(p);
+        dk_msg_set(msg, "cuda gbees: no block of the gbees kernels fits on an SM");
+        return DK_ERR_BACKEND;
+    }
+    p->coop_max = per_sm * dev->sm_count;
+    p->init_max = per_sm_init * dev->sm_count;
+    if (p->coop_max > MAX_PARTS)
+        p->coop_max = MAX_PARTS;
+    if (p->init_max > MAX_PARTS)
+        p->init_max = MAX_PARTS;
+    g.st = p->st;
+    memset(&p->hs, 0, sizeof p->hs);
+    e = cudaMemsetAsync(p->st, 0, sizeof(State), dev->stream);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(dev->stream);
+    if (e != cudaSuccess) {
+        plan_destroy(p);
+        return dk_cuda_fail(msg, e, "preparing the gbees plan");
+    }
+    st = reserve(p, 65536, 0, msg);
+    if (st != DK_OK) {
+        plan_destroy(p);
+        return st;
+    }
+    *out = p;
+    return DK_OK;
+}
+
+dk_status init(void *handle, const double *mean, const double *inv, dk_msg *msg)
+{
+    Plan *p = (Plan *)handle;
+    dk_status st = dk_cuda_enter(p->dev, msg);
+    if (st != DK_OK)
+        return st;
+    const int d = p->d;
+    /* log det of inv from its Cholesky factor, as gb_init */
+    double logdet_inv = 0.0, a[DK_GBEES_MAX_DIM * DK_GBEES_MAX_DIM];
+    memcpy(a, inv, (size_t)d * d * sizeof *a);
+    for (int j = 0; j < d; j++) {
+        double s = a[j * d + j];
+        for (int q = 0; q < j; q++)
+            s -= a[j * d + q] * a[j * d + q];
+        if (!(s > 0.0)) {
+            dk_msg_set(msg, "the initial covariance is not positive definite");
+            return DK_ERR_INVALID_ARGUMENT;
+        }
+        a[j * d + j] = sqrt(s);
+        logdet_inv += 2.0 * log(a[j * d + j]);
+        for (int i = j + 1; i < d; i++) {
+            double t = a[i * d + j];
+            for (int q = 0; q < j; q++)
+                t -= a[i * d + q] * a[j * d + q];
+            a[i * d + j] = t / a[j * d + j];
+        }
+    }
+    InitArgs ia;
+    memset(&ia, 0, sizeof ia);
+    ia.lognorm = 0.5 * logdet_inv - 0.5 * d * log(2.0 * M_PI);
+    for (int i = 0; i < d; i++) {
+        ia.lognorm += log(p->s.dx[i]);
+        ia.mean[i] = mean[i];
+        ia.root[i] = (int32_t)lround((mean[i] - p->s.center[i]) / p->s.dx[i]);
+    }
+    memcpy(ia.inv, inv, (size_t)d * d * sizeof *inv);
+    memset(&p->hs, 0, HEAD);
+    p->hs.scale = 1.0;
+    cudaStream_t sm = p->dev->stream;
+    cudaError_t e = cudaMemsetAsync(p->g.table[0], 0xff, (p->g.hmask + 1) * 8, sm);
+    if (e == cudaSuccess)
+        e = copy_head_in(p);
+    if (e != cudaSuccess)
+        return dk_cuda_fail(msg, e, "starting the gbees grid");
+    for (;;) {
+        void *args[] = {&p->g, &ia};
+        e = cudaLaunchCooperativeKernel((const void *)p->k->init, dim3(p->init_max), dim3(THREADS), args, 0, sm);
+        if (e == cudaSuccess)
+            e = copy_head_out(p);
+        if (e != cudaSuccess)
+            return dk_cuda_fail(msg, e, "running the gbees initialization kernel");
+        if (p->hs.status == ST_NOMASS) {
+            dk_msg_set(msg, "the initial density has no mass on the grid");
+            return DK_ERR_INVALID_ARGUMENT;
+        }
+        if (p->hs.status != ST_CAPACITY)
+            return DK_OK;
+        /* the level [lo, n_alloc) is made again: keep the cells up to its end */
+        int lo = p->hs.lo;
+        p->hs.n = (int)(p->hs.n_alloc < (unsigned)p->g.cap ? p->hs.n_alloc : (unsigned)p->g.cap);
+        int keep = p->hs.n;
+        p->hs.status = ST_OK;
+        st = reserve(p, 4ll * p->g.cap, keep, msg);
+        if (st != DK_OK)
+            return st;
+        p->hs.lo = lo;
+        e = copy_head_in(p);
+        if (e != cudaSuccess)
+            return dk_cuda_fail(msg, e, "resuming the gbees initialization");
+    }
+}
+
+dk_status status_error(Plan *p, dk_msg *msg)
+{
+    switch (p->hs.status) {
+    case ST_COLLAPSE:
+        dk_msg_set(msg, "the time step collapsed to %g at t = %g (velocities too large for the grid)", p->hs.err_a,
+                   p->hs.err_b);
+        return DK_ERR_INVALID_ARGUMENT;
+    case ST_MASS:
+        dk_msg_set(msg, "all probability left the grid at t = %g", p->hs.err_b);
+        return DK_ERR_INVALID_ARGUMENT;
+    case ST_PRUNED:
+        dk_msg_set(msg, "all probability was pruned at t = %g", p->hs.err_b);
+        return DK_ERR_INVALID_ARGUMENT;
+    case ST_LAUNCH:
+        dk_msg_set(msg, "cuda gbees: a device-side launch failed at t = %g: %s (dynamic parallelism)", p->hs.t,
+                   cudaGetErrorName((cudaError_t)(int)p->hs.err_a));
+        return DK_ERR_BACKEND;
+    default:
+        dk_msg_set(msg, "cuda gbees: unexpected state %d", p->hs.status);
+        return DK_ERR_BACKEND;
+    }
+}
+
+int coop_blocks(const Plan *p)
+{
+    if (p->fixed_blocks > 0)
+        return p->fixed_blocks < p->coop_max ? p->fixed_blocks : p->coop_max;
+    /* growth, links and fluxes take d items per cell */
+    long long b = (long long)ceil((double)p->hs.n * p->d / (THREADS * p->cpt));
+    return (int)(b < 1 ? 1 : b > p->coop_max ? p->coop_max : b);
+}
+
+dk_status advance(void *handle, double t_target, int max_steps, dk_msg *msg)
+{
+    Plan *p = (Plan *)handle;
+    dk_status st = dk_cuda_enter(p->dev, msg);
+    if (st != DK_OK)
+        return st;
+    cudaStream_t sm = p->dev->stream;
+    const unsigned long long steps0 = p->hs.steps;
+    cudaError_t e = cudaSuccess;
+    for (;;) {
+        long long left = max_steps > 0 ? max_steps - (long long)(p->hs.steps - steps0) : 0;
+        if (!(p->hs.t < t_target) || (max_steps > 0 && left <= 0))
+            return DK_OK;
+        /* room for the next growths, so that a step rarely has to stop */
+        if (2ll * p->hs.n > p->g.cap && (st = reserve(p, 2ll * p->g.cap, p->hs.n, msg)) != DK_OK)
+            return st;
+        if (p->variant == V_COOP) {
+            void *args[] = {&p->g, &t_target, &left};
+            e = cudaLaunchCooperativeKernel((const void *)p->coop, dim3(coop_blocks(p)), dim3(THREADS), args, 0,
+                                            sm);
+            p->launches++;
+        } else {
+            p->hs.t_target = t_target;
+            p->hs.max_steps = left;
+            if (p->variant == V_DP && p->dp_steps > 0 && (left <= 0 || left > p->dp_steps))
+                p->hs.max_steps = p->dp_steps;
+            p->hs.done = 0;
+            e = copy_head_in(p);
+            if (p->variant == V_DP) {
+                if (e == cudaSuccess)
+                    p->k->begin_dp<<<1, 1, 0, sm>>>(p->g);
+                p->launches++;
+            } else {
+                /* one step per round trip; phase grids from the last count
+                 * read back (with room: they stride over whatever grew) */
+                int b = blocks_for(p->hs.n + p->hs.n / 4 + THREADS);
+                const Kernels *k = p->k;
+                k->begin_host<<<1, 1, 0, sm>>>(p->g);
+                k->grow<<<blocks_for(p->hs.n), THREADS, 0, sm>>>(p->g);
+                k->mid<<<1, 32, 0, sm>>>(p->g);
+                k->link<<<b, THREADS, 0, sm>>>(p->g);
+                k->flux<<<b, THREADS, 0, sm>>>(p->g);
+                k->apply<<<b, THREADS, 0, sm>>>(p->g);
+                k->end<<<1, THREADS, 0, sm>>>(p->g);
+                p->launches += 7;
+                if ((p->hs.steps + 1) % (unsigned long long)p->s.del_step == 0) {
+                    k->mark<<<b, THREADS, 0, sm>>>(p->g);
+                    k_prune_scan<<<1, 1024, 0, sm>>>(p->g);
+                    k->remap<<<b, THREADS, 0, sm>>>(p->g);
+                    k->move<<<b, THREADS, 0, sm>>>(p->g);
+                    k->pruned<<<1, THREADS, 0, sm>>>(p->g);
+                    p->launches += 5;
+                }
+            }
+            if (e == cudaSuccess)
+                e = cudaGetLastError();
+        }
+        if (e == cudaSuccess)
+            e = copy_head_out(p);
+        if (e != cudaSuccess)
+            return dk_cuda_fail(msg, e, "running the gbees time steps");
+        if (p->hs.status == ST_CAPACITY) {
+            if ((st = regrow(p, msg)) != DK_OK)
+                return st;
+            continue;
+        }
+        if (p->hs.status != ST_OK)
+            return status_error(p, msg);
+    }
+}
+
+dk_status update(void *handle, const double *y, const double *r_inv, int m, dk_msg *msg)
+{
+    Plan *p = (Plan *)handle;
+    dk_status st = dk_cuda_enter(p->dev, msg);
+    if (st != DK_OK)
+        return st;
+    UpdArgs ua;
+    memset(&ua, 0, sizeof ua);
+    ua.m = m;
+    memcpy(ua.y, y, (size_t)m * sizeof *y);
+    memcpy(ua.rinv, r_inv, (size_t)m * m * sizeof *r_inv);
+    cudaStream_t sm = p->dev->stream;
+    int b = blocks_for(p->hs.n);
+    p->k->update<<<b, THREADS, 0, sm>>>(p->g, ua);
+    double parts[MAX_PARTS];
+    cudaError_t e = cudaGetLastError();
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(parts, p->st->part_sum, (size_t)b * sizeof(double), cudaMemcpyDeviceToHost, sm);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(sm);
+    if (e != cudaSuccess)
+        return dk_cuda_fail(msg, e, "running the gbees measurement update");
+    double total = 0.0;
+    for (int i = 0; i < b; i++)
+        total += parts[i];
+    if (!(total > 0.0) || !isfinite(total)) {
+        dk_msg_set(msg, "the measurement at t = %g has no support on the grid (likelihood zero everywhere)",
+                   p->hs.t);
+        return DK_ERR_INVALID_ARGUMENT;
+    }
+    p->hs.scale = 1.0 / total;
+    e = cudaMemcpyAsync(&p->st->scale, &p->hs.scale, sizeof(double), cudaMemcpyHostToDevice, sm);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(sm);
+    return e == cudaSuccess ? DK_OK : dk_cuda_fail(msg, e, "running the gbees measurement update");
+}
+
+dk_status snapshot(void *handle, double *out, size_t max, size_t *cells, dk_msg *msg)
+{
+    Plan *p = (Plan *)handle;
+    dk_status st = dk_cuda_enter(p->dev, msg);
+    if (st != DK_OK)
+        return st;
+    *cells = (size_t)p->hs.n;
+    size_t rows = max < (size_t)p->hs.n ? max : (size_t)p->hs.n;
+    if (!out || rows == 0)
+        return DK_OK;
+    cudaError_t e = cudaSuccess;
+    if (rows > p->snap_rows) {
+        if (p->snap)
+            cudaFree(p->snap);
+        p->snap = NULL;
+        p->snap_rows = 0;
+        e = cudaMalloc(&p->snap, rows * (p->d + 1) * sizeof(double));
+        if (e != cudaSuccess) {
+            p->snap = NULL;
+            (void)cudaGetLastError();
+            dk_msg_set(msg, "cuda gbees: out of device memory for a snapshot of %zu cells", rows);
+            return DK_ERR_OUT_OF_MEMORY;
+        }
+        p->snap_rows = rows;
+    }
+    cudaStream_t sm = p->dev->stream;
+    p->k->snapshot<<<blocks_for((long long)rows), THREADS, 0, sm>>>(p->g, p->snap, (int)rows);
+    e = cudaGetLastError();
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(out, p->snap, rows * (p->d + 1) * sizeof(double), cudaMemcpyDeviceToHost, sm);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(sm);
+    return e == cudaSuccess ? DK_OK : dk_cuda_fail(msg, e, "copying a gbees snapshot");
+}
+
+void stats(void *handle, dk_gbees_stats *s)
+{
+    Plan *p = (Plan *)handle;
+    s->t = p->hs.t;
+    s->steps = p->hs.steps;
+    s->cell_steps = p->hs.cell_steps;
+    s->cells = (size_t)p->hs.n;
+    s->dt = p->hs.dt;
+}
+
+} // namespace
+
+extern "C" const dk_gbees_ops dk_cuda_gbees_ops = {cuda_gbees_variants, plan_create, init, advance,
+                                                   update, snapshot, stats, plan_destroy};
