@@ -955,7 +955,7 @@ dk_status plan_create(void *device, const dk_kmeans_setup *setup, void **out, dk
      * ahead; "exact" the exact distance to every centroid; "atomic" the
      * block's one copy of the sums with shared atomics (also taken when
      * per-warp copies would be large, k * d > 512). Measured on an H100, see
-     * docs/performance.md; loads ahead with 2 blocks per SM (122 registers)
+     * docs/performance.md; loads ahead with 2 blocks per SM (125 registers)
      * and 4 blocks per SM without them (64 registers, spills) were slower. */
     const char *variant = getenv("DAKIT_KMEANS_CUDA_VARIANT");
     const bool named = variant && *variant;
