@@ -1,16 +1,15 @@
 /* dakit-opencl gbees: the whole propagation on the OpenCL device, as a
  * sequence of kernels per step (gbees.cl says which and how new cells are
  * made with 32-bit atomics only). The grid never leaves the device; the
- * host reads back a few numbers per step:
- *   after growth     the number of candidate cells, to size the arrays
- *                    and the index before they are inserted (and the last
- *                    step's probability sum, read without waiting then);
- *   after insertion  how many cells were new and the largest CFL rate
- *                    among them (the largest over all cells is kept on the
- *                    host: a maximum does not depend on order, and a
- *                    cell's rate never changes, so only pruning, which
- *                    removes cells, needs a full reduction);
- *   when pruning     the number of cells kept.
+ * host waits once per step, for three numbers read back after growth: the
+ * candidate count, the number of new cells and their largest CFL rate
+ * (the largest over all cells is kept on the host: a maximum does not
+ * depend on order, and a cell's rate never changes, so only pruning, which
+ * removes cells, needs a full reduction). The growth's launches take the
+ * candidate count from the device, bounded by the room the host made for
+ * them; a pass that overflowed it runs again with more room. The step's
+ * probability sum is read without waiting and checked at the next wait.
+ * Pruning (every del_step steps) also reads the number of cells kept.
  * dt is chosen on the host exactly as the engine does (CFL limit, the last
  * step clipped to the target, the same 'time step collapsed' error).
  *
@@ -451,48 +450,25 @@ static dk_status finish(gb_ocl *g, dk_msg *msg)
     return check_pending(g, msg);
 }
 
-/* Inserts the ncand candidates (counters[0] of them, keys in cand) as new
- * cells, links them, gives them velocities and reads back how many were
- * new and their largest rate. */
-static dk_status add_candidates(gb_ocl *g, size_t ncand, size_t *added, double *max_new, dk_msg *msg)
+/* Enqueues the insertion of the candidates the last candidate-making
+ * launch listed (counters[0] of them, at most room) as cells n, n + 1, ...
+ * (counters[1] of them). */
+static cl_int insert_candidates(gb_ocl *g, size_t room)
 {
-    dk_status st = reserve_cells(g, g->n + ncand, msg);
-    if (st == DK_OK)
-        st = reserve_index(g, g->n + ncand, msg);
-    if (st != DK_OK)
-        return st;
-    cl_int nc = (cl_int)ncand, n = (cl_int)g->n;
+    cl_int r = (cl_int)room, n = (cl_int)g->n;
     cl_uint mask = (cl_uint)(g->hcap - 1);
     cl_kernel k = g->insert;
-    cl_int err = ARG(k, 0, nc) | ARG(k, 1, g->cand) | ARG(k, 2, g->key) | ARG(k, 3, g->slot) | ARG(k, 4, mask) |
-                 ARG(k, 5, g->cand_slot);
+    cl_int err = ARG(k, 0, r) | ARG(k, 1, g->counters) | ARG(k, 2, g->cand) | ARG(k, 3, g->key) |
+                 ARG(k, 4, g->slot) | ARG(k, 5, mask) | ARG(k, 6, g->cand_slot);
     if (err == CL_SUCCESS)
-        err = launch(g, k, ncand);
+        err = launch(g, k, room);
     k = g->assign;
     if (err == CL_SUCCESS)
-        err = ARG(k, 0, nc) | ARG(k, 1, n) | ARG(k, 2, g->cand) | ARG(k, 3, g->cand_slot) | ARG(k, 4, g->key) |
+        err = ARG(k, 0, r) | ARG(k, 1, n) | ARG(k, 2, g->cand) | ARG(k, 3, g->cand_slot) | ARG(k, 4, g->key) |
               ARG(k, 5, g->p) | ARG(k, 6, g->slot) | ARG(k, 7, g->counters);
     if (err == CL_SUCCESS)
-        err = launch(g, k, ncand);
-    k = g->link_new;
-    if (err == CL_SUCCESS)
-        err = ARG(k, 0, n) | ARG(k, 1, g->counters) | ARG(k, 2, g->par) | ARG(k, 3, g->key) | ARG(k, 4, g->slot) |
-              ARG(k, 5, mask) | ARG(k, 6, g->nb) | ARG(k, 7, g->v) | ARG(k, 8, g->rate);
-    if (err == CL_SUCCESS)
-        err = launch(g, k, ncand);
-    if (err == CL_SUCCESS)
-        err = reduce(g, g->rate, g->n, ncand, 1, 1, 0);
-    cl_int counters[4];
-    if (err == CL_SUCCESS)
-        err = clEnqueueReadBuffer(g->dev->queue, g->counters, CL_FALSE, 0, sizeof counters, counters, 0, NULL,
-                                  NULL);
-    if (err == CL_SUCCESS)
-        err = clEnqueueReadBuffer(g->dev->queue, g->scalars, CL_TRUE, 0, sizeof *max_new, max_new, 0, NULL, NULL);
-    if (err != CL_SUCCESS)
-        return failed(msg, "adding cells", err);
-    *added = (size_t)counters[1];
-    g->n += *added;
-    return DK_OK;
+        err = launch(g, k, room);
+    return err;
 }
 
 /* Launches the candidate-making kernel k (its arguments set but the
@@ -678,22 +654,11 @@ static dk_status init(void *handle, const double *mean, const double *inv, dk_ms
         if (st != DK_OK)
             return st;
         if (ncand > 0) {
-            /* as add_candidates without the links: those come once, below */
+            /* the links come once, below, for every cell */
             if ((st = reserve_cells(g, g->n + ncand, msg)) != DK_OK ||
                 (st = reserve_index(g, g->n + ncand, msg)) != DK_OK)
                 return st;
-            cl_int nc = (cl_int)ncand, n = (cl_int)g->n;
-            mask = (cl_uint)(g->hcap - 1);
-            cl_kernel ki = g->insert, ka = g->assign;
-            err = ARG(ki, 0, nc) | ARG(ki, 1, g->cand) | ARG(ki, 2, g->key) | ARG(ki, 3, g->slot) |
-                  ARG(ki, 4, mask) | ARG(ki, 5, g->cand_slot);
-            if (err == CL_SUCCESS)
-                err = launch(g, ki, ncand);
-            if (err == CL_SUCCESS)
-                err = ARG(ka, 0, nc) | ARG(ka, 1, n) | ARG(ka, 2, g->cand) | ARG(ka, 3, g->cand_slot) |
-                      ARG(ka, 4, g->key) | ARG(ka, 5, g->p) | ARG(ka, 6, g->slot) | ARG(ka, 7, g->counters);
-            if (err == CL_SUCCESS)
-                err = launch(g, ka, ncand);
+            err = insert_candidates(g, ncand);
             cl_int counters[4];
             if (err == CL_SUCCESS)
                 err = clEnqueueReadBuffer(q, g->counters, CL_TRUE, 0, sizeof counters, counters, 0, NULL, NULL);
@@ -730,27 +695,68 @@ static dk_status init(void *handle, const double *mean, const double *inv, dk_ms
 }
 
 /* Directional growth: candidates from the cells at or above the threshold,
- * then the new cells. */
+ * inserted, linked and given velocities in the same batch of launches,
+ * which take the candidate count from the device; the host waits once, for
+ * the counts and the new cells' largest rate. A pass whose candidates
+ * overflowed the room made for them inserted the first ones, and runs
+ * again with more room: cells present are not asked for twice. */
 static dk_status grow(gb_ocl *g, dk_msg *msg)
 {
-    cl_int n = (cl_int)g->n;
-    cl_uint mask = (cl_uint)(g->hcap - 1);
-    cl_kernel k = g->grow;
-    cl_int err = ARG(k, 0, n) | ARG(k, 1, g->par) | ARG(k, 2, g->key) | ARG(k, 3, g->v) | ARG(k, 4, g->nb) |
-                 ARG(k, 5, g->p) | ARG(k, 6, g->slot) | ARG(k, 7, mask);
-    if (err != CL_SUCCESS)
-        return failed(msg, "setting the growth's arguments", err);
-    size_t ncand;
-    dk_status st = find_candidates(g, k, 8, g->n, &ncand, msg);
-    if (st != DK_OK || ncand == 0)
-        return st;
-    size_t added;
-    double max_new;
-    if ((st = add_candidates(g, ncand, &added, &max_new, msg)) != DK_OK)
-        return st;
-    if (added > 0 && max_new > g->max_rate)
-        g->max_rate = max_new;
-    return DK_OK;
+    const size_t scan = g->n; /* cells added meanwhile have mass 0: they ask for nothing */
+    size_t want = 0;
+    for (;;) {
+        /* room for an eighth of the grid by default, so the arrays need not
+         * be sized for the longest list ever seen */
+        size_t room = g->n / 8 > 4096 ? g->n / 8 : 4096;
+        if (want > room)
+            room = want;
+        dk_status st;
+        if ((st = reserve_candidates(g, room, msg)) != DK_OK || (st = reserve_cells(g, g->n + room, msg)) != DK_OK ||
+            (st = reserve_index(g, g->n + room, msg)) != DK_OK)
+            return st;
+        cl_int n = (cl_int)scan, cap = (cl_int)room, from = (cl_int)g->n;
+        cl_uint mask = (cl_uint)(g->hcap - 1);
+        cl_kernel k = g->grow;
+        cl_int err = zero_counters(g);
+        if (err == CL_SUCCESS)
+            err = ARG(k, 0, n) | ARG(k, 1, g->par) | ARG(k, 2, g->key) | ARG(k, 3, g->v) | ARG(k, 4, g->nb) |
+                  ARG(k, 5, g->p) | ARG(k, 6, g->slot) | ARG(k, 7, mask) | ARG(k, 8, g->cand) |
+                  ARG(k, 9, g->counters) | ARG(k, 10, cap);
+        if (err == CL_SUCCESS)
+            err = launch(g, k, scan);
+        if (err == CL_SUCCESS)
+            err = insert_candidates(g, room);
+        k = g->link_new;
+        if (err == CL_SUCCESS)
+            err = ARG(k, 0, from) | ARG(k, 1, g->counters) | ARG(k, 2, g->par) | ARG(k, 3, g->key) |
+                  ARG(k, 4, g->slot) | ARG(k, 5, mask) | ARG(k, 6, g->nb) | ARG(k, 7, g->v) | ARG(k, 8, g->rate);
+        if (err == CL_SUCCESS)
+            err = launch(g, k, room);
+        if (err == CL_SUCCESS)
+            err = reduce(g, g->rate, g->n, room, 1, 1, 0);
+        cl_int counters[4];
+        double max_new = 0.0;
+        if (err == CL_SUCCESS)
+            err = clEnqueueReadBuffer(g->dev->queue, g->counters, CL_FALSE, 0, sizeof counters, counters, 0, NULL,
+                                      NULL);
+        if (err == CL_SUCCESS)
+            err = clEnqueueReadBuffer(g->dev->queue, g->scalars, CL_TRUE, 0, sizeof max_new, &max_new, 0, NULL,
+                                      NULL);
+        if (err != CL_SUCCESS)
+            return failed(msg, "growing the grid", err);
+        if ((st = check_pending(g, msg)) != DK_OK)
+            return st;
+        if (counters[0] < 0) {
+            dk_msg_set(msg, "opencl gbees: more candidate cells in one step than 32-bit counters allow");
+            return DK_ERR_OUT_OF_MEMORY;
+        }
+        g->n += (size_t)counters[1];
+        if (counters[1] > 0 && max_new > g->max_rate)
+            g->max_rate = max_new;
+        if ((size_t)counters[0] <= room)
+            return DK_OK;
+        want = (size_t)counters[0];
+    }
 }
 
 /* Removes the unfed cells below the threshold, keeping the order of the

@@ -114,7 +114,11 @@ static double gb_quad(int m, const double *x, __global const double *mean, __glo
 }
 
 /* Appends key k to the candidate list; past cand_cap only the count grows,
- * and the host enlarges the list and runs the launch again. */
+ * the first cand_cap are inserted, and the host enlarges the list and
+ * runs the launch again (existing cells, those just added included, are
+ * not asked for twice). Launches that follow take the count from
+ * counters[0], bounded by the list's room, so the host need not read it
+ * first. */
 static inline void gb_push(__global int *cand, __global int *counters, int cand_cap, const int *k)
 {
     int at = atomic_inc(&counters[0]);
@@ -195,11 +199,12 @@ __kernel void gb_grow(int n, __global const double *par, __global const int *key
 
 /* Each candidate claims a slot or finds its key already there (a cell, or
  * a candidate that claimed first). cand_slot: the slot won, or -1. */
-__kernel void gb_insert(int ncand, __global const int *cand, __global const int *key,
-                        __global int *slot, uint mask, __global int *cand_slot)
+__kernel void gb_insert(int room, __global const int *counters, __global const int *cand,
+                        __global const int *key, __global int *slot, uint mask,
+                        __global int *cand_slot)
 {
     int c = (int)get_global_id(0);
-    if (c >= ncand)
+    if (c >= min(counters[0], room))
         return;
     int k[D];
     gb_load_key(cand, c, k);
@@ -226,12 +231,12 @@ __kernel void gb_insert(int ncand, __global const int *cand, __global const int 
 
 /* Winners become cells n, n + 1, ...: key, zero mass, the slot's value.
  * counters[1] counts them. */
-__kernel void gb_assign(int ncand, int n, __global const int *cand, __global const int *cand_slot,
+__kernel void gb_assign(int room, int n, __global const int *cand, __global const int *cand_slot,
                         __global int *key, __global double *p, __global int *slot,
                         __global int *counters)
 {
     int c = (int)get_global_id(0);
-    if (c >= ncand)
+    if (c >= min(counters[0], room))
         return;
     int s = cand_slot[c];
     if (s < 0)
