@@ -1,20 +1,23 @@
 /* dakit cuda plugin: gbees, the whole propagation on the device.
  *
  * The grid lives in device memory as structure-of-arrays over cell
- * positions (key, face velocities, 2d face links, probability, CFL rate;
- * two copies of these so that pruning compacts from one into the other),
- * with per-cell scratch (fluxes, face waves, the back neighbour's terms,
- * prune marks and new positions). The index is an open-addressing table of
- * 64-bit slots (hash tag << 32 | position, linear probing, occupancy at
- * most one half; two tables, one per copy of the cells). A new cell is
- * inserted by claiming its slot with compare-and-swap (tag | LOCKED),
- * taking a position from an atomic counter, writing the cell (key, zero
- * mass, velocities and rate, computed once as in the reference) and then
- * publishing the position; a thread that meets a LOCKED slot with its own
- * tag waits for the position and compares keys, so each key is made once
- * and positions stay dense.
+ * positions (key, face velocities, 2d face links, probability, CFL rate),
+ * with per-cell scratch (fluxes, face waves, the back neighbour's terms;
+ * pruning compacts into the same scratch and copies back), prune marks and
+ * new positions: 52 d + 21 bytes per cell plus the index, an
+ * open-addressing table of 64-bit slots (hash tag << 32 | position, linear
+ * probing, occupancy at most one half). A new cell is inserted by claiming
+ * its slot with compare-and-swap (tag | LOCKED), taking a position from an
+ * atomic counter, writing the key, a fence, and publishing the position;
+ * its zero mass, velocities and rate (computed once, as in the reference)
+ * follow, since nobody reads them before the phase's barrier. A thread that
+ * meets a LOCKED slot with its own tag waits for the position and compares
+ * keys (a thread never waits while it holds a LOCKED slot), so each key is
+ * made once and positions stay dense.
  *
- * One step, as the reference's gb_advance, in four phases:
+ * One step, as the reference's gb_advance, in four phases, each over work
+ * items of one (cell, axis) pair or one face, so that a thread's chain of
+ * dependent loads is one axis long:
  *   grow   cells at or above the threshold insert their missing downwind
  *          face and edge neighbours (gb_grow's decisions); new cells get
  *          their velocities and raise the running maximum rate (atomicMax
@@ -32,15 +35,20 @@
  * and every read uses p * scale, which is the reference's normalized value
  * bit for bit (the reference stores exactly that product). Every del_step
  * steps pruning marks unfed cells below the threshold (gb_fed), counts the
- * kept cells per block, turns the counts into offsets, and compacts into
- * the other copy in order, remapping links and inserting each kept cell
- * into the other (cleared) table; the survivors' sum and maximum rate give
- * the new scale and CFL rate.
+ * kept cells per block, turns the counts into offsets, compacts in order
+ * into the scratch (remapping links) and copies back, placing each kept
+ * cell in the cleared table; the survivors' sum and maximum rate give the
+ * new scale and CFL rate.
  *
  * Variants:
+ *   auto  (default) coop while the grid is small, dp once cells times d
+ *         reaches 2^19 (DAKIT_GBEES_CUDA_AUTO_ITEMS): measured on the
+ *         H100, the persistent kernel wins where launch latency dominates
+ *         (Lorenz '63, thousands of cells) and the phase kernels win on
+ *         millions of cells, where each runs at its own occupancy.
  *   coop  one cooperative kernel (grid sized by the occupancy API and the
  *         cell count) runs every step up to the target: grid.sync()
- *         between phases, 4 per step plus 3 per pruning; sums go through
+ *         between phases, 4 per step plus 4 per pruning; sums go through
  *         per-block partials that every block adds in the same order, so
  *         every block derives the same dt, scale and time without another
  *         barrier.
@@ -50,21 +58,25 @@
  *         next scheduler. No host round trip per step.
  *   host  the baseline: the host launches the same phase kernels per step
  *         and reads the state back after each step.
- * Capacity: before a step's growth the counter may pass the capacity; the
+ * Capacity: during growth the counter may pass the capacity; the
  * inserting thread marks its slot FAILED and raises a flag, the step stops
- * after the growth barrier, and the host restores the count, doubles every
- * array and the tables, rebuilds the index from the kept cells and
- * relaunches: no cell is ever dropped. Initialization (once per run, every
- * variant) grows level by level from the mean's cell in a cooperative
- * kernel; the measurement update and snapshots are single kernels.
+ * after the growth barrier, and the host restores the count, grows every
+ * array and the table (twice as large where free device memory allows, else
+ * as much as fits, else a clear out-of-memory error), rebuilds the index
+ * from the kept cells and relaunches: no cell is ever dropped. Before each
+ * launch the host also doubles the room when the grid is half full and it
+ * fits. Initialization (once per run, every variant) grows level by level
+ * from the mean's cell in a cooperative kernel, with two barriers per level
+ * (every block reads the counter before any inserts again); the measurement
+ * update and snapshots are single kernels.
  *
  * DAKIT_GBEES_CUDA_PROFILE=1 prints, at plan destruction, the coop kernel's
  * time per phase (%globaltimer at the barriers) to stderr: a developer's
- * tool. DAKIT_GBEES_CUDA_CPT=k sizes the coop grid at k cells per thread
- * (default 1), DAKIT_GBEES_CUDA_BLOCKS=b fixes it, DAKIT_GBEES_CUDA_DP_STEPS=s
- * makes the dp chain return to the host every s steps, DAKIT_GBEES_CUDA_OCC=3
- * takes the coop kernel capped at 80 registers (3 blocks per SM), for
- * tuning. */
+ * tool. DAKIT_GBEES_CUDA_CPT=k sizes the coop grid at k growth/flux items
+ * (cell, axis) per thread (default 0.5: measured best on Lorenz '63 among
+ * 0.25, 0.5, 1, 2, 3, 8), DAKIT_GBEES_CUDA_BLOCKS=b fixes it,
+ * DAKIT_GBEES_CUDA_OCC=3 takes the coop kernel capped at 80 registers
+ * (3 blocks per SM, a few spills), for tuning. */
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -98,7 +110,7 @@ const unsigned long long TAG_MASK = 0xffffffff00000000ull;
 const uint32_t LOCKED = 0xfffffffeu, FAILED = 0xfffffffdu;
 
 enum { ST_OK = 0, ST_CAPACITY = 1, ST_COLLAPSE = 2, ST_MASS = 3, ST_PRUNED = 4, ST_LAUNCH = 5, ST_NOMASS = 6 };
-enum { V_COOP = 0, V_DP = 1, V_HOST = 2 };
+enum { V_COOP = 0, V_DP = 1, V_HOST = 2, V_AUTO = 3 };
 enum { PH_GROW, PH_LINK, PH_FLUX, PH_APPLY, PH_PRUNE, PH_N };
 
 struct Cells {
@@ -133,7 +145,7 @@ struct Dev {
     double *flux, *wave, *back;
     uint8_t *keep;
     int32_t *remap;
-    unsigned long long *table[2];
+    unsigned long long *table;
     unsigned long long hmask;
     int cap;
     State *st;
@@ -284,18 +296,20 @@ __device__ __forceinline__ void insert_new(const Dev &g, const Cells &C, unsigne
                     atomicExch(&st->overflow, 1);
                     return;
                 }
+#pragma unroll
+                for (int q = 0; q < D; q++)
+                    C.key[(size_t)pos * D + q] = k[q];
+                __threadfence();
+                atomicExch(&table[s], tag | pos);
+                /* the rest is read only after the phase's barrier */
                 double v[D];
                 double rate = velocity<M, D>(g, k, v);
 #pragma unroll
-                for (int q = 0; q < D; q++) {
-                    C.key[(size_t)pos * D + q] = k[q];
+                for (int q = 0; q < D; q++)
                     C.v[(size_t)pos * D + q] = v[q];
-                }
                 C.p[pos] = 0.0;
                 C.rate[pos] = rate;
                 atomicMax(maxbits, (unsigned long long)__double_as_longlong(rate));
-                __threadfence();
-                atomicExch(&table[s], tag | pos);
                 return;
             }
             e = prev;
@@ -393,11 +407,21 @@ __device__ __forceinline__ double sum_parts(const double *parts, int count)
  * chain of dependent loads is one axis long, not d; apply and pruning take
  * whole cells. */
 
+/* Candidate b of a growth item: the face neighbour of key k along axis i
+ * (b == D), or the edge neighbour across i and b. */
+template <int D>
+__device__ __forceinline__ void candidate(const int32_t *k, int i, int si, unsigned up, int b, int32_t *kc)
+{
+#pragma unroll
+    for (int q = 0; q < D; q++)
+        kc[q] = k[q] + (q == i ? (si ? 1 : -1) : 0) + (q == b ? ((up >> b) & 1 ? 1 : -1) : 0);
+}
+
 /* Growth of cell c along axis i (gb_grow's decisions for that axis). */
 template <class M, int D> __device__ void grow_phase(const Dev &g, const Step &s, long long i0, long long stride)
 {
-    const Cells C = g.c[s.cur];
-    unsigned long long *table = g.table[s.cur], *maxbits = &g.st->maxbits[s.cur];
+    const Cells C = g.c[0];
+    unsigned long long *table = g.table, *maxbits = &g.st->maxbits[s.cur];
     const long long items = (long long)s.n_old * D;
     for (long long w = i0; w < items; w += stride) {
         const long long c = w / D;
@@ -435,15 +459,14 @@ template <class M, int D> __device__ void grow_phase(const Dev &g, const Step &s
 #pragma unroll
         for (int q = 0; q < D; q++)
             k[q] = C.key[c * D + q];
-        /* in gb_grow's order: the face, then the edges by j */
+        /* one candidate at a time: inserting them together (one counter
+         * bump and one fence for all) measured slower on the H100 (growth
+         * 13.8 against 11.0 us per Lorenz '63 step) and costs registers */
         while (want) {
-            const int bit = (want >> D) & 1 ? D : __ffs(want) - 1;
-            want &= ~(1u << bit);
-            const int j = bit == D ? -1 : bit;
+            const int b = (want >> D) & 1 ? D : __ffs(want) - 1;
+            want &= ~(1u << b);
             int32_t kc[D];
-#pragma unroll
-            for (int q = 0; q < D; q++)
-                kc[q] = k[q] + (q == i ? (si ? 1 : -1) : 0) + (q == j ? ((up >> j) & 1 ? 1 : -1) : 0);
+            candidate<D>(k, i, si, up, b, kc);
             insert_new<M, D>(g, C, table, maxbits, kc);
         }
     }
@@ -463,8 +486,8 @@ __device__ __forceinline__ double wave_of(double dt, double pa, double pb, doubl
  * slot has one writer: the cell across that face). */
 template <class M, int D> __device__ void link_phase(const Dev &g, const Step &s, long long i0, long long stride)
 {
-    const Cells C = g.c[s.cur];
-    const unsigned long long *table = g.table[s.cur];
+    const Cells C = g.c[0];
+    const unsigned long long *table = g.table;
     const long long old_items = (long long)s.n_old * D;
     const long long items = old_items + (long long)(s.n - s.n_old) * 2 * D;
     const double sc = s.scale, dt = s.dt;
@@ -517,7 +540,7 @@ template <class M, int D> __device__ void link_phase(const Dev &g, const Step &s
  * order. The forward cell's row is read only when its terms count. */
 template <class M, int D> __device__ void flux_phase(const Dev &g, const Step &s, long long i0, long long stride)
 {
-    const Cells C = g.c[s.cur];
+    const Cells C = g.c[0];
     const double sc = s.scale, dt = s.dt;
     const long long items = (long long)s.n * D;
     for (long long w = i0; w < items; w += stride) {
@@ -569,7 +592,7 @@ template <class M, int D> __device__ void flux_phase(const Dev &g, const Step &s
 /* gb_apply; returns this thread's sum of the new masses. */
 template <int D> __device__ double apply_phase(const Dev &g, const Step &s, long long i0, long long stride)
 {
-    const Cells C = g.c[s.cur];
+    const Cells C = g.c[0];
     double sum = 0.0;
     for (long long c = i0; c < s.n; c += stride) {
         double q = C.p[c] * s.scale;
@@ -630,8 +653,8 @@ __device__ __forceinline__ void chunk(int n, int blocks, int b, int *lo, int *hi
  * (every thread). Also clears the other table and its maximum rate. */
 template <int D> __device__ int prune_mark(const Dev &g, const Step &s, long long i0, long long stride)
 {
-    const Cells C = g.c[s.cur];
-    unsigned long long *other = g.table[s.cur ^ 1];
+    const Cells C = g.c[0];
+    unsigned long long *other = g.table;
     for (unsigned long long q = i0; q <= g.hmask; q += stride)
         other[q] = EMPTY;
     if (i0 == 0)
@@ -661,22 +684,19 @@ __device__ void prune_remap(const Dev &g, const Step &s, int offset)
     }
 }
 
-/* Moves kept cells into the other copy (mass normalized, links remapped)
- * and the other table; returns this thread's sum of the kept masses. */
-template <int D> __device__ double prune_move(const Dev &g, const Step &s, long long i0, long long stride)
+/* Moves kept cells to their new positions in the scratch view c[1] (mass
+ * normalized, links remapped): the scratch arrays are free between apply
+ * and the next step's links, so pruning needs no second copy of the grid. */
+template <int D> __device__ void prune_move(const Dev &g, const Step &s, long long i0, long long stride)
 {
-    const Cells C = g.c[s.cur], N = g.c[s.cur ^ 1];
-    unsigned long long *other = g.table[s.cur ^ 1], *maxbits = &g.st->maxbits[s.cur ^ 1];
-    double sum = 0.0, mx = 0.0;
+    const Cells C = g.c[0], N = g.c[1];
     for (long long c = i0; c < s.n; c += stride) {
         int32_t to = g.remap[c];
         if (to < 0)
             continue;
-        int32_t k[D];
 #pragma unroll
         for (int q = 0; q < D; q++) {
-            k[q] = C.key[c * D + q];
-            N.key[(size_t)to * D + q] = k[q];
+            N.key[(size_t)to * D + q] = C.key[c * D + q];
             N.v[(size_t)to * D + q] = C.v[c * D + q];
         }
 #pragma unroll
@@ -684,16 +704,38 @@ template <int D> __device__ double prune_move(const Dev &g, const Step &s, long 
             int32_t b = C.nb[c * 2 * D + q];
             N.nb[(size_t)to * 2 * D + q] = b >= 0 ? g.remap[b] : -1;
         }
-        double p = C.p[c] * s.scale;
-        N.p[to] = p;
+        N.p[to] = C.p[c] * s.scale;
+        N.rate[to] = C.rate[c];
+    }
+}
+
+/* Copies the kept cells [0, kept) back, indexes them (the table was
+ * cleared by prune_mark) and raises the new maximum rate (slot cur ^ 1);
+ * returns this thread's sum of their masses. */
+template <int D> __device__ double prune_back(const Dev &g, const Step &s, int kept, long long i0, long long stride)
+{
+    const Cells C = g.c[0], N = g.c[1];
+    double sum = 0.0, mx = 0.0;
+    for (long long c = i0; c < kept; c += stride) {
+        int32_t k[D];
+#pragma unroll
+        for (int q = 0; q < D; q++) {
+            k[q] = N.key[c * D + q];
+            C.key[c * D + q] = k[q];
+            C.v[c * D + q] = N.v[c * D + q];
+        }
+#pragma unroll
+        for (int q = 0; q < 2 * D; q++)
+            C.nb[c * 2 * D + q] = N.nb[c * 2 * D + q];
+        double p = N.p[c], r = N.rate[c];
+        C.p[c] = p;
+        C.rate[c] = r;
         sum += p;
-        double r = C.rate[c];
-        N.rate[to] = r;
         mx = r > mx ? r : mx;
-        place<D>(other, g.hmask, k, to);
+        place<D>(g.table, g.hmask, k, (int32_t)c);
     }
     if (mx > 0.0)
-        atomicMax(maxbits, (unsigned long long)__double_as_longlong(mx));
+        atomicMax(&g.st->maxbits[s.cur ^ 1], (unsigned long long)__double_as_longlong(mx));
     return sum;
 }
 
@@ -792,11 +834,13 @@ __global__ void __launch_bounds__(THREADS, MINB) k_coop(Dev g, double t_target, 
             all = block_sum<THREADS>(all);
             prune_remap(g, s, (int)before);
             grid.sync();
-            part = block_sum<THREADS>(prune_move<D>(g, s, i0, stride));
-            if (threadIdx.x == 0)
-                st->part_sum2[blockIdx.x] = part;
+            prune_move<D>(g, s, i0, stride);
             if (timer)
                 st->n_alloc = (unsigned)all;
+            grid.sync();
+            part = block_sum<THREADS>(prune_back<D>(g, s, (int)all, i0, stride));
+            if (threadIdx.x == 0)
+                st->part_sum2[blockIdx.x] = part;
             grid.sync();
             double total2 = sum_parts(st->part_sum2, gridDim.x);
             s.cur ^= 1;
@@ -925,7 +969,13 @@ __global__ void __launch_bounds__(THREADS) k_prune_remap(Dev g)
 template <int D> __global__ void __launch_bounds__(THREADS) k_prune_move(Dev g)
 {
     GB_PHASE_PROLOGUE
-    double part = block_sum<THREADS>(prune_move<D>(g, s, i0, stride));
+    prune_move<D>(g, s, i0, stride);
+}
+
+template <int D> __global__ void __launch_bounds__(THREADS) k_prune_back(Dev g)
+{
+    GB_PHASE_PROLOGUE
+    double part = block_sum<THREADS>(prune_back<D>(g, s, st->kept, i0, stride));
     if (threadIdx.x == 0)
         st->part_sum2[blockIdx.x] = part;
     if (i0 == 0)
@@ -1027,6 +1077,7 @@ template <class M, int D, bool DP> __global__ void __launch_bounds__(THREADS) k_
         k_prune_scan<<<1, 1024, 0, cudaStreamTailLaunch>>>(g);
         k_prune_remap<<<b, THREADS, 0, cudaStreamTailLaunch>>>(g);
         k_prune_move<D><<<b, THREADS, 0, cudaStreamTailLaunch>>>(g);
+        k_prune_back<D><<<blocks_for(st->n), THREADS, 0, cudaStreamTailLaunch>>>(g);
         k_pruned<M, D, DP><<<1, THREADS, 0, cudaStreamTailLaunch>>>(g);
         check_launch(st);
     } else {
@@ -1066,7 +1117,7 @@ template <class M, int D> __global__ void __launch_bounds__(THREADS) k_init(Dev 
     cg::grid_group grid = cg::this_grid();
     State *st = g.st;
     const Cells C = g.c[0];
-    unsigned long long *table = g.table[0], *maxbits = &st->maxbits[0];
+    unsigned long long *table = g.table, *maxbits = &st->maxbits[0];
     const long long i0 = (long long)blockIdx.x * THREADS + threadIdx.x, stride = (long long)gridDim.x * THREADS;
     if (i0 == 0 && st->n_alloc == 0)
         insert_new<M, D>(g, C, table, maxbits, a.root);
@@ -1154,17 +1205,17 @@ template <class M, int D> __global__ void __launch_bounds__(THREADS) k_init(Dev 
     }
 }
 
-/* The index of copy cur from its cells [0, n), and their maximum rate. */
+/* The index of cells [0, n), and their maximum rate (slot cur). */
 template <int D> __global__ void __launch_bounds__(THREADS) k_rebuild(Dev g, int cur, int n)
 {
-    const Cells C = g.c[cur];
+    const Cells C = g.c[0];
     double mx = 0.0;
     for (long long c = (long long)blockIdx.x * THREADS + threadIdx.x; c < n; c += (long long)gridDim.x * THREADS) {
         int32_t k[D];
 #pragma unroll
         for (int q = 0; q < D; q++)
             k[q] = C.key[c * D + q];
-        place<D>(g.table[cur], g.hmask, k, (int32_t)c);
+        place<D>(g.table, g.hmask, k, (int32_t)c);
         mx = C.rate[c] > mx ? C.rate[c] : mx;
     }
     if (mx > 0.0)
@@ -1175,7 +1226,7 @@ template <int D> __global__ void __launch_bounds__(THREADS) k_rebuild(Dev g, int
 template <class M, int D> __global__ void __launch_bounds__(THREADS) k_update(Dev g, UpdArgs a)
 {
     State *st = g.st;
-    const Cells C = g.c[st->cur];
+    const Cells C = g.c[0];
     const int n = st->n;
     const double sc = st->scale;
     double sum = 0.0;
@@ -1207,7 +1258,7 @@ template <class M, int D> __global__ void __launch_bounds__(THREADS) k_update(De
 template <int D> __global__ void __launch_bounds__(THREADS) k_snapshot(Dev g, double *out, int rows)
 {
     const State *st = g.st;
-    const Cells C = g.c[st->cur];
+    const Cells C = g.c[0];
     const double sc = st->scale;
     for (long long c = (long long)blockIdx.x * THREADS + threadIdx.x; c < rows; c += (long long)gridDim.x * THREADS) {
         int32_t k[D];
@@ -1244,6 +1295,7 @@ struct Kernels {
     void (*mark)(Dev);
     void (*remap)(Dev);
     void (*move)(Dev);
+    void (*back)(Dev);
     void (*pruned)(Dev);
 };
 
@@ -1267,6 +1319,7 @@ template <class M, int D> const Kernels *kernels_for()
                               k_prune_mark<D>,
                               k_prune_remap,
                               k_prune_move<D>,
+                              k_prune_back<D>,
                               k_pruned<M, D, false>};
     return &k;
 }
@@ -1326,9 +1379,9 @@ struct Plan {
     void (*coop)(Dev, double, long long); /* the instance in use */
     int coop_max;    /* resident blocks of the coop kernel */
     int init_max;
-    double cpt;      /* coop grid: cells per thread */
+    double cpt;      /* coop grid: (cell, axis) items per thread */
     int fixed_blocks;
-    int dp_steps;    /* dp: steps per host launch (0: all) */
+    long long auto_items; /* auto: dp from this many cells times d, coop below */
     double *snap;
     size_t snap_rows;
     bool profile;
@@ -1350,65 +1403,92 @@ cudaError_t copy_head_out(Plan *p)
     return e == cudaSuccess ? cudaStreamSynchronize(p->dev->stream) : e;
 }
 
-/* Makes the arrays hold cap cells, keeping cells [0, n) of copy cur
- * (moved to copy 0), and rebuilds the index of copy 0. */
-dk_status reserve(Plan *p, long long want, int n, dk_msg *msg)
+/* Bytes of every capacity-sized array for cap cells of dimension d: the
+ * cells, the scratch (fluxes, waves, back terms; pruning's compaction
+ * target as well), marks, new positions and the index (at most half full). */
+size_t grid_bytes(long long cap, int d, unsigned long long *hcap_out)
 {
-    long long cap = p->g.cap ? p->g.cap : 65536;
-    while (cap < want)
-        cap *= 2;
-    if (cap > (long long)INT32_MAX) {
-        dk_msg_set(msg, "cuda gbees: the grid would need more than 2^31 - 1 cells (%lld wanted)", want);
-        return DK_ERR_OUT_OF_MEMORY;
-    }
-    if (cap == p->g.cap)
-        return DK_OK;
-    const int D = p->d;
     unsigned long long hcap = 64;
     while (hcap < 2ull * (unsigned long long)cap)
         hcap *= 2;
+    if (hcap_out)
+        *hcap_out = hcap;
     size_t C = (size_t)cap;
-    size_t sizes[] = {
-        align256(C * D * 4), align256(C * D * 8), align256(C * 2 * D * 4), align256(C * 8), align256(C * 8), /* copy 0 */
-        align256(C * D * 4), align256(C * D * 8), align256(C * 2 * D * 4), align256(C * 8), align256(C * 8), /* copy 1 */
-        align256(C * D * 8), align256(C * D * 8), align256(C * 2 * D * 8),                                    /* flux wave back */
-        align256(C), align256(C * 4), align256(hcap * 8), align256(hcap * 8)};
-    size_t total = 0;
-    for (size_t b : sizes)
-        total += b;
+    return align256(C * d * 4) + align256(C * d * 8) + align256(C * 2 * d * 4) + 2 * align256(C * 8) +
+           2 * align256(C * d * 8) + align256(C * 2 * d * 8) + align256(C) + align256(C * 4) + align256(hcap * 8);
+}
+
+/* Makes the arrays hold at least want cells (prefer cells when that fits
+ * in free device memory), keeping cells [0, n), and rebuilds the index.
+ * Growth copies, so old and new arrays live together for a moment. */
+dk_status reserve(Plan *p, long long want, long long prefer, int n, dk_msg *msg)
+{
+    const int D = p->d;
+    if (want <= p->g.cap)
+        return DK_OK;
+    if (prefer < want)
+        prefer = want;
+    if (want > (long long)INT32_MAX) {
+        dk_msg_set(msg, "cuda gbees: the grid would need more than 2^31 - 1 cells (%lld wanted)", want);
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    if (prefer > (long long)INT32_MAX)
+        prefer = INT32_MAX;
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+        (void)cudaGetLastError();
+        free_b = (size_t)-1;
+    }
+    const size_t margin = (size_t)256 << 20;
+    long long cap = prefer;
+    while (cap > want && grid_bytes(cap, D, NULL) + margin > free_b)
+        cap = want + (cap - want) / 2;
+    unsigned long long hcap;
+    size_t total = grid_bytes(cap, D, &hcap);
     void *mem = NULL;
     cudaError_t e = cudaMalloc(&mem, total);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
-        dk_msg_set(msg, "cuda gbees: out of device memory growing the grid to %lld cells (%.2f GB)", cap, total / 1e9);
+        dk_msg_set(msg,
+                   "cuda gbees: out of device memory growing the grid from %d to %lld cells (%.2f GB more; %.2f GB "
+                   "free of %.2f GB)",
+                   p->g.cap, cap, total / 1e9, free_b / 1e9, total_b / 1e9);
         return DK_ERR_OUT_OF_MEMORY;
     }
+    size_t C = (size_t)cap;
+    size_t sizes[] = {align256(C * D * 4), align256(C * D * 8), align256(C * 2 * D * 4), align256(C * 8),
+                      align256(C * 8),     align256(C * D * 8), align256(C * D * 8),     align256(C * 2 * D * 8),
+                      align256(C),         align256(C * 4),     align256(hcap * 8)};
     char *at = (char *)mem;
-    void *ptr[17];
-    for (int j = 0; j < 17; j++) {
+    void *ptr[11];
+    for (int j = 0; j < 11; j++) {
         ptr[j] = at;
         at += sizes[j];
     }
     Dev ng = p->g;
-    for (int b = 0; b < 2; b++) {
-        ng.c[b].key = (int32_t *)ptr[5 * b];
-        ng.c[b].v = (double *)ptr[5 * b + 1];
-        ng.c[b].nb = (int32_t *)ptr[5 * b + 2];
-        ng.c[b].p = (double *)ptr[5 * b + 3];
-        ng.c[b].rate = (double *)ptr[5 * b + 4];
-    }
-    ng.flux = (double *)ptr[10];
-    ng.wave = (double *)ptr[11];
-    ng.back = (double *)ptr[12];
-    ng.keep = (uint8_t *)ptr[13];
-    ng.remap = (int32_t *)ptr[14];
-    ng.table[0] = (unsigned long long *)ptr[15];
-    ng.table[1] = (unsigned long long *)ptr[16];
+    ng.c[0].key = (int32_t *)ptr[0];
+    ng.c[0].v = (double *)ptr[1];
+    ng.c[0].nb = (int32_t *)ptr[2];
+    ng.c[0].p = (double *)ptr[3];
+    ng.c[0].rate = (double *)ptr[4];
+    ng.flux = (double *)ptr[5];
+    ng.wave = (double *)ptr[6];
+    ng.back = (double *)ptr[7];
+    ng.keep = (uint8_t *)ptr[8];
+    ng.remap = (int32_t *)ptr[9];
+    ng.table = (unsigned long long *)ptr[10];
+    /* pruning's compaction target, laid over the scratch (4d doubles per
+     * cell hold the 5d + 4 words of a cell for d >= 2) */
+    ng.c[1].nb = (int32_t *)ng.flux;
+    ng.c[1].v = ng.wave;
+    ng.c[1].key = (int32_t *)ng.back;
+    ng.c[1].p = (double *)((char *)ng.back + align256(C * D * 4));
+    ng.c[1].rate = (double *)((char *)ng.back + align256(C * D * 4) + align256(C * 8));
     ng.hmask = hcap - 1;
     ng.cap = (int)cap;
     cudaStream_t sm = p->dev->stream;
     if (n > 0) {
-        const Cells &o = p->g.c[p->hs.cur];
+        const Cells &o = p->g.c[0];
         size_t N = (size_t)n;
         e = cudaMemcpyAsync(ng.c[0].key, o.key, N * D * 4, cudaMemcpyDeviceToDevice, sm);
         if (e == cudaSuccess)
@@ -1421,9 +1501,7 @@ dk_status reserve(Plan *p, long long want, int n, dk_msg *msg)
             e = cudaMemcpyAsync(ng.c[0].rate, o.rate, N * 8, cudaMemcpyDeviceToDevice, sm);
     }
     if (e == cudaSuccess)
-        e = cudaMemsetAsync(ng.table[0], 0xff, hcap * 8, sm);
-    if (e == cudaSuccess)
-        e = cudaMemsetAsync(ng.table[1], 0xff, hcap * 8, sm);
+        e = cudaMemsetAsync(ng.table, 0xff, hcap * 8, sm);
     if (e == cudaSuccess)
         e = cudaStreamSynchronize(sm);
     if (e != cudaSuccess) {
@@ -1434,14 +1512,13 @@ dk_status reserve(Plan *p, long long want, int n, dk_msg *msg)
         cudaFree(p->cells_mem);
     p->cells_mem = mem;
     p->g = ng;
-    p->hs.cur = 0;
     p->hs.n = n;
     p->hs.n_alloc = (unsigned)n;
     p->hs.overflow = 0;
     p->hs.maxbits[0] = p->hs.maxbits[1] = 0;
     e = copy_head_in(p);
     if (e == cudaSuccess && n > 0) {
-        p->k->rebuild<<<blocks_for(n), THREADS, 0, sm>>>(p->g, 0, n);
+        p->k->rebuild<<<blocks_for(n), THREADS, 0, sm>>>(p->g, p->hs.cur, n);
         e = cudaGetLastError();
     }
     if (e == cudaSuccess)
@@ -1449,11 +1526,13 @@ dk_status reserve(Plan *p, long long want, int n, dk_msg *msg)
     return e == cudaSuccess ? DK_OK : dk_cuda_fail(msg, e, "rebuilding the gbees index");
 }
 
-/* After a growth that ran out of room: the same cells, twice the room. */
+/* After a growth that ran out of room: the same cells, more room (twice as
+ * much where it fits). */
 dk_status regrow(Plan *p, dk_msg *msg)
 {
     p->hs.status = ST_OK;
-    return reserve(p, 2ll * p->g.cap, p->hs.n, msg);
+    long long cap = p->g.cap;
+    return reserve(p, cap + cap / 8 + 1024, 2 * cap, p->hs.n, msg);
 }
 
 void plan_destroy(void *handle)
@@ -1484,7 +1563,7 @@ void plan_destroy(void *handle)
     free(p);
 }
 
-const char *const cuda_gbees_variants[] = {"coop", "dp", "host", NULL};
+const char *const cuda_gbees_variants[] = {"auto", "coop", "dp", "host", NULL};
 
 dk_status plan_create(void *device, const dk_gbees_setup *setup, void **out, dk_msg *msg)
 {
@@ -1507,21 +1586,23 @@ dk_status plan_create(void *device, const dk_gbees_setup *setup, void **out, dk_
     p->s = *setup;
     p->k = k;
     p->d = setup->dim;
-    p->variant = V_COOP;
-    if (setup->variant && !strcmp(setup->variant, "dp"))
+    p->variant = V_AUTO;
+    if (setup->variant && !strcmp(setup->variant, "coop"))
+        p->variant = V_COOP;
+    else if (setup->variant && !strcmp(setup->variant, "dp"))
         p->variant = V_DP;
     else if (setup->variant && !strcmp(setup->variant, "host"))
         p->variant = V_HOST;
     const char *env = getenv("DAKIT_GBEES_CUDA_PROFILE");
     p->profile = env && *env && strcmp(env, "0");
     env = getenv("DAKIT_GBEES_CUDA_CPT");
-    p->cpt = env ? atof(env) : 1.0;
+    p->cpt = env ? atof(env) : 0.5;
     if (!(p->cpt > 0.0))
-        p->cpt = 1.0;
+        p->cpt = 0.5;
     env = getenv("DAKIT_GBEES_CUDA_BLOCKS");
     p->fixed_blocks = env ? atoi(env) : 0;
-    env = getenv("DAKIT_GBEES_CUDA_DP_STEPS");
-    p->dp_steps = env ? atoi(env) : 0;
+    env = getenv("DAKIT_GBEES_CUDA_AUTO_ITEMS");
+    p->auto_items = env ? atoll(env) : 1ll << 19;
     Dev &g = p->g;
     for (int i = 0; i < p->d; i++) {
         g.center[i] = setup->center[i];
@@ -1565,7 +1646,7 @@ dk_status plan_create(void *device, const dk_gbees_setup *setup, void **out, dk_
         plan_destroy(p);
         return dk_cuda_fail(msg, e, "preparing the gbees plan");
     }
-    st = reserve(p, 65536, 0, msg);
+    st = reserve(p, 65536, 65536, 0, msg);
     if (st != DK_OK) {
         plan_destroy(p);
         return st;
@@ -1613,7 +1694,7 @@ dk_status init(void *handle, const double *mean, const double *inv, dk_msg *msg)
     memset(&p->hs, 0, HEAD);
     p->hs.scale = 1.0;
     cudaStream_t sm = p->dev->stream;
-    cudaError_t e = cudaMemsetAsync(p->g.table[0], 0xff, (p->g.hmask + 1) * 8, sm);
+    cudaError_t e = cudaMemsetAsync(p->g.table, 0xff, (p->g.hmask + 1) * 8, sm);
     if (e == cudaSuccess)
         e = copy_head_in(p);
     if (e != cudaSuccess)
@@ -1636,7 +1717,7 @@ dk_status init(void *handle, const double *mean, const double *inv, dk_msg *msg)
         p->hs.n = (int)(p->hs.n_alloc < (unsigned)p->g.cap ? p->hs.n_alloc : (unsigned)p->g.cap);
         int keep = p->hs.n;
         p->hs.status = ST_OK;
-        st = reserve(p, 4ll * p->g.cap, keep, msg);
+        st = reserve(p, (long long)p->g.cap + p->g.cap / 4 + 1024, 4ll * p->g.cap, keep, msg);
         if (st != DK_OK)
             return st;
         p->hs.lo = lo;
@@ -1692,9 +1773,20 @@ dk_status advance(void *handle, double t_target, int max_steps, dk_msg *msg)
         if (!(p->hs.t < t_target) || (max_steps > 0 && left <= 0))
             return DK_OK;
         /* room for the next growths, so that a step rarely has to stop */
-        if (2ll * p->hs.n > p->g.cap && (st = reserve(p, 2ll * p->g.cap, p->hs.n, msg)) != DK_OK)
-            return st;
-        if (p->variant == V_COOP) {
+        if (2ll * p->hs.n > p->g.cap && 2ll * p->g.cap <= INT32_MAX) {
+            /* best effort: where twice the room does not fit, growth waits
+             * until a step runs out of it */
+            size_t free_b = 0, total_b = 0;
+            if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess &&
+                grid_bytes(2ll * p->g.cap, p->d, NULL) + ((size_t)256 << 20) < free_b &&
+                (st = reserve(p, 2ll * p->g.cap, 2ll * p->g.cap, p->hs.n, msg)) != DK_OK)
+                return st;
+            (void)cudaGetLastError();
+        }
+        int mode = p->variant;
+        if (mode == V_AUTO)
+            mode = (long long)p->hs.n * p->d >= p->auto_items ? V_DP : V_COOP;
+        if (mode == V_COOP) {
             void *args[] = {&p->g, &t_target, &left};
             e = cudaLaunchCooperativeKernel((const void *)p->coop, dim3(coop_blocks(p)), dim3(THREADS), args, 0,
                                             sm);
@@ -1702,11 +1794,9 @@ dk_status advance(void *handle, double t_target, int max_steps, dk_msg *msg)
         } else {
             p->hs.t_target = t_target;
             p->hs.max_steps = left;
-            if (p->variant == V_DP && p->dp_steps > 0 && (left <= 0 || left > p->dp_steps))
-                p->hs.max_steps = p->dp_steps;
             p->hs.done = 0;
             e = copy_head_in(p);
-            if (p->variant == V_DP) {
+            if (mode == V_DP) {
                 if (e == cudaSuccess)
                     p->k->begin_dp<<<1, 1, 0, sm>>>(p->g);
                 p->launches++;
@@ -1728,8 +1818,9 @@ dk_status advance(void *handle, double t_target, int max_steps, dk_msg *msg)
                     k_prune_scan<<<1, 1024, 0, sm>>>(p->g);
                     k->remap<<<b, THREADS, 0, sm>>>(p->g);
                     k->move<<<b, THREADS, 0, sm>>>(p->g);
+                    k->back<<<b, THREADS, 0, sm>>>(p->g);
                     k->pruned<<<1, THREADS, 0, sm>>>(p->g);
-                    p->launches += 5;
+                    p->launches += 6;
                 }
             }
             if (e == cudaSuccess)
