@@ -1,14 +1,13 @@
 /* dakit-opencl gbees: the whole propagation on the OpenCL device, as a
  * sequence of kernels per step (gbees.cl says which and how new cells are
  * made with 32-bit atomics only). The grid never leaves the device; the
- * host waits once per step, for three numbers read back after growth: the
- * candidate count, the number of new cells and their largest CFL rate
- * (the largest over all cells is kept on the host: a maximum does not
- * depend on order, and a cell's rate never changes, so only pruning, which
- * removes cells, needs a full reduction). The growth's launches take the
- * candidate count from the device, bounded by the room the host made for
- * them; a pass that overflowed it runs again with more room. The step's
- * probability sum is read without waiting and checked at the next wait.
+ * host waits once or twice per step (grow() says when: two schedules, the
+ * variants count-first and one-wait), for three numbers: the candidate
+ * count, the number of new cells and their largest CFL rate (the largest
+ * over all cells is kept on the host: a maximum does not depend on order,
+ * and a cell's rate never changes, so only pruning, which removes cells,
+ * needs a full reduction). The step's probability sum is read without
+ * waiting and checked at the next wait.
  * Pruning (every del_step steps) also reads the number of cells kept.
  * dt is chosen on the host exactly as the engine does (CFL limit, the last
  * step clipped to the target, the same 'time step collapsed' error).
@@ -44,6 +43,7 @@ typedef struct gb_ocl {
     int d;
     cl_program prog;
     int owns_prog; /* built for this plan alone (the device's cache was full) */
+    int count_first; /* the growth schedule (variant): see grow() */
     cl_kernel init_level, grow, insert, assign, link_new, reduce, reduce_final, scale, waves,
         fluxes, apply, prune_mark, scan_blocks, scan_top, scan_remap, prune_move, hash_place,
         update;
@@ -516,6 +516,7 @@ static dk_status plan_create(void *device, const dk_gbees_setup *setup, void **o
     g->dev = device;
     g->s = *setup;
     g->d = setup->dim;
+    g->count_first = !setup->variant || strcmp(setup->variant, "one-wait") != 0;
     dk_status st = program(g, msg);
     if (st != DK_OK) {
         plan_destroy(g);
@@ -695,43 +696,70 @@ static dk_status init(void *handle, const double *mean, const double *inv, dk_ms
 }
 
 /* Directional growth: candidates from the cells at or above the threshold,
- * inserted, linked and given velocities in the same batch of launches,
- * which take the candidate count from the device; the host waits once, for
- * the counts and the new cells' largest rate. A pass whose candidates
- * overflowed the room made for them inserted the first ones, and runs
- * again with more room: cells present are not asked for twice. */
+ * then inserted, linked and given velocities; the host waits for the
+ * counts and the new cells' largest rate. Two schedules (the variants):
+ *   count-first  the host first waits for the candidate count, sizes the
+ *                arrays for it, and skips the rest when it is zero: two
+ *                waits in a step that grows, one otherwise, and no idle
+ *                launches;
+ *   one-wait     the insertion launches follow the growth launch at once,
+ *                taking the count from the device, bounded by room made
+ *                for an eighth of the grid: one wait per step, but four
+ *                launches even when nothing grows. A pass that overflowed
+ *                its room inserted the first candidates and runs again
+ *                with more; cells present are not asked for twice.
+ * On PoCL (2-core CPU) count-first is the faster (dakit bench, Lorenz '63
+ * to t = 2: 440 and 432 ms against 454 and 470 in two rounds), a wait
+ * costing less than a launch there; a GPU's driver may weigh them the
+ * other way, which the bench on the GPU shows. */
 static dk_status grow(gb_ocl *g, dk_msg *msg)
 {
     const size_t scan = g->n; /* cells added meanwhile have mass 0: they ask for nothing */
+    cl_uint mask = (cl_uint)(g->hcap - 1);
+    cl_int n = (cl_int)scan;
+    cl_kernel k = g->grow;
+    dk_status st;
+    cl_int err;
     size_t want = 0;
     for (;;) {
-        /* room for an eighth of the grid by default, so the arrays need not
-         * be sized for the longest list ever seen */
-        size_t room = g->n / 8 > 4096 ? g->n / 8 : 4096;
-        if (want > room)
-            room = want;
-        dk_status st;
-        if ((st = reserve_candidates(g, room, msg)) != DK_OK || (st = reserve_cells(g, g->n + room, msg)) != DK_OK ||
-            (st = reserve_index(g, g->n + room, msg)) != DK_OK)
-            return st;
-        cl_int n = (cl_int)scan, cap = (cl_int)room, from = (cl_int)g->n;
-        cl_uint mask = (cl_uint)(g->hcap - 1);
-        cl_kernel k = g->grow;
-        cl_int err = zero_counters(g);
-        if (err == CL_SUCCESS)
+        size_t room;
+        if (g->count_first) {
             err = ARG(k, 0, n) | ARG(k, 1, g->par) | ARG(k, 2, g->key) | ARG(k, 3, g->v) | ARG(k, 4, g->nb) |
-                  ARG(k, 5, g->p) | ARG(k, 6, g->slot) | ARG(k, 7, mask) | ARG(k, 8, g->cand) |
-                  ARG(k, 9, g->counters) | ARG(k, 10, cap);
+                  ARG(k, 5, g->p) | ARG(k, 6, g->slot) | ARG(k, 7, mask);
+            if (err != CL_SUCCESS)
+                return failed(msg, "setting the growth's arguments", err);
+            if ((st = find_candidates(g, k, 8, scan, &room, msg)) != DK_OK || room == 0)
+                return st;
+            if ((st = reserve_cells(g, g->n + room, msg)) != DK_OK || (st = reserve_index(g, g->n + room, msg)) != DK_OK)
+                return st;
+        } else {
+            room = g->n / 8 > 4096 ? g->n / 8 : 4096;
+            if (want > room)
+                room = want;
+            if ((st = reserve_candidates(g, room, msg)) != DK_OK ||
+                (st = reserve_cells(g, g->n + room, msg)) != DK_OK || (st = reserve_index(g, g->n + room, msg)) != DK_OK)
+                return st;
+            mask = (cl_uint)(g->hcap - 1);
+            cl_int cap = (cl_int)room;
+            err = zero_counters(g);
+            if (err == CL_SUCCESS)
+                err = ARG(k, 0, n) | ARG(k, 1, g->par) | ARG(k, 2, g->key) | ARG(k, 3, g->v) | ARG(k, 4, g->nb) |
+                      ARG(k, 5, g->p) | ARG(k, 6, g->slot) | ARG(k, 7, mask) | ARG(k, 8, g->cand) |
+                      ARG(k, 9, g->counters) | ARG(k, 10, cap);
+            if (err == CL_SUCCESS)
+                err = launch(g, k, scan);
+            if (err != CL_SUCCESS)
+                return failed(msg, "finding new cells", err);
+        }
+        mask = (cl_uint)(g->hcap - 1);
+        cl_int from = (cl_int)g->n;
+        cl_kernel kl = g->link_new;
+        err = insert_candidates(g, room);
         if (err == CL_SUCCESS)
-            err = launch(g, k, scan);
+            err = ARG(kl, 0, from) | ARG(kl, 1, g->counters) | ARG(kl, 2, g->par) | ARG(kl, 3, g->key) |
+                  ARG(kl, 4, g->slot) | ARG(kl, 5, mask) | ARG(kl, 6, g->nb) | ARG(kl, 7, g->v) | ARG(kl, 8, g->rate);
         if (err == CL_SUCCESS)
-            err = insert_candidates(g, room);
-        k = g->link_new;
-        if (err == CL_SUCCESS)
-            err = ARG(k, 0, from) | ARG(k, 1, g->counters) | ARG(k, 2, g->par) | ARG(k, 3, g->key) |
-                  ARG(k, 4, g->slot) | ARG(k, 5, mask) | ARG(k, 6, g->nb) | ARG(k, 7, g->v) | ARG(k, 8, g->rate);
-        if (err == CL_SUCCESS)
-            err = launch(g, k, room);
+            err = launch(g, kl, room);
         if (err == CL_SUCCESS)
             err = reduce(g, g->rate, g->n, room, 1, 1, 0);
         cl_int counters[4];
@@ -958,7 +986,7 @@ static void stats(void *handle, dk_gbees_stats *st)
     st->dt = g->dt;
 }
 
-static const char *const variants[] = {"kernels", NULL};
+static const char *const variants[] = {"count-first", "one-wait", NULL};
 
 const dk_gbees_ops dk_opencl_gbees_ops = {
     .variants = variants,
