@@ -59,9 +59,23 @@ int main(int argc, char **argv)
     CHECK(fabs(s.t - t) < 1e-12, "last snapshot at t = %g, wanted %g", s.t, t);
     gbees_mc_result r = {0};
     char err[512];
-    CHECK(gbees_mc_bc(d.model, &meas[0], t, samples, 1, s.data, s.cells, s.dim, d.threshold, &r, err,
+    size_t draws = s.cells > GBEES_MC_EXACT_CELLS ? GBEES_MC_DRAWS : 0;
+    CHECK(gbees_mc_bc(d.model, &meas[0], t, samples, 1, s.data, s.cells, s.dim, d.threshold, draws, &r, err,
                       sizeof err) == DK_OK,
           "%s", err);
+    if (draws)
+        printf("(sampled estimate on %zu drawn cells, standard error %.4f)\n", r.draws, r.bc_se);
+    else {
+        /* the sampled estimate, which the large runs use, agrees with the
+         * exact one within a few of its standard errors */
+        gbees_mc_result rs = {0};
+        CHECK(gbees_mc_bc(d.model, &meas[0], t, samples, 1, s.data, s.cells, s.dim, d.threshold, 100000, &rs, err,
+                          sizeof err) == DK_OK,
+              "%s", err);
+        printf("sampled estimate (100000 drawn cells): %.4f, standard error %.4f; exact %.4f\n", rs.bc, rs.bc_se, r.bc);
+        CHECK(fabs(rs.bc - r.bc) <= 4.0 * rs.bc_se + 0.005, "sampled estimate %.4f far from the exact %.4f", rs.bc,
+              r.bc);
+    }
     printf("%s t = %g (%s, threshold %g, %zu samples): Bhattacharyya coefficient %.4f on %zu of %zu cells "
            "(all cells %.4f; GBEES mass there %.4f); issue acceptance 0.90\n",
            model, t, backend, threshold, samples, r.bc, r.support, s.cells, r.bc_all, r.gbees_mass_support);

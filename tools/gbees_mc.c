@@ -143,8 +143,181 @@ static int cell_widths(const double *rows, size_t cells, int d, double *dx)
     return ok == d ? 0 : -1;
 }
 
+/* The 3^d bins around home (-1 where a bin holds no sample). */
+static void neighbour_bins(const gb_hash *ht, const int32_t *bin_keys, const int32_t *home, int d, int neighbours,
+                           int32_t *list)
+{
+    int32_t k[DK_GBEES_MAX_DIM];
+    for (int nb = 0; nb < neighbours; nb++) {
+        int code = nb;
+        for (int i = 0; i < d; i++) {
+            k[i] = home[i] + code % 3 - 1;
+            code /= 3;
+        }
+        list[nb] = gb_hash_find(ht, bin_keys, k);
+    }
+}
+
+/* sum over samples of exp(-r^2 / 2) at the whitened point yc, r < reach,
+ * from the listed bins (ys: whitened samples in bin order); bins whose box
+ * lies beyond the reach are skipped whole. */
+static double kernel_sum(const double *yc, const int32_t *list, int neighbours, const int32_t *bin_keys,
+                         const size_t *bin_start, const double *ys, int d, double reach)
+{
+    double sum = 0.0;
+    for (int nb = 0; nb < neighbours; nb++) {
+        if (list[nb] < 0)
+            continue;
+        const int32_t *bk = bin_keys + (size_t)list[nb] * d;
+        double gap2 = 0.0;
+        for (int i = 0; i < d; i++) {
+            double lo = bk[i] * reach - yc[i], hi = yc[i] - (bk[i] + 1) * reach;
+            double g = lo > 0.0 ? lo : hi > 0.0 ? hi : 0.0;
+            gap2 += g * g;
+        }
+        if (gap2 >= reach * reach)
+            continue;
+        for (size_t s = bin_start[list[nb]]; s < bin_start[list[nb] + 1]; s++) {
+            const double *y = ys + s * d;
+            double r2 = 0.0;
+            for (int i = 0; i < d; i++)
+                r2 += (yc[i] - y[i]) * (yc[i] - y[i]);
+            if (r2 < reach * reach)
+                sum += exp(-0.5 * r2);
+        }
+    }
+    return sum;
+}
+
+/* For snapshots too large to estimate the density at every cell: draws
+ * cells by their GBEES probability p and estimates q (the kernel estimate's
+ * cell probability, as the exact path computes it) at those. With ratio
+ * r = q / p, sum_S q = p(S) E[r | S], so the coefficient on S (the support,
+ * or all cells) is E[sqrt(r)] / sqrt(E[r]) over the draws in S: the exact
+ * path's normalization, estimated. Standard error from 20 batches. */
+static dk_status sampled_bc(const double *rows, size_t cells, int d, double threshold, const double *l,
+                            const double *mu, const double *ys_sorted,
+                            const gb_hash *ht, const int32_t *bin_keys, const size_t *bin_start, int neighbours,
+                            double reach, double norm, size_t draws, uint64_t seed, gbees_mc_result *res, char *err,
+                            size_t len)
+{
+    dk_status st = DK_OK;
+    double *cum = malloc(cells * sizeof *cum);
+    size_t *picked = malloc(draws * sizeof *picked);
+    double *ratio = malloc(draws * sizeof *ratio);
+    if (!cum || !picked || !ratio) {
+        snprintf(err, len, "Monte Carlo: out of memory for %zu cells", cells);
+        st = DK_ERR_OUT_OF_MEMORY;
+        goto done;
+    }
+    double ps = 0.0, pk = 0.0;
+    for (size_t c = 0; c < cells; c++) {
+        double p = fmax(rows[c * (d + 1) + d], 0.0);
+        ps += p;
+        cum[c] = ps;
+        if (p >= threshold) {
+            pk += p;
+            res->support++;
+        }
+    }
+    if (!(pk > 0.0)) {
+        snprintf(err, len, "Monte Carlo: no GBEES cell at or above the threshold %g", threshold);
+        st = DK_ERR_INVALID_ARGUMENT;
+        goto done;
+    }
+    uint64_t state = gb_mix64(seed ^ 0x5bd1e995u);
+    for (size_t m = 0; m < draws; m++) {
+        double u = 0.5 * (cli_random(&state) + 1.0) * ps;
+        size_t lo = 0, hi = cells - 1;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (cum[mid] < u)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        picked[m] = lo;
+    }
+    int failed = 0;
+#pragma omp parallel reduction(| : failed)
+    {
+        int32_t *list = malloc(neighbours * sizeof *list);
+        failed |= list == NULL;
+#pragma omp for schedule(dynamic, 64)
+        for (size_t m = 0; m < draws; m++) {
+            if (!list)
+                continue;
+            size_t c = picked[m];
+            double yc[DK_GBEES_MAX_DIM];
+            int32_t home[DK_GBEES_MAX_DIM];
+            whiten(l, d, mu, rows + c * (d + 1), yc);
+            for (int i = 0; i < d; i++)
+                home[i] = (int32_t)floor(yc[i] / reach);
+            neighbour_bins(ht, bin_keys, home, d, neighbours, list);
+            double q = kernel_sum(yc, list, neighbours, bin_keys, bin_start, ys_sorted, d, reach) * norm;
+            double p = rows[c * (d + 1) + d];
+            ratio[m] = p > 0.0 ? q / p : 0.0; /* drawn by p: p = 0 only at u = 0 exactly */
+        }
+        free(list);
+    }
+    if (failed) {
+        snprintf(err, len, "Monte Carlo: out of memory for the kernel sums");
+        st = DK_ERR_OUT_OF_MEMORY;
+        goto done;
+    }
+    /* Self-normalized: sum_S q_c = pk E[q_c / p_c | S], so the
+     * coefficient is E[sqrt(q/p)] / sqrt(E[q/p]) over the draws in S (and
+     * likewise over all cells), the same normalization as the exact path;
+     * the standard error from 20 batches of the draws. */
+    enum { BATCHES = 20 };
+    double root[BATCHES] = {0}, lin[BATCHES] = {0}, root_all = 0.0, lin_all = 0.0;
+    size_t in_batch[BATCHES] = {0}, nkept = 0;
+    for (size_t m = 0; m < draws; m++) {
+        root_all += sqrt(ratio[m]);
+        lin_all += ratio[m];
+        if (rows[picked[m] * (d + 1) + d] >= threshold) {
+            int b = (int)(m % BATCHES);
+            root[b] += sqrt(ratio[m]);
+            lin[b] += ratio[m];
+            in_batch[b]++;
+            nkept++;
+        }
+    }
+    double root_s = 0.0, lin_s = 0.0;
+    for (int b = 0; b < BATCHES; b++) {
+        root_s += root[b];
+        lin_s += lin[b];
+    }
+    if (!(lin_s > 0.0) || !(lin_all > 0.0)) {
+        snprintf(err, len, "Monte Carlo: no sample lies near the snapshot's cells at or above the threshold %g",
+                 threshold);
+        st = DK_ERR_INVALID_ARGUMENT;
+        goto done;
+    }
+    res->bc = root_s / sqrt(lin_s * (double)nkept);
+    res->bc_all = root_all / sqrt(lin_all * (double)draws);
+    double mean = 0.0, var = 0.0, per[BATCHES];
+    for (int b = 0; b < BATCHES; b++) {
+        per[b] = in_batch[b] && lin[b] > 0.0 ? root[b] / sqrt(lin[b] * (double)in_batch[b]) : res->bc;
+        mean += per[b] / BATCHES;
+    }
+    for (int b = 0; b < BATCHES; b++)
+        var += (per[b] - mean) * (per[b] - mean) / (BATCHES - 1);
+    res->bc_se = sqrt(var / BATCHES);
+    double qs = ps * lin_all / (double)draws, qk = pk * lin_s / (double)nkept;
+    res->kde_mass = qs;
+    res->kde_mass_support = qk;
+    res->gbees_mass_support = pk / ps;
+    res->draws = nkept;
+done:
+    free(cum);
+    free(picked);
+    free(ratio);
+    return st;
+}
+
 dk_status gbees_mc_bc(const dk_gbees_model *model, const dk_gbees_meas *meas0, double t, size_t n,
-                      uint64_t seed, const double *rows, size_t cells, int d, double threshold,
+                      uint64_t seed, const double *rows, size_t cells, int d, double threshold, size_t draws,
                       gbees_mc_result *res, char *err, size_t len)
 {
     if (d != meas0->dim || n < 10 || cells == 0 || !(threshold >= 0.0)) {
@@ -163,7 +336,7 @@ dk_status gbees_mc_bc(const dk_gbees_model *model, const dk_gbees_meas *meas0, d
         snprintf(err, len, "Monte Carlo: the snapshot's %zu cells do not show the cell width along every axis", cells);
         return DK_ERR_INVALID_ARGUMENT;
     }
-    double *x = malloc(n * d * sizeof *x), *y = malloc(n * d * sizeof *y), *q = malloc(cells * sizeof *q);
+    double *x = malloc(n * d * sizeof *x), *y = malloc(n * d * sizeof *y), *q = draws ? NULL : malloc(cells * sizeof *q);
     bin_sort *bs = malloc(n * sizeof *bs);
     int32_t *bin_keys = malloc(n * d * sizeof *bin_keys);
     size_t *bin_start = malloc((n + 1) * sizeof *bin_start);
@@ -171,7 +344,7 @@ dk_status gbees_mc_bc(const dk_gbees_model *model, const dk_gbees_meas *meas0, d
     int32_t *cell_bin = NULL, *home_keys = NULL, *group_bins = NULL;
     size_t *group_start = NULL, *group_cells = NULL;
     dk_status st = DK_OK;
-    if (!x || !y || !q || !bs || !bin_keys || !bin_start || gb_hash_init(&ht, d, n) != 0) {
+    if (!x || !y || (!q && !draws) || !bs || !bin_keys || !bin_start || gb_hash_init(&ht, d, n) != 0) {
         snprintf(err, len, "Monte Carlo: out of memory for %zu samples", n);
         st = DK_ERR_OUT_OF_MEMORY;
         goto done;
@@ -242,6 +415,14 @@ dk_status gbees_mc_bc(const dk_gbees_model *model, const dk_gbees_meas *meas0, d
     int neighbours = 1;
     for (int i = 0; i < d; i++)
         neighbours *= 3;
+    /* the samples in bin order, so a bin's samples are contiguous */
+    for (size_t s = 0; s < n; s++)
+        memcpy(x + s * d, y + bs[s].sample * d, d * sizeof *x);
+    if (draws > 0) {
+        st = sampled_bc(rows, cells, d, threshold, l, mu, x, &ht, bin_keys, bin_start, neighbours, reach,
+                        norm, draws, seed, res, err, len);
+        goto done;
+    }
     /* Cells are grouped by the bin they fall in, so the 3^d neighbour bins
      * are looked up and their samples gathered once per group rather than
      * once per cell (a Lorenz '96 snapshot has millions of cells, a few
@@ -284,62 +465,21 @@ dk_status gbees_mc_bc(const dk_gbees_model *model, const dk_gbees_meas *meas0, d
     for (size_t g = homes; g > 0; g--)
         group_start[g] = group_start[g - 1];
     group_start[0] = 0;
-    /* the samples in bin order, so a bin's samples are contiguous */
-    for (size_t s = 0; s < n; s++)
-        memcpy(x + s * d, y + bs[s].sample * d, d * sizeof *x);
     if (!(group_bins = malloc(homes * neighbours * sizeof *group_bins))) {
         snprintf(err, len, "Monte Carlo: out of memory for %zu cell groups", homes);
         st = DK_ERR_OUT_OF_MEMORY;
         goto done;
     }
 #pragma omp parallel for schedule(dynamic, 16)
-    for (size_t g = 0; g < homes; g++) {
-        const int32_t *home = home_keys + g * d;
-        int32_t k[DK_GBEES_MAX_DIM], *list = group_bins + g * neighbours;
-        for (int nb = 0; nb < neighbours; nb++) {
-            int code = nb;
-            for (int i = 0; i < d; i++) {
-                k[i] = home[i] + code % 3 - 1;
-                code /= 3;
-            }
-            list[nb] = gb_hash_find(&ht, bin_keys, k);
-        }
-    }
-    int failed = 0;
+    for (size_t g = 0; g < homes; g++)
+        neighbour_bins(&ht, bin_keys, home_keys + g * d, d, neighbours, group_bins + g * neighbours);
 #pragma omp parallel for schedule(dynamic, 256)
     for (size_t gc = 0; gc < cells; gc++) {
         size_t c = group_cells[gc];
-        const int32_t *list = group_bins + (size_t)cell_bin[c] * neighbours;
-        double yc[DK_GBEES_MAX_DIM], sum = 0.0;
+        double yc[DK_GBEES_MAX_DIM];
         whiten(l, d, mu, rows + c * (d + 1), yc);
-        for (int nb = 0; nb < neighbours; nb++) {
-            if (list[nb] < 0)
-                continue;
-            /* skip bins whose box lies beyond the kernel's reach */
-            const int32_t *bk = bin_keys + (size_t)list[nb] * d;
-            double gap2 = 0.0;
-            for (int i = 0; i < d; i++) {
-                double lo = bk[i] * reach - yc[i], hi = yc[i] - (bk[i] + 1) * reach;
-                double g = lo > 0.0 ? lo : hi > 0.0 ? hi : 0.0;
-                gap2 += g * g;
-            }
-            if (gap2 >= reach * reach)
-                continue;
-            for (size_t s = bin_start[list[nb]]; s < bin_start[list[nb] + 1]; s++) {
-                const double *ys = x + s * d;
-                double r2 = 0.0;
-                for (int i = 0; i < d; i++)
-                    r2 += (yc[i] - ys[i]) * (yc[i] - ys[i]);
-                if (r2 < reach * reach)
-                    sum += exp(-0.5 * r2);
-            }
-        }
-        q[c] = sum * norm;
-    }
-    if (failed) {
-        snprintf(err, len, "Monte Carlo: out of memory for the kernel sums");
-        st = DK_ERR_OUT_OF_MEMORY;
-        goto done;
+        q[c] = kernel_sum(yc, group_bins + (size_t)cell_bin[c] * neighbours, neighbours, bin_keys, bin_start, x, d,
+                          reach) * norm;
     }
     /* Both sides normalized over the compared cells: all of them, and the
      * support the seed compares on, the cells at or above the threshold
@@ -405,7 +545,9 @@ static void mc_usage(FILE *f)
                "  --samples N     (default 100000)\n"
                "  --seed S        (default 1)\n"
                "  --threshold P   the run's threshold (default: from summary.txt beside the snapshot,\n"
-               "                  else 5e-6)\n");
+               "                  else 5e-6)\n"
+               "  --draws M       compare on M cells drawn by their GBEES probability instead of every\n"
+               "                  cell (default: every cell up to 2 million cells, else 400000 draws)\n");
 }
 
 /* The threshold recorded in summary.txt in the snapshot's folder, or -1. */
@@ -431,7 +573,7 @@ int cmd_gbees_mc(int argc, char **argv)
 {
     const char *cmd = "gbees-mc", *model_s = NULL, *meas_dir = NULL, *pdf = NULL;
     double t = -1.0, threshold = -1.0;
-    long samples = 100000, seed = 1;
+    long samples = 100000, seed = 1, draws = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -454,6 +596,8 @@ int cmd_gbees_mc(int argc, char **argv)
             samples = strtol(v, &end, 10);
         else if (!strcmp(a, "--seed"))
             seed = strtol(v, &end, 10);
+        else if (!strcmp(a, "--draws"))
+            draws = strtol(v, &end, 10);
         else if (!strcmp(a, "--threshold")) {
             threshold = strtod(v, &end);
             if (!(threshold > 0.0) && end != v && !*end)
@@ -485,8 +629,10 @@ int cmd_gbees_mc(int argc, char **argv)
     size_t cells = a.shape[0];
     gbees_mc_result r;
     double t0 = cli_now();
+    if (draws < 0)
+        draws = cells > GBEES_MC_EXACT_CELLS ? GBEES_MC_DRAWS : 0;
     dk_status st = gbees_mc_bc(model, &meas0, t, (size_t)samples, (uint64_t)seed, a.data, cells, meas0.dim,
-                               threshold, &r, err, sizeof err);
+                               threshold, (size_t)draws, &r, err, sizeof err);
     npy_free(&a);
     if (st != DK_OK)
         return cli_error(cmd, 1, "%s", err);
@@ -496,6 +642,9 @@ int cmd_gbees_mc(int argc, char **argv)
     printf("  over all %zu cells: %.4f; probability on the compared cells: GBEES %.4f, kernel estimate %.4f "
            "(%.4f on all cells)\n",
            cells, r.bc_all, r.gbees_mass_support, r.kde_mass_support, r.kde_mass);
+    if (r.draws)
+        printf("  sampled: %zu support cells drawn by probability, standard error of the coefficient %.4f\n", r.draws,
+               r.bc_se);
     return 0;
 }
 

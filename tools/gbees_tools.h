@@ -18,7 +18,14 @@ typedef struct gbees_mc_result {
     double gbees_mass_support; /* GBEES probability on those cells */
     double kde_mass;           /* the kernel estimate's probability on all the cells */
     double kde_mass_support;   /* ... on the cells at or above the threshold */
+    size_t draws;              /* sampled estimate: support cells drawn (0: every cell computed) */
+    double bc_se;              /* sampled estimate: standard error of bc */
 } gbees_mc_result;
+
+/* Snapshots with more cells than this are compared on GBEES_MC_DRAWS cells
+ * drawn by their probability rather than on every cell (see gbees_mc_bc). */
+#define GBEES_MC_EXACT_CELLS 2000000
+#define GBEES_MC_DRAWS 400000
 
 /* Propagates n samples of N(meas0) through the model's f from t = 0 to t
  * (adaptive Dormand-Prince 5(4)), estimates their density by Gaussian
@@ -26,9 +33,13 @@ typedef struct gbees_mc_result {
  * probability of each snapshot cell (kernel integrated over the cell, whose
  * width is read off the centres), and compares with the snapshot by the
  * Bhattacharyya coefficient, each side normalized over the compared cells.
- * rows: cells x (dim + 1); threshold: the run's, which marks the support. */
+ * rows: cells x (dim + 1); threshold: the run's, which marks the support.
+ * draws 0: the estimate at every cell; draws > 0: the coefficients as
+ * expectations over that many cells drawn by their GBEES probability (for
+ * snapshots of tens of millions of cells; res->bc_se is the standard error
+ * of the draws' mean), the estimate's normalizers from kernel draws. */
 dk_status gbees_mc_bc(const dk_gbees_model *model, const dk_gbees_meas *meas0, double t, size_t n,
-                      uint64_t seed, const double *rows, size_t cells, int dim, double threshold,
+                      uint64_t seed, const double *rows, size_t cells, int dim, double threshold, size_t draws,
                       gbees_mc_result *res, char *err, size_t len);
 
 /* The measurements of a synthetic case: z[0] an isotropic Gaussian start
