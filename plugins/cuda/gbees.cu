@@ -7,13 +7,16 @@
  * new positions: 52 d + 21 bytes per cell plus the index, an
  * open-addressing table of 64-bit slots (hash tag << 32 | position, linear
  * probing, occupancy at most one half). A new cell is inserted by claiming
- * its slot with compare-and-swap (tag | LOCKED), taking a position from an
- * atomic counter, writing the key, a fence, and publishing the position;
- * its zero mass, velocities and rate (computed once, as in the reference)
- * follow, since nobody reads them before the phase's barrier. A thread that
- * meets a LOCKED slot with its own tag waits for the position and compares
- * keys (a thread never waits while it holds a LOCKED slot), so each key is
- * made once and positions stay dense.
+ * its slot with compare-and-swap (tag | LOCKED; the probe is the CAS
+ * itself), taking a position from an atomic counter, writing the key and
+ * publishing the position, with no fence: key words past the cell count
+ * hold KEY_NONE, so a thread that meets a slot with its own tag waits for
+ * the position, then for the key's words to arrive, and compares keys (a
+ * thread never waits while it holds a LOCKED slot). Each key is made once
+ * and positions stay dense; zero mass, velocities and rate (computed once,
+ * as in the reference) follow, since nobody reads them before the phase's
+ * barrier. Growth marks each (cell, axis) whose candidates all exist, so
+ * later steps skip it until pruning clears the marks.
  *
  * One step, as the reference's gb_advance, in four phases, each over work
  * items of one (cell, axis) pair or one face, so that a thread's chain of
@@ -83,6 +86,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cooperative_groups.h>
 
@@ -108,6 +112,12 @@ const int MAX_PARTS = 4096; /* blocks of a phase kernel (grid-stride beyond) */
 const unsigned long long EMPTY = ~0ull;
 const unsigned long long TAG_MASK = 0xffffffff00000000ull;
 const uint32_t LOCKED = 0xfffffffeu, FAILED = 0xfffffffdu;
+/* Every key component of positions [n, cap) holds KEY_NONE between steps,
+ * so that a thread comparing keys during growth can tell a key not yet
+ * visible from a different one without the inserter fencing. A real key
+ * never reaches it: the root is within 2^30 of the centre (init checks)
+ * and keys move one cell per neighbour. */
+const int32_t KEY_NONE = INT32_MIN;
 
 enum { ST_OK = 0, ST_CAPACITY = 1, ST_COLLAPSE = 2, ST_MASS = 3, ST_PRUNED = 4, ST_LAUNCH = 5, ST_NOMASS = 6 };
 enum { V_COOP = 0, V_DP = 1, V_HOST = 2, V_AUTO = 3 };
@@ -144,6 +154,7 @@ struct Dev {
     Cells c[2];
     double *flux, *wave, *back;
     uint8_t *keep;
+    uint8_t *done; /* per (cell, axis): growth along the axis has nothing to insert until pruning */
     int32_t *remap;
     unsigned long long *table;
     unsigned long long hmask;
@@ -277,7 +288,10 @@ template <class M, int D> __device__ __forceinline__ double velocity(const Dev &
 }
 
 /* Inserts key k as a new cell (zero mass, velocities made) unless present.
- * Concurrent: see the header. */
+ * Concurrent: see the header. Probing claims with compare-and-swap at
+ * once (its answer is the slot's entry), and the key is published without
+ * a fence: a thread that meets its tag waits for the position, then for
+ * each key component to leave KEY_NONE. */
 template <class M, int D>
 __device__ __forceinline__ void insert_new(const Dev &g, const Cells &C, unsigned long long *table,
                                            unsigned long long *maxbits, const int32_t *k)
@@ -286,33 +300,30 @@ __device__ __forceinline__ void insert_new(const Dev &g, const Cells &C, unsigne
     uint64_t h = hash_key<D>(k);
     unsigned long long tag = h & TAG_MASK;
     for (uint64_t s = h & g.hmask;; s = (s + 1) & g.hmask) {
-        unsigned long long e = vload(table[s]);
+        unsigned long long e = atomicCAS(&table[s], EMPTY, tag | LOCKED);
         if (e == EMPTY) {
-            unsigned long long prev = atomicCAS(&table[s], EMPTY, tag | LOCKED);
-            if (prev == EMPTY) {
-                unsigned pos = atomicAdd(&st->n_alloc, 1u);
-                if (pos >= (unsigned)g.cap) {
-                    atomicExch(&table[s], tag | FAILED);
-                    atomicExch(&st->overflow, 1);
-                    return;
-                }
-#pragma unroll
-                for (int q = 0; q < D; q++)
-                    C.key[(size_t)pos * D + q] = k[q];
-                __threadfence();
-                atomicExch(&table[s], tag | pos);
-                /* the rest is read only after the phase's barrier */
-                double v[D];
-                double rate = velocity<M, D>(g, k, v);
-#pragma unroll
-                for (int q = 0; q < D; q++)
-                    C.v[(size_t)pos * D + q] = v[q];
-                C.p[pos] = 0.0;
-                C.rate[pos] = rate;
-                atomicMax(maxbits, (unsigned long long)__double_as_longlong(rate));
+            unsigned pos = atomicAdd(&st->n_alloc, 1u);
+            if (pos >= (unsigned)g.cap) {
+                atomicExch(&table[s], tag | FAILED);
+                atomicExch(&st->overflow, 1);
                 return;
             }
-            e = prev;
+#pragma unroll
+            for (int q = 0; q < D; q++)
+                C.key[(size_t)pos * D + q] = k[q];
+            atomicExch(&table[s], tag | pos);
+            /* the rest is read only after the phase's barrier */
+            double v[D];
+            double rate = velocity<M, D>(g, k, v);
+#pragma unroll
+            for (int q = 0; q < D; q++) {
+                C.v[(size_t)pos * D + q] = v[q];
+                g.done[(size_t)pos * D + q] = 0;
+            }
+            C.p[pos] = 0.0;
+            C.rate[pos] = rate;
+            atomicMax(maxbits, (unsigned long long)__double_as_longlong(rate));
+            return;
         }
         if ((e & TAG_MASK) == tag) {
             uint32_t pos = (uint32_t)e;
@@ -322,11 +333,15 @@ __device__ __forceinline__ void insert_new(const Dev &g, const Cells &C, unsigne
             }
             if (pos == FAILED)
                 return;
-            __threadfence();
             bool eq = true;
 #pragma unroll
-            for (int q = 0; q < D; q++)
-                eq &= __ldcg(&C.key[(size_t)pos * D + q]) == k[q];
+            for (int q = 0; q < D; q++) {
+                int32_t kq;
+                do
+                    kq = vload(C.key[(size_t)pos * D + q]);
+                while (kq == KEY_NONE);
+                eq &= kq == k[q];
+            }
             if (eq)
                 return;
         }
@@ -417,8 +432,15 @@ __device__ __forceinline__ void candidate(const int32_t *k, int i, int si, unsig
         kc[q] = k[q] + (q == i ? (si ? 1 : -1) : 0) + (q == b ? ((up >> b) & 1 ? 1 : -1) : 0);
 }
 
-/* Growth of cell c along axis i (gb_grow's decisions for that axis). */
-template <class M, int D> __device__ void grow_phase(const Dev &g, const Step &s, long long i0, long long stride)
+/* Growth of cell c along axis i (gb_grow's decisions for that axis).
+ * done[c, i] is set once every candidate of the item exists (or its face
+ * velocity is zero): velocities never change and cells stay until pruning,
+ * which clears the marks, so a marked item above the threshold is skipped
+ * after two independent loads. EAGER (the coop kernel, latency-bound)
+ * also loads the velocities and both face links before the threshold
+ * test, so that an item's chain is two loads deep before it inserts. */
+template <class M, int D, bool EAGER>
+__device__ void grow_phase(const Dev &g, const Step &s, long long i0, long long stride)
 {
     const Cells C = g.c[0];
     unsigned long long *table = g.table, *maxbits = &g.st->maxbits[s.cur];
@@ -426,17 +448,36 @@ template <class M, int D> __device__ void grow_phase(const Dev &g, const Step &s
     for (long long w = i0; w < items; w += stride) {
         const long long c = w / D;
         const int i = (int)(w - c * D);
-        if (C.p[c] * s.scale < g.thr)
-            continue;
         double v[D];
+        int32_t back = -1, fwd = -1;
+        if (EAGER) {
+#pragma unroll
+            for (int q = 0; q < D; q++)
+                v[q] = C.v[c * D + q];
+            back = C.nb[c * 2 * D + 2 * i];
+            fwd = C.nb[c * 2 * D + 2 * i + 1];
+        }
+        if (C.p[c] * s.scale < g.thr || g.done[w])
+            continue;
+        if (!EAGER) {
+#pragma unroll
+            for (int q = 0; q < D; q++)
+                v[q] = C.v[c * D + q];
+        }
+        double vi = 0.0; /* v[i] by selection: indexing would put v on the stack */
 #pragma unroll
         for (int q = 0; q < D; q++)
-            v[q] = C.v[c * D + q];
-        const double vi = C.v[c * D + i];
-        if (vi == 0.0)
+            vi = q == i ? v[q] : vi;
+        if (vi == 0.0) {
+            g.done[w] = 1;
             continue;
+        }
         const int si = vi > 0.0;
-        const int32_t face = C.nb[c * 2 * D + 2 * i + si];
+        const int32_t face = EAGER ? (si ? fwd : back) : C.nb[c * 2 * D + 2 * i + si];
+        int32_t k[D]; /* loaded with the face's links, before it is known to be needed */
+#pragma unroll
+        for (int q = 0; q < D; q++)
+            k[q] = C.key[c * D + q];
         int32_t fnb[2 * D];
 #pragma unroll
         for (int q = 0; q < 2 * D; q++)
@@ -453,12 +494,11 @@ template <class M, int D> __device__ void grow_phase(const Dev &g, const Step &s
                 continue;
             want |= 1u << j;
         }
+        /* marked now: what is wanted exists after this step's barrier (on
+         * overflow the host clears every mark) */
+        g.done[w] = 1;
         if (!want)
             continue;
-        int32_t k[D];
-#pragma unroll
-        for (int q = 0; q < D; q++)
-            k[q] = C.key[c * D + q];
         /* one candidate at a time: inserting them together (one counter
          * bump and one fence for all) measured slower on the H100 (growth
          * 13.8 against 11.0 us per Lorenz '63 step) and costs registers */
@@ -511,17 +551,18 @@ template <class M, int D> __device__ void link_phase(const Dev &g, const Step &s
 #pragma unroll
         for (int j = 0; j < D; j++)
             k[j] = C.key[c * D + j] + (j == i ? (fwd ? 1 : -1) : 0);
+        const double pc = C.p[c] * sc, vci = C.v[c * D + i]; /* loaded alongside the key */
         const int32_t o = find<D>(table, g.hmask, C.key, k);
         C.nb[c * 2 * D + q] = o;
         if (o < 0)
             continue;
-        const double pc = C.p[c] * sc, po = C.p[o] * sc;
+        const double po = C.p[o] * sc;
         if (fwd) {
             const double wv = wave_of(dt, pc, po, g.dx[i]);
             g.wave[c * D + i] = wv;
             if (o < s.n_old) {
                 C.nb[(size_t)o * 2 * D + 2 * i] = (int32_t)c;
-                g.back[(size_t)o * 2 * D + 2 * i] = gpos(C.v[c * D + i]);
+                g.back[(size_t)o * 2 * D + 2 * i] = gpos(vci);
                 g.back[(size_t)o * 2 * D + 2 * i + 1] = wv;
             }
         } else {
@@ -537,8 +578,11 @@ template <class M, int D> __device__ void link_phase(const Dev &g, const Step &s
 }
 
 /* gb_fluxes' second pass for face (c, j), the terms added in the same
- * order. The forward cell's row is read only when its terms count. */
-template <class M, int D> __device__ void flux_phase(const Dev &g, const Step &s, long long i0, long long stride)
+ * order. The forward cell's row is read only when its terms count. EAGER
+ * (the coop kernel) loads the masses behind and ahead and the far link
+ * before the limiter's branches, so that the chain is three loads deep. */
+template <class M, int D, bool EAGER>
+__device__ void flux_phase(const Dev &g, const Step &s, long long i0, long long stride)
 {
     const Cells C = g.c[0];
     const double sc = s.scale, dt = s.dt;
@@ -550,6 +594,13 @@ template <class M, int D> __device__ void flux_phase(const Dev &g, const Step &s
         const int32_t fwd = C.nb[c * 2 * D + 2 * j + 1], behind = C.nb[c * 2 * D + 2 * j];
         const double pc = C.p[c] * sc;
         const double pf = fwd >= 0 ? C.p[fwd] * sc : 0.0;
+        double pb = 0.0, pff = 0.0;
+        int32_t ff = -1;
+        if (EAGER) {
+            pb = behind >= 0 ? C.p[behind] : 0.0;
+            ff = fwd >= 0 ? C.nb[(size_t)fwd * 2 * D + 2 * j + 1] : -1;
+            pff = ff >= 0 ? C.p[ff] : 0.0;
+        }
         double F = gpos(u) * pc + (fwd >= 0 ? gneg(u) * pf : 0.0);
         double corr = 0.0;
         if (fwd >= 0) {
@@ -557,10 +608,13 @@ template <class M, int D> __device__ void flux_phase(const Dev &g, const Step &s
             if (jump != 0.0) {
                 double up;
                 if (u > 0.0) {
-                    up = behind >= 0 ? pc - C.p[behind] * sc : pc;
+                    up = behind >= 0 ? pc - (EAGER ? pb : C.p[behind]) * sc : pc;
                 } else {
-                    int32_t ff = C.nb[(size_t)fwd * 2 * D + 2 * j + 1];
-                    up = ff >= 0 ? C.p[ff] * sc - pf : -pf;
+                    if (!EAGER) {
+                        ff = C.nb[(size_t)fwd * 2 * D + 2 * j + 1];
+                        pff = ff >= 0 ? C.p[ff] : 0.0;
+                    }
+                    up = ff >= 0 ? pff * sc - pf : -pf;
                 }
                 double au = fabs(u);
                 corr += au * (g.dx[j] / dt - au) * wj * gmc(up / jump);
@@ -710,8 +764,9 @@ template <int D> __device__ void prune_move(const Dev &g, const Step &s, long lo
 }
 
 /* Copies the kept cells [0, kept) back, indexes them (the table was
- * cleared by prune_mark) and raises the new maximum rate (slot cur ^ 1);
- * returns this thread's sum of their masses. */
+ * cleared by prune_mark), clears their growth marks, restores KEY_NONE
+ * over the freed positions [kept, n) and raises the new maximum rate
+ * (slot cur ^ 1); returns this thread's sum of their masses. */
 template <int D> __device__ double prune_back(const Dev &g, const Step &s, int kept, long long i0, long long stride)
 {
     const Cells C = g.c[0], N = g.c[1];
@@ -727,6 +782,9 @@ template <int D> __device__ double prune_back(const Dev &g, const Step &s, int k
 #pragma unroll
         for (int q = 0; q < 2 * D; q++)
             C.nb[c * 2 * D + q] = N.nb[c * 2 * D + q];
+#pragma unroll
+        for (int q = 0; q < D; q++)
+            g.done[c * D + q] = 0;
         double p = N.p[c], r = N.rate[c];
         C.p[c] = p;
         C.rate[c] = r;
@@ -734,6 +792,8 @@ template <int D> __device__ double prune_back(const Dev &g, const Step &s, int k
         mx = r > mx ? r : mx;
         place<D>(g.table, g.hmask, k, (int32_t)c);
     }
+    for (long long w = (long long)kept * D + i0; w < (long long)s.n * D; w += stride)
+        C.key[w] = KEY_NONE;
     if (mx > 0.0)
         atomicMax(&g.st->maxbits[s.cur ^ 1], (unsigned long long)__double_as_longlong(mx));
     return sum;
@@ -763,7 +823,7 @@ __global__ void __launch_bounds__(THREADS, MINB) k_coop(Dev g, double t_target, 
     long long done = 0;
     while (t < t_target && (max_steps <= 0 || done < max_steps)) {
         s.n_old = s.n;
-        grow_phase<M, D>(g, s, i0, stride);
+        grow_phase<M, D, true>(g, s, i0, stride);
         grid.sync();
         if (timer) {
             t1 = globaltimer();
@@ -792,7 +852,7 @@ __global__ void __launch_bounds__(THREADS, MINB) k_coop(Dev g, double t_target, 
             prof[PH_LINK] += t1 - t0;
             t0 = t1;
         }
-        flux_phase<M, D>(g, s, i0, stride);
+        flux_phase<M, D, true>(g, s, i0, stride);
         grid.sync();
         if (timer) {
             t1 = globaltimer();
@@ -904,7 +964,7 @@ __host__ __device__ __forceinline__ int blocks_for(long long n)
 template <class M, int D> __global__ void __launch_bounds__(THREADS) k_grow(Dev g)
 {
     GB_PHASE_PROLOGUE
-    grow_phase<M, D>(g, s, i0, stride);
+    grow_phase<M, D, false>(g, s, i0, stride);
 }
 
 template <class M, int D> __global__ void __launch_bounds__(THREADS) k_link(Dev g)
@@ -916,7 +976,7 @@ template <class M, int D> __global__ void __launch_bounds__(THREADS) k_link(Dev 
 template <class M, int D> __global__ void __launch_bounds__(THREADS) k_flux(Dev g)
 {
     GB_PHASE_PROLOGUE
-    flux_phase<M, D>(g, s, i0, stride);
+    flux_phase<M, D, false>(g, s, i0, stride);
 }
 
 template <int D> __global__ void __launch_bounds__(THREADS) k_apply(Dev g)
@@ -1255,6 +1315,13 @@ template <class M, int D> __global__ void __launch_bounds__(THREADS) k_update(De
         st->part_sum[blockIdx.x] = sum;
 }
 
+/* KEY_NONE over key words [from, to). */
+__global__ void __launch_bounds__(THREADS) k_clear_keys(int32_t *key, long long from, long long to)
+{
+    for (long long w = from + (long long)blockIdx.x * THREADS + threadIdx.x; w < to; w += (long long)gridDim.x * THREADS)
+        key[w] = KEY_NONE;
+}
+
 template <int D> __global__ void __launch_bounds__(THREADS) k_snapshot(Dev g, double *out, int rows)
 {
     const State *st = g.st;
@@ -1386,7 +1453,18 @@ struct Plan {
     size_t snap_rows;
     bool profile;
     unsigned long long launches;
+    double wall[5]; /* profile: host wall seconds in init, advance, update, snapshot, plan creation */
+    unsigned long long calls[5];
 };
+
+enum { OP_INIT, OP_ADVANCE, OP_UPDATE, OP_SNAPSHOT, OP_CREATE };
+
+double wall_now()
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
 
 const size_t HEAD = offsetof(State, part_sum);
 
@@ -1405,7 +1483,8 @@ cudaError_t copy_head_out(Plan *p)
 
 /* Bytes of every capacity-sized array for cap cells of dimension d: the
  * cells, the scratch (fluxes, waves, back terms; pruning's compaction
- * target as well), marks, new positions and the index (at most half full). */
+ * target as well), marks, new positions, the index (at most half full)
+ * and the growth marks. */
 size_t grid_bytes(long long cap, int d, unsigned long long *hcap_out)
 {
     unsigned long long hcap = 64;
@@ -1415,7 +1494,8 @@ size_t grid_bytes(long long cap, int d, unsigned long long *hcap_out)
         *hcap_out = hcap;
     size_t C = (size_t)cap;
     return align256(C * d * 4) + align256(C * d * 8) + align256(C * 2 * d * 4) + 2 * align256(C * 8) +
-           2 * align256(C * d * 8) + align256(C * 2 * d * 8) + align256(C) + align256(C * 4) + align256(hcap * 8);
+           2 * align256(C * d * 8) + align256(C * 2 * d * 8) + align256(C) + align256(C * 4) + align256(hcap * 8) +
+           align256(C * d);
 }
 
 /* Makes the arrays hold at least want cells (prefer cells when that fits
@@ -1458,10 +1538,10 @@ dk_status reserve(Plan *p, long long want, long long prefer, int n, dk_msg *msg)
     size_t C = (size_t)cap;
     size_t sizes[] = {align256(C * D * 4), align256(C * D * 8), align256(C * 2 * D * 4), align256(C * 8),
                       align256(C * 8),     align256(C * D * 8), align256(C * D * 8),     align256(C * 2 * D * 8),
-                      align256(C),         align256(C * 4),     align256(hcap * 8)};
+                      align256(C),         align256(C * 4),     align256(hcap * 8), align256(C * D)};
     char *at = (char *)mem;
-    void *ptr[11];
-    for (int j = 0; j < 11; j++) {
+    void *ptr[12];
+    for (int j = 0; j < 12; j++) {
         ptr[j] = at;
         at += sizes[j];
     }
@@ -1477,6 +1557,7 @@ dk_status reserve(Plan *p, long long want, long long prefer, int n, dk_msg *msg)
     ng.keep = (uint8_t *)ptr[8];
     ng.remap = (int32_t *)ptr[9];
     ng.table = (unsigned long long *)ptr[10];
+    ng.done = (uint8_t *)ptr[11];
     /* pruning's compaction target, laid over the scratch (4d doubles per
      * cell hold the 5d + 4 words of a cell for d >= 2) */
     ng.c[1].nb = (int32_t *)ng.flux;
@@ -1502,6 +1583,15 @@ dk_status reserve(Plan *p, long long want, long long prefer, int n, dk_msg *msg)
     }
     if (e == cudaSuccess)
         e = cudaMemsetAsync(ng.table, 0xff, hcap * 8, sm);
+    /* every growth mark cleared: a step that overflowed marked items whose
+     * cells were not made */
+    if (e == cudaSuccess)
+        e = cudaMemsetAsync(ng.done, 0, C * D, sm);
+    if (e == cudaSuccess) {
+        k_clear_keys<<<blocks_for((long long)(C - n) * D), THREADS, 0, sm>>>(ng.c[0].key, (long long)n * D,
+                                                                             (long long)C * D);
+        e = cudaGetLastError();
+    }
     if (e == cudaSuccess)
         e = cudaStreamSynchronize(sm);
     if (e != cudaSuccess) {
@@ -1552,6 +1642,11 @@ void plan_destroy(void *handle)
             fprintf(stderr, " %s %.3f ms (%.2f us/step)", names[q], p->hs.prof[q] * 1e-6,
                     p->hs.prof[q] * 1e-3 / (double)p->hs.steps);
         fprintf(stderr, "; total %.3f ms\n", all * 1e-6);
+        const char *ops[5] = {"init", "advance", "update", "snapshot", "plan"};
+        fprintf(stderr, "gbees cuda profile: host wall time per operation:");
+        for (int q = 0; q < 5; q++)
+            fprintf(stderr, " %s %.3f ms (%llu calls)", ops[q], p->wall[q] * 1e3, p->calls[q]);
+        fprintf(stderr, "\n");
     }
     if (p->cells_mem)
         cudaFree(p->cells_mem);
@@ -1567,6 +1662,7 @@ const char *const cuda_gbees_variants[] = {"auto", "coop", "dp", "host", NULL};
 
 dk_status plan_create(void *device, const dk_gbees_setup *setup, void **out, dk_msg *msg)
 {
+    const double t_create = wall_now();
     dk_cuda_device *dev = (dk_cuda_device *)device;
     dk_status st = dk_cuda_enter(dev, msg);
     if (st != DK_OK)
@@ -1651,11 +1747,13 @@ dk_status plan_create(void *device, const dk_gbees_setup *setup, void **out, dk_
         plan_destroy(p);
         return st;
     }
+    p->wall[OP_CREATE] = wall_now() - t_create;
+    p->calls[OP_CREATE] = 1;
     *out = p;
     return DK_OK;
 }
 
-dk_status init(void *handle, const double *mean, const double *inv, dk_msg *msg)
+dk_status init_body(void *handle, const double *mean, const double *inv, dk_msg *msg)
 {
     Plan *p = (Plan *)handle;
     dk_status st = dk_cuda_enter(p->dev, msg);
@@ -1688,13 +1786,26 @@ dk_status init(void *handle, const double *mean, const double *inv, dk_msg *msg)
     for (int i = 0; i < d; i++) {
         ia.lognorm += log(p->s.dx[i]);
         ia.mean[i] = mean[i];
-        ia.root[i] = (int32_t)lround((mean[i] - p->s.center[i]) / p->s.dx[i]);
+        double r = (mean[i] - p->s.center[i]) / p->s.dx[i];
+        if (!(fabs(r) < 1073741824.0)) {
+            dk_msg_set(msg, "cuda gbees: the mean is %g cells from the grid centre along axis %d (at most 2^30)",
+                       r, i);
+            return DK_ERR_INVALID_ARGUMENT;
+        }
+        ia.root[i] = (int32_t)lround(r);
     }
     memcpy(ia.inv, inv, (size_t)d * d * sizeof *inv);
     memset(&p->hs, 0, HEAD);
     p->hs.scale = 1.0;
     cudaStream_t sm = p->dev->stream;
     cudaError_t e = cudaMemsetAsync(p->g.table, 0xff, (p->g.hmask + 1) * 8, sm);
+    if (e == cudaSuccess)
+        e = cudaMemsetAsync(p->g.done, 0, (size_t)p->g.cap * d, sm);
+    if (e == cudaSuccess) {
+        k_clear_keys<<<blocks_for((long long)p->g.cap * d), THREADS, 0, sm>>>(p->g.c[0].key, 0,
+                                                                             (long long)p->g.cap * d);
+        e = cudaGetLastError();
+    }
     if (e == cudaSuccess)
         e = copy_head_in(p);
     if (e != cudaSuccess)
@@ -1759,7 +1870,7 @@ int coop_blocks(const Plan *p)
     return (int)(b < 1 ? 1 : b > p->coop_max ? p->coop_max : b);
 }
 
-dk_status advance(void *handle, double t_target, int max_steps, dk_msg *msg)
+dk_status advance_body(void *handle, double t_target, int max_steps, dk_msg *msg)
 {
     Plan *p = (Plan *)handle;
     dk_status st = dk_cuda_enter(p->dev, msg);
@@ -1840,7 +1951,7 @@ dk_status advance(void *handle, double t_target, int max_steps, dk_msg *msg)
     }
 }
 
-dk_status update(void *handle, const double *y, const double *r_inv, int m, dk_msg *msg)
+dk_status update_body(void *handle, const double *y, const double *r_inv, int m, dk_msg *msg)
 {
     Plan *p = (Plan *)handle;
     dk_status st = dk_cuda_enter(p->dev, msg);
@@ -1877,7 +1988,7 @@ dk_status update(void *handle, const double *y, const double *r_inv, int m, dk_m
     return e == cudaSuccess ? DK_OK : dk_cuda_fail(msg, e, "running the gbees measurement update");
 }
 
-dk_status snapshot(void *handle, double *out, size_t max, size_t *cells, dk_msg *msg)
+dk_status snapshot_body(void *handle, double *out, size_t max, size_t *cells, dk_msg *msg)
 {
     Plan *p = (Plan *)handle;
     dk_status st = dk_cuda_enter(p->dev, msg);
@@ -1910,6 +2021,38 @@ dk_status snapshot(void *handle, double *out, size_t max, size_t *cells, dk_msg 
     if (e == cudaSuccess)
         e = cudaStreamSynchronize(sm);
     return e == cudaSuccess ? DK_OK : dk_cuda_fail(msg, e, "copying a gbees snapshot");
+}
+
+/* The operations, timed on the host under DAKIT_GBEES_CUDA_PROFILE (the
+ * split of a run's wall time between steps, snapshots and the rest). */
+#define GB_TIMED(op, call)                                                                                             \
+    Plan *p = (Plan *)handle;                                                                                          \
+    if (!p->profile)                                                                                                   \
+        return call;                                                                                                   \
+    double t0 = wall_now();                                                                                            \
+    dk_status r = call;                                                                                                \
+    p->wall[op] += wall_now() - t0;                                                                                    \
+    p->calls[op]++;                                                                                                    \
+    return r;
+
+dk_status init(void *handle, const double *mean, const double *inv, dk_msg *msg)
+{
+    GB_TIMED(OP_INIT, init_body(handle, mean, inv, msg))
+}
+
+dk_status advance(void *handle, double t_target, int max_steps, dk_msg *msg)
+{
+    GB_TIMED(OP_ADVANCE, advance_body(handle, t_target, max_steps, msg))
+}
+
+dk_status update(void *handle, const double *y, const double *r_inv, int m, dk_msg *msg)
+{
+    GB_TIMED(OP_UPDATE, update_body(handle, y, r_inv, m, msg))
+}
+
+dk_status snapshot(void *handle, double *out, size_t max, size_t *cells, dk_msg *msg)
+{
+    GB_TIMED(OP_SNAPSHOT, snapshot_body(handle, out, max, cells, msg))
 }
 
 void stats(void *handle, dk_gbees_stats *s)
