@@ -74,8 +74,8 @@
  * update and snapshots are single kernels.
  *
  * DAKIT_GBEES_CUDA_PROFILE=1 prints, at plan destruction, the coop kernel's
- * time per phase (%globaltimer at the barriers) to stderr: a developer's
- * tool. DAKIT_GBEES_CUDA_CPT=k sizes the coop grid at k growth/flux items
+ * time per phase (%globaltimer at the barriers) and the host wall time
+ * spent in each plugin operation to stderr: a developer's tool. DAKIT_GBEES_CUDA_CPT=k sizes the coop grid at k growth/flux items
  * (cell, axis) per thread (default 0.5: measured best on Lorenz '63 among
  * 0.25, 0.5, 1, 2, 3, 8), DAKIT_GBEES_CUDA_BLOCKS=b fixes it,
  * DAKIT_GBEES_CUDA_OCC=3 takes the coop kernel capped at 80 registers
