@@ -432,82 +432,160 @@ __device__ __forceinline__ void candidate(const int32_t *k, int i, int si, unsig
         kc[q] = k[q] + (q == i ? (si ? 1 : -1) : 0) + (q == b ? ((up >> b) & 1 ? 1 : -1) : 0);
 }
 
-/* Growth of cell c along axis i (gb_grow's decisions for that axis).
- * done[c, i] is set once every candidate of the item exists (or its face
- * velocity is zero): velocities never change and cells stay until pruning,
- * which clears the marks, so a marked item above the threshold is skipped
- * after two independent loads. EAGER (the coop kernel, latency-bound)
- * also loads the velocities and both face links before the threshold
- * test, so that an item's chain is two loads deep before it inserts. */
+/* Growth's decisions for item w = (cell c, axis i) (gb_grow's for that
+ * axis): returns the candidates to insert (bit D: the face neighbour; bit
+ * j: the edge neighbour across i and j), with the cell's key, the axis,
+ * its side and the edge sides. done[c, i] is set once every candidate of
+ * the item exists (or its face velocity is zero): velocities never change
+ * and cells stay until pruning, which clears the marks, so a marked item
+ * above the threshold is skipped after two independent loads. EAGER (the
+ * coop kernel, latency-bound) also loads the velocities and both face
+ * links before the threshold test, so that an item's chain is two loads
+ * deep before it inserts. */
+template <class M, int D, bool EAGER>
+__device__ __forceinline__ unsigned grow_check(const Dev &g, const Step &s, long long w, int32_t *k, int *axis,
+                                               int *side, unsigned *ups)
+{
+    const Cells C = g.c[0];
+    const long long c = w / D;
+    const int i = (int)(w - c * D);
+    double v[D];
+    int32_t back = -1, fwd = -1;
+    if (EAGER) {
+#pragma unroll
+        for (int q = 0; q < D; q++)
+            v[q] = C.v[c * D + q];
+        back = C.nb[c * 2 * D + 2 * i];
+        fwd = C.nb[c * 2 * D + 2 * i + 1];
+    }
+    if (C.p[c] * s.scale < g.thr || g.done[w])
+        return 0;
+    if (!EAGER) {
+#pragma unroll
+        for (int q = 0; q < D; q++)
+            v[q] = C.v[c * D + q];
+    }
+    double vi = 0.0; /* v[i] by selection: indexing would put v on the stack */
+#pragma unroll
+    for (int q = 0; q < D; q++)
+        vi = q == i ? v[q] : vi;
+    if (vi == 0.0) {
+        g.done[w] = 1;
+        return 0;
+    }
+    const int si = vi > 0.0;
+    const int32_t face = EAGER ? (si ? fwd : back) : C.nb[c * 2 * D + 2 * i + si];
+    /* loaded with the face's links, before it is known to be needed */
+#pragma unroll
+    for (int q = 0; q < D; q++)
+        k[q] = C.key[c * D + q];
+    int32_t fnb[2 * D];
+#pragma unroll
+    for (int q = 0; q < 2 * D; q++)
+        fnb[q] = face >= 0 ? C.nb[(size_t)face * 2 * D + q] : -1;
+    unsigned want = face < 0 ? 1u << D : 0u, up = 0;
+#pragma unroll
+    for (int j = 0; j < D; j++) {
+        if (j == i || v[j] == 0.0)
+            continue;
+        const int sj = v[j] > 0.0;
+        up |= (unsigned)sj << j;
+        if (face >= 0 && (sj ? fnb[2 * j + 1] : fnb[2 * j]) >= 0)
+            continue;
+        want |= 1u << j;
+    }
+    /* marked now: what is wanted exists after this step's barrier (on
+     * overflow the host clears every mark) */
+    g.done[w] = 1;
+    *axis = i;
+    *side = si;
+    *ups = up;
+    return want;
+}
+
+/* The r-th candidate of want (the face first, then the edges by axis). */
+template <int D> __device__ __forceinline__ int nth_candidate(unsigned want, unsigned r)
+{
+    if ((want >> D) & 1) {
+        if (r == 0)
+            return D;
+        r--;
+        want &= ~(1u << D);
+    }
+    while (r--)
+        want &= want - 1;
+    return __ffs(want) - 1;
+}
+
+/* Growth. EAGER (the coop kernel): the insertions of a warp's items are
+ * spread over its lanes, one candidate each, so that no thread walks
+ * several insertions' chains of atomics while the others wait at the
+ * barrier. Otherwise each thread inserts its item's candidates in turn:
+ * inserting them together (one counter bump and one fence for all)
+ * measured slower on the H100 (growth 13.8 against 11.0 us per Lorenz '63
+ * step) and costs registers. */
 template <class M, int D, bool EAGER>
 __device__ void grow_phase(const Dev &g, const Step &s, long long i0, long long stride)
 {
     const Cells C = g.c[0];
     unsigned long long *table = g.table, *maxbits = &g.st->maxbits[s.cur];
     const long long items = (long long)s.n_old * D;
-    for (long long w = i0; w < items; w += stride) {
-        const long long c = w / D;
-        const int i = (int)(w - c * D);
-        double v[D];
-        int32_t back = -1, fwd = -1;
-        if (EAGER) {
-#pragma unroll
-            for (int q = 0; q < D; q++)
-                v[q] = C.v[c * D + q];
-            back = C.nb[c * 2 * D + 2 * i];
-            fwd = C.nb[c * 2 * D + 2 * i + 1];
+    if (!EAGER) {
+        for (long long w = i0; w < items; w += stride) {
+            int32_t k[D];
+            int i = 0, si = 0;
+            unsigned up = 0;
+            unsigned want = grow_check<M, D, EAGER>(g, s, w, k, &i, &si, &up);
+            while (want) {
+                const int b = (want >> D) & 1 ? D : __ffs(want) - 1;
+                want &= ~(1u << b);
+                int32_t kc[D];
+                candidate<D>(k, i, si, up, b, kc);
+                insert_new<M, D>(g, C, table, maxbits, kc);
+            }
         }
-        if (C.p[c] * s.scale < g.thr || g.done[w])
-            continue;
-        if (!EAGER) {
-#pragma unroll
-            for (int q = 0; q < D; q++)
-                v[q] = C.v[c * D + q];
-        }
-        double vi = 0.0; /* v[i] by selection: indexing would put v on the stack */
+        return;
+    }
+    const int lane = threadIdx.x & 31;
+    /* whole warps walk the items together (blockDim is a multiple of 32) */
+    for (long long w = i0; __any_sync(0xffffffffu, w < items); w += stride) {
+        int32_t k[D];
 #pragma unroll
         for (int q = 0; q < D; q++)
-            vi = q == i ? v[q] : vi;
-        if (vi == 0.0) {
-            g.done[w] = 1;
-            continue;
+            k[q] = 0;
+        int i = 0, si = 0;
+        unsigned up = 0, want = 0;
+        if (w < items)
+            want = grow_check<M, D, EAGER>(g, s, w, k, &i, &si, &up);
+        const unsigned cnt = __popc(want);
+        unsigned incl = cnt;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const unsigned y = __shfl_up_sync(0xffffffffu, incl, o);
+            if (lane >= o)
+                incl += y;
         }
-        const int si = vi > 0.0;
-        const int32_t face = EAGER ? (si ? fwd : back) : C.nb[c * 2 * D + 2 * i + si];
-        int32_t k[D]; /* loaded with the face's links, before it is known to be needed */
+        const unsigned total = __shfl_sync(0xffffffffu, incl, 31);
+        for (unsigned t0 = 0; t0 < total; t0 += 32) {
+            const unsigned t = t0 + lane;
+            /* the lane whose candidates [incl - cnt, incl) hold task t */
+            int owner = 0;
 #pragma unroll
-        for (int q = 0; q < D; q++)
-            k[q] = C.key[c * D + q];
-        int32_t fnb[2 * D];
+            for (int L = 0; L < 32; L++)
+                owner += __shfl_sync(0xffffffffu, incl, L) <= t;
+            const int src = owner < 32 ? owner : 31;
+            int32_t ko[D];
 #pragma unroll
-        for (int q = 0; q < 2 * D; q++)
-            fnb[q] = face >= 0 ? C.nb[(size_t)face * 2 * D + q] : -1;
-        /* bit D: the face neighbour; bit j: the edge neighbour across i, j */
-        unsigned want = face < 0 ? 1u << D : 0u, up = 0;
-#pragma unroll
-        for (int j = 0; j < D; j++) {
-            if (j == i || v[j] == 0.0)
-                continue;
-            const int sj = v[j] > 0.0;
-            up |= (unsigned)sj << j;
-            if (face >= 0 && (sj ? fnb[2 * j + 1] : fnb[2 * j]) >= 0)
-                continue;
-            want |= 1u << j;
-        }
-        /* marked now: what is wanted exists after this step's barrier (on
-         * overflow the host clears every mark) */
-        g.done[w] = 1;
-        if (!want)
-            continue;
-        /* one candidate at a time: inserting them together (one counter
-         * bump and one fence for all) measured slower on the H100 (growth
-         * 13.8 against 11.0 us per Lorenz '63 step) and costs registers */
-        while (want) {
-            const int b = (want >> D) & 1 ? D : __ffs(want) - 1;
-            want &= ~(1u << b);
-            int32_t kc[D];
-            candidate<D>(k, i, si, up, b, kc);
-            insert_new<M, D>(g, C, table, maxbits, kc);
+            for (int q = 0; q < D; q++)
+                ko[q] = __shfl_sync(0xffffffffu, k[q], src);
+            const unsigned owant = __shfl_sync(0xffffffffu, want, src), oup = __shfl_sync(0xffffffffu, up, src);
+            const unsigned ofirst = __shfl_sync(0xffffffffu, incl - cnt, src);
+            const int oi = __shfl_sync(0xffffffffu, i, src), osi = __shfl_sync(0xffffffffu, si, src);
+            if (t < total) {
+                int32_t kc[D];
+                candidate<D>(ko, oi, osi, oup, nth_candidate<D>(owant, t - ofirst), kc);
+                insert_new<M, D>(g, C, table, maxbits, kc);
+            }
         }
     }
 }
