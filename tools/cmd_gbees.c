@@ -36,6 +36,8 @@ static void usage(FILE *f)
             "  --no-update         skip the measurement updates\n"
             "  --t-end T           stop at time T (default: the end of the last period)\n"
             "  --backend NAME      cpu, auto, ... (default: DAKIT_BACKEND/auto)\n"
+            "  --variant NAME      one of the backend's variants (cuda: auto, coop, dp, host;\n"
+            "                      opencl: count-first, one-wait; default: the backend's first)\n"
             "  --reference         use the serial reference instead of a backend\n"
             "  --quiet             no progress even on a terminal\n");
 }
@@ -91,6 +93,8 @@ int cmd_gbees(int argc, char **argv)
             out_dir = v;
         else if (!strcmp(a, "--backend"))
             backend = v;
+        else if (!strcmp(a, "--variant"))
+            d.variant = v;
         else if (!strcmp(a, "--threshold"))
             d.threshold = strtod(v, &end);
         else if (!strcmp(a, "--cfl"))
@@ -181,10 +185,10 @@ int cmd_gbees(int argc, char **argv)
     if (!f) {
         rc = cli_error(cmd, 1, "cannot write %s: %s", path, strerror(errno));
     } else {
-        fprintf(f, "model %s\ndim %d\nengine %s\nthreshold %g\ndel_step %d\ncfl %g\ndx_factor %g\nupdate %d\n"
+        fprintf(f, "model %s\ndim %d\nengine %s\nvariant %s\nthreshold %g\ndel_step %d\ncfl %g\ndx_factor %g\nupdate %d\n"
                    "status %s\nt %.10g\nsnapshots_written %d\nsteps %llu\ncell_steps %llu\ncells_final %zu\n"
                    "wall_s %.6f\ncell_steps_per_s %.6g\n",
-                d.model->name, meas[0].dim, engine, d.threshold, d.del_step, d.cfl, d.dx_factor, d.update,
+                d.model->name, meas[0].dim, engine, d.variant ? d.variant : "default", d.threshold, d.del_step, d.cfl, d.dx_factor, d.update,
                 rc ? "failed" : "completed", st.t, files, (unsigned long long)st.steps,
                 (unsigned long long)st.cell_steps, st.cells, wall, wall > 0 ? st.cell_steps / wall : 0.0);
         fclose(f);

@@ -163,11 +163,15 @@ DK_API dk_status dk_gbees_plan_create(dk_context *ctx, const dk_gbees_desc *desc
     }
     if (desc->variant) {
         int found = 0;
-        for (const char *const *v = ops->variants; v && *v; v++)
+        char offered[256] = "";
+        for (const char *const *v = ops->variants; v && *v; v++) {
             found |= strcmp(*v, desc->variant) == 0;
+            size_t used = strlen(offered);
+            snprintf(offered + used, sizeof offered - used, "%s%s", used ? ", " : "", *v);
+        }
         if (!found)
-            return dk_fail(ctx, DK_ERR_NOT_IMPLEMENTED, "gbees: variant '%s' is not offered by %s", desc->variant,
-                           ctx ? ctx->backend->plugin->name : "the reference");
+            return dk_fail(ctx, DK_ERR_NOT_IMPLEMENTED, "gbees: variant '%s' is not offered by %s (it offers: %s)",
+                           desc->variant, ctx ? ctx->backend->plugin->name : "the reference", offered);
     }
 
     dk_gbees_setup setup;
