@@ -948,50 +948,139 @@ dk_status upload(T **dst, const T *src, size_t count, const char *what, dk_msg *
     return DK_OK;
 }
 
+/* Observations per chunk for an embedding of P points within the budget
+ * (8 P bytes a vector, two vectors a signal), and the chunk's signals. */
+void chunking(const Plan *p, long long P, size_t budget, long long *rows, long long *signals)
+{
+    long long r = (long long)(budget / (size_t)(8 * P)) / p->L;
+    r = r < 1 ? 1 : r > p->M ? p->M : r;
+    *rows = r;
+    *signals = (r * p->L + 1) / 2;
+}
+
+/* The smallest 2^a r >= n with r in 1, 3, 5, 7, 9, 25 and 2^a >= 256: a
+ * size that cuFFT splits into few, large radix-2 passes. */
+long long pow2_size(long long n)
+{
+    long long best = 0;
+    for (long long r : {1, 3, 5, 7, 9, 25}) {
+        long long m = 256 * r;
+        while (m < n)
+            m *= 2;
+        if (!best || m < best)
+            best = m;
+    }
+    return best;
+}
+
+/* Milliseconds of three forward and inverse transform pairs of a chunk with
+ * an embedding of P points (after one pair as a warm-up), on a zeroed
+ * scratch array. */
+dk_status time_transform(Plan *p, long long P, size_t budget, cufftDoubleComplex *scratch, float *ms, dk_msg *msg)
+{
+    long long rows, signals;
+    chunking(p, P, budget, &rows, &signals);
+    p->P0 = P;
+    p->P = P;
+    cufftHandle h;
+    int have = 0;
+    dk_status st = make_transform(p, &h, &have, signals, msg);
+    cudaEvent_t a = nullptr, b = nullptr;
+    cudaError_t e = cudaSuccess;
+    cufftResult fr = CUFFT_SUCCESS;
+    if (st == DK_OK && (e = cudaEventCreate(&a)) == cudaSuccess && (e = cudaEventCreate(&b)) == cudaSuccess) {
+        for (int rep = 0; rep < 4 && fr == CUFFT_SUCCESS && e == cudaSuccess; rep++) {
+            if (rep == 1)
+                e = cudaEventRecord(a, p->dev->stream);
+            if (e == cudaSuccess && (fr = cufftExecZ2Z(h, scratch, scratch, CUFFT_FORWARD)) == CUFFT_SUCCESS)
+                fr = cufftExecZ2Z(h, scratch, scratch, CUFFT_INVERSE);
+        }
+        if (e == cudaSuccess && fr == CUFFT_SUCCESS && (e = cudaEventRecord(b, p->dev->stream)) == cudaSuccess &&
+            (e = cudaEventSynchronize(b)) == cudaSuccess)
+            e = cudaEventElapsedTime(ms, a, b);
+    }
+    if (a)
+        cudaEventDestroy(a);
+    if (b)
+        cudaEventDestroy(b);
+    if (have)
+        cufftDestroy(h);
+    if (st == DK_OK && fr != CUFFT_SUCCESS)
+        st = fft_fail(msg, fr, "timing a transform size");
+    if (st == DK_OK && e != cudaSuccess) {
+        (void)cudaGetLastError();
+        st = dk_cuda_fail(msg, e, "timing a transform size");
+    }
+    return st;
+}
+
+/* cuFFT's time depends on how the embedding's size factors as much as on
+ * the size: on an H100, 50,176 = 49 * 2^10 beat the smallest 7-smooth size
+ * 50,000 at N = 25,000 (0.698 against 0.820 ms for the whole product) and
+ * 2^21 beat 2,000,000 at N = 10^6 (27.65 against 33.24 ms), while at
+ * N = 10^4 the smooth size won. So the plan times one chunk's transforms at
+ * both sizes, as FFTW's planner would, and keeps the faster. */
+void pick_fft_size(Plan *p, size_t budget)
+{
+    long long n = 2 * p->N - 1, smooth = fft_size(n), wide = pow2_size(n);
+    p->P0 = smooth;
+    if (wide == smooth || wide > 2 * smooth || wide > INT32_MAX)
+        return;
+    long long rows, sig_smooth, sig_wide;
+    chunking(p, smooth, budget, &rows, &sig_smooth);
+    chunking(p, wide, budget, &rows, &sig_wide);
+    size_t bytes = (size_t)(sig_smooth * smooth > sig_wide * wide ? sig_smooth * smooth : sig_wide * wide) *
+                   sizeof(cufftDoubleComplex);
+    cufftDoubleComplex *scratch = nullptr;
+    if (cudaMalloc(&scratch, bytes) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return; /* no room to compare: the smooth size */
+    }
+    /* a size that cannot be timed (no room for cuFFT's work area, say) is
+     * not taken: the smooth size, which the plan then makes or reports */
+    float t_smooth = 0, t_wide = 0;
+    dk_msg scratch_msg;
+    int ok = cudaMemsetAsync(scratch, 0, bytes, p->dev->stream) == cudaSuccess &&
+             time_transform(p, smooth, budget, scratch, &t_smooth, &scratch_msg) == DK_OK &&
+             time_transform(p, wide, budget, scratch, &t_wide, &scratch_msg) == DK_OK;
+    (void)cudaGetLastError();
+    cudaFree(scratch);
+    p->P0 = ok && t_wide < t_smooth ? wide : smooth;
+    p->P = p->P0;
+}
+
 dk_status make_fft(Plan *p, dk_msg *msg)
 {
     const dk_enkf_setup *s = p->s;
+    size_t budget = FFT_BUDGET;
+    const char *mb = getenv("DAKIT_ENKF_CUDA_FFT_BUDGET_MB"); /* tuning: chunk size (L2-sized chunks) */
+    if (mb && atoll(mb) >= 1 && atoll(mb) <= 4096)
+        budget = (size_t)atoll(mb) << 20;
     if (p->two_d) {
         p->P0 = fft_size(2 * (long long)s->desc.nx - 1);
         p->P1 = fft_size(2 * (long long)s->desc.ny - 1);
     } else {
-        p->P0 = fft_size(2 * p->N - 1);
-        /* tuning: a larger embedding that cuFFT may split into fewer passes
-         * (a size; "pow2", the next power of two; "p2", the smallest 2^a r
-         * with r in 1, 3, 5, 7, 9, 25 and 2^a >= 256) */
-        const char *size = getenv("DAKIT_ENKF_CUDA_FFT_SIZE");
-        if (size && (!strcmp(size, "pow2") || !strcmp(size, "p2"))) {
-            long long best = 0;
-            for (long long r : {1, 3, 5, 7, 9, 25}) {
-                if (r > 1 && !strcmp(size, "pow2"))
-                    break;
-                long long m = 256 * r;
-                while (m < 2 * p->N - 1)
-                    m *= 2;
-                if (!best || m < best)
-                    best = m;
-            }
-            p->P0 = best;
-        } else if (size && atoll(size) >= 2 * p->N - 1 && atoll(size) <= 4 * p->N)
-            p->P0 = atoll(size);
         p->P1 = 1;
+        /* tuning: a fixed embedding size instead of the timed choice (a
+         * size; "pow2"/"p2", the 2^a r size; "smooth", the 7-smooth one) */
+        const char *size = getenv("DAKIT_ENKF_CUDA_FFT_SIZE");
+        if (size && (!strcmp(size, "pow2") || !strcmp(size, "p2")))
+            p->P0 = pow2_size(2 * p->N - 1);
+        else if (size && !strcmp(size, "smooth"))
+            p->P0 = fft_size(2 * p->N - 1);
+        else if (size && atoll(size) >= 2 * p->N - 1 && atoll(size) <= 4 * p->N)
+            p->P0 = atoll(size);
+        else
+            pick_fft_size(p, budget);
     }
     p->P = p->P0 * p->P1;
     if (p->P > INT32_MAX) {
         dk_msg_set(msg, "cuda enkf: the circulant embedding (%lld points) is too large for one cuFFT transform", p->P);
         return DK_ERR_INVALID_ARGUMENT;
     }
-    /* whole observations per chunk, within the budget (8 P bytes a vector) */
-    size_t budget = FFT_BUDGET;
-    const char *mb = getenv("DAKIT_ENKF_CUDA_FFT_BUDGET_MB"); /* tuning: chunk size (L2-sized chunks) */
-    if (mb && atoll(mb) >= 1 && atoll(mb) <= 4096)
-        budget = (size_t)atoll(mb) << 20;
-    p->rows_per_chunk = (long long)(budget / (size_t)(8 * p->P)) / p->L;
-    if (p->rows_per_chunk < 1)
-        p->rows_per_chunk = 1;
-    if (p->rows_per_chunk > p->M)
-        p->rows_per_chunk = p->M;
-    long long signals = (p->rows_per_chunk * p->L + 1) / 2, last = ((p->M % p->rows_per_chunk) * p->L + 1) / 2;
+    long long signals, last;
+    chunking(p, p->P, budget, &p->rows_per_chunk, &signals);
+    last = ((p->M % p->rows_per_chunk) * p->L + 1) / 2;
     CUDA_TRY(cudaMalloc(&p->buf, (size_t)(signals * p->P) * sizeof(cufftDoubleComplex)),
              "allocating the FFT work array");
     CUDA_TRY(cudaMalloc(&p->spectrum, (size_t)p->P * sizeof(double)), "allocating C's spectrum");
