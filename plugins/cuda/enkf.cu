@@ -34,6 +34,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <algorithm>
+
 #include <cublas_v2.h>
 #include <cufft.h>
 #include <cusolverDn.h>
@@ -821,15 +823,22 @@ __global__ void __launch_bounds__(THREADS) k_hpht_partial(const double *pht, con
     }
 }
 
+/* One warp per entry: the lanes sum strided segments, then a shuffle tree
+ * (with a thread per entry, each waited on S dependent loads: 45 us on an
+ * H100 for M = 32 and N = 10^6, a sixth of the HPHT time). */
 __global__ void k_hpht_sum(const double *partial, double *hpht, long long M, long long S)
 {
-    for (long long q = blockIdx.x * (long long)blockDim.x + threadIdx.x; q < M * M;
-         q += (long long)gridDim.x * blockDim.x) {
+    const int lane = threadIdx.x & 31;
+    for (long long q = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / 32; q < M * M;
+         q += (long long)gridDim.x * blockDim.x / 32) {
         long long a = q / M, j = q % M;
         double sum = 0;
-        for (long long s = 0; s < S; s++)
+        for (long long s = lane; s < S; s += 32)
             sum += partial[(a * S + s) * M + j];
-        hpht[q] = sum;
+        for (int o = 16; o > 0; o >>= 1)
+            sum += __shfl_down_sync(0xffffffffu, sum, o);
+        if (lane == 0)
+            hpht[q] = sum;
     }
 }
 
@@ -958,19 +967,33 @@ void chunking(const Plan *p, long long P, size_t budget, long long *rows, long l
     *signals = (r * p->L + 1) / 2;
 }
 
-/* The smallest 2^a r >= n with r in 1, 3, 5, 7, 9, 25 and 2^a >= 256: a
- * size that cuFFT splits into few, large radix-2 passes. */
-long long pow2_size(long long n)
+/* Sizes 2^a r >= n with 2^a >= 256 and r a small odd 7-smooth factor:
+ * sizes that cuFFT splits into few passes, most of them radix 2. Writes the
+ * `want` smallest distinct ones, ascending, into out; returns how many. */
+int pow2_sizes(long long n, long long *out, int want)
 {
-    long long best = 0;
-    for (long long r : {1, 3, 5, 7, 9, 25}) {
+    const long long odd[] = {1, 3, 5, 7, 9, 15, 21, 25, 27, 45, 49};
+    long long all[sizeof odd / sizeof odd[0]];
+    int count = 0;
+    for (long long r : odd) {
         long long m = 256 * r;
         while (m < n)
             m *= 2;
-        if (!best || m < best)
-            best = m;
+        all[count++] = m;
     }
-    return best;
+    std::sort(all, all + count);
+    int have = 0;
+    for (int i = 0; i < count && have < want; i++)
+        if (have == 0 || all[i] != out[have - 1])
+            out[have++] = all[i];
+    return have;
+}
+
+long long pow2_size(long long n)
+{
+    long long m;
+    pow2_sizes(n, &m, 1);
+    return m;
 }
 
 /* Milliseconds of three forward and inverse transform pairs of a chunk with
@@ -1015,38 +1038,55 @@ dk_status time_transform(Plan *p, long long P, size_t budget, cufftDoubleComplex
 }
 
 /* cuFFT's time depends on how the embedding's size factors as much as on
- * the size: on an H100, 50,176 = 49 * 2^10 beat the smallest 7-smooth size
- * 50,000 at N = 25,000 (0.698 against 0.820 ms for the whole product) and
- * 2^21 beat 2,000,000 at N = 10^6 (27.65 against 33.24 ms), while at
- * N = 10^4 the smooth size won. So the plan times one chunk's transforms at
- * both sizes, as FFTW's planner would, and keeps the faster. */
+ * the size: on an H100, 25 * 2^11 beat the smallest 7-smooth size 50,000 at
+ * N = 25,000 (0.683 against 0.767 ms for the whole product: two passes of
+ * ~85 and ~135 us each way instead of three of ~86) and 2^21 beat 2,000,000
+ * at N = 10^6 (27.7 against 33.3 ms), while at N = 10^4 they tied. So the
+ * plan times one chunk's transforms at the smooth size and at the three
+ * smallest 2^a r sizes within a quarter above it, as FFTW's planner would,
+ * and keeps the fastest. */
 void pick_fft_size(Plan *p, size_t budget)
 {
-    long long n = 2 * p->N - 1, smooth = fft_size(n), wide = pow2_size(n);
+    long long n = 2 * p->N - 1, smooth = fft_size(n), cand[4] = {smooth};
+    int ncand = 1 + pow2_sizes(n, cand + 1, 3);
     p->P0 = smooth;
-    if (wide == smooth || wide > 2 * smooth || wide > INT32_MAX)
+    long long rows, most = 0;
+    int keep = 0;
+    for (int c = 0; c < ncand; c++) {
+        if (cand[c] > smooth + smooth / 4 || cand[c] > INT32_MAX || (c > 0 && cand[c] == smooth))
+            continue;
+        cand[keep++] = cand[c];
+        long long sig;
+        chunking(p, cand[c], budget, &rows, &sig);
+        most = sig * cand[c] > most ? sig * cand[c] : most;
+    }
+    if (keep < 2)
         return;
-    long long rows, sig_smooth, sig_wide;
-    chunking(p, smooth, budget, &rows, &sig_smooth);
-    chunking(p, wide, budget, &rows, &sig_wide);
-    size_t bytes = (size_t)(sig_smooth * smooth > sig_wide * wide ? sig_smooth * smooth : sig_wide * wide) *
-                   sizeof(cufftDoubleComplex);
     cufftDoubleComplex *scratch = nullptr;
+    size_t bytes = (size_t)most * sizeof(cufftDoubleComplex);
     if (cudaMalloc(&scratch, bytes) != cudaSuccess) {
         (void)cudaGetLastError();
         return; /* no room to compare: the smooth size */
     }
     /* a size that cannot be timed (no room for cuFFT's work area, say) is
-     * not taken: the smooth size, which the plan then makes or reports */
-    float t_smooth = 0, t_wide = 0;
+     * not taken; the smooth size, first, is the plan's if none can be */
     dk_msg scratch_msg;
-    int ok = cudaMemsetAsync(scratch, 0, bytes, p->dev->stream) == cudaSuccess &&
-             time_transform(p, smooth, budget, scratch, &t_smooth, &scratch_msg) == DK_OK &&
-             time_transform(p, wide, budget, scratch, &t_wide, &scratch_msg) == DK_OK;
+    float best = 0;
+    long long pick = smooth;
+    int timed = 0;
+    if (cudaMemsetAsync(scratch, 0, bytes, p->dev->stream) == cudaSuccess)
+        for (int c = 0; c < keep; c++) {
+            float ms = 0;
+            if (time_transform(p, cand[c], budget, scratch, &ms, &scratch_msg) == DK_OK && (!timed || ms < best)) {
+                best = ms;
+                pick = cand[c];
+                timed = 1;
+            }
+        }
     (void)cudaGetLastError();
     cudaFree(scratch);
-    p->P0 = ok && t_wide < t_smooth ? wide : smooth;
-    p->P = p->P0;
+    p->P0 = pick;
+    p->P = pick;
 }
 
 dk_status make_fft(Plan *p, dk_msg *msg)
@@ -1479,7 +1519,7 @@ dk_status cov64(Plan *p, const double *e, double *pht, double *hpht, dk_msg *msg
     if (hpht) {
         dim3 grid((unsigned)p->S, (unsigned)(p->M < 65535 ? p->M : 65535));
         k_hpht_partial<<<grid, THREADS, 0, st>>>(pht, p->indptr, p->indices, p->values, p->partial, p->M, p->S);
-        k_hpht_sum<<<blocks_for(p->M * p->M, THREADS), THREADS, 0, st>>>(p->partial, hpht, p->M, p->S);
+        k_hpht_sum<<<blocks_for(p->M * p->M * 32, THREADS), THREADS, 0, st>>>(p->partial, hpht, p->M, p->S);
         CUDA_TRY(cudaGetLastError(), "the HPHT kernels");
     }
     return DK_OK;
