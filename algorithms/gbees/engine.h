@@ -308,34 +308,9 @@ static double gb_gauss_quad(int d, const double *x, const double *mean, const do
 /* Breadth-first from the mean's cell: every cell whose mass is at or above
  * the threshold adds its face neighbours. Masses are the Gaussian density
  * at the centre times the cell volume. */
-static dk_status gb_init(gb_grid *g, const double *mean, const double *inv, dk_msg *msg)
+static dk_status gb_init(gb_grid *g, const double *mean, const double *inv, double lognorm, dk_msg *msg)
 {
     int d = g->d;
-    double logdet_inv = 0.0; /* log det of inv from its Cholesky factor */
-    {
-        double a[DK_GBEES_MAX_DIM * DK_GBEES_MAX_DIM];
-        memcpy(a, inv, d * d * sizeof *a);
-        for (int j = 0; j < d; j++) {
-            double s = a[j * d + j];
-            for (int k = 0; k < j; k++)
-                s -= a[j * d + k] * a[j * d + k];
-            if (!(s > 0.0)) {
-                dk_msg_set(msg, "the initial covariance is not positive definite");
-                return DK_ERR_INVALID_ARGUMENT;
-            }
-            a[j * d + j] = sqrt(s);
-            logdet_inv += 2.0 * log(a[j * d + j]);
-            for (int i = j + 1; i < d; i++) {
-                double t = a[i * d + j];
-                for (int k = 0; k < j; k++)
-                    t -= a[i * d + k] * a[j * d + k];
-                a[i * d + j] = t / a[j * d + j];
-            }
-        }
-    }
-    double lognorm = 0.5 * logdet_inv - 0.5 * d * log(2.0 * M_PI);
-    for (int i = 0; i < d; i++)
-        lognorm += log(g->s.dx[i]);
     g->n = 0;
     gb_hash_clear(&g->ht);
     int32_t k[DK_GBEES_MAX_DIM];
@@ -733,9 +708,9 @@ static void gb_stats(gb_grid *g, dk_gbees_stats *st)
         *plan = g;                                                                                 \
         return DK_OK;                                                                              \
     }                                                                                              \
-    static dk_status NAME##_init(void *p, const double *m, const double *ci, dk_msg *msg)          \
+    static dk_status NAME##_init(void *p, const double *m, const double *ci, double ln, dk_msg *msg) \
     {                                                                                              \
-        return gb_init(p, m, ci, msg);                                                             \
+        return gb_init(p, m, ci, ln, msg);                                                         \
     }                                                                                              \
     static dk_status NAME##_advance(void *p, double t, int n, dk_msg *msg)                         \
     {                                                                                              \

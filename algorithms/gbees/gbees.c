@@ -10,6 +10,7 @@
 typedef struct gbees_state {
     const dk_gbees_ops *ops;
     dk_gbees_desc desc;
+    dk_gbees_setup setup; /* what the backend's plan was made with */
     int dim, meas_dim, nmeas;
     dk_gbees_meas *meas;
     double *period_start; /* nmeas + 1 */
@@ -70,6 +71,32 @@ static int spd_inverse(const double *a, int n, double *inv)
         }
     }
     return 0;
+}
+
+/* log of the Gaussian density's normalization times the cell volume, for
+ * the initial density of inverse covariance inv: log det inv from inv's
+ * Cholesky factor (inv is positive definite: the covariance was checked). */
+static double initial_lognorm(const double *inv, int d, const double *dx)
+{
+    double a[DK_GBEES_MAX_DIM * DK_GBEES_MAX_DIM], logdet_inv = 0.0;
+    memcpy(a, inv, (size_t)d * d * sizeof *a);
+    for (int j = 0; j < d; j++) {
+        double s = a[j * d + j];
+        for (int k = 0; k < j; k++)
+            s -= a[j * d + k] * a[j * d + k];
+        a[j * d + j] = sqrt(s);
+        logdet_inv += 2.0 * log(a[j * d + j]);
+        for (int i = j + 1; i < d; i++) {
+            double t = a[i * d + j];
+            for (int k = 0; k < j; k++)
+                t -= a[i * d + k] * a[j * d + k];
+            a[i * d + j] = t / a[j * d + j];
+        }
+    }
+    double lognorm = 0.5 * logdet_inv - 0.5 * d * log(2.0 * M_PI);
+    for (int i = 0; i < d; i++)
+        lognorm += log(dx[i]);
+    return lognorm;
 }
 
 static void gbees_state_free(gbees_state *s)
@@ -204,6 +231,7 @@ DK_API dk_status dk_gbees_plan_create(dk_context *ctx, const dk_gbees_desc *desc
     memcpy(s->meas, meas, nmeas * sizeof *meas);
     s->ops = ops;
     s->desc = *desc;
+    s->setup = setup;
     s->dim = d;
     s->meas_dim = m;
     s->nmeas = nmeas;
@@ -296,7 +324,11 @@ DK_API dk_status dk_gbees_run(dk_plan *plan, int max_steps, dk_gbees_event *even
     if (!s->started) {
         double inv[DK_GBEES_MAX_DIM * DK_GBEES_MAX_DIM];
         spd_inverse(s->meas[0].cov, s->dim, inv);
-        if ((st = impl->ops->init(impl->plan, s->meas[0].mean, inv, &msg)) != DK_OK)
+        double lognorm = initial_lognorm(inv, s->dim, s->setup.dx);
+        if (!isfinite(lognorm))
+            return dk_fail(plan->ctx, DK_ERR_INVALID_ARGUMENT,
+                           "gbees initialization: the initial covariance is too ill-conditioned to normalize");
+        if ((st = impl->ops->init(impl->plan, s->meas[0].mean, inv, lognorm, &msg)) != DK_OK)
             return dk_fail_msg(plan->ctx, st, &msg, "gbees initialization");
         s->started = 1;
     }

@@ -1831,38 +1831,17 @@ dk_status plan_create(void *device, const dk_gbees_setup *setup, void **out, dk_
     return DK_OK;
 }
 
-dk_status init_body(void *handle, const double *mean, const double *inv, dk_msg *msg)
+dk_status init_body(void *handle, const double *mean, const double *inv, double lognorm, dk_msg *msg)
 {
     Plan *p = (Plan *)handle;
     dk_status st = dk_cuda_enter(p->dev, msg);
     if (st != DK_OK)
         return st;
     const int d = p->d;
-    /* log det of inv from its Cholesky factor, as gb_init */
-    double logdet_inv = 0.0, a[DK_GBEES_MAX_DIM * DK_GBEES_MAX_DIM];
-    memcpy(a, inv, (size_t)d * d * sizeof *a);
-    for (int j = 0; j < d; j++) {
-        double s = a[j * d + j];
-        for (int q = 0; q < j; q++)
-            s -= a[j * d + q] * a[j * d + q];
-        if (!(s > 0.0)) {
-            dk_msg_set(msg, "the initial covariance is not positive definite");
-            return DK_ERR_INVALID_ARGUMENT;
-        }
-        a[j * d + j] = sqrt(s);
-        logdet_inv += 2.0 * log(a[j * d + j]);
-        for (int i = j + 1; i < d; i++) {
-            double t = a[i * d + j];
-            for (int q = 0; q < j; q++)
-                t -= a[i * d + q] * a[j * d + q];
-            a[i * d + j] = t / a[j * d + j];
-        }
-    }
     InitArgs ia;
     memset(&ia, 0, sizeof ia);
-    ia.lognorm = 0.5 * logdet_inv - 0.5 * d * log(2.0 * M_PI);
+    ia.lognorm = lognorm;
     for (int i = 0; i < d; i++) {
-        ia.lognorm += log(p->s.dx[i]);
         ia.mean[i] = mean[i];
         double r = (mean[i] - p->s.center[i]) / p->s.dx[i];
         if (!(fabs(r) < 1073741824.0)) {
@@ -2113,9 +2092,9 @@ dk_status snapshot_body(void *handle, double *out, size_t max, size_t *cells, dk
     p->calls[op]++;                                                                                                    \
     return r;
 
-dk_status init(void *handle, const double *mean, const double *inv, dk_msg *msg)
+dk_status init(void *handle, const double *mean, const double *inv, double lognorm, dk_msg *msg)
 {
-    GB_TIMED(OP_INIT, init_body(handle, mean, inv, msg))
+    GB_TIMED(OP_INIT, init_body(handle, mean, inv, lognorm, msg))
 }
 
 dk_status advance(void *handle, double t_target, int max_steps, dk_msg *msg)

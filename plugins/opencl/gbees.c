@@ -589,35 +589,10 @@ static dk_status plan_create(void *device, const dk_gbees_setup *setup, void **o
 /* Breadth-first from the mean's cell, level by level on the device, as the
  * engine's gb_init: each level's masses, then its cells at or above the
  * threshold ask for their missing face neighbours. */
-static dk_status init(void *handle, const double *mean, const double *inv, dk_msg *msg)
+static dk_status init(void *handle, const double *mean, const double *inv, double lognorm, dk_msg *msg)
 {
     gb_ocl *g = handle;
     int d = g->d;
-    double logdet_inv = 0.0; /* log det of inv from its Cholesky factor */
-    {
-        double a[DK_GBEES_MAX_DIM * DK_GBEES_MAX_DIM];
-        memcpy(a, inv, (size_t)d * d * sizeof *a);
-        for (int j = 0; j < d; j++) {
-            double s = a[j * d + j];
-            for (int k = 0; k < j; k++)
-                s -= a[j * d + k] * a[j * d + k];
-            if (!(s > 0.0)) {
-                dk_msg_set(msg, "the initial covariance is not positive definite");
-                return DK_ERR_INVALID_ARGUMENT;
-            }
-            a[j * d + j] = sqrt(s);
-            logdet_inv += 2.0 * log(a[j * d + j]);
-            for (int i = j + 1; i < d; i++) {
-                double t = a[i * d + j];
-                for (int k = 0; k < j; k++)
-                    t -= a[i * d + k] * a[j * d + k];
-                a[i * d + j] = t / a[j * d + j];
-            }
-        }
-    }
-    double lognorm = 0.5 * logdet_inv - 0.5 * d * log(2.0 * M_PI);
-    for (int i = 0; i < d; i++)
-        lognorm += log(g->s.dx[i]);
     double gauss[DK_GBEES_MAX_DIM + DK_GBEES_MAX_DIM * DK_GBEES_MAX_DIM];
     memcpy(gauss, mean, d * sizeof *gauss);
     memcpy(gauss + d, inv, (size_t)d * d * sizeof *gauss);

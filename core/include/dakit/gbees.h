@@ -140,9 +140,11 @@ typedef struct dk_gbees_ops {
     const char *const *variants; /* NULL-terminated; the first is the default */
     dk_status (*plan_create)(void *device, const dk_gbees_setup *setup, void **plan, struct dk_msg *msg);
     /* Grows the grid from the centre outward over cells whose Gaussian
-     * probability (mean, inverse covariance) is at or above the threshold,
-     * then normalizes. */
-    dk_status (*init)(void *plan, const double *mean, const double *cov_inv, struct dk_msg *msg);
+     * probability is at or above the threshold, then normalizes. A cell's
+     * mass is exp(lognorm - q / 2), q = (x - mean)' cov_inv (x - mean):
+     * lognorm (the density's normalization times the cell volume) comes
+     * from the core, which has factored the covariance already. */
+    dk_status (*init)(void *plan, const double *mean, const double *cov_inv, double lognorm, struct dk_msg *msg);
     /* Steps until t reaches t_target exactly or max_steps (> 0) were done. */
     dk_status (*advance)(void *plan, double t_target, int max_steps, struct dk_msg *msg);
     /* Multiplies by exp(-(h(x)-y)' R^-1 (h(x)-y) / 2) and normalizes. */
