@@ -113,39 +113,28 @@ static dk_status run_case(dk_context *ctx, const char *variant, int i, int *nsna
 }
 
 /* Cells are matched by their integer offsets on the reference's lattice:
- * the spacing along each axis is the smallest gap between the reference's
- * distinct centres, the origin its first cell. */
+ * its cell widths, the origin its first cell (an axis the reference never
+ * varies along gets width 1: every cell has the same offset there). */
 typedef struct lattice {
     int d;
     double origin[8], dx[8];
 } lattice;
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 static int lattice_from(lattice *lat, const double *rows, size_t cells, int d)
 {
-    double *col = malloc(cells * sizeof *col);
-    if (!col || cells == 0) {
-        free(col);
+    if (cells == 0)
         return -1;
-    }
     lat->d = d;
+    for (int j = 0; j < d; j++)
+        lat->dx[j] = NAN;
+    gbees_cell_widths(rows, cells, d, lat->dx);
     for (int j = 0; j < d; j++) {
-        for (size_t k = 0; k < cells; k++)
-            col[k] = rows[k * (d + 1) + j];
-        qsort(col, cells, sizeof *col, cmp_double);
-        double gap = INFINITY, scale = fmax(fabs(col[0]), fabs(col[cells - 1]));
-        for (size_t k = 1; k < cells; k++)
-            if (col[k] - col[k - 1] > 1e-9 * (scale + 1.0))
-                gap = fmin(gap, col[k] - col[k - 1]);
-        lat->dx[j] = isfinite(gap) ? gap : 1.0;
+        if (isnan(lat->dx[j]))
+            return -1; /* out of memory */
+        if (!isfinite(lat->dx[j]))
+            lat->dx[j] = 1.0;
         lat->origin[j] = rows[j];
     }
-    free(col);
     return 0;
 }
 

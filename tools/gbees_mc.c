@@ -117,10 +117,7 @@ static int by_key(const void *a, const void *b)
     return memcmp(((const bin_sort *)a)->key, ((const bin_sort *)b)->key, dim_for_sort * sizeof(int32_t));
 }
 
-/* The cell width along each axis: the smallest gap between distinct centre
- * coordinates (centres lie on center + k dx, and a grown grid has
- * neighbours along every axis). */
-static int cell_widths(const double *rows, size_t cells, int d, double *dx)
+int gbees_cell_widths(const double *rows, size_t cells, int d, double *dx)
 {
     double *c = malloc(cells * sizeof *c);
     if (!c)
@@ -332,7 +329,7 @@ dk_status gbees_mc_bc(const dk_gbees_model *model, const dk_gbees_meas *meas0, d
         snprintf(err, len, "Monte Carlo: the initial covariance is not positive definite");
         return DK_ERR_INVALID_ARGUMENT;
     }
-    if (cells < 2 || cell_widths(rows, cells, d, dx) != 0) {
+    if (cells < 2 || gbees_cell_widths(rows, cells, d, dx) != 0) {
         snprintf(err, len, "Monte Carlo: the snapshot's %zu cells do not show the cell width along every axis", cells);
         return DK_ERR_INVALID_ARGUMENT;
     }

@@ -42,6 +42,12 @@ dk_status gbees_mc_bc(const dk_gbees_model *model, const dk_gbees_meas *meas0, d
                       uint64_t seed, const double *rows, size_t cells, int dim, double threshold, size_t draws,
                       gbees_mc_result *res, char *err, size_t len);
 
+/* The cell width along each axis of a snapshot (rows: cells x (d + 1)):
+ * the smallest gap between distinct centre coordinates (centres lie on
+ * center + k dx, and a grown grid has neighbours along every axis). An axis
+ * with no such gap gets INFINITY; 0 when every axis has one, else -1. */
+int gbees_cell_widths(const double *rows, size_t cells, int d, double *dx);
+
 /* The measurements of a synthetic case: z[0] an isotropic Gaussian start
  * (mean, variance var on every axis), z[1] one scalar measurement y of
  * variance r; both with the same period (the case says how many it uses). */
