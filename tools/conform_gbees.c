@@ -77,7 +77,7 @@ static dk_status run_case(dk_context *ctx, const char *variant, int i, int *nsna
     }
     size_t *cells = calloc(MAX_SNAP, sizeof *cells);
     double **rows = calloc(MAX_SNAP, sizeof *rows);
-    int n = 0;
+    int n = 0, too_many = 0;
     dk_gbees_event ev;
     dk_status st = cells && rows ? DK_OK : DK_ERR_OUT_OF_MEMORY;
     while (st == DK_OK && (st = dk_gbees_run(plan, 0, &ev)) == DK_OK && ev != DK_GBEES_DONE) {
@@ -86,7 +86,7 @@ static dk_status run_case(dk_context *ctx, const char *variant, int i, int *nsna
         dk_gbees_snapshot s = {0};
         dk_gbees_snapshot_get(plan, &s);
         if (n == MAX_SNAP) {
-            st = DK_ERR_NOT_IMPLEMENTED;
+            too_many = 1;
             break;
         }
         size_t bytes = s.cells * (size_t)(c->dim + 1) * sizeof(double);
@@ -97,10 +97,12 @@ static dk_status run_case(dk_context *ctx, const char *variant, int i, int *nsna
         memcpy(rows[n], s.data, bytes);
         cells[n++] = s.cells;
     }
-    if (st != DK_OK) {
-        snprintf(err, len, "%s", st == DK_ERR_OUT_OF_MEMORY ? "out of memory"
-                                 : st == DK_ERR_NOT_IMPLEMENTED    ? "more snapshots than the suite expects"
-                                                            : dk_last_error(ctx));
+    if (st != DK_OK || too_many) {
+        snprintf(err, len, "%s", too_many                      ? "more snapshots than the suite expects"
+                                 : st == DK_ERR_OUT_OF_MEMORY ? "out of memory"
+                                                              : dk_last_error(ctx));
+        if (too_many)
+            st = DK_ERR_INVALID_ARGUMENT;
         free_snaps(n, cells, rows);
         dk_plan_destroy(plan);
         return st;
@@ -117,7 +119,7 @@ static dk_status run_case(dk_context *ctx, const char *variant, int i, int *nsna
  * varies along gets width 1: every cell has the same offset there). */
 typedef struct lattice {
     int d;
-    double origin[8], dx[8];
+    double origin[DK_GBEES_MAX_DIM], dx[DK_GBEES_MAX_DIM];
 } lattice;
 
 static int lattice_from(lattice *lat, const double *rows, size_t cells, int d)
@@ -139,7 +141,7 @@ static int lattice_from(lattice *lat, const double *rows, size_t cells, int d)
 }
 
 typedef struct keyed {
-    int64_t key[8];
+    int64_t key[DK_GBEES_MAX_DIM];
     double p;
 } keyed;
 
