@@ -421,9 +421,10 @@ dk_status gbees_mc_bc(const dk_gbees_model *model, const dk_gbees_meas *meas0, d
         goto done;
     }
     /* Cells are grouped by the bin they fall in, so the 3^d neighbour bins
-     * are looked up and their samples gathered once per group rather than
-     * once per cell (a Lorenz '96 snapshot has millions of cells, a few
-     * thousand per bin). */
+     * are looked up once per group rather than once per cell (a Lorenz '96
+     * snapshot has millions of cells, a few thousand per bin), and visited
+     * group by group, so a group's samples stay in cache (visiting them in
+     * grid order took 53 CPU-s instead of 37 on a 3.6M-cell snapshot). */
     if (!(cell_bin = malloc(cells * sizeof *cell_bin)) || !(home_keys = malloc(cells * d * sizeof *home_keys)) ||
         gb_hash_init(&home_ht, d, 1024) != 0) {
         snprintf(err, len, "Monte Carlo: out of memory for %zu cells", cells);
