@@ -60,4 +60,9 @@ struct dk_plan {
 const void *dk_context_ops(dk_context *ctx, dk_algo algo);
 const char *dk_algo_name(dk_algo algo);
 
+/* DK_OK when variant is NULL or in the NULL-terminated list variants; else
+ * DK_ERR_NOT_IMPLEMENTED with an error naming the ones offered (ctx NULL:
+ * the serial reference). */
+dk_status dk_check_variant(dk_context *ctx, dk_algo algo, const char *const *variants, const char *variant);
+
 #endif

@@ -285,6 +285,22 @@ const void *dk_context_ops(dk_context *ctx, dk_algo algo)
     return ops;
 }
 
+dk_status dk_check_variant(dk_context *ctx, dk_algo algo, const char *const *variants, const char *variant)
+{
+    if (!variant)
+        return DK_OK;
+    char offered[256] = "";
+    size_t used = 0;
+    for (const char *const *v = variants; v && *v; v++) {
+        if (strcmp(*v, variant) == 0)
+            return DK_OK;
+        used += (size_t)snprintf(offered + used, used < sizeof offered ? sizeof offered - used : 0, "%s%s",
+                                 used ? ", " : "", *v);
+    }
+    return dk_fail(ctx, DK_ERR_NOT_IMPLEMENTED, "%s: %s has no variant '%s'; it offers: %s", dk_algo_name(algo),
+                   ctx ? ctx->backend->plugin->name : "the serial reference", variant, used ? offered : "none");
+}
+
 static entry *find_by_name(const char *name, size_t len)
 {
     for (int i = 0; i < entry_count; i++)

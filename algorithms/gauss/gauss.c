@@ -159,20 +159,8 @@ DK_API dk_status dk_gauss_plan_create(dk_context *ctx, const dk_gauss_desc *desc
     dk_status st = dk_gauss_setup_make(desc, &setup);
     if (st != DK_OK)
         return dk_fail(ctx, st, "%s", dk_last_error(NULL));
-    if (desc->variant) {
-        int known = 0;
-        char offered[256] = "";
-        size_t used = 0;
-        for (const char *const *v = ops->variants; v && *v; v++) {
-            known |= strcmp(*v, desc->variant) == 0;
-            used += (size_t)snprintf(offered + used, used < sizeof offered ? sizeof offered - used : 0,
-                                     "%s%s", used ? ", " : "", *v);
-        }
-        if (!known)
-            return dk_fail(ctx, DK_ERR_NOT_IMPLEMENTED,
-                           "gauss: backend '%s' has no variant '%s'; it offers: %s",
-                           ctx->backend->plugin->name, desc->variant, used ? offered : "none");
-    }
+    if ((st = dk_check_variant(ctx, DK_ALGO_GAUSS, ops->variants, desc->variant)) != DK_OK)
+        return st;
     dk_plan *p = calloc(1, sizeof *p);
     if (!p)
         return dk_fail(ctx, DK_ERR_OUT_OF_MEMORY, "gauss: out of host memory");

@@ -188,18 +188,9 @@ DK_API dk_status dk_gbees_plan_create(dk_context *ctx, const dk_gbees_desc *desc
         if (!ops)
             return DK_ERR_NOT_IMPLEMENTED;
     }
-    if (desc->variant) {
-        int found = 0;
-        char offered[256] = "";
-        for (const char *const *v = ops->variants; v && *v; v++) {
-            found |= strcmp(*v, desc->variant) == 0;
-            size_t used = strlen(offered);
-            snprintf(offered + used, sizeof offered - used, "%s%s", used ? ", " : "", *v);
-        }
-        if (!found)
-            return dk_fail(ctx, DK_ERR_NOT_IMPLEMENTED, "gbees: variant '%s' is not offered by %s (it offers: %s)",
-                           desc->variant, ctx ? ctx->backend->plugin->name : "the reference", offered);
-    }
+    dk_status vst = dk_check_variant(ctx, DK_ALGO_GBEES, ops->variants, desc->variant);
+    if (vst != DK_OK)
+        return vst;
 
     dk_gbees_setup setup;
     memset(&setup, 0, sizeof setup);
