@@ -22,10 +22,15 @@
  *           k_direct restricted to the nonzeros within C's support of the
  *           tile, warps skipping nonzeros out of their reach.
  *   fft     column j = 1/(L-1) sum_l e_l o C (e_l o h_j): the L*M sparse
- *           vectors are scattered into the circulant embedding (batched,
+ *           vectors are scattered, two to a complex signal (batched,
  *           chunks of whole observations sized to a memory budget), cuFFT
- *           D2Z, times C's spectrum, Z2D, and a gather that multiplies by
- *           e_l and sums over l. 1-D and 2-D (block Toeplitz) alike.
+ *           Z2Z forward, times C's spectrum, inverse, and a gather that
+ *           multiplies by e_l and sums over l. States of up to 16 blocks of
+ *           <= 4096 points (1-D C) are embedded block by block, C as a
+ *           16 x 16 block Toeplitz product of the blocks' spectra
+ *           (k_block_toeplitz): transforms of one cuFFT pass each. Longer
+ *           states and 2-D C (block Toeplitz) take one embedding of the
+ *           whole signal.
  *   HPHT    k_hpht_partial over segments of each row of H, then k_hpht_sum.
  *   analysis: inflate, cov into work arrays, innovations, cuSOLVER potrf +
  *           potrs for (HPHT + R) Z = D, cuBLAS dgemm for X += PHT Z. */
@@ -62,6 +67,11 @@ const int BAND_CHUNK = 128;    /* nonzeros staged at a time */
 const int BAND_MAX_LB = 12;    /* members per pass: acc[BAND_R][LB] stays in registers */
 const int BAND_MAX_W = 2047;   /* c staged as 2W+1 values: at most 32 KiB of shared memory */
 const size_t FFT_BUDGET = (size_t)1 << 30; /* bytes of batched transform data */
+/* blocked embedding: at most BLOCKS_MAX blocks (k_block_toeplitz keeps a
+ * signal's blocks and 2*BLOCKS_MAX - 1 spectra in registers), of at most
+ * BLOCK_MAX points; longer signals take the whole-signal embedding */
+const int BLOCKS_MAX = 16;
+const long long BLOCK_MAX = 4096;
 
 struct Plan {
     dk_cuda_device *dev;
@@ -79,10 +89,17 @@ struct Plan {
     /* fft */
     long long P0, P1, P;  /* embedding: P0 (x P1) points */
     long long rows_per_chunk;
-    cufftHandle whole, last; /* Z2Z plans: full chunks, the last chunk */
+    cufftHandle whole, last; /* Z2Z plans: full chunks, the last chunk (blocked: the inverse) */
     int have_whole, have_last;
     double *spectrum; /* P values: real (C's embedding is symmetric), divided by P */
     cufftDoubleComplex *buf; /* two vectors per signal, as real and imaginary parts */
+    /* blocked embedding (1-D C, nb blocks of b points, see k_block_toeplitz):
+     * signals scattered into `blocks`, nb + 1 blocks each (the last zero);
+     * their windows' spectra go to buf, (nb + 1) * 2b per signal */
+    long long blk, nb;
+    cufftDoubleComplex *blocks, *blk_spectrum; /* blk_spectrum: [d + nb - 1][f], divided by 2b */
+    cufftHandle fwd_whole, fwd_last;
+    int have_fwd_whole, have_fwd_last;
     /* HPHT in two stages: partial sums over S segments of each row of H */
     double *partial;
     long long S;
@@ -773,15 +790,71 @@ __global__ void k_spectrum_multiply(cufftDoubleComplex *freq, const double *spec
     }
 }
 
-/* pht[i, j] = 1/(L-1) sum_l e[i,l] (C v_jl)[i] for the chunk's rows. */
+/* The blocked embedding splits each signal into nb blocks x_q of b points
+ * and writes C as nb x nb Toeplitz blocks T_{p-q}, each embedded in a
+ * circulant of 2b points with spectrum Chat_{p-q}. Then y_p = sum_q
+ * T_{p-q} x_q is, per frequency f, a small Toeplitz product of spectra:
+ * Y_p[f] = sum_q Chat_{p-q}[f] X_q[f], with y_p the first half of Y_p's
+ * inverse. One pass over the spectra does what a whole-signal embedding
+ * needs a second transform pass each way and a multiply pass for; the
+ * transforms of 2b points are each one cuFFT kernel.
+ * The forward transforms read overlapping windows [x_q; x_{q+1}] (the
+ * signal holds a zero block x_nb after its last), not zero-padded copies:
+ * shifting by half the window multiplies the spectrum by (-1)^f, so the
+ * window's spectrum is W_q = X_q + (-1)^f X_{q+1}, undone from the last
+ * block backwards. In place: spec[(s*(nb+1) + q)*F + f], F = 2b. */
+template <int NB>
+__global__ void __launch_bounds__(128) k_block_toeplitz(cufftDoubleComplex *spec, const cufftDoubleComplex *chat,
+                                                         long long F, int nb, long long signals, int per_thread)
+{
+    const long long f = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (f >= F)
+        return;
+    double2 c[2 * NB - 1];
+#pragma unroll
+    for (int d = 0; d < 2 * NB - 1; d++) {
+        int dd = d - (NB - 1);
+        c[d] = (dd > -nb && dd < nb) ? chat[(dd + nb - 1) * F + f] : make_double2(0.0, 0.0);
+    }
+    const double sign = (f & 1) ? -1.0 : 1.0;
+    const long long s_end = min(signals, (blockIdx.y + 1ll) * per_thread);
+    for (long long s = blockIdx.y * (long long)per_thread; s < s_end; s++) {
+        cufftDoubleComplex *base = spec + s * (nb + 1) * F + f;
+        double2 x[NB];
+#pragma unroll
+        for (int q = 0; q < NB; q++)
+            x[q] = q < nb ? base[q * F] : make_double2(0.0, 0.0);
+#pragma unroll
+        for (int q = NB - 2; q >= 0; q--) {
+            x[q].x -= sign * x[q + 1].x;
+            x[q].y -= sign * x[q + 1].y;
+        }
+#pragma unroll
+        for (int p = 0; p < NB; p++) {
+            double re = 0.0, im = 0.0;
+#pragma unroll
+            for (int q = 0; q < NB; q++) {
+                const double2 w = c[p - q + NB - 1];
+                re = fma(w.x, x[q].x, fma(-w.y, x[q].y, re));
+                im = fma(w.x, x[q].y, fma(w.y, x[q].x, im));
+            }
+            if (p < nb)
+                base[p * F] = make_double2(re, im);
+        }
+    }
+}
+
+/* pht[i, j] = 1/(L-1) sum_l e[i,l] (C v_jl)[i] for the chunk's rows. With
+ * the blocked embedding (blk > 0) point i = p*blk + r sits at r in the
+ * inverse of block p, whose windows are 2*blk apart. */
 __global__ void k_gather(const double *e, const double *buf, double *pht, long long N, long long L, long long M,
                          long long j0, long long nj, long long ny, long long P1, long long P, int two_d,
-                         double inv_lm1)
+                         long long blk, double inv_lm1)
 {
     for (long long q = blockIdx.x * (long long)blockDim.x + threadIdx.x; q < N * nj;
          q += (long long)gridDim.x * blockDim.x) {
         long long i = q % N, jj = q / N;
-        long long at = two_d ? (i / ny) * P1 + i % ny : i;
+        long long at = two_d ? (i / ny) * P1 + i % ny : blk ? i + (i / blk) * blk : i;
         double v = 0;
         for (long long l = 0; l < L; l++) {
             long long vec = jj * L + l;
@@ -885,7 +958,7 @@ void plan_free(Plan *p)
         return;
     if (cudaSetDevice(p->dev->ordinal) == cudaSuccess) {
         void *ptrs[] = {p->loc,    p->indptr, p->indices,  p->row_of, p->values, p->G,    p->e64,
-                        p->pht64,  p->hpht64, p->x64,      p->spectrum, p->buf, p->partial, p->A,
+                        p->pht64,  p->hpht64, p->x64,      p->spectrum, p->buf, p->blocks, p->blk_spectrum, p->partial, p->A,
                         p->D,      p->d_host_copy, p->r_dev, p->work,  p->info, p->range_lo, p->range_hi, p->mma_partial};
         for (void *q : ptrs)
             if (q)
@@ -894,6 +967,10 @@ void plan_free(Plan *p)
             cufftDestroy(p->whole);
         if (p->have_last)
             cufftDestroy(p->last);
+        if (p->have_fwd_whole)
+            cufftDestroy(p->fwd_whole);
+        if (p->have_fwd_last)
+            cufftDestroy(p->fwd_last);
         if (p->solver)
             cusolverDnDestroy(p->solver);
         if (p->blas)
@@ -1089,6 +1166,117 @@ void pick_fft_size(Plan *p, size_t budget)
     p->P = pick;
 }
 
+dk_status make_plan_1d(Plan *p, cufftHandle *h, int *have, long long n, long long idist, long long odist,
+                       long long batch, dk_msg *msg)
+{
+    int len = (int)n, inembed = (int)n, onembed = (int)n;
+    FFT_TRY(cufftCreate(h), "cufftCreate");
+    *have = 1;
+    size_t work = 0;
+    FFT_TRY(cufftMakePlanMany(*h, 1, &len, &inembed, 1, (int)idist, &onembed, 1, (int)odist, CUFFT_Z2Z, (int)batch,
+                              &work),
+            "planning");
+    FFT_TRY(cufftSetStream(*h, p->dev->stream), "cufftSetStream");
+    return DK_OK;
+}
+
+/* The block size of the blocked embedding: the smallest power of two that
+ * cuts the state into at most BLOCKS_MAX blocks, or 0 (the whole-signal
+ * embedding) for 2-D C, long states or DAKIT_ENKF_CUDA_FFT_BLOCK=off.
+ * Powers of two won on an H100 at N = 25,000: 2048 (13 blocks) 0.425 ms
+ * for the whole product, against 0.483 at 1568 = 2^5 7^2 (16 blocks),
+ * 0.510 at 1600 and 0.561 at 3136. */
+long long pick_block(const Plan *p)
+{
+    if (p->two_d)
+        return 0;
+    const char *force = getenv("DAKIT_ENKF_CUDA_FFT_BLOCK"); /* tuning: off, or a block size */
+    long long least = (p->N + BLOCKS_MAX - 1) / BLOCKS_MAX;
+    if (force && (!strcmp(force, "off") || !strcmp(force, "0")))
+        return 0;
+    if (force && atoll(force) >= least && atoll(force) <= BLOCK_MAX)
+        return atoll(force);
+    long long b = 64;
+    while (b < least)
+        b *= 2;
+    return b <= BLOCK_MAX ? b : 0;
+}
+
+/* The blocked embedding (k_block_toeplitz): buffers, the 2 nb - 1 blocks'
+ * spectra and the window transforms. */
+dk_status make_blocked(Plan *p, long long b, size_t budget, dk_msg *msg)
+{
+    const dk_enkf_setup *s = p->s;
+    const long long nb = (p->N + b - 1) / b, F = 2 * b, nd = 2 * nb - 1;
+    p->blk = b;
+    p->nb = nb;
+    p->P0 = p->P = (nb + 1) * F;
+    p->P1 = 1;
+    long long signals, last;
+    chunking(p, p->P, budget, &p->rows_per_chunk, &signals);
+    last = ((p->M % p->rows_per_chunk) * p->L + 1) / 2;
+    CUDA_TRY(cudaMalloc(&p->buf, (size_t)(signals * p->P) * sizeof(cufftDoubleComplex)),
+             "allocating the FFT work array");
+    CUDA_TRY(cudaMalloc(&p->blocks, (size_t)(signals * (nb + 1) * b) * sizeof(cufftDoubleComplex)),
+             "allocating the FFT input array");
+    CUDA_TRY(cudaMalloc(&p->blk_spectrum, (size_t)(nd * F) * sizeof(cufftDoubleComplex)),
+             "allocating C's block spectra");
+
+    /* block T_d (d = p - q) of C: T_d[r, s] = c[|d b + r - s|], embedded in
+     * a circulant of F points whose first column holds distances d b + m */
+    cufftDoubleComplex *col = (cufftDoubleComplex *)malloc((size_t)(nd * F) * sizeof *col);
+    if (!col) {
+        dk_msg_set(msg, "cuda enkf: out of host memory for C's block spectra");
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    for (long long d = -(nb - 1); d < nb; d++)
+        for (long long m = 0; m < F; m++) {
+            long long dist = m < b ? d * b + m : d * b + m - F;
+            dist = dist < 0 ? -dist : dist;
+            double v = (m != b && dist < p->N) ? s->loc[dist] : 0.0;
+            col[(d + nb - 1) * F + m] = make_cuDoubleComplex(v, 0.0);
+        }
+    cufftHandle one;
+    int have_one = 0;
+    dk_status st = make_plan_1d(p, &one, &have_one, F, F, F, nd, msg);
+    cudaError_t e = cudaSuccess;
+    cufftResult fr = CUFFT_SUCCESS;
+    if (st == DK_OK) {
+        size_t bytes = (size_t)(nd * F) * sizeof *col;
+        e = cudaMemcpyAsync(p->blk_spectrum, col, bytes, cudaMemcpyHostToDevice, p->dev->stream);
+        if (e == cudaSuccess &&
+            (fr = cufftExecZ2Z(one, p->blk_spectrum, p->blk_spectrum, CUFFT_FORWARD)) == CUFFT_SUCCESS)
+            e = cudaMemcpyAsync(col, p->blk_spectrum, bytes, cudaMemcpyDeviceToHost, p->dev->stream);
+        if (e == cudaSuccess && fr == CUFFT_SUCCESS)
+            e = cudaStreamSynchronize(p->dev->stream);
+        for (long long q = 0; e == cudaSuccess && fr == CUFFT_SUCCESS && q < nd * F; q++)
+            col[q] = make_cuDoubleComplex(cuCreal(col[q]) / (double)F, cuCimag(col[q]) / (double)F);
+        if (e == cudaSuccess && fr == CUFFT_SUCCESS)
+            e = cudaMemcpy(p->blk_spectrum, col, bytes, cudaMemcpyHostToDevice);
+    }
+    free(col);
+    if (have_one)
+        cufftDestroy(one);
+    if (st == DK_OK && fr != CUFFT_SUCCESS)
+        st = fft_fail(msg, fr, "transforming C's blocks");
+    if (st == DK_OK && e != cudaSuccess) {
+        (void)cudaGetLastError();
+        st = dk_cuda_fail(msg, e, "transforming C's blocks");
+    }
+    if (st != DK_OK)
+        return st;
+    /* forward: the windows [x_q; x_{q+1}] b apart, the last one of a chunk
+     * ending at its last signal's zero block; inverse: in place */
+    if ((st = make_plan_1d(p, &p->fwd_whole, &p->have_fwd_whole, F, b, F, signals * (nb + 1) - 1, msg)) != DK_OK ||
+        (st = make_plan_1d(p, &p->whole, &p->have_whole, F, F, F, signals * (nb + 1), msg)) != DK_OK)
+        return st;
+    if (last > 0 &&
+        ((st = make_plan_1d(p, &p->fwd_last, &p->have_fwd_last, F, b, F, last * (nb + 1) - 1, msg)) != DK_OK ||
+         (st = make_plan_1d(p, &p->last, &p->have_last, F, F, F, last * (nb + 1), msg)) != DK_OK))
+        return st;
+    return DK_OK;
+}
+
 dk_status make_fft(Plan *p, dk_msg *msg)
 {
     const dk_enkf_setup *s = p->s;
@@ -1096,6 +1284,9 @@ dk_status make_fft(Plan *p, dk_msg *msg)
     const char *mb = getenv("DAKIT_ENKF_CUDA_FFT_BUDGET_MB"); /* tuning: chunk size (L2-sized chunks) */
     if (mb && atoll(mb) >= 1 && atoll(mb) <= 4096)
         budget = (size_t)atoll(mb) << 20;
+    long long b = pick_block(p);
+    if (b)
+        return make_blocked(p, b, budget, msg);
     if (p->two_d) {
         p->P0 = fft_size(2 * (long long)s->desc.nx - 1);
         p->P1 = fft_size(2 * (long long)s->desc.ny - 1);
@@ -1469,26 +1660,40 @@ cudaError_t direct(const Plan *p, const double *e, double *pht, int banded)
 dk_status fft_cov(Plan *p, const double *e, double *pht, dk_msg *msg)
 {
     cudaStream_t st = p->dev->stream;
+    /* the signals' input: the whole embedding, or nb + 1 blocks (see k_block_toeplitz) */
+    cufftDoubleComplex *in = p->blk ? p->blocks : p->buf;
+    long long in_len = p->blk ? (p->nb + 1) * p->blk : p->P;
     for (long long j0 = 0; j0 < p->M; j0 += p->rows_per_chunk) {
         long long nj = p->M - j0 < p->rows_per_chunk ? p->M - j0 : p->rows_per_chunk;
         long long signals = (nj * p->L + 1) / 2;
-        cufftHandle plan = nj == p->rows_per_chunk ? p->whole : p->last;
+        int whole = nj == p->rows_per_chunk;
+        cufftHandle inverse = whole ? p->whole : p->last;
+        cufftHandle forward = p->blk ? (whole ? p->fwd_whole : p->fwd_last) : inverse;
         long long t_begin = p->s->indptr[j0], t_end = p->s->indptr[j0 + nj];
-        CUDA_TRY(cudaMemsetAsync(p->buf, 0, (size_t)(signals * p->P) * sizeof(cufftDoubleComplex), st),
+        CUDA_TRY(cudaMemsetAsync(in, 0, (size_t)(signals * in_len) * sizeof(cufftDoubleComplex), st),
                  "clearing the FFT input");
         if (t_end > t_begin) {
             k_scatter<<<blocks_for((t_end - t_begin) * p->L, THREADS), THREADS, 0, st>>>(
-                p->G, p->indices, p->indptr, p->row_of, (double *)p->buf, t_begin, t_end, j0, p->L, p->ny, p->P1, p->P,
+                p->G, p->indices, p->indptr, p->row_of, (double *)in, t_begin, t_end, j0, p->L, p->ny, p->P1, in_len,
                 p->two_d);
             CUDA_TRY(cudaGetLastError(), "the scatter kernel");
         }
-        FFT_TRY(cufftExecZ2Z(plan, p->buf, p->buf, CUFFT_FORWARD), "forward transform");
-        k_spectrum_multiply<<<blocks_for(signals * p->P, THREADS), THREADS, 0, st>>>(p->buf, p->spectrum, p->P,
-                                                                                   signals * p->P);
-        CUDA_TRY(cudaGetLastError(), "the spectrum kernel");
-        FFT_TRY(cufftExecZ2Z(plan, p->buf, p->buf, CUFFT_INVERSE), "inverse transform");
+        FFT_TRY(cufftExecZ2Z(forward, in, p->buf, CUFFT_FORWARD), "forward transform");
+        if (p->blk) {
+            const long long F = 2 * p->blk;
+            const int per_thread = 8;
+            dim3 grid(blocks_for(F, 128), (unsigned)((signals + per_thread - 1) / per_thread));
+            k_block_toeplitz<BLOCKS_MAX><<<grid, 128, 0, st>>>(p->buf, p->blk_spectrum, F, (int)p->nb, signals,
+                                                               per_thread);
+            CUDA_TRY(cudaGetLastError(), "the block Toeplitz kernel");
+        } else {
+            k_spectrum_multiply<<<blocks_for(signals * p->P, THREADS), THREADS, 0, st>>>(p->buf, p->spectrum, p->P,
+                                                                                       signals * p->P);
+            CUDA_TRY(cudaGetLastError(), "the spectrum kernel");
+        }
+        FFT_TRY(cufftExecZ2Z(inverse, p->buf, p->buf, CUFFT_INVERSE), "inverse transform");
         k_gather<<<blocks_for(p->N * nj, THREADS), THREADS, 0, st>>>(e, (const double *)p->buf, pht, p->N, p->L, p->M,
-                                                                    j0, nj, p->ny, p->P1, p->P, p->two_d,
+                                                                    j0, nj, p->ny, p->P1, p->P, p->two_d, p->blk,
                                                                     1.0 / (double)(p->L - 1));
         CUDA_TRY(cudaGetLastError(), "the gather kernel");
     }
