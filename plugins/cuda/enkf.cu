@@ -481,13 +481,23 @@ struct MmaArgs {
 __host__ __device__ constexpr int mma_gstride(int ks) { return (ks & 1) ? 4 * ks : 4 * ks + 4; }
 /* entries of each copy of c's window: odd, so the second copy starts on an
  * odd 16-byte slot */
-__host__ __device__ inline int mma_wpad(int wcap) { return wcap | 1; }
+__host__ __device__ constexpr int mma_wpad(int wcap) { return wcap | 1; }
 
-size_t mma_shared(int ks, int wcap)
+/* Each warp collects the rows it finishes MMA_OUT at a time (MMA_OUT x 32
+ * points, in shared memory past everything else), so that its stores of PHT
+ * fill whole 32-byte sectors instead of writing 8 bytes into each of 32
+ * (measured on the H100, N = 10^6, M = 32: k_mma 1.14 -> 1.08 ms, its DRAM
+ * traffic 553 -> 338 MB). 4 KiB a block still lets 4 blocks share an SM. */
+const int MMA_OUT = 4;
+__host__ __device__ constexpr size_t mma_out_at(int ks, int wcap)
 {
-    return 2 * (size_t)mma_wpad(wcap) * 16 + 2 * (size_t)(MMA_CAP / 2) * mma_gstride(ks) * 16 +
-           3 * (size_t)MMA_CAP * 16 + 3 * (size_t)MMA_CAPC * 16 + (size_t)(3 * MMA_ROWS + 1) * 4;
+    return ((2 * (size_t)mma_wpad(wcap) * 16 + 2 * (size_t)(MMA_CAP / 2) * mma_gstride(ks) * 16 +
+             3 * (size_t)MMA_CAP * 16 + 3 * (size_t)MMA_CAPC * 16 + (size_t)(3 * MMA_ROWS + 1) * 4) +
+            15) &
+           ~(size_t)15;
 }
+
+size_t mma_shared(int ks, int wcap) { return mma_out_at(ks, wcap) + (size_t)MMA_WARPS * MMA_OUT * 32 * 8; }
 
 /* D (16 x 8) += A (16 x 4) B (4 x 8) across the warp, in mma.m16n8k4's
  * fragment layout: lane (g, q) = (lane / 4, lane % 4) holds A[g][q],
@@ -525,9 +535,11 @@ __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wai
 
 /* The 8 lanes of a column group (lanes q, q+4, ..., q+28) hold partial
  * sums of the same 8 points; a butterfly over them leaves lane g with the
- * whole sum of point g (7 shuffles, not 24), so the row is written by one
- * store of 32 lanes. Clears the sums. */
-__device__ __forceinline__ void mma_flush(double (&o)[MMA_NT][2], const MmaArgs &a, int seg, int ibase, int j, int lane)
+ * whole sum of point g (7 shuffles, not 24), which goes into the warp's
+ * staging rows stg; every MMA_OUT rows (and at the group's last row, jlast)
+ * they are written out. Rows come in order, each once. Clears the sums. */
+__device__ __forceinline__ void mma_flush(double (&o)[MMA_NT][2], const MmaArgs &a, int seg, int ibase, int j, int jfirst,
+                                          int jlast, double *stg, int lane)
 {
     const int g = lane >> 2;
     const bool h2 = g & 4, h1 = g & 2, h0 = g & 1;
@@ -545,12 +557,34 @@ __device__ __forceinline__ void mma_flush(double (&o)[MMA_NT][2], const MmaArgs 
     }
     double other = __shfl_xor_sync(0xffffffffu, h0 ? v2[0] : v2[1], 4);
     double v = (h0 ? v2[1] : v2[0]) + other;
-    int i = ibase + 8 * (g >> 1) + 2 * (lane & 3) + (g & 1);
-    if (i < a.N)
-        a.out[((size_t)seg * a.N + i) * a.M + j] = v * a.inv_lm1;
+    const int r = (j - jfirst) % MMA_OUT;
+    stg[r * 32 + 8 * (g >> 1) + 2 * (lane & 3) + (g & 1)] = v * a.inv_lm1;
 #pragma unroll
     for (int n = 0; n < MMA_NT; n++)
         o[n][0] = o[n][1] = 0.0;
+    if (r != MMA_OUT - 1 && j != jlast)
+        return;
+    /* rows j - r .. j of the warp's 32 points: lane pairs (2p, 2p+1) write
+     * point p's rows, two each */
+    __syncwarp();
+    const int jb = j - r, half = lane & 1;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int p = 16 * h + (lane >> 1), i = ibase + p;
+        const int r0 = 2 * half;
+        if (i < a.N && r0 <= r) {
+            double *dst = a.out + ((size_t)seg * a.N + i) * a.M + jb + r0;
+            double v0 = stg[r0 * 32 + p];
+            if (r0 + 1 <= r && !(a.M & 1)) {
+                *(double2 *)dst = make_double2(v0, stg[(r0 + 1) * 32 + p]);
+            } else {
+                dst[0] = v0;
+                if (r0 + 1 <= r)
+                    dst[1] = stg[(r0 + 1) * 32 + p];
+            }
+        }
+    }
+    __syncwarp();
 }
 
 /* The staging is a three-step pipeline of asynchronous copies, one nonzero
@@ -572,6 +606,7 @@ __global__ void __launch_bounds__(MMA_THREADS, 4) k_mma(MmaArgs a)
     int4 *cinfo = (int4 *)(kv + 3 * MMA_CAP);  /* (row, first column, last column) */
     int *rlo = (int *)(cinfo + 3 * MMA_CAPC), *rhi = rlo + MMA_ROWS, *rfirst = rhi + MMA_ROWS;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
+    double *stg = (double *)((char *)smem2 + mma_out_at(KS, a.wcap)) + warp * MMA_OUT * 32;
     const int tile = blockIdx.x, i0 = tile * MMA_TILE, seg = blockIdx.y;
     int klo = i0 - a.rx, khi = i0 + MMA_TILE - 1 + a.rx;
     if (a.seg_len) {
@@ -707,7 +742,7 @@ __global__ void __launch_bounds__(MMA_THREADS, 4) k_mma(MmaArgs a)
                 const int4 ci = cis[c];
                 if (ci.x != cur) {
                     if (cur >= 0)
-                        mma_flush(o, a, seg, ibase, j0 + cur, lane);
+                        mma_flush(o, a, seg, ibase, j0 + cur, j0, j0 + nr - 1, stg, lane);
                     cur = ci.x;
                 }
                 if (ci.z < wklo || ci.y > wkhi)
@@ -740,7 +775,7 @@ __global__ void __launch_bounds__(MMA_THREADS, 4) k_mma(MmaArgs a)
             __syncthreads();
         }
         if (cur >= 0)
-            mma_flush(o, a, seg, ibase, j0 + cur, lane);
+            mma_flush(o, a, seg, ibase, j0 + cur, j0, j0 + nr - 1, stg, lane);
     }
 }
 
