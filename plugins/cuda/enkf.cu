@@ -103,6 +103,7 @@ struct Plan {
     /* HPHT in two stages: partial sums over S segments of each row of H */
     double *partial;
     long long S;
+    int *hpht_seg; /* M x (S + 1): row a's nonzeros with columns in segment s, [seg[s], seg[s+1]) */
     /* banded: each tile's range of nonzeros in each row (NULL: bisect) */
     int *range_lo, *range_hi;
     int band_fast; /* 1-D banded with a short support: k_band */
@@ -909,19 +910,19 @@ __global__ void __launch_bounds__(256) k_gather(const double *e, const double *b
     }
 }
 
-/* partial[(a*S + s)*M + j]: segment s of row a of H times PHT. A warp
- * takes nonzeros, its lanes 32 consecutive j (one coalesced row of PHT);
- * the 8 warps' sums are added in a fixed order, so results repeat exactly. */
-__global__ void __launch_bounds__(THREADS) k_hpht_partial(const double *pht, const int *indptr, const int *indices,
+/* partial[(a*S + s)*M + j]: row a of H times PHT over the columns of
+ * segment s, [s*width, (s+1)*width). A warp takes nonzeros, its lanes 32
+ * consecutive j (one coalesced row of PHT); the 8 warps' sums are added in
+ * a fixed order, so results repeat exactly. */
+__global__ void __launch_bounds__(THREADS) k_hpht_partial(const double *pht, const int *seg, const int *indices,
                                                           const double *values, double *partial, long long M,
                                                           long long S)
 {
     __shared__ double red[THREADS / 32][32];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = THREADS / 32;
-    const long long s = blockIdx.x;
-    for (long long a = blockIdx.y; a < M; a += gridDim.y) {
-        long long tb = indptr[a], te = indptr[a + 1], seg = (te - tb + S - 1) / S;
-        long long sb = tb + s * seg, se = min(te, sb + seg);
+    const long long s = blockIdx.y;
+    for (long long a = blockIdx.x; a < M; a += gridDim.x) {
+        long long sb = seg[a * (S + 1) + s], se = seg[a * (S + 1) + s + 1];
         for (long long j0 = 0; j0 < M; j0 += 32) {
             long long j = j0 + lane;
             double acc = 0;
@@ -1004,7 +1005,7 @@ void plan_free(Plan *p)
     if (cudaSetDevice(p->dev->ordinal) == cudaSuccess) {
         void *ptrs[] = {p->loc,    p->indptr, p->indices,  p->row_of, p->values, p->G,    p->e64,
                         p->pht64,  p->hpht64, p->x64,      p->spectrum, p->buf, p->blocks, p->blk_spectrum, p->partial, p->A,
-                        p->D,      p->d_host_copy, p->r_dev, p->work,  p->info, p->range_lo, p->range_hi, p->mma_partial};
+                        p->D,      p->d_host_copy, p->r_dev, p->work,  p->info, p->range_lo, p->range_hi, p->mma_partial, p->hpht_seg};
         for (void *q : ptrs)
             if (q)
                 cudaFree(q);
@@ -1209,6 +1210,31 @@ void pick_fft_size(Plan *p, size_t budget)
     cudaFree(scratch);
     p->P0 = pick;
     p->P = pick;
+}
+
+/* HPHT's segments are column ranges of width ceil(N / S), the same for
+ * every row, so that the blocks in flight (rows fastest) share the rows of
+ * PHT they read; their bounds in each row are found here once. */
+dk_status make_hpht_segments(Plan *p, dk_msg *msg)
+{
+    const dk_enkf_setup *s = p->s;
+    long long width = (p->N + p->S - 1) / p->S, count = p->M * (p->S + 1);
+    int *seg = (int *)malloc((size_t)count * sizeof(int));
+    if (!seg) {
+        dk_msg_set(msg, "cuda enkf: out of host memory for HPHT's segments");
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    for (long long a = 0; a < p->M; a++) {
+        long long t = (long long)s->indptr[a];
+        for (long long q = 0; q <= p->S; q++) {
+            while (t < (long long)s->indptr[a + 1] && (long long)s->indices[t] < q * width)
+                t++;
+            seg[a * (p->S + 1) + q] = (int)(q == p->S ? (long long)s->indptr[a + 1] : t);
+        }
+    }
+    dk_status st = upload(&p->hpht_seg, seg, (size_t)count, "copying HPHT's segments", msg);
+    free(seg);
+    return st;
 }
 
 dk_status make_plan_1d(Plan *p, cufftHandle *h, int *have, long long n, long long idist, long long odist,
@@ -1587,6 +1613,8 @@ dk_status plan_create(void *device, const dk_enkf_setup *s, void **plan, dk_msg 
     p->S = max(1ll, min(p->S, (1ll << 25) / (p->M * p->M)));
     if ((st = plan_fill(p, msg)) == DK_OK)
         st = ensure(&p->partial, p->M * p->M * p->S, "allocating the HPHT partial sums", msg);
+    if (st == DK_OK)
+        st = make_hpht_segments(p, msg);
     if (st == DK_OK && s->scheme == DK_ENKF_FFT)
         st = make_fft(p, msg);
     p->band_fast = s->scheme == DK_ENKF_BANDED && !p->two_d && p->rx + 32 * BAND_R - 1 <= BAND_MAX_W &&
@@ -1770,8 +1798,13 @@ dk_status cov64(Plan *p, const double *e, double *pht, double *hpht, dk_msg *msg
         CUDA_TRY(direct(p, e, pht, p->s->scheme == DK_ENKF_BANDED), "the covariance kernel");
     }
     if (hpht) {
-        dim3 grid((unsigned)p->S, (unsigned)(p->M < 65535 ? p->M : 65535));
-        k_hpht_partial<<<grid, THREADS, 0, st>>>(pht, p->indptr, p->indices, p->values, p->partial, p->M, p->S);
+        /* rows of H the fastest: the blocks in flight share a segment's
+         * columns, so each row of PHT comes from DRAM about once. H100,
+         * 1e6_compact_r200: 229 MB read in 151 us, against 378 MB in 160 us
+         * with segments fastest (and 418 us when each block bisected its
+         * bounds; four loads in flight per warp: 165 us) */
+        dim3 grid((unsigned)(p->M < 65535 ? p->M : 65535), (unsigned)p->S);
+        k_hpht_partial<<<grid, THREADS, 0, st>>>(pht, p->hpht_seg, p->indices, p->values, p->partial, p->M, p->S);
         k_hpht_sum<<<blocks_for(p->M * p->M * 32, THREADS), THREADS, 0, st>>>(p->partial, hpht, p->M, p->S);
         CUDA_TRY(cudaGetLastError(), "the HPHT kernels");
     }
