@@ -6,7 +6,7 @@
  *
  *   G[t*L + l] = H_t e[k_t, l]  (k_weigh) is what every scheme sums.
  *   1-D C and L <= 16, tiled and banded: k_mma, the same sum on the float64
- *           tensor cores (16 nonzeros x 8 points x 4 members per mma), c
+ *           tensor cores (16 points x 8 nonzeros x 4 members per mma), c
  *           staged as a window in shared memory (the tile's reach, or
  *           segments of the state with partial sums for a wide C), the
  *           nonzeros staged by a pipeline of asynchronous copies. The
@@ -108,7 +108,7 @@ struct Plan {
     int *range_lo, *range_hi;
     int band_fast; /* 1-D banded with a short support: k_band */
     /* tiled and banded with 1-D C on the tensor cores: k_mma */
-    int mma, mma_rx, mma_seg_len, mma_wcap, mma_nseg;
+    int mma, mma_mt, mma_rx, mma_seg_len, mma_wcap, mma_nseg;
     double *mma_partial;
     /* analysis */
     cusolverDnHandle_t solver;
@@ -441,29 +441,41 @@ __global__ void __launch_bounds__(BAND_THREADS) k_band(BandArgs a)
 
 /* ---- 1-D C on the float64 tensor cores (DMMA, mma.sync m16n8k4) ----
  *
- * For a chunk of 16 nonzeros t of one row j and 8 state points i, one
- * m16n8k4 product per 4 members gives D[t][i] = sum_l G[t][l] e[i][l]
- * (G = H_t e[k_t], formed while staging, the members padded to 4 KS with
- * zeros); the epilogue adds c[|i - k_t|] D[t][i] into the thread's sums,
- * and at the end of the row the 8 lanes that share an i add theirs. So
+ * For 16 state points i and a chunk of 8 nonzeros t of one row j, one
+ * m16n8k4 product per 4 members gives D[i][t] = sum_l e[i][l] G[t][l]
+ * (G = H_t e[k_t], formed from the staged anomaly rows, the members padded
+ * to 4 KS); the epilogue adds c[|i - k_t|] D[i][t] into the thread's sums,
+ * and at the end of the row the 4 lanes that share a point add theirs. So
  * each (point, nonzero) pair costs 4 KS tensor FMAs and one vector FMA
  * instead of L vector FMAs, and one shared load of c.
  *
- * A block takes MMA_TILE consecutive points and every row; its nonzeros
+ * The nonzeros sit on the mma's 8-wide side: a row's nonzeros within a
+ * warp's reach (~21.6 at density 0.05, radius 200) are padded to chunks of
+ * 8, not 16 (27.3 slots per point and row instead of 31.9, by simulation
+ * of that case). With the anomaly rows copied 16 bytes at a time and c
+ * read without bank conflicts: H100, N = 10^6, radius 200, M = 32, k_mma
+ * 1.09 -> 0.88 ms (ncu), shared wavefronts 205 -> 150 M.
+ *
+ * A block takes mma_tile(MT) consecutive points (MT m-tiles of 16 per
+ * warp: 2 for a short C, where a wider warp reaches more nonzeros it does
+ * not need; 4 for segments of a wide C, where two blocks share an SM and
+ * each warp needs four independent mma chains to hide their latency) and
+ * every row; its nonzeros
  * are those within C's reach (rx) of the tile and, for a wide C, within
  * one segment of the state (blockIdx.y), so that c's window (signed,
- * zero-padded: cs[x], x = (i - i0) + (khi - k)) fits in shared memory.
- * With several segments each writes its own partial PHT, summed in a
- * fixed order by k_mma_sum. Each row's nonzeros are staged in chunks of 16
- * (the last one padded with zero weights), so a chunk never spans rows. */
+ * zero-padded: cw[x] = c[|d|], d = x + i0 - khi, x = (i - i0) + (khi - k))
+ * fits in shared memory. With several segments each writes its own partial
+ * PHT, summed in a fixed order by k_mma_sum. Each row's nonzeros are staged
+ * in chunks of 8 (the last one padded with zero weights), so a chunk never
+ * spans rows. */
 const int MMA_WARPS = 4;
 const int MMA_THREADS = MMA_WARPS * 32;
-const int MMA_NT = 4;                          /* n-tiles of 8 points per warp */
-const int MMA_TILE = MMA_WARPS * MMA_NT * 8;   /* points per block */
-const int MMA_CAPC = MMA_THREADS / 16;         /* chunks per batch: one nonzero slot per thread */
-const int MMA_CAP = MMA_CAPC * 16;
+__host__ __device__ constexpr int mma_tile(int mt) { return MMA_WARPS * mt * 16; } /* points per block */
+const int MMA_CHUNK = 8;                       /* nonzeros per chunk (the mma's n) */
+const int MMA_CAPC = MMA_THREADS / MMA_CHUNK;  /* chunks per batch: one nonzero slot per thread */
+const int MMA_CAP = MMA_CAPC * MMA_CHUNK;
 const int MMA_ROWS = 32;                       /* observation rows per group */
-const int MMA_WMAX = 2048;                     /* entries of c's window (64 KiB, both copies) */
+const int MMA_WMAX = 2048;                     /* entries of c's window (64 KiB, all four copies) */
 const int MMA_MAX_KS = 4;                      /* L <= 16 */
 
 struct MmaArgs {
@@ -472,33 +484,44 @@ struct MmaArgs {
     const int *range_lo, *range_hi; /* per (segment, tile, row); NULL: bisect */
     double *out; /* pht, or partial[seg][i][j] with several segments */
     int N, L, M, rx, seg_len, wcap; /* seg_len 0: one segment, the tile's reach */
+    int vec16; /* the anomaly rows can be copied 16 bytes at a time */
     double inv_lm1;
 };
 
-/* Staged anomaly rows hold the pair (t, t+8) of a chunk side by side, one
- * 16-byte entry per member; the row stride is 4 KS entries rounded to 4
- * mod 8, so the 8 lanes of a 16-byte load phase (two rows, four members)
- * hit 8 different bank groups. */
+/* Staged anomaly rows: one per nonzero slot, 4 KS members rounded to 4 mod
+ * 8 doubles, so the four rows of a half-warp's B-fragment load (4 members
+ * each) land in four different 32-byte bank groups. */
 __host__ __device__ constexpr int mma_gstride(int ks) { return (ks & 1) ? 4 * ks : 4 * ks + 4; }
-/* entries of each copy of c's window: odd, so the second copy starts on an
- * odd 16-byte slot */
-__host__ __device__ constexpr int mma_wpad(int wcap) { return wcap | 1; }
+/* c's window is held four times, copy s shifted by s banks (its length is
+ * 1 mod 16 doubles); each lane picks the copy that puts its value on a bank
+ * congruent to its column q mod 4 (below), so a half-warp's 16 loads of c
+ * never share a bank, whatever the nonzeros' columns. */
+__host__ __device__ constexpr int mma_wpad(int wcap) { return ((wcap + 14) & ~15) + 1; }
+
+/* Row r of an m-tile (r = g and g + 8 of the fragment) holds point
+ * 4 (r & 3) + (r >> 2) + 2 (r >> 3) of its 16: the four lanes g = 0..3 of a
+ * column q then read c at x, x + 4, x + 8, x + 12, one bank class mod 4. */
+__host__ __device__ constexpr int mma_point(int r) { return 4 * (r & 3) + ((r >> 2) & 1) + 2 * (r >> 3); }
 
 /* Each warp collects the rows it finishes MMA_OUT at a time (MMA_OUT x 32
  * points, in shared memory past everything else), so that its stores of PHT
  * fill whole 32-byte sectors instead of writing 8 bytes into each of 32
  * (measured on the H100, N = 10^6, M = 32: k_mma 1.14 -> 1.08 ms, its DRAM
- * traffic 553 -> 338 MB). 4 KiB a block still lets 4 blocks share an SM. */
+ * traffic 553 -> 338 MB). 4 KiB a block (MT = 2) still lets 4 blocks share
+ * an SM. */
 const int MMA_OUT = 4;
 __host__ __device__ constexpr size_t mma_out_at(int ks, int wcap)
 {
-    return ((2 * (size_t)mma_wpad(wcap) * 16 + 2 * (size_t)(MMA_CAP / 2) * mma_gstride(ks) * 16 +
-             3 * (size_t)MMA_CAP * 16 + 3 * (size_t)MMA_CAPC * 16 + (size_t)(3 * MMA_ROWS + 1) * 4) +
+    return ((4 * (size_t)mma_wpad(wcap) * 8 + 2 * (size_t)MMA_CAP * mma_gstride(ks) * 8 + 3 * (size_t)MMA_CAP * 8 +
+             3 * (size_t)MMA_CAP * 4 + 3 * (size_t)MMA_CAPC * 16 + (size_t)(3 * MMA_ROWS + 1) * 4) +
             15) &
            ~(size_t)15;
 }
 
-size_t mma_shared(int ks, int wcap) { return mma_out_at(ks, wcap) + (size_t)MMA_WARPS * MMA_OUT * 32 * 8; }
+size_t mma_shared(int ks, int mt, int wcap)
+{
+    return mma_out_at(ks, wcap) + (size_t)MMA_WARPS * MMA_OUT * 16 * mt * 8;
+}
 
 /* D (16 x 8) += A (16 x 4) B (4 x 8) across the warp, in mma.m16n8k4's
  * fragment layout: lane (g, q) = (lane / 4, lane % 4) holds A[g][q],
@@ -520,6 +543,12 @@ __device__ __forceinline__ void dmma(double (&d)[4], const double (&a)[2], doubl
 #endif
 }
 
+__device__ __forceinline__ void cp_async16(void *dst, const void *src)
+{
+    unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+}
+
 __device__ __forceinline__ void cp_async8(void *dst, const void *src)
 {
     unsigned d = (unsigned)__cvta_generic_to_shared(dst);
@@ -534,54 +563,60 @@ __device__ __forceinline__ void cp_async4(void *dst, const void *src)
 
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
-/* The 8 lanes of a column group (lanes q, q+4, ..., q+28) hold partial
- * sums of the same 8 points; a butterfly over them leaves lane g with the
- * whole sum of point g (7 shuffles, not 24), which goes into the warp's
- * staging rows stg; every MMA_OUT rows (and at the group's last row, jlast)
- * they are written out. Rows come in order, each once. Clears the sums. */
-__device__ __forceinline__ void mma_flush(double (&o)[MMA_NT][2], const MmaArgs &a, int seg, int ibase, int j, int jfirst,
+/* The 4 lanes of a row group (lanes 4g .. 4g+3) hold partial sums of the
+ * same 2 MT points (two rows of each m-tile); a butterfly over them leaves
+ * lane q with the whole sums of MT / 2 of them (3 shuffles for MT = 2),
+ * which go into the warp's staging rows stg; every MMA_OUT rows (and at
+ * the group's last row, jlast) they are written out. Rows come in order,
+ * each once. Clears the sums. */
+template <int MT>
+__device__ __forceinline__ void mma_flush(double (&o)[MT][2], const MmaArgs &a, int seg, int ibase, int j, int jfirst,
                                           int jlast, double *stg, int lane)
 {
-    const int g = lane >> 2;
-    const bool h2 = g & 4, h1 = g & 2, h0 = g & 1;
-    double v4[4], v2[2];
+    constexpr int NV = 2 * MT, WP = 16 * MT; /* values per lane, points per warp */
+    const int g = lane >> 2, q = lane & 3;
+    const bool h1 = q & 2, h0 = q & 1;
+    double v2[NV / 2], v1[NV / 4];
 #pragma unroll
-    for (int m = 0; m < 4; m++) {
-        double lo = o[m >> 1][m & 1], hi = o[2 + (m >> 1)][m & 1]; /* values m and m + 4 */
-        double other = __shfl_xor_sync(0xffffffffu, h2 ? lo : hi, 16);
-        v4[m] = (h2 ? hi : lo) + other;
+    for (int u = 0; u < NV / 2; u++) { /* value v is o[v >> 1][v & 1] */
+        const int lo = u, hi = NV / 2 + u;
+        double other = __shfl_xor_sync(0xffffffffu, h1 ? o[lo >> 1][lo & 1] : o[hi >> 1][hi & 1], 2);
+        v2[u] = (h1 ? o[hi >> 1][hi & 1] : o[lo >> 1][lo & 1]) + other;
     }
 #pragma unroll
-    for (int m = 0; m < 2; m++) {
-        double other = __shfl_xor_sync(0xffffffffu, h1 ? v4[m] : v4[m + 2], 8);
-        v2[m] = (h1 ? v4[m + 2] : v4[m]) + other;
+    for (int u = 0; u < NV / 4; u++) {
+        double other = __shfl_xor_sync(0xffffffffu, h0 ? v2[u] : v2[NV / 4 + u], 1);
+        v1[u] = (h0 ? v2[NV / 4 + u] : v2[u]) + other;
     }
-    double other = __shfl_xor_sync(0xffffffffu, h0 ? v2[0] : v2[1], 4);
-    double v = (h0 ? v2[1] : v2[0]) + other;
+    /* lane q now holds values (q >> 1) NV/2 + (q & 1) NV/4 + u */
     const int r = (j - jfirst) % MMA_OUT;
-    stg[r * 32 + 8 * (g >> 1) + 2 * (lane & 3) + (g & 1)] = v * a.inv_lm1;
 #pragma unroll
-    for (int n = 0; n < MMA_NT; n++)
+    for (int u = 0; u < NV / 4; u++) {
+        const int v = (q >> 1) * (NV / 2) + (q & 1) * (NV / 4) + u;
+        stg[r * WP + 16 * (v >> 1) + mma_point(g + 8 * (v & 1))] = v1[u] * a.inv_lm1;
+    }
+#pragma unroll
+    for (int n = 0; n < MT; n++)
         o[n][0] = o[n][1] = 0.0;
     if (r != MMA_OUT - 1 && j != jlast)
         return;
-    /* rows j - r .. j of the warp's 32 points: lane pairs (2p, 2p+1) write
+    /* rows j - r .. j of the warp's points: lane pairs (2p, 2p+1) write
      * point p's rows, two each */
     __syncwarp();
     const int jb = j - r, half = lane & 1;
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
+    for (int h = 0; h < WP / 16; h++) {
         const int p = 16 * h + (lane >> 1), i = ibase + p;
         const int r0 = 2 * half;
         if (i < a.N && r0 <= r) {
             double *dst = a.out + ((size_t)seg * a.N + i) * a.M + jb + r0;
-            double v0 = stg[r0 * 32 + p];
+            double v0 = stg[r0 * WP + p];
             if (r0 + 1 <= r && !(a.M & 1)) {
-                *(double2 *)dst = make_double2(v0, stg[(r0 + 1) * 32 + p]);
+                *(double2 *)dst = make_double2(v0, stg[(r0 + 1) * WP + p]);
             } else {
                 dst[0] = v0;
                 if (r0 + 1 <= r)
-                    dst[1] = stg[(r0 + 1) * 32 + p];
+                    dst[1] = stg[(r0 + 1) * WP + p];
             }
         }
     }
@@ -592,22 +627,21 @@ __device__ __forceinline__ void mma_flush(double (&o)[MMA_NT][2], const MmaArgs 
  * slot per thread: columns and weights of batch b+2 and the anomaly rows
  * of batch b+1 (whose columns arrived one step earlier) are in flight
  * while batch b is multiplied, so no global latency sits between barriers.
- * c's window is held twice as pairs (c[x], c[x+1]), the second copy one
- * 16-byte slot off, and each lane reads the copy that puts its pair on a
- * slot of its row's parity: the two rows of a load phase then never share
- * a bank, whatever their columns. */
-template <int KS>
-__global__ void __launch_bounds__(MMA_THREADS, 4) k_mma(MmaArgs a)
+ * Padding slots copy no anomaly row: their weight is 0 and the staging
+ * area holds only finite values (zeroed first). */
+template <int KS, int MT>
+__global__ void __launch_bounds__(MMA_THREADS, MT == 2 ? 4 : 2) k_mma(MmaArgs a)
 {
-    constexpr int GS = mma_gstride(KS);
-    extern __shared__ double2 smem2[];
+    constexpr int GS = mma_gstride(KS), MMA_TILE = mma_tile(MT), WP = 16 * MT;
+    extern __shared__ double smem[];
     const int wpad = mma_wpad(a.wcap);
-    double2 *cp0 = smem2, *cp1 = smem2 + wpad, *er = smem2 + 2 * wpad;
-    double2 *kv = er + 2 * (MMA_CAP / 2) * GS; /* (weight, column in the low word) */
-    int4 *cinfo = (int4 *)(kv + 3 * MMA_CAP);  /* (row, first column, last column) */
+    double *cw = smem, *er = smem + 4 * wpad;
+    double *wt = er + 2 * MMA_CAP * GS;
+    int *col = (int *)(wt + 3 * MMA_CAP);
+    int4 *cinfo = (int4 *)(col + 3 * MMA_CAP); /* (row, first column, last column) */
     int *rlo = (int *)(cinfo + 3 * MMA_CAPC), *rhi = rlo + MMA_ROWS, *rfirst = rhi + MMA_ROWS;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
-    double *stg = (double *)((char *)smem2 + mma_out_at(KS, a.wcap)) + warp * MMA_OUT * 32;
+    double *stg = (double *)((char *)smem + mma_out_at(KS, a.wcap)) + warp * MMA_OUT * WP;
     const int tile = blockIdx.x, i0 = tile * MMA_TILE, seg = blockIdx.y;
     int klo = i0 - a.rx, khi = i0 + MMA_TILE - 1 + a.rx;
     if (a.seg_len) {
@@ -626,27 +660,33 @@ __global__ void __launch_bounds__(MMA_THREADS, 4) k_mma(MmaArgs a)
     }
     const int win = MMA_TILE + khi - klo;
     for (int x = tid; x < win; x += MMA_THREADS) {
-        int d0 = x + i0 - khi, d1 = d0 + 1;
-        d0 = d0 < 0 ? -d0 : d0;
-        d1 = d1 < 0 ? -d1 : d1;
-        double2 v = make_double2(d0 <= a.rx ? a.loc[d0] : 0.0, d1 <= a.rx ? a.loc[d1] : 0.0);
-        cp0[x] = v;
-        cp1[x] = v;
+        int d = x + i0 - khi;
+        d = d < 0 ? -d : d;
+        double v = d <= a.rx ? a.loc[d] : 0.0;
+#pragma unroll
+        for (int s = 0; s < 4; s++)
+            cw[s * wpad + x] = v;
     }
-    const int ibase = i0 + warp * 32;
-    const int wklo = ibase - a.rx, wkhi = ibase + 31 + a.rx; /* columns within this warp's reach */
-    double b[MMA_NT][KS];
+    for (int u = tid; u < 2 * MMA_CAP * GS; u += MMA_THREADS)
+        er[u] = 0.0;
+    const int ibase = i0 + warp * WP;
+    const int wklo = ibase - a.rx, wkhi = ibase + WP - 1 + a.rx; /* columns within this warp's reach */
+    double af[MT][KS][2];
 #pragma unroll
-    for (int n = 0; n < MMA_NT; n++)
+    for (int m = 0; m < MT; m++)
 #pragma unroll
-        for (int s = 0; s < KS; s++) {
-            int i = ibase + 8 * n + g, l = 4 * s + q;
-            b[n][s] = (i < a.N && l < a.L) ? a.e[(size_t)i * a.L + l] : 0.0;
-        }
-    double o[MMA_NT][2];
+        for (int s = 0; s < KS; s++)
 #pragma unroll
-    for (int n = 0; n < MMA_NT; n++)
+            for (int h = 0; h < 2; h++) {
+                int i = ibase + 16 * m + mma_point(g + 8 * h), l = 4 * s + q;
+                af[m][s][h] = (i < a.N && l < a.L) ? a.e[(size_t)i * a.L + l] : 0.0;
+            }
+    double o[MT][2];
+#pragma unroll
+    for (int n = 0; n < MT; n++)
         o[n][0] = o[n][1] = 0.0;
+    /* c's index of this lane's fragment row g, less the column */
+    const int xl = khi + warp * WP + mma_point(g);
     const size_t range_at = ((size_t)seg * gridDim.x + tile) * a.M;
     for (int j0 = 0; j0 < a.M; j0 += MMA_ROWS) {
         const int nr = min(MMA_ROWS, a.M - j0);
@@ -664,7 +704,7 @@ __global__ void __launch_bounds__(MMA_THREADS, 4) k_mma(MmaArgs a)
         }
         __syncthreads();
         if (warp == 0) { /* chunks per row (at least one: every row is written), scanned */
-            int count = lane < nr ? max(1, (rhi[lane] - rlo[lane] + 15) >> 4) : 0, incl = count;
+            int count = lane < nr ? max(1, (rhi[lane] - rlo[lane] + MMA_CHUNK - 1) / MMA_CHUNK) : 0, incl = count;
 #pragma unroll
             for (int d = 1; d < 32; d <<= 1) {
                 int v = __shfl_up_sync(0xffffffffu, incl, d);
@@ -680,7 +720,7 @@ __global__ void __launch_bounds__(MMA_THREADS, 4) k_mma(MmaArgs a)
         const int total = rfirst[nr], batches = (total + MMA_CAPC - 1) / MMA_CAPC;
         /* step 1 of batch bb: this thread's slot's column and weight */
         auto stage_columns = [&](int bb) {
-            int st = bb % 3, c = bb * MMA_CAPC + (tid >> 4);
+            int st = bb % 3, c = bb * MMA_CAPC + tid / MMA_CHUNK;
             if (c >= total)
                 return;
             int r = 0;
@@ -688,37 +728,44 @@ __global__ void __launch_bounds__(MMA_THREADS, 4) k_mma(MmaArgs a)
             for (int step = MMA_ROWS / 2; step; step >>= 1)
                 if (r + step < nr && rfirst[r + step] <= c)
                     r += step;
-            int t = rlo[r] + ((c - rfirst[r]) << 4) + (tid & 15);
-            double2 *slot = kv + st * MMA_CAP + tid;
-            int *kd = (int *)&slot->y;
+            int t = rlo[r] + (c - rfirst[r]) * MMA_CHUNK + tid % MMA_CHUNK;
+            int *kd = col + st * MMA_CAP + tid;
+            double *wd = wt + st * MMA_CAP + tid;
             if (t < rhi[r]) {
                 cp_async4(kd, a.indices + t);
-                cp_async8(&slot->x, a.values + t);
+                cp_async8(wd, a.values + t);
             } else {
                 /* padding: the row's last column (chunks stay sorted), weight 0 */
                 if (rhi[r] > rlo[r])
                     cp_async4(kd, a.indices + rhi[r] - 1);
                 else
                     *kd = klo;
-                slot->x = 0.0;
+                *wd = 0.0;
             }
-            if ((tid & 15) == 0)
-                cinfo[st * MMA_CAPC + (tid >> 4)].x = r;
+            if (tid % MMA_CHUNK == 0)
+                cinfo[st * MMA_CAPC + tid / MMA_CHUNK].x = r;
         };
         /* step 2: the anomaly row of the slot's column */
         auto stage_rows = [&](int bb) {
-            int st = bb % 3, c = tid >> 4, u = tid & 15;
+            int st = bb % 3, c = tid / MMA_CHUNK;
             if (bb * MMA_CAPC + c >= total)
                 return;
-            int k = __double2loint(kv[st * MMA_CAP + tid].y);
-            if (u == 0) {
+            int k = col[st * MMA_CAP + tid];
+            if (tid % MMA_CHUNK == 0) {
                 cinfo[st * MMA_CAPC + c].y = k;
-                cinfo[st * MMA_CAPC + c].z = __double2loint(kv[st * MMA_CAP + tid + 15].y);
+                cinfo[st * MMA_CAPC + c].z = col[st * MMA_CAP + tid + MMA_CHUNK - 1];
             }
+            if (wt[st * MMA_CAP + tid] == 0.0)
+                return; /* padding (or a zero of H): nothing to weigh */
             const double *src = a.e + (size_t)k * a.L;
-            double *dst = (double *)(er + ((bb & 1) * (MMA_CAP / 2) + c * 8 + (u & 7)) * GS) + (u >> 3);
-            for (int l = 0; l < a.L; l++)
-                cp_async8(dst + 2 * l, src + l);
+            double *dst = er + ((bb & 1) * MMA_CAP + tid) * GS;
+            if (a.vec16) {
+                for (int l = 0; l < a.L; l += 2)
+                    cp_async16(dst + l, src + l);
+            } else {
+                for (int l = 0; l < a.L; l++)
+                    cp_async8(dst + l, src + l);
+            }
         };
         stage_columns(0);
         cp_async_wait_all();
@@ -737,7 +784,8 @@ __global__ void __launch_bounds__(MMA_THREADS, 4) k_mma(MmaArgs a)
             if (bb + 2 < batches)
                 stage_columns(bb + 2);
             const int nc = min(MMA_CAPC, total - bb * MMA_CAPC);
-            const double2 *ers = er + (bb & 1) * (MMA_CAP / 2) * GS, *kvs = kv + (bb % 3) * MMA_CAP;
+            const double *ers = er + (bb & 1) * MMA_CAP * GS, *wts = wt + (bb % 3) * MMA_CAP;
+            const int *cols = col + (bb % 3) * MMA_CAP;
             const int4 *cis = cinfo + (bb % 3) * MMA_CAPC;
             for (int c = 0; c < nc; c++) {
                 const int4 ci = cis[c];
@@ -748,29 +796,27 @@ __global__ void __launch_bounds__(MMA_THREADS, 4) k_mma(MmaArgs a)
                 }
                 if (ci.z < wklo || ci.y > wkhi)
                     continue;
-                const double2 kv0 = kvs[c * 16 + g], kv8 = kvs[c * 16 + g + 8];
-                const double2 *ep = ers + (c * 8 + g) * GS;
-                double af[KS][2];
+                const double w = wts[c * MMA_CHUNK + g];
+                const int2 kk = *(const int2 *)(cols + c * MMA_CHUNK + 2 * q);
+                const double *ep = ers + (c * MMA_CHUNK + g) * GS + q;
+                double bf[KS];
 #pragma unroll
-                for (int s = 0; s < KS; s++) {
-                    double2 ev = ep[4 * s + q];
-                    bool in = 4 * s + q < a.L; /* members past L are not staged */
-                    af[s][0] = in ? kv0.x * ev.x : 0.0;
-                    af[s][1] = in ? kv8.x * ev.y : 0.0;
-                }
-                const int x0 = khi - __double2loint(kv0.y) + warp * 32 + 2 * q;
-                const int x8 = khi - __double2loint(kv8.y) + warp * 32 + 2 * q;
-                const double2 *c0 = (((x0 ^ g) & 1) ? cp1 : cp0) + x0;
-                const double2 *c8 = (((x8 ^ g) & 1) ? cp1 : cp0) + x8;
+                for (int s = 0; s < KS; s++)
+                    bf[s] = w * ep[4 * s];
+                /* c of (row g, column 2q), (row g + 8, 2q), (g, 2q+1), (g + 8, 2q+1);
+                 * row g + 8 is 2 points on, so its copy is the other of the pair */
+                const int xa = xl - kk.x, xb = xl - kk.y;
+                const int sa = (q - xa) & 3, sb = (q - xb) & 3;
+                const double *ca0 = cw + sa * wpad + xa, *ca8 = cw + (sa ^ 2) * wpad + xa + 2;
+                const double *cb0 = cw + sb * wpad + xb, *cb8 = cw + (sb ^ 2) * wpad + xb + 2;
 #pragma unroll
-                for (int n = 0; n < MMA_NT; n++) {
+                for (int m = 0; m < MT; m++) {
                     double d[4] = {0.0, 0.0, 0.0, 0.0};
 #pragma unroll
                     for (int s = 0; s < KS; s++)
-                        dmma(d, af[s], b[n][s]);
-                    const double2 w0 = c0[8 * n], w8 = c8[8 * n];
-                    o[n][0] = fma(w0.x, d[0], fma(w8.x, d[2], o[n][0]));
-                    o[n][1] = fma(w0.y, d[1], fma(w8.y, d[3], o[n][1]));
+                        dmma(d, af[m][s], bf[s]);
+                    o[m][0] = fma(ca0[16 * m], d[0], fma(cb0[16 * m], d[1], o[m][0]));
+                    o[m][1] = fma(ca8[16 * m], d[2], fma(cb8[16 * m], d[3], o[m][1]));
                 }
             }
             __syncthreads();
@@ -1505,6 +1551,7 @@ dk_status plan_fill(Plan *p, dk_msg *msg)
 dk_status mma_ranges(Plan *p, dk_msg *msg)
 {
     const dk_enkf_setup *s = p->s;
+    const long long MMA_TILE = mma_tile(p->mma_mt);
     long long tiles = (p->N + MMA_TILE - 1) / MMA_TILE, count = p->mma_nseg * tiles * p->M;
     if (count > (1ll << 26))
         return DK_OK; /* too many to keep: the kernel bisects */
@@ -1555,14 +1602,21 @@ dk_status plan_mma(Plan *p, dk_msg *msg)
 {
     const dk_enkf_setup *s = p->s;
     const char *simt = getenv("DAKIT_ENKF_CUDA_SIMT");
-    if (p->two_d || p->L > 4 * MMA_MAX_KS || 2 * p->N + 4 * MMA_TILE >= INT32_MAX || (simt && *simt && *simt != '0') ||
+    if (p->two_d || p->L > 4 * MMA_MAX_KS || 2 * p->N + 4 * mma_tile(4) >= INT32_MAX || (simt && *simt && *simt != '0') ||
         (s->scheme != DK_ENKF_TILED && s->scheme != DK_ENKF_BANDED))
         return DK_OK;
     long long rx = s->scheme == DK_ENKF_TILED ? p->N - 1 : min(p->rx, p->N - 1);
-    long long seg_len = 0, wcap = 2 * MMA_TILE + 2 * rx, nseg = 1, wmax = MMA_WMAX;
+    long long wmax = MMA_WMAX;
     const char *w = getenv("DAKIT_ENKF_CUDA_MMA_WMAX"); /* tuning: c's window, 1024 to 4096 entries */
     if (w && atoll(w) >= 1024 && atoll(w) <= 4096)
         wmax = atoll(w);
+    /* m-tiles per warp: 2 when the tile's reach fits the window, else 4 */
+    int mt = 2 * mma_tile(2) + 2 * rx > wmax ? 4 : 2;
+    const char *m = getenv("DAKIT_ENKF_CUDA_MMA_MT"); /* tuning: 2 or 4 */
+    if (m && (atoi(m) == 2 || atoi(m) == 4))
+        mt = atoi(m);
+    const long long MMA_TILE = mma_tile(mt);
+    long long seg_len = 0, wcap = 2 * MMA_TILE + 2 * rx, nseg = 1;
     if (wcap > wmax) {
         seg_len = wmax - MMA_TILE;
         wcap = wmax;
@@ -1571,6 +1625,7 @@ dk_status plan_mma(Plan *p, dk_msg *msg)
             return DK_OK;
     }
     p->mma = 1;
+    p->mma_mt = mt;
     p->mma_rx = (int)rx;
     p->mma_seg_len = (int)seg_len;
     p->mma_wcap = (int)wcap;
@@ -1633,13 +1688,14 @@ dk_status plan_create(void *device, const dk_enkf_setup *s, void **plan, dk_msg 
 
 void plan_destroy(void *plan) { plan_free((Plan *)plan); }
 
-template <int KS>
-cudaError_t launch_mma(const MmaArgs &a, unsigned tiles, unsigned nseg, size_t shared, cudaStream_t stream)
+template <int KS, int MT>
+cudaError_t launch_mma(const MmaArgs &a, unsigned nseg, size_t shared, cudaStream_t stream)
 {
-    cudaError_t e = cudaFuncSetAttribute(k_mma<KS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
+    cudaError_t e = cudaFuncSetAttribute(k_mma<KS, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
     if (e != cudaSuccess)
         return e;
-    k_mma<KS><<<dim3(tiles, nseg), MMA_THREADS, shared, stream>>>(a);
+    unsigned tiles = (unsigned)((a.N + mma_tile(MT) - 1) / mma_tile(MT));
+    k_mma<KS, MT><<<dim3(tiles, nseg), MMA_THREADS, shared, stream>>>(a);
     return cudaGetLastError();
 }
 
@@ -1647,17 +1703,17 @@ cudaError_t mma_cov(const Plan *p, const double *e, double *pht)
 {
     MmaArgs a = {e, p->values, p->loc, p->indptr, p->indices, p->range_lo, p->range_hi,
                  p->mma_nseg > 1 ? p->mma_partial : pht, (int)p->N, (int)p->L, (int)p->M, p->mma_rx,
-                 p->mma_seg_len, p->mma_wcap, 1.0 / (double)(p->L - 1)};
-    unsigned tiles = (unsigned)((p->N + MMA_TILE - 1) / MMA_TILE), nseg = (unsigned)p->mma_nseg;
-    int ks = (int)((p->L + 3) / 4);
-    size_t shared = mma_shared(ks, p->mma_wcap);
+                 p->mma_seg_len, p->mma_wcap, !(p->L & 1) && !((uintptr_t)e & 15), 1.0 / (double)(p->L - 1)};
+    unsigned nseg = (unsigned)p->mma_nseg;
+    int ks = (int)((p->L + 3) / 4), wide = p->mma_mt == 4;
+    size_t shared = mma_shared(ks, p->mma_mt, p->mma_wcap);
     cudaStream_t st = p->dev->stream;
     cudaError_t e2;
     switch (ks) {
-    case 1: e2 = launch_mma<1>(a, tiles, nseg, shared, st); break;
-    case 2: e2 = launch_mma<2>(a, tiles, nseg, shared, st); break;
-    case 3: e2 = launch_mma<3>(a, tiles, nseg, shared, st); break;
-    default: e2 = launch_mma<4>(a, tiles, nseg, shared, st); break;
+    case 1: e2 = wide ? launch_mma<1, 4>(a, nseg, shared, st) : launch_mma<1, 2>(a, nseg, shared, st); break;
+    case 2: e2 = wide ? launch_mma<2, 4>(a, nseg, shared, st) : launch_mma<2, 2>(a, nseg, shared, st); break;
+    case 3: e2 = wide ? launch_mma<3, 4>(a, nseg, shared, st) : launch_mma<3, 2>(a, nseg, shared, st); break;
+    default: e2 = wide ? launch_mma<4, 4>(a, nseg, shared, st) : launch_mma<4, 2>(a, nseg, shared, st); break;
     }
     if (e2 != cudaSuccess || nseg == 1)
         return e2;
