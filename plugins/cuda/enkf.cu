@@ -960,7 +960,7 @@ __global__ void __launch_bounds__(256) k_gather(const double *e, const double *b
  * segment s, [s*width, (s+1)*width). A warp takes nonzeros, its lanes 32
  * consecutive j (one coalesced row of PHT); the 8 warps' sums are added in
  * a fixed order, so results repeat exactly. */
-__global__ void __launch_bounds__(THREADS) k_hpht_partial(const double *pht, const int *seg, const int *indices,
+__global__ void __launch_bounds__(THREADS, 8) k_hpht_partial(const double *pht, const int *seg, const int *indices,
                                                           const double *values, double *partial, long long M,
                                                           long long S)
 {
@@ -971,10 +971,25 @@ __global__ void __launch_bounds__(THREADS) k_hpht_partial(const double *pht, con
         long long sb = seg[a * (S + 1) + s], se = seg[a * (S + 1) + s + 1];
         for (long long j0 = 0; j0 < M; j0 += 32) {
             long long j = j0 + lane;
+            /* a full SM of warps (32 registers), each with four rows of
+             * PHT in flight: H100, 1e6_compact_r200, 95 us; the compiler's
+             * own choice, 106 registers and a quarter of the warps, 151 us;
+             * 64 registers, 106 us */
             double acc = 0;
-            if (j < M)
-                for (long long t = sb + warp; t < se; t += warps)
+            if (j < M) {
+                long long t = sb + warp;
+                for (; t + 3 * warps < se; t += 4 * warps) {
+                    double rows[4];
+#pragma unroll
+                    for (int u = 0; u < 4; u++)
+                        rows[u] = pht[(long long)indices[t + u * warps] * M + j];
+#pragma unroll
+                    for (int u = 0; u < 4; u++)
+                        acc = fma(values[t + u * warps], rows[u], acc);
+                }
+                for (; t < se; t += warps)
                     acc = fma(values[t], pht[(long long)indices[t] * M + j], acc);
+            }
             red[warp][lane] = acc;
             __syncthreads();
             if (warp == 0 && j < M) {
@@ -1856,11 +1871,13 @@ dk_status cov64(Plan *p, const double *e, double *pht, double *hpht, dk_msg *msg
     if (hpht) {
         /* rows of H the fastest: the blocks in flight share a segment's
          * columns, so each row of PHT comes from DRAM about once. H100,
-         * 1e6_compact_r200: 229 MB read in 151 us, against 378 MB in 160 us
-         * with segments fastest (and 418 us when each block bisected its
-         * bounds; four loads in flight per warp: 165 us; 1024 to 4096
+         * 1e6_compact_r200 (before k_hpht_partial's launch bounds): 229 MB
+         * read in 151 us, against 378 MB in 160 us with segments fastest
+         * (418 us when each block bisected its bounds; 1024 to 4096
          * segments, or a block per segment looping over the rows: 206 to
-         * 804 us) */
+         * 804 us). Splitting k_mma in 2 to 8 parts to sum HPHT's finished
+         * segments on a second stream meanwhile was slower: 1.066 to 1.135
+         * ms against 1.056 for the whole product. */
         dim3 grid((unsigned)(p->M < 65535 ? p->M : 65535), (unsigned)p->S);
         k_hpht_partial<<<grid, THREADS, 0, st>>>(pht, p->hpht_seg, p->indices, p->values, p->partial, p->M, p->S);
         k_hpht_sum<<<blocks_for(p->M * p->M * 32, THREADS), THREADS, 0, st>>>(p->partial, hpht, p->M, p->S);
