@@ -490,8 +490,15 @@ struct MmaArgs {
 
 /* Staged anomaly rows: one per nonzero slot, 4 KS members rounded to 4 mod
  * 8 doubles, so the four rows of a half-warp's B-fragment load (4 members
- * each) land in four different 32-byte bank groups. */
+ * each) land in four different 32-byte bank groups. Slot t holds member l
+ * at l ^ mma_gswap(t): with rows 4 mod 8 doubles long, slots t and t + 4
+ * would start on the same 16-byte bank group, so the 8 slots of a quarter
+ * warp's 16-byte copies hit only 4 groups (2-way conflicts); swapping the
+ * 16-byte pairs of the slots 4..7 mod 8 puts them on the other 4. A
+ * half-warp's B load covers slots of one kind only, so it stays
+ * conflict-free. */
 __host__ __device__ constexpr int mma_gstride(int ks) { return (ks & 1) ? 4 * ks : 4 * ks + 4; }
+__host__ __device__ constexpr int mma_gswap(int t) { return (t & 4) >> 1; }
 /* c's window is held four times, copy s shifted by s banks (its length is
  * 1 mod 16 doubles); each lane picks the copy that puts its value on a bank
  * congruent to its column q mod 4 (below), so a half-warp's 16 loads of c
@@ -507,9 +514,17 @@ __host__ __device__ constexpr int mma_point(int r) { return 4 * (r & 3) + ((r >>
  * points, in shared memory past everything else), so that its stores of PHT
  * fill whole 32-byte sectors instead of writing 8 bytes into each of 32
  * (measured on the H100, N = 10^6, M = 32: k_mma 1.14 -> 1.08 ms, its DRAM
- * traffic 553 -> 338 MB). 4 KiB a block (MT = 2) still lets 4 blocks share
- * an SM. */
+ * traffic 553 -> 338 MB). 4.5 KiB a block (MT = 2) still lets 4 blocks
+ * share an SM. */
 const int MMA_OUT = 4;
+/* The staging rows are 16 MT + 4 doubles apart and point p sits at
+ * p ^ (its m-tile mod 4), so that neither a half-warp's writes (points
+ * congruent mod 4 in different m-tiles) nor the reads of rows r and r + 2
+ * of 8 points meet on a bank (rows 16 MT apart with p in place had 2-way
+ * conflicts on both, 4 M of k_mma's 15.7 M excess shared wavefronts at the
+ * 1e6 compact case; together with mma_gswap, 0.997 -> 0.986 ms there). */
+__host__ __device__ constexpr int mma_stg_row(int mt) { return 16 * mt + 4; }
+__host__ __device__ constexpr int mma_stg_at(int p) { return p ^ ((p >> 4) & 3); }
 __host__ __device__ constexpr size_t mma_out_at(int ks, int wcap)
 {
     return ((4 * (size_t)mma_wpad(wcap) * 8 + 2 * (size_t)MMA_CAP * mma_gstride(ks) * 8 + 3 * (size_t)MMA_CAP * 8 +
@@ -520,7 +535,7 @@ __host__ __device__ constexpr size_t mma_out_at(int ks, int wcap)
 
 size_t mma_shared(int ks, int mt, int wcap)
 {
-    return mma_out_at(ks, wcap) + (size_t)MMA_WARPS * MMA_OUT * 16 * mt * 8;
+    return mma_out_at(ks, wcap) + (size_t)MMA_WARPS * MMA_OUT * mma_stg_row(mt) * 8;
 }
 
 /* D (16 x 8) += A (16 x 4) B (4 x 8) across the warp, in mma.m16n8k4's
@@ -573,7 +588,7 @@ template <int MT>
 __device__ __forceinline__ void mma_flush(double (&o)[MT][2], const MmaArgs &a, int seg, int ibase, int j, int jfirst,
                                           int jlast, double *stg, int lane)
 {
-    constexpr int NV = 2 * MT, WP = 16 * MT; /* values per lane, points per warp */
+    constexpr int NV = 2 * MT, WP = 16 * MT, SR = mma_stg_row(MT); /* values per lane, points per warp */
     const int g = lane >> 2, q = lane & 3;
     const bool h1 = q & 2, h0 = q & 1;
     double v2[NV / 2], v1[NV / 4];
@@ -593,7 +608,7 @@ __device__ __forceinline__ void mma_flush(double (&o)[MT][2], const MmaArgs &a, 
 #pragma unroll
     for (int u = 0; u < NV / 4; u++) {
         const int v = (q >> 1) * (NV / 2) + (q & 1) * (NV / 4) + u;
-        stg[r * WP + 16 * (v >> 1) + mma_point(g + 8 * (v & 1))] = v1[u] * a.inv_lm1;
+        stg[r * SR + mma_stg_at(16 * (v >> 1) + mma_point(g + 8 * (v & 1)))] = v1[u] * a.inv_lm1;
     }
 #pragma unroll
     for (int n = 0; n < MT; n++)
@@ -610,13 +625,13 @@ __device__ __forceinline__ void mma_flush(double (&o)[MT][2], const MmaArgs &a, 
         const int r0 = 2 * half;
         if (i < a.N && r0 <= r) {
             double *dst = a.out + ((size_t)seg * a.N + i) * a.M + jb + r0;
-            double v0 = stg[r0 * WP + p];
+            double v0 = stg[r0 * SR + mma_stg_at(p)];
             if (r0 + 1 <= r && !(a.M & 1)) {
-                *(double2 *)dst = make_double2(v0, stg[(r0 + 1) * WP + p]);
+                *(double2 *)dst = make_double2(v0, stg[(r0 + 1) * SR + mma_stg_at(p)]);
             } else {
                 dst[0] = v0;
                 if (r0 + 1 <= r)
-                    dst[1] = stg[(r0 + 1) * WP + p];
+                    dst[1] = stg[(r0 + 1) * SR + mma_stg_at(p)];
             }
         }
     }
@@ -644,7 +659,7 @@ __global__ void __launch_bounds__(MMA_THREADS, MT == 2 ? 4 : 2) k_mma(MmaArgs a)
     int4 *cinfo = (int4 *)(col + 3 * MMA_CAP); /* (row, first column, last column) */
     int *rlo = (int *)(cinfo + 3 * MMA_CAPC), *rhi = rlo + MMA_ROWS, *rfirst = rhi + MMA_ROWS;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
-    double *stg = (double *)((char *)smem + mma_out_at(KS, a.wcap)) + warp * MMA_OUT * WP;
+    double *stg = (double *)((char *)smem + mma_out_at(KS, a.wcap)) + warp * MMA_OUT * mma_stg_row(MT);
     const int tile = blockIdx.x, i0 = tile * MMA_TILE, seg = blockIdx.y;
     int klo = i0 - a.rx, khi = i0 + MMA_TILE - 1 + a.rx;
     if (a.seg_len) {
@@ -762,12 +777,13 @@ __global__ void __launch_bounds__(MMA_THREADS, MT == 2 ? 4 : 2) k_mma(MmaArgs a)
                 return; /* padding (or a zero of H): nothing to weigh */
             const double *src = a.e + (size_t)k * a.L;
             double *dst = er + ((bb & 1) * MMA_CAP + tid) * GS;
+            const int sw = mma_gswap(tid);
             if (a.vec16) {
                 for (int l = 0; l < a.L; l += 2)
-                    cp_async16(dst + l, src + l);
+                    cp_async16(dst + (l ^ sw), src + l);
             } else {
                 for (int l = 0; l < a.L; l++)
-                    cp_async8(dst + l, src + l);
+                    cp_async8(dst + (l ^ sw), src + l);
             }
         };
         stage_columns(0);
@@ -801,7 +817,7 @@ __global__ void __launch_bounds__(MMA_THREADS, MT == 2 ? 4 : 2) k_mma(MmaArgs a)
                     continue;
                 const double w = wts[c * MMA_CHUNK + g];
                 const int2 kk = *(const int2 *)(cols + c * MMA_CHUNK + 2 * q);
-                const double *ep = ers + (c * MMA_CHUNK + g) * GS + q;
+                const double *ep = ers + (c * MMA_CHUNK + g) * GS + (q ^ mma_gswap(g));
                 double bf[KS];
 #pragma unroll
                 for (int s = 0; s < KS; s++)
