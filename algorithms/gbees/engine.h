@@ -417,19 +417,7 @@ nomem:
     return DK_ERR_OUT_OF_MEMORY;
 }
 
-/* max(x, 0) and min(x, 0) written out: libm's fmax and fmin are calls
- * that the compiler may not inline (their NaN rules), and the flux loop
- * makes dozens per cell. */
-static inline double gb_pos(double x) { return x > 0.0 ? x : 0.0; }
-static inline double gb_neg(double x) { return x < 0.0 ? x : 0.0; }
-
-/* MC (monotonized central) limiter. */
-static inline double gb_mc(double th)
-{
-    double m = 0.5 * (1.0 + th);
-    m = m < 2.0 ? m : 2.0;
-    return gb_pos(m < 2.0 * th ? m : 2.0 * th);
-}
+#include "flux.h"
 
 /* Mass through the face between a (behind) and b = a's forward neighbour
  * along i, per unit dt/dx_i: donor-cell upwind plus the MC-limited

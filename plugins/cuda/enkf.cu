@@ -1119,17 +1119,60 @@ long long fft_size(long long n)
     }
 }
 
-dk_status make_transform(Plan *p, cufftHandle *h, int *have, long long batch, dk_msg *msg)
+/* A batched Z2Z plan on the plan's stream: transforms of n[0] (x n[1])
+ * points, idist and odist apart (idist < n: overlapping input windows). */
+dk_status make_plan(Plan *p, cufftHandle *h, int *have, int rank, const int *n, long long idist, long long odist,
+                    long long batch, dk_msg *msg)
 {
-    int n[2] = {(int)p->P0, (int)p->P1};
-    int rank = p->two_d ? 2 : 1;
+    int embed[2] = {n[0], rank == 2 ? n[1] : 1};
     FFT_TRY(cufftCreate(h), "cufftCreate");
     *have = 1;
     size_t work = 0;
-    FFT_TRY(cufftMakePlanMany(*h, rank, n, NULL, 1, (int)p->P, NULL, 1, (int)p->P, CUFFT_Z2Z, (int)batch, &work),
+    FFT_TRY(cufftMakePlanMany(*h, rank, (int *)n, embed, 1, (int)idist, embed, 1, (int)odist, CUFFT_Z2Z, (int)batch,
+                              &work),
             "planning");
     FFT_TRY(cufftSetStream(*h, p->dev->stream), "cufftSetStream");
     return DK_OK;
+}
+
+/* The whole-signal embedding's transforms, contiguous. */
+dk_status make_transform(Plan *p, cufftHandle *h, int *have, long long batch, dk_msg *msg)
+{
+    int n[2] = {(int)p->P0, (int)p->P1};
+    return make_plan(p, h, have, p->two_d ? 2 : 1, n, p->P, p->P, batch, msg);
+}
+
+/* The forward transforms of `batch` embeddings of n[0] (x n[1]) points held
+ * in col, on the device array dev, back into col, divided by their size:
+ * the spectra of C, made once a plan. */
+dk_status spectra(Plan *p, int rank, const int *n, long long batch, cufftDoubleComplex *dev, cufftDoubleComplex *col,
+                  dk_msg *msg)
+{
+    const long long size = (long long)n[0] * (rank == 2 ? n[1] : 1);
+    const size_t bytes = (size_t)(size * batch) * sizeof *col;
+    cufftHandle h;
+    int have = 0;
+    dk_status st = make_plan(p, &h, &have, rank, n, size, size, batch, msg);
+    cudaError_t e = cudaSuccess;
+    cufftResult fr = CUFFT_SUCCESS;
+    if (st == DK_OK) {
+        e = cudaMemcpyAsync(dev, col, bytes, cudaMemcpyHostToDevice, p->dev->stream);
+        if (e == cudaSuccess && (fr = cufftExecZ2Z(h, dev, dev, CUFFT_FORWARD)) == CUFFT_SUCCESS)
+            e = cudaMemcpyAsync(col, dev, bytes, cudaMemcpyDeviceToHost, p->dev->stream);
+        if (e == cudaSuccess && fr == CUFFT_SUCCESS)
+            e = cudaStreamSynchronize(p->dev->stream);
+    }
+    if (have)
+        cufftDestroy(h);
+    if (st == DK_OK && fr != CUFFT_SUCCESS)
+        st = fft_fail(msg, fr, "transforming C's embedding");
+    if (st == DK_OK && e != cudaSuccess) {
+        (void)cudaGetLastError();
+        st = dk_cuda_fail(msg, e, "transforming C's embedding");
+    }
+    for (long long q = 0; st == DK_OK && q < size * batch; q++)
+        col[q] = make_cuDoubleComplex(cuCreal(col[q]) / (double)size, cuCimag(col[q]) / (double)size);
+    return st;
 }
 
 /* The embedding's first column (per axis in 2-D): C[i,k] = col[(i-k) mod P]. */
@@ -1317,20 +1360,6 @@ dk_status make_hpht_segments(Plan *p, dk_msg *msg)
     return st;
 }
 
-dk_status make_plan_1d(Plan *p, cufftHandle *h, int *have, long long n, long long idist, long long odist,
-                       long long batch, dk_msg *msg)
-{
-    int len = (int)n, inembed = (int)n, onembed = (int)n;
-    FFT_TRY(cufftCreate(h), "cufftCreate");
-    *have = 1;
-    size_t work = 0;
-    FFT_TRY(cufftMakePlanMany(*h, 1, &len, &inembed, 1, (int)idist, &onembed, 1, (int)odist, CUFFT_Z2Z, (int)batch,
-                              &work),
-            "planning");
-    FFT_TRY(cufftSetStream(*h, p->dev->stream), "cufftSetStream");
-    return DK_OK;
-}
-
 /* The block size of the blocked embedding: the smallest power of two that
  * cuts the state into at most BLOCKS_MAX blocks, or 0 (the whole-signal
  * embedding) for 2-D C, long states or DAKIT_ENKF_CUDA_FFT_BLOCK=off.
@@ -1387,43 +1416,24 @@ dk_status make_blocked(Plan *p, long long b, size_t budget, dk_msg *msg)
             double v = (m != b && dist < p->N) ? s->loc[dist] : 0.0;
             col[(d + nb - 1) * F + m] = make_cuDoubleComplex(v, 0.0);
         }
-    cufftHandle one;
-    int have_one = 0;
-    dk_status st = make_plan_1d(p, &one, &have_one, F, F, F, nd, msg);
-    cudaError_t e = cudaSuccess;
-    cufftResult fr = CUFFT_SUCCESS;
+    const int n = (int)F;
+    dk_status st = spectra(p, 1, &n, nd, p->blk_spectrum, col, msg);
     if (st == DK_OK) {
-        size_t bytes = (size_t)(nd * F) * sizeof *col;
-        e = cudaMemcpyAsync(p->blk_spectrum, col, bytes, cudaMemcpyHostToDevice, p->dev->stream);
-        if (e == cudaSuccess &&
-            (fr = cufftExecZ2Z(one, p->blk_spectrum, p->blk_spectrum, CUFFT_FORWARD)) == CUFFT_SUCCESS)
-            e = cudaMemcpyAsync(col, p->blk_spectrum, bytes, cudaMemcpyDeviceToHost, p->dev->stream);
-        if (e == cudaSuccess && fr == CUFFT_SUCCESS)
-            e = cudaStreamSynchronize(p->dev->stream);
-        for (long long q = 0; e == cudaSuccess && fr == CUFFT_SUCCESS && q < nd * F; q++)
-            col[q] = make_cuDoubleComplex(cuCreal(col[q]) / (double)F, cuCimag(col[q]) / (double)F);
-        if (e == cudaSuccess && fr == CUFFT_SUCCESS)
-            e = cudaMemcpy(p->blk_spectrum, col, bytes, cudaMemcpyHostToDevice);
+        cudaError_t e = cudaMemcpy(p->blk_spectrum, col, (size_t)(nd * F) * sizeof *col, cudaMemcpyHostToDevice);
+        if (e != cudaSuccess)
+            st = dk_cuda_fail(msg, e, "copying C's block spectra");
     }
     free(col);
-    if (have_one)
-        cufftDestroy(one);
-    if (st == DK_OK && fr != CUFFT_SUCCESS)
-        st = fft_fail(msg, fr, "transforming C's blocks");
-    if (st == DK_OK && e != cudaSuccess) {
-        (void)cudaGetLastError();
-        st = dk_cuda_fail(msg, e, "transforming C's blocks");
-    }
     if (st != DK_OK)
         return st;
     /* forward: the windows [x_q; x_{q+1}] b apart, the last one of a chunk
      * ending at its last signal's zero block; inverse: in place */
-    if ((st = make_plan_1d(p, &p->fwd_whole, &p->have_fwd_whole, F, b, F, signals * (nb + 1) - 1, msg)) != DK_OK ||
-        (st = make_plan_1d(p, &p->whole, &p->have_whole, F, F, F, signals * (nb + 1), msg)) != DK_OK)
+    if ((st = make_plan(p, &p->fwd_whole, &p->have_fwd_whole, 1, &n, b, F, signals * (nb + 1) - 1, msg)) != DK_OK ||
+        (st = make_plan(p, &p->whole, &p->have_whole, 1, &n, F, F, signals * (nb + 1), msg)) != DK_OK)
         return st;
     if (last > 0 &&
-        ((st = make_plan_1d(p, &p->fwd_last, &p->have_fwd_last, F, b, F, last * (nb + 1) - 1, msg)) != DK_OK ||
-         (st = make_plan_1d(p, &p->last, &p->have_last, F, F, F, last * (nb + 1), msg)) != DK_OK))
+        ((st = make_plan(p, &p->fwd_last, &p->have_fwd_last, 1, &n, b, F, last * (nb + 1) - 1, msg)) != DK_OK ||
+         (st = make_plan(p, &p->last, &p->have_last, 1, &n, F, F, last * (nb + 1), msg)) != DK_OK))
         return st;
     return DK_OK;
 }
@@ -1478,30 +1488,12 @@ dk_status make_fft(Plan *p, dk_msg *msg)
     for (long long a = 0; a < p->P0; a++)
         for (long long b = 0; b < p->P1; b++)
             col[a * p->P1 + b] = make_cuDoubleComplex(embedded(s, p->P0, p->P1, a, b), 0.0);
-    cufftHandle one;
-    int have_one = 0;
-    dk_status st = make_transform(p, &one, &have_one, 1, msg);
-    cudaError_t e = cudaSuccess;
-    cufftResult fr = CUFFT_SUCCESS;
-    if (st == DK_OK) {
-        e = cudaMemcpyAsync(p->buf, col, (size_t)p->P * sizeof *col, cudaMemcpyHostToDevice, p->dev->stream);
-        if (e == cudaSuccess && (fr = cufftExecZ2Z(one, p->buf, p->buf, CUFFT_FORWARD)) == CUFFT_SUCCESS)
-            e = cudaMemcpyAsync(col, p->buf, (size_t)p->P * sizeof *col, cudaMemcpyDeviceToHost, p->dev->stream);
-        if (e == cudaSuccess && fr == CUFFT_SUCCESS)
-            e = cudaStreamSynchronize(p->dev->stream);
-    }
-    if (have_one)
-        cufftDestroy(one);
-    if (st == DK_OK && fr != CUFFT_SUCCESS)
-        st = fft_fail(msg, fr, "transforming C's embedding");
-    if (st == DK_OK && e != cudaSuccess) {
-        (void)cudaGetLastError();
-        st = dk_cuda_fail(msg, e, "transforming C's embedding");
-    }
+    const int n[2] = {(int)p->P0, (int)p->P1};
+    dk_status st = spectra(p, p->two_d ? 2 : 1, n, 1, p->buf, col, msg);
     if (st == DK_OK) {
         for (long long q = 0; q < p->P; q++)
-            re[q] = cuCreal(col[q]) / (double)p->P;
-        e = cudaMemcpy(p->spectrum, re, (size_t)p->P * sizeof(double), cudaMemcpyHostToDevice);
+            re[q] = cuCreal(col[q]);
+        cudaError_t e = cudaMemcpy(p->spectrum, re, (size_t)p->P * sizeof(double), cudaMemcpyHostToDevice);
         if (e != cudaSuccess)
             st = dk_cuda_fail(msg, e, "copying C's spectrum");
     }

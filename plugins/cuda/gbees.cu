@@ -187,15 +187,8 @@ struct UpdArgs {
 
 /* ---- small device helpers ---- */
 
-__device__ __forceinline__ double gpos(double x) { return x > 0.0 ? x : 0.0; }
-__device__ __forceinline__ double gneg(double x) { return x < 0.0 ? x : 0.0; }
-
-__device__ __forceinline__ double gmc(double th)
-{
-    double m = 0.5 * (1.0 + th);
-    m = m < 2.0 ? m : 2.0;
-    return gpos(m < 2.0 * th ? m : 2.0 * th);
-}
+#define GB_FLUX_FN __device__ static __forceinline__
+#include "../../algorithms/gbees/flux.h"
 
 template <typename T> __device__ __forceinline__ T vload(const T &x) { return *(const volatile T *)&x; }
 
@@ -618,7 +611,7 @@ template <class M, int D> __device__ void link_phase(const Dev &g, const Step &s
             if (f >= 0)
                 g.wave[c * D + i] = wave_of(dt, pc, C.p[f] * sc, g.dx[i]);
             if (a >= 0) {
-                g.back[c * 2 * D + 2 * i] = gpos(C.v[(size_t)a * D + i]);
+                g.back[c * 2 * D + 2 * i] = gb_pos(C.v[(size_t)a * D + i]);
                 g.back[c * 2 * D + 2 * i + 1] = wave_of(dt, C.p[a] * sc, pc, g.dx[i]);
             }
             continue;
@@ -640,12 +633,12 @@ template <class M, int D> __device__ void link_phase(const Dev &g, const Step &s
             g.wave[c * D + i] = wv;
             if (o < s.n_old) {
                 C.nb[(size_t)o * 2 * D + 2 * i] = (int32_t)c;
-                g.back[(size_t)o * 2 * D + 2 * i] = gpos(vci);
+                g.back[(size_t)o * 2 * D + 2 * i] = gb_pos(vci);
                 g.back[(size_t)o * 2 * D + 2 * i + 1] = wv;
             }
         } else {
             const double wv = wave_of(dt, po, pc, g.dx[i]);
-            g.back[c * 2 * D + 2 * i] = gpos(C.v[(size_t)o * D + i]);
+            g.back[c * 2 * D + 2 * i] = gb_pos(C.v[(size_t)o * D + i]);
             g.back[c * 2 * D + 2 * i + 1] = wv;
             if (o < s.n_old) {
                 C.nb[(size_t)o * 2 * D + 2 * i + 1] = (int32_t)c;
@@ -679,7 +672,7 @@ __device__ void flux_phase(const Dev &g, const Step &s, long long i0, long long 
             ff = fwd >= 0 ? C.nb[(size_t)fwd * 2 * D + 2 * j + 1] : -1;
             pff = ff >= 0 ? C.p[ff] : 0.0;
         }
-        double F = gpos(u) * pc + (fwd >= 0 ? gneg(u) * pf : 0.0);
+        double F = gb_pos(u) * pc + (fwd >= 0 ? gb_neg(u) * pf : 0.0);
         double corr = 0.0;
         if (fwd >= 0) {
             double jump = pf - pc;
@@ -695,10 +688,10 @@ __device__ void flux_phase(const Dev &g, const Step &s, long long i0, long long 
                     up = ff >= 0 ? pff * sc - pf : -pf;
                 }
                 double au = fabs(u);
-                corr += au * (g.dx[j] / dt - au) * wj * gmc(up / jump);
+                corr += au * (g.dx[j] / dt - au) * wj * gb_mc(up / jump);
             }
         }
-        const double vj_out = gpos(u), vj_in = gneg(u);
+        const double vj_out = gb_pos(u), vj_in = gb_neg(u);
         const bool fin = fwd >= 0 && vj_in != 0.0;
         const int32_t *nb = C.nb + c * 2 * D, *fnb = C.nb + (size_t)(fin ? fwd : 0) * 2 * D;
         const double *bk = g.back + c * 2 * D, *fbk = g.back + (size_t)(fin ? fwd : 0) * 2 * D;
@@ -709,12 +702,12 @@ __device__ void flux_phase(const Dev &g, const Step &s, long long i0, long long 
             if (nb[2 * i] >= 0 && vj_out != 0.0)
                 corr -= bk[2 * i] * vj_out * bk[2 * i + 1];
             if (nb[2 * i + 1] >= 0 && vj_out != 0.0)
-                corr -= gneg(C.v[c * D + i]) * vj_out * g.wave[c * D + i];
+                corr -= gb_neg(C.v[c * D + i]) * vj_out * g.wave[c * D + i];
             if (fin) {
                 if (fnb[2 * i] >= 0)
                     corr -= fbk[2 * i] * vj_in * fbk[2 * i + 1];
                 if (fnb[2 * i + 1] >= 0)
-                    corr -= gneg(C.v[(size_t)fwd * D + i]) * vj_in * g.wave[(size_t)fwd * D + i];
+                    corr -= gb_neg(C.v[(size_t)fwd * D + i]) * vj_in * g.wave[(size_t)fwd * D + i];
             }
         }
         g.flux[c * D + j] = (F + corr) * dt / g.dx[j];
@@ -733,7 +726,7 @@ template <int D> __device__ double apply_phase(const Dev &g, const Step &s, long
             int32_t bk = C.nb[c * 2 * D + 2 * j];
             q -= g.flux[c * D + j] - (bk >= 0 ? g.flux[(size_t)bk * D + j] : 0.0);
         }
-        q = gpos(q);
+        q = gb_pos(q);
         C.p[c] = q;
         sum += q;
     }

@@ -1058,16 +1058,23 @@ dk_status plan_create(void *device, const dk_kmeans_setup *setup, void **out, dk
     return DK_OK;
 }
 
+/* The device entered, for a plan that makes texture features. */
+dk_status texture_enter(const Plan *p, dk_msg *msg)
+{
+    dk_status st = dk_cuda_enter(p->dev, msg);
+    if (st == DK_OK && !p->tex_blocks) {
+        dk_msg_set(msg, "cuda kmeans: this plan makes no texture features");
+        st = DK_ERR_INVALID_ARGUMENT;
+    }
+    return st;
+}
+
 dk_status texture_planes(void *handle, const void *value, void *planes, dk_msg *msg)
 {
     Plan *p = (Plan *)handle;
-    dk_status st = dk_cuda_enter(p->dev, msg);
+    dk_status st = texture_enter(p, msg);
     if (st != DK_OK)
         return st;
-    if (!p->tex_blocks) {
-        dk_msg_set(msg, "cuda kmeans: this plan makes no texture features");
-        return DK_ERR_INVALID_ARGUMENT;
-    }
     k_tex_planes<<<p->tex_blocks, THREADS, 0, p->dev->stream>>>(
         (const float *)((const dk_cuda_buffer *)value)->ptr, (float *)((dk_cuda_buffer *)planes)->ptr,
         (long long)p->s.desc.n);
@@ -1079,13 +1086,9 @@ dk_status texture_features(void *handle, const void *value, const void *smoothed
                            void *mask, void *init, dk_kmeans_texture_stats *stats, dk_msg *msg)
 {
     Plan *p = (Plan *)handle;
-    dk_status st = dk_cuda_enter(p->dev, msg);
+    dk_status st = texture_enter(p, msg);
     if (st != DK_OK)
         return st;
-    if (!p->tex_blocks) {
-        dk_msg_set(msg, "cuda kmeans: this plan makes no texture features");
-        return DK_ERR_INVALID_ARGUMENT;
-    }
     const long long n = (long long)p->s.desc.n;
     const int k = p->s.desc.k, B = p->tex_blocks;
     cudaStream_t sm = p->dev->stream;

@@ -19,7 +19,8 @@
  * device's memory stops the run with a message saying how large it got.
  *
  * The program is built per (model, dimension): the model file's text
- * (embedded by gbees_models.py from models/all.h) comes before gbees.cl,
+ * (embedded by gbees_models.py from models/all.h) and the flux functions
+ * (algorithms/gbees/flux.h, shared with the reference) come before gbees.cl,
  * with the dimension fixed at compile time, and kept in the device for
  * later plans. */
 #include <math.h>
@@ -32,6 +33,7 @@
 #include "opencl_plugin.h"
 
 #include "gbees_cl.h"
+#include "gbees_flux_cl.h"
 #include "gbees_models_cl.h"
 
 /* Work-groups of the first reduction stage, at most. */
@@ -157,9 +159,9 @@ static dk_status program(gb_ocl *g, dk_msg *msg)
              "#define GB_MODEL(...)\n");
     snprintf(tail, sizeof tail, "\n#define gb_f %s_f\n#define gb_h %s_h\n", name, name);
     snprintf(options, sizeof options, "-DGB_DIM=%d -DGB_NCOEF=%d", g->d, DK_GBEES_MAX_COEF);
-    const char *sources[] = {head, model, tail, dk_opencl_gbees_source};
+    const char *sources[] = {head, model, tail, dk_opencl_gbees_flux_source, dk_opencl_gbees_source};
     cl_int err;
-    cl_program prog = clCreateProgramWithSource(dev->context, 4, sources, NULL, &err);
+    cl_program prog = clCreateProgramWithSource(dev->context, 5, sources, NULL, &err);
     if (err != CL_SUCCESS)
         return failed(msg, "clCreateProgramWithSource", err);
     err = clBuildProgram(prog, 1, &dev->id, options, NULL, NULL);

@@ -38,15 +38,8 @@
 #define P_THR (2 * D + GB_NCOEF)
 #define MAXM 8 /* DK_GBEES_MAX_DIM: measurement components */
 
-static inline double gb_pos(double x) { return x > 0.0 ? x : 0.0; }
-static inline double gb_neg(double x) { return x < 0.0 ? x : 0.0; }
-
-static inline double gb_mc(double th)
-{
-    double m = 0.5 * (1.0 + th);
-    m = m < 2.0 ? m : 2.0;
-    return gb_pos(m < 2.0 * th ? m : 2.0 * th);
-}
+/* gb_pos, gb_neg and gb_mc come from algorithms/gbees/flux.h, ahead of
+ * this file in the program (gbees.c) */
 
 static inline ulong gb_mix64(ulong z)
 {
@@ -287,6 +280,20 @@ __kernel void gb_link_new(int from, __global const int *counters, __global const
     rate[c] = r;
 }
 
+/* The work-group's sum (op 0) or maximum (op 1) of each item's acc, left
+ * in tmp[0] (a power-of-two group size). */
+static void gb_reduce_group(__local double *tmp, double acc, int op)
+{
+    size_t lid = get_local_id(0);
+    tmp[lid] = acc;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (size_t h = get_local_size(0) / 2; h > 0; h /= 2) {
+        if (lid < h)
+            tmp[lid] = op == 0 ? tmp[lid] + tmp[lid + h] : fmax(tmp[lid], tmp[lid + h]);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+}
+
 /* Stage one of a sum (op 0) or maximum (op 1) of x[base, base + count),
  * count = counters[1] when from_counter, else n: partial[group]. */
 __kernel void gb_reduce(int base, int n, int from_counter, __global const int *counters,
@@ -294,20 +301,13 @@ __kernel void gb_reduce(int base, int n, int from_counter, __global const int *c
                         __local double *tmp)
 {
     int count = from_counter ? counters[1] : n;
-    size_t lid = get_local_id(0), size = get_local_size(0);
     double acc = 0.0;
     for (size_t i = get_global_id(0); i < (size_t)count; i += get_global_size(0)) {
         double y = x[base + i];
         acc = op == 0 ? acc + y : fmax(acc, y);
     }
-    tmp[lid] = acc;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (size_t h = size / 2; h > 0; h /= 2) {
-        if (lid < h)
-            tmp[lid] = op == 0 ? tmp[lid] + tmp[lid + h] : fmax(tmp[lid], tmp[lid + h]);
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    if (lid == 0)
+    gb_reduce_group(tmp, acc, op);
+    if (get_local_id(0) == 0)
         partial[get_group_id(0)] = tmp[0];
 }
 
@@ -319,13 +319,7 @@ __kernel void gb_reduce_final(int groups, __global const double *partial, int op
     double acc = 0.0;
     for (size_t i = lid; i < (size_t)groups; i += size)
         acc = op == 0 ? acc + partial[i] : fmax(acc, partial[i]);
-    tmp[lid] = acc;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (size_t h = size / 2; h > 0; h /= 2) {
-        if (lid < h)
-            tmp[lid] = op == 0 ? tmp[lid] + tmp[lid + h] : fmax(tmp[lid], tmp[lid + h]);
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
+    gb_reduce_group(tmp, acc, op);
     if (lid == 0)
         out[at] = tmp[0];
 }
