@@ -31,7 +31,8 @@
  *           (k_block_toeplitz): transforms of one cuFFT pass each. Longer
  *           states and 2-D C (block Toeplitz) take one embedding of the
  *           whole signal.
- *   HPHT    k_hpht_partial over segments of each row of H, then k_hpht_sum.
+ *   HPHT    k_hpht_partial over segments of each row of H (the upper triangle:
+ *           HPHT is symmetric), then k_hpht_sum, which mirrors it.
  *   analysis: inflate, cov into work arrays, innovations, cuSOLVER potrf +
  *           potrs for (HPHT + R) Z = D, cuBLAS dgemm for X += PHT Z. */
 #include <math.h>
