@@ -6,9 +6,10 @@
 #include <string.h>
 
 #include <fftw3.h>
-#include <lapacke.h>
 
 #include <dakit/plugin.h>
+
+#include "../../algorithms/enkf/solve_host.h"
 
 /* Below this much work a loop runs on the calling thread: waking and
  * joining a team costs more than small problems (a Lorenz-96 cycle, N = 40)
@@ -359,7 +360,6 @@ static dk_status cpu_enkf_analysis(void *plan, void *x, const double *d, const d
     if ((rc = cov64(q, e, pht, A, msg)) != DK_OK)
         goto done;
     for (size_t j = 0; j < M; j++) {
-        A[j * M + j] += r[j];
         for (size_t l = 0; l < L; l++) {
             double hx = 0;
             for (int64_t u = s->indptr[j]; u < s->indptr[j + 1]; u++)
@@ -367,15 +367,8 @@ static dk_status cpu_enkf_analysis(void *plan, void *x, const double *d, const d
             D[j * L + l] = d[j * L + l] - hx;
         }
     }
-    lapack_int info = LAPACKE_dposv(LAPACK_ROW_MAJOR, 'L', (lapack_int)M, (lapack_int)L, A, (lapack_int)M, D,
-                                    (lapack_int)L);
-    if (info != 0) {
-        dk_msg_set(msg, info > 0 ? "HPHT + R is not positive definite (LAPACKE_dposv, minor %d)"
-                                 : "LAPACKE_dposv rejected argument %d",
-                   (int)(info > 0 ? info : -info));
-        rc = info > 0 ? DK_ERR_INVALID_ARGUMENT : DK_ERR_BACKEND;
+    if ((rc = dk_enkf_solve_host(M, L, A, r, D, msg)) != DK_OK)
         goto done;
-    }
 #pragma omp parallel for schedule(static) if (N * L > PARALLEL_MIN_WORK)
     for (size_t i = 0; i < N; i++)
         for (size_t l = 0; l < L; l++) {

@@ -16,13 +16,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <lapacke.h>
 #ifdef DK_OPENCL_CLFFT
 #include <pthread.h>
 
 #include <clFFT.h>
 #endif
 
+#include "../../algorithms/enkf/solve_host.h"
 #include "opencl_plugin.h"
 
 #include "enkf_cl.h"
@@ -613,17 +613,8 @@ static dk_status analysis(void *handle, void *x_, const double *d, const double 
         goto done;
     }
 
-    for (size_t j = 0; j < M; j++)
-        A[j * M + j] += r[j];
-    lapack_int info = LAPACKE_dposv(LAPACK_ROW_MAJOR, 'L', (lapack_int)M, (lapack_int)L, A, (lapack_int)M, D,
-                                    (lapack_int)L);
-    if (info != 0) {
-        dk_msg_set(msg, info > 0 ? "HPHT + R is not positive definite (LAPACKE_dposv, minor %d)"
-                                 : "LAPACKE_dposv rejected argument %d",
-                   (int)(info > 0 ? info : -info));
-        st = info > 0 ? DK_ERR_INVALID_ARGUMENT : DK_ERR_BACKEND;
+    if ((st = dk_enkf_solve_host(M, L, A, r, D, msg)) != DK_OK)
         goto done;
-    }
 
     err = clEnqueueWriteBuffer(q, p->W, CL_TRUE, 0, M * L * sizeof *D, D, 0, NULL, NULL);
     k = p->update;
