@@ -834,7 +834,7 @@ __global__ void __launch_bounds__(MMA_THREADS, MT == 2 ? 4 : 2) k_mma(MmaArgs a)
              * within the warp's reach are consecutive; two at a time, so
              * that one chunk's loads overlap the other's mma chain (H100:
              * 1e6_compact_r200 0.985 -> 0.977 ms, tiled seed_25k_full
-             * 1.06 -> 0.95 ms; one at a time 0.993 and 0.96) */
+             * 1.06 -> 0.95 ms; one at a time 0.995 and 0.96) */
             const int b0 = bb * MMA_CAPC;
             for (int r = cis[0].x;; r++) {
                 int cb = max(rfirst[r], b0) - b0, ce = min(rfirst[r + 1], b0 + nc) - b0;

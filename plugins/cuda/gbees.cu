@@ -1181,6 +1181,19 @@ template <class M, int D, bool DP> __global__ void __launch_bounds__(THREADS) k_
     }
 }
 
+/* The grid's mass after a step (or a prune) sets the next scale, 1 / total;
+ * none left (or not finite) ends the run with `failure` at the step's time. */
+__device__ bool rescale(State *st, double total, int failure)
+{
+    if (!(total > 0.0) || !isfinite(total)) {
+        st->status = failure;
+        st->err_b = st->t;
+        return false;
+    }
+    st->scale = 1.0 / total;
+    return true;
+}
+
 template <class M, int D, bool DP> __global__ void __launch_bounds__(THREADS) k_end(Dev g)
 {
     State *st = g.st;
@@ -1194,13 +1207,7 @@ template <class M, int D, bool DP> __global__ void __launch_bounds__(THREADS) k_
     st->steps++;
     st->cell_steps += (unsigned long long)st->n;
     st->done++;
-    if (!(total > 0.0) || !isfinite(total)) {
-        st->status = ST_MASS;
-        st->err_b = st->t;
-        return;
-    }
-    st->scale = 1.0 / total;
-    if (!DP)
+    if (!rescale(st, total, ST_MASS) || !DP)
         return;
     if (st->steps % (unsigned long long)g.del_step == 0) {
         int b = blocks_for(st->n);
@@ -1228,13 +1235,7 @@ template <class M, int D, bool DP> __global__ void __launch_bounds__(THREADS) k_
     st->n = st->kept;
     st->n_alloc = (unsigned)st->kept;
     st->maxbits[st->cur ^ 1] = 0;
-    if (!(total > 0.0) || !isfinite(total)) {
-        st->status = ST_PRUNED;
-        st->err_b = st->t;
-        return;
-    }
-    st->scale = 1.0 / total;
-    if (DP)
+    if (rescale(st, total, ST_PRUNED) && DP)
         next_step<M, D, DP>(g);
 }
 

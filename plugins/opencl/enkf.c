@@ -105,9 +105,7 @@ static dk_status program(dk_opencl_device *dev, cl_program *out, dk_msg *msg)
         *out = dev->enkf;
         return DK_OK;
     }
-    cl_device_fp_config fp64 = 0;
-    clGetDeviceInfo(dev->id, CL_DEVICE_DOUBLE_FP_CONFIG, sizeof fp64, &fp64, NULL);
-    if (!fp64) {
+    if (!dev->fp64) {
         dk_msg_set(msg, "opencl enkf: %s lacks cl_khr_fp64, which the enkf kernels need (they "
                         "compute in float64 for both dtypes); use another backend", dev->name);
         return DK_ERR_NOT_IMPLEMENTED;

@@ -126,9 +126,7 @@ static dk_status program(gb_ocl *g, dk_msg *msg)
 {
     dk_opencl_device *dev = g->dev;
     const char *name = g->s.model->name;
-    cl_device_fp_config fp64 = 0;
-    clGetDeviceInfo(dev->id, CL_DEVICE_DOUBLE_FP_CONFIG, sizeof fp64, &fp64, NULL);
-    if (!fp64) {
+    if (!dev->fp64) {
         dk_msg_set(msg, "opencl gbees: %s has no double precision (cl_khr_fp64), which gbees needs "
                         "(the scheme is float64 throughout); use another backend", dev->name);
         return DK_ERR_NOT_IMPLEMENTED;

@@ -16,6 +16,7 @@ typedef struct dk_opencl_device {
     cl_context context;
     cl_command_queue queue;
     int is_cpu;            /* CPU devices want each work-item's data contiguous */
+    int fp64;              /* cl_khr_fp64: the float64 kernels (enkf, gbees, gauss's f64) build */
     cl_uint compute_units;
     cl_ulong max_alloc;    /* CL_DEVICE_MAX_MEM_ALLOC_SIZE */
     int lanes_f32, lanes_f64; /* windows per work-item (LANES in gauss.cl) */

@@ -275,6 +275,7 @@ static dk_status opencl_device_open(int index, void **handle, dk_msg *msg)
      * chains. A GPU gets its parallelism from the work-items themselves. */
     dev->lanes_f32 = dev->is_cpu ? 16 : 1;
     dev->lanes_f64 = dev->is_cpu ? 8 : 1;
+    dev->fp64 = has_extension(id, "cl_khr_fp64");
 
     /* The reference divides once per pass; ask for a correctly rounded
      * float division where the device offers it (OpenCL otherwise allows
@@ -287,7 +288,7 @@ static dk_status opencl_device_open(int index, void **handle, dk_msg *msg)
                  ? " -cl-fp32-correctly-rounded-divide-sqrt"
                  : "");
     st = build_gauss(dev, options, &dev->gauss_f32, msg);
-    if (st == DK_OK && has_extension(id, "cl_khr_fp64")) {
+    if (st == DK_OK && dev->fp64) {
         snprintf(options, sizeof options, "-DREAL=double -DDK_FP64 -DLANES=%d", dev->lanes_f64);
         st = build_gauss(dev, options, &dev->gauss_f64, msg);
     }
