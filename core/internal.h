@@ -25,7 +25,8 @@ void dk_log(dk_log_level level, const char *fmt, ...) __attribute__((format(prin
 
 /* A plugin the registry loaded and accepted. */
 typedef struct dk_backend {
-    const dk_plugin *plugin;
+    const dk_plugin *plugin;         /* the registry's copy of the descriptor: members
+                                        past the plugin's own size read NULL */
     char path[1024];
     int device_count;
     dk_device_info devices[DK_PLUGIN_MAX_DEVICES];
@@ -60,9 +61,12 @@ struct dk_plan {
 const void *dk_context_ops(dk_context *ctx, dk_algo algo);
 const char *dk_algo_name(dk_algo algo);
 
-/* DK_OK when variant is NULL or in the NULL-terminated list variants; else
- * DK_ERR_NOT_IMPLEMENTED with an error naming the ones offered (ctx NULL:
- * the serial reference). */
-dk_status dk_check_variant(dk_context *ctx, dk_algo algo, const char *const *variants, const char *variant);
+/* The one way a variant is chosen, for every algorithm: the entry of the
+ * plugin's NULL-terminated list `variants` equal to `requested` (NULL: the
+ * first, the default), so that a setup points at the plugin's own string
+ * and never at the caller's. NULL when there is none, with the error set
+ * (DK_ERR_NOT_IMPLEMENTED) naming the ones offered; ctx NULL: the serial
+ * reference. */
+const char *dk_pick_variant(dk_context *ctx, dk_algo algo, const char *const *variants, const char *requested);
 
 #endif

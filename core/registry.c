@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <limits.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,11 +13,16 @@
 #include <sys/stat.h>
 
 #include "internal.h"
+#include <dakit/enkf.h>
+#include <dakit/gauss.h>
+#include <dakit/gbees.h>
+#include <dakit/kmeans.h>
 
 #define MAX_PLUGINS 64
 
 typedef struct entry {
     dk_backend backend;    /* plugin == NULL: refused before the descriptor was usable */
+    dk_plugin desc;        /* the plugin's descriptor, zero past its own size */
     dk_backend_info info;
     void *handle;
     int probed;
@@ -41,6 +47,18 @@ static const void *plugin_ops(const dk_plugin *p, dk_algo algo)
     case DK_ALGO_ENKF: return p->enkf;
     case DK_ALGO_KMEANS: return p->kmeans;
     case DK_ALGO_GBEES: return p->gbees;
+    default: return NULL;
+    }
+}
+
+/* Every ops table starts with its variant list. */
+static const char *const *plugin_variants(const dk_plugin *p, dk_algo algo)
+{
+    switch (algo) {
+    case DK_ALGO_GAUSS: return p->gauss->variants;
+    case DK_ALGO_ENKF: return p->enkf->variants;
+    case DK_ALGO_KMEANS: return p->kmeans->variants;
+    case DK_ALGO_GBEES: return p->gbees->variants;
     default: return NULL;
     }
 }
@@ -101,6 +119,18 @@ static void load_plugin(const char *path)
         refuse(e, "plugin ABI version %s", detail);
         return;
     }
+    /* An older plugin's descriptor ends early: copy what it has, the rest
+     * stays NULL (absent); a newer one's extra members are not read. */
+    size_t required = offsetof(dk_plugin, buffer_copy) + sizeof p->buffer_copy;
+    if (p->size < required) {
+        char detail[96];
+        snprintf(detail, sizeof detail, "%u bytes, shorter than the %zu every ABI %u plugin has", p->size,
+                 required, DK_PLUGIN_ABI_VERSION);
+        refuse(e, "descriptor size %s", detail);
+        return;
+    }
+    memcpy(&e->desc, p, p->size < sizeof e->desc ? p->size : sizeof e->desc);
+    p = &e->desc;
     if (!p->name || !p->name[0] || strchr(p->name, ',')) {
         refuse(e, "descriptor has no usable name%s", "");
         return;
@@ -121,9 +151,15 @@ static void load_plugin(const char *path)
     }
     size_t len = 0;
     for (int a = 0; a < DK_ALGO_COUNT; a++) {
-        if (plugin_ops(p, (dk_algo)a))
-            len += (size_t)snprintf(e->info.algorithms + len, sizeof e->info.algorithms - len,
-                                    "%s%s", len ? "," : "", algo_names[a]);
+        if (!plugin_ops(p, (dk_algo)a))
+            continue;
+        len += (size_t)snprintf(e->info.algorithms + len, sizeof e->info.algorithms - len, "%s%s",
+                                len ? "," : "", algo_names[a]);
+        const char *const *v = plugin_variants(p, (dk_algo)a);
+        char *out = e->info.variants[a];
+        size_t cap = sizeof e->info.variants[a], used = 0;
+        for (; v && *v && used < cap; v++)
+            used += (size_t)snprintf(out + used, cap - used, "%s%s", used ? "," : "", *v);
     }
     e->backend.plugin = p;
 }
@@ -285,20 +321,26 @@ const void *dk_context_ops(dk_context *ctx, dk_algo algo)
     return ops;
 }
 
-dk_status dk_check_variant(dk_context *ctx, dk_algo algo, const char *const *variants, const char *variant)
+const char *dk_pick_variant(dk_context *ctx, dk_algo algo, const char *const *variants, const char *requested)
 {
-    if (!variant)
-        return DK_OK;
+    const char *who = ctx ? ctx->backend->plugin->name : "the serial reference";
+    if (!variants || !variants[0]) {
+        dk_fail(ctx, DK_ERR_NOT_IMPLEMENTED, "%s: %s lists no variant", dk_algo_name(algo), who);
+        return NULL;
+    }
+    if (!requested)
+        return variants[0];
     char offered[256] = "";
     size_t used = 0;
-    for (const char *const *v = variants; v && *v; v++) {
-        if (strcmp(*v, variant) == 0)
-            return DK_OK;
+    for (const char *const *v = variants; *v; v++) {
+        if (strcmp(*v, requested) == 0)
+            return *v;
         used += (size_t)snprintf(offered + used, used < sizeof offered ? sizeof offered - used : 0, "%s%s",
                                  used ? ", " : "", *v);
     }
-    return dk_fail(ctx, DK_ERR_NOT_IMPLEMENTED, "%s: %s has no variant '%s'; it offers: %s", dk_algo_name(algo),
-                   ctx ? ctx->backend->plugin->name : "the serial reference", variant, used ? offered : "none");
+    dk_fail(ctx, DK_ERR_NOT_IMPLEMENTED, "%s: %s has no variant '%s'; it offers: %s", dk_algo_name(algo), who,
+            requested, offered);
+    return NULL;
 }
 
 static entry *find_by_name(const char *name, size_t len)

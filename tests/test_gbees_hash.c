@@ -4,7 +4,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "../algorithms/gbees/hash.h"
+#include <dakit/kit/gbees/hash.h>
 #include "check.h"
 
 #define DIM 4

@@ -44,12 +44,12 @@ static double bytes(int i)
     return 8.0 * (n * L_ + n * M_) + 16.0 * DENSITY * n * M_;
 }
 
-/* DAKIT_BENCH_ENKF_SCHEMES=fft,banded times only those of the backend's
- * schemes (a tiled run at N = 10^6 takes seconds). */
-static const char *const *schemes(const dk_context *ctx)
+/* DAKIT_BENCH_ENKF_VARIANTS=fft,banded times only those of the backend's
+ * variants (a tiled run at N = 10^6 takes seconds). */
+static const char *const *variants(const dk_context *ctx)
 {
     static const char *kept[8];
-    const char *const *all = dk_enkf_schemes(ctx), *only = getenv("DAKIT_BENCH_ENKF_SCHEMES");
+    const char *const *all = dk_enkf_variants(ctx), *only = getenv("DAKIT_BENCH_ENKF_VARIANTS");
     if (!only || !*only)
         return all;
     int n = 0;
@@ -101,10 +101,7 @@ static void *setup(dk_context *ctx, int i, const char *variant, char *err, size_
     d.members = L_;
     d.loc = loc;
     d.H = (dk_csr){M_, N, indptr, indices, values};
-    static const char *names[] = {"auto", "tiled", "banded", "fft"};
-    for (int k = 0; variant && k < 4; k++)
-        if (!strcmp(variant, names[k]))
-            d.scheme = (dk_enkf_scheme)k;
+    d.variant = variant;
     if (dk_enkf_plan_create(ctx, &d, &s->plan) != DK_OK ||
         dk_buffer_create(ctx, N * L_ * sizeof(double), &s->e) != DK_OK ||
         dk_buffer_create(ctx, N * M_ * sizeof(double), &s->pht) != DK_OK ||
@@ -135,7 +132,7 @@ const bench_suite bench_enkf = {
     .name = name,
     .what = what,
     .bytes = bytes,
-    .variants = schemes,
+    .variants = variants,
     .setup = setup,
     .run = run,
     .teardown = teardown,

@@ -57,12 +57,6 @@ typedef struct state {
 static int count(void) { return NCASES; }
 static const char *name(int i) { return cases[i].name; }
 static const char *what(int i) { return cases[i].what; }
-static const char *const *variants(const dk_context *ctx)
-{
-    (void)ctx;
-    static const char *const one[] = {"lloyd", NULL};
-    return one;
-}
 
 static double bytes(int i)
 {
@@ -133,7 +127,6 @@ static void teardown(void *p)
 
 static void *setup(dk_context *ctx, int i, const char *variant, char *err, size_t len)
 {
-    (void)variant;
     state *s = calloc(1, sizeof *s);
     if (!s) {
         snprintf(err, len, "out of host memory");
@@ -143,7 +136,7 @@ static void *setup(dk_context *ctx, int i, const char *variant, char *err, size_
     snprintf(s->backend, sizeof s->backend, "%s", dk_context_backend(ctx));
     if (i == 1) {
         const char *path = getenv("DAKIT_RADOLAN") ? getenv("DAKIT_RADOLAN") : RADAR_FILE;
-        radar_options o = {6, 0.7, 5, 5.0, 2.0, 20, 0.0};
+        radar_options o = {6, 0.7, 5, 5.0, 2.0, 20, 0.0, variant};
         if (radolan_read(path, &s->r, err, len) != DK_OK ||
             radar_pipeline_create(ctx, s->r.rows, s->r.cols, &o, &s->radar, err, len) != DK_OK) {
             teardown(s);
@@ -159,6 +152,7 @@ static void *setup(dk_context *ctx, int i, const char *variant, char *err, size_
     d.k = 16;
     d.max_iters = 20;
     d.tol = 0;
+    d.variant = variant;
     size_t xs = d.n * d.d * sizeof(float), cs = (size_t)d.k * d.d * sizeof(float);
     float *host = malloc(xs), *init = malloc(cs);
     if (!host || !init) {
@@ -221,7 +215,7 @@ const bench_suite bench_kmeans = {
     .name = name,
     .what = what,
     .bytes = bytes,
-    .variants = variants,
+    .variants = dk_kmeans_variants,
     .setup = setup,
     .run = run,
     .teardown = teardown,

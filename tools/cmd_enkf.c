@@ -28,7 +28,9 @@ static void usage(FILE *f)
             "backend.\n"
             "\n"
             "  --hpht FILE           cov: also write HPHT = H PHT (M x M)\n"
-            "  --scheme auto|tiled|banded|fft   (default auto: the cost model picks)\n"
+            "  --variant NAME        one of the backend's variants (`dakit info` lists them:\n"
+            "                        tiled, banded, fft, ...); default: the cost model picks\n"
+            "  --scheme auto|tiled|banded|fft   the same as --variant (auto: the cost model)\n"
             "  --dtype f64|f32       compute precision (default f64)\n"
             "  --backend NAME        cuda, opencl, cpu, auto or a comma list\n"
             "  --reference           use the serial reference instead of a backend\n"
@@ -39,12 +41,15 @@ static void usage(FILE *f)
             "  --max-rmse X / --min-rmse X: exit 1 unless the time-mean analysis RMSE is <= / >= X\n");
 }
 
-static int parse_scheme(const char *v, dk_enkf_scheme *s)
+static int parse_scheme(const char *v, const char **variant)
 {
-    static const char *names[] = {"auto", "tiled", "banded", "fft"};
-    for (int k = 0; k < 4; k++)
+    static const char *names[] = {"tiled", "banded", "fft"};
+    *variant = NULL;
+    if (!strcmp(v, "auto"))
+        return 0;
+    for (int k = 0; k < 3; k++)
         if (!strcmp(v, names[k])) {
-            *s = (dk_enkf_scheme)k;
+            *variant = names[k];
             return 0;
         }
     return -1;
@@ -76,7 +81,7 @@ static double *as_f64(const npy_array *a, const char *path)
 
 typedef struct inputs {
     const char *ens, *loc, *H, *out, *hpht, *obs, *obs_var, *backend;
-    dk_enkf_scheme scheme;
+    const char *variant;
     dk_dtype dtype;
     int reference;
     int have_seed;
@@ -118,8 +123,10 @@ static int parse(int argc, char **argv, inputs *in, int analysis)
             in->obs_var = v;
         else if (!strcmp(a, "--backend"))
             in->backend = v;
+        else if (!strcmp(a, "--variant"))
+            in->variant = v;
         else if (!strcmp(a, "--scheme")) {
-            if (parse_scheme(v, &in->scheme))
+            if (parse_scheme(v, &in->variant))
                 return cli_error(CMD, 2, "--scheme must be auto, tiled, banded or fft, not '%s'", v);
         } else if (!strcmp(a, "--dtype")) {
             if (!strcmp(v, "f64"))
@@ -181,7 +188,7 @@ static int load(const inputs *in, loaded *ld)
     ld->desc.dtype = in->dtype;
     ld->desc.n = N;
     ld->desc.members = L;
-    ld->desc.scheme = in->scheme;
+    ld->desc.variant = in->variant;
     if (ld->loc.ndim == 1) {
         if (ld->loc.shape[0] != N)
             return cli_error(CMD, 1, "%s holds %zu values but the ensemble has N = %zu rows", in->loc,
@@ -279,9 +286,9 @@ static int run_cov(int argc, char **argv)
             rc = cli_error(CMD, 1, "%s", dk_last_error(ctx));
             goto done;
         }
-        fprintf(stderr, "dakit enkf cov: N=%zu L=%zu M=%zu nnz=%zu on %s (%s), scheme %s: %.3f ms\n", N,
+        fprintf(stderr, "dakit enkf cov: N=%zu L=%zu M=%zu nnz=%zu on %s (%s), variant %s: %.3f ms\n", N,
                 ld.desc.members, M, (size_t)ld.H.indptr[M], dk_context_backend(ctx), dk_context_device(ctx),
-                dk_enkf_scheme_name(dk_enkf_plan_scheme(plan)), (cli_now() - t0) * 1e3);
+                dk_enkf_plan_variant(plan), (cli_now() - t0) * 1e3);
     }
     if ((rc = write_f64(in.out, pht, in.dtype, N, M)) != 0 ||
         (in.hpht && (rc = write_f64(in.hpht, hpht, in.dtype, M, M)) != 0))
@@ -545,9 +552,9 @@ static int run_l96(int argc, char **argv)
     free(scatter);
     free(ones);
     printf("Lorenz-96 twin experiment: N=40 F=8 dt=0.05 RK4, all variables observed every step (variance 1),\n"
-           "%zu members, %s, inflation %.3g, backend %s (%s), scheme %s\n",
+           "%zu members, %s, inflation %.3g, backend %s (%s), variant %s\n",
            L, radius > 0 ? "Gaspari-Cohn localization" : "no localization", inflation, dk_context_backend(ctx),
-           dk_context_device(ctx), dk_enkf_scheme_name(dk_enkf_plan_scheme(plan)));
+           dk_context_device(ctx), dk_enkf_plan_variant(plan));
     if (radius > 0)
         printf("localization half-width %.3g grid points (zero beyond %.3g)\n", radius, 2 * radius);
     double sum = 0, window = 0;

@@ -6,8 +6,8 @@
 int cmd_info(int argc, char **argv)
 {
     if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
-        printf("usage: dakit info\n\nLists every plugin found, its version, devices and algorithms,\n"
-               "and the reason any plugin was refused.\n");
+        printf("usage: dakit info\n\nLists every plugin found, its version, devices, algorithms and\n"
+               "their variants, and the reason any plugin was refused.\n");
         return 0;
     }
     int n = dk_backend_count();
@@ -21,6 +21,11 @@ int cmd_info(int argc, char **argv)
             usable++;
             printf("\n%s %s (priority %d)\n  file: %s\n  algorithms: %s\n", b.name, b.version,
                    b.priority, b.path, b.algorithms[0] ? b.algorithms : "none");
+            static const char *algos[] = {"gauss", "enkf", "kmeans", "gbees"};
+            for (int a = 0; a < 4; a++)
+                if (b.variants[a][0])
+                    printf("    %-7s variants: %s (--variant; default: %s)\n", algos[a], b.variants[a],
+                           a == 1 ? "the cost model's pick" : "the first");
             for (int d = 0; d < b.device_count; d++) {
                 static const char *kinds[] = {"", ", cpu", ", gpu", ", accelerator"};
                 unsigned k = (unsigned)b.devices[d].kind;

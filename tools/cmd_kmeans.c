@@ -42,6 +42,7 @@ static void usage(FILE *f)
             "  --iters N          iteration limit (default 20)     --tol T  centroid move to stop (default 0)\n"
             "\n"
             "  --backend NAME     cuda, opencl, cpu, auto or a comma list (default: DAKIT_BACKEND/auto)\n"
+            "  --variant NAME     one of the backend's variants (`dakit info` lists them; default: the first)\n"
             "  --reference        the serial reference instead of a backend\n");
 }
 
@@ -92,7 +93,7 @@ int cmd_kmeans(int argc, char **argv)
 {
     const char *cmd = "kmeans";
     const char *radolan_path = NULL, *in_path = NULL, *init_path = NULL, *labels_path = NULL;
-    const char *centroids_path = NULL, *png_path = NULL, *backend = NULL;
+    const char *centroids_path = NULL, *png_path = NULL, *backend = NULL, *variant = NULL;
     long k = -1, iters = 20, window = 5;
     double lambda = 0.7, tol = 0, min_dbz = 5, tsigma = 2;
     int use_reference = 0;
@@ -122,6 +123,8 @@ int cmd_kmeans(int argc, char **argv)
             png_path = v;
         else if (!strcmp(a, "--backend"))
             backend = v;
+        else if (!strcmp(a, "--variant"))
+            variant = v;
         else if (!strcmp(a, "--k"))
             k = strtol(v, &end, 10);
         else if (!strcmp(a, "--iters"))
@@ -162,7 +165,7 @@ int cmd_kmeans(int argc, char **argv)
         }
         printf("%s: RADOLAN %s, %zu x %zu, %zu pixels with data, %zu clutter, max %.1f %s\n", radolan_path,
                r.product, r.rows, r.cols, r.data_pixels, r.clutter_pixels, (double)r.max_value, r.unit);
-        radar_options o = {(int)k, lambda, (int)window, min_dbz, tsigma, (int)iters, tol};
+        radar_options o = {(int)k, lambda, (int)window, min_dbz, tsigma, (int)iters, tol, variant};
         radar_result out;
         if (radar_cluster(ctx, &r, &o, &out, err, sizeof err) != DK_OK) {
             cli_error(cmd, 1, "%s", err);
@@ -211,6 +214,7 @@ int cmd_kmeans(int argc, char **argv)
     d.k = (int)k;
     d.max_iters = (int)iters;
     d.tol = tol;
+    d.variant = variant;
     labels = malloc(d.n * sizeof *labels);
     cent = malloc((size_t)d.k * d.d * sizeof *cent);
     init = malloc((size_t)d.k * d.d * sizeof *init);

@@ -275,10 +275,7 @@ static void enkf_run(dk_context *ctx, const char *variant, int i, conform_result
     prepared_case *p = &prepared[i];
     dk_enkf_desc d = p->desc;
     size_t N = d.n, L = d.members, M = d.H.rows, w = dk_dtype_size(c->dtype);
-    static const char *names[] = {"auto", "tiled", "banded", "fft"};
-    for (int k = 0; variant && k < 4; k++)
-        if (!strcmp(variant, names[k]))
-            d.scheme = (dk_enkf_scheme)k;
+    d.variant = variant;
     double eps = c->dtype == DK_F64 ? 0x1p-53 : 0x1p-24;
     r->error = INFINITY;
     r->passed = 0;
@@ -289,7 +286,7 @@ static void enkf_run(dk_context *ctx, const char *variant, int i, conform_result
         goto done;
     }
     double P = c->ndim == 1 ? 2.0 * (double)N : 4.0 * (double)N;
-    double fft_factor = dk_enkf_plan_scheme(plan) == DK_ENKF_FFT ? log2(P) : 1.0;
+    double fft_factor = !strncmp(dk_enkf_plan_variant(plan), "fft", 3) ? log2(P) : 1.0;
     size_t worst = 0;
     if (c->analysis) {
         double cond = 1;
@@ -329,7 +326,7 @@ static void enkf_run(dk_context *ctx, const char *variant, int i, conform_result
     }
     r->passed = r->error <= r->tolerance;
     if (r->passed)
-        snprintf(r->detail, sizeof r->detail, "scheme %s", dk_enkf_scheme_name(dk_enkf_plan_scheme(plan)));
+        snprintf(r->detail, sizeof r->detail, "variant %s", dk_enkf_plan_variant(plan));
 done:
     free(out);
     free(hout);
@@ -342,7 +339,7 @@ const conform_suite conform_enkf = {
     .count = enkf_count,
     .name = enkf_name,
     .quick = enkf_quick,
-    .variants = dk_enkf_schemes,
+    .variants = dk_enkf_variants,
     .prepare = enkf_prepare,
     .run = enkf_run,
     .release = enkf_release,

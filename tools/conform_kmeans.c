@@ -85,11 +85,6 @@ static struct {
 static int km_count(void) { return NCASES; }
 static const char *km_name(int i) { return cases[i].name; }
 static int km_quick(int i) { return cases[i].quick; }
-static const char *const *km_variants(const dk_context *ctx)
-{
-    (void)ctx;
-    return NULL;
-}
 
 static void desc_of(const kmeans_case *c, dk_kmeans_desc *d)
 {
@@ -207,7 +202,7 @@ static double max_abs_diff(const float *a, const float *b, size_t count, double 
     return e;
 }
 
-static void tex_run(dk_context *ctx, int i, conform_result *r)
+static void tex_run(dk_context *ctx, const char *variant, int i, conform_result *r)
 {
     const kmeans_case *c = &cases[i];
     const size_t n = c->n, kf = (size_t)c->k * 3;
@@ -216,6 +211,7 @@ static void tex_run(dk_context *ctx, int i, conform_result *r)
     r->passed = 0;
     dk_kmeans_desc d;
     desc_of(c, &d);
+    d.variant = variant;
     dk_plan *plan = NULL;
     dk_buffer *bv = NULL, *bp = NULL, *bs = NULL, *bx = NULL, *bm = NULL, *bi = NULL;
     float *planes = malloc(3 * n * sizeof(float)), *x = malloc(3 * n * sizeof(float)), *init = malloc(kf * sizeof(float));
@@ -303,10 +299,9 @@ static dk_status km_prepare(int i, char *err, size_t len)
 
 static void km_run(dk_context *ctx, const char *variant, int i, conform_result *r)
 {
-    (void)variant;
     const kmeans_case *c = &cases[i];
     if (c->texture) {
-        tex_run(ctx, i, r);
+        tex_run(ctx, variant, i, r);
         return;
     }
     size_t kd = (size_t)c->k * c->d;
@@ -315,6 +310,7 @@ static void km_run(dk_context *ctx, const char *variant, int i, conform_result *
     r->passed = 0;
     dk_kmeans_desc d;
     desc_of(c, &d);
+    d.variant = variant;
     dk_plan *plan = NULL;
     int32_t *labels = malloc(c->n * sizeof *labels);
     float *cent = malloc(kd * sizeof *cent);
@@ -368,7 +364,7 @@ const conform_suite conform_kmeans = {
     .count = km_count,
     .name = km_name,
     .quick = km_quick,
-    .variants = km_variants,
+    .variants = dk_kmeans_variants,
     .prepare = km_prepare,
     .run = km_run,
     .release = km_release,

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../algorithms/gbees/hash.h"
+#include <dakit/kit/gbees/hash.h>
 #include "cli.h"
 #include "gbees_tools.h"
 #include "npy.h"

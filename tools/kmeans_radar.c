@@ -80,6 +80,7 @@ dk_status radar_pipeline_create(dk_context *ctx, size_t rows, size_t cols, const
     p->kd.k = o->k;
     p->kd.max_iters = o->iters;
     p->kd.tol = o->tol;
+    p->kd.variant = o->variant;
     p->kd.layout = DK_KMEANS_FEATURE_MAJOR;
     p->kd.rows = rows;
     p->kd.cols = cols;

@@ -16,6 +16,7 @@ typedef struct radar_options {
     double texture_sigma; /* pixels */
     int iters;
     double tol;
+    const char *variant; /* the kmeans variant; NULL: the backend's default */
 } radar_options;
 
 #define RADAR_FEATURES 3 /* reflectivity, local mean, local standard deviation */

@@ -1,4 +1,4 @@
-/* enkf: validation, the cost model that picks a scheme, the observation
+/* enkf: validation, the cost model that picks a variant, the observation
  * perturbations, and dispatch to the context's plugin. */
 #include <math.h>
 #include <stdint.h>
@@ -8,18 +8,26 @@
 
 #include "enkf_internal.h"
 
-static const char *const scheme_names[] = {"auto", "tiled", "banded", "fft"};
+static const char *const scheme_names[] = {"", "tiled", "banded", "fft"};
 
-DK_API const char *dk_enkf_scheme_name(dk_enkf_scheme scheme)
+/* The scheme a variant name performs ("banded-simt": banded), or 0. */
+dk_enkf_scheme dk_enkf_scheme_of(const char *variant)
 {
-    return (unsigned)scheme < 4 ? scheme_names[scheme] : "unknown";
+    if (!variant)
+        return (dk_enkf_scheme)0;
+    for (int k = DK_ENKF_TILED; k <= DK_ENKF_FFT; k++) {
+        size_t n = strlen(scheme_names[k]);
+        if (!strncmp(variant, scheme_names[k], n) && (variant[n] == 0 || variant[n] == '-'))
+            return (dk_enkf_scheme)k;
+    }
+    return (dk_enkf_scheme)0;
 }
 
-DK_API const char *const *dk_enkf_schemes(const dk_context *ctx)
+DK_API const char *const *dk_enkf_variants(const dk_context *ctx)
 {
     if (!ctx || !ctx->backend->plugin->enkf)
         return NULL;
-    return ctx->backend->plugin->enkf->schemes;
+    return ctx->backend->plugin->enkf->variants;
 }
 
 DK_API void dk_enkf_desc_init(dk_enkf_desc *desc)
@@ -29,7 +37,6 @@ DK_API void dk_enkf_desc_init(dk_enkf_desc *desc)
     memset(desc, 0, sizeof *desc);
     desc->dtype = DK_F64;
     desc->loc_ndim = 1;
-    desc->scheme = DK_ENKF_AUTO;
 }
 
 void dk_enkf_setup_free(dk_enkf_setup *s)
@@ -105,11 +112,11 @@ dk_status dk_enkf_setup_make(const dk_enkf_desc *d, dk_enkf_setup *s)
     for (size_t t = 0; t < loc_count; t++)
         if (!isfinite(d->loc[t]))
             return FAIL("enkf: the localization value %zu is not finite (%g)", t, d->loc[t]);
-    if ((unsigned)d->scheme > DK_ENKF_FFT)
-        return FAIL("enkf: scheme %d is none of auto, tiled, banded, fft", (int)d->scheme);
+    if (d->variant && !dk_enkf_scheme_of(d->variant))
+        return FAIL("enkf: variant '%s' names none of the schemes tiled, banded, fft", d->variant);
 
     s->desc = *d;
-    s->scheme = d->scheme;
+    s->scheme = dk_enkf_scheme_of(d->variant);
     s->nnz = (size_t)nnz;
     s->loc_count = loc_count;
     s->loc = malloc(loc_count * sizeof *s->loc);
@@ -166,22 +173,22 @@ dk_status dk_enkf_setup_make(const dk_enkf_desc *d, dk_enkf_setup *s)
     return DK_OK;
 }
 
-static int offers(const char *const *offered, dk_enkf_scheme s)
+/* The first variant of `offered` that performs scheme s, or NULL. */
+static const char *offers(const char *const *offered, dk_enkf_scheme s)
 {
     for (const char *const *o = offered; o && *o; o++)
-        if (!strcmp(*o, dk_enkf_scheme_name(s)))
-            return 1;
-    return 0;
+        if (dk_enkf_scheme_of(*o) == s)
+            return *o;
+    return NULL;
 }
 
 /* Estimated work of each scheme in multiply-adds of the inner loops:
  * tiled visits every (state point, nonzero of H) pair, banded only the
  * pairs inside C's support plus a bisection per (point, observation), FFT
  * does L*M forward and inverse transforms of the circulant embedding
- * (about 2.5 P log2 P flops each). Measured on a 2-core EPYC at N = 10^4,
- * M = 32, density 0.05 (dakit bench enkf --case cpu_1e4_full): fft 52 ms,
- * tiled 794 ms, i.e. the model's 4.6e8 against 1.6e9 with unit weights. */
-dk_enkf_scheme dk_enkf_pick_scheme(const dk_enkf_setup *s, const char *const *offered)
+ * (about 2.5 P log2 P flops each), all weighted alike. Returns the first
+ * offered variant of the cheapest scheme, or NULL when none applies. */
+const char *dk_enkf_pick_variant(const dk_enkf_setup *s, const char *const *offered)
 {
     double N = (double)s->desc.n, L = (double)s->desc.members, M = (double)s->desc.H.rows;
     double nnz = (double)s->nnz;
@@ -189,11 +196,11 @@ dk_enkf_scheme dk_enkf_pick_scheme(const dk_enkf_setup *s, const char *const *of
     double P = s->desc.loc_ndim == 1 ? 2.0 * N : 4.0 * N;
     double cost[4] = {INFINITY, N * nnz * L + N * M * L, nnz * span * L + N * M * (L + log2(nnz / M + 2.0)),
                       L * M * 2.0 * 2.5 * P * log2(P) + N * M * L};
-    dk_enkf_scheme best = DK_ENKF_AUTO;
+    int best = 0;
     for (int k = DK_ENKF_TILED; k <= DK_ENKF_FFT; k++)
-        if (offers(offered, (dk_enkf_scheme)k) && (best == DK_ENKF_AUTO || cost[k] < cost[best]))
-            best = (dk_enkf_scheme)k;
-    return best;
+        if (offers(offered, (dk_enkf_scheme)k) && (!best || cost[k] < cost[best]))
+            best = k;
+    return best ? offers(offered, (dk_enkf_scheme)best) : NULL;
 }
 
 /* ---- Philox4x32-10 (Salmon et al., SC'11) ---- */
@@ -263,16 +270,6 @@ static enkf_state *state_pack(const dk_enkf_setup *s)
     return st;
 }
 
-static void list_schemes(const char *const *offered, char *out, size_t len)
-{
-    size_t used = 0;
-    out[0] = 0;
-    for (const char *const *o = offered; o && *o; o++)
-        used += (size_t)snprintf(out + used, used < len ? len - used : 0, "%s%s", used ? ", " : "", *o);
-    if (!used)
-        snprintf(out, len, "none");
-}
-
 DK_API dk_status dk_enkf_plan_create(dk_context *ctx, const dk_enkf_desc *desc, dk_plan **plan)
 {
     if (!ctx || !plan)
@@ -289,20 +286,17 @@ DK_API dk_status dk_enkf_plan_create(dk_context *ctx, const dk_enkf_desc *desc, 
     dk_enkf_setup_free(&made);
     if (!st)
         return dk_fail(ctx, DK_ERR_OUT_OF_MEMORY, "enkf: out of host memory");
-    char offered[128];
-    list_schemes(ops->schemes, offered, sizeof offered);
-    if (desc->scheme == DK_ENKF_AUTO) {
-        st->setup.scheme = dk_enkf_pick_scheme(&st->setup, ops->schemes);
-        if (st->setup.scheme == DK_ENKF_AUTO) {
-            free(st);
-            return dk_fail(ctx, DK_ERR_NOT_IMPLEMENTED, "enkf: backend '%s' offers no scheme",
-                           ctx->backend->plugin->name);
-        }
-    } else if (!offers(ops->schemes, desc->scheme)) {
+    const char *variant = desc->variant ? dk_pick_variant(ctx, DK_ALGO_ENKF, ops->variants, desc->variant)
+                                        : dk_enkf_pick_variant(&st->setup, ops->variants);
+    if (!variant) {
         free(st);
-        return dk_fail(ctx, DK_ERR_NOT_IMPLEMENTED, "enkf: backend '%s' has no scheme '%s'; it offers: %s",
-                       ctx->backend->plugin->name, dk_enkf_scheme_name(desc->scheme), offered);
+        if (desc->variant)
+            return DK_ERR_NOT_IMPLEMENTED;
+        return dk_fail(ctx, DK_ERR_NOT_IMPLEMENTED, "enkf: backend '%s' lists no variant of tiled, banded or fft",
+                       ctx->backend->plugin->name);
     }
+    st->setup.desc.variant = variant;
+    st->setup.scheme = dk_enkf_scheme_of(variant);
     dk_plan *p = calloc(1, sizeof *p);
     if (!p) {
         free(st);
@@ -333,11 +327,11 @@ static dk_status check_plan(dk_plan *plan, const char *what)
     return DK_OK;
 }
 
-DK_API dk_enkf_scheme dk_enkf_plan_scheme(const dk_plan *plan)
+DK_API const char *dk_enkf_plan_variant(const dk_plan *plan)
 {
     if (!plan || plan->algo != DK_ALGO_ENKF)
-        return DK_ENKF_AUTO;
-    return ((const enkf_state *)plan->state)->setup.scheme;
+        return "";
+    return ((const enkf_state *)plan->state)->setup.desc.variant;
 }
 
 static dk_status check_buffer(dk_plan *plan, const dk_buffer *b, size_t bytes, const char *what,

@@ -6,14 +6,16 @@
 #include "../../core/internal.h"
 
 /* Validates desc and fills *setup with copies of c and H (columns sorted
- * within rows) and the support; scheme stays as asked (AUTO included). On
- * failure sets the thread's error and returns its status. */
+ * within rows) and the support; scheme is the one desc.variant names (0 when
+ * it is NULL). On failure sets the thread's error and returns its status. */
 dk_status dk_enkf_setup_make(const dk_enkf_desc *desc, dk_enkf_setup *setup);
 void dk_enkf_setup_free(dk_enkf_setup *setup);
 
-/* The cost model: the cheapest of the schemes named in `offered`
- * (NULL-terminated), or AUTO when none of them applies. */
-dk_enkf_scheme dk_enkf_pick_scheme(const dk_enkf_setup *setup, const char *const *offered);
+/* The scheme a variant name performs ("banded-simt": banded), or 0. */
+dk_enkf_scheme dk_enkf_scheme_of(const char *variant);
+/* The cost model: the first variant in `offered` (NULL-terminated) of the
+ * cheapest scheme, or NULL when none of them names a scheme. */
+const char *dk_enkf_pick_variant(const dk_enkf_setup *setup, const char *const *offered);
 
 /* y, r, inflation checks shared by the API and the reference. */
 dk_status dk_enkf_check_obs(size_t m, const double *y, const double *r, double inflation);

@@ -159,8 +159,8 @@ DK_API dk_status dk_gauss_plan_create(dk_context *ctx, const dk_gauss_desc *desc
     dk_status st = dk_gauss_setup_make(desc, &setup);
     if (st != DK_OK)
         return dk_fail(ctx, st, "%s", dk_last_error(NULL));
-    if ((st = dk_check_variant(ctx, DK_ALGO_GAUSS, ops->variants, desc->variant)) != DK_OK)
-        return st;
+    if (!(setup.desc.variant = dk_pick_variant(ctx, DK_ALGO_GAUSS, ops->variants, desc->variant)))
+        return DK_ERR_NOT_IMPLEMENTED;
     dk_plan *p = calloc(1, sizeof *p);
     if (!p)
         return dk_fail(ctx, DK_ERR_OUT_OF_MEMORY, "gauss: out of host memory");
@@ -174,7 +174,7 @@ DK_API dk_status dk_gauss_plan_create(dk_context *ctx, const dk_gauss_desc *desc
     }
     memcpy(p->state, &setup, sizeof setup);
     dk_msg msg = {{0}};
-    st = ops->plan_create(ctx->device, &setup, &p->impl, &msg);
+    st = ops->plan_create(ctx->device, p->state, &p->impl, &msg);
     if (st != DK_OK) {
         p->impl = NULL;
         dk_plan_destroy(p);

@@ -188,9 +188,9 @@ DK_API dk_status dk_gbees_plan_create(dk_context *ctx, const dk_gbees_desc *desc
         if (!ops)
             return DK_ERR_NOT_IMPLEMENTED;
     }
-    dk_status vst = dk_check_variant(ctx, DK_ALGO_GBEES, ops->variants, desc->variant);
-    if (vst != DK_OK)
-        return vst;
+    const char *variant = dk_pick_variant(ctx, DK_ALGO_GBEES, ops->variants, desc->variant);
+    if (!variant)
+        return DK_ERR_NOT_IMPLEMENTED;
 
     dk_gbees_setup setup;
     memset(&setup, 0, sizeof setup);
@@ -203,7 +203,7 @@ DK_API dk_status dk_gbees_plan_create(dk_context *ctx, const dk_gbees_desc *desc
     setup.threshold = desc->threshold;
     setup.cfl = desc->cfl;
     setup.del_step = desc->del_step;
-    setup.variant = desc->variant;
+    setup.variant = variant;
 
     dk_plan *p = calloc(1, sizeof *p);
     gbees_impl *impl = calloc(1, sizeof *impl);
@@ -222,6 +222,7 @@ DK_API dk_status dk_gbees_plan_create(dk_context *ctx, const dk_gbees_desc *desc
     memcpy(s->meas, meas, nmeas * sizeof *meas);
     s->ops = ops;
     s->desc = *desc;
+    s->desc.variant = variant;
     s->setup = setup;
     s->dim = d;
     s->meas_dim = m;
@@ -236,7 +237,7 @@ DK_API dk_status dk_gbees_plan_create(dk_context *ctx, const dk_gbees_desc *desc
     p->impl = impl;
     p->impl_destroy = impl_destroy;
     dk_msg msg = {{0}};
-    dk_status st = ops->plan_create(ctx ? ctx->device : NULL, &setup, &impl->plan, &msg);
+    dk_status st = ops->plan_create(ctx ? ctx->device : NULL, &s->setup, &impl->plan, &msg);
     if (st != DK_OK) {
         dk_plan_destroy(p);
         return dk_fail_msg(ctx, st, &msg, "gbees plan");

@@ -2,7 +2,7 @@
  * result that every backend must reproduce. */
 #include "gbees_internal.h"
 
-#include "engine.h"
+#include <dakit/kit/gbees/engine.h>
 
 static const char *const reference_variants[] = {"serial", NULL};
 GB_DEFINE_OPS(dk_gbees_reference_ops, reference_variants)

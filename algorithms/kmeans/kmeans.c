@@ -161,6 +161,13 @@ DK_API dk_status dk_kmeans_initial_centroids(const dk_kmeans_desc *desc, const f
     return DK_OK;
 }
 
+DK_API const char *const *dk_kmeans_variants(const dk_context *ctx)
+{
+    if (!ctx || !ctx->backend->plugin->kmeans)
+        return NULL;
+    return ctx->backend->plugin->kmeans->variants;
+}
+
 DK_API dk_status dk_kmeans_plan_create(dk_context *ctx, const dk_kmeans_desc *desc, dk_plan **plan)
 {
     if (!ctx || !plan)
@@ -173,6 +180,8 @@ DK_API dk_status dk_kmeans_plan_create(dk_context *ctx, const dk_kmeans_desc *de
     dk_status st = dk_kmeans_setup_make(desc, &setup);
     if (st != DK_OK)
         return dk_fail(ctx, st, "%s", dk_last_error(NULL));
+    if (!(setup.desc.variant = dk_pick_variant(ctx, DK_ALGO_KMEANS, ops->variants, desc->variant)))
+        return DK_ERR_NOT_IMPLEMENTED;
     dk_plan *p = calloc(1, sizeof *p);
     if (!p || !(p->state = malloc(sizeof setup))) {
         free(p);
@@ -183,7 +192,7 @@ DK_API dk_status dk_kmeans_plan_create(dk_context *ctx, const dk_kmeans_desc *de
     p->impl_destroy = ops->plan_destroy;
     memcpy(p->state, &setup, sizeof setup);
     dk_msg msg = {{0}};
-    st = ops->plan_create(ctx->device, &setup, &p->impl, &msg);
+    st = ops->plan_create(ctx->device, p->state, &p->impl, &msg);
     if (st != DK_OK) {
         p->impl = NULL;
         dk_plan_destroy(p);

@@ -198,6 +198,7 @@ static const dk_gauss_ops serial_gauss_ops = {
 
 static const dk_plugin serial_plugin = {
     .abi_version = DK_PLUGIN_ABI_VERSION,
+    .size = DK_PLUGIN_SIZE,
     .name = "serial",
     .version = "1.0",
     .priority = 1, /* never preferred by auto selection over a real backend */

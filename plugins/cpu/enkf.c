@@ -9,7 +9,7 @@
 
 #include <dakit/plugin.h>
 
-#include "../../algorithms/enkf/solve_host.h"
+#include <dakit/kit/enkf/solve_host.h>
 
 /* Below this much work a loop runs on the calling thread: waking and
  * joining a team costs more than small problems (a Lorenz-96 cycle, N = 40)
@@ -25,7 +25,7 @@ typedef struct cpu_enkf {
     fftw_plan forward, backward;
 } cpu_enkf;
 
-static const char *const schemes[] = {"tiled", "banded", "fft", NULL};
+static const char *const variants[] = {"tiled", "banded", "fft", NULL};
 
 static void cpu_enkf_destroy(void *p)
 {
@@ -389,7 +389,7 @@ done:
 }
 
 const dk_enkf_ops dk_cpu_enkf_ops = {
-    .schemes = schemes,
+    .variants = variants,
     .plan_create = cpu_enkf_create,
     .cov = cpu_enkf_cov,
     .analysis = cpu_enkf_analysis,

@@ -5,7 +5,7 @@
  * places cells concurrently; every other loop writes only its own cell,
  * and the engine's sums go through fixed chunks, so the result equals the
  * serial reference bit for bit whatever the thread count. */
-#include "../../algorithms/gbees/engine.h"
+#include <dakit/kit/gbees/engine.h>
 
 static const char *const cpu_gbees_variants[] = {"openmp", NULL};
 GB_DEFINE_OPS(dk_cpu_gbees_ops, cpu_gbees_variants)

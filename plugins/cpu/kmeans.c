@@ -94,8 +94,7 @@ static dk_status plan_create(void *device, const dk_kmeans_setup *setup, void **
     if (setup->contiguity)
         p->prev = malloc(d->n * sizeof *p->prev);
 #ifdef KM_AVX2
-    const char *variant = getenv("DAKIT_KMEANS_CPU_VARIANT");
-    p->vector = __builtin_cpu_supports("avx2") && !(variant && !strcmp(variant, "scalar"));
+    p->vector = __builtin_cpu_supports("avx2") && strcmp(setup->desc.variant, "scalar") != 0;
 #endif
     p->kv = (d->k + 7) / 8;
     if (p->vector)
@@ -502,7 +501,11 @@ static dk_status execute(void *handle, const void *points, const void *mask_, co
     return DK_OK;
 }
 
+/* "simd": the AVX2 assignment where the CPU has it (else scalar). */
+static const char *const variants[] = {"simd", "scalar", NULL};
+
 const dk_kmeans_ops dk_cpu_kmeans_ops = {
+    .variants = variants,
     .plan_create = plan_create,
     .execute = execute,
     .plan_destroy = plan_destroy,

@@ -176,6 +176,7 @@ static dk_status cpu_buffer_copy(void *device, void *dst, const void *src, size_
 
 static const dk_plugin cpu_plugin = {
     .abi_version = DK_PLUGIN_ABI_VERSION,
+    .size = DK_PLUGIN_SIZE,
     .name = "cpu",
     .version = DK_VERSION_STRING,
     .priority = 10,

@@ -101,7 +101,7 @@
     struct gb_info_##name_ {                                                                                           \
         static constexpr int dim = dim_, min_dim = min_dim_;                                                           \
     };
-#include "../../algorithms/gbees/models/all.h"
+#include <dakit/kit/gbees/models/all.h>
 
 namespace cg = cooperative_groups;
 
@@ -188,7 +188,7 @@ struct UpdArgs {
 /* ---- small device helpers ---- */
 
 #define GB_FLUX_FN __device__ static __forceinline__
-#include "../../algorithms/gbees/flux.h"
+#include <dakit/kit/gbees/flux.h>
 
 template <typename T> __device__ __forceinline__ T vload(const T &x) { return *(const volatile T *)&x; }
 

@@ -948,20 +948,11 @@ dk_status plan_create(void *device, const dk_kmeans_setup *setup, void **out, dk
     const dk_kmeans_desc &d = setup->desc;
     size_t kd = (size_t)d.k * d.d;
     int dmax = d.d <= 4 ? 4 : d.d <= 8 ? 8 : d.d <= 16 ? 16 : 32; /* as pick() */
-    /* Variants for A/B timing (DAKIT_KMEANS_CUDA_VARIANT), every one giving
-     * the reference's labels: the default screens the plain labels
-     * (screened_labels), loads the next step's points ahead and keeps
-     * per-warp copies of the sums; "screen" the same without the loads
-     * ahead; "exact" the exact distance to every centroid; "atomic" the
-     * block's one copy of the sums with shared atomics (also taken when
-     * per-warp copies would be large, k * d > 512). Measured on an H100, see
-     * docs/performance.md; loads ahead with 2 blocks per SM (125 registers)
-     * and 4 blocks per SM without them (64 registers, spills) were slower. */
-    const char *variant = getenv("DAKIT_KMEANS_CUDA_VARIANT");
-    const bool named = variant && *variant;
-    bool wsum = kd <= 512 && !(named && !strcmp(variant, "atomic"));
-    bool screen = !(named && !strcmp(variant, "exact"));
-    bool prefetch = !named;
+    /* Every variant gives the reference's labels (cuda_kmeans_variants). */
+    const char *variant = setup->desc.variant;
+    bool wsum = kd <= 512 && strcmp(variant, "atomic") != 0;
+    bool screen = strcmp(variant, "exact") != 0;
+    bool prefetch = !strcmp(variant, "prefetch");
     p->kernel = pick(d.d, setup->contiguity != 0, wsum, screen, prefetch);
     size_t copies = wsum ? THREADS / 32 : 1;
     size_t ds = (size_t)(d.d | 1);
@@ -1157,5 +1148,18 @@ dk_status execute(void *handle, const void *points, const void *mask, const void
 
 } // namespace
 
-extern "C" const dk_kmeans_ops dk_cuda_kmeans_ops = {plan_create, execute, plan_destroy, texture_planes,
-                                                     texture_features};
+/* "prefetch": screened labels (screened_labels), the next step's points
+ * loaded ahead, per-warp copies of the sums; "screen": the same without the
+ * loads ahead; "exact": the exact distance to every centroid; "atomic": the
+ * block's one copy of the sums with shared atomics (also taken by the others
+ * when per-warp copies would be large, k * d > 512). */
+static const char *const cuda_kmeans_variants[] = {"prefetch", "screen", "exact", "atomic", NULL};
+
+extern "C" const dk_kmeans_ops dk_cuda_kmeans_ops = {
+    .variants = cuda_kmeans_variants,
+    .plan_create = plan_create,
+    .execute = execute,
+    .plan_destroy = plan_destroy,
+    .texture_planes = texture_planes,
+    .texture_features = texture_features,
+};

@@ -22,18 +22,18 @@
 #include <clFFT.h>
 #endif
 
-#include "../../algorithms/enkf/solve_host.h"
+#include <dakit/kit/enkf/solve_host.h>
 #include "opencl_plugin.h"
 
 #include "enkf_cl.h"
 
 #ifdef DK_OPENCL_CLFFT
-static const char *const schemes[] = {"tiled", "banded", "fft", NULL};
+static const char *const variants[] = {"tiled", "banded", "fft", NULL};
 /* The fft scheme's work arrays (one batch of columns x members) stay below
  * this many bytes. */
 #define FFT_BATCH_BYTES ((size_t)128 << 20)
 #else
-static const char *const schemes[] = {"tiled", "banded", NULL};
+static const char *const variants[] = {"tiled", "banded", NULL};
 #endif
 
 typedef struct enkf_plan {
@@ -400,7 +400,7 @@ static dk_status plan_create(void *device, const dk_enkf_setup *s, void **out, d
     dk_opencl_device *dev = device;
 #ifndef DK_OPENCL_CLFFT
     if (s->scheme != DK_ENKF_TILED && s->scheme != DK_ENKF_BANDED) {
-        dk_msg_set(msg, "opencl enkf: scheme '%s' is not offered (tiled, banded)", dk_enkf_scheme_name(s->scheme));
+        dk_msg_set(msg, "opencl enkf: variant '%s' is not offered (tiled, banded)", s->desc.variant);
         return DK_ERR_NOT_IMPLEMENTED;
     }
 #endif
@@ -638,7 +638,7 @@ done:
 }
 
 const dk_enkf_ops dk_opencl_enkf_ops = {
-    .schemes = schemes,
+    .variants = variants,
     .plan_create = plan_create,
     .cov = cov,
     .analysis = analysis,

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Carries the gbees model files into the opencl plugin: reads the
-#include lines of algorithms/gbees/models/all.h and writes a C header with
-a table from each model's name (its file name without .c) to the file's
+#include lines of dakit/kit/gbees/models/all.h and writes a C header with
+a table from each model's name (its file name without .h) to the file's
 text, which gbees.c compiles into the OpenCL program of a plan. Adding a
 model therefore stays one file and its all.h lines. A make-style depfile
 names the model files, so editing one rebuilds the header.
@@ -24,10 +24,10 @@ def main():
     all_h, header_path, dep_path = sys.argv[1:4]
     folder = os.path.dirname(os.path.abspath(all_h))
     with open(all_h, encoding="utf-8") as f:
-        files = re.findall(r'^\s*#\s*include\s+"([^"]+\.c)"', f.read(), re.MULTILINE)
+        files = re.findall(r'^\s*#\s*include\s+"([^"]+\.h)"', f.read(), re.MULTILINE)
     if not files:
         sys.exit(f"gbees_models.py: {all_h} includes no model file")
-    out = ["/* Generated from algorithms/gbees/models/all.h by gbees_models.py; do not edit. */",
+    out = ["/* Generated from dakit/kit/gbees/models/all.h by gbees_models.py; do not edit. */",
            "typedef struct dk_opencl_gbees_model_source {",
            "    const char *name;",
            "    const char *source;",

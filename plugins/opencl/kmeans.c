@@ -349,7 +349,10 @@ static dk_status execute(void *handle, const void *points, const void *mask_, co
     return DK_OK;
 }
 
+static const char *const variants[] = {"batched", NULL};
+
 const dk_kmeans_ops dk_opencl_kmeans_ops = {
+    .variants = variants,
     .plan_create = plan_create,
     .execute = execute,
     .plan_destroy = plan_destroy,

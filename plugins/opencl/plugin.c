@@ -377,6 +377,7 @@ static dk_status opencl_buffer_copy(void *handle, void *dst, const void *src, si
 
 static const dk_plugin opencl_plugin = {
     .abi_version = DK_PLUGIN_ABI_VERSION,
+    .size = DK_PLUGIN_SIZE,
     .name = "opencl",
     .version = DK_VERSION_STRING,
     .priority = 5, /* below cpu: an OpenCL GPU still wins by its device kind, PoCL on a CPU does not */

@@ -52,7 +52,7 @@ __attribute__((unused)) static int b_probe_one(dk_device_info *devices, int max,
 }
 #define BROKEN_PLUGIN(NAME, ABI, PROBE)                                                \
     {                                                                                  \
-        .abi_version = ABI, .name = NAME, .version = "0.0", .priority = 100,           \
+        .abi_version = ABI, .size = DK_PLUGIN_SIZE, .name = NAME, .version = "0.0", .priority = 100,           \
         .probe = PROBE, .device_open = b_open, .device_close = b_close,                \
         .buffer_alloc = b_alloc, .buffer_free = b_free, .buffer_write = b_write,       \
         .buffer_read = b_read, .buffer_copy = b_copy, .gauss = NULL                    \

@@ -93,6 +93,9 @@ typedef struct dk_backend_info {
     int device_count;
     dk_device_info devices[DK_MAX_DEVICES];
     char algorithms[128]; /* comma list of implemented algorithms, e.g. "gauss" */
+    /* Per algorithm, in the order gauss, enkf, kmeans, gbees: the comma list
+     * of the variants it offers, the default first ("" where not implemented). */
+    char variants[4][160];
 } dk_backend_info;
 
 /* Discovers plugins on first use (the build tree's plugin folders, the

@@ -30,13 +30,6 @@
 extern "C" {
 #endif
 
-typedef enum dk_enkf_scheme {
-    DK_ENKF_AUTO = 0,   /* the cost model picks among those the backend offers */
-    DK_ENKF_TILED = 1,  /* the seed's fused kernel: every (i, nonzero of H) pair */
-    DK_ENKF_BANDED = 2, /* only pairs within C's support: suits compact c */
-    DK_ENKF_FFT = 3     /* C applied by circulant embedding and FFT: full c, large N */
-} dk_enkf_scheme;
-
 /* H in compressed sparse rows, 0-based. Repeated (row, column) entries add,
  * as in scipy; rows may be empty. */
 typedef struct dk_csr {
@@ -54,19 +47,24 @@ typedef struct dk_enkf_desc {
     size_t nx, ny;         /* 2-D grid, nx * ny == n */
     const double *loc;     /* copied by the plan */
     dk_csr H;              /* copied by the plan; H.cols == n */
-    dk_enkf_scheme scheme;
+    const char *variant;   /* NULL: the cost model picks among the backend's
+                              variants; else one of dk_enkf_variants():
+                              "tiled" (every state point against every
+                              nonzero of H), "banded" (only pairs within C's
+                              support: compact c), "fft" (C applied by
+                              circulant embedding: full c, large N) */
 } dk_enkf_desc;
 
-/* Defaults: float64, 1-D localization, scheme auto. */
+/* Defaults: float64, 1-D localization, variant NULL (the cost model). */
 void dk_enkf_desc_init(dk_enkf_desc *desc);
 
 dk_status dk_enkf_plan_create(dk_context *ctx, const dk_enkf_desc *desc, dk_plan **plan);
-/* Scheme names the context's backend offers (NULL-terminated), or NULL
+/* Variant names the context's backend offers (NULL-terminated), or NULL
  * when it has no enkf. */
-const char *const *dk_enkf_schemes(const dk_context *ctx);
-/* The scheme the plan runs (never AUTO) and its name. */
-dk_enkf_scheme dk_enkf_plan_scheme(const dk_plan *plan);
-const char *dk_enkf_scheme_name(dk_enkf_scheme scheme);
+const char *const *dk_enkf_variants(const dk_context *ctx);
+/* The variant the plan runs (the cost model's pick where desc.variant was
+ * NULL); "" for a NULL plan. */
+const char *dk_enkf_plan_variant(const dk_plan *plan);
 
 /* e: N x L anomalies; pht: N x M; hpht: M x M or NULL. Buffers of the
  * plan's context, in the plan's dtype. */
@@ -97,16 +95,28 @@ dk_status dk_enkf_analysis_reference(const dk_enkf_desc *desc, void *x, const do
 dk_status dk_csr_read_mtx(const char *path, dk_csr *H);
 void dk_csr_free(dk_csr *H);
 
-/* ---- plugin ops ---- */
+/* ---- plugin ops: what a backend implements (docs/plugins.md) ----
+ * The host-side M x M solve the analysis needs is in the plugin kit,
+ * dakit/kit/enkf/solve_host.h. */
 
 struct dk_msg; /* dakit/plugin.h */
 
+/* The computation a variant performs; the core's cost model reasons in
+ * these, a plugin may offer several variants of one. */
+typedef enum dk_enkf_scheme {
+    DK_ENKF_TILED = 1,  /* every (i, nonzero of H) pair */
+    DK_ENKF_BANDED = 2, /* only pairs within C's support */
+    DK_ENKF_FFT = 3     /* C applied by circulant embedding and FFT */
+} dk_enkf_scheme;
+
 /* What an enkf plan receives: the validated description, with its own
  * copies of c and H (H's columns sorted within each row), and what the
- * schemes share. */
+ * variants share. */
 typedef struct dk_enkf_setup {
-    dk_enkf_desc desc;      /* desc.loc and desc.H point at the copies below */
-    dk_enkf_scheme scheme;  /* never AUTO */
+    dk_enkf_desc desc;      /* desc.loc and desc.H point at the copies below;
+                               desc.variant is one of ops->variants (the
+                               plugin's own string), never NULL */
+    dk_enkf_scheme scheme;  /* the scheme desc.variant names */
     size_t nnz;
     size_t loc_count;       /* n (1-D) or nx*ny (2-D) */
     size_t rx, ry;          /* support: c[d] == 0 for d > rx (1-D);
@@ -127,15 +137,23 @@ static inline double dk_enkf_c(const dk_enkf_setup *s, size_t i, size_t k)
 }
 
 typedef struct dk_enkf_ops {
-    /* NULL-terminated scheme names offered ("tiled", "banded", "fft"). */
-    const char *const *schemes;
+    /* Required. NULL-terminated variant names, each "tiled", "banded" or
+     * "fft", optionally followed by "-" and a suffix of the plugin's
+     * ("banded-simt"): the part before the dash is the scheme, which the
+     * core's cost model uses. The first is the default where the cost model
+     * has no preference. */
+    const char *const *variants;
+    /* Required. Called once per plan. `setup` stays valid until plan_destroy
+     * returns: the plugin may keep the pointer. */
     dk_status (*plan_create)(void *device, const dk_enkf_setup *setup, void **plan, struct dk_msg *msg);
-    /* e, pht, hpht (may be NULL): buffer handles. */
+    /* Required. e, pht, hpht (may be NULL): buffer handles in the plan's
+     * dtype. Returns when the result is in pht (and hpht). */
     dk_status (*cov)(void *plan, const void *e, void *pht, void *hpht, struct dk_msg *msg);
-    /* x: buffer handle, N x L, updated in place. d: host, M x L,
+    /* Required. x: buffer handle, N x L, updated in place. d: host, M x L,
      * y_j + eps_jl; r: host, M. */
     dk_status (*analysis)(void *plan, void *x, const double *d, const double *r, double inflation,
                           struct dk_msg *msg);
+    /* Required. Frees the plan. */
     void (*plan_destroy)(void *plan);
 } dk_enkf_ops;
 

@@ -45,9 +45,8 @@ typedef struct dk_gauss_desc {
     dk_gauss_mode mode;
     size_t overlap;            /* overlap mode: m, elements on each side */
     size_t blocks;             /* overlap mode: blocks per line (clamped to the line length) */
-    const char *variant;       /* NULL: the backend's fastest scheme; else one of
-                                  dk_gauss_variants() (the cuda backend offers "dp",
-                                  the seed's dynamic-parallelism scheme) */
+    const char *variant;       /* NULL: the backend's default; else one of
+                                  dk_gauss_variants() */
 } dk_gauss_desc;
 
 /* Defaults: float32, K = 4, zero boundary, exact mode, overlap 5, 3072 blocks
@@ -75,6 +74,89 @@ double dk_gauss_alpha(double sigma, int K);
 /* Exact mode: the overlap (elements on each side) beyond which a window's
  * artificial ends no longer change the result at the dtype's rounding. */
 size_t dk_gauss_exact_halo(double alpha, int K, dk_dtype dtype);
+
+/* ---- plugin ops: what a backend implements (docs/plugins.md) ---- */
+
+struct dk_msg; /* dakit/plugin.h */
+
+/* What a gauss plan receives: the caller's description, validated (shape,
+ * sigma, K, axes, mode all checked), plus the precomputation every backend
+ * shares so that all compute the same function. */
+typedef struct dk_gauss_setup {
+    dk_gauss_desc desc;          /* desc.variant is one of ops->variants (the
+                                    plugin's own string), never NULL */
+    double alpha[DK_MAX_DIMS];   /* per filtered axis; 0 elsewhere */
+    size_t halo[DK_MAX_DIMS];    /* exact mode: the least overlap per side that a
+                                    window needs (dk_gauss_exact_halo) */
+    size_t count;                /* elements in the field */
+} dk_gauss_setup;
+
+typedef struct dk_gauss_ops {
+    /* Required. NULL-terminated variant names; the first is the default. */
+    const char *const *variants;
+    /* Required. Called once per plan, before any execute. Allocate here
+     * everything execute needs (scratch buffers, compiled kernels): execute
+     * runs inside the caller's loop. `setup` stays valid until plan_destroy
+     * returns: the plugin may keep the pointer. */
+    dk_status (*plan_create)(void *device, const dk_gauss_setup *setup, void **plan,
+                             struct dk_msg *msg);
+    /* Required. in, out: handles from buffer_alloc holding setup->count
+     * elements; in == out is allowed. Filters the axes one after another in
+     * increasing order and returns when the result is in out. */
+    dk_status (*execute)(void *plan, const void *in, void *out, struct dk_msg *msg);
+    /* Required. Frees the plan; called once, also after a failed execute. */
+    void (*plan_destroy)(void *plan);
+} dk_gauss_ops;
+
+/* Helpers every backend shares, so that all decompose alike. */
+
+typedef struct dk_span {
+    size_t begin, end; /* [begin, end) */
+} dk_span;
+
+/* The field seen along one axis: `outer` groups of `n` values `inner` apart;
+ * line (o, j) starts at element o*n*inner + j. */
+typedef struct dk_axis_view {
+    size_t outer, n, inner;
+} dk_axis_view;
+
+static inline dk_axis_view dk_axis_view_of(const dk_gauss_desc *d, int axis)
+{
+    dk_axis_view v = {1, d->shape[axis], 1};
+    for (int a = 0; a < axis; a++)
+        v.outer *= d->shape[a];
+    for (int a = axis + 1; a < d->ndim; a++)
+        v.inner *= d->shape[a];
+    return v;
+}
+
+/* Overlap mode: the number of blocks a line of n values is cut into. */
+static inline size_t dk_gauss_line_blocks(size_t n, size_t blocks)
+{
+    if (blocks < 1)
+        return 1;
+    return blocks > n ? n : blocks;
+}
+
+/* Block b of `blocks` over n values, as overlap mode cuts it: d = n / blocks,
+ * r = n % blocks, the first r blocks one value longer. */
+static inline dk_span dk_gauss_block(size_t n, size_t blocks, size_t b)
+{
+    size_t d = n / blocks, r = n % blocks;
+    dk_span s;
+    s.begin = b * d + (b < r ? b : r);
+    s.end = s.begin + d + (b < r ? 1 : 0);
+    return s;
+}
+
+/* A block widened by m on each side, clipped to [0, n). */
+static inline dk_span dk_gauss_window(dk_span block, size_t m, size_t n)
+{
+    dk_span w;
+    w.begin = block.begin > m ? block.begin - m : 0;
+    w.end = block.end + m < n ? block.end + m : n;
+    return w;
+}
 
 #ifdef __cplusplus
 }

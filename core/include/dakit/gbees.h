@@ -122,7 +122,12 @@ dk_status dk_gbees_stats_get(const dk_plan *plan, dk_gbees_stats *stats);
 
 const char *const *dk_gbees_variants(const dk_context *ctx);
 
-/* ---- plugin ops ---- */
+/* ---- plugin ops: what a backend implements (docs/plugins.md) ----
+ * The scheme's pieces a device implementation reuses (the models' drift and
+ * measurement functions, the flux limiter, the host engine and hash table)
+ * are in the plugin kit, dakit/kit/gbees/. */
+
+struct dk_msg; /* dakit/plugin.h */
 
 /* What a backend's plan receives: validated, and the same for every backend. */
 typedef struct dk_gbees_setup {
@@ -133,26 +138,36 @@ typedef struct dk_gbees_setup {
     double threshold;
     double cfl;
     int del_step;
-    const char *variant;
+    const char *variant; /* one of ops->variants (the plugin's own string), never NULL */
 } dk_gbees_setup;
 
 typedef struct dk_gbees_ops {
-    const char *const *variants; /* NULL-terminated; the first is the default */
+    /* Required. NULL-terminated variant names; the first is the default. */
+    const char *const *variants;
+    /* Required. Called once per plan. `setup` stays valid until plan_destroy
+     * returns: the plugin may keep the pointer. */
     dk_status (*plan_create)(void *device, const dk_gbees_setup *setup, void **plan, struct dk_msg *msg);
-    /* Grows the grid from the centre outward over cells whose Gaussian
-     * probability is at or above the threshold, then normalizes. A cell's
-     * mass is exp(lognorm - q / 2), q = (x - mean)' cov_inv (x - mean):
-     * lognorm (the density's normalization times the cell volume) comes
-     * from the core, which has factored the covariance already. */
+    /* Required. Called once, first. Grows the grid from the centre outward
+     * over cells whose Gaussian probability is at or above the threshold,
+     * then normalizes. A cell's mass is exp(lognorm - q / 2),
+     * q = (x - mean)' cov_inv (x - mean): lognorm (the density's
+     * normalization times the cell volume) comes from the core, which has
+     * factored the covariance already. */
     dk_status (*init)(void *plan, const double *mean, const double *cov_inv, double lognorm, struct dk_msg *msg);
-    /* Steps until t reaches t_target exactly or max_steps (> 0) were done. */
+    /* Required. Steps until t reaches t_target exactly or max_steps (> 0)
+     * were done. */
     dk_status (*advance)(void *plan, double t_target, int max_steps, struct dk_msg *msg);
-    /* Multiplies by exp(-(h(x)-y)' R^-1 (h(x)-y) / 2) and normalizes. */
+    /* Required. Multiplies by exp(-(h(x)-y)' R^-1 (h(x)-y) / 2) and
+     * normalizes. */
     dk_status (*update)(void *plan, const double *y, const double *r_inv, int meas_dim,
                         struct dk_msg *msg);
-    /* Writes up to max rows (dim + 1 doubles) into out; *cells = all cells. */
+    /* Required. Writes up to max rows (dim + 1 doubles: the cell's centre,
+     * then its probability) into host memory out; *cells = all cells. */
     dk_status (*snapshot)(void *plan, double *out, size_t max, size_t *cells, struct dk_msg *msg);
+    /* Required. Fills the counters of dk_gbees_stats the plugin keeps
+     * (t, steps, cell_steps, cells, ...); cannot fail. */
     void (*stats)(void *plan, dk_gbees_stats *stats);
+    /* Required. Frees the plan. */
     void (*plan_destroy)(void *plan);
 } dk_gbees_ops;
 

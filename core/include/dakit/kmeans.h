@@ -56,6 +56,7 @@ typedef struct dk_kmeans_desc {
     size_t rows, cols; /* 0, 0: the points are no image */
     double lambda;     /* weight of the feature distance, 0 .. 1; 1 = plain k-means */
     int window;        /* w, odd, 1 .. DK_KMEANS_MAX_WINDOW */
+    const char *variant; /* NULL: the backend's default; else one of dk_kmeans_variants() */
 } dk_kmeans_desc;
 
 typedef struct dk_kmeans_result {
@@ -75,6 +76,9 @@ typedef struct dk_kmeans_result {
 void dk_kmeans_desc_init(dk_kmeans_desc *desc);
 
 dk_status dk_kmeans_plan_create(dk_context *ctx, const dk_kmeans_desc *desc, dk_plan **plan);
+/* Variant names the context's backend offers (NULL-terminated, the first is
+ * the default), or NULL when it has no kmeans. */
+const char *const *dk_kmeans_variants(const dk_context *ctx);
 
 /* Buffers on the plan's context: points (n*d float32), mask (n bytes, or
  * NULL: every point counts), init (k*d float32 initial centroids), labels
@@ -148,26 +152,33 @@ dk_status dk_kmeans_texture_features_reference(const dk_kmeans_desc *desc, const
                                                const float *smoothed, double min_value, float *points,
                                                uint8_t *mask, float *init, dk_kmeans_texture_stats *stats);
 
-/* ---- plugin ops ---- */
+/* ---- plugin ops: what a backend implements (docs/plugins.md) ---- */
 
-struct dk_msg;
+struct dk_msg; /* dakit/plugin.h */
 
 /* What a kmeans plan receives: the validated description and the
  * quantities every backend derives from it alike. */
 typedef struct dk_kmeans_setup {
-    dk_kmeans_desc desc;
+    dk_kmeans_desc desc;                  /* desc.variant is one of ops->variants
+                                             (the plugin's own string), never NULL */
     int contiguity;                       /* the contiguity cost applies */
     size_t stride_point, stride_feature;  /* from the layout */
 } dk_kmeans_setup;
 
 typedef struct dk_kmeans_ops {
+    /* Required. NULL-terminated variant names; the first is the default. */
+    const char *const *variants;
+    /* Required. Called once per plan. `setup` stays valid until plan_destroy
+     * returns: the plugin may keep the pointer. */
     dk_status (*plan_create)(void *device, const dk_kmeans_setup *setup, void **plan,
                              struct dk_msg *msg);
-    /* Handles from buffer_alloc; mask may be NULL; centroids may equal init.
-     * Fills result (iterations, objective, last_move, valid, timings). */
+    /* Required. Runs the iterations of the definition above. Handles from
+     * buffer_alloc; mask may be NULL; centroids may equal init. Fills result
+     * (iterations, objective, last_move, valid, timings). */
     dk_status (*execute)(void *plan, const void *points, const void *mask, const void *init,
                          void *labels, void *centroids, dk_kmeans_result *result,
                          struct dk_msg *msg);
+    /* Required. Frees the plan. */
     void (*plan_destroy)(void *plan);
     /* Optional (NULL: the core runs the references on the host): the
      * texture features above, on handles from buffer_alloc, for a plan the

@@ -1,19 +1,35 @@
-/* dakit plugin ABI. A backend is a shared object that exports exactly one
- * symbol, DK_PLUGIN_ENTRY, a function returning a const dk_plugin.
+/* dakit plugin ABI: what a backend exports and what the core calls.
  *
- * Versioning: the core refuses a plugin whose abi_version differs from
- * DK_PLUGIN_ABI_VERSION. Any change to a struct in this file, or to what an
- * entry must do, bumps the version.
+ * A backend is a shared object that exports exactly one symbol,
+ * DK_PLUGIN_ENTRY, a function returning a const dk_plugin. This header holds
+ * the descriptor, the device and buffer entries, and the helpers every
+ * plugin shares (messages, tuning knobs). Each algorithm's ops table lives
+ * in that algorithm's header (dakit/<algo>.h, the section "plugin ops"),
+ * beside its public API; the pieces a device implementation reuses (the
+ * GBEES models and scheme, the host-side solves) are the plugin kit,
+ * dakit/kit/. docs/plugins.md walks through all of it.
+ *
+ * Growth: dk_plugin and the ops tables only grow by appending members. A
+ * plugin states the size of the descriptor it was built with (`size`); the
+ * core reads members past that size as absent (NULL), so a newer core loads
+ * an older plugin. DK_PLUGIN_ABI_VERSION moves only when something existing
+ * changes (a member's type, meaning or place, an entry's contract); the core
+ * refuses a plugin of another ABI version.
  *
  * Threading: the core calls a device's entries from one thread at a time.
  * Messages: an entry that fails writes one sentence into msg (dk_msg_set)
- * and returns a status other than DK_OK; it never prints or exits. */
+ * and returns a status other than DK_OK; it never prints or exits.
+ * Lifetime: the `setup` handed to any plan_create, and everything it points
+ * to, stays valid and unchanged until that plan's plan_destroy returns; a
+ * plugin may keep the pointer instead of copying. */
 #ifndef DAKIT_PLUGIN_H
 #define DAKIT_PLUGIN_H
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include <dakit/dakit.h>
 
@@ -21,7 +37,7 @@
 extern "C" {
 #endif
 
-#define DK_PLUGIN_ABI_VERSION 1u
+#define DK_PLUGIN_ABI_VERSION 2u
 #define DK_PLUGIN_ENTRY dakit_plugin_entry
 #define DK_PLUGIN_ENTRY_NAME "dakit_plugin_entry"
 #define DK_PLUGIN_MAX_DEVICES DK_MAX_DEVICES
@@ -32,6 +48,7 @@ extern "C" {
 #define DK_PLUGIN_EXPORT
 #endif
 
+/* One sentence from a plugin entry to the core, which hands it to the user. */
 typedef struct dk_msg {
     char text[512];
 } dk_msg;
@@ -46,41 +63,73 @@ static inline void dk_msg_set(dk_msg *msg, const char *fmt, ...)
     va_end(ap);
 }
 
+/* ---- tuning knobs ----
+ * A knob forces one choice a plugin otherwise makes for itself (a tile size,
+ * a chunk size), for A/B benchmarks; it never changes the result beyond the
+ * conformance tolerances. Every knob is a DAKIT_* environment variable,
+ * read through these two helpers and nowhere else, and listed in
+ * docs/tuning.md (a test checks the list). A choice a user may want is a
+ * variant, not a knob. */
 
-/* What a gauss plan receives: the caller's description, validated (shape,
- * sigma, K, axes, mode all checked), plus the precomputation every backend
- * shares so that all compute the same function. */
-typedef struct dk_gauss_setup {
-    dk_gauss_desc desc;          /* desc.variant is NULL or one of ops->variants */
-    double alpha[DK_MAX_DIMS];   /* per filtered axis; 0 elsewhere */
-    size_t halo[DK_MAX_DIMS];    /* exact mode: the least overlap per side that a
-                                    window needs (dk_gauss_exact_halo) */
-    size_t count;                /* elements in the field */
-} dk_gauss_setup;
+/* The knob's value, or NULL when it is unset or empty. */
+static inline const char *dk_tuning_string(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v ? v : NULL;
+}
 
-typedef struct dk_gauss_ops {
-    /* NULL-terminated scheme names; the first is the default. */
-    const char *const *variants;
-    dk_status (*plan_create)(void *device, const dk_gauss_setup *setup, void **plan,
-                             dk_msg *msg);
-    /* in, out: handles from buffer_alloc holding setup->count elements;
-     * in == out is allowed. Returns when the result is in out. */
-    dk_status (*execute)(void *plan, const void *in, void *out, dk_msg *msg);
-    void (*plan_destroy)(void *plan);
-} dk_gauss_ops;
+/* The knob as an integer in [lo, hi]; fallback when unset, not a number or
+ * out of range (a knob never makes a plan fail). */
+static inline long dk_tuning_long(const char *name, long fallback, long lo, long hi)
+{
+    const char *v = dk_tuning_string(name);
+    if (!v)
+        return fallback;
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    return (errno || *end || x < lo || x > hi) ? fallback : x;
+}
+
+/* ---- the descriptor ---- */
+
+struct dk_gauss_ops;  /* dakit/gauss.h */
+struct dk_enkf_ops;   /* dakit/enkf.h */
+struct dk_kmeans_ops; /* dakit/kmeans.h */
+struct dk_gbees_ops;  /* dakit/gbees.h */
 
 typedef struct dk_plugin {
-    uint32_t abi_version; /* DK_PLUGIN_ABI_VERSION */
-    const char *name;     /* short lower-case name used by DAKIT_BACKEND */
+    /* Required: DK_PLUGIN_ABI_VERSION of the headers built against. */
+    uint32_t abi_version;
+    /* Required: sizeof(dk_plugin) of the headers built against (write
+     * DK_PLUGIN_SIZE). Members past it read as absent. */
+    uint32_t size;
+    /* Required: short lower-case name, no comma, used by DAKIT_BACKEND. */
+    const char *name;
+    /* Optional: the plugin's own version string. */
     const char *version;
-    int priority;         /* auto selection tries the highest first */
+    /* Auto selection prefers a backend whose device 0 is a GPU or an
+     * accelerator, then the highest priority (cuda 30, cpu 10, opencl 5). */
+    int priority;
 
-    /* Fills up to max entries of devices and returns how many usable devices
-     * there are (0: none, with the reason in msg), or -1 on failure. */
+    /* Required. Called once, lazily, when the core first needs the plugin's
+     * devices (never for a backend the user did not ask for by name, except
+     * under auto selection and `dakit info`). Fills up to max entries of
+     * devices and returns how many usable devices there are: 0 with the
+     * reason in msg when there are none (no driver, no GPU), -1 on failure.
+     * Must not crash or print on a machine without the hardware. */
     int (*probe)(dk_device_info *devices, int max, dk_msg *msg);
+    /* Required. Opens device `index` (< the probe's count); the handle is
+     * passed to every other entry. Called once per dk_context. */
     dk_status (*device_open)(int index, void **device, dk_msg *msg);
+    /* Required. Releases what the device holds; every plan and buffer of
+     * it was destroyed before. */
     void (*device_close)(void *device);
 
+    /* Required: device memory. alloc returns a handle that the algorithm
+     * entries receive as their buffer arguments. write, read and copy have
+     * finished when they return, so host memory may be reused at once;
+     * `bytes` never exceeds the size allocated. */
     dk_status (*buffer_alloc)(void *device, size_t bytes, void **buffer, dk_msg *msg);
     void (*buffer_free)(void *device, void *buffer);
     dk_status (*buffer_write)(void *device, void *buffer, const void *src, size_t bytes,
@@ -90,66 +139,17 @@ typedef struct dk_plugin {
     dk_status (*buffer_copy)(void *device, void *dst, const void *src, size_t bytes,
                              dk_msg *msg);
 
-    /* One ops table per algorithm; NULL: not implemented. Each table's
-     * type is declared in the algorithm's own header (dakit/<algo>.h, the
-     * part under "plugin ops"); a plugin that does not include it leaves
-     * the slot NULL. */
-    const dk_gauss_ops *gauss;
+    /* Optional: one ops table per algorithm, NULL where not implemented
+     * (the core then names the backends that do). Each table's type is in
+     * the algorithm's header; a plugin that does not include it leaves the
+     * slot NULL. A new algorithm appends a slot here. */
+    const struct dk_gauss_ops *gauss;
     const struct dk_enkf_ops *enkf;
     const struct dk_kmeans_ops *kmeans;
     const struct dk_gbees_ops *gbees;
 } dk_plugin;
 
-
-/* ---- gauss helpers every backend shares, so that all decompose alike ---- */
-
-typedef struct dk_span {
-    size_t begin, end; /* [begin, end) */
-} dk_span;
-
-/* The field seen along one axis: `outer` groups of `n` values `inner` apart;
- * line (o, j) starts at element o*n*inner + j. */
-typedef struct dk_axis_view {
-    size_t outer, n, inner;
-} dk_axis_view;
-
-static inline dk_axis_view dk_axis_view_of(const dk_gauss_desc *d, int axis)
-{
-    dk_axis_view v = {1, d->shape[axis], 1};
-    for (int a = 0; a < axis; a++)
-        v.outer *= d->shape[a];
-    for (int a = axis + 1; a < d->ndim; a++)
-        v.inner *= d->shape[a];
-    return v;
-}
-
-/* Overlap mode: the number of blocks a line of n values is cut into. */
-static inline size_t dk_gauss_line_blocks(size_t n, size_t blocks)
-{
-    if (blocks < 1)
-        return 1;
-    return blocks > n ? n : blocks;
-}
-
-/* Block b of `blocks` over n values, as the seed cuts it: d = n / blocks,
- * r = n % blocks, the first r blocks one value longer. */
-static inline dk_span dk_gauss_block(size_t n, size_t blocks, size_t b)
-{
-    size_t d = n / blocks, r = n % blocks;
-    dk_span s;
-    s.begin = b * d + (b < r ? b : r);
-    s.end = s.begin + d + (b < r ? 1 : 0);
-    return s;
-}
-
-/* A block widened by m on each side, clipped to [0, n). */
-static inline dk_span dk_gauss_window(dk_span block, size_t m, size_t n)
-{
-    dk_span w;
-    w.begin = block.begin > m ? block.begin - m : 0;
-    w.end = block.end + m < n ? block.end + m : n;
-    return w;
-}
+#define DK_PLUGIN_SIZE ((uint32_t)sizeof(dk_plugin))
 
 typedef const dk_plugin *(*dk_plugin_entry_fn)(void);
 

@@ -2,9 +2,9 @@
  * host here) and lookup by name. The list is all.h. */
 #include <string.h>
 
-#include "../../../core/internal.h"
-#include "model.h"
-#include "all.h"
+#include "../../core/internal.h"
+#include <dakit/kit/gbees/models/model.h>
+#include <dakit/kit/gbees/models/all.h>
 
 #define GB_ENTRY(name) &dk_gbees_model_##name,
 static const dk_gbees_model *const models[] = {GB_MODELS(GB_ENTRY) NULL};
