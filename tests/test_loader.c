@@ -34,6 +34,7 @@ int main(void)
         {"no_entry.so", "no entry symbol"},
         {"no_device.so", "no test widget is attached"},
         {"not_a_library.so", "not a loadable shared object"},
+        {"short_desc.so", "descriptor size 24 bytes"},
     };
     for (size_t k = 0; k < sizeof refused / sizeof refused[0]; k++) {
         const dk_backend_info *b = find(all, n, refused[k].file);
@@ -48,6 +49,25 @@ int main(void)
     const dk_backend_info *nogauss = find(all, n, "no_gauss.so");
     CHECK(nogauss && nogauss->usable && nogauss->algorithms[0] == '\0',
           "the plugin without algorithms loads and lists none");
+    /* A plugin built against a shorter dk_plugin (before the gbees slot was
+     * appended) loads; the slot it lacks reads as absent, never as the
+     * poison word that follows its descriptor. */
+    const dk_backend_info *older = find(all, n, "older_layout.so");
+    CHECK(older && older->usable && older->algorithms[0] == '\0', "the older-layout plugin loads with no algorithm: %s",
+          older ? older->reason : "not found");
+    dk_context *octx = NULL;
+    CHECK(dk_context_create("older", &octx) == DK_OK, "the older-layout plugin opens: %s", dk_last_error(NULL));
+    if (octx) {
+        dk_gbees_desc gd;
+        dk_gbees_desc_init(&gd);
+        gd.model = dk_gbees_model_find("lorenz63");
+        dk_gbees_meas m0 = {.dim = 3, .mean = {1, 1, 1}, .cov = {1, 0, 0, 0, 1, 0, 0, 0, 1}, .period = 1};
+        dk_plan *gp = NULL;
+        CHECK(dk_gbees_plan_create(octx, &gd, &m0, 1, &gp) == DK_ERR_NOT_IMPLEMENTED && gp == NULL,
+              "gbees on a plugin whose descriptor ends before the gbees slot: %s", dk_last_error(octx));
+        CHECK(dk_gbees_variants(octx) == NULL, "no gbees variants past the plugin's size");
+        dk_context_destroy(octx);
+    }
     const dk_backend_info *cpu = find(all, n, "dakit-cpu.so");
     CHECK(cpu && cpu->usable && strstr(cpu->algorithms, "gauss"), "the cpu plugin still works beside broken ones");
 

@@ -1,12 +1,13 @@
 /* dakit-serial: the smallest real dakit plugin. It runs gauss in plain
- * serial C on host memory, to show a vendor what a backend must provide.
- * It is built outside the dakit tree against the installed headers alone:
+ * serial C on host memory, and gbees through the plugin kit's engine, to
+ * show a vendor what a backend must provide. It is built outside the dakit
+ * tree against the installed headers alone:
  *
- *     cc -shared -fPIC -O2 $(pkg-config --cflags dakit) serial.c -o dakit-serial.so
+ *     cc -shared -fPIC -O2 -fvisibility=hidden $(pkg-config --cflags dakit) serial.c -o dakit-serial.so
  *
  * and found at run time through DAKIT_PLUGIN_PATH:
  *
- *     DAKIT_PLUGIN_PATH=$PWD dakit conform --backend serial --algo gauss
+ *     DAKIT_PLUGIN_PATH=$PWD dakit conform --backend serial --algo gauss,gbees
  *
  * A device plugin has the same shape: its buffers are device memory and its
  * execute launches kernels; everything else stays as here. */
@@ -14,6 +15,10 @@
 #include <string.h>
 
 #include <dakit/plugin.h>
+/* The GBEES scheme on one host grid: a device plugin would take the models
+ * (dakit/kit/gbees/models/all.h) and the flux limiter (flux.h) into its own
+ * kernels instead. Compiled without OpenMP it runs on one thread. */
+#include <dakit/kit/gbees/engine.h>
 
 /* ---- device and buffers: host memory ---- */
 
@@ -135,8 +140,8 @@ static dk_status serial_gauss_plan_create(void *device, const dk_gauss_setup *se
     return DK_OK;
 }
 
-/* Exact mode filters whole lines; overlap mode filters each block of the
- * seed's decomposition over its window and keeps the block. Every window
+/* Exact mode filters whole lines; overlap mode filters each block of
+ * dk_gauss_block's decomposition over its window and keeps the block. Every window
  * must read the unfiltered line, so the line is copied out first and written
  * back block by block. */
 static dk_status serial_gauss_execute(void *plan, const void *in, void *out, dk_msg *msg)
@@ -196,6 +201,11 @@ static const dk_gauss_ops serial_gauss_ops = {
     .plan_destroy = serial_gauss_plan_destroy,
 };
 
+/* ---- gbees: the kit's engine, which fills the whole ops table ---- */
+
+static const char *const serial_gbees_variants[] = {"kit-engine", NULL};
+GB_DEFINE_OPS(serial_gbees_ops, serial_gbees_variants)
+
 static const dk_plugin serial_plugin = {
     .abi_version = DK_PLUGIN_ABI_VERSION,
     .size = DK_PLUGIN_SIZE,
@@ -211,6 +221,7 @@ static const dk_plugin serial_plugin = {
     .buffer_read = serial_read,
     .buffer_copy = serial_copy,
     .gauss = &serial_gauss_ops,
+    .gbees = &serial_gbees_ops,
 };
 
 DK_PLUGIN_EXPORT const dk_plugin *DK_PLUGIN_ENTRY(void) { return &serial_plugin; }

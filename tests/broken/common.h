@@ -50,10 +50,12 @@ __attribute__((unused)) static int b_probe_one(dk_device_info *devices, int max,
         strcpy(devices[0].name, "test device");
     return 1;
 }
-#define BROKEN_PLUGIN(NAME, ABI, PROBE)                                                \
+#define BROKEN_PLUGIN_SIZED(NAME, ABI, PROBE, SIZE)                                    \
     {                                                                                  \
-        .abi_version = ABI, .size = DK_PLUGIN_SIZE, .name = NAME, .version = "0.0", .priority = 100,           \
-        .probe = PROBE, .device_open = b_open, .device_close = b_close,                \
-        .buffer_alloc = b_alloc, .buffer_free = b_free, .buffer_write = b_write,       \
-        .buffer_read = b_read, .buffer_copy = b_copy, .gauss = NULL                    \
+        .abi_version = ABI, .size = SIZE, .name = NAME, .version = "0.0",              \
+        .priority = 100, .probe = PROBE, .device_open = b_open,                        \
+        .device_close = b_close, .buffer_alloc = b_alloc, .buffer_free = b_free,       \
+        .buffer_write = b_write, .buffer_read = b_read, .buffer_copy = b_copy,         \
+        .gauss = NULL                                                                  \
     }
+#define BROKEN_PLUGIN(NAME, ABI, PROBE) BROKEN_PLUGIN_SIZED(NAME, ABI, PROBE, DK_PLUGIN_SIZE)

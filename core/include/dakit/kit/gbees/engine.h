@@ -714,8 +714,13 @@ static void gb_stats(gb_grid *g, dk_gbees_stats *st)
     }                                                                                              \
     static void NAME##_stats(void *p, dk_gbees_stats *s) { gb_stats(p, s); }                       \
     static void NAME##_destroy(void *p) { gb_free(p); }                                            \
-    const dk_gbees_ops NAME = {VARIANTS, NAME##_plan_create, NAME##_init,              \
-                               NAME##_advance,       NAME##_update,      NAME##_snapshot,          \
-                               NAME##_stats,         NAME##_destroy};
+    const dk_gbees_ops NAME = {.variants = VARIANTS,                                               \
+                               .plan_create = NAME##_plan_create,                                  \
+                               .init = NAME##_init,                                                \
+                               .advance = NAME##_advance,                                          \
+                               .update = NAME##_update,                                            \
+                               .snapshot = NAME##_snapshot,                                        \
+                               .stats = NAME##_stats,                                              \
+                               .plan_destroy = NAME##_destroy};
 
 #endif
