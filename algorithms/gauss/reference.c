@@ -42,7 +42,7 @@ DEFINE_RF_SPAN(rf_span_f32, float)
 DEFINE_RF_SPAN(rf_span_f64, double)
 
 /* Filters one line (n values, `stride` apart) in place. Exact mode: the
- * whole line is one span. Overlap mode: block b of the seed's decomposition
+ * whole line is one span. Overlap mode: block b of dk_gauss_block's decomposition
  * is filtered over its window and only its own values are kept. */
 #define DEFINE_RF_LINE(NAME, T, SPAN)                                                  \
     static int NAME(T *line, size_t n, ptrdiff_t stride, T alpha,                      \

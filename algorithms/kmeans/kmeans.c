@@ -1,4 +1,4 @@
-/* kmeans: parameter validation, the seed's initial centroids, and dispatch
+/* kmeans: parameter validation, the equal-interval initial centroids, and dispatch
  * to the context's plugin. */
 #include <math.h>
 #include <stdio.h>

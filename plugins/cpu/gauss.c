@@ -10,7 +10,7 @@
  *
  * Each line is cut into segments: a window that is filtered, with the
  * boundary rule at its ends, and the part of it that is kept.
- * - overlap mode: the seed's blocks (dk_gauss_block, dk_gauss_window), as the
+ * - overlap mode: the blocks of dk_gauss_block and dk_gauss_window, as the
  *   reference cuts them;
  * - exact mode: one segment per line, unless the lines are too few to share
  *   among the threads or too long for the buffer to stay in cache; then equal

@@ -13,8 +13,7 @@
  * multiply and add, so every distance is bit-identical to the reference's and
  * the labels equal it exactly (the expanded |x|^2 - 2 x.c + |c|^2 form would
  * round differently and flip near-ties; and FMA contraction is off in this
- * file, see below). DAKIT_KMEANS_CPU_VARIANT=scalar
- * forces the scalar loop, for A/B timing. */
+ * file, see below). Variant "scalar" forces the scalar loop. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

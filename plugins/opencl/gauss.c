@@ -5,7 +5,7 @@
  * over its window and only the block is kept (kernel rf_windows in
  * gauss.cl). A work-item takes `lanes` neighbouring items and filters them
  * side by side as one vector (CPU devices), or one item (GPUs).
- * Overlap mode uses the seed's blocks and overlap as the reference does.
+ * Overlap mode uses dk_gauss_block's blocks and overlap as the reference does.
  * Exact mode chooses its own blocks ("chunks") and widens them by
  * setup->halo, the overlap past which the window's artificial ends change
  * nothing at the dtype's rounding; a line long enough for parallelism alone

@@ -683,10 +683,8 @@ static dk_status init(void *handle, const double *mean, const double *inv, doubl
  *                launches even when nothing grows. A pass that overflowed
  *                its room inserted the first candidates and runs again
  *                with more; cells present are not asked for twice.
- * On PoCL (2-core CPU) count-first is the faster (dakit bench, Lorenz '63
- * to t = 2: 440 and 432 ms against 454 and 470 in two rounds), a wait
- * costing less than a launch there; a GPU's driver may weigh them the
- * other way, which the bench on the GPU shows. */
+ * count-first suits devices where a wait costs less than a launch (PoCL);
+ * a GPU's driver may weigh them the other way: `dakit bench` times both. */
 static dk_status grow(gb_ocl *g, dk_msg *msg)
 {
     const size_t scan = g->n; /* cells added meanwhile have mass 0: they ask for nothing */

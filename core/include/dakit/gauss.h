@@ -28,7 +28,7 @@ typedef enum dk_boundary {
 
 typedef enum dk_gauss_mode {
     DK_GAUSS_EXACT = 0,  /* equals the serial reference to rounding */
-    DK_GAUSS_OVERLAP = 1 /* the seed's decomposition: `blocks` blocks per line,
+    DK_GAUSS_OVERLAP = 1 /* the GPU RF paper's decomposition: `blocks` blocks per line,
                             each filtered alone over a window widened by
                             `overlap` on each side (clipped at the line's ends);
                             approximate near block edges */
@@ -50,7 +50,8 @@ typedef struct dk_gauss_desc {
 } dk_gauss_desc;
 
 /* Defaults: float32, K = 4, zero boundary, exact mode, overlap 5, 3072 blocks
- * (the seed's best configuration); the caller sets ndim, shape, axes, sigma. */
+ * (the GPU RF paper's best configuration); the caller sets ndim, shape, axes,
+ * sigma. */
 void dk_gauss_desc_init(dk_gauss_desc *desc);
 
 dk_status dk_gauss_plan_create(dk_context *ctx, const dk_gauss_desc *desc, dk_plan **plan);

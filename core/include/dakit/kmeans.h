@@ -1,6 +1,6 @@
 /* dakit kmeans: Lloyd's k-means on n points of d float32 features, with the
  * optional contiguity-weighted cost of radar reflectivity clustering
- * (Lakshmanan et al.; the seed's Algorithm 1).
+ * (Lakshmanan et al.; Algorithm 1 of the GPU radar k-means paper).
  *
  * The definition every backend computes:
  * - Point i's feature f is points[i * stride_point + f * stride_feature]
@@ -99,7 +99,7 @@ dk_status dk_kmeans_execute_host(dk_plan *plan, const float *points, const uint8
 dk_status dk_kmeans_check_points(const dk_kmeans_desc *desc, const float *points,
                                  const uint8_t *mask, size_t *valid);
 
-/* The seed's initial centroids: the range [lo, hi] of feature `feature` over
+/* The paper's initial centroids: the range [lo, hi] of feature `feature` over
  * the unmasked points is cut into k equal intervals, each point goes to the
  * interval its value lies in (the top value to the last), and centroid c is
  * the mean of the points of interval c; an empty interval gets the mean of
