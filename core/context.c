@@ -8,6 +8,7 @@ DK_API void dk_context_destroy(dk_context *ctx)
     if (!ctx)
         return;
     ctx->backend->plugin->device_close(ctx->device);
+    pthread_mutex_destroy(&ctx->lock);
     free(ctx);
 }
 
@@ -32,7 +33,9 @@ DK_API dk_status dk_buffer_create(dk_context *ctx, size_t bytes, dk_buffer **buf
     if (!b)
         return dk_fail(ctx, DK_ERR_OUT_OF_MEMORY, "dk_buffer_create: out of host memory");
     dk_msg msg = {{0}};
+    dk_device_enter(ctx);
     dk_status st = ctx->backend->plugin->buffer_alloc(ctx->device, bytes, &b->handle, &msg);
+    dk_device_leave(ctx);
     if (st != DK_OK) {
         free(b);
         return dk_fail_msg(ctx, st, &msg, "allocating a device buffer");
@@ -47,7 +50,9 @@ DK_API void dk_buffer_destroy(dk_buffer *buf)
 {
     if (!buf)
         return;
+    dk_device_enter(buf->ctx);
     buf->ctx->backend->plugin->buffer_free(buf->ctx->device, buf->handle);
+    dk_device_leave(buf->ctx);
     free(buf);
 }
 
@@ -65,8 +70,10 @@ DK_API dk_status dk_buffer_write(dk_buffer *buf, const void *src, size_t bytes)
         return dk_fail(buf->ctx, DK_ERR_INVALID_ARGUMENT,
                        "dk_buffer_write: %zu bytes do not fit a buffer of %zu", bytes, buf->bytes);
     dk_msg msg = {{0}};
+    dk_device_enter(buf->ctx);
     dk_status st = buf->ctx->backend->plugin->buffer_write(buf->ctx->device, buf->handle, src,
                                                            bytes, &msg);
+    dk_device_leave(buf->ctx);
     return st == DK_OK ? DK_OK : dk_fail_msg(buf->ctx, st, &msg, "writing a device buffer");
 }
 
@@ -79,8 +86,10 @@ DK_API dk_status dk_buffer_read(const dk_buffer *buf, void *dst, size_t bytes)
         return dk_fail(buf->ctx, DK_ERR_INVALID_ARGUMENT,
                        "dk_buffer_read: %zu bytes asked of a buffer of %zu", bytes, buf->bytes);
     dk_msg msg = {{0}};
+    dk_device_enter(buf->ctx);
     dk_status st = buf->ctx->backend->plugin->buffer_read(buf->ctx->device, buf->handle, dst,
                                                           bytes, &msg);
+    dk_device_leave(buf->ctx);
     return st == DK_OK ? DK_OK : dk_fail_msg(buf->ctx, st, &msg, "reading a device buffer");
 }
 
@@ -96,8 +105,10 @@ DK_API dk_status dk_buffer_copy(dk_buffer *dst, const dk_buffer *src, size_t byt
                        "dk_buffer_copy: %zu bytes exceed a buffer (%zu and %zu bytes)", bytes,
                        src->bytes, dst->bytes);
     dk_msg msg = {{0}};
+    dk_device_enter(dst->ctx);
     dk_status st = dst->ctx->backend->plugin->buffer_copy(dst->ctx->device, dst->handle,
                                                           src->handle, bytes, &msg);
+    dk_device_leave(dst->ctx);
     return st == DK_OK ? DK_OK : dk_fail_msg(dst->ctx, st, &msg, "copying a device buffer");
 }
 
@@ -105,8 +116,11 @@ DK_API void dk_plan_destroy(dk_plan *plan)
 {
     if (!plan)
         return;
-    if (plan->impl && plan->impl_destroy)
+    if (plan->impl && plan->impl_destroy) {
+        dk_device_enter(plan->ctx);
         plan->impl_destroy(plan->impl);
+        dk_device_leave(plan->ctx);
+    }
     dk_buffer_destroy(plan->staging);
     free(plan->state);
     free(plan);

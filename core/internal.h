@@ -2,6 +2,9 @@
 #ifndef DAKIT_INTERNAL_H
 #define DAKIT_INTERNAL_H
 
+#include <pthread.h>
+#include <stdint.h>
+
 #include <dakit/dakit.h>
 #include <dakit/plugin.h>
 
@@ -13,8 +16,9 @@
 
 #define DK_MSG_LEN 512
 
-/* Records the failure as the calling thread's last error (and ctx's, when
- * given) and returns status, so callers write `return dk_fail(...)`. */
+/* Records the failure as the calling thread's last error (and, when ctx is
+ * given, as the calling thread's last error on ctx) and returns status, so
+ * callers write `return dk_fail(...)`. */
 dk_status dk_fail(dk_context *ctx, dk_status status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* The same with a plugin's message. */
@@ -36,8 +40,23 @@ struct dk_context {
     const dk_backend *backend;
     int device_index;
     void *device;
-    char error[DK_MSG_LEN];
+    uint64_t id;          /* unique per process: keys each thread's last error */
+    pthread_mutex_t lock; /* held around every call into the plugin */
 };
+
+/* Every call into a context's plugin goes between these, so the core calls
+ * a device's entries from one thread at a time, as plugin.h promises, even
+ * when threads share a context. ctx NULL (a serial reference) locks nothing. */
+static inline void dk_device_enter(dk_context *ctx)
+{
+    if (ctx)
+        pthread_mutex_lock(&ctx->lock);
+}
+static inline void dk_device_leave(dk_context *ctx)
+{
+    if (ctx)
+        pthread_mutex_unlock(&ctx->lock);
+}
 
 struct dk_buffer {
     dk_context *ctx;

@@ -7,18 +7,32 @@
 
 static _Thread_local char thread_error[DK_MSG_LEN] = "no error";
 
+/* Each thread keeps its own last message for each of the few contexts it
+ * failed on most recently, so threads sharing a context never read each
+ * other's errors. */
+#define CONTEXT_ERROR_SLOTS 8
+static _Thread_local struct {
+    uint64_t ctx_id; /* 0: unused */
+    char text[DK_MSG_LEN];
+} context_errors[CONTEXT_ERROR_SLOTS];
+static _Thread_local unsigned context_error_next;
+
+static pthread_once_t log_once = PTHREAD_ONCE_INIT;
+static dk_log_level log_level = DK_LOG_WARN;
+
+static void read_log_level(void)
+{
+    const char *s = getenv("DAKIT_LOG");
+    static const char *names[] = {"error", "warn", "info", "debug"};
+    for (int i = 0; s && i < 4; i++)
+        if (strcmp(s, names[i]) == 0)
+            log_level = (dk_log_level)i;
+}
+
 static dk_log_level log_threshold(void)
 {
-    static int level = -1;
-    if (level < 0) {
-        const char *s = getenv("DAKIT_LOG");
-        static const char *names[] = {"error", "warn", "info", "debug"};
-        level = DK_LOG_WARN;
-        for (int i = 0; s && i < 4; i++)
-            if (strcmp(s, names[i]) == 0)
-                level = i;
-    }
-    return (dk_log_level)level;
+    pthread_once(&log_once, read_log_level);
+    return log_level;
 }
 
 /* Logging is opt-in diagnostics (DAKIT_LOG); failures are returned, never
@@ -46,8 +60,15 @@ dk_status dk_fail(dk_context *ctx, dk_status status, const char *fmt, ...)
     vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
     memcpy(thread_error, text, sizeof thread_error);
-    if (ctx)
-        memcpy(ctx->error, thread_error, sizeof ctx->error);
+    if (ctx) {
+        unsigned slot = 0;
+        while (slot < CONTEXT_ERROR_SLOTS && context_errors[slot].ctx_id != ctx->id)
+            slot++;
+        if (slot == CONTEXT_ERROR_SLOTS)
+            slot = context_error_next++ % CONTEXT_ERROR_SLOTS;
+        context_errors[slot].ctx_id = ctx->id;
+        memcpy(context_errors[slot].text, text, sizeof text);
+    }
     dk_log(DK_LOG_DEBUG, "%s: %s", dk_status_string(status), thread_error);
     return status;
 }
@@ -60,7 +81,12 @@ dk_status dk_fail_msg(dk_context *ctx, dk_status status, const dk_msg *msg, cons
 
 DK_API const char *dk_last_error(const dk_context *ctx)
 {
-    return ctx ? ctx->error : thread_error;
+    if (!ctx)
+        return thread_error;
+    for (unsigned slot = 0; slot < CONTEXT_ERROR_SLOTS; slot++)
+        if (context_errors[slot].ctx_id == ctx->id)
+            return context_errors[slot].text;
+    return "no error";
 }
 
 DK_API const char *dk_status_string(dk_status status)

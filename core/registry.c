@@ -376,10 +376,12 @@ static int open_on(entry *e, int device, dk_context **out, char *why, size_t why
         snprintf(why, why_len, "out of memory");
         return 0;
     }
+    static _Atomic uint64_t next_id = 1;
     ctx->backend = &e->backend;
     ctx->device_index = device;
     ctx->device = dev;
-    snprintf(ctx->error, sizeof ctx->error, "no error");
+    ctx->id = next_id++;
+    pthread_mutex_init(&ctx->lock, NULL);
     *out = ctx;
     dk_log(DK_LOG_INFO, "using backend %s, device %d (%s)", e->info.name, device,
            e->backend.devices[device].name);

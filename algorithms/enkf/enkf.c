@@ -307,7 +307,9 @@ DK_API dk_status dk_enkf_plan_create(dk_context *ctx, const dk_enkf_desc *desc, 
     p->impl_destroy = ops->plan_destroy;
     p->state = st;
     dk_msg msg = {{0}};
+    dk_device_enter(ctx);
     rc = ops->plan_create(ctx->device, &st->setup, &p->impl, &msg);
+    dk_device_leave(ctx);
     if (rc != DK_OK) {
         p->impl = NULL;
         dk_plan_destroy(p);
@@ -361,7 +363,9 @@ DK_API dk_status dk_enkf_cov(dk_plan *plan, const dk_buffer *e, dk_buffer *pht, 
         return rc;
     dk_msg msg = {{0}};
     const dk_enkf_ops *ops = plan->ctx->backend->plugin->enkf;
+    dk_device_enter(plan->ctx);
     rc = ops->cov(plan->impl, e->handle, pht->handle, hpht ? hpht->handle : NULL, &msg);
+    dk_device_leave(plan->ctx);
     return rc == DK_OK ? DK_OK : dk_fail_msg(plan->ctx, rc, &msg, "enkf: the covariance product failed");
 }
 
@@ -447,7 +451,9 @@ DK_API dk_status dk_enkf_analysis(dk_plan *plan, dk_buffer *x, const double *y, 
         return dk_fail(plan->ctx, DK_ERR_OUT_OF_MEMORY, "enkf analysis: out of host memory");
     dk_msg msg = {{0}};
     const dk_enkf_ops *ops = plan->ctx->backend->plugin->enkf;
+    dk_device_enter(plan->ctx);
     rc = ops->analysis(plan->impl, x->handle, d, r, inflation, &msg);
+    dk_device_leave(plan->ctx);
     free(d);
     return rc == DK_OK ? DK_OK : dk_fail_msg(plan->ctx, rc, &msg, "enkf: the analysis failed");
 }

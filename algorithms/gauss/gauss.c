@@ -174,7 +174,9 @@ DK_API dk_status dk_gauss_plan_create(dk_context *ctx, const dk_gauss_desc *desc
     }
     memcpy(p->state, &setup, sizeof setup);
     dk_msg msg = {{0}};
+    dk_device_enter(ctx);
     st = ops->plan_create(ctx->device, p->state, &p->impl, &msg);
+    dk_device_leave(ctx);
     if (st != DK_OK) {
         p->impl = NULL;
         dk_plan_destroy(p);
@@ -212,7 +214,9 @@ DK_API dk_status dk_gauss_execute(dk_plan *plan, const dk_buffer *in, dk_buffer 
                        in->bytes, out->bytes);
     dk_msg msg = {{0}};
     const dk_gauss_ops *ops = plan->ctx->backend->plugin->gauss;
+    dk_device_enter(plan->ctx);
     st = ops->execute(plan->impl, in->handle, out->handle, &msg);
+    dk_device_leave(plan->ctx);
     return st == DK_OK ? DK_OK : dk_fail_msg(plan->ctx, st, &msg, "gauss: execution failed");
 }
 

@@ -237,7 +237,9 @@ DK_API dk_status dk_gbees_plan_create(dk_context *ctx, const dk_gbees_desc *desc
     p->impl = impl;
     p->impl_destroy = impl_destroy;
     dk_msg msg = {{0}};
+    dk_device_enter(ctx);
     dk_status st = ops->plan_create(ctx ? ctx->device : NULL, &s->setup, &impl->plan, &msg);
+    dk_device_leave(ctx);
     if (st != DK_OK) {
         dk_plan_destroy(p);
         return dk_fail_msg(ctx, st, &msg, "gbees plan");
@@ -301,11 +303,8 @@ static void schedule_next(gbees_state *s)
     }
 }
 
-DK_API dk_status dk_gbees_run(dk_plan *plan, int max_steps, dk_gbees_event *event)
+static dk_status run(dk_plan *plan, gbees_impl *impl, int max_steps, dk_gbees_event *event)
 {
-    gbees_impl *impl = impl_of(plan);
-    if (!impl || !event)
-        return dk_fail(plan ? plan->ctx : NULL, DK_ERR_INVALID_ARGUMENT, "dk_gbees_run: a gbees plan and event are required");
     gbees_state *s = impl->state;
     dk_msg msg = {{0}};
     dk_status st;
@@ -357,6 +356,17 @@ DK_API dk_status dk_gbees_run(dk_plan *plan, int max_steps, dk_gbees_event *even
     return DK_OK;
 }
 
+DK_API dk_status dk_gbees_run(dk_plan *plan, int max_steps, dk_gbees_event *event)
+{
+    gbees_impl *impl = impl_of(plan);
+    if (!impl || !event)
+        return dk_fail(plan ? plan->ctx : NULL, DK_ERR_INVALID_ARGUMENT, "dk_gbees_run: a gbees plan and event are required");
+    dk_device_enter(plan->ctx);
+    dk_status st = run(plan, impl, max_steps, event);
+    dk_device_leave(plan->ctx);
+    return st;
+}
+
 DK_API dk_status dk_gbees_snapshot_get(dk_plan *plan, dk_gbees_snapshot *snap)
 {
     gbees_impl *impl = impl_of(plan);
@@ -374,8 +384,11 @@ DK_API dk_status dk_gbees_stats_get(const dk_plan *plan, dk_gbees_stats *stats)
     if (!impl || !stats)
         return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "dk_gbees_stats_get: a gbees plan and stats are required");
     memset(stats, 0, sizeof *stats);
-    if (impl->state->started)
+    if (impl->state->started) {
+        dk_device_enter(plan->ctx);
         impl->ops->stats(impl->plan, stats);
+        dk_device_leave(plan->ctx);
+    }
     stats->period = impl->state->next_period < impl->state->nmeas ? impl->state->next_period : impl->state->nmeas - 1;
     return DK_OK;
 }

@@ -192,7 +192,9 @@ DK_API dk_status dk_kmeans_plan_create(dk_context *ctx, const dk_kmeans_desc *de
     p->impl_destroy = ops->plan_destroy;
     memcpy(p->state, &setup, sizeof setup);
     dk_msg msg = {{0}};
+    dk_device_enter(ctx);
     st = ops->plan_create(ctx->device, p->state, &p->impl, &msg);
+    dk_device_leave(ctx);
     if (st != DK_OK) {
         p->impl = NULL;
         dk_plan_destroy(p);
@@ -238,8 +240,10 @@ DK_API dk_status dk_kmeans_execute(dk_plan *plan, const dk_buffer *points, const
     memset(&local, 0, sizeof local);
     dk_msg msg = {{0}};
     const dk_kmeans_ops *ops = plan->ctx->backend->plugin->kmeans;
+    dk_device_enter(plan->ctx);
     st = ops->execute(plan->impl, points->handle, mask ? mask->handle : NULL, init->handle, labels->handle,
                       centroids->handle, &local, &msg);
+    dk_device_leave(plan->ctx);
     if (st != DK_OK)
         return dk_fail_msg(plan->ctx, st, &msg, "kmeans: execution failed");
     if (result)

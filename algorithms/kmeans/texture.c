@@ -160,7 +160,9 @@ DK_API dk_status dk_kmeans_texture_planes(dk_plan *plan, const dk_buffer *value,
     const dk_kmeans_ops *ops = plan->ctx->backend->plugin->kmeans;
     if (ops->texture_planes) {
         dk_msg msg = {{0}};
+        dk_device_enter(plan->ctx);
         st = ops->texture_planes(plan->impl, value->handle, planes->handle, &msg);
+        dk_device_leave(plan->ctx);
         return st == DK_OK ? DK_OK : dk_fail_msg(plan->ctx, st, &msg, "kmeans texture planes");
     }
     float *hv = malloc(n * sizeof *hv), *hp = malloc(TD * n * sizeof *hp);
@@ -201,8 +203,10 @@ DK_API dk_status dk_kmeans_texture_features(dk_plan *plan, const dk_buffer *valu
     const dk_kmeans_ops *ops = plan->ctx->backend->plugin->kmeans;
     if (ops->texture_features) {
         dk_msg msg = {{0}};
+        dk_device_enter(plan->ctx);
         st = ops->texture_features(plan->impl, value->handle, smoothed->handle, min_value, points->handle,
                                    mask->handle, init->handle, &local, &msg);
+        dk_device_leave(plan->ctx);
         if (stats)
             *stats = local;
         if (st != DK_OK)

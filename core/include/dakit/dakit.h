@@ -39,9 +39,14 @@ const char *dk_status_string(dk_status status);
 size_t dk_dtype_size(dk_dtype dtype);
 const char *dk_dtype_name(dk_dtype dtype);
 
-/* The sentence describing the last failure on ctx. With ctx == NULL: the
- * last failure of any dakit call on the calling thread (which is how the
- * reason a dk_context_create failed is read). Never NULL. */
+/* The sentence describing the calling thread's last failure on ctx ("no
+ * error" when there was none). With ctx == NULL: the last failure of any
+ * dakit call on the calling thread (which is how the reason a
+ * dk_context_create failed is read). Never NULL.
+ *
+ * Threads: a context may be shared by threads; their calls into its
+ * backend take turns, and each thread reads its own errors. A plan or a
+ * buffer is used by one thread at a time. */
 const char *dk_last_error(const dk_context *ctx);
 
 /* Opens a backend. backend: NULL or "auto" picks by the DAKIT_BACKEND
