@@ -86,11 +86,22 @@ static int already_seen(const char *real)
     return 0;
 }
 
+/* Anyone who can write a plugin folder or file can run code in every
+ * process that uses dakit. */
+static void warn_if_writable(const char *path, const char *what)
+{
+    struct stat st;
+    if (stat(path, &st) == 0 && (st.st_mode & S_IWOTH) && !(S_ISDIR(st.st_mode) && (st.st_mode & S_ISVTX)))
+        dk_log(DK_LOG_WARN, "plugin %s %s is writable by every user: anyone can make dakit load their code", what,
+               path);
+}
+
 static void load_plugin(const char *path)
 {
     char real[PATH_MAX];
     if (!realpath(path, real) || already_seen(real) || entry_count == MAX_PLUGINS)
         return;
+    warn_if_writable(real, "file");
     entry *e = &entries[entry_count++];
     memset(e, 0, sizeof *e);
     snprintf(e->info.path, sizeof e->info.path, "%s", real);
@@ -184,6 +195,7 @@ static void scan_dir(const char *dir)
     if (n < 0)
         return;
     dk_log(DK_LOG_DEBUG, "looking for plugins in %s", dir);
+    warn_if_writable(dir, "folder");
     for (int i = 0; i < n; i++) {
         if (ends_with(names[i]->d_name, ".so")) {
             char path[PATH_MAX];
@@ -291,15 +303,17 @@ DK_API dk_status dk_backend_get(int index, dk_backend_info *info)
     return DK_OK;
 }
 
-/* "cpu, opencl (no usable device: ...)" style summaries for error messages. */
+/* "cpu, opencl" for error messages: the plugins accepted and not refused
+ * by a probe so far. It probes nothing, so a mistyped name never wakes a
+ * driver (or a broken plugin) that the user did not ask for. */
 static void describe_backends(char *out, size_t len, dk_algo algo, int need_algo)
 {
     size_t used = 0;
     out[0] = '\0';
     for (int i = 0; i < entry_count; i++) {
         entry *e = &entries[i];
-        probe_entry(e);
-        if (!e->info.usable || (need_algo && !plugin_ops(e->backend.plugin, algo)))
+        if (!e->backend.plugin || (e->probed && !e->info.usable) ||
+            (need_algo && !plugin_ops(e->backend.plugin, algo)))
             continue;
         used += (size_t)snprintf(out + used, used < len ? len - used : 0, "%s%s", used ? ", " : "",
                                  e->info.name);
