@@ -89,8 +89,8 @@ dk_status dk_enkf_setup_make(const dk_enkf_desc *d, dk_enkf_setup *s)
     const dk_csr *H = &d->H;
     if (!H->indptr || !H->indices || !H->values)
         return FAIL("enkf: H's indptr, indices and values must not be NULL");
-    if (H->rows < 1 || H->rows > 65536)
-        return FAIL("enkf: H has %zu rows (observations); 1 to 65536 are supported", H->rows);
+    if (H->rows < 1 || H->rows > DK_ENKF_MAX_OBS)
+        return FAIL("enkf: H has %zu rows (observations); 1 to %d are supported", H->rows, DK_ENKF_MAX_OBS);
     if (H->cols != d->n)
         return FAIL("enkf: H has %zu columns but the state has N = %zu", H->cols, d->n);
     if (H->indptr[0] != 0)

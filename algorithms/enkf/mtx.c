@@ -1,5 +1,8 @@
 /* MatrixMarket coordinate files into CSR, checked line by line: every
- * refusal names the file, the line and what was wrong. */
+ * refusal names the file, the line and what was wrong. Nothing is
+ * allocated from the size line before it is checked against what the file
+ * can hold: an entry takes at least four bytes ("1 1\n"), and H has at most
+ * DK_ENKF_MAX_OBS rows. */
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -7,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
 #include "enkf_internal.h"
 
@@ -35,6 +39,18 @@ static int by_row(const void *a, const void *b)
 
 #define BAD(...) (fclose(f), free(t), dk_fail(NULL, DK_ERR_FORMAT, __VA_ARGS__))
 
+/* The next line into buf; 0 at the end of the file, -1 when the line does
+ * not fit (no MatrixMarket line needs that many characters). */
+static int next_line(char *buf, int size, FILE *f)
+{
+    if (!fgets(buf, size, f))
+        return 0;
+    size_t n = strlen(buf);
+    if (n == (size_t)size - 1 && buf[n - 1] != '\n' && !feof(f))
+        return -1;
+    return 1;
+}
+
 DK_API dk_status dk_csr_read_mtx(const char *path, dk_csr *H)
 {
     if (!path || !H)
@@ -45,7 +61,14 @@ DK_API dk_status dk_csr_read_mtx(const char *path, dk_csr *H)
         return dk_fail(NULL, DK_ERR_IO, "%s: cannot open (%s)", path, strerror(errno));
     triple *t = NULL;
     char line[1024];
-    if (!fgets(line, sizeof line, f))
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode))
+        return BAD("%s: not a regular file", path);
+    int got_line = next_line(line, sizeof line, f);
+    if (got_line < 0)
+        return BAD("%s: line 1 is longer than %zu characters; it is not a MatrixMarket header", path,
+                   sizeof line - 2);
+    if (!got_line)
         return BAD("%s: empty file; a MatrixMarket file starts with '%%%%MatrixMarket'", path);
     char banner[64], object[64], format[64], field[64], symmetry[64];
     if (sscanf(line, "%63s %63s %63s %63s %63s", banner, object, format, field, symmetry) != 5 ||
@@ -62,9 +85,12 @@ DK_API dk_status dk_csr_read_mtx(const char *path, dk_csr *H)
     long lineno = 1;
     long long rows = 0, cols = 0, entries = 0;
     for (;;) {
-        if (!fgets(line, sizeof line, f))
-            return BAD("%s: the size line (rows columns entries) is missing", path);
+        got_line = next_line(line, sizeof line, f);
         lineno++;
+        if (got_line < 0)
+            return BAD("%s: line %ld is longer than %zu characters", path, lineno, sizeof line - 2);
+        if (!got_line)
+            return BAD("%s: the size line (rows columns entries) is missing", path);
         if (line[0] == '%')
             continue;
         char *p = line;
@@ -80,6 +106,18 @@ DK_API dk_status dk_csr_read_mtx(const char *path, dk_csr *H)
     if (rows < 1 || cols < 1 || entries < 0 || entries > ((long long)1 << 31) - 1)
         return BAD("%s: line %ld: sizes %lld x %lld with %lld entries are out of range", path, lineno, rows, cols,
                    entries);
+    if (rows > DK_ENKF_MAX_OBS)
+        return BAD("%s: line %ld: %lld rows; H has at most %d rows (observations)", path, lineno, rows,
+                   DK_ENKF_MAX_OBS);
+    if (cols > ((long long)1 << 31) - 1)
+        return BAD("%s: line %ld: %lld columns; the state has at most 2^31-1 points", path, lineno, cols);
+    if (symmetric && rows != cols)
+        return BAD("%s: line %ld: a symmetric matrix must be square, but this one is %lld x %lld", path, lineno,
+                   rows, cols);
+    long long left = (long long)st.st_size - (long long)ftell(f);
+    if (entries > left / 4)
+        return BAD("%s: line %ld announces %lld entries, but the %lld bytes after it hold at most %lld", path, lineno,
+                   entries, left, left / 4);
     size_t cap = (size_t)entries * (symmetric ? 2 : 1);
     t = malloc((cap ? cap : 1) * sizeof *t);
     if (!t) {
@@ -89,9 +127,12 @@ DK_API dk_status dk_csr_read_mtx(const char *path, dk_csr *H)
     size_t n = 0;
     long long read = 0;
     while (read < entries) {
-        if (!fgets(line, sizeof line, f))
-            return BAD("%s: the file ends after %lld of its %lld entries", path, read, entries);
+        got_line = next_line(line, sizeof line, f);
         lineno++;
+        if (got_line < 0)
+            return BAD("%s: line %ld is longer than %zu characters", path, lineno, sizeof line - 2);
+        if (!got_line)
+            return BAD("%s: the file ends after %lld of its %lld entries", path, read, entries);
         char *p = line;
         while (isspace((unsigned char)*p))
             p++;
@@ -113,8 +154,10 @@ DK_API dk_status dk_csr_read_mtx(const char *path, dk_csr *H)
             t[n++] = (triple){j - 1, i - 1, v};
         read++;
     }
-    while (fgets(line, sizeof line, f)) {
+    while ((got_line = next_line(line, sizeof line, f)) != 0) {
         lineno++;
+        if (got_line < 0)
+            return BAD("%s: line %ld is longer than %zu characters", path, lineno, sizeof line - 2);
         char *p = line;
         while (isspace((unsigned char)*p))
             p++;

@@ -30,6 +30,9 @@
 extern "C" {
 #endif
 
+/* The most observations (rows of H) a plan takes. */
+#define DK_ENKF_MAX_OBS 65536
+
 /* H in compressed sparse rows, 0-based. Repeated (row, column) entries add,
  * as in scipy; rows may be empty. */
 typedef struct dk_csr {
