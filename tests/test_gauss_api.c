@@ -125,6 +125,35 @@ int main(void)
     CHECK(dk_gauss_reference(&d, NULL, x) == DK_ERR_INVALID_ARGUMENT, "reference accepts NULL");
     CHECK(dk_gauss_plan_create(NULL, &d, NULL) == DK_ERR_INVALID_ARGUMENT, "NULL context refused");
 
+    /* degenerate parameters: bounded precomputation, no NaN, or a sentence */
+    {
+        double ten[10], out[10];
+        for (int i = 0; i < 10; i++)
+            ten[i] = i;
+        dk_gauss_desc g;
+        dk_gauss_desc_init(&g);
+        g.dtype = DK_F64;
+        g.ndim = 1;
+        g.shape[0] = 10;
+        g.axes = 1;
+        g.sigma[0] = 1000;
+        g.K = 1000000; /* the halo comes from the Chernoff bound, capped by the line */
+        CHECK(dk_gauss_reference(&g, ten, out) == DK_OK, "sigma 1000, K 10^6: %s", dk_last_error(NULL));
+        int finite = 1;
+        for (int i = 0; i < 10; i++)
+            finite &= isfinite(out[i]);
+        CHECK(finite, "sigma 1000, K 10^6 gives finite values");
+        g.K = 4;
+        g.sigma[0] = 1e-80; /* K/sigma^2 overflows: the identity filter */
+        CHECK(dk_gauss_reference(&g, ten, out) == DK_OK && out[3] == 3.0 && out[9] == 9.0,
+              "sigma 1e-80 leaves the field unchanged (out[3] = %g)", out[3]);
+        g.sigma[0] = 1e9;
+        CHECK(dk_gauss_reference(&g, ten, out) == DK_ERR_INVALID_ARGUMENT &&
+                  strstr(dk_last_error(NULL), "at most 1e+07"),
+              "sigma 1e9 refused: %s", dk_last_error(NULL));
+        CHECK(dk_gauss_exact_halo(dk_gauss_alpha(2.0, 4), 4, DK_F32) > 0, "an ordinary halo");
+    }
+
     int n = dk_backend_count();
     for (int i = 0; i < n; i++) {
         dk_backend_info b;

@@ -21,10 +21,57 @@ DK_API void dk_gauss_desc_init(dk_gauss_desc *desc)
     desc->blocks = 3072;
 }
 
+/* 1 + E - sqrt(E(E+2)) written as 1 / (1 + E + sqrt(E(E+2))), the same
+ * number without the cancellation: a tiny sigma (E overflowing) gives 0,
+ * the identity filter, instead of NaN. */
 DK_API double dk_gauss_alpha(double sigma, int K)
 {
     double E = (double)K / (sigma * sigma);
-    return 1.0 + E - sqrt(E * (E + 2.0));
+    if (isinf(E))
+        return 0.0;
+    return 1.0 / (1.0 + E + sqrt(E * (E + 2.0)));
+}
+
+/* A bound on the two-sided tail beyond d of the K-iterated response, which
+ * is a probability distribution: one pass pair has the moment generating
+ * function beta^2 / ((1 - alpha e^t)(1 - alpha e^-t)) for alpha e^t < 1, and
+ * Chernoff gives P(|X| >= d) <= 2 min_t M(t)^K e^(-t d). It costs the same
+ * for any K and sigma; the log is minimized by golden-section search (it is
+ * convex in t). */
+static double chernoff_tail(double alpha, int K, double d)
+{
+    double beta = 1.0 - alpha, lo = 0.0, hi = -log(alpha);
+    double best = 0.0;
+    for (int it = 0; it < 200; it++) {
+        double t1 = hi - (hi - lo) * 0.6180339887498949, t2 = lo + (hi - lo) * 0.6180339887498949;
+        double f1 = K * (2.0 * log(beta) - log1p(-alpha * exp(t1)) - log1p(-alpha * exp(-t1))) - t1 * d;
+        double f2 = K * (2.0 * log(beta) - log1p(-alpha * exp(t2)) - log1p(-alpha * exp(-t2))) - t2 * d;
+        if (!isfinite(f1) || f1 > f2) {
+            lo = t1;
+            best = f2;
+        } else {
+            hi = t2;
+            best = f1;
+        }
+    }
+    return 2.0 * exp(best < 0.0 ? best : 0.0);
+}
+
+/* The least d whose Chernoff tail is at most limit. */
+static size_t chernoff_halo(double alpha, int K, double limit)
+{
+    size_t hi = 1;
+    while (hi < ((size_t)1 << 26) && chernoff_tail(alpha, K, (double)hi) > limit)
+        hi *= 2;
+    size_t lo = hi / 2;
+    while (lo + 1 < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (chernoff_tail(alpha, K, (double)mid) > limit)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return hi;
 }
 
 /* The K-iterated response to a unit impulse, in double, on 2m+1 points. */
@@ -50,13 +97,21 @@ static void impulse_response(double alpha, int K, size_t m, double *r)
  * and later passes only smooth it. So the error d values inside is bounded
  * by 2K * 2 max|x| / beta times the K-iterated response's tail beyond d.
  * The halo is the least d that puts this under a quarter of the dtype's
- * rounding unit: then windows are invisible at rounding. */
+ * rounding unit: then windows are invisible at rounding. The tail is read
+ * off the response itself while that costs at most HALO_WORK passes over
+ * points; past that (huge K or sigma) from the Chernoff bound, which is
+ * never smaller, so the plan's cost stays bounded whatever the parameters. */
+#define HALO_WORK 2e8
 DK_API size_t dk_gauss_exact_halo(double alpha, int K, dk_dtype dtype)
 {
     double eps = dtype == DK_F64 ? 0x1p-53 : 0x1p-24;
     double beta = 1.0 - alpha;
     double limit = 0.25 * eps * beta / (4.0 * K);
+    if (alpha <= 0.0)
+        return 1; /* the identity filter reaches no neighbour */
     for (size_t m = 64; m < ((size_t)1 << 26); m *= 2) {
+        if ((double)K * (double)(2 * m + 1) > HALO_WORK)
+            return chernoff_halo(alpha, K, limit);
         double *r = malloc((2 * m + 1) * sizeof *r);
         if (!r)
             return m;
@@ -116,6 +171,10 @@ dk_status dk_gauss_setup_make(const dk_gauss_desc *desc, dk_gauss_setup *setup)
             return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT,
                            "gauss: sigma for axis %d is %g; it must be a finite number > 0", a,
                            d->sigma[a]);
+        if ((d->axes & (1u << a)) && d->sigma[a] > DK_GAUSS_MAX_SIGMA)
+            return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT,
+                           "gauss: sigma for axis %d is %g grid units; at most %g is supported (the filter's "
+                           "coefficient would round to 1)", a, d->sigma[a], DK_GAUSS_MAX_SIGMA);
     }
     if (d->K < 1 || d->K > 1000000)
         return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "gauss: K is %d; it must be between 1 and 1000000", d->K);
@@ -136,6 +195,8 @@ dk_status dk_gauss_setup_make(const dk_gauss_desc *desc, dk_gauss_setup *setup)
             continue;
         setup->alpha[a] = dk_gauss_alpha(d->sigma[a], d->K);
         setup->halo[a] = dk_gauss_exact_halo(setup->alpha[a], d->K, d->dtype);
+        if (setup->halo[a] > d->shape[a])
+            setup->halo[a] = d->shape[a]; /* a window as long as the line is exact */
     }
     return DK_OK;
 }

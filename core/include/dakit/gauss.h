@@ -18,6 +18,7 @@ extern "C" {
 #endif
 
 #define DK_MAX_DIMS 3
+#define DK_GAUSS_MAX_SIGMA 1e7 /* grid units */
 
 typedef enum dk_boundary {
     DK_BOUNDARY_ZERO = 0,    /* each pass starts from zero: p_{-1} = 0, s_N = 0 */
@@ -39,7 +40,9 @@ typedef struct dk_gauss_desc {
     int ndim;                  /* 1, 2 or 3 */
     size_t shape[DK_MAX_DIMS]; /* C order: the last axis is contiguous */
     unsigned axes;             /* bit a set: filter along axis a */
-    double sigma[DK_MAX_DIMS]; /* per axis, in grid units; read where the axis bit is set */
+    double sigma[DK_MAX_DIMS]; /* per axis, in grid units, > 0 and <= DK_GAUSS_MAX_SIGMA; read
+                                  where the axis bit is set (a sigma so small that K/sigma^2
+                                  overflows leaves the field unchanged) */
     int K;                     /* iterations, >= 1 */
     dk_boundary boundary;
     dk_gauss_mode mode;
