@@ -108,7 +108,7 @@ static void gbees_state_free(gbees_state *s)
     free(s->rows);
 }
 
-/* dk_plan frees state with free(); its arrays go with the impl. */
+/* The plan's impl: the backend's plan and the state, freed together. */
 typedef struct gbees_impl {
     const dk_gbees_ops *ops;
     void *plan;
@@ -123,6 +123,7 @@ static void impl_destroy(void *p)
     if (impl->plan)
         impl->ops->plan_destroy(impl->plan);
     gbees_state_free(impl->state);
+    free(impl->state);
     free(impl);
 }
 
