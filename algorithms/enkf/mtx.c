@@ -116,8 +116,8 @@ DK_API dk_status dk_csr_read_mtx(const char *path, dk_csr *H)
                    rows, cols);
     long long left = (long long)st.st_size - (long long)ftell(f);
     if (entries > left / 4)
-        return BAD("%s: line %ld announces %lld entries, but the %lld bytes after it hold at most %lld", path, lineno,
-                   entries, left, left / 4);
+        return BAD("%s: the file ends after %lld more bytes, too few for the %lld entries line %ld announces (at "
+                   "most %lld fit)", path, left, entries, lineno, left / 4);
     size_t cap = (size_t)entries * (symmetric ? 2 : 1);
     t = malloc((cap ? cap : 1) * sizeof *t);
     if (!t) {
