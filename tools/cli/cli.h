@@ -7,12 +7,6 @@
 
 #include <dakit/dakit.h>
 
-int cmd_info(int argc, char **argv);
-int cmd_gauss(int argc, char **argv);
-int cmd_conform(int argc, char **argv);
-int cmd_bench(int argc, char **argv);
-int cmd_demo(int argc, char **argv);
-
 /* Prints "dakit <cmd>: <message>" to stderr and returns 2 (bad usage) or 1. */
 int cli_error(const char *cmd, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 

@@ -1,9 +1,10 @@
-/* dakit: the command line. Each subcommand lives in its own file. */
+/* dakit: the command line. Each subcommand lives with its part of tools/;
+ * cli/commands.h says where. */
 #include <stdio.h>
 #include <string.h>
 
 #include "cli/cli.h"
-#include "gbees/mc.h"
+#include "cli/commands.h"
 
 static void usage(FILE *f)
 {
@@ -41,8 +42,6 @@ int main(int argc, char **argv)
         printf("dakit %s\n", DK_VERSION_STRING);
         return 0;
     }
-    extern int cmd_enkf(int, char **); /* enkf/cmd.c */
-    extern int cmd_kmeans(int, char **); /* kmeans/cmd.c */
     static const struct {
         const char *name;
         int (*run)(int, char **);

@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/commands.h"
 
 int cmd_info(int argc, char **argv)
 {

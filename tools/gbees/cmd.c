@@ -10,9 +10,9 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/commands.h"
 #include "cli/image.h"
 #include "cli/npy.h"
-#include "gbees/mc.h"
 
 static void usage(FILE *f)
 {

@@ -8,6 +8,7 @@
 
 #include <dakit/kit/gbees/hash.h>
 #include "cli/cli.h"
+#include "cli/commands.h"
 #include "cli/npy.h"
 #include "gbees/mc.h"
 

@@ -1,4 +1,5 @@
-/* gbees subcommands and the Monte Carlo comparison the tests share. */
+/* The Monte Carlo check of GBEES snapshots (dakit gbees-mc and
+ * tests/test_gbees_mc.c), and helpers the gbees cases share. */
 #ifndef DAKIT_TOOLS_GBEES_MC_H
 #define DAKIT_TOOLS_GBEES_MC_H
 
@@ -6,10 +7,6 @@
 #include <stdint.h>
 
 #include <dakit/dakit.h>
-
-int cmd_gbees(int argc, char **argv);
-int cmd_gbees_plot(int argc, char **argv);
-int cmd_gbees_mc(int argc, char **argv);
 
 typedef struct gbees_mc_result {
     double bc;                 /* Bhattacharyya coefficient on the cells at or above the threshold */

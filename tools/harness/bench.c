@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/commands.h"
 #include "harness/bench.h"
 
 #define MAX_BACKENDS 16

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/commands.h"
 #include "harness/conform.h"
 
 #define MAX_BACKENDS 16

@@ -9,6 +9,7 @@
 #include <dakit/kmeans.h>
 
 #include "cli/cli.h"
+#include "cli/commands.h"
 #include "cli/image.h"
 #include "cli/npy.h"
 #include "kmeans/radar.h"
