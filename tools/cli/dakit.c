@@ -24,10 +24,10 @@ static void usage(FILE *f)
             "  demo      smooth a noisy field on the best backend, check it, and draw a picture\n"
             "\n"
             "environment:\n"
-            "  DAKIT_BACKEND=cuda|opencl|cpu|auto or a comma list (order of preference)\n"
+            "  DAKIT_BACKEND=cuda|opencl|cpu|auto or a comma list (order of preference; default auto)\n"
             "  DAKIT_DEVICE=N        device index within the backend (default 0)\n"
             "  DAKIT_PLUGIN_PATH     extra folders to search for plugins (colon separated)\n"
-            "  DAKIT_LOG=error|warn|info|debug\n",
+            "  DAKIT_LOG=error|warn|info|debug   diagnostics on stderr from this level up (default warn)\n",
             DK_VERSION_STRING);
 }
 

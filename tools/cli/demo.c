@@ -14,10 +14,15 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: dakit demo [--out demo.png] [--backend NAME] [--size N] [--sigma S]\n"
             "\n"
-            "Smooths an N x N float32 field of point sources in noise (default 2048, sigma 12,\n"
-            "K 4, both axes) on the chosen backend, checks it against the serial reference,\n"
-            "shows how the recursive filter approaches the exact Gaussian as K grows, and\n"
-            "draws demo.png: the input, the smoothed field, and impulse responses.\n");
+            "Smooths an N x N float32 field of point sources in noise (K 4, both axes) on the\n"
+            "chosen backend, checks it against the serial reference, shows how the recursive\n"
+            "filter approaches the exact Gaussian as K grows, and draws a picture: the input,\n"
+            "the smoothed field, and impulse responses.\n"
+            "\n"
+            "  --out FILE      the picture, PNG (default demo.png)\n"
+            "  --backend NAME  cuda, opencl, cpu, auto or a comma list (default: DAKIT_BACKEND/auto)\n"
+            "  --size N        side of the field in points, 16 to 16384 (default 2048)\n"
+            "  --sigma S       standard deviation in grid points, between 0 and 1000 (default 12)\n");
 }
 
 int cmd_demo(int argc, char **argv)

@@ -1,5 +1,6 @@
-/* A small RGB canvas written as PNG through libpng, for pictures the CLI
- * draws (demo, later the radar cluster maps). */
+/* A small RGB canvas written as PNG through libpng, for the pictures the
+ * commands draw (the demo, the radar cluster map, the Lorenz-96 RMSE, the
+ * gbees marginals). */
 #ifndef DAKIT_TOOLS_CLI_IMAGE_H
 #define DAKIT_TOOLS_CLI_IMAGE_H
 

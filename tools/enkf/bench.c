@@ -1,7 +1,7 @@
-/* The enkf benchmark cases: the issue's targets (the seed's N = 25,000 case,
- * a compact-support and a full-support case at N = 10^6) and a CPU-sized
- * case (N = 10^4) to set beside a dense NumPy computation. All float64,
- * L = 10, M = 32, H density 0.05 (the seed's Table 1 setting). */
+/* The enkf benchmark cases: N = 25,000 with a full-support C, N = 10^6 with
+ * a compact-support and with a full-support C, and a CPU-sized case
+ * (N = 10^4) to set beside the dense NumPy computation of enkf/bench-numpy.
+ * All float64, L = 10 members, M = 32 observations, H density 0.05. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,7 +45,7 @@ static double bytes(int i)
 }
 
 /* DAKIT_BENCH_ENKF_VARIANTS=fft,banded times only those of the backend's
- * variants (a tiled run at N = 10^6 takes seconds). */
+ * variants (the tiled scheme is slow at N = 10^6). */
 static const char *const *variants(const dk_context *ctx)
 {
     static const char *kept[8];

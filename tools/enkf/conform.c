@@ -9,7 +9,7 @@
  * tolerance is 64 eps of the scale (float64 1.4e-14, float32 3.8e-6):
  * reordering passes it, a wrong or dropped term (|term| > 1e-3 S) does not.
  * The fft scheme rounds in the transforms: error ~ eps log2(P) ||c|| ||v||,
- * allowed 64 eps log2(P) of the scale (measured: under 1e-15 in float64).
+ * allowed 64 eps log2(P) of the scale.
  *
  * analysis cases: error = max |Xa - ref| / max |Xa_ref - X|, the update's
  * size; the M x M solve amplifies rounding by cond(HPHT + R) <= 1 +

@@ -1,5 +1,5 @@
 /* gbees conformance: short runs of each model on a backend against the
- * serial reference, compared at every snapshot by the issue's measures:
+ * serial reference, compared at every snapshot by three measures:
  * the Bhattacharyya coefficient (at least 0.999), the L1 distance (at most
  * 1e-3, cells missing on one side counting their whole mass) and the cell
  * count (within 1%). Thread order changes rounding on parallel devices and

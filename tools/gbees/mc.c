@@ -366,8 +366,8 @@ dk_status gbees_mc_bc(const dk_gbees_model *model, const dk_gbees_meas *meas0, d
      * holds cell probabilities, so the estimate is turned into the
      * probability of each cell: the kernel integrated over the cell, the box
      * taken as the Gaussian of the same covariance, diag(dx^2 / 12). Point
-     * values at the centres alias wherever the density is thinner than a
-     * cell (Lorenz '63 at t = 0.5: they sum to 0.36 of the mass). */
+     * values at the centres would alias wherever the density is thinner
+     * than a cell, and their sum could fall far short of the mass. */
     double mu[DK_GBEES_MAX_DIM] = {0}, cov[DK_GBEES_MAX_DIM * DK_GBEES_MAX_DIM] = {0}, l[DK_GBEES_MAX_DIM * DK_GBEES_MAX_DIM];
     for (size_t s = 0; s < n; s++)
         for (int i = 0; i < d; i++)
@@ -423,9 +423,9 @@ dk_status gbees_mc_bc(const dk_gbees_model *model, const dk_gbees_meas *meas0, d
     }
     /* Cells are grouped by the bin they fall in, so the 3^d neighbour bins
      * are looked up once per group rather than once per cell (a Lorenz '96
-     * snapshot has millions of cells, a few thousand per bin), and visited
-     * group by group, so a group's samples stay in cache (visiting them in
-     * grid order took 53 CPU-s instead of 37 on a 3.6M-cell snapshot). */
+     * snapshot has millions of cells, thousands per bin), and visited group
+     * by group rather than in grid order, so a group's samples stay in
+     * cache. */
     if (!(cell_bin = malloc(cells * sizeof *cell_bin)) || !(home_keys = malloc(cells * d * sizeof *home_keys)) ||
         gb_hash_init(&home_ht, d, 1024) != 0) {
         snprintf(err, len, "Monte Carlo: out of memory for %zu cells", cells);
@@ -481,9 +481,8 @@ dk_status gbees_mc_bc(const dk_gbees_model *model, const dk_gbees_meas *meas0, d
                           reach) * norm;
     }
     /* Both sides normalized over the compared cells: all of them, and the
-     * support the seed compares on, the cells at or above the threshold
-     * (the published GBEES writes only those; below it lies the fringe kept
-     * for growth) */
+     * support, the cells at or above the threshold (the published GBEES
+     * writes only those; below it lies the fringe kept for growth) */
     double qs = 0.0, ps = 0.0, qk = 0.0, pk = 0.0;
     for (size_t c = 0; c < cells; c++) {
         double p = fmax(rows[c * (d + 1) + d], 0.0);
@@ -537,12 +536,16 @@ static void mc_usage(FILE *f)
                "Carries samples of the Gaussian in DIR/measurement0.txt through the model to time T\n"
                "(adaptive Runge-Kutta), estimates their density by Gaussian kernels (Scott's bandwidth),\n"
                "turns it into the probability of each snapshot cell, and prints the Bhattacharyya\n"
-               "coefficient (1: identical) on the cells at or above the run's threshold (the support\n"
-               "the seed compares on), with the value over all cells and where the estimate's mass lies.\n"
-               "Only snapshots before the first measurement update compare (Monte Carlo has no update).\n"
+               "coefficient (1: identical) on the cells at or above the run's threshold (the support),\n"
+               "with the value over all cells and where the estimate's mass lies. Only snapshots\n"
+               "before the first measurement update compare (Monte Carlo has no update).\n"
                "\n"
-               "  --samples N     (default 100000)\n"
-               "  --seed S        (default 1)\n"
+               "  --model NAME    the run's model (dakit gbees --list-models)\n"
+               "  --meas DIR      the run's measurement folder; measurement0.txt is the initial Gaussian\n"
+               "  --pdf FILE      the snapshot to check: float64, cells x (d + 1)\n"
+               "  --t T           the snapshot's time, in the model's time units, >= 0\n"
+               "  --samples N     Monte Carlo samples, >= 10 (default 100000)\n"
+               "  --seed S        seed of the samples (default 1)\n"
                "  --threshold P   the run's threshold (default: from summary.txt beside the snapshot,\n"
                "                  else 5e-6)\n"
                "  --draws M       compare on M cells drawn by their GBEES probability instead of every\n"

@@ -1,6 +1,7 @@
 /* dakit bench: every algorithm's benchmark cases side by side on the
- * selected backends. Each backend's floor comes from its own measured copy
- * bandwidth, so a ratio means the same on a laptop CPU and on an H100. */
+ * selected backends. Each backend's floor comes from its own device's copy
+ * bandwidth, timed at the start, so a ratio to the floor means the same on
+ * a CPU as on a GPU. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +28,14 @@ static void usage(FILE *f)
             "runs are done (at least 3). Buffers stay on the device; each run ends when the\n"
             "result is in device memory. Reports the median, the throughput (the bytes that\n"
             "must move) and the ratio to the floor: those bytes over the device's copy\n"
-            "bandwidth, measured here.\n"
+            "bandwidth, timed first on each backend.\n"
+            "\n"
+            "  ALGO, --algo ALGO[,...]    algorithms to time: gauss, enkf, kmeans, gbees (default: all)\n"
+            "  --backend NAME[,...]|all   backends to time on (default: all usable)\n"
+            "  --case NAME[,...]          cases to time, from the list below (default: all)\n"
+            "  --csv FILE                 also write one row per case, backend and variant\n"
+            "  --min-time SECONDS         keep repeating a case this long (default 1)\n"
+            "  --max-runs N               timed runs per case at most, 3 to 200 (default 50)\n"
             "\n"
             "cases:\n");
     for (int s = 0; s < NSUITES; s++)

@@ -1,4 +1,4 @@
-/* The kmeans benchmark cases: the issue's targets.
+/* The kmeans benchmark cases:
  *   points_3e6_d8_k16  n = 3e6, d = 8, k = 16, 20 iterations, tol 0: labels
  *                      and centroids from points already on the device. The
  *                      floor is reading the points 20 times.
