@@ -4,8 +4,8 @@
 
 #include <dakit/dakit.h>
 
-#include "accuracy.h"
 #include "check.h"
+#include "harness/accuracy.h"
 
 int main(void)
 {

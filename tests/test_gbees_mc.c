@@ -19,7 +19,7 @@
 #include <dakit/dakit.h>
 
 #include "check.h"
-#include "gbees_tools.h"
+#include "gbees/mc.h"
 
 int main(int argc, char **argv)
 {

@@ -8,7 +8,7 @@
 #include <dakit/kmeans.h>
 
 #include "check.h"
-#include "radolan.h"
+#include "kmeans/radolan.h"
 
 /* stops the test where going on would only crash */
 #define REQUIRE(cond)                                                                                      \

@@ -12,7 +12,7 @@
 #include <dakit/dakit.h>
 
 #include "check.h"
-#include "npy.h"
+#include "cli/npy.h"
 
 static char dir[256];
 static const char *dakit;

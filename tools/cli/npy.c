@@ -1,0 +1,191 @@
+#include "cli/npy.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FAIL(st, ...) (snprintf(err, err_len, __VA_ARGS__), (st))
+
+/* The value text of 'key' in the header dict, or NULL. */
+static const char *dict_value(const char *header, const char *key)
+{
+    char quoted[32];
+    snprintf(quoted, sizeof quoted, "'%s'", key);
+    const char *p = strstr(header, quoted);
+    if (!p)
+        return NULL;
+    p += strlen(quoted);
+    while (*p == ' ')
+        p++;
+    if (*p != ':')
+        return NULL;
+    p++;
+    while (*p == ' ')
+        p++;
+    return p;
+}
+
+static dk_status parse_header(const char *h, npy_array *a, char *err, size_t err_len)
+{
+    const char *descr = dict_value(h, "descr");
+    if (!descr)
+        return FAIL(DK_ERR_FORMAT, "the header has no 'descr'");
+    if (strncmp(descr, "'<f4'", 5) == 0)
+        a->dtype = DK_F32;
+    else if (strncmp(descr, "'<f8'", 5) == 0)
+        a->dtype = DK_F64;
+    else {
+        int n = (int)strcspn(descr, ",}");
+        return FAIL(DK_ERR_FORMAT, "dtype %.*s is not supported: use little-endian float32 ('<f4') or float64 ('<f8')",
+                    n, descr);
+    }
+    const char *fo = dict_value(h, "fortran_order");
+    if (!fo)
+        return FAIL(DK_ERR_FORMAT, "the header has no 'fortran_order'");
+    if (strncmp(fo, "True", 4) == 0)
+        return FAIL(DK_ERR_FORMAT, "the array is in Fortran order; write it in C order (numpy.ascontiguousarray)");
+    if (strncmp(fo, "False", 5) != 0)
+        return FAIL(DK_ERR_FORMAT, "'fortran_order' is neither True nor False");
+    const char *sh = dict_value(h, "shape");
+    if (!sh || *sh != '(')
+        return FAIL(DK_ERR_FORMAT, "the header has no 'shape' tuple");
+    sh++;
+    a->ndim = 0;
+    a->count = 1;
+    for (;;) {
+        while (*sh == ' ' || *sh == ',')
+            sh++;
+        if (*sh == ')')
+            break;
+        if (*sh < '0' || *sh > '9')
+            return FAIL(DK_ERR_FORMAT, "the shape is not a tuple of non-negative integers");
+        if (a->ndim == NPY_MAX_DIMS)
+            return FAIL(DK_ERR_FORMAT, "more than %d dimensions", NPY_MAX_DIMS);
+        errno = 0;
+        char *end;
+        unsigned long long v = strtoull(sh, &end, 10);
+        if (errno || end == sh)
+            return FAIL(DK_ERR_FORMAT, "a dimension in the shape is out of range");
+        if (v && a->count > SIZE_MAX / 8 / v)
+            return FAIL(DK_ERR_FORMAT, "the shape's size overflows");
+        a->shape[a->ndim++] = (size_t)v;
+        a->count *= (size_t)v;
+        sh = end;
+        while (*sh == ' ')
+            sh++;
+        if (*sh != ',' && *sh != ')')
+            return FAIL(DK_ERR_FORMAT, "the shape is not a tuple of non-negative integers");
+    }
+    return DK_OK;
+}
+
+dk_status npy_read(const char *path, npy_array *a, char *err, size_t err_len)
+{
+    memset(a, 0, sizeof *a);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return FAIL(DK_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    dk_status st = DK_OK;
+    unsigned char pre[12];
+    char *header = NULL;
+    if (fread(pre, 1, 10, f) != 10 || memcmp(pre, "\x93NUMPY", 6) != 0) {
+        st = FAIL(DK_ERR_FORMAT, "%s is not a .npy file (no \\x93NUMPY magic)", path);
+        goto done;
+    }
+    size_t hlen, prefix;
+    if (pre[6] == 1) {
+        hlen = pre[8] | (size_t)pre[9] << 8;
+        prefix = 10;
+    } else if (pre[6] == 2 || pre[6] == 3) {
+        if (fread(pre + 10, 1, 2, f) != 2) {
+            st = FAIL(DK_ERR_FORMAT, "%s: truncated header", path);
+            goto done;
+        }
+        hlen = pre[8] | (size_t)pre[9] << 8 | (size_t)pre[10] << 16 | (size_t)pre[11] << 24;
+        prefix = 12;
+    } else {
+        st = FAIL(DK_ERR_FORMAT, "%s: .npy format version %d.%d is not supported", path, pre[6], pre[7]);
+        goto done;
+    }
+    if (hlen > (1u << 20)) {
+        st = FAIL(DK_ERR_FORMAT, "%s: header length %zu is implausible", path, hlen);
+        goto done;
+    }
+    header = malloc(hlen + 1);
+    if (!header || fread(header, 1, hlen, f) != hlen) {
+        st = FAIL(DK_ERR_FORMAT, "%s: truncated header", path);
+        goto done;
+    }
+    header[hlen] = '\0';
+    if ((st = parse_header(header, a, err, err_len)) != DK_OK) {
+        char inner[256];
+        snprintf(inner, sizeof inner, "%s", err);
+        (void)FAIL(st, "%s: %s", path, inner);
+        goto done;
+    }
+    size_t esize = dk_dtype_size(a->dtype), bytes = a->count * esize;
+    if (fseek(f, 0, SEEK_END) != 0) {
+        st = FAIL(DK_ERR_IO, "%s: cannot seek", path);
+        goto done;
+    }
+    long total = ftell(f);
+    if (total < 0 || (size_t)total != prefix + hlen + bytes) {
+        st = FAIL(DK_ERR_FORMAT, "%s: the header promises %zu bytes of data but the file holds %ld",
+                  path, bytes, total - (long)(prefix + hlen));
+        goto done;
+    }
+    fseek(f, (long)(prefix + hlen), SEEK_SET);
+    a->data = malloc(bytes ? bytes : 1);
+    if (!a->data) {
+        st = FAIL(DK_ERR_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes", path, bytes);
+        goto done;
+    }
+    if (fread(a->data, 1, bytes, f) != bytes) {
+        st = FAIL(DK_ERR_IO, "%s: read failed", path);
+        goto done;
+    }
+done:
+    free(header);
+    fclose(f);
+    if (st != DK_OK)
+        npy_free(a);
+    return st;
+}
+
+dk_status npy_write(const char *path, const npy_array *a, char *err, size_t err_len)
+{
+    char dict[256];
+    size_t used = (size_t)snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (",
+                                   a->dtype == DK_F64 ? "<f8" : "<f4");
+    for (int i = 0; i < a->ndim; i++)
+        used += (size_t)snprintf(dict + used, sizeof dict - used, "%zu,%s", a->shape[i],
+                                 i + 1 < a->ndim ? " " : "");
+    used += (size_t)snprintf(dict + used, sizeof dict - used, "), }");
+    /* pad with spaces so the data starts on a 64-byte boundary, newline last */
+    size_t total = 10 + used + 1;
+    size_t pad = (64 - total % 64) % 64;
+    size_t hlen = used + pad + 1;
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return FAIL(DK_ERR_IO, "cannot create %s: %s", path, strerror(errno));
+    unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hlen & 0xff),
+                             (unsigned char)(hlen >> 8)};
+    int ok = fwrite(pre, 1, 10, f) == 10 && fwrite(dict, 1, used, f) == used;
+    for (size_t i = 0; ok && i < pad; i++)
+        ok = fputc(' ', f) != EOF;
+    ok = ok && fputc('\n', f) != EOF;
+    size_t bytes = a->count * dk_dtype_size(a->dtype);
+    ok = ok && fwrite(a->data, 1, bytes, f) == bytes;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok)
+        return FAIL(DK_ERR_IO, "writing %s failed: %s", path, strerror(errno));
+    return DK_OK;
+}
+
+void npy_free(npy_array *a)
+{
+    free(a->data);
+    a->data = NULL;
+}

@@ -1,0 +1,644 @@
+/* dakit enkf: the localized covariance product, the EnKF analysis step, and
+ * a Lorenz-96 twin experiment. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/commands.h"
+#include "cli/image.h"
+#include "cli/npy.h"
+
+static const char *CMD = "enkf";
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: dakit enkf cov      --ens E.npy --loc c.npy --H H.mtx --out PHT.npy [options]\n"
+            "       dakit enkf analysis --ens X.npy --obs y.npy --obs-var r.npy --H H.mtx --loc c.npy\n"
+            "                           --seed S --out Xa.npy [--inflation 1.0] [options]\n"
+            "       dakit enkf l96      [options]   (Lorenz-96 twin experiment)\n"
+            "\n"
+            "cov computes PHT = [C o (e e^T)] H^T / (L-1) (N x M, float64 .npy), with e the\n"
+            "N x L anomalies in E.npy, C symmetric Toeplitz from its first row c (shape N) or\n"
+            "block Toeplitz from an nx x ny table (shape nx x ny, N = nx*ny), H an M x N\n"
+            "MatrixMarket coordinate file (as scipy.io.mmwrite writes it).\n"
+            "analysis replaces the forecast ensemble X (N x L) by the stochastic EnKF analysis;\n"
+            "the observation perturbations come from Philox keyed by --seed, the same on every\n"
+            "backend.\n"
+            "\n"
+            "  --hpht FILE           cov: also write HPHT = H PHT (M x M)\n"
+            "  --obs y.npy           analysis: the M observations, one per row of H\n"
+            "  --obs-var r.npy       analysis: their M error variances, each > 0\n"
+            "  --seed S              analysis: key of the observation perturbations, an integer\n"
+            "                        >= 0 (required)\n"
+            "  --inflation F         analysis: factor on the forecast anomalies, > 0 (default 1.0)\n"
+            "  --variant NAME        one of the backend's variants (`dakit info` lists them:\n"
+            "                        tiled, banded, fft, ...); default: the cost model picks\n"
+            "  --scheme auto|tiled|banded|fft   the same as --variant (auto: the cost model)\n"
+            "  --dtype f64|f32       compute precision (default f64)\n"
+            "  --backend NAME        cuda, opencl, cpu, auto or a comma list (default: DAKIT_BACKEND/auto)\n"
+            "  --reference           use the serial reference instead of a backend\n"
+            "\n"
+            "l96 options (40 variables, F = 8, every variable observed each cycle with variance 1):\n"
+            "  --members L           ensemble members, >= 2 (default 20)\n"
+            "  --spinup S            cycles run before the RMSE is averaged (default 500)\n"
+            "  --cycles C            cycles averaged after the spin-up, >= 1 (default 2000)\n"
+            "  --loc-radius R        Gaspari-Cohn half-width, grid points; 0: no localization (default 5)\n"
+            "  --inflation F         factor on the forecast anomalies, > 0 (default 1.03)\n"
+            "  --seed S              seeds the start, the observations and the perturbations (default 1)\n"
+            "  --png FILE            the RMSE per cycle as a picture; '': none (default enkf-l96.png)\n"
+            "  --every K             print the RMSE every K cycles (default 200)\n"
+            "  --max-rmse X / --min-rmse X   exit 1 unless the time-mean analysis RMSE is <= / >= X\n"
+            "  --backend NAME        as above\n");
+}
+
+static int parse_scheme(const char *v, const char **variant)
+{
+    static const char *names[] = {"tiled", "banded", "fft"};
+    *variant = NULL;
+    if (!strcmp(v, "auto"))
+        return 0;
+    for (int k = 0; k < 3; k++)
+        if (!strcmp(v, names[k])) {
+            *variant = names[k];
+            return 0;
+        }
+    return -1;
+}
+
+static double value_of(const npy_array *a, size_t k)
+{
+    return a->dtype == DK_F32 ? (double)((const float *)a->data)[k] : ((const double *)a->data)[k];
+}
+
+/* The array as float64 (a new allocation), after checking every value is finite. */
+static double *as_f64(const npy_array *a, const char *path)
+{
+    double *d = malloc((a->count ? a->count : 1) * sizeof *d);
+    if (!d) {
+        cli_error(CMD, 1, "out of memory reading %s", path);
+        return NULL;
+    }
+    for (size_t k = 0; k < a->count; k++) {
+        d[k] = value_of(a, k);
+        if (!isfinite(d[k])) {
+            cli_error(CMD, 1, "%s: value %zu is not finite (%g)", path, k, d[k]);
+            free(d);
+            return NULL;
+        }
+    }
+    return d;
+}
+
+typedef struct inputs {
+    const char *ens, *loc, *H, *out, *hpht, *obs, *obs_var, *backend;
+    const char *variant;
+    dk_dtype dtype;
+    int reference;
+    int have_seed;
+    unsigned long long seed;
+    double inflation;
+} inputs;
+
+static int parse(int argc, char **argv, inputs *in, int analysis)
+{
+    memset(in, 0, sizeof *in);
+    in->dtype = DK_F64;
+    in->inflation = 1.0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--reference")) {
+            in->reference = 1;
+            continue;
+        }
+        if (!(v = cli_value(CMD, argc, argv, &i)))
+            return 2;
+        char *end;
+        if (!strcmp(a, "--ens"))
+            in->ens = v;
+        else if (!strcmp(a, "--loc"))
+            in->loc = v;
+        else if (!strcmp(a, "--H"))
+            in->H = v;
+        else if (!strcmp(a, "--out"))
+            in->out = v;
+        else if (!strcmp(a, "--hpht") && !analysis)
+            in->hpht = v;
+        else if (!strcmp(a, "--obs") && analysis)
+            in->obs = v;
+        else if (!strcmp(a, "--obs-var") && analysis)
+            in->obs_var = v;
+        else if (!strcmp(a, "--backend"))
+            in->backend = v;
+        else if (!strcmp(a, "--variant"))
+            in->variant = v;
+        else if (!strcmp(a, "--scheme")) {
+            if (parse_scheme(v, &in->variant))
+                return cli_error(CMD, 2, "--scheme must be auto, tiled, banded or fft, not '%s'", v);
+        } else if (!strcmp(a, "--dtype")) {
+            if (!strcmp(v, "f64"))
+                in->dtype = DK_F64;
+            else if (!strcmp(v, "f32"))
+                in->dtype = DK_F32;
+            else
+                return cli_error(CMD, 2, "--dtype must be f32 or f64, not '%s'", v);
+        } else if (!strcmp(a, "--seed") && analysis) {
+            in->seed = strtoull(v, &end, 0);
+            if (*end || !*v || *v == '-')
+                return cli_error(CMD, 2, "--seed must be a non-negative integer, not '%s'", v);
+            in->have_seed = 1;
+        } else if (!strcmp(a, "--inflation") && analysis) {
+            in->inflation = strtod(v, &end);
+            if (*end || !(in->inflation > 0) || !isfinite(in->inflation))
+                return cli_error(CMD, 2, "--inflation must be a number > 0, not '%s'", v);
+        } else
+            return cli_error(CMD, 2, "unknown option '%s' (dakit enkf --help)", a);
+    }
+    if (!in->ens || !in->loc || !in->H || !in->out)
+        return cli_error(CMD, 2, "--ens, --loc, --H and --out are required (dakit enkf --help)");
+    if (analysis && (!in->obs || !in->obs_var || !in->have_seed))
+        return cli_error(CMD, 2, "analysis needs --obs, --obs-var and --seed (dakit enkf --help)");
+    return -1;
+}
+
+typedef struct loaded {
+    npy_array ens, loc;
+    double *loc64;
+    dk_csr H;
+    dk_enkf_desc desc;
+    void *data; /* the ensemble in the compute dtype */
+} loaded;
+
+static void unload(loaded *ld)
+{
+    npy_free(&ld->ens);
+    npy_free(&ld->loc);
+    free(ld->loc64);
+    dk_csr_free(&ld->H);
+    free(ld->data);
+}
+
+static int load(const inputs *in, loaded *ld)
+{
+    char err[512];
+    memset(ld, 0, sizeof *ld);
+    if (npy_read(in->ens, &ld->ens, err, sizeof err) != DK_OK)
+        return cli_error(CMD, 1, "%s", err);
+    if (ld->ens.ndim != 2)
+        return cli_error(CMD, 1, "%s has %d dimensions; the ensemble must be N x L", in->ens, ld->ens.ndim);
+    size_t N = ld->ens.shape[0], L = ld->ens.shape[1];
+    if (L < 2)
+        return cli_error(CMD, 1, "%s has L = %zu member%s; at least 2 are needed", in->ens, L, L == 1 ? "" : "s");
+    if (npy_read(in->loc, &ld->loc, err, sizeof err) != DK_OK)
+        return cli_error(CMD, 1, "%s", err);
+    dk_enkf_desc_init(&ld->desc);
+    ld->desc.dtype = in->dtype;
+    ld->desc.n = N;
+    ld->desc.members = L;
+    ld->desc.variant = in->variant;
+    if (ld->loc.ndim == 1) {
+        if (ld->loc.shape[0] != N)
+            return cli_error(CMD, 1, "%s holds %zu values but the ensemble has N = %zu rows", in->loc,
+                             ld->loc.shape[0], N);
+    } else if (ld->loc.ndim == 2) {
+        if (ld->loc.shape[0] * ld->loc.shape[1] != N)
+            return cli_error(CMD, 1, "%s is a %zu x %zu grid (%zu points) but the ensemble has N = %zu rows", in->loc,
+                             ld->loc.shape[0], ld->loc.shape[1], ld->loc.shape[0] * ld->loc.shape[1], N);
+        ld->desc.loc_ndim = 2;
+        ld->desc.nx = ld->loc.shape[0];
+        ld->desc.ny = ld->loc.shape[1];
+    } else
+        return cli_error(CMD, 1, "%s has %d dimensions; c is 1-D (shape N) or 2-D (shape nx x ny)", in->loc,
+                         ld->loc.ndim);
+    if (!(ld->loc64 = as_f64(&ld->loc, in->loc)))
+        return 1;
+    ld->desc.loc = ld->loc64;
+    if (dk_csr_read_mtx(in->H, &ld->H) != DK_OK)
+        return cli_error(CMD, 1, "%s", dk_last_error(NULL));
+    if (ld->H.cols != N)
+        return cli_error(CMD, 1, "%s is %zu x %zu but the state has N = %zu (H must be M x N)", in->H, ld->H.rows,
+                         ld->H.cols, N);
+    ld->desc.H = ld->H;
+    double *e = as_f64(&ld->ens, in->ens);
+    if (!e)
+        return 1;
+    if (in->dtype == DK_F32) {
+        float *f = malloc(N * L * sizeof *f);
+        if (!f) {
+            free(e);
+            return cli_error(CMD, 1, "out of memory");
+        }
+        for (size_t k = 0; k < N * L; k++)
+            f[k] = (float)e[k];
+        free(e);
+        ld->data = f;
+    } else
+        ld->data = e;
+    return -1;
+}
+
+static int write_f64(const char *path, const void *data, dk_dtype t, size_t rows, size_t cols)
+{
+    npy_array a = {.dtype = DK_F64, .ndim = 2, .shape = {rows, cols}, .count = rows * cols};
+    double *d = malloc((rows * cols > 0 ? rows * cols : 1) * sizeof *d);
+    if (!d)
+        return cli_error(CMD, 1, "out of memory");
+    for (size_t k = 0; k < rows * cols; k++)
+        d[k] = t == DK_F32 ? (double)((const float *)data)[k] : ((const double *)data)[k];
+    a.data = d;
+    char err[512];
+    dk_status st = npy_write(path, &a, err, sizeof err);
+    free(d);
+    return st == DK_OK ? 0 : cli_error(CMD, 1, "%s", err);
+}
+
+static int open_plan(const inputs *in, loaded *ld, dk_context **ctx, dk_plan **plan)
+{
+    if (dk_context_create(in->backend, ctx) != DK_OK)
+        return cli_error(CMD, 1, "%s", dk_last_error(NULL));
+    if (dk_enkf_plan_create(*ctx, &ld->desc, plan) != DK_OK)
+        return cli_error(CMD, 1, "%s", dk_last_error(*ctx));
+    return -1;
+}
+
+static int run_cov(int argc, char **argv)
+{
+    inputs in;
+    int rc = parse(argc, argv, &in, 0);
+    if (rc >= 0)
+        return rc;
+    loaded ld;
+    dk_context *ctx = NULL;
+    dk_plan *plan = NULL;
+    void *pht = NULL, *hpht = NULL;
+    if ((rc = load(&in, &ld)) >= 0)
+        goto done;
+    size_t N = ld.desc.n, M = ld.H.rows, w = dk_dtype_size(in.dtype);
+    pht = malloc(N * M * w);
+    hpht = malloc(M * M * w);
+    if (!pht || !hpht) {
+        rc = cli_error(CMD, 1, "out of memory for the %zu x %zu result", N, M);
+        goto done;
+    }
+    if (in.reference) {
+        if (dk_enkf_cov_reference(&ld.desc, ld.data, pht, hpht) != DK_OK) {
+            rc = cli_error(CMD, 1, "%s", dk_last_error(NULL));
+            goto done;
+        }
+    } else {
+        if ((rc = open_plan(&in, &ld, &ctx, &plan)) >= 0)
+            goto done;
+        double t0 = cli_now();
+        if (dk_enkf_cov_host(plan, ld.data, pht, hpht) != DK_OK) {
+            rc = cli_error(CMD, 1, "%s", dk_last_error(ctx));
+            goto done;
+        }
+        fprintf(stderr, "dakit enkf cov: N=%zu L=%zu M=%zu nnz=%zu on %s (%s), variant %s: %.3f ms\n", N,
+                ld.desc.members, M, (size_t)ld.H.indptr[M], dk_context_backend(ctx), dk_context_device(ctx),
+                dk_enkf_plan_variant(plan), (cli_now() - t0) * 1e3);
+    }
+    if ((rc = write_f64(in.out, pht, in.dtype, N, M)) != 0 ||
+        (in.hpht && (rc = write_f64(in.hpht, hpht, in.dtype, M, M)) != 0))
+        goto done;
+    rc = 0;
+done:
+    free(pht);
+    free(hpht);
+    dk_plan_destroy(plan);
+    dk_context_destroy(ctx);
+    unload(&ld);
+    return rc;
+}
+
+static double *read_vector(const char *path, size_t m, const char *what)
+{
+    npy_array a;
+    char err[512];
+    if (npy_read(path, &a, err, sizeof err) != DK_OK) {
+        cli_error(CMD, 1, "%s", err);
+        return NULL;
+    }
+    if (a.count != m || a.ndim != 1) {
+        cli_error(CMD, 1, "%s holds %zu values in %d dimensions; %s needs %zu (one per row of H)", path, a.count,
+                  a.ndim, what, m);
+        npy_free(&a);
+        return NULL;
+    }
+    double *d = as_f64(&a, path);
+    npy_free(&a);
+    return d;
+}
+
+static int run_analysis(int argc, char **argv)
+{
+    inputs in;
+    int rc = parse(argc, argv, &in, 1);
+    if (rc >= 0)
+        return rc;
+    loaded ld;
+    dk_context *ctx = NULL;
+    dk_plan *plan = NULL;
+    double *y = NULL, *r = NULL;
+    if ((rc = load(&in, &ld)) >= 0)
+        goto done;
+    size_t M = ld.H.rows;
+    if (!(y = read_vector(in.obs, M, "the observation vector")) ||
+        !(r = read_vector(in.obs_var, M, "the observation variances"))) {
+        rc = 1;
+        goto done;
+    }
+    for (size_t j = 0; j < M; j++)
+        if (!(r[j] > 0)) {
+            rc = cli_error(CMD, 1, "%s: observation variance %zu is %g; variances must be > 0", in.obs_var, j, r[j]);
+            goto done;
+        }
+    if (in.reference) {
+        if (dk_enkf_analysis_reference(&ld.desc, ld.data, y, r, in.seed, in.inflation) != DK_OK) {
+            rc = cli_error(CMD, 1, "%s", dk_last_error(NULL));
+            goto done;
+        }
+    } else {
+        if ((rc = open_plan(&in, &ld, &ctx, &plan)) >= 0)
+            goto done;
+        if (dk_enkf_analysis_host(plan, ld.data, y, r, in.seed, in.inflation) != DK_OK) {
+            rc = cli_error(CMD, 1, "%s", dk_last_error(ctx));
+            goto done;
+        }
+    }
+    rc = write_f64(in.out, ld.data, in.dtype, ld.desc.n, ld.desc.members);
+done:
+    free(y);
+    free(r);
+    dk_plan_destroy(plan);
+    dk_context_destroy(ctx);
+    unload(&ld);
+    return rc;
+}
+
+/* ---- Lorenz-96 twin experiment ---- */
+
+#define L96_N 40
+#define L96_F 8.0
+#define L96_DT 0.05
+
+static void l96_tendency(const double *x, double *dx)
+{
+    for (int i = 0; i < L96_N; i++) {
+        int ip = (i + 1) % L96_N, im = (i + L96_N - 1) % L96_N, imm = (i + L96_N - 2) % L96_N;
+        dx[i] = (x[ip] - x[imm]) * x[im] - x[i] + L96_F;
+    }
+}
+
+/* One RK4 step of dt on a state of L96_N values `stride` apart. */
+static void l96_step(double *x, size_t stride)
+{
+    double s[L96_N], k1[L96_N], k2[L96_N], k3[L96_N], k4[L96_N], t[L96_N];
+    for (int i = 0; i < L96_N; i++)
+        s[i] = x[i * stride];
+    l96_tendency(s, k1);
+    for (int i = 0; i < L96_N; i++)
+        t[i] = s[i] + 0.5 * L96_DT * k1[i];
+    l96_tendency(t, k2);
+    for (int i = 0; i < L96_N; i++)
+        t[i] = s[i] + 0.5 * L96_DT * k2[i];
+    l96_tendency(t, k3);
+    for (int i = 0; i < L96_N; i++)
+        t[i] = s[i] + L96_DT * k3[i];
+    l96_tendency(t, k4);
+    for (int i = 0; i < L96_N; i++)
+        x[i * stride] = s[i] + L96_DT / 6.0 * (k1[i] + 2 * k2[i] + 2 * k3[i] + k4[i]);
+}
+
+/* Gaspari & Cohn (1999), eq. 4.10, with half-width c (zero beyond 2c). */
+static double gaspari_cohn(double d, double c)
+{
+    double r = d / c;
+    if (r <= 1)
+        return (((-0.25 * r + 0.5) * r + 0.625) * r - 5.0 / 3.0) * r * r + 1.0;
+    if (r < 2)
+        return ((((r / 12.0 - 0.5) * r + 0.625) * r + 5.0 / 3.0) * r - 5.0) * r + 4.0 - 2.0 / (3.0 * r);
+    return 0.0;
+}
+
+static int rmse_png(const char *path, const double *rmse, int n, double mean, int spinup)
+{
+    image img;
+    int W = 900, Hh = 360, x0 = 40, y0 = 20, w = W - 60, h = Hh - 50;
+    if (image_create(&img, W, Hh, 255) != 0)
+        return cli_error(CMD, 1, "out of memory for the picture");
+    double top = 2.0;
+    for (int k = 0; k < n; k++)
+        top = rmse[k] > top ? (rmse[k] < 8 ? rmse[k] : 8) : top;
+    const unsigned char black[3] = {0, 0, 0}, gray[3] = {150, 150, 150}, blue[3] = {30, 90, 200},
+                        red[3] = {210, 40, 40}, green[3] = {20, 150, 60};
+    image_line(&img, x0, y0, x0, y0 + h, black);
+    image_line(&img, x0, y0 + h, x0 + w, y0 + h, black);
+#define YPIX(v) (y0 + h - (int)((v) / top * h))
+    for (int u = 1; u <= (int)top; u++) /* a gray rule at every whole RMSE unit; 1 is the observation error */
+        image_line(&img, x0, YPIX(u), x0 + w, YPIX(u), u == 1 ? red : gray);
+    int xs = x0 + (int)((double)spinup / n * w);
+    image_line(&img, xs, y0, xs, y0 + h, gray); /* end of the spin-up */
+    image_line(&img, xs, YPIX(mean), x0 + w, YPIX(mean), green);
+    int px = x0, py = YPIX(fmin(rmse[0], top));
+    for (int k = 1; k < n; k++) {
+        int x = x0 + (int)((double)k / n * w), y = YPIX(fmin(rmse[k], top));
+        image_line(&img, px, py, x, y, blue);
+        px = x, py = y;
+    }
+#undef YPIX
+    char err[256];
+    int bad = image_write_png(&img, path, err, sizeof err);
+    image_free(&img);
+    return bad ? cli_error(CMD, 1, "%s", err) : 0;
+}
+
+static int run_l96(int argc, char **argv)
+{
+    long members = 20, cycles = 2000, spinup = 500, every = 200;
+    double radius = 5, inflation = 1.03, max_rmse = -1, min_rmse = -1;
+    unsigned long long seed = 1;
+    const char *png = "enkf-l96.png", *backend = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        if (!(v = cli_value(CMD, argc, argv, &i)))
+            return 2;
+        char *end;
+        long *iv = !strcmp(a, "--members") ? &members : !strcmp(a, "--cycles") ? &cycles
+                                                  : !strcmp(a, "--spinup")  ? &spinup
+                                                  : !strcmp(a, "--every")   ? &every
+                                                                            : NULL;
+        double *dv = !strcmp(a, "--loc-radius") ? &radius : !strcmp(a, "--inflation") ? &inflation
+                                                         : !strcmp(a, "--max-rmse")    ? &max_rmse
+                                                         : !strcmp(a, "--min-rmse")    ? &min_rmse
+                                                                                       : NULL;
+        if (iv) {
+            *iv = strtol(v, &end, 10);
+            if (*end || *iv < 0 || *iv > 10000000)
+                return cli_error(CMD, 2, "%s must be a non-negative integer, not '%s'", a, v);
+        } else if (dv) {
+            *dv = strtod(v, &end);
+            if (*end || !isfinite(*dv) || *dv < 0)
+                return cli_error(CMD, 2, "%s must be a number >= 0, not '%s'", a, v);
+        } else if (!strcmp(a, "--seed")) {
+            seed = strtoull(v, &end, 0);
+            if (*end || *v == '-')
+                return cli_error(CMD, 2, "--seed must be a non-negative integer, not '%s'", v);
+        } else if (!strcmp(a, "--png"))
+            png = v;
+        else if (!strcmp(a, "--backend"))
+            backend = v;
+        else
+            return cli_error(CMD, 2, "unknown option '%s' (dakit enkf --help)", a);
+    }
+    if (members < 2)
+        return cli_error(CMD, 2, "--members must be at least 2");
+    if (cycles < 1)
+        return cli_error(CMD, 2, "--cycles must be at least 1");
+    if (!(inflation > 0))
+        return cli_error(CMD, 2, "--inflation must be > 0");
+    if (every < 1)
+        every = 1;
+    size_t L = (size_t)members, N = L96_N;
+    double c[L96_N], r[L96_N], y[L96_N], noise[L96_N], truth[L96_N];
+    int64_t indptr[L96_N + 1], indices[L96_N];
+    double values[L96_N];
+    for (size_t i = 0; i < N; i++) {
+        size_t d = i < N - i ? i : N - i; /* cyclic distance: C is circulant, so Toeplitz with this first row */
+        c[i] = radius > 0 ? gaspari_cohn((double)d, radius) : 1.0;
+        r[i] = 1.0;
+        indptr[i] = (int64_t)i;
+        indices[i] = (int64_t)i;
+        values[i] = 1.0;
+    }
+    indptr[N] = (int64_t)N;
+    dk_enkf_desc desc;
+    dk_enkf_desc_init(&desc);
+    desc.n = N;
+    desc.members = L;
+    desc.loc = c;
+    desc.H = (dk_csr){N, N, indptr, indices, values};
+    dk_context *ctx = NULL;
+    dk_plan *plan = NULL;
+    double *X = malloc(N * L * sizeof *X), *rmse = malloc((size_t)(spinup + cycles) * sizeof *rmse);
+    int rc = 1;
+    if (!X || !rmse) {
+        cli_error(CMD, 1, "out of memory");
+        goto done;
+    }
+    if (dk_context_create(backend, &ctx) != DK_OK) {
+        cli_error(CMD, 1, "%s", dk_last_error(NULL));
+        goto done;
+    }
+    if (dk_enkf_plan_create(ctx, &desc, &plan) != DK_OK) {
+        cli_error(CMD, 1, "%s", dk_last_error(ctx));
+        goto done;
+    }
+    /* the truth starts at rest plus a nudge and runs onto the attractor;
+     * members start from the truth plus unit noise (Philox, like the obs) */
+    for (size_t i = 0; i < N; i++)
+        truth[i] = L96_F + (i == 0 ? 0.01 : 0.0);
+    for (int k = 0; k < 2000; k++)
+        l96_step(truth, 1);
+    double *scatter = malloc(N * L * sizeof *scatter), *ones = malloc(N * L * sizeof *ones);
+    if (!scatter || !ones) {
+        free(scatter);
+        free(ones);
+        cli_error(CMD, 1, "out of memory");
+        goto done;
+    }
+    for (size_t k = 0; k < N * L; k++)
+        ones[k] = 1.0;
+    dk_enkf_perturbations(seed ^ 0x1234567ull, N, L, ones, scatter);
+    for (size_t i = 0; i < N; i++)
+        for (size_t l = 0; l < L; l++)
+            X[i * L + l] = truth[i] + scatter[i * L + l];
+    free(scatter);
+    free(ones);
+    printf("Lorenz-96 twin experiment: N=40 F=8 dt=0.05 RK4, all variables observed every step (variance 1),\n"
+           "%zu members, %s, inflation %.3g, backend %s (%s), variant %s\n",
+           L, radius > 0 ? "Gaspari-Cohn localization" : "no localization", inflation, dk_context_backend(ctx),
+           dk_context_device(ctx), dk_enkf_plan_variant(plan));
+    if (radius > 0)
+        printf("localization half-width %.3g grid points (zero beyond %.3g)\n", radius, 2 * radius);
+    double sum = 0, window = 0;
+    long total = spinup + cycles;
+    for (long t = 0; t < total; t++) {
+        l96_step(truth, 1);
+        for (size_t l = 0; l < L; l++)
+            l96_step(X + l, L);
+        dk_enkf_perturbations(seed * 1000003ull + (uint64_t)t, N, 1, r, noise);
+        for (size_t i = 0; i < N; i++)
+            y[i] = truth[i] + noise[i];
+        if (dk_enkf_analysis_host(plan, X, y, r, seed + 0x9e3779b97f4a7c15ull * (uint64_t)(t + 1), inflation) != DK_OK) {
+            cli_error(CMD, 1, "cycle %ld: %s", t, dk_last_error(ctx));
+            goto done;
+        }
+        double se = 0;
+        for (size_t i = 0; i < N; i++) {
+            double mean = 0;
+            for (size_t l = 0; l < L; l++)
+                mean += X[i * L + l];
+            mean /= (double)L;
+            se += (mean - truth[i]) * (mean - truth[i]);
+        }
+        rmse[t] = sqrt(se / (double)N);
+        if (!isfinite(rmse[t])) {
+            cli_error(CMD, 1, "cycle %ld: the ensemble diverged (non-finite RMSE)", t);
+            goto done;
+        }
+        window += rmse[t];
+        if (t >= spinup)
+            sum += rmse[t];
+        if ((t + 1) % every == 0) {
+            printf("cycle %6ld%s  analysis RMSE %.4f  (mean of the last %ld: %.4f)\n", t + 1,
+                   t < spinup ? " (spin-up)" : "", rmse[t], every, window / (double)every);
+            fflush(stdout);
+            window = 0;
+        }
+    }
+    double mean = sum / (double)cycles;
+    printf("time-mean analysis RMSE over %ld cycles after %ld of spin-up: %.4f (observation error 1)\n", cycles,
+           spinup, mean);
+    if (png && *png && rmse_png(png, rmse, (int)total, mean, (int)spinup) == 0)
+        printf("wrote %s (blue: RMSE per cycle; red: observation error; green: time mean)\n", png);
+    rc = 0;
+    if (max_rmse >= 0 && !(mean <= max_rmse)) {
+        fprintf(stderr, "dakit enkf l96: the time-mean RMSE %.4f exceeds --max-rmse %.4f\n", mean, max_rmse);
+        rc = 1;
+    }
+    if (min_rmse >= 0 && !(mean >= min_rmse)) {
+        fprintf(stderr, "dakit enkf l96: the time-mean RMSE %.4f is below --min-rmse %.4f\n", mean, min_rmse);
+        rc = 1;
+    }
+done:
+    free(X);
+    free(rmse);
+    dk_plan_destroy(plan);
+    dk_context_destroy(ctx);
+    return rc;
+}
+
+int cmd_enkf(int argc, char **argv)
+{
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "cov"))
+        return run_cov(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "analysis"))
+        return run_analysis(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "l96"))
+        return run_l96(argc - 1, argv + 1);
+    return cli_error(CMD, 2, "unknown subcommand '%s'; cov, analysis or l96 (dakit enkf --help)", argv[1]);
+}

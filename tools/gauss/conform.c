@@ -1,0 +1,247 @@
+/* The gauss conformance cases, and how each is checked.
+ *
+ * Error measure: max |y - ref| / max |x| over the field.
+ * Tolerance: every RF pass is a convex combination (beta + alpha = 1, and
+ * the constant boundary's start is one too), so a pass can add at most
+ * about two rounding units of max|x| to the difference between two orders
+ * of evaluation (FMA or not, another window start) and never amplifies an
+ * earlier one. With 2K passes per filtered axis, and the exact-mode halo
+ * chosen to keep window ends under a quarter unit, the bound is
+ * (2K * axes + 4) * 2 * eps, eps the dtype's unit roundoff. Algorithmic
+ * shortcuts (a short overlap, a truncated kernel) exceed it at once. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "harness/conform.h"
+
+typedef struct gauss_case {
+    const char *name;
+    dk_dtype dtype;
+    int ndim;
+    size_t shape[3];
+    unsigned axes;
+    double sigma[3];
+    int K;
+    dk_boundary boundary;
+    dk_gauss_mode mode;
+    size_t overlap, blocks;
+    int inplace;
+    int quick;
+} gauss_case;
+
+#define Z DK_BOUNDARY_ZERO
+#define C DK_BOUNDARY_CONSTANT
+#define EX DK_GAUSS_EXACT
+#define OV DK_GAUSS_OVERLAP
+
+static gauss_case cases[] = {
+    /* name                 dtype  nd shape              axes sigma          K   bnd mode ov  blk  inpl quick */
+    {"1d_n1",               DK_F32, 1, {1},              1, {2},             4,   Z, EX, 0, 0,    0, 1},
+    {"1d_n2_constant",      DK_F64, 1, {2},              1, {0.5},           1,   C, EX, 0, 0,    0, 1},
+    {"1d_odd_constant",     DK_F32, 1, {1001},           1, {3.3},           3,   C, EX, 0, 0,    0, 1},
+    {"1d_prime_sigma50",    DK_F64, 1, {7919},           1, {50},            8,   Z, EX, 0, 0,    0, 1},
+    {"1d_sigma0.5_K2",      DK_F64, 1, {4099},           1, {0.5},           2,   C, EX, 0, 0,    1, 1},
+    {"1d_short_wide",       DK_F32, 1, {10},             1, {30},            2,   C, EX, 0, 0,    0, 1},
+    {"1d_1e6",              DK_F32, 1, {1000000},        1, {2},             4,   Z, EX, 0, 0,    0, 1},
+    {"1d_1e6_f64_constant", DK_F64, 1, {1000003},        1, {5},             4,   C, EX, 0, 0,    1, 0},
+    {"1d_K1000",            DK_F32, 1, {20011},          1, {2},             1000, C, EX, 0, 0,   0, 1},
+    {"1d_K1000_f64",        DK_F64, 1, {5003},           1, {10},            1000, Z, EX, 0, 0,   0, 0},
+    {"1d_2e6_sigma50",      DK_F32, 1, {2000000},        1, {50},            4,   C, EX, 0, 0,    0, 0},
+    {"1d_sigma500_K1000",   DK_F64, 1, {30011},          1, {500},           1000, C, EX, 0, 0,   0, 0},
+    {"2d_both",             DK_F32, 2, {257, 311},       3, {2, 5},          4,   Z, EX, 0, 0,    0, 1},
+    {"2d_axis0_f64",        DK_F64, 2, {300, 200},       1, {7},             3,   C, EX, 0, 0,    0, 1},
+    {"2d_axis1",            DK_F32, 2, {128, 1000},      2, {0, 1.5},        6,   Z, EX, 0, 0,    1, 1},
+    {"2d_1024_both",        DK_F32, 2, {1024, 1024},     3, {2, 2},          4,   Z, EX, 0, 0,    0, 1},
+    {"2d_tall_thin",        DK_F64, 2, {5000, 3},        3, {4, 1},          5,   C, EX, 0, 0,    0, 1},
+    {"3d_all_f64",          DK_F64, 3, {17, 33, 65},     7, {1, 2, 3},       4,   C, EX, 0, 0,    0, 1},
+    {"3d_axes02",           DK_F32, 3, {40, 30, 50},     5, {3, 0, 2},       5,   Z, EX, 0, 0,    0, 1},
+    {"3d_axis1_constant",   DK_F32, 3, {9, 100, 31},     2, {0, 20, 0},      2,   C, EX, 0, 0,    1, 1},
+    {"3d_64cube_K1",        DK_F32, 3, {64, 64, 64},     7, {0.7, 0.7, 0.7}, 1,   Z, EX, 0, 0,    0, 0},
+    {"overlap_seed_table2", DK_F32, 1, {100000},         1, {2},             500, Z, OV, 5, 3072, 0, 0},
+    {"overlap_1d_small",    DK_F64, 1, {10007},          1, {2},             50,  C, OV, 5, 300,  0, 1},
+    {"overlap_2d_axis1",    DK_F64, 2, {64, 5000},       2, {0, 3},          4,   C, OV, 10, 7,   0, 1},
+    {"overlap_3d_axis0",    DK_F32, 3, {300, 7, 40},     1, {4},             3,   Z, OV, 8, 5,    1, 1},
+    {"overlap_m0_single",   DK_F32, 1, {50},             1, {2},             4,   Z, OV, 0, 50,   0, 1},
+    {"overlap_blocks1",     DK_F64, 1, {999},            1, {3},             4,   C, OV, 5, 1,    0, 1},
+    /* parameters drawn at random (fixed seed, so every run and backend sees the same) */
+    [27 ... 42] = {NULL, DK_F32, 0, {0}, 0, {0}, 0, Z, EX, 0, 0, 0, 1},
+};
+
+#define NCASES ((int)(sizeof cases / sizeof cases[0]))
+#define FIRST_RANDOM 27
+
+static void draw_random_cases(void)
+{
+    static char names[NCASES][24];
+    static const int Ks[] = {1, 2, 3, 4, 5, 8, 16, 50, 200};
+    uint64_t st = 0xca5e5eedu;
+    for (int i = FIRST_RANDOM; i < NCASES; i++) {
+        gauss_case *c = &cases[i];
+        snprintf(names[i], sizeof names[i], "random_%02d", i - FIRST_RANDOM);
+        c->name = names[i];
+        c->dtype = cli_random(&st) < 0 ? DK_F32 : DK_F64;
+        c->ndim = 1 + (int)((cli_random(&st) + 1) * 1.5);
+        size_t budget = 200000;
+        for (int a = 0; a < c->ndim; a++) {
+            double room = pow((double)budget, 1.0 / (c->ndim - a));
+            c->shape[a] = 1 + (size_t)((cli_random(&st) + 1) / 2 * room);
+            budget /= c->shape[a];
+            c->sigma[a] = 0.5 * pow(100.0, (cli_random(&st) + 1) / 2); /* 0.5 .. 50, log-uniform */
+        }
+        do
+            c->axes = (unsigned)((cli_random(&st) + 1) / 2 * (1 << c->ndim)) & ((1u << c->ndim) - 1);
+        while (!c->axes);
+        c->K = Ks[(int)((cli_random(&st) + 1) / 2 * 9) % 9];
+        c->boundary = cli_random(&st) < 0 ? Z : C;
+        c->mode = cli_random(&st) < 0.5 ? EX : OV;
+        c->overlap = (size_t)((cli_random(&st) + 1) * 10);
+        c->blocks = 1 + (size_t)((cli_random(&st) + 1) * 40);
+        c->inplace = cli_random(&st) < -0.5;
+    }
+}
+
+static struct {
+    void *in, *ref, *out;
+} prepared[NCASES];
+
+static int gauss_count(void)
+{
+    if (!cases[FIRST_RANDOM].name)
+        draw_random_cases();
+    return NCASES;
+}
+static const char *gauss_name(int i) { return cases[i].name; }
+static int gauss_quick(int i) { return cases[i].quick; }
+
+static void desc_of(const gauss_case *c, dk_gauss_desc *d)
+{
+    dk_gauss_desc_init(d);
+    d->dtype = c->dtype;
+    d->ndim = c->ndim;
+    for (int a = 0; a < c->ndim; a++) {
+        d->shape[a] = c->shape[a];
+        d->sigma[a] = c->sigma[a];
+    }
+    d->axes = c->axes;
+    d->K = c->K;
+    d->boundary = c->boundary;
+    d->mode = c->mode;
+    d->overlap = c->overlap;
+    d->blocks = c->blocks;
+}
+
+static size_t count_of(const gauss_case *c)
+{
+    size_t n = 1;
+    for (int a = 0; a < c->ndim; a++)
+        n *= c->shape[a];
+    return n;
+}
+
+static dk_status gauss_prepare(int i, char *err, size_t len)
+{
+    const gauss_case *c = &cases[i];
+    size_t bytes = count_of(c) * dk_dtype_size(c->dtype);
+    prepared[i].in = malloc(bytes);
+    prepared[i].ref = malloc(bytes);
+    prepared[i].out = malloc(bytes);
+    if (!prepared[i].in || !prepared[i].ref || !prepared[i].out) {
+        snprintf(err, len, "out of host memory");
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    cli_fill_random(prepared[i].in, c->dtype, count_of(c), 0x5eed0000u + (uint64_t)i);
+    dk_gauss_desc d;
+    desc_of(c, &d);
+    dk_status st = dk_gauss_reference(&d, prepared[i].in, prepared[i].ref);
+    if (st != DK_OK)
+        snprintf(err, len, "%s", dk_last_error(NULL));
+    return st;
+}
+
+static void gauss_release(int i)
+{
+    free(prepared[i].in);
+    free(prepared[i].ref);
+    free(prepared[i].out);
+    memset(&prepared[i], 0, sizeof prepared[i]);
+}
+
+static double value(const void *p, dk_dtype t, size_t k)
+{
+    return t == DK_F32 ? (double)((const float *)p)[k] : ((const double *)p)[k];
+}
+
+static void gauss_run(dk_context *ctx, const char *variant, int i, conform_result *r)
+{
+    const gauss_case *c = &cases[i];
+    size_t n = count_of(c), bytes = n * dk_dtype_size(c->dtype);
+    dk_gauss_desc d;
+    desc_of(c, &d);
+    d.variant = variant;
+    double eps = c->dtype == DK_F64 ? 0x1p-53 : 0x1p-24;
+    int naxes = __builtin_popcount(c->axes);
+    r->tolerance = (2.0 * c->K * naxes + 4.0) * 2.0 * eps;
+    r->error = INFINITY;
+    r->passed = 0;
+
+    dk_plan *plan = NULL;
+    dk_buffer *bin = NULL, *bout = NULL;
+    dk_status st;
+    if ((st = dk_gauss_plan_create(ctx, &d, &plan)) != DK_OK ||
+        (st = dk_buffer_create(ctx, bytes, &bin)) != DK_OK ||
+        (!c->inplace && (st = dk_buffer_create(ctx, bytes, &bout)) != DK_OK)) {
+        snprintf(r->detail, sizeof r->detail, "%s", dk_last_error(ctx));
+        goto done;
+    }
+    /* poison the output so an element the backend never wrote shows up */
+    memset(prepared[i].out, 0xff, bytes);
+    if (!c->inplace && (st = dk_buffer_write(bout, prepared[i].out, bytes)) != DK_OK)
+        goto fail;
+    if ((st = dk_buffer_write(bin, prepared[i].in, bytes)) != DK_OK)
+        goto fail;
+    if ((st = dk_gauss_execute(plan, bin, c->inplace ? bin : bout)) != DK_OK)
+        goto fail;
+    if ((st = dk_buffer_read(c->inplace ? bin : bout, prepared[i].out, bytes)) != DK_OK)
+        goto fail;
+
+    double maxdiff = 0, maxin = 0;
+    size_t worst = 0;
+    for (size_t k = 0; k < n; k++) {
+        double y = value(prepared[i].out, c->dtype, k), ref = value(prepared[i].ref, c->dtype, k);
+        double x = fabs(value(prepared[i].in, c->dtype, k));
+        if (x > maxin)
+            maxin = x;
+        double diff = fabs(y - ref);
+        if (!(diff <= maxdiff)) { /* NaN counts as the worst */
+            maxdiff = isnan(diff) ? INFINITY : diff;
+            worst = k;
+        }
+    }
+    r->error = maxin > 0 ? maxdiff / maxin : maxdiff;
+    r->passed = r->error <= r->tolerance;
+    if (!r->passed)
+        snprintf(r->detail, sizeof r->detail, "worst at element %zu: %.9g vs reference %.9g", worst,
+                 value(prepared[i].out, c->dtype, worst), value(prepared[i].ref, c->dtype, worst));
+    goto done;
+fail:
+    snprintf(r->detail, sizeof r->detail, "%s", dk_last_error(ctx));
+done:
+    dk_buffer_destroy(bin);
+    dk_buffer_destroy(bout);
+    dk_plan_destroy(plan);
+}
+
+const conform_suite conform_gauss = {
+    .algo = "gauss",
+    .measure = "max|y-ref|/max|x|",
+    .count = gauss_count,
+    .name = gauss_name,
+    .quick = gauss_quick,
+    .variants = dk_gauss_variants,
+    .prepare = gauss_prepare,
+    .run = gauss_run,
+    .release = gauss_release,
+};

@@ -1,0 +1,221 @@
+/* dakit bench: every algorithm's benchmark cases side by side on the
+ * selected backends. Each backend's floor comes from its own device's copy
+ * bandwidth, timed at the start, so a ratio to the floor means the same on
+ * a CPU as on a GPU. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/commands.h"
+#include "harness/bench.h"
+
+#define MAX_BACKENDS 16
+#define MAX_RUNS 200
+
+static const bench_suite *const suites[] = {&bench_gauss, &bench_enkf, &bench_kmeans, &bench_gbees};
+#define NSUITES ((int)(sizeof suites / sizeof suites[0]))
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: dakit bench [[--algo] ALGO[,ALGO...]] [--backend NAME[,NAME...]|all] [--case NAME[,...]]\n"
+            "                   [--csv FILE] [--min-time SECONDS] [--max-runs N]\n"
+            "\n"
+            "Times each benchmark case on each backend and variant: one warm-up, then repeated\n"
+            "runs until --min-time seconds (default 1) have passed or --max-runs (default 50)\n"
+            "runs are done (at least 3). Buffers stay on the device; each run ends when the\n"
+            "result is in device memory. Reports the median, the throughput (the bytes that\n"
+            "must move) and the ratio to the floor: those bytes over the device's copy\n"
+            "bandwidth, timed first on each backend.\n"
+            "\n"
+            "  ALGO, --algo ALGO[,...]    algorithms to time: gauss, enkf, kmeans, gbees (default: all)\n"
+            "  --backend NAME[,...]|all   backends to time on (default: all usable)\n"
+            "  --case NAME[,...]          cases to time, from the list below (default: all)\n"
+            "  --csv FILE                 also write one row per case, backend and variant\n"
+            "  --min-time SECONDS         keep repeating a case this long (default 1)\n"
+            "  --max-runs N               timed runs per case at most, 3 to 200 (default 50)\n"
+            "\n"
+            "cases:\n");
+    for (int s = 0; s < NSUITES; s++)
+        for (int i = 0; i < suites[s]->count(); i++)
+            fprintf(f, "  %-7s %-16s %s\n", suites[s]->algo, suites[s]->name(i), suites[s]->what(i));
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *t, int n)
+{
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+/* Device copy bandwidth in bytes/s, counting bytes read plus written. */
+static double copy_bandwidth(dk_context *ctx, size_t bytes)
+{
+    dk_buffer *a = NULL, *b = NULL;
+    double bw = 0;
+    if (dk_buffer_create(ctx, bytes, &a) == DK_OK && dk_buffer_create(ctx, bytes, &b) == DK_OK) {
+        double t[20];
+        int n = 0;
+        double start = cli_now();
+        dk_buffer_copy(b, a, bytes); /* warm-up, first touch */
+        while (n < 20 && (n < 3 || cli_now() - start < 1.0)) {
+            double t0 = cli_now();
+            if (dk_buffer_copy(b, a, bytes) != DK_OK)
+                break;
+            t[n++] = cli_now() - t0;
+        }
+        if (n)
+            bw = 2.0 * (double)bytes / median(t, n);
+    }
+    dk_buffer_destroy(a);
+    dk_buffer_destroy(b);
+    return bw;
+}
+
+/* Every item of a comma list is known to `known`; else prints which is not. */
+static int check_list(const char *cmd, const char *list, const char *kind, int (*known)(const char *, size_t))
+{
+    for (const char *p = list; p && *p;) {
+        size_t len = strcspn(p, ",");
+        if (!known(p, len)) {
+            cli_error(cmd, 2, "unknown %s '%.*s' (dakit bench --help lists them)", kind, (int)len, p);
+            return 0;
+        }
+        p += len;
+        if (*p == ',')
+            p++;
+    }
+    return 1;
+}
+
+static int known_algo(const char *p, size_t len)
+{
+    for (int s = 0; s < NSUITES; s++)
+        if (strlen(suites[s]->algo) == len && !strncmp(p, suites[s]->algo, len))
+            return 1;
+    return 0;
+}
+
+static int known_case(const char *p, size_t len)
+{
+    for (int s = 0; s < NSUITES; s++)
+        for (int i = 0; i < suites[s]->count(); i++)
+            if (strlen(suites[s]->name(i)) == len && !strncmp(p, suites[s]->name(i), len))
+                return 1;
+    return 0;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    const char *cmd = "bench", *backend_s = "all", *csv_path = NULL, *case_s = NULL, *algo_s = NULL;
+    double min_time = 1.0;
+    int max_runs = 50;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (a[0] != '-') {
+            algo_s = a;
+        } else if (!strcmp(a, "--algo")) {
+            if (!(algo_s = cli_value(cmd, argc, argv, &i)))
+                return 2;
+        } else if (!strcmp(a, "--backend")) {
+            if (!(backend_s = cli_value(cmd, argc, argv, &i)))
+                return 2;
+        } else if (!strcmp(a, "--case")) {
+            if (!(case_s = cli_value(cmd, argc, argv, &i)))
+                return 2;
+        } else if (!strcmp(a, "--csv")) {
+            if (!(csv_path = cli_value(cmd, argc, argv, &i)))
+                return 2;
+        } else if (!strcmp(a, "--min-time")) {
+            const char *v = cli_value(cmd, argc, argv, &i);
+            if (!v || (min_time = atof(v)) < 0)
+                return cli_error(cmd, 2, "--min-time needs a number of seconds >= 0");
+        } else if (!strcmp(a, "--max-runs")) {
+            const char *v = cli_value(cmd, argc, argv, &i);
+            if (!v || (max_runs = atoi(v)) < 3 || max_runs > MAX_RUNS)
+                return cli_error(cmd, 2, "--max-runs must be between 3 and %d", MAX_RUNS);
+        } else {
+            return cli_error(cmd, 2, "unknown option '%s' (dakit bench --help)", a);
+        }
+    }
+    if (!check_list(cmd, algo_s, "algorithm", known_algo) || !check_list(cmd, case_s, "case", known_case))
+        return 2;
+    FILE *csv = NULL;
+    if (csv_path) {
+        if (!(csv = fopen(csv_path, "w")))
+            return cli_error(cmd, 1, "cannot write %s", csv_path);
+        fprintf(csv, "algo,case,backend,variant,device,median_ms,min_ms,runs,gb_per_s,copy_gb_per_s,floor_ms,"
+                     "ratio_to_floor\n");
+    }
+    char names[MAX_BACKENDS][64];
+    int nb = cli_select_backends(backend_s, names, MAX_BACKENDS);
+    int ran = 0;
+    printf("%-6s %-15s %-16s %10s %10s %6s %9s %9s %7s\n", "algo", "case", "backend", "median ms", "min ms",
+           "runs", "GB/s", "floor ms", "ratio");
+    for (int b = 0; b < nb; b++) {
+        dk_context *ctx;
+        if (dk_context_create(names[b], &ctx) != DK_OK) {
+            printf("backend %s: absent (%s)\n", names[b], dk_last_error(NULL));
+            continue;
+        }
+        double bw = copy_bandwidth(ctx, (size_t)256 << 20);
+        fprintf(stderr, "backend %s on %s: copy bandwidth %.1f GB/s (read + write)\n", names[b],
+                dk_context_device(ctx), bw / 1e9);
+        for (int s = 0; s < NSUITES; s++) {
+            const bench_suite *su = suites[s];
+            if (!cli_in_list(algo_s, su->algo))
+                continue;
+            const char *const *variants = su->variants(ctx);
+            for (int c = 0; c < su->count(); c++) {
+                if (!cli_in_list(case_s, su->name(c)))
+                    continue;
+                for (const char *const *v = variants; v && *v; v++) {
+                    char label[96], err[512];
+                    snprintf(label, sizeof label, "%s/%s", names[b], *v);
+                    void *st = su->setup(ctx, c, *v, err, sizeof err);
+                    if (!st) {
+                        printf("%-6s %-15s %-16s skipped: %s\n", su->algo, su->name(c), label, err);
+                        continue;
+                    }
+                    double t[MAX_RUNS];
+                    int n = 0, failed = su->run(st) != DK_OK; /* warm-up */
+                    double start = cli_now();
+                    while (!failed && n < max_runs && (n < 3 || cli_now() - start < min_time)) {
+                        double t0 = cli_now();
+                        failed = su->run(st) != DK_OK;
+                        t[n++] = cli_now() - t0;
+                    }
+                    su->teardown(st);
+                    if (failed) {
+                        printf("%-6s %-15s %-16s failed: %s\n", su->algo, su->name(c), label, dk_last_error(ctx));
+                        continue;
+                    }
+                    double med = median(t, n), mn = t[0], moved = su->bytes(c);
+                    double floor_s = bw > 0 ? moved / bw : NAN;
+                    printf("%-6s %-15s %-16s %10.3f %10.3f %6d %9.1f %9.3f %7.2f\n", su->algo, su->name(c), label,
+                           med * 1e3, mn * 1e3, n, moved / med / 1e9, floor_s * 1e3, med / floor_s);
+                    fflush(stdout);
+                    if (csv)
+                        fprintf(csv, "%s,%s,%s,%s,\"%s\",%.6f,%.6f,%d,%.3f,%.3f,%.6f,%.4f\n", su->algo, su->name(c),
+                                names[b], *v, dk_context_device(ctx), med * 1e3, mn * 1e3, n, moved / med / 1e9,
+                                bw / 1e9, floor_s * 1e3, med / floor_s);
+                    ran++;
+                }
+            }
+        }
+        dk_context_destroy(ctx);
+    }
+    if (csv)
+        fclose(csv);
+    return ran ? 0 : 1;
+}

@@ -1,0 +1,29 @@
+/* Benchmarks: one suite of cases per algorithm, timed side by side on the
+ * selected backends by `dakit bench`. */
+#ifndef DAKIT_TOOLS_HARNESS_BENCH_H
+#define DAKIT_TOOLS_HARNESS_BENCH_H
+
+#include <stddef.h>
+
+#include <dakit/dakit.h>
+
+typedef struct bench_suite {
+    const char *algo;
+    int (*count)(void);
+    const char *(*name)(int i);
+    const char *(*what)(int i);  /* one line for --help */
+    double (*bytes)(int i);      /* bytes that must move: the floor's numerator */
+    const char *const *(*variants)(const dk_context *ctx);
+    /* Makes case i ready on ctx with variant (plan, buffers, data); returns
+     * its state, or NULL with the reason in err. */
+    void *(*setup)(dk_context *ctx, int i, const char *variant, char *err, size_t len);
+    dk_status (*run)(void *state); /* one timed execution, done when it returns */
+    void (*teardown)(void *state);
+} bench_suite;
+
+extern const bench_suite bench_gauss;
+extern const bench_suite bench_enkf;
+extern const bench_suite bench_kmeans;
+extern const bench_suite bench_gbees;
+
+#endif

@@ -1,0 +1,252 @@
+/* dakit conform: the shared conformance cases on each selected backend
+ * against the serial reference, a table, a verdict per backend, and an
+ * optional JUnit report. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/commands.h"
+#include "harness/conform.h"
+
+#define MAX_BACKENDS 16
+#define MAX_ROWS 4096
+
+static const conform_suite *const suites[] = {&conform_gauss, &conform_enkf, &conform_kmeans, &conform_gbees};
+#define NSUITES ((int)(sizeof suites / sizeof suites[0]))
+
+typedef struct row {
+    const conform_suite *suite;
+    int case_index;
+    int backend;
+    char variant[32];
+    conform_result r;
+    double seconds;
+} row;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: dakit conform [--backend NAME[,NAME...]|all] [--algo gauss] [--quick] [--junit FILE]\n"
+            "\n"
+            "Runs the shared conformance cases on each selected backend (every variant it offers)\n"
+            "against the serial reference and prints a table and one verdict per backend.\n"
+            "\n"
+            "  --backend NAME[,...]|all   backends to test (default: all usable)\n"
+            "  --algo ALGO[,...]          algorithms to test: gauss, enkf, kmeans, gbees (default: all)\n"
+            "  --quick                    the smaller cases only\n"
+            "  --junit FILE               also write a JUnit XML report\n"
+            "\n"
+            "exit status: 0 every case passed on every selected backend; 1 a case failed;\n"
+            "4 some selected backend is absent or lacks a selected algorithm; 77 nothing could\n"
+            "run (no selected backend is present, or none implements the algorithms): a skip.\n");
+}
+
+static void xml_escape(FILE *f, const char *s)
+{
+    for (; *s; s++) {
+        switch (*s) {
+        case '<': fputs("&lt;", f); break;
+        case '>': fputs("&gt;", f); break;
+        case '&': fputs("&amp;", f); break;
+        case '"': fputs("&quot;", f); break;
+        default: fputc(*s, f);
+        }
+    }
+}
+
+/* Whether backend `name` implements `algo` (dakit info's algorithm list). */
+static int implements(const char *name, const char *algo)
+{
+    for (int i = 0; i < dk_backend_count(); i++) {
+        dk_backend_info b;
+        if (dk_backend_get(i, &b) == DK_OK && b.usable && !strcmp(b.name, name))
+            return cli_in_list(b.algorithms, algo);
+    }
+    return 0;
+}
+
+int cmd_conform(int argc, char **argv)
+{
+    const char *cmd = "conform", *backend_s = "all", *algo_s = NULL, *junit = NULL;
+    int quick = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--quick")) {
+            quick = 1;
+        } else if (!strcmp(argv[i], "--backend")) {
+            if (!(backend_s = cli_value(cmd, argc, argv, &i)))
+                return 2;
+        } else if (!strcmp(argv[i], "--algo")) {
+            if (!(algo_s = cli_value(cmd, argc, argv, &i)))
+                return 2;
+        } else if (!strcmp(argv[i], "--junit")) {
+            if (!(junit = cli_value(cmd, argc, argv, &i)))
+                return 2;
+        } else {
+            return cli_error(cmd, 2, "unknown option '%s' (dakit conform --help)", argv[i]);
+        }
+    }
+    for (const char *p = algo_s; p && *p;) {
+        size_t len = strcspn(p, ",");
+        int known = 0;
+        for (int s = 0; s < NSUITES; s++)
+            known |= strlen(suites[s]->algo) == len && !strncmp(p, suites[s]->algo, len);
+        if (!known) {
+            char names[128] = "";
+            for (int s = 0; s < NSUITES; s++)
+                snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", s ? ", " : "",
+                         suites[s]->algo);
+            return cli_error(cmd, 2, "no conformance cases for algorithm '%.*s' (known: %s)", (int)len, p, names);
+        }
+        p += len;
+        if (*p == ',')
+            p++;
+    }
+
+    char names[MAX_BACKENDS][64];
+    int nb = cli_select_backends(backend_s, names, MAX_BACKENDS);
+    dk_context *ctx[MAX_BACKENDS] = {0};
+    char absent[MAX_BACKENDS][600];
+    int present = 0;
+    for (int b = 0; b < nb; b++) {
+        absent[b][0] = '\0';
+        if (dk_context_create(names[b], &ctx[b]) != DK_OK) {
+            snprintf(absent[b], sizeof absent[b], "%s", dk_last_error(NULL));
+            printf("backend %s: absent (%s)\n", names[b], absent[b]);
+        } else {
+            present++;
+            printf("backend %s: %s\n", names[b], dk_context_device(ctx[b]));
+        }
+    }
+    if (nb == 0)
+        printf("no usable backend found (dakit info says why)\n");
+
+    static row rows[MAX_ROWS];
+    int nrows = 0, failed_total = 0, lacking = 0;
+    char missing[MAX_BACKENDS][128] = {{0}}; /* algorithms a present backend lacks */
+    printf("\n%-8s %-24s %-16s %-24s %12s %12s  %s\n", "algo", "case", "backend", "device", "error", "tolerance",
+           "result");
+    for (int s = 0; s < NSUITES; s++) {
+        const conform_suite *su = suites[s];
+        if (!cli_in_list(algo_s, su->algo))
+            continue;
+        printf("%s: error = %s\n", su->algo, su->measure);
+        int has[MAX_BACKENDS] = {0};
+        for (int b = 0; b < nb; b++) {
+            if (!ctx[b])
+                continue;
+            has[b] = implements(names[b], su->algo);
+            if (!has[b]) {
+                printf("%-8s %-24s %-16s does not implement %s: not tested\n", su->algo, "(all cases)", names[b],
+                       su->algo);
+                snprintf(missing[b] + strlen(missing[b]), sizeof missing[b] - strlen(missing[b]), "%s%s",
+                         missing[b][0] ? ", " : "", su->algo);
+                lacking++;
+            }
+        }
+        for (int i = 0; i < su->count(); i++) {
+            if (quick && !su->quick(i))
+                continue;
+            char err[512];
+            if (present && su->prepare(i, err, sizeof err) != DK_OK) {
+                printf("%-8s %-24s reference failed: %s\n", su->algo, su->name(i), err);
+                failed_total++;
+                su->release(i);
+                continue;
+            }
+            for (int b = 0; b < nb; b++) {
+                if (!ctx[b] || !has[b])
+                    continue;
+                const char *const *variants = su->variants(ctx[b]);
+                static const char *const none[] = {NULL, NULL};
+                for (const char *const *v = variants && *variants ? variants : none;
+                     (v == none || *v) && nrows < MAX_ROWS; v++) {
+                    row *rw = &rows[nrows++];
+                    memset(rw, 0, sizeof *rw);
+                    rw->suite = su;
+                    rw->case_index = i;
+                    rw->backend = b;
+                    snprintf(rw->variant, sizeof rw->variant, "%s", *v ? *v : "");
+                    double t0 = cli_now();
+                    su->run(ctx[b], *v, i, &rw->r);
+                    rw->seconds = cli_now() - t0;
+                    char label[96];
+                    snprintf(label, sizeof label, "%s%s%s", names[b], rw->variant[0] ? "/" : "", rw->variant);
+                    printf("%-8s %-24s %-16s %-24.24s %12.3e %12.3e  %s%s%s\n", su->algo, su->name(i), label,
+                           dk_context_device(ctx[b]), rw->r.error, rw->r.tolerance, rw->r.passed ? "pass" : "FAIL",
+                           rw->r.passed ? "" : ": ", rw->r.passed ? "" : rw->r.detail);
+                    fflush(stdout);
+                    failed_total += !rw->r.passed;
+                    if (v == none)
+                        break;
+                }
+            }
+            su->release(i);
+        }
+    }
+
+    printf("\n");
+    for (int b = 0; b < nb; b++) {
+        int pass = 0, fail = 0;
+        for (int r = 0; r < nrows; r++)
+            if (rows[r].backend == b)
+                rows[r].r.passed ? pass++ : fail++;
+        if (!ctx[b])
+            printf("verdict %-8s ABSENT: %s\n", names[b], absent[b]);
+        else
+            printf("verdict %-8s %s: %d passed, %d failed (%s)%s%s\n", names[b],
+                   fail ? "FAIL" : pass ? "PASS" : "NOTHING RUN", pass, fail, dk_context_device(ctx[b]),
+                   missing[b][0] ? "; not implemented: " : "", missing[b]);
+    }
+
+    if (junit) {
+        FILE *f = fopen(junit, "w");
+        if (!f)
+            return cli_error(cmd, 1, "cannot write %s", junit);
+        fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"dakit conform\">\n");
+        for (int b = 0; b < nb; b++) {
+            int tests = 0, fails = 0;
+            for (int r = 0; r < nrows; r++)
+                if (rows[r].backend == b) {
+                    tests++;
+                    fails += !rows[r].r.passed;
+                }
+            fprintf(f, "  <testsuite name=\"dakit.%s\" tests=\"%d\" failures=\"%d\" skipped=\"%d\">\n",
+                    names[b], ctx[b] ? tests : 1, fails, ctx[b] ? 0 : 1);
+            if (!ctx[b]) {
+                fprintf(f, "    <testcase classname=\"dakit.%s\" name=\"backend present\">\n      <skipped message=\"",
+                        names[b]);
+                xml_escape(f, absent[b]);
+                fprintf(f, "\"/>\n    </testcase>\n");
+            }
+            for (int r = 0; r < nrows; r++) {
+                if (rows[r].backend != b)
+                    continue;
+                row *rw = &rows[r];
+                fprintf(f, "    <testcase classname=\"dakit.%s.%s%s%s\" name=\"%s\" time=\"%.6f\">", names[b],
+                        rw->suite->algo, rw->variant[0] ? "." : "", rw->variant,
+                        rw->suite->name(rw->case_index), rw->seconds);
+                if (!rw->r.passed) {
+                    fprintf(f, "\n      <failure message=\"error %.3e exceeds tolerance %.3e: ", rw->r.error,
+                            rw->r.tolerance);
+                    xml_escape(f, rw->r.detail);
+                    fprintf(f, "\"/>\n    ");
+                }
+                fprintf(f, "</testcase>\n");
+            }
+            fprintf(f, "  </testsuite>\n");
+        }
+        fprintf(f, "</testsuites>\n");
+        fclose(f);
+    }
+    for (int b = 0; b < nb; b++)
+        dk_context_destroy(ctx[b]);
+    if (failed_total)
+        return 1;
+    if (nrows == 0)
+        return 77; /* nothing could run here: no such backend, or it lacks the algorithm */
+    return present < nb || lacking ? 4 : 0;
+}

@@ -1,0 +1,54 @@
+/* The radar pipeline of `dakit kmeans --radolan` and `dakit bench kmeans`:
+ * texture features of a reflectivity composite (gauss on the device), then
+ * contiguity-weighted k-means, and the picture. */
+#ifndef DAKIT_TOOLS_KMEANS_RADAR_H
+#define DAKIT_TOOLS_KMEANS_RADAR_H
+
+#include <dakit/dakit.h>
+
+#include "kmeans/radolan.h"
+
+typedef struct radar_options {
+    int k;
+    double lambda;
+    int window;
+    double min_value;     /* pixels below are masked (dBZ for RX) */
+    double texture_sigma; /* pixels */
+    int iters;
+    double tol;
+    const char *variant; /* the kmeans variant; NULL: the backend's default */
+} radar_options;
+
+#define RADAR_FEATURES 3 /* reflectivity, local mean, local standard deviation */
+
+typedef struct radar_result {
+    int k;
+    int32_t *labels;         /* rows * cols, -1 masked */
+    float *centroids;        /* k * RADAR_FEATURES, standardized units */
+    dk_kmeans_result kmeans;
+    double seconds, feature_seconds, cluster_seconds;
+    size_t *sizes;                                   /* per cluster */
+    double *mean_value, *mean_local, *mean_std;      /* per cluster, physical units */
+} radar_result;
+
+/* Reusable state: plans and device buffers for one grid (the benchmark runs
+ * it many times). ctx NULL: the serial references. */
+typedef struct radar_pipeline radar_pipeline;
+dk_status radar_pipeline_create(dk_context *ctx, size_t rows, size_t cols, const radar_options *o,
+                                radar_pipeline **out, char *err, size_t len);
+/* Decoded values (NAN = no data) in host memory to labels in host memory;
+ * on a device only the values go over and the labels and centroids come
+ * back. Fills labels/centroids and result->kmeans, feature_seconds (upload
+ * and features), cluster_seconds (clustering and the copies back). */
+dk_status radar_pipeline_run(radar_pipeline *p, const float *value, int32_t *labels, float *centroids,
+                             radar_result *result, char *err, size_t len);
+void radar_pipeline_destroy(radar_pipeline *p);
+
+/* One call: pipeline, statistics per cluster. */
+dk_status radar_cluster(dk_context *ctx, const radolan *r, const radar_options *o, radar_result *out,
+                        char *err, size_t len);
+void radar_result_free(radar_result *r);
+/* Reflectivity beside the cluster map, north up, with a legend. 0 on success. */
+int radar_png(const radolan *r, const radar_result *res, const char *path, char *err, size_t len);
+
+#endif
