@@ -119,46 +119,6 @@ struct Plan {
     int lwork;
 };
 
-#define CUDA_TRY(call, what)                                                                           \
-    do {                                                                                               \
-        cudaError_t e_ = (call);                                                                       \
-        if (e_ != cudaSuccess) {                                                                       \
-            (void)cudaGetLastError();                                                                  \
-            return dk_cuda_fail(msg, e_, what);                                                        \
-        }                                                                                              \
-    } while (0)
-
-dk_status fft_fail(dk_msg *msg, cufftResult r, const char *what)
-{
-    dk_msg_set(msg, "cuda enkf: cuFFT %s failed (cufftResult %d)", what, (int)r);
-    return r == CUFFT_ALLOC_FAILED ? DK_ERR_OUT_OF_MEMORY : DK_ERR_BACKEND;
-}
-
-#define FFT_TRY(call, what)                                                                            \
-    do {                                                                                               \
-        cufftResult r_ = (call);                                                                       \
-        if (r_ != CUFFT_SUCCESS)                                                                       \
-            return fft_fail(msg, r_, what);                                                            \
-    } while (0)
-
-#define SOLVER_TRY(call, what)                                                                         \
-    do {                                                                                               \
-        cusolverStatus_t r_ = (call);                                                                  \
-        if (r_ != CUSOLVER_STATUS_SUCCESS) {                                                           \
-            dk_msg_set(msg, "cuda enkf: cuSOLVER %s failed (status %d)", what, (int)r_);               \
-            return r_ == CUSOLVER_STATUS_ALLOC_FAILED ? DK_ERR_OUT_OF_MEMORY : DK_ERR_BACKEND;         \
-        }                                                                                              \
-    } while (0)
-
-#define BLAS_TRY(call, what)                                                                           \
-    do {                                                                                               \
-        cublasStatus_t r_ = (call);                                                                    \
-        if (r_ != CUBLAS_STATUS_SUCCESS) {                                                             \
-            dk_msg_set(msg, "cuda enkf: cuBLAS %s failed (status %d)", what, (int)r_);                 \
-            return r_ == CUBLAS_STATUS_ALLOC_FAILED ? DK_ERR_OUT_OF_MEMORY : DK_ERR_BACKEND;           \
-        }                                                                                              \
-    } while (0)
-
 unsigned blocks_for(long long n, int threads)
 {
     long long b = (n + threads - 1) / threads;
@@ -1145,13 +1105,13 @@ dk_status make_plan(Plan *p, cufftHandle *h, int *have, int rank, const int *n, 
                     long long batch, dk_msg *msg)
 {
     int embed[2] = {n[0], rank == 2 ? n[1] : 1};
-    FFT_TRY(cufftCreate(h), "cufftCreate");
+    CUFFT_TRY(cufftCreate(h), "cufftCreate");
     *have = 1;
     size_t work = 0;
-    FFT_TRY(cufftMakePlanMany(*h, rank, (int *)n, embed, 1, (int)idist, embed, 1, (int)odist, CUFFT_Z2Z, (int)batch,
+    CUFFT_TRY(cufftMakePlanMany(*h, rank, (int *)n, embed, 1, (int)idist, embed, 1, (int)odist, CUFFT_Z2Z, (int)batch,
                               &work),
             "planning");
-    FFT_TRY(cufftSetStream(*h, p->dev->stream), "cufftSetStream");
+    CUFFT_TRY(cufftSetStream(*h, p->dev->stream), "cufftSetStream");
     return DK_OK;
 }
 
@@ -1160,6 +1120,18 @@ dk_status make_transform(Plan *p, cufftHandle *h, int *have, long long batch, dk
 {
     int n[2] = {(int)p->P0, (int)p->P1};
     return make_plan(p, h, have, p->two_d ? 2 : 1, n, p->P, p->P, batch, msg);
+}
+
+/* col (bytes of it) through the forward transform h, by way of dev. */
+dk_status forward_on_device(Plan *p, cufftHandle h, cufftDoubleComplex *dev, cufftDoubleComplex *col, size_t bytes,
+                            dk_msg *msg)
+{
+    const char *what = "transforming C's embedding";
+    CUDA_TRY(cudaMemcpyAsync(dev, col, bytes, cudaMemcpyHostToDevice, p->dev->stream), what);
+    CUFFT_TRY(cufftExecZ2Z(h, dev, dev, CUFFT_FORWARD), what);
+    CUDA_TRY(cudaMemcpyAsync(col, dev, bytes, cudaMemcpyDeviceToHost, p->dev->stream), what);
+    CUDA_TRY(cudaStreamSynchronize(p->dev->stream), what);
+    return DK_OK;
 }
 
 /* The forward transforms of `batch` embeddings of n[0] (x n[1]) points held
@@ -1173,23 +1145,10 @@ dk_status spectra(Plan *p, int rank, const int *n, long long batch, cufftDoubleC
     cufftHandle h;
     int have = 0;
     dk_status st = make_plan(p, &h, &have, rank, n, size, size, batch, msg);
-    cudaError_t e = cudaSuccess;
-    cufftResult fr = CUFFT_SUCCESS;
-    if (st == DK_OK) {
-        e = cudaMemcpyAsync(dev, col, bytes, cudaMemcpyHostToDevice, p->dev->stream);
-        if (e == cudaSuccess && (fr = cufftExecZ2Z(h, dev, dev, CUFFT_FORWARD)) == CUFFT_SUCCESS)
-            e = cudaMemcpyAsync(col, dev, bytes, cudaMemcpyDeviceToHost, p->dev->stream);
-        if (e == cudaSuccess && fr == CUFFT_SUCCESS)
-            e = cudaStreamSynchronize(p->dev->stream);
-    }
+    if (st == DK_OK)
+        st = forward_on_device(p, h, dev, col, bytes, msg);
     if (have)
         cufftDestroy(h);
-    if (st == DK_OK && fr != CUFFT_SUCCESS)
-        st = fft_fail(msg, fr, "transforming C's embedding");
-    if (st == DK_OK && e != cudaSuccess) {
-        (void)cudaGetLastError();
-        st = dk_cuda_fail(msg, e, "transforming C's embedding");
-    }
     for (long long q = 0; st == DK_OK && q < size * batch; q++)
         col[q] = make_cuDoubleComplex(cuCreal(col[q]) / (double)size, cuCimag(col[q]) / (double)size);
     return st;
@@ -1211,6 +1170,13 @@ dk_status ensure(double **ptr, long long count, const char *what, dk_msg *msg)
 {
     if (!*ptr)
         CUDA_TRY(cudaMalloc(ptr, (size_t)(count ? count : 1) * sizeof(double)), what);
+    return DK_OK;
+}
+
+template <typename T>
+dk_status copy_in(T *dst, const T *src, size_t count, const char *what, dk_msg *msg)
+{
+    CUDA_TRY(cudaMemcpy(dst, src, count * sizeof(T), cudaMemcpyHostToDevice), what);
     return DK_OK;
 }
 
@@ -1262,6 +1228,26 @@ long long pow2_size(long long n)
     return m;
 }
 
+/* Times the transform pairs of time_transform on h; the caller destroys
+ * the events it finds made. */
+dk_status time_pairs(Plan *p, cufftHandle h, cufftDoubleComplex *scratch, cudaEvent_t *a, cudaEvent_t *b, float *ms,
+                     dk_msg *msg)
+{
+    const char *what = "timing a transform size";
+    CUDA_TRY(cudaEventCreate(a), what);
+    CUDA_TRY(cudaEventCreate(b), what);
+    for (int rep = 0; rep < 4; rep++) {
+        if (rep == 1)
+            CUDA_TRY(cudaEventRecord(*a, p->dev->stream), what);
+        CUFFT_TRY(cufftExecZ2Z(h, scratch, scratch, CUFFT_FORWARD), what);
+        CUFFT_TRY(cufftExecZ2Z(h, scratch, scratch, CUFFT_INVERSE), what);
+    }
+    CUDA_TRY(cudaEventRecord(*b, p->dev->stream), what);
+    CUDA_TRY(cudaEventSynchronize(*b), what);
+    CUDA_TRY(cudaEventElapsedTime(ms, *a, *b), what);
+    return DK_OK;
+}
+
 /* Milliseconds of three forward and inverse transform pairs of a chunk with
  * an embedding of P points (after one pair as a warm-up), on a zeroed
  * scratch array. */
@@ -1275,31 +1261,14 @@ dk_status time_transform(Plan *p, long long P, size_t budget, cufftDoubleComplex
     int have = 0;
     dk_status st = make_transform(p, &h, &have, signals, msg);
     cudaEvent_t a = nullptr, b = nullptr;
-    cudaError_t e = cudaSuccess;
-    cufftResult fr = CUFFT_SUCCESS;
-    if (st == DK_OK && (e = cudaEventCreate(&a)) == cudaSuccess && (e = cudaEventCreate(&b)) == cudaSuccess) {
-        for (int rep = 0; rep < 4 && fr == CUFFT_SUCCESS && e == cudaSuccess; rep++) {
-            if (rep == 1)
-                e = cudaEventRecord(a, p->dev->stream);
-            if (e == cudaSuccess && (fr = cufftExecZ2Z(h, scratch, scratch, CUFFT_FORWARD)) == CUFFT_SUCCESS)
-                fr = cufftExecZ2Z(h, scratch, scratch, CUFFT_INVERSE);
-        }
-        if (e == cudaSuccess && fr == CUFFT_SUCCESS && (e = cudaEventRecord(b, p->dev->stream)) == cudaSuccess &&
-            (e = cudaEventSynchronize(b)) == cudaSuccess)
-            e = cudaEventElapsedTime(ms, a, b);
-    }
+    if (st == DK_OK)
+        st = time_pairs(p, h, scratch, &a, &b, ms, msg);
     if (a)
         cudaEventDestroy(a);
     if (b)
         cudaEventDestroy(b);
     if (have)
         cufftDestroy(h);
-    if (st == DK_OK && fr != CUFFT_SUCCESS)
-        st = fft_fail(msg, fr, "timing a transform size");
-    if (st == DK_OK && e != cudaSuccess) {
-        (void)cudaGetLastError();
-        st = dk_cuda_fail(msg, e, "timing a transform size");
-    }
     return st;
 }
 
@@ -1330,17 +1299,15 @@ void pick_fft_size(Plan *p, size_t budget)
         return;
     cufftDoubleComplex *scratch = nullptr;
     size_t bytes = (size_t)most * sizeof(cufftDoubleComplex);
-    if (cudaMalloc(&scratch, bytes) != cudaSuccess) {
-        (void)cudaGetLastError();
+    if (dk_cuda_failed(cudaMalloc(&scratch, bytes)))
         return; /* no room to compare: the smooth size */
-    }
     /* a size that cannot be timed (no room for cuFFT's work area, say) is
      * not taken; the smooth size, first, is the plan's if none can be */
     dk_msg scratch_msg;
     float best = 0;
     long long pick = smooth;
     int timed = 0;
-    if (cudaMemsetAsync(scratch, 0, bytes, p->dev->stream) == cudaSuccess)
+    if (!dk_cuda_failed(cudaMemsetAsync(scratch, 0, bytes, p->dev->stream)))
         for (int c = 0; c < keep; c++) {
             float ms = 0;
             if (time_transform(p, cand[c], budget, scratch, &ms, &scratch_msg) == DK_OK && (!timed || ms < best)) {
@@ -1438,11 +1405,8 @@ dk_status make_blocked(Plan *p, long long b, size_t budget, dk_msg *msg)
         }
     const int n = (int)F;
     dk_status st = spectra(p, 1, &n, nd, p->blk_spectrum, col, msg);
-    if (st == DK_OK) {
-        cudaError_t e = cudaMemcpy(p->blk_spectrum, col, (size_t)(nd * F) * sizeof *col, cudaMemcpyHostToDevice);
-        if (e != cudaSuccess)
-            st = dk_cuda_fail(msg, e, "copying C's block spectra");
-    }
+    if (st == DK_OK)
+        st = copy_in(p->blk_spectrum, col, (size_t)(nd * F), "copying C's block spectra", msg);
     free(col);
     if (st != DK_OK)
         return st;
@@ -1513,9 +1477,7 @@ dk_status make_fft(Plan *p, dk_msg *msg)
     if (st == DK_OK) {
         for (long long q = 0; q < p->P; q++)
             re[q] = cuCreal(col[q]);
-        cudaError_t e = cudaMemcpy(p->spectrum, re, (size_t)p->P * sizeof(double), cudaMemcpyHostToDevice);
-        if (e != cudaSuccess)
-            st = dk_cuda_fail(msg, e, "copying C's spectrum");
+        st = copy_in(p->spectrum, re, (size_t)p->P, "copying C's spectrum", msg);
     }
     free(col), free(re);
     if (st != DK_OK)
@@ -1740,7 +1702,7 @@ template <int KS, int MT>
 cudaError_t launch_mma(const MmaArgs &a, unsigned nseg, size_t shared, cudaStream_t stream)
 {
     cudaError_t e = cudaFuncSetAttribute(k_mma<KS, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shared);
-    if (e != cudaSuccess)
+    if (dk_cuda_failed(e))
         return e;
     unsigned tiles = (unsigned)((a.N + mma_tile(MT) - 1) / mma_tile(MT));
     k_mma<KS, MT><<<dim3(tiles, nseg), MMA_THREADS, shared, stream>>>(a);
@@ -1763,7 +1725,7 @@ cudaError_t mma_cov(const Plan *p, const double *e, double *pht)
     case 3: e2 = wide ? launch_mma<3, 4>(a, nseg, shared, st) : launch_mma<3, 2>(a, nseg, shared, st); break;
     default: e2 = wide ? launch_mma<4, 4>(a, nseg, shared, st) : launch_mma<4, 2>(a, nseg, shared, st); break;
     }
-    if (e2 != cudaSuccess || nseg == 1)
+    if (dk_cuda_failed(e2) || nseg == 1)
         return e2;
     k_mma_sum<<<blocks_for(p->N * p->M, THREADS), THREADS, 0, st>>>(p->mma_partial, pht, p->N * p->M, (int)nseg);
     return cudaGetLastError();
@@ -1855,7 +1817,7 @@ dk_status fft_cov(Plan *p, const double *e, double *pht, dk_msg *msg)
                 p->two_d);
             CUDA_TRY(cudaGetLastError(), "the scatter kernel");
         }
-        FFT_TRY(cufftExecZ2Z(forward, in, p->buf, CUFFT_FORWARD), "forward transform");
+        CUFFT_TRY(cufftExecZ2Z(forward, in, p->buf, CUFFT_FORWARD), "forward transform");
         if (p->blk) {
             const long long F = 2 * p->blk;
             /* H100, N = 25,000: 2 signals a thread 0.411 ms for the whole
@@ -1871,7 +1833,7 @@ dk_status fft_cov(Plan *p, const double *e, double *pht, dk_msg *msg)
                                                                                        signals * p->P);
             CUDA_TRY(cudaGetLastError(), "the spectrum kernel");
         }
-        FFT_TRY(cufftExecZ2Z(inverse, p->buf, p->buf, CUFFT_INVERSE), "inverse transform");
+        CUFFT_TRY(cufftExecZ2Z(inverse, p->buf, p->buf, CUFFT_INVERSE), "inverse transform");
         k_gather<<<dim3(blocks_for(p->N, 32), (unsigned)((nj + 31) / 32)), dim3(32, 8), 0, st>>>(
             e, (const double *)p->buf, pht, p->N, p->L, p->M, j0, nj, p->ny, p->P1, p->P, p->two_d, p->blk,
             1.0 / (double)(p->L - 1));
@@ -1970,16 +1932,16 @@ dk_status analysis(void *plan, void *x, const double *d, const double *r, double
     if (!p->info)
         CUDA_TRY(cudaMalloc(&p->info, sizeof(int)), "allocating the solver status");
     if (!p->solver) {
-        SOLVER_TRY(cusolverDnCreate(&p->solver), "cusolverDnCreate");
-        SOLVER_TRY(cusolverDnSetStream(p->solver, st), "cusolverDnSetStream");
-        SOLVER_TRY(cusolverDnDpotrf_bufferSize(p->solver, CUBLAS_FILL_MODE_LOWER, (int)M, p->A, (int)M, &p->lwork),
+        CUSOLVER_TRY(cusolverDnCreate(&p->solver), "cusolverDnCreate");
+        CUSOLVER_TRY(cusolverDnSetStream(p->solver, st), "cusolverDnSetStream");
+        CUSOLVER_TRY(cusolverDnDpotrf_bufferSize(p->solver, CUBLAS_FILL_MODE_LOWER, (int)M, p->A, (int)M, &p->lwork),
                    "potrf_bufferSize");
         CUDA_TRY(cudaMalloc(&p->work, (size_t)(p->lwork > 0 ? p->lwork : 1) * sizeof(double)),
                  "allocating the solver workspace");
     }
     if (!p->blas) {
-        BLAS_TRY(cublasCreate(&p->blas), "cublasCreate");
-        BLAS_TRY(cublasSetStream(p->blas, st), "cublasSetStream");
+        CUBLAS_TRY(cublasCreate(&p->blas), "cublasCreate");
+        CUBLAS_TRY(cublasSetStream(p->blas, st), "cublasSetStream");
     }
     CUDA_TRY(cudaMemcpyAsync(p->d_host_copy, d, (size_t)(M * L) * sizeof(double), cudaMemcpyHostToDevice, st),
              "copying the observations");
@@ -1999,7 +1961,7 @@ dk_status analysis(void *plan, void *x, const double *d, const double *r, double
                                                                  p->d_host_copy, p->r_dev, p->D, p->A, M, L);
     CUDA_TRY(cudaGetLastError(), "the innovation kernel");
     /* row-major symmetric A is its own column-major transpose */
-    SOLVER_TRY(cusolverDnDpotrf(p->solver, CUBLAS_FILL_MODE_LOWER, (int)M, p->A, (int)M, p->work, p->lwork, p->info),
+    CUSOLVER_TRY(cusolverDnDpotrf(p->solver, CUBLAS_FILL_MODE_LOWER, (int)M, p->A, (int)M, p->work, p->lwork, p->info),
                "potrf");
     int info = 0;
     CUDA_TRY(cudaMemcpyAsync(&info, p->info, sizeof info, cudaMemcpyDeviceToHost, st), "reading the solver status");
@@ -2010,11 +1972,11 @@ dk_status analysis(void *plan, void *x, const double *d, const double *r, double
                    info > 0 ? info : -info);
         return info > 0 ? DK_ERR_INVALID_ARGUMENT : DK_ERR_BACKEND;
     }
-    SOLVER_TRY(cusolverDnDpotrs(p->solver, CUBLAS_FILL_MODE_LOWER, (int)M, (int)L, p->A, (int)M, p->D, (int)M, p->info),
+    CUSOLVER_TRY(cusolverDnDpotrs(p->solver, CUBLAS_FILL_MODE_LOWER, (int)M, (int)L, p->A, (int)M, p->D, (int)M, p->info),
                "potrs");
     /* X (column-major L x N) += Z^T (L x M) PHT^T (M x N) */
     const double one = 1.0;
-    BLAS_TRY(cublasDgemm(p->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)L, (int)N, (int)M, &one, p->D, (int)M, p->pht64,
+    CUBLAS_TRY(cublasDgemm(p->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)L, (int)N, (int)M, &one, p->D, (int)M, p->pht64,
                          (int)M, &one, p->x64, (int)L),
              "dgemm (X += PHT Z)");
     if (f32)

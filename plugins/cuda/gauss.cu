@@ -751,24 +751,24 @@ template <typename T> constexpr bool w_built(int W)
 
 /* k_tile: raises the shared-memory limit and sizes the persistent grid to
  * the blocks that fit on the device at once. */
-template <typename T, int W, bool STRIDED> cudaError_t prepare_tile(Pass &ps, int sm_count)
+template <typename T, int W, bool STRIDED> dk_status prepare_tile(Pass &ps, int sm_count, dk_msg *msg)
 {
     auto kernel = k_tile<T, W, STRIDED>;
-    cudaError_t e = allow_smem(kernel, ps.smem);
+    const char *what = "setting a kernel's shared-memory limit";
+    CUDA_TRY(allow_smem(kernel, ps.smem), what);
     int per_sm = 0;
-    if (e == cudaSuccess)
-        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, (int)ps.threads,
-                                                          ps.smem);
-    if (e == cudaSuccess && per_sm < 1)
-        e = cudaErrorInvalidConfiguration;
-    if (e == cudaSuccess) {
-        i64 resident = (i64)per_sm * sm_count;
-        ps.grid = ps.ntiles < resident ? ps.ntiles : resident;
-    }
-    return e;
+    CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, (int)ps.threads, ps.smem),
+             what);
+    if (per_sm < 1)
+        return dk_cuda_fail(msg, cudaErrorInvalidConfiguration, what);
+    i64 resident = (i64)per_sm * sm_count;
+    ps.grid = ps.ntiles < resident ? ps.ntiles : resident;
+    return DK_OK;
 }
 
-template <typename T> cudaError_t prepare_pass(Pass &ps, int sm_count)
+/* Prepares the pass's kernel: its shared-memory limit and, for k_tile, its
+ * persistent grid. */
+template <typename T> dk_status prepare_pass(Pass &ps, int sm_count, dk_msg *msg)
 {
     switch (ps.path) {
     case PATH_ROW:
@@ -779,16 +779,17 @@ template <typename T> cudaError_t prepare_pass(Pass &ps, int sm_count)
         if (!w_built<T>(W))                                                                    \
             break;                                                                             \
         if (ps.path == PATH_TILE)                                                              \
-            return prepare_tile<T, (w_built<T>(W) ? W : 31), true>(ps, sm_count);             \
-        return prepare_tile<T, (w_built<T>(W) ? W : 31), false>(ps, sm_count);
+            return prepare_tile<T, (w_built<T>(W) ? W : 31), true>(ps, sm_count, msg);        \
+        return prepare_tile<T, (w_built<T>(W) ? W : 31), false>(ps, sm_count, msg);
             DK_W_CASES(X)
 #undef X
         }
-        return cudaErrorInvalidValue;
+        return dk_cuda_fail(msg, cudaErrorInvalidValue, "setting a kernel's shared-memory limit");
     case PATH_GEN_SMEM:
-        return allow_smem(k_gen<T, true>, ps.smem);
+        CUDA_TRY(allow_smem(k_gen<T, true>, ps.smem), "setting a kernel's shared-memory limit");
+        return DK_OK;
     default:
-        return cudaSuccess;
+        return DK_OK;
     }
 }
 
@@ -877,7 +878,6 @@ dk_status cuda_gauss_plan_create(void *device, const dk_gauss_setup *setup, void
     p->esize = setup->desc.dtype == DK_F32 ? sizeof(float) : sizeof(double);
     const dk_gauss_desc *d = &setup->desc;
     size_t scratch_bytes = 0;
-    cudaError_t e;
     for (int a = 0; a < d->ndim; a++) {
         if (!(d->axes & (1u << a)))
             continue;
@@ -887,24 +887,20 @@ dk_status cuda_gauss_plan_create(void *device, const dk_gauss_setup *setup, void
             goto fail;
         if (ps->scratch_bytes > scratch_bytes)
             scratch_bytes = ps->scratch_bytes; /* one scratch serves every pass */
-        e = d->dtype == DK_F32 ? prepare_pass<float>(*ps, dev->sm_count)
-                               : prepare_pass<double>(*ps, dev->sm_count);
-        if (e != cudaSuccess) {
-            st = dk_cuda_fail(msg, e, "setting a kernel's shared-memory limit");
+        st = d->dtype == DK_F32 ? prepare_pass<float>(*ps, dev->sm_count, msg)
+                                : prepare_pass<double>(*ps, dev->sm_count, msg);
+        if (st != DK_OK)
             goto fail;
-        }
         p->npass++;
     }
-    if (setup->count > 0 && (e = cudaMalloc(&p->tmp, setup->count * p->esize)) != cudaSuccess) {
-        (void)cudaGetLastError();
+    if (setup->count > 0 && dk_cuda_failed(cudaMalloc(&p->tmp, setup->count * p->esize))) {
         p->tmp = NULL;
         dk_msg_set(msg, "cuda gauss: cannot allocate the plan's %zu-byte work buffer",
                    setup->count * p->esize);
         st = DK_ERR_OUT_OF_MEMORY;
         goto fail;
     }
-    if (scratch_bytes > 0 && (e = cudaMalloc(&p->scratch, scratch_bytes)) != cudaSuccess) {
-        (void)cudaGetLastError();
+    if (scratch_bytes > 0 && dk_cuda_failed(cudaMalloc(&p->scratch, scratch_bytes))) {
         p->scratch = NULL;
         dk_msg_set(msg, "cuda gauss: cannot allocate the plan's %zu-byte window scratch",
                    scratch_bytes);
@@ -924,18 +920,18 @@ dk_status execute_t(Plan *p, const T *in, T *out, dk_msg *msg)
     cudaStream_t stream = p->dev->stream;
     T *tmp = (T *)p->tmp;
     const int P = p->npass;
-    cudaError_t e = cudaSuccess;
     const size_t bytes = p->setup.count * sizeof(T);
+    const char *what = p->dp ? "the gauss kernels (dp)" : "the gauss kernels";
     if (P == 0) {
         if (in != out)
-            e = cudaMemcpyAsync(out, in, bytes, cudaMemcpyDeviceToDevice, stream);
+            CUDA_TRY(cudaMemcpyAsync(out, in, bytes, cudaMemcpyDeviceToDevice, stream), what);
     } else {
         /* destinations from the last backwards: out, tmp, out, ...; when the
          * first pass would write in itself (in == out, P odd), all go to
          * out/tmp shifted by one and a copy ends. */
         bool shifted = (in == out) && (P % 2 == 1);
         const T *src = in;
-        for (int i = 0; i < P && e == cudaSuccess; i++) {
+        for (int i = 0; i < P; i++) {
             int from_end = P - 1 - i;
             T *dst = ((from_end % 2 == 0) != shifted) ? out : tmp;
             const Pass &ps = p->pass[i];
@@ -947,18 +943,13 @@ dk_status execute_t(Plan *p, const T *in, T *out, dk_msg *msg)
             c.K = d->K;
             c.constant = d->boundary == DK_BOUNDARY_CONSTANT;
             Launch<T> l{ps, src, dst, (T *)p->scratch, c, stream, p->dp};
-            e = launch_pass<T>(l);
+            CUDA_TRY(launch_pass<T>(l), what);
             src = dst;
         }
-        if (e == cudaSuccess && shifted)
-            e = cudaMemcpyAsync(out, tmp, bytes, cudaMemcpyDeviceToDevice, stream);
+        if (shifted)
+            CUDA_TRY(cudaMemcpyAsync(out, tmp, bytes, cudaMemcpyDeviceToDevice, stream), what);
     }
-    if (e == cudaSuccess)
-        e = cudaStreamSynchronize(stream);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        return dk_cuda_fail(msg, e, p->dp ? "the gauss kernels (dp)" : "the gauss kernels");
-    }
+    CUDA_TRY(cudaStreamSynchronize(stream), what);
     return DK_OK;
 }
 

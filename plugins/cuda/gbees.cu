@@ -1542,15 +1542,19 @@ const size_t HEAD = offsetof(State, part_sum);
 
 size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
 
-cudaError_t copy_head_in(Plan *p)
+/* The state's head to the device (queued) and back (waited for); `what`
+ * names the operation in an error's sentence. */
+dk_status copy_head_in(Plan *p, const char *what, dk_msg *msg)
 {
-    return cudaMemcpyAsync(p->st, &p->hs, HEAD, cudaMemcpyHostToDevice, p->dev->stream);
+    CUDA_TRY(cudaMemcpyAsync(p->st, &p->hs, HEAD, cudaMemcpyHostToDevice, p->dev->stream), what);
+    return DK_OK;
 }
 
-cudaError_t copy_head_out(Plan *p)
+dk_status copy_head_out(Plan *p, const char *what, dk_msg *msg)
 {
-    cudaError_t e = cudaMemcpyAsync(&p->hs, p->st, HEAD, cudaMemcpyDeviceToHost, p->dev->stream);
-    return e == cudaSuccess ? cudaStreamSynchronize(p->dev->stream) : e;
+    CUDA_TRY(cudaMemcpyAsync(&p->hs, p->st, HEAD, cudaMemcpyDeviceToHost, p->dev->stream), what);
+    CUDA_TRY(cudaStreamSynchronize(p->dev->stream), what);
+    return DK_OK;
 }
 
 /* Bytes of every capacity-sized array for cap cells of dimension d: the
@@ -1570,6 +1574,34 @@ size_t grid_bytes(long long cap, int d, unsigned long long *hcap_out)
            align256(C * d);
 }
 
+/* Fills the new arrays ng: cells [0, n) copied from the plan's, the table
+ * and the growth marks cleared, the keys past n set to KEY_NONE. */
+dk_status fill_grown(Plan *p, const Dev &ng, int n, dk_msg *msg)
+{
+    const int D = p->d;
+    const size_t C = (size_t)ng.cap;
+    const char *what = "growing the gbees grid";
+    cudaStream_t sm = p->dev->stream;
+    if (n > 0) {
+        const Cells &o = p->g.c[0];
+        size_t N = (size_t)n;
+        CUDA_TRY(cudaMemcpyAsync(ng.c[0].key, o.key, N * D * 4, cudaMemcpyDeviceToDevice, sm), what);
+        CUDA_TRY(cudaMemcpyAsync(ng.c[0].v, o.v, N * D * 8, cudaMemcpyDeviceToDevice, sm), what);
+        CUDA_TRY(cudaMemcpyAsync(ng.c[0].nb, o.nb, N * 2 * D * 4, cudaMemcpyDeviceToDevice, sm), what);
+        CUDA_TRY(cudaMemcpyAsync(ng.c[0].p, o.p, N * 8, cudaMemcpyDeviceToDevice, sm), what);
+        CUDA_TRY(cudaMemcpyAsync(ng.c[0].rate, o.rate, N * 8, cudaMemcpyDeviceToDevice, sm), what);
+    }
+    CUDA_TRY(cudaMemsetAsync(ng.table, 0xff, (ng.hmask + 1) * 8, sm), what);
+    /* every growth mark cleared: a step that overflowed marked items whose
+     * cells were not made */
+    CUDA_TRY(cudaMemsetAsync(ng.done, 0, C * D, sm), what);
+    k_clear_keys<<<blocks_for((long long)(C - n) * D), THREADS, 0, sm>>>(ng.c[0].key, (long long)n * D,
+                                                                         (long long)C * D);
+    CUDA_TRY(cudaGetLastError(), what);
+    CUDA_TRY(cudaStreamSynchronize(sm), what);
+    return DK_OK;
+}
+
 /* Makes the arrays hold at least want cells (prefer cells when that fits
  * in free device memory), keeping cells [0, n), and rebuilds the index.
  * Growth copies, so old and new arrays live together for a moment. */
@@ -1587,10 +1619,8 @@ dk_status reserve(Plan *p, long long want, long long prefer, int n, dk_msg *msg)
     if (prefer > (long long)INT32_MAX)
         prefer = INT32_MAX;
     size_t free_b = 0, total_b = 0;
-    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
-        (void)cudaGetLastError();
+    if (dk_cuda_failed(cudaMemGetInfo(&free_b, &total_b)))
         free_b = (size_t)-1;
-    }
     const size_t margin = (size_t)256 << 20;
     long long cap = prefer;
     while (cap > want && grid_bytes(cap, D, NULL) + margin > free_b)
@@ -1598,9 +1628,7 @@ dk_status reserve(Plan *p, long long want, long long prefer, int n, dk_msg *msg)
     unsigned long long hcap;
     size_t total = grid_bytes(cap, D, &hcap);
     void *mem = NULL;
-    cudaError_t e = cudaMalloc(&mem, total);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
+    if (dk_cuda_failed(cudaMalloc(&mem, total))) {
         dk_msg_set(msg,
                    "cuda gbees: out of device memory growing the grid from %d to %lld cells (%.2f GB more; %.2f GB "
                    "free of %.2f GB)",
@@ -1639,36 +1667,10 @@ dk_status reserve(Plan *p, long long want, long long prefer, int n, dk_msg *msg)
     ng.c[1].rate = (double *)((char *)ng.back + align256(C * D * 4) + align256(C * 8));
     ng.hmask = hcap - 1;
     ng.cap = (int)cap;
-    cudaStream_t sm = p->dev->stream;
-    if (n > 0) {
-        const Cells &o = p->g.c[0];
-        size_t N = (size_t)n;
-        e = cudaMemcpyAsync(ng.c[0].key, o.key, N * D * 4, cudaMemcpyDeviceToDevice, sm);
-        if (e == cudaSuccess)
-            e = cudaMemcpyAsync(ng.c[0].v, o.v, N * D * 8, cudaMemcpyDeviceToDevice, sm);
-        if (e == cudaSuccess)
-            e = cudaMemcpyAsync(ng.c[0].nb, o.nb, N * 2 * D * 4, cudaMemcpyDeviceToDevice, sm);
-        if (e == cudaSuccess)
-            e = cudaMemcpyAsync(ng.c[0].p, o.p, N * 8, cudaMemcpyDeviceToDevice, sm);
-        if (e == cudaSuccess)
-            e = cudaMemcpyAsync(ng.c[0].rate, o.rate, N * 8, cudaMemcpyDeviceToDevice, sm);
-    }
-    if (e == cudaSuccess)
-        e = cudaMemsetAsync(ng.table, 0xff, hcap * 8, sm);
-    /* every growth mark cleared: a step that overflowed marked items whose
-     * cells were not made */
-    if (e == cudaSuccess)
-        e = cudaMemsetAsync(ng.done, 0, C * D, sm);
-    if (e == cudaSuccess) {
-        k_clear_keys<<<blocks_for((long long)(C - n) * D), THREADS, 0, sm>>>(ng.c[0].key, (long long)n * D,
-                                                                             (long long)C * D);
-        e = cudaGetLastError();
-    }
-    if (e == cudaSuccess)
-        e = cudaStreamSynchronize(sm);
-    if (e != cudaSuccess) {
+    dk_status st = fill_grown(p, ng, n, msg);
+    if (st != DK_OK) {
         cudaFree(mem);
-        return dk_cuda_fail(msg, e, "growing the gbees grid");
+        return st;
     }
     if (p->cells_mem)
         cudaFree(p->cells_mem);
@@ -1678,14 +1680,14 @@ dk_status reserve(Plan *p, long long want, long long prefer, int n, dk_msg *msg)
     p->hs.n_alloc = (unsigned)n;
     p->hs.overflow = 0;
     p->hs.maxbits[0] = p->hs.maxbits[1] = 0;
-    e = copy_head_in(p);
-    if (e == cudaSuccess && n > 0) {
-        p->k->rebuild<<<blocks_for(n), THREADS, 0, sm>>>(p->g, p->hs.cur, n);
-        e = cudaGetLastError();
+    const char *what = "rebuilding the gbees index";
+    if ((st = copy_head_in(p, what, msg)) != DK_OK)
+        return st;
+    if (n > 0) {
+        p->k->rebuild<<<blocks_for(n), THREADS, 0, p->dev->stream>>>(p->g, p->hs.cur, n);
+        CUDA_TRY(cudaGetLastError(), what);
     }
-    if (e == cudaSuccess)
-        e = copy_head_out(p);
-    return e == cudaSuccess ? DK_OK : dk_cuda_fail(msg, e, "rebuilding the gbees index");
+    return copy_head_out(p, what, msg);
 }
 
 /* After a growth that ran out of room: the same cells, more room (twice as
@@ -1731,6 +1733,36 @@ void plan_destroy(void *handle)
 }
 
 const char *const cuda_gbees_variants[] = {"auto", "coop", "dp", "host", NULL};
+
+/* The plan's grids, its device state and its first arrays; the caller
+ * destroys p on failure. */
+dk_status plan_fill(Plan *p, dk_msg *msg)
+{
+    const dk_cuda_device *dev = p->dev;
+    const Kernels *k = p->k;
+    const char *what = "preparing the gbees plan";
+    int per_sm = 0, per_sm_init = 0;
+    CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, p->coop, THREADS, 0), what);
+    CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_init, k->init, THREADS, 0), what);
+    void *state = NULL;
+    CUDA_TRY(cudaMalloc(&state, sizeof(State)), what);
+    p->st = (State *)state;
+    if (per_sm < 1 || per_sm_init < 1) {
+        dk_msg_set(msg, "cuda gbees: no block of the gbees kernels fits on an SM");
+        return DK_ERR_BACKEND;
+    }
+    p->coop_max = per_sm * dev->sm_count;
+    p->init_max = per_sm_init * dev->sm_count;
+    if (p->coop_max > MAX_PARTS)
+        p->coop_max = MAX_PARTS;
+    if (p->init_max > MAX_PARTS)
+        p->init_max = MAX_PARTS;
+    p->g.st = p->st;
+    memset(&p->hs, 0, sizeof p->hs);
+    CUDA_TRY(cudaMemsetAsync(p->st, 0, sizeof(State), dev->stream), what);
+    CUDA_TRY(cudaStreamSynchronize(dev->stream), what);
+    return reserve(p, 65536, 65536, 0, msg);
+}
 
 dk_status plan_create(void *device, const dk_gbees_setup *setup, void **out, dk_msg *msg)
 {
@@ -1783,38 +1815,7 @@ dk_status plan_create(void *device, const dk_gbees_setup *setup, void **out, dk_
     g.del_step = setup->del_step;
     env = getenv("DAKIT_GBEES_CUDA_OCC");
     p->coop = env && atoi(env) == 3 ? k->coop3 : k->coop;
-    int per_sm = 0, per_sm_init = 0;
-    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, p->coop, THREADS, 0);
-    if (e == cudaSuccess)
-        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_init, k->init, THREADS, 0);
-    if (e == cudaSuccess)
-        e = cudaMalloc(&p->st, sizeof(State));
-    if (e != cudaSuccess) {
-        p->st = NULL;
-        plan_destroy(p);
-        return dk_cuda_fail(msg, e, "preparing the gbees plan");
-    }
-    if (per_sm < 1 || per_sm_init < 1) {
-        plan_destroy(p);
-        dk_msg_set(msg, "cuda gbees: no block of the gbees kernels fits on an SM");
-        return DK_ERR_BACKEND;
-    }
-    p->coop_max = per_sm * dev->sm_count;
-    p->init_max = per_sm_init * dev->sm_count;
-    if (p->coop_max > MAX_PARTS)
-        p->coop_max = MAX_PARTS;
-    if (p->init_max > MAX_PARTS)
-        p->init_max = MAX_PARTS;
-    g.st = p->st;
-    memset(&p->hs, 0, sizeof p->hs);
-    e = cudaMemsetAsync(p->st, 0, sizeof(State), dev->stream);
-    if (e == cudaSuccess)
-        e = cudaStreamSynchronize(dev->stream);
-    if (e != cudaSuccess) {
-        plan_destroy(p);
-        return dk_cuda_fail(msg, e, "preparing the gbees plan");
-    }
-    st = reserve(p, 65536, 65536, 0, msg);
+    st = plan_fill(p, msg);
     if (st != DK_OK) {
         plan_destroy(p);
         return st;
@@ -1849,25 +1850,21 @@ dk_status init_body(void *handle, const double *mean, const double *inv, double 
     memset(&p->hs, 0, HEAD);
     p->hs.scale = 1.0;
     cudaStream_t sm = p->dev->stream;
-    cudaError_t e = cudaMemsetAsync(p->g.table, 0xff, (p->g.hmask + 1) * 8, sm);
-    if (e == cudaSuccess)
-        e = cudaMemsetAsync(p->g.done, 0, (size_t)p->g.cap * d, sm);
-    if (e == cudaSuccess) {
-        k_clear_keys<<<blocks_for((long long)p->g.cap * d), THREADS, 0, sm>>>(p->g.c[0].key, 0,
-                                                                             (long long)p->g.cap * d);
-        e = cudaGetLastError();
-    }
-    if (e == cudaSuccess)
-        e = copy_head_in(p);
-    if (e != cudaSuccess)
-        return dk_cuda_fail(msg, e, "starting the gbees grid");
+    const char *what = "starting the gbees grid";
+    CUDA_TRY(cudaMemsetAsync(p->g.table, 0xff, (p->g.hmask + 1) * 8, sm), what);
+    CUDA_TRY(cudaMemsetAsync(p->g.done, 0, (size_t)p->g.cap * d, sm), what);
+    k_clear_keys<<<blocks_for((long long)p->g.cap * d), THREADS, 0, sm>>>(p->g.c[0].key, 0,
+                                                                         (long long)p->g.cap * d);
+    CUDA_TRY(cudaGetLastError(), what);
+    if ((st = copy_head_in(p, what, msg)) != DK_OK)
+        return st;
     for (;;) {
         void *args[] = {&p->g, &ia};
-        e = cudaLaunchCooperativeKernel((const void *)p->k->init, dim3(p->init_max), dim3(THREADS), args, 0, sm);
-        if (e == cudaSuccess)
-            e = copy_head_out(p);
-        if (e != cudaSuccess)
-            return dk_cuda_fail(msg, e, "running the gbees initialization kernel");
+        what = "running the gbees initialization kernel";
+        CUDA_TRY(cudaLaunchCooperativeKernel((const void *)p->k->init, dim3(p->init_max), dim3(THREADS), args, 0, sm),
+                 what);
+        if ((st = copy_head_out(p, what, msg)) != DK_OK)
+            return st;
         if (p->hs.status == ST_NOMASS) {
             dk_msg_set(msg, "the initial density has no mass on the grid");
             return DK_ERR_INVALID_ARGUMENT;
@@ -1883,9 +1880,8 @@ dk_status init_body(void *handle, const double *mean, const double *inv, double 
         if (st != DK_OK)
             return st;
         p->hs.lo = lo;
-        e = copy_head_in(p);
-        if (e != cudaSuccess)
-            return dk_cuda_fail(msg, e, "resuming the gbees initialization");
+        if ((st = copy_head_in(p, "resuming the gbees initialization", msg)) != DK_OK)
+            return st;
     }
 }
 
@@ -1929,7 +1925,7 @@ dk_status advance_body(void *handle, double t_target, int max_steps, dk_msg *msg
         return st;
     cudaStream_t sm = p->dev->stream;
     const unsigned long long steps0 = p->hs.steps;
-    cudaError_t e = cudaSuccess;
+    const char *what = "running the gbees time steps";
     for (;;) {
         long long left = max_steps > 0 ? max_steps - (long long)(p->hs.steps - steps0) : 0;
         if (!(p->hs.t < t_target) || (max_steps > 0 && left <= 0))
@@ -1939,28 +1935,28 @@ dk_status advance_body(void *handle, double t_target, int max_steps, dk_msg *msg
             /* best effort: where twice the room does not fit, growth waits
              * until a step runs out of it */
             size_t free_b = 0, total_b = 0;
-            if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess &&
+            if (!dk_cuda_failed(cudaMemGetInfo(&free_b, &total_b)) &&
                 grid_bytes(2ll * p->g.cap, p->d, NULL) + ((size_t)256 << 20) < free_b &&
                 (st = reserve(p, 2ll * p->g.cap, 2ll * p->g.cap, p->hs.n, msg)) != DK_OK)
                 return st;
-            (void)cudaGetLastError();
         }
         int mode = p->variant;
         if (mode == V_AUTO)
             mode = (long long)p->hs.n * p->d >= p->auto_items ? V_DP : V_COOP;
         if (mode == V_COOP) {
             void *args[] = {&p->g, &t_target, &left};
-            e = cudaLaunchCooperativeKernel((const void *)p->coop, dim3(coop_blocks(p)), dim3(THREADS), args, 0,
-                                            sm);
             p->launches++;
+            CUDA_TRY(cudaLaunchCooperativeKernel((const void *)p->coop, dim3(coop_blocks(p)), dim3(THREADS), args,
+                                                 0, sm),
+                     what);
         } else {
             p->hs.t_target = t_target;
             p->hs.max_steps = left;
             p->hs.done = 0;
-            e = copy_head_in(p);
+            if ((st = copy_head_in(p, what, msg)) != DK_OK)
+                return st;
             if (mode == V_DP) {
-                if (e == cudaSuccess)
-                    p->k->begin_dp<<<1, 1, 0, sm>>>(p->g);
+                p->k->begin_dp<<<1, 1, 0, sm>>>(p->g);
                 p->launches++;
             } else {
                 /* one step per round trip; phase grids from the last count
@@ -1985,13 +1981,10 @@ dk_status advance_body(void *handle, double t_target, int max_steps, dk_msg *msg
                     p->launches += 6;
                 }
             }
-            if (e == cudaSuccess)
-                e = cudaGetLastError();
+            CUDA_TRY(cudaGetLastError(), what);
         }
-        if (e == cudaSuccess)
-            e = copy_head_out(p);
-        if (e != cudaSuccess)
-            return dk_cuda_fail(msg, e, "running the gbees time steps");
+        if ((st = copy_head_out(p, what, msg)) != DK_OK)
+            return st;
         if (p->hs.status == ST_CAPACITY) {
             if ((st = regrow(p, msg)) != DK_OK)
                 return st;
@@ -2017,13 +2010,10 @@ dk_status update_body(void *handle, const double *y, const double *r_inv, int m,
     int b = blocks_for(p->hs.n);
     p->k->update<<<b, THREADS, 0, sm>>>(p->g, ua);
     double parts[MAX_PARTS];
-    cudaError_t e = cudaGetLastError();
-    if (e == cudaSuccess)
-        e = cudaMemcpyAsync(parts, p->st->part_sum, (size_t)b * sizeof(double), cudaMemcpyDeviceToHost, sm);
-    if (e == cudaSuccess)
-        e = cudaStreamSynchronize(sm);
-    if (e != cudaSuccess)
-        return dk_cuda_fail(msg, e, "running the gbees measurement update");
+    const char *what = "running the gbees measurement update";
+    CUDA_TRY(cudaGetLastError(), what);
+    CUDA_TRY(cudaMemcpyAsync(parts, p->st->part_sum, (size_t)b * sizeof(double), cudaMemcpyDeviceToHost, sm), what);
+    CUDA_TRY(cudaStreamSynchronize(sm), what);
     double total = 0.0;
     for (int i = 0; i < b; i++)
         total += parts[i];
@@ -2033,10 +2023,9 @@ dk_status update_body(void *handle, const double *y, const double *r_inv, int m,
         return DK_ERR_INVALID_ARGUMENT;
     }
     p->hs.scale = 1.0 / total;
-    e = cudaMemcpyAsync(&p->st->scale, &p->hs.scale, sizeof(double), cudaMemcpyHostToDevice, sm);
-    if (e == cudaSuccess)
-        e = cudaStreamSynchronize(sm);
-    return e == cudaSuccess ? DK_OK : dk_cuda_fail(msg, e, "running the gbees measurement update");
+    CUDA_TRY(cudaMemcpyAsync(&p->st->scale, &p->hs.scale, sizeof(double), cudaMemcpyHostToDevice, sm), what);
+    CUDA_TRY(cudaStreamSynchronize(sm), what);
+    return DK_OK;
 }
 
 dk_status snapshot_body(void *handle, double *out, size_t max, size_t *cells, dk_msg *msg)
@@ -2049,16 +2038,13 @@ dk_status snapshot_body(void *handle, double *out, size_t max, size_t *cells, dk
     size_t rows = max < (size_t)p->hs.n ? max : (size_t)p->hs.n;
     if (!out || rows == 0)
         return DK_OK;
-    cudaError_t e = cudaSuccess;
     if (rows > p->snap_rows) {
         if (p->snap)
             cudaFree(p->snap);
         p->snap = NULL;
         p->snap_rows = 0;
-        e = cudaMalloc(&p->snap, rows * (p->d + 1) * sizeof(double));
-        if (e != cudaSuccess) {
+        if (dk_cuda_failed(cudaMalloc(&p->snap, rows * (p->d + 1) * sizeof(double)))) {
             p->snap = NULL;
-            (void)cudaGetLastError();
             dk_msg_set(msg, "cuda gbees: out of device memory for a snapshot of %zu cells", rows);
             return DK_ERR_OUT_OF_MEMORY;
         }
@@ -2066,12 +2052,11 @@ dk_status snapshot_body(void *handle, double *out, size_t max, size_t *cells, dk
     }
     cudaStream_t sm = p->dev->stream;
     p->k->snapshot<<<blocks_for((long long)rows), THREADS, 0, sm>>>(p->g, p->snap, (int)rows);
-    e = cudaGetLastError();
-    if (e == cudaSuccess)
-        e = cudaMemcpyAsync(out, p->snap, rows * (p->d + 1) * sizeof(double), cudaMemcpyDeviceToHost, sm);
-    if (e == cudaSuccess)
-        e = cudaStreamSynchronize(sm);
-    return e == cudaSuccess ? DK_OK : dk_cuda_fail(msg, e, "copying a gbees snapshot");
+    const char *what = "copying a gbees snapshot";
+    CUDA_TRY(cudaGetLastError(), what);
+    CUDA_TRY(cudaMemcpyAsync(out, p->snap, rows * (p->d + 1) * sizeof(double), cudaMemcpyDeviceToHost, sm), what);
+    CUDA_TRY(cudaStreamSynchronize(sm), what);
+    return DK_OK;
 }
 
 /* The operations, timed on the host under DAKIT_GBEES_CUDA_PROFILE (the
