@@ -1,6 +1,7 @@
 /* dakit cuda plugin: the descriptor, device discovery, and device memory.
- * The algorithms live beside this file (gauss.cu). Only DK_PLUGIN_ENTRY is
- * exported (-fvisibility=hidden plus the version script exports.map). */
+ * The algorithms live beside this file (gauss.cu, kmeans.cu, gbees.cu,
+ * enkf/). Only DK_PLUGIN_ENTRY is exported (-fvisibility=hidden plus the
+ * version script exports.map). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -234,7 +235,7 @@ static dk_status cuda_buffer_copy(void *device, void *dst, const void *src, size
                      "a device-to-device copy", msg);
 }
 
-extern "C" const dk_enkf_ops dk_cuda_enkf_ops;     /* enkf.cu */
+extern "C" const dk_enkf_ops dk_cuda_enkf_ops;     /* enkf/plan.cu */
 extern "C" const dk_kmeans_ops dk_cuda_kmeans_ops; /* kmeans.cu */
 extern "C" const dk_gbees_ops dk_cuda_gbees_ops;   /* gbees.cu */
 
