@@ -7,7 +7,8 @@
  * PHT is computed by one solver, each in its own file with the kernels it
  * launches:
  *   mma.cu     k_mma, tiled and banded with 1-D C and L <= 16 on the float64
- *              tensor cores;
+ *              tensor cores (not for the variants "tiled-simt" and
+ *              "banded-simt", which ask for the vector kernels);
  *   direct.cu  k_band (banded, 1-D C with a short support) and k_direct
  *              (tiled and banded, any C) on the vector units;
  *   fft.cu     C applied by circulant embedding and cuFFT.

@@ -6,6 +6,7 @@
  * asynchronous copies. */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "enkf.cuh"
 
@@ -498,17 +499,22 @@ struct Shape {
     long long rx, seg_len, wcap, nseg;
 };
 
-/* k_mma takes tiled and banded with 1-D C and L <= 16 (DAKIT_ENKF_CUDA_SIMT=1
- * keeps the vector kernels, for comparison): c's window is the tile's reach
- * when it fits in shared memory, else segments of the state with partial
- * sums (at most 1 GiB of them; beyond, the vector kernels). False where it
- * does not apply. */
+/* The variants "tiled-simt" and "banded-simt" ask for the vector kernels. */
+bool wants_simt(const dk_enkf_setup *s)
+{
+    const char *dash = strchr(s->desc.variant, '-');
+    return dash && !strcmp(dash, "-simt");
+}
+
+/* k_mma takes tiled and banded with 1-D C and L <= 16 (not the "-simt"
+ * variants): c's window is the tile's reach when it fits in shared memory,
+ * else segments of the state with partial sums (at most 1 GiB of them;
+ * beyond, the vector kernels). False where it does not apply. */
 bool shape(const dk_enkf_setup *s, Shape *out)
 {
     const long long N = (long long)s->desc.n, L = (long long)s->desc.members, M = (long long)s->desc.H.rows;
-    const char *simt = getenv("DAKIT_ENKF_CUDA_SIMT");
-    if (s->desc.loc_ndim == 2 || L > 4 * MMA_MAX_KS || 2 * N + 4 * mma_tile(4) >= INT32_MAX ||
-        (simt && *simt && *simt != '0') || (s->scheme != DK_ENKF_TILED && s->scheme != DK_ENKF_BANDED))
+    if (s->desc.loc_ndim == 2 || L > 4 * MMA_MAX_KS || 2 * N + 4 * mma_tile(4) >= INT32_MAX || wants_simt(s) ||
+        (s->scheme != DK_ENKF_TILED && s->scheme != DK_ENKF_BANDED))
         return false;
     long long rx = s->scheme == DK_ENKF_TILED ? N - 1 : min((long long)s->rx, N - 1);
     long long wmax = MMA_WMAX;

@@ -9,7 +9,10 @@ using namespace dk_cuda_enkf;
 
 namespace {
 
-const char *const variants[] = {"tiled", "banded", "fft", NULL};
+/* "tiled" and "banded" run on the tensor cores where k_mma applies, else
+ * on the vector kernels; "-simt" forces the vector kernels (for comparison
+ * and where the tensor-core kernel is not wanted). */
+const char *const variants[] = {"tiled", "banded", "fft", "tiled-simt", "banded-simt", NULL};
 
 /* Every solver, in the order the chooser tries them: the tensor cores
  * first, then the vector kernels from the narrowest to the most general. */
