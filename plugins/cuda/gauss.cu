@@ -40,6 +40,7 @@
  * Passes (one per filtered axis, increasing order) ping-pong between the
  * caller's out and a buffer the plan owns, so that in == out works and no
  * pass reads what it writes. */
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -536,11 +537,11 @@ void tile(Geo &g, unsigned threads)
     g.nblocks = g.nj * g.nk * g.outer;
 }
 
-/* A window length for the register schemes, from DAKIT_CUDA_WINDOW (tuning). */
+/* A window length for the register schemes, from DAKIT_CUDA_WINDOW (tuning);
+ * 0: the plan's choice. */
 int forced_window(void)
 {
-    const char *s = getenv("DAKIT_CUDA_WINDOW");
-    return s ? atoi(s) : 0;
+    return (int)dk_tuning_long("DAKIT_CUDA_WINDOW", 0, 1, INT_MAX);
 }
 
 dk_status plan_pass(Plan *p, int axis, Pass *ps, dk_msg *msg)

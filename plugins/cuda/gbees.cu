@@ -80,6 +80,7 @@
  * 0.25, 0.5, 1, 2, 3, 8), DAKIT_GBEES_CUDA_BLOCKS=b fixes it,
  * DAKIT_GBEES_CUDA_OCC=3 takes the coop kernel capped at 80 registers
  * (3 blocks per SM, a few spills), for tuning. */
+#include <limits.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -1793,16 +1794,14 @@ dk_status plan_create(void *device, const dk_gbees_setup *setup, void **out, dk_
         p->variant = V_DP;
     else if (setup->variant && !strcmp(setup->variant, "host"))
         p->variant = V_HOST;
-    const char *env = getenv("DAKIT_GBEES_CUDA_PROFILE");
-    p->profile = env && *env && strcmp(env, "0");
-    env = getenv("DAKIT_GBEES_CUDA_CPT");
-    p->cpt = env ? atof(env) : 0.5;
+    const char *profile = dk_tuning_string("DAKIT_GBEES_CUDA_PROFILE");
+    p->profile = profile && strcmp(profile, "0");
+    const char *cpt = dk_tuning_string("DAKIT_GBEES_CUDA_CPT"); /* a fraction: read as a string */
+    p->cpt = cpt ? atof(cpt) : 0.5;
     if (!(p->cpt > 0.0))
         p->cpt = 0.5;
-    env = getenv("DAKIT_GBEES_CUDA_BLOCKS");
-    p->fixed_blocks = env ? atoi(env) : 0;
-    env = getenv("DAKIT_GBEES_CUDA_AUTO_ITEMS");
-    p->auto_items = env ? atoll(env) : 1ll << 19;
+    p->fixed_blocks = (int)dk_tuning_long("DAKIT_GBEES_CUDA_BLOCKS", 0, 1, INT_MAX);
+    p->auto_items = dk_tuning_long("DAKIT_GBEES_CUDA_AUTO_ITEMS", 1l << 19, 0, LONG_MAX);
     Dev &g = p->g;
     for (int i = 0; i < p->d; i++) {
         g.center[i] = setup->center[i];
@@ -1813,8 +1812,8 @@ dk_status plan_create(void *device, const dk_gbees_setup *setup, void **out, dk_
     g.thr = setup->threshold;
     g.cfl = setup->cfl;
     g.del_step = setup->del_step;
-    env = getenv("DAKIT_GBEES_CUDA_OCC");
-    p->coop = env && atoi(env) == 3 ? k->coop3 : k->coop;
+    /* blocks per SM the coop kernel's registers are capped for: 2, or 3 */
+    p->coop = dk_tuning_long("DAKIT_GBEES_CUDA_OCC", 2, 2, 3) == 3 ? k->coop3 : k->coop;
     st = plan_fill(p, msg);
     if (st != DK_OK) {
         plan_destroy(p);

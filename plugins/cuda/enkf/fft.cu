@@ -368,12 +368,13 @@ long long pick_block(const Plan *p)
 {
     if (p->two_d)
         return 0;
-    const char *force = getenv("DAKIT_ENKF_CUDA_FFT_BLOCK"); /* tuning: off, or a block size */
+    const char *force = dk_tuning_string("DAKIT_ENKF_CUDA_FFT_BLOCK"); /* tuning: off, or a block size */
     long long least = (p->N + BLOCKS_MAX - 1) / BLOCKS_MAX;
     if (force && (!strcmp(force, "off") || !strcmp(force, "0")))
         return 0;
-    if (force && atoll(force) >= least && atoll(force) <= BLOCK_MAX)
-        return atoll(force);
+    long long forced = dk_tuning_long("DAKIT_ENKF_CUDA_FFT_BLOCK", 0, least, BLOCK_MAX);
+    if (forced)
+        return forced;
     long long b = 64;
     while (b < least)
         b *= 2;
@@ -436,10 +437,8 @@ dk_status make_blocked(Plan *p, long long b, size_t budget, dk_msg *msg)
 dk_status make_fft(Plan *p, dk_msg *msg)
 {
     const dk_enkf_setup *s = p->s;
-    size_t budget = FFT_BUDGET;
-    const char *mb = getenv("DAKIT_ENKF_CUDA_FFT_BUDGET_MB"); /* tuning: chunk size (L2-sized chunks) */
-    if (mb && atoll(mb) >= 1 && atoll(mb) <= 4096)
-        budget = (size_t)atoll(mb) << 20;
+    /* tuning: chunk size (L2-sized chunks) */
+    size_t budget = (size_t)dk_tuning_long("DAKIT_ENKF_CUDA_FFT_BUDGET_MB", (long)(FFT_BUDGET >> 20), 1, 4096) << 20;
     long long b = pick_block(p);
     if (b)
         return make_blocked(p, b, budget, msg);
@@ -450,13 +449,14 @@ dk_status make_fft(Plan *p, dk_msg *msg)
         p->P1 = 1;
         /* tuning: a fixed embedding size instead of the timed choice (a
          * size; "pow2"/"p2", the 2^a r size; "smooth", the 7-smooth one) */
-        const char *size = getenv("DAKIT_ENKF_CUDA_FFT_SIZE");
+        const char *size = dk_tuning_string("DAKIT_ENKF_CUDA_FFT_SIZE");
+        long long fixed = dk_tuning_long("DAKIT_ENKF_CUDA_FFT_SIZE", 0, 2 * p->N - 1, 4 * p->N);
         if (size && (!strcmp(size, "pow2") || !strcmp(size, "p2")))
             p->P0 = pow2_size(2 * p->N - 1);
         else if (size && !strcmp(size, "smooth"))
             p->P0 = fft_size(2 * p->N - 1);
-        else if (size && atoll(size) >= 2 * p->N - 1 && atoll(size) <= 4 * p->N)
-            p->P0 = atoll(size);
+        else if (fixed)
+            p->P0 = fixed;
         else
             pick_fft_size(p, budget);
     }

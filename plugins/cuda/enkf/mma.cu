@@ -517,15 +517,13 @@ bool shape(const dk_enkf_setup *s, Shape *out)
         (s->scheme != DK_ENKF_TILED && s->scheme != DK_ENKF_BANDED))
         return false;
     long long rx = s->scheme == DK_ENKF_TILED ? N - 1 : min((long long)s->rx, N - 1);
-    long long wmax = MMA_WMAX;
-    const char *w = getenv("DAKIT_ENKF_CUDA_MMA_WMAX"); /* tuning: c's window, 1024 to 4096 entries */
-    if (w && atoll(w) >= 1024 && atoll(w) <= 4096)
-        wmax = atoll(w);
+    /* tuning: c's window, 1024 to 4096 entries */
+    long long wmax = dk_tuning_long("DAKIT_ENKF_CUDA_MMA_WMAX", MMA_WMAX, 1024, 4096);
     /* m-tiles per warp: 2 when the tile's reach fits the window, else 4 */
     int mt = 2 * mma_tile(2) + 2 * rx > wmax ? 4 : 2;
-    const char *m = getenv("DAKIT_ENKF_CUDA_MMA_MT"); /* tuning: 2 or 4 */
-    if (m && (atoi(m) == 2 || atoi(m) == 4))
-        mt = atoi(m);
+    long m = dk_tuning_long("DAKIT_ENKF_CUDA_MMA_MT", 0, 2, 4); /* tuning: 2 or 4 */
+    if (m == 2 || m == 4)
+        mt = (int)m;
     const long long MMA_TILE = mma_tile(mt);
     long long seg_len = 0, wcap = 2 * MMA_TILE + 2 * rx, nseg = 1;
     if (wcap > wmax) {
