@@ -982,8 +982,8 @@ void cuda_gauss_plan_destroy(void *plan)
 } /* namespace */
 
 const dk_gauss_ops dk_cuda_gauss_ops = {
-    cuda_variants,
-    cuda_gauss_plan_create,
-    cuda_gauss_execute,
-    cuda_gauss_plan_destroy,
+    .variants = cuda_variants,
+    .plan_create = cuda_gauss_plan_create,
+    .execute = cuda_gauss_execute,
+    .plan_destroy = cuda_gauss_plan_destroy,
 };

@@ -1441,26 +1441,28 @@ struct Kernels {
 
 template <class M, int D> const Kernels *kernels_for()
 {
-    static const Kernels k = {D,
-                              k_coop<M, D, 2>,
-                              k_coop<M, D, 3>,
-                              k_init<M, D>,
-                              k_rebuild<D>,
-                              k_update<M, D>,
-                              k_snapshot<D>,
-                              k_begin<M, D, true>,
-                              k_begin<M, D, false>,
-                              k_grow<M, D>,
-                              k_mid<M, D, false>,
-                              k_link<M, D>,
-                              k_flux<M, D>,
-                              k_apply<D>,
-                              k_end<M, D, false>,
-                              k_prune_mark<D>,
-                              k_prune_remap,
-                              k_prune_move<D>,
-                              k_prune_back<D>,
-                              k_pruned<M, D, false>};
+    static const Kernels k = {
+        .dim = D,
+        .coop = k_coop<M, D, 2>,
+        .coop3 = k_coop<M, D, 3>,
+        .init = k_init<M, D>,
+        .rebuild = k_rebuild<D>,
+        .update = k_update<M, D>,
+        .snapshot = k_snapshot<D>,
+        .begin_dp = k_begin<M, D, true>,
+        .begin_host = k_begin<M, D, false>,
+        .grow = k_grow<M, D>,
+        .mid = k_mid<M, D, false>,
+        .link = k_link<M, D>,
+        .flux = k_flux<M, D>,
+        .apply = k_apply<D>,
+        .end = k_end<M, D, false>,
+        .mark = k_prune_mark<D>,
+        .remap = k_prune_remap,
+        .move = k_prune_move<D>,
+        .back = k_prune_back<D>,
+        .pruned = k_pruned<M, D, false>,
+    };
     return &k;
 }
 
@@ -2102,5 +2104,13 @@ void stats(void *handle, dk_gbees_stats *s)
 
 } // namespace
 
-extern "C" const dk_gbees_ops dk_cuda_gbees_ops = {cuda_gbees_variants, plan_create, init, advance,
-                                                   update, snapshot, stats, plan_destroy};
+extern "C" const dk_gbees_ops dk_cuda_gbees_ops = {
+    .variants = cuda_gbees_variants,
+    .plan_create = plan_create,
+    .init = init,
+    .advance = advance,
+    .update = update,
+    .snapshot = snapshot,
+    .stats = stats,
+    .plan_destroy = plan_destroy,
+};

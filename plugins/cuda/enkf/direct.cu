@@ -407,5 +407,18 @@ dk_status direct_cov(Plan *p, const double *e, double *pht, dk_msg *msg)
 
 } // namespace
 
-const Solver dk_cuda_enkf::solver_band = {"band", band_applicable, band_make, band_cov, false};
-const Solver dk_cuda_enkf::solver_direct = {"direct", direct_applicable, direct_make, direct_cov, true};
+const Solver dk_cuda_enkf::solver_band = {
+    .name = "band",
+    .applicable = band_applicable,
+    .make = band_make,
+    .cov = band_cov,
+    .reads_g = false,
+};
+
+const Solver dk_cuda_enkf::solver_direct = {
+    .name = "direct",
+    .applicable = direct_applicable,
+    .make = direct_make,
+    .cov = direct_cov,
+    .reads_g = true,
+};

@@ -553,4 +553,10 @@ bool applicable(const dk_enkf_setup *s, const dk_cuda_device *)
 
 } // namespace
 
-const Solver dk_cuda_enkf::solver_fft = {"fft", applicable, make_fft, fft_cov, true};
+const Solver dk_cuda_enkf::solver_fft = {
+    .name = "fft",
+    .applicable = applicable,
+    .make = make_fft,
+    .cov = fft_cov,
+    .reads_g = true,
+};

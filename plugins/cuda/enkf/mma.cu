@@ -599,4 +599,10 @@ dk_status mma_cov(Plan *p, const double *e, double *pht, dk_msg *msg)
 
 } // namespace
 
-const Solver dk_cuda_enkf::solver_mma = {"mma", applicable, make, mma_cov, false};
+const Solver dk_cuda_enkf::solver_mma = {
+    .name = "mma",
+    .applicable = applicable,
+    .make = make,
+    .cov = mma_cov,
+    .reads_g = false,
+};

@@ -141,5 +141,10 @@ dk_status dk_cuda_enkf::ensure(double **ptr, long long count, const char *what, 
     return DK_OK;
 }
 
-extern "C" const dk_enkf_ops dk_cuda_enkf_ops = {variants, plan_create, dk_cuda_enkf::cov, dk_cuda_enkf::analysis,
-                                                 plan_destroy};
+extern "C" const dk_enkf_ops dk_cuda_enkf_ops = {
+    .variants = variants,
+    .plan_create = plan_create,
+    .cov = dk_cuda_enkf::cov,
+    .analysis = dk_cuda_enkf::analysis,
+    .plan_destroy = plan_destroy,
+};
