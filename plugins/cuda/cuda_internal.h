@@ -34,7 +34,7 @@ dk_status dk_cuda_fail(dk_msg *msg, cudaError_t err, const char *what);
 dk_status dk_cuda_lib_fail(dk_msg *msg, const char *lib, const char *kind, int status, bool oom,
                            const char *what);
 
-/* ---- error checks: every CUDA call of the plugin goes through one ----
+/* ---- error checks: every CUDA call whose failure matters goes through one ----
  * Each expects `dk_msg *msg` in scope; `what` names the operation in the
  * sentence. */
 

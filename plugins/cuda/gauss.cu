@@ -7,7 +7,7 @@
  *                 at the line's ends), so its artificial ends change nothing
  *                 at the dtype's rounding and the result equals the serial
  *                 reference to rounding;
- *   overlap mode  items are the seed's blocks (dk_gauss_block) and windows
+ *   overlap mode  items are the blocks (dk_gauss_block) and windows
  *                 (dk_gauss_window), exactly as the reference cuts them.
  * The boundary rule applies at both ends of every window, as in the
  * reference.
@@ -29,7 +29,7 @@
  *   k_gen   any window length (large sigma, long overlap blocks): the window
  *           lives in shared memory laid out [i][thread], or, when that does
  *           not fit, in a global scratch buffer laid out [i][slot].
- * Variant "dp" (the seed's dynamic parallelism): the host launches a parent
+ * Variant "dp" (dynamic parallelism): the host launches a parent
  * grid; each parent thread launches, on the device, the child grid that
  * filters its slice of the blocks of the same kernel (k_tile's children
  * filter one tile per block, so they stage nothing ahead).
@@ -586,8 +586,8 @@ dk_status plan_pass(Plan *p, int axis, Pass *ps, dk_msg *msg)
         i64 h = (i64)p->setup.halo[axis];
         g.h = h;
         /* chunked in registers: the smallest W whose overhead W/L is at most
-         * 1.85, else the lowest overhead up to 3 (on an H100, f32, h = 21:
-         * W = 95 ran 3% faster than 127 and 15% faster than 63) */
+         * 1.85, else the lowest overhead up to 3 (a longer W lowers the
+         * overhead but costs registers) */
         int best = 0;
         for (int i = 0; i < nW; i++) {
             i64 L = Ws[i] - 2 * h;

@@ -45,10 +45,10 @@
  *
  * Variants:
  *   auto  (default) coop while the grid is small, dp once cells times d
- *         reaches 2^19 (DAKIT_GBEES_CUDA_AUTO_ITEMS): measured on the
- *         H100, the persistent kernel wins where launch latency dominates
- *         (Lorenz '63, thousands of cells) and the phase kernels win on
- *         millions of cells, where each runs at its own occupancy.
+ *         reaches 2^19 (DAKIT_GBEES_CUDA_AUTO_ITEMS): the persistent kernel
+ *         suits grids where launch latency dominates (Lorenz '63, thousands
+ *         of cells), the phase kernels millions of cells, where each runs
+ *         at its own occupancy.
  *   coop  one cooperative kernel (grid sized by the occupancy API and the
  *         cell count) runs every step up to the target: grid.sync()
  *         between phases, 4 per step plus 4 per pruning; sums go through
@@ -73,13 +73,13 @@
  * (every block reads the counter before any inserts again); the measurement
  * update and snapshots are single kernels.
  *
- * DAKIT_GBEES_CUDA_PROFILE=1 prints, at plan destruction, the coop kernel's
- * time per phase (%globaltimer at the barriers) and the host wall time
- * spent in each plugin operation to stderr: a developer's tool. DAKIT_GBEES_CUDA_CPT=k sizes the coop grid at k growth/flux items
- * (cell, axis) per thread (default 0.5: measured best on Lorenz '63 among
- * 0.25, 0.5, 1, 2, 3, 8), DAKIT_GBEES_CUDA_BLOCKS=b fixes it,
- * DAKIT_GBEES_CUDA_OCC=3 takes the coop kernel capped at 80 registers
- * (3 blocks per SM, a few spills), for tuning. */
+ * Tuning knobs (dk_tuning_*): DAKIT_GBEES_CUDA_PROFILE=1 prints, at plan
+ * destruction, the coop kernel's time per phase (%globaltimer at the
+ * barriers) and the host wall time spent in each plugin operation to
+ * stderr: a developer's tool. DAKIT_GBEES_CUDA_CPT=k sizes the coop grid at
+ * k growth/flux items (cell, axis) per thread (default 0.5),
+ * DAKIT_GBEES_CUDA_BLOCKS=b fixes it, DAKIT_GBEES_CUDA_OCC=3 takes the coop
+ * kernel capped at 80 registers (3 blocks per SM, a few spills). */
 #include <limits.h>
 #include <math.h>
 #include <stddef.h>
@@ -514,10 +514,9 @@ template <int D> __device__ __forceinline__ int nth_candidate(unsigned want, uns
 /* Growth. EAGER (the coop kernel): the insertions of a warp's items are
  * spread over its lanes, one candidate each, so that no thread walks
  * several insertions' chains of atomics while the others wait at the
- * barrier. Otherwise each thread inserts its item's candidates in turn:
- * inserting them together (one counter bump and one fence for all)
- * measured slower on the H100 (growth 13.8 against 11.0 us per Lorenz '63
- * step) and costs registers. */
+ * barrier. Otherwise each thread inserts its item's candidates in turn,
+ * each on its own, which holds fewer registers than inserting them
+ * together (one counter bump and one fence for all). */
 template <class M, int D, bool EAGER>
 __device__ void grow_phase(const Dev &g, const Step &s, long long i0, long long stride)
 {

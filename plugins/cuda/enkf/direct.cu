@@ -1,12 +1,12 @@
 /* dakit cuda plugin, enkf: the tiled and banded solvers on the vector
  * units (where k_mma does not apply: 2-D C, L > 16, the "-simt" variants).
  *   G[t*L + l] = H_t e[k_t, l]  (k_weigh) is what both sum.
- *   tiled   k_direct over every nonzero of row j: the seed's fused kernel,
- *           C read from its first row (or the 2-D table), H in CSR, each
+ *   tiled   k_direct over every nonzero of row j: one fused kernel, C
+ *           read from its first row (or the 2-D table), H in CSR, each
  *           block a tile of state points x one observation, G staged in
  *           shared memory, the member sums in registers.
  *   banded  C applied as a short convolution of the sparse vectors
- *           e_l o h_j: for 1-D C with radius up to ~1,900, k_band (c staged
+ *           e_l o h_j: for 1-D C with radius up to 1,920, k_band (c staged
  *           in shared memory as a zero-padded signed window, 4 points per
  *           thread, G formed while staging, 32-bit indices); otherwise
  *           k_direct restricted to the nonzeros within C's support of the
@@ -272,7 +272,7 @@ __global__ void __launch_bounds__(BAND_THREADS) k_band(BandArgs a)
     }
 }
 
-/* For each tile of DIRECT_TILE state points and each row j, the nonzeros
+/* For each tile of tile_points state points and each row j, the nonzeros
  * whose column is within the window of the tile: [lo, hi). */
 dk_status make_ranges(Plan *p, long long tile_points, dk_msg *msg)
 {
@@ -312,7 +312,7 @@ cudaError_t launch_direct(const DirectArgs &a, cudaStream_t stream)
 {
     /* banded, with tiles enough to fill the device: one block takes every
      * row of its tile, so the rows of PHT it writes are whole while still in
-     * L2 (measured on the H100 at N = 10^6: 13.7 -> 3.2 ms with HPHT's fix) */
+     * L2 */
     long long tiles = (a.N + DIRECT_TILE - 1) / DIRECT_TILE;
     dim3 grid((unsigned)tiles, (a.banded && tiles >= 1024) ? 1u : (unsigned)(a.M < 65535 ? a.M : 65535));
     k_direct<LB><<<grid, DIRECT_THREADS, 0, stream>>>(a);

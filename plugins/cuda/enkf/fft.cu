@@ -309,11 +309,9 @@ dk_status time_transform(Plan *p, long long P, size_t budget, cufftDoubleComplex
 }
 
 /* cuFFT's time depends on how the embedding's size factors as much as on
- * the size: on an H100, 25 * 2^11 beat the smallest 7-smooth size 50,000 at
- * N = 25,000 (0.683 against 0.767 ms for the whole product: two passes of
- * ~85 and ~135 us each way instead of three of ~86) and 2^21 beat 2,000,000
- * at N = 10^6 (27.7 against 33.3 ms), while at N = 10^4 they tied. So the
- * plan times one chunk's transforms at the smooth size and at the three
+ * the size: a slightly larger 2^a r size, done in fewer passes, can beat the
+ * smallest 7-smooth size, and which wins depends on N and the device. So
+ * the plan times one chunk's transforms at the smooth size and at the three
  * smallest 2^a r sizes within a quarter above it, as FFTW's planner would,
  * and keeps the fastest. */
 void pick_fft_size(Plan *p, size_t budget)
@@ -361,9 +359,7 @@ void pick_fft_size(Plan *p, size_t budget)
 /* The block size of the blocked embedding: the smallest power of two that
  * cuts the state into at most BLOCKS_MAX blocks, or 0 (the whole-signal
  * embedding) for 2-D C, long states or DAKIT_ENKF_CUDA_FFT_BLOCK=off.
- * Powers of two won on an H100 at N = 25,000: 2048 (13 blocks) 0.425 ms
- * for the whole product, against 0.483 at 1568 = 2^5 7^2 (16 blocks),
- * 0.510 at 1600 and 0.561 at 3136. */
+ * Powers of two rather than other smooth sizes: cuFFT's fastest. */
 long long pick_block(const Plan *p)
 {
     if (p->two_d)
@@ -524,9 +520,8 @@ dk_status fft_cov(Plan *p, const double *e, double *pht, dk_msg *msg)
         CUFFT_TRY(cufftExecZ2Z(forward, in, p->buf, CUFFT_FORWARD), "forward transform");
         if (p->blk) {
             const long long F = 2 * p->blk;
-            /* H100, N = 25,000: 2 signals a thread 0.411 ms for the whole
-             * product, 8 a thread 0.421; capping registers for 3 blocks
-             * an SM spills, 0.445 */
+            /* two signals a thread: the spectra of C it holds in
+             * registers serve both */
             const int per_thread = 2;
             dim3 grid(blocks_for(F, 128), (unsigned)((signals + per_thread - 1) / per_thread));
             k_block_toeplitz<BLOCKS_MAX><<<grid, 128, 0, st>>>(p->buf, p->blk_spectrum, F, (int)p->nb, signals,

@@ -14,8 +14,8 @@ namespace {
  * consecutive j (one coalesced row of PHT); the 8 warps' sums are added in
  * a fixed order, so results repeat exactly. HPHT is symmetric, so only its
  * upper triangle is summed: row a reads the sectors of PHT's rows from
- * column a on (H100, 1e6_compact_r200, ncu: DRAM reads 224 -> 172 MB,
- * 91 -> 78 us; the whole product 0.980 -> 0.973 ms). */
+ * column a on. The launch bounds give a full SM of warps (32 registers
+ * each), each with four rows of PHT in flight, to hide the loads' latency. */
 __global__ void __launch_bounds__(THREADS, 8) k_hpht_partial(const double *pht, const int *seg, const int *indices,
                                                           const double *values, double *partial, long long M,
                                                           long long S)
@@ -27,10 +27,6 @@ __global__ void __launch_bounds__(THREADS, 8) k_hpht_partial(const double *pht, 
         long long sb = seg[a * (S + 1) + s], se = seg[a * (S + 1) + s + 1];
         for (long long j0 = a & ~31ll; j0 < M; j0 += 32) {
             long long j = j0 + lane;
-            /* a full SM of warps (32 registers), each with four rows of
-             * PHT in flight: H100, 1e6_compact_r200, 95 us; the compiler's
-             * own choice, 106 registers and a quarter of the warps, 151 us;
-             * 64 registers, 106 us */
             double acc = 0;
             if (j < M && j >= a) {
                 long long t = sb + warp;
@@ -60,9 +56,8 @@ __global__ void __launch_bounds__(THREADS, 8) k_hpht_partial(const double *pht, 
 }
 
 /* One warp per entry of the upper triangle, written to both triangles:
- * the lanes sum strided segments, then a shuffle tree (with a thread per
- * entry, each waited on S dependent loads: 45 us on an H100 for M = 32 and
- * N = 10^6, a sixth of the HPHT time). */
+ * the lanes sum strided segments, then a shuffle tree (a thread per entry
+ * would wait on S dependent loads). */
 __global__ void k_hpht_sum(const double *partial, double *hpht, long long M, long long S)
 {
     const int lane = threadIdx.x & 31;
@@ -111,9 +106,9 @@ dk_status make_hpht_segments(Plan *p, dk_msg *msg)
 dk_status dk_cuda_enkf::hpht_make(Plan *p, dk_msg *msg)
 {
     const dk_enkf_setup *s = p->s;
-    /* HPHT's segments: enough blocks to fill the device, partial sums within 256 MiB; about
-     * 256 nonzeros of a row each (H100, 1e6_compact_r200: 0.991 / 0.993 ms, 128: 0.998 / 1.006,
-     * 512: 0.997 / 1.002, 64: 1.005 / 1.018) */
+    /* HPHT's segments: enough blocks to fill the device, about 256 nonzeros
+     * of the longest row each (at most 512 segments), partial sums within
+     * 256 MiB */
     long long most = 0;
     for (long long j = 0; j < p->M; j++)
         most = max(most, (long long)(s->indptr[j + 1] - s->indptr[j]));
@@ -129,14 +124,7 @@ dk_status dk_cuda_enkf::hpht_cov(Plan *p, const double *pht, double *hpht, dk_ms
 {
     cudaStream_t st = p->dev->stream;
     /* rows of H the fastest: the blocks in flight share a segment's
-     * columns, so each row of PHT comes from DRAM about once. H100,
-     * 1e6_compact_r200 (before k_hpht_partial's launch bounds): 229 MB
-     * read in 151 us, against 378 MB in 160 us with segments fastest
-     * (418 us when each block bisected its bounds; 1024 to 4096
-     * segments, or a block per segment looping over the rows: 206 to
-     * 804 us). Splitting k_mma in 2 to 8 parts to sum HPHT's finished
-     * segments on a second stream meanwhile was slower: 1.066 to 1.135
-     * ms against 1.056 for the whole product. */
+     * columns, so each row of PHT comes from DRAM about once */
     dim3 grid((unsigned)(p->M < 65535 ? p->M : 65535), (unsigned)p->S);
     k_hpht_partial<<<grid, THREADS, 0, st>>>(pht, p->hpht_seg, p->indices, p->values, p->partial, p->M, p->S);
     k_hpht_sum<<<blocks_for(p->M * p->M * 32, THREADS), THREADS, 0, st>>>(p->partial, hpht, p->M, p->S);

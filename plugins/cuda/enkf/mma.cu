@@ -1,9 +1,30 @@
 /* dakit cuda plugin, enkf: the tiled and banded solver on the float64
- * tensor cores, for 1-D C and L <= 16: k_mma, the sum of G over the
- * nonzeros (16 points x 8 nonzeros x 4 members per mma), c staged as a
- * window in shared memory (the tile's reach, or segments of the state with
- * partial sums for a wide C), the nonzeros staged by a pipeline of
- * asynchronous copies. */
+ * tensor cores (DMMA, mma.sync m16n8k4), for 1-D C and L <= 16.
+ *
+ * For 16 state points i and a chunk of 8 nonzeros t of one row j, one
+ * m16n8k4 product per 4 members gives D[i][t] = sum_l e[i][l] G[t][l]
+ * (G = H_t e[k_t], formed from the staged anomaly rows, the members padded
+ * to 4 KS); the epilogue adds c[|i - k_t|] D[i][t] into the thread's sums,
+ * and at the end of the row the 4 lanes that share a point add theirs. So
+ * each (point, nonzero) pair costs 4 KS tensor FMAs and one vector FMA
+ * instead of L vector FMAs, and one shared load of c.
+ *
+ * The nonzeros sit on the mma's 8-wide side: a row has few nonzeros within
+ * a warp's reach, and padding them to chunks of 8 rather than 16 wastes
+ * fewer slots.
+ *
+ * A block takes mma_tile(MT) consecutive points (MT m-tiles of 16 per
+ * warp: 2 for a short C, where a wider warp reaches more nonzeros it does
+ * not need; 4 for segments of a wide C, where two blocks share an SM and
+ * each warp needs four independent mma chains to hide their latency) and
+ * every row; its nonzeros are those within C's reach (rx) of the tile and,
+ * for a wide C, within one segment of the state (blockIdx.y), so that c's
+ * window (signed, zero-padded: cw[x] = c[|d|], d = x + i0 - khi,
+ * x = (i - i0) + (khi - k)) fits in shared memory. With several segments
+ * each writes its own partial PHT, summed in a fixed order by k_mma_sum.
+ * Each row's nonzeros are staged in chunks of 8 (the last one padded with
+ * zero weights), so a chunk never spans rows; a pipeline of asynchronous
+ * copies stages them. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,35 +35,6 @@ using namespace dk_cuda_enkf;
 
 namespace {
 
-/* ---- 1-D C on the float64 tensor cores (DMMA, mma.sync m16n8k4) ----
- *
- * For 16 state points i and a chunk of 8 nonzeros t of one row j, one
- * m16n8k4 product per 4 members gives D[i][t] = sum_l e[i][l] G[t][l]
- * (G = H_t e[k_t], formed from the staged anomaly rows, the members padded
- * to 4 KS); the epilogue adds c[|i - k_t|] D[i][t] into the thread's sums,
- * and at the end of the row the 4 lanes that share a point add theirs. So
- * each (point, nonzero) pair costs 4 KS tensor FMAs and one vector FMA
- * instead of L vector FMAs, and one shared load of c.
- *
- * The nonzeros sit on the mma's 8-wide side: a row's nonzeros within a
- * warp's reach (~21.6 at density 0.05, radius 200) are padded to chunks of
- * 8, not 16 (27.3 slots per point and row instead of 31.9, by simulation
- * of that case). With the anomaly rows copied 16 bytes at a time and c
- * read without bank conflicts: H100, N = 10^6, radius 200, M = 32, k_mma
- * 1.09 -> 0.88 ms (ncu), shared wavefronts 205 -> 150 M.
- *
- * A block takes mma_tile(MT) consecutive points (MT m-tiles of 16 per
- * warp: 2 for a short C, where a wider warp reaches more nonzeros it does
- * not need; 4 for segments of a wide C, where two blocks share an SM and
- * each warp needs four independent mma chains to hide their latency) and
- * every row; its nonzeros
- * are those within C's reach (rx) of the tile and, for a wide C, within
- * one segment of the state (blockIdx.y), so that c's window (signed,
- * zero-padded: cw[x] = c[|d|], d = x + i0 - khi, x = (i - i0) + (khi - k))
- * fits in shared memory. With several segments each writes its own partial
- * PHT, summed in a fixed order by k_mma_sum. Each row's nonzeros are staged
- * in chunks of 8 (the last one padded with zero weights), so a chunk never
- * spans rows. */
 const int MMA_WARPS = 4;
 const int MMA_THREADS = MMA_WARPS * 32;
 __host__ __device__ constexpr int mma_tile(int mt) { return MMA_WARPS * mt * 16; } /* points per block */
@@ -87,17 +79,14 @@ __host__ __device__ constexpr int mma_point(int r) { return 4 * (r & 3) + ((r >>
 
 /* Each warp collects the rows it finishes MMA_OUT at a time (MMA_OUT x 32
  * points, in shared memory past everything else), so that its stores of PHT
- * fill whole 32-byte sectors instead of writing 8 bytes into each of 32
- * (measured on the H100, N = 10^6, M = 32: k_mma 1.14 -> 1.08 ms, its DRAM
- * traffic 553 -> 338 MB). 4.5 KiB a block (MT = 2) still lets 4 blocks
- * share an SM. */
+ * fill whole 32-byte sectors instead of writing 8 bytes into each of 32.
+ * 4.5 KiB a block (MT = 2) still lets 4 blocks share an SM. */
 const int MMA_OUT = 4;
 /* The staging rows are 16 MT + 4 doubles apart and point p sits at
  * p ^ (its m-tile mod 4), so that neither a half-warp's writes (points
  * congruent mod 4 in different m-tiles) nor the reads of rows r and r + 2
- * of 8 points meet on a bank (rows 16 MT apart with p in place had 2-way
- * conflicts on both, 4 M of k_mma's 15.7 M excess shared wavefronts at the
- * 1e6 compact case; together with mma_gswap, 0.997 -> 0.986 ms there). */
+ * of 8 points meet on a bank (rows 16 MT apart with p in place would
+ * conflict 2-way on both). */
 __host__ __device__ constexpr int mma_stg_row(int mt) { return 16 * mt + 4; }
 __host__ __device__ constexpr int mma_stg_at(int p) { return p ^ ((p >> 4) & 3); }
 __host__ __device__ constexpr size_t mma_out_at(int ks, int wcap)
@@ -116,7 +105,7 @@ size_t mma_shared(int ks, int mt, int wcap)
 /* D (16 x 8) += A (16 x 4) B (4 x 8) across the warp, in mma.m16n8k4's
  * fragment layout: lane (g, q) = (lane / 4, lane % 4) holds A[g][q],
  * A[g+8][q], B[q][g] and D[g][2q], D[g][2q+1], D[g+8][2q], D[g+8][2q+1].
- * On the A100 (-Dnvcc_arch=80) two m8n8k4 products give the same layout. */
+ * On sm_80 (-Dnvcc_arch=80) two m8n8k4 products give the same layout. */
 __device__ __forceinline__ void dmma(double (&d)[4], const double (&a)[2], double b)
 {
 #if __CUDA_ARCH__ >= 900
@@ -218,10 +207,8 @@ __device__ __forceinline__ void mma_flush(double (&o)[MT][2], const MmaArgs &a, 
  * of batch b+1 (whose columns arrived one step earlier) are in flight
  * while batch b is multiplied, so no global latency sits between barriers.
  * Padding slots copy no anomaly row: their weight is 0 and the staging
- * area holds only finite values (zeroed first). */
-/* 4 blocks an SM for MT 2: capping registers for 5 (96, no spills) or 6
- * (80, a few spills) was slower on an H100, 1e6_compact_r200 1.095 and
- * 1.166 ms against 0.992 */
+ * area holds only finite values (zeroed first). Registers are bounded for
+ * 4 blocks an SM with MT = 2, 2 with MT = 4 (a wide C's segments). */
 template <int KS, int MT>
 __global__ void __launch_bounds__(MMA_THREADS, MT == 2 ? 4 : 2) k_mma(MmaArgs a)
 {
@@ -406,9 +393,7 @@ __global__ void __launch_bounds__(MMA_THREADS, MT == 2 ? 4 : 2) k_mma(MmaArgs a)
             };
             /* row by row: a row's chunks are in column order, so those
              * within the warp's reach are consecutive; two at a time, so
-             * that one chunk's loads overlap the other's mma chain (H100:
-             * 1e6_compact_r200 0.985 -> 0.977 ms, tiled seed_25k_full
-             * 1.06 -> 0.95 ms; one at a time 0.995 and 0.96) */
+             * that one chunk's loads overlap the other's mma chain */
             const int b0 = bb * MMA_CAPC;
             for (int r = cis[0].x;; r++) {
                 int cb = max(rfirst[r], b0) - b0, ce = min(rfirst[r + 1], b0 + nc) - b0;
