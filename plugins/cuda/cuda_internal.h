@@ -1,4 +1,5 @@
-/* dakit cuda plugin: what plugin.cu and gauss.cu share. */
+/* dakit cuda plugin: what its files share (the device record, the buffer
+ * handle, the error checks). */
 #ifndef DAKIT_CUDA_INTERNAL_H
 #define DAKIT_CUDA_INTERNAL_H
 
@@ -22,8 +23,86 @@ typedef struct dk_cuda_buffer {
     size_t bytes;
 } dk_cuda_buffer;
 
-/* Turns a failed CUDA call into a status and a sentence in msg. */
+/* Turns a failed CUDA call into a status and a sentence in msg ("cuda:
+ * <what> failed: <reason>"), clearing the runtime's last error so that the
+ * next call does not report it again. */
 dk_status dk_cuda_fail(dk_msg *msg, cudaError_t err, const char *what);
+
+/* A cuFFT, cuSOLVER or cuBLAS status other than success as a sentence
+ * ("cuda: <lib> <what> failed (<kind> <status>)"); oom: the status means the
+ * library could not allocate. */
+dk_status dk_cuda_lib_fail(dk_msg *msg, const char *lib, const char *kind, int status, bool oom,
+                           const char *what);
+
+/* ---- error checks: every CUDA call whose failure matters goes through one ----
+ * Each expects `dk_msg *msg` in scope; `what` names the operation in the
+ * sentence. */
+
+/* True when the call failed; the last error is cleared. For a caller that
+ * writes its own sentence (an allocation with its size) or that goes on
+ * without the result (a best-effort query). */
+static inline bool dk_cuda_failed(cudaError_t err)
+{
+    if (err == cudaSuccess)
+        return false;
+    (void)cudaGetLastError();
+    return true;
+}
+
+/* On failure, returns the status from the enclosing function. */
+#define CUDA_TRY(call, what)                                                                       \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess)                                                                     \
+            return dk_cuda_fail(msg, e_, what);                                                    \
+    } while (0)
+
+/* On failure, sets `st` (a dk_status in scope) and jumps to label, for the
+ * callers that release what they made so far. */
+#define CUDA_TRY_GOTO(call, what, label)                                                           \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            st = dk_cuda_fail(msg, e_, what);                                                      \
+            goto label;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+/* An expression, true when the call succeeded, for functions that return
+ * something other than a dk_status. */
+#define CUDA_OK(call, what) dk_cuda_ok((call), msg, what)
+static inline bool dk_cuda_ok(cudaError_t err, dk_msg *msg, const char *what)
+{
+    if (err == cudaSuccess)
+        return true;
+    dk_cuda_fail(msg, err, what);
+    return false;
+}
+
+/* The libraries' statuses (the caller includes the library's header). */
+#define CUFFT_TRY(call, what)                                                                      \
+    do {                                                                                           \
+        cufftResult r_ = (call);                                                                   \
+        if (r_ != CUFFT_SUCCESS)                                                                   \
+            return dk_cuda_lib_fail(msg, "cuFFT", "cufftResult", (int)r_,                          \
+                                    r_ == CUFFT_ALLOC_FAILED, what);                               \
+    } while (0)
+
+#define CUSOLVER_TRY(call, what)                                                                   \
+    do {                                                                                           \
+        cusolverStatus_t r_ = (call);                                                              \
+        if (r_ != CUSOLVER_STATUS_SUCCESS)                                                         \
+            return dk_cuda_lib_fail(msg, "cuSOLVER", "status", (int)r_,                            \
+                                    r_ == CUSOLVER_STATUS_ALLOC_FAILED, what);                     \
+    } while (0)
+
+#define CUBLAS_TRY(call, what)                                                                     \
+    do {                                                                                           \
+        cublasStatus_t r_ = (call);                                                                \
+        if (r_ != CUBLAS_STATUS_SUCCESS)                                                           \
+            return dk_cuda_lib_fail(msg, "cuBLAS", "status", (int)r_,                              \
+                                    r_ == CUBLAS_STATUS_ALLOC_FAILED, what);                       \
+    } while (0)
 
 /* Makes the device current on the calling thread (the core may call from
  * different threads, one at a time). */

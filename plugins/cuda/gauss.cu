@@ -7,7 +7,7 @@
  *                 at the line's ends), so its artificial ends change nothing
  *                 at the dtype's rounding and the result equals the serial
  *                 reference to rounding;
- *   overlap mode  items are the seed's blocks (dk_gauss_block) and windows
+ *   overlap mode  items are the blocks (dk_gauss_block) and windows
  *                 (dk_gauss_window), exactly as the reference cuts them.
  * The boundary rule applies at both ends of every window, as in the
  * reference.
@@ -29,7 +29,7 @@
  *   k_gen   any window length (large sigma, long overlap blocks): the window
  *           lives in shared memory laid out [i][thread], or, when that does
  *           not fit, in a global scratch buffer laid out [i][slot].
- * Variant "dp" (the seed's dynamic parallelism): the host launches a parent
+ * Variant "dp" (dynamic parallelism): the host launches a parent
  * grid; each parent thread launches, on the device, the child grid that
  * filters its slice of the blocks of the same kernel (k_tile's children
  * filter one tile per block, so they stage nothing ahead).
@@ -40,6 +40,7 @@
  * Passes (one per filtered axis, increasing order) ping-pong between the
  * caller's out and a buffer the plan owns, so that in == out works and no
  * pass reads what it writes. */
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -536,11 +537,11 @@ void tile(Geo &g, unsigned threads)
     g.nblocks = g.nj * g.nk * g.outer;
 }
 
-/* A window length for the register schemes, from DAKIT_CUDA_WINDOW (tuning). */
+/* A window length for the register schemes, from DAKIT_CUDA_WINDOW (tuning);
+ * 0: the plan's choice. */
 int forced_window(void)
 {
-    const char *s = getenv("DAKIT_CUDA_WINDOW");
-    return s ? atoi(s) : 0;
+    return (int)dk_tuning_long("DAKIT_CUDA_WINDOW", 0, 1, INT_MAX);
 }
 
 dk_status plan_pass(Plan *p, int axis, Pass *ps, dk_msg *msg)
@@ -585,8 +586,8 @@ dk_status plan_pass(Plan *p, int axis, Pass *ps, dk_msg *msg)
         i64 h = (i64)p->setup.halo[axis];
         g.h = h;
         /* chunked in registers: the smallest W whose overhead W/L is at most
-         * 1.85, else the lowest overhead up to 3 (on an H100, f32, h = 21:
-         * W = 95 ran 3% faster than 127 and 15% faster than 63) */
+         * 1.85, else the lowest overhead up to 3 (a longer W lowers the
+         * overhead but costs registers) */
         int best = 0;
         for (int i = 0; i < nW; i++) {
             i64 L = Ws[i] - 2 * h;
@@ -751,24 +752,24 @@ template <typename T> constexpr bool w_built(int W)
 
 /* k_tile: raises the shared-memory limit and sizes the persistent grid to
  * the blocks that fit on the device at once. */
-template <typename T, int W, bool STRIDED> cudaError_t prepare_tile(Pass &ps, int sm_count)
+template <typename T, int W, bool STRIDED> dk_status prepare_tile(Pass &ps, int sm_count, dk_msg *msg)
 {
     auto kernel = k_tile<T, W, STRIDED>;
-    cudaError_t e = allow_smem(kernel, ps.smem);
+    const char *what = "setting a kernel's shared-memory limit";
+    CUDA_TRY(allow_smem(kernel, ps.smem), what);
     int per_sm = 0;
-    if (e == cudaSuccess)
-        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, (int)ps.threads,
-                                                          ps.smem);
-    if (e == cudaSuccess && per_sm < 1)
-        e = cudaErrorInvalidConfiguration;
-    if (e == cudaSuccess) {
-        i64 resident = (i64)per_sm * sm_count;
-        ps.grid = ps.ntiles < resident ? ps.ntiles : resident;
-    }
-    return e;
+    CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, (int)ps.threads, ps.smem),
+             what);
+    if (per_sm < 1)
+        return dk_cuda_fail(msg, cudaErrorInvalidConfiguration, what);
+    i64 resident = (i64)per_sm * sm_count;
+    ps.grid = ps.ntiles < resident ? ps.ntiles : resident;
+    return DK_OK;
 }
 
-template <typename T> cudaError_t prepare_pass(Pass &ps, int sm_count)
+/* Prepares the pass's kernel: its shared-memory limit and, for k_tile, its
+ * persistent grid. */
+template <typename T> dk_status prepare_pass(Pass &ps, int sm_count, dk_msg *msg)
 {
     switch (ps.path) {
     case PATH_ROW:
@@ -779,16 +780,17 @@ template <typename T> cudaError_t prepare_pass(Pass &ps, int sm_count)
         if (!w_built<T>(W))                                                                    \
             break;                                                                             \
         if (ps.path == PATH_TILE)                                                              \
-            return prepare_tile<T, (w_built<T>(W) ? W : 31), true>(ps, sm_count);             \
-        return prepare_tile<T, (w_built<T>(W) ? W : 31), false>(ps, sm_count);
+            return prepare_tile<T, (w_built<T>(W) ? W : 31), true>(ps, sm_count, msg);        \
+        return prepare_tile<T, (w_built<T>(W) ? W : 31), false>(ps, sm_count, msg);
             DK_W_CASES(X)
 #undef X
         }
-        return cudaErrorInvalidValue;
+        return dk_cuda_fail(msg, cudaErrorInvalidValue, "setting a kernel's shared-memory limit");
     case PATH_GEN_SMEM:
-        return allow_smem(k_gen<T, true>, ps.smem);
+        CUDA_TRY(allow_smem(k_gen<T, true>, ps.smem), "setting a kernel's shared-memory limit");
+        return DK_OK;
     default:
-        return cudaSuccess;
+        return DK_OK;
     }
 }
 
@@ -877,7 +879,6 @@ dk_status cuda_gauss_plan_create(void *device, const dk_gauss_setup *setup, void
     p->esize = setup->desc.dtype == DK_F32 ? sizeof(float) : sizeof(double);
     const dk_gauss_desc *d = &setup->desc;
     size_t scratch_bytes = 0;
-    cudaError_t e;
     for (int a = 0; a < d->ndim; a++) {
         if (!(d->axes & (1u << a)))
             continue;
@@ -887,24 +888,20 @@ dk_status cuda_gauss_plan_create(void *device, const dk_gauss_setup *setup, void
             goto fail;
         if (ps->scratch_bytes > scratch_bytes)
             scratch_bytes = ps->scratch_bytes; /* one scratch serves every pass */
-        e = d->dtype == DK_F32 ? prepare_pass<float>(*ps, dev->sm_count)
-                               : prepare_pass<double>(*ps, dev->sm_count);
-        if (e != cudaSuccess) {
-            st = dk_cuda_fail(msg, e, "setting a kernel's shared-memory limit");
+        st = d->dtype == DK_F32 ? prepare_pass<float>(*ps, dev->sm_count, msg)
+                                : prepare_pass<double>(*ps, dev->sm_count, msg);
+        if (st != DK_OK)
             goto fail;
-        }
         p->npass++;
     }
-    if (setup->count > 0 && (e = cudaMalloc(&p->tmp, setup->count * p->esize)) != cudaSuccess) {
-        (void)cudaGetLastError();
+    if (setup->count > 0 && dk_cuda_failed(cudaMalloc(&p->tmp, setup->count * p->esize))) {
         p->tmp = NULL;
         dk_msg_set(msg, "cuda gauss: cannot allocate the plan's %zu-byte work buffer",
                    setup->count * p->esize);
         st = DK_ERR_OUT_OF_MEMORY;
         goto fail;
     }
-    if (scratch_bytes > 0 && (e = cudaMalloc(&p->scratch, scratch_bytes)) != cudaSuccess) {
-        (void)cudaGetLastError();
+    if (scratch_bytes > 0 && dk_cuda_failed(cudaMalloc(&p->scratch, scratch_bytes))) {
         p->scratch = NULL;
         dk_msg_set(msg, "cuda gauss: cannot allocate the plan's %zu-byte window scratch",
                    scratch_bytes);
@@ -924,18 +921,18 @@ dk_status execute_t(Plan *p, const T *in, T *out, dk_msg *msg)
     cudaStream_t stream = p->dev->stream;
     T *tmp = (T *)p->tmp;
     const int P = p->npass;
-    cudaError_t e = cudaSuccess;
     const size_t bytes = p->setup.count * sizeof(T);
+    const char *what = p->dp ? "the gauss kernels (dp)" : "the gauss kernels";
     if (P == 0) {
         if (in != out)
-            e = cudaMemcpyAsync(out, in, bytes, cudaMemcpyDeviceToDevice, stream);
+            CUDA_TRY(cudaMemcpyAsync(out, in, bytes, cudaMemcpyDeviceToDevice, stream), what);
     } else {
         /* destinations from the last backwards: out, tmp, out, ...; when the
          * first pass would write in itself (in == out, P odd), all go to
          * out/tmp shifted by one and a copy ends. */
         bool shifted = (in == out) && (P % 2 == 1);
         const T *src = in;
-        for (int i = 0; i < P && e == cudaSuccess; i++) {
+        for (int i = 0; i < P; i++) {
             int from_end = P - 1 - i;
             T *dst = ((from_end % 2 == 0) != shifted) ? out : tmp;
             const Pass &ps = p->pass[i];
@@ -947,18 +944,13 @@ dk_status execute_t(Plan *p, const T *in, T *out, dk_msg *msg)
             c.K = d->K;
             c.constant = d->boundary == DK_BOUNDARY_CONSTANT;
             Launch<T> l{ps, src, dst, (T *)p->scratch, c, stream, p->dp};
-            e = launch_pass<T>(l);
+            CUDA_TRY(launch_pass<T>(l), what);
             src = dst;
         }
-        if (e == cudaSuccess && shifted)
-            e = cudaMemcpyAsync(out, tmp, bytes, cudaMemcpyDeviceToDevice, stream);
+        if (shifted)
+            CUDA_TRY(cudaMemcpyAsync(out, tmp, bytes, cudaMemcpyDeviceToDevice, stream), what);
     }
-    if (e == cudaSuccess)
-        e = cudaStreamSynchronize(stream);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
-        return dk_cuda_fail(msg, e, p->dp ? "the gauss kernels (dp)" : "the gauss kernels");
-    }
+    CUDA_TRY(cudaStreamSynchronize(stream), what);
     return DK_OK;
 }
 
@@ -990,8 +982,8 @@ void cuda_gauss_plan_destroy(void *plan)
 } /* namespace */
 
 const dk_gauss_ops dk_cuda_gauss_ops = {
-    cuda_variants,
-    cuda_gauss_plan_create,
-    cuda_gauss_execute,
-    cuda_gauss_plan_destroy,
+    .variants = cuda_variants,
+    .plan_create = cuda_gauss_plan_create,
+    .execute = cuda_gauss_execute,
+    .plan_destroy = cuda_gauss_plan_destroy,
 };

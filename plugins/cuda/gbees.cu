@@ -45,10 +45,10 @@
  *
  * Variants:
  *   auto  (default) coop while the grid is small, dp once cells times d
- *         reaches 2^19 (DAKIT_GBEES_CUDA_AUTO_ITEMS): measured on the
- *         H100, the persistent kernel wins where launch latency dominates
- *         (Lorenz '63, thousands of cells) and the phase kernels win on
- *         millions of cells, where each runs at its own occupancy.
+ *         reaches 2^19 (DAKIT_GBEES_CUDA_AUTO_ITEMS): the persistent kernel
+ *         suits grids where launch latency dominates (Lorenz '63, thousands
+ *         of cells), the phase kernels millions of cells, where each runs
+ *         at its own occupancy.
  *   coop  one cooperative kernel (grid sized by the occupancy API and the
  *         cell count) runs every step up to the target: grid.sync()
  *         between phases, 4 per step plus 4 per pruning; sums go through
@@ -73,13 +73,14 @@
  * (every block reads the counter before any inserts again); the measurement
  * update and snapshots are single kernels.
  *
- * DAKIT_GBEES_CUDA_PROFILE=1 prints, at plan destruction, the coop kernel's
- * time per phase (%globaltimer at the barriers) and the host wall time
- * spent in each plugin operation to stderr: a developer's tool. DAKIT_GBEES_CUDA_CPT=k sizes the coop grid at k growth/flux items
- * (cell, axis) per thread (default 0.5: measured best on Lorenz '63 among
- * 0.25, 0.5, 1, 2, 3, 8), DAKIT_GBEES_CUDA_BLOCKS=b fixes it,
- * DAKIT_GBEES_CUDA_OCC=3 takes the coop kernel capped at 80 registers
- * (3 blocks per SM, a few spills), for tuning. */
+ * Tuning knobs (dk_tuning_*): DAKIT_GBEES_CUDA_PROFILE=1 prints, at plan
+ * destruction, the coop kernel's time per phase (%globaltimer at the
+ * barriers) and the host wall time spent in each plugin operation to
+ * stderr: a developer's tool. DAKIT_GBEES_CUDA_CPT=k sizes the coop grid at
+ * k growth/flux items (cell, axis) per thread (default 0.5),
+ * DAKIT_GBEES_CUDA_BLOCKS=b fixes it, DAKIT_GBEES_CUDA_OCC=3 takes the coop
+ * kernel capped at 80 registers (3 blocks per SM, a few spills). */
+#include <limits.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -513,10 +514,9 @@ template <int D> __device__ __forceinline__ int nth_candidate(unsigned want, uns
 /* Growth. EAGER (the coop kernel): the insertions of a warp's items are
  * spread over its lanes, one candidate each, so that no thread walks
  * several insertions' chains of atomics while the others wait at the
- * barrier. Otherwise each thread inserts its item's candidates in turn:
- * inserting them together (one counter bump and one fence for all)
- * measured slower on the H100 (growth 13.8 against 11.0 us per Lorenz '63
- * step) and costs registers. */
+ * barrier. Otherwise each thread inserts its item's candidates in turn,
+ * each on its own, which holds fewer registers than inserting them
+ * together (one counter bump and one fence for all). */
 template <class M, int D, bool EAGER>
 __device__ void grow_phase(const Dev &g, const Step &s, long long i0, long long stride)
 {
@@ -1440,26 +1440,28 @@ struct Kernels {
 
 template <class M, int D> const Kernels *kernels_for()
 {
-    static const Kernels k = {D,
-                              k_coop<M, D, 2>,
-                              k_coop<M, D, 3>,
-                              k_init<M, D>,
-                              k_rebuild<D>,
-                              k_update<M, D>,
-                              k_snapshot<D>,
-                              k_begin<M, D, true>,
-                              k_begin<M, D, false>,
-                              k_grow<M, D>,
-                              k_mid<M, D, false>,
-                              k_link<M, D>,
-                              k_flux<M, D>,
-                              k_apply<D>,
-                              k_end<M, D, false>,
-                              k_prune_mark<D>,
-                              k_prune_remap,
-                              k_prune_move<D>,
-                              k_prune_back<D>,
-                              k_pruned<M, D, false>};
+    static const Kernels k = {
+        .dim = D,
+        .coop = k_coop<M, D, 2>,
+        .coop3 = k_coop<M, D, 3>,
+        .init = k_init<M, D>,
+        .rebuild = k_rebuild<D>,
+        .update = k_update<M, D>,
+        .snapshot = k_snapshot<D>,
+        .begin_dp = k_begin<M, D, true>,
+        .begin_host = k_begin<M, D, false>,
+        .grow = k_grow<M, D>,
+        .mid = k_mid<M, D, false>,
+        .link = k_link<M, D>,
+        .flux = k_flux<M, D>,
+        .apply = k_apply<D>,
+        .end = k_end<M, D, false>,
+        .mark = k_prune_mark<D>,
+        .remap = k_prune_remap,
+        .move = k_prune_move<D>,
+        .back = k_prune_back<D>,
+        .pruned = k_pruned<M, D, false>,
+    };
     return &k;
 }
 
@@ -1542,15 +1544,19 @@ const size_t HEAD = offsetof(State, part_sum);
 
 size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
 
-cudaError_t copy_head_in(Plan *p)
+/* The state's head to the device (queued) and back (waited for); `what`
+ * names the operation in an error's sentence. */
+dk_status copy_head_in(Plan *p, const char *what, dk_msg *msg)
 {
-    return cudaMemcpyAsync(p->st, &p->hs, HEAD, cudaMemcpyHostToDevice, p->dev->stream);
+    CUDA_TRY(cudaMemcpyAsync(p->st, &p->hs, HEAD, cudaMemcpyHostToDevice, p->dev->stream), what);
+    return DK_OK;
 }
 
-cudaError_t copy_head_out(Plan *p)
+dk_status copy_head_out(Plan *p, const char *what, dk_msg *msg)
 {
-    cudaError_t e = cudaMemcpyAsync(&p->hs, p->st, HEAD, cudaMemcpyDeviceToHost, p->dev->stream);
-    return e == cudaSuccess ? cudaStreamSynchronize(p->dev->stream) : e;
+    CUDA_TRY(cudaMemcpyAsync(&p->hs, p->st, HEAD, cudaMemcpyDeviceToHost, p->dev->stream), what);
+    CUDA_TRY(cudaStreamSynchronize(p->dev->stream), what);
+    return DK_OK;
 }
 
 /* Bytes of every capacity-sized array for cap cells of dimension d: the
@@ -1570,6 +1576,34 @@ size_t grid_bytes(long long cap, int d, unsigned long long *hcap_out)
            align256(C * d);
 }
 
+/* Fills the new arrays ng: cells [0, n) copied from the plan's, the table
+ * and the growth marks cleared, the keys past n set to KEY_NONE. */
+dk_status fill_grown(Plan *p, const Dev &ng, int n, dk_msg *msg)
+{
+    const int D = p->d;
+    const size_t C = (size_t)ng.cap;
+    const char *what = "growing the gbees grid";
+    cudaStream_t sm = p->dev->stream;
+    if (n > 0) {
+        const Cells &o = p->g.c[0];
+        size_t N = (size_t)n;
+        CUDA_TRY(cudaMemcpyAsync(ng.c[0].key, o.key, N * D * 4, cudaMemcpyDeviceToDevice, sm), what);
+        CUDA_TRY(cudaMemcpyAsync(ng.c[0].v, o.v, N * D * 8, cudaMemcpyDeviceToDevice, sm), what);
+        CUDA_TRY(cudaMemcpyAsync(ng.c[0].nb, o.nb, N * 2 * D * 4, cudaMemcpyDeviceToDevice, sm), what);
+        CUDA_TRY(cudaMemcpyAsync(ng.c[0].p, o.p, N * 8, cudaMemcpyDeviceToDevice, sm), what);
+        CUDA_TRY(cudaMemcpyAsync(ng.c[0].rate, o.rate, N * 8, cudaMemcpyDeviceToDevice, sm), what);
+    }
+    CUDA_TRY(cudaMemsetAsync(ng.table, 0xff, (ng.hmask + 1) * 8, sm), what);
+    /* every growth mark cleared: a step that overflowed marked items whose
+     * cells were not made */
+    CUDA_TRY(cudaMemsetAsync(ng.done, 0, C * D, sm), what);
+    k_clear_keys<<<blocks_for((long long)(C - n) * D), THREADS, 0, sm>>>(ng.c[0].key, (long long)n * D,
+                                                                         (long long)C * D);
+    CUDA_TRY(cudaGetLastError(), what);
+    CUDA_TRY(cudaStreamSynchronize(sm), what);
+    return DK_OK;
+}
+
 /* Makes the arrays hold at least want cells (prefer cells when that fits
  * in free device memory), keeping cells [0, n), and rebuilds the index.
  * Growth copies, so old and new arrays live together for a moment. */
@@ -1587,10 +1621,8 @@ dk_status reserve(Plan *p, long long want, long long prefer, int n, dk_msg *msg)
     if (prefer > (long long)INT32_MAX)
         prefer = INT32_MAX;
     size_t free_b = 0, total_b = 0;
-    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
-        (void)cudaGetLastError();
+    if (dk_cuda_failed(cudaMemGetInfo(&free_b, &total_b)))
         free_b = (size_t)-1;
-    }
     const size_t margin = (size_t)256 << 20;
     long long cap = prefer;
     while (cap > want && grid_bytes(cap, D, NULL) + margin > free_b)
@@ -1598,9 +1630,7 @@ dk_status reserve(Plan *p, long long want, long long prefer, int n, dk_msg *msg)
     unsigned long long hcap;
     size_t total = grid_bytes(cap, D, &hcap);
     void *mem = NULL;
-    cudaError_t e = cudaMalloc(&mem, total);
-    if (e != cudaSuccess) {
-        (void)cudaGetLastError();
+    if (dk_cuda_failed(cudaMalloc(&mem, total))) {
         dk_msg_set(msg,
                    "cuda gbees: out of device memory growing the grid from %d to %lld cells (%.2f GB more; %.2f GB "
                    "free of %.2f GB)",
@@ -1639,36 +1669,10 @@ dk_status reserve(Plan *p, long long want, long long prefer, int n, dk_msg *msg)
     ng.c[1].rate = (double *)((char *)ng.back + align256(C * D * 4) + align256(C * 8));
     ng.hmask = hcap - 1;
     ng.cap = (int)cap;
-    cudaStream_t sm = p->dev->stream;
-    if (n > 0) {
-        const Cells &o = p->g.c[0];
-        size_t N = (size_t)n;
-        e = cudaMemcpyAsync(ng.c[0].key, o.key, N * D * 4, cudaMemcpyDeviceToDevice, sm);
-        if (e == cudaSuccess)
-            e = cudaMemcpyAsync(ng.c[0].v, o.v, N * D * 8, cudaMemcpyDeviceToDevice, sm);
-        if (e == cudaSuccess)
-            e = cudaMemcpyAsync(ng.c[0].nb, o.nb, N * 2 * D * 4, cudaMemcpyDeviceToDevice, sm);
-        if (e == cudaSuccess)
-            e = cudaMemcpyAsync(ng.c[0].p, o.p, N * 8, cudaMemcpyDeviceToDevice, sm);
-        if (e == cudaSuccess)
-            e = cudaMemcpyAsync(ng.c[0].rate, o.rate, N * 8, cudaMemcpyDeviceToDevice, sm);
-    }
-    if (e == cudaSuccess)
-        e = cudaMemsetAsync(ng.table, 0xff, hcap * 8, sm);
-    /* every growth mark cleared: a step that overflowed marked items whose
-     * cells were not made */
-    if (e == cudaSuccess)
-        e = cudaMemsetAsync(ng.done, 0, C * D, sm);
-    if (e == cudaSuccess) {
-        k_clear_keys<<<blocks_for((long long)(C - n) * D), THREADS, 0, sm>>>(ng.c[0].key, (long long)n * D,
-                                                                             (long long)C * D);
-        e = cudaGetLastError();
-    }
-    if (e == cudaSuccess)
-        e = cudaStreamSynchronize(sm);
-    if (e != cudaSuccess) {
+    dk_status st = fill_grown(p, ng, n, msg);
+    if (st != DK_OK) {
         cudaFree(mem);
-        return dk_cuda_fail(msg, e, "growing the gbees grid");
+        return st;
     }
     if (p->cells_mem)
         cudaFree(p->cells_mem);
@@ -1678,14 +1682,14 @@ dk_status reserve(Plan *p, long long want, long long prefer, int n, dk_msg *msg)
     p->hs.n_alloc = (unsigned)n;
     p->hs.overflow = 0;
     p->hs.maxbits[0] = p->hs.maxbits[1] = 0;
-    e = copy_head_in(p);
-    if (e == cudaSuccess && n > 0) {
-        p->k->rebuild<<<blocks_for(n), THREADS, 0, sm>>>(p->g, p->hs.cur, n);
-        e = cudaGetLastError();
+    const char *what = "rebuilding the gbees index";
+    if ((st = copy_head_in(p, what, msg)) != DK_OK)
+        return st;
+    if (n > 0) {
+        p->k->rebuild<<<blocks_for(n), THREADS, 0, p->dev->stream>>>(p->g, p->hs.cur, n);
+        CUDA_TRY(cudaGetLastError(), what);
     }
-    if (e == cudaSuccess)
-        e = copy_head_out(p);
-    return e == cudaSuccess ? DK_OK : dk_cuda_fail(msg, e, "rebuilding the gbees index");
+    return copy_head_out(p, what, msg);
 }
 
 /* After a growth that ran out of room: the same cells, more room (twice as
@@ -1732,6 +1736,36 @@ void plan_destroy(void *handle)
 
 const char *const cuda_gbees_variants[] = {"auto", "coop", "dp", "host", NULL};
 
+/* The plan's grids, its device state and its first arrays; the caller
+ * destroys p on failure. */
+dk_status plan_fill(Plan *p, dk_msg *msg)
+{
+    const dk_cuda_device *dev = p->dev;
+    const Kernels *k = p->k;
+    const char *what = "preparing the gbees plan";
+    int per_sm = 0, per_sm_init = 0;
+    CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, p->coop, THREADS, 0), what);
+    CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_init, k->init, THREADS, 0), what);
+    void *state = NULL;
+    CUDA_TRY(cudaMalloc(&state, sizeof(State)), what);
+    p->st = (State *)state;
+    if (per_sm < 1 || per_sm_init < 1) {
+        dk_msg_set(msg, "cuda gbees: no block of the gbees kernels fits on an SM");
+        return DK_ERR_BACKEND;
+    }
+    p->coop_max = per_sm * dev->sm_count;
+    p->init_max = per_sm_init * dev->sm_count;
+    if (p->coop_max > MAX_PARTS)
+        p->coop_max = MAX_PARTS;
+    if (p->init_max > MAX_PARTS)
+        p->init_max = MAX_PARTS;
+    p->g.st = p->st;
+    memset(&p->hs, 0, sizeof p->hs);
+    CUDA_TRY(cudaMemsetAsync(p->st, 0, sizeof(State), dev->stream), what);
+    CUDA_TRY(cudaStreamSynchronize(dev->stream), what);
+    return reserve(p, 65536, 65536, 0, msg);
+}
+
 dk_status plan_create(void *device, const dk_gbees_setup *setup, void **out, dk_msg *msg)
 {
     const double t_create = wall_now();
@@ -1761,16 +1795,14 @@ dk_status plan_create(void *device, const dk_gbees_setup *setup, void **out, dk_
         p->variant = V_DP;
     else if (setup->variant && !strcmp(setup->variant, "host"))
         p->variant = V_HOST;
-    const char *env = getenv("DAKIT_GBEES_CUDA_PROFILE");
-    p->profile = env && *env && strcmp(env, "0");
-    env = getenv("DAKIT_GBEES_CUDA_CPT");
-    p->cpt = env ? atof(env) : 0.5;
+    const char *profile = dk_tuning_string("DAKIT_GBEES_CUDA_PROFILE");
+    p->profile = profile && strcmp(profile, "0");
+    const char *cpt = dk_tuning_string("DAKIT_GBEES_CUDA_CPT"); /* a fraction: read as a string */
+    p->cpt = cpt ? atof(cpt) : 0.5;
     if (!(p->cpt > 0.0))
         p->cpt = 0.5;
-    env = getenv("DAKIT_GBEES_CUDA_BLOCKS");
-    p->fixed_blocks = env ? atoi(env) : 0;
-    env = getenv("DAKIT_GBEES_CUDA_AUTO_ITEMS");
-    p->auto_items = env ? atoll(env) : 1ll << 19;
+    p->fixed_blocks = (int)dk_tuning_long("DAKIT_GBEES_CUDA_BLOCKS", 0, 1, INT_MAX);
+    p->auto_items = dk_tuning_long("DAKIT_GBEES_CUDA_AUTO_ITEMS", 1l << 19, 0, LONG_MAX);
     Dev &g = p->g;
     for (int i = 0; i < p->d; i++) {
         g.center[i] = setup->center[i];
@@ -1781,40 +1813,9 @@ dk_status plan_create(void *device, const dk_gbees_setup *setup, void **out, dk_
     g.thr = setup->threshold;
     g.cfl = setup->cfl;
     g.del_step = setup->del_step;
-    env = getenv("DAKIT_GBEES_CUDA_OCC");
-    p->coop = env && atoi(env) == 3 ? k->coop3 : k->coop;
-    int per_sm = 0, per_sm_init = 0;
-    cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, p->coop, THREADS, 0);
-    if (e == cudaSuccess)
-        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_init, k->init, THREADS, 0);
-    if (e == cudaSuccess)
-        e = cudaMalloc(&p->st, sizeof(State));
-    if (e != cudaSuccess) {
-        p->st = NULL;
-        plan_destroy(p);
-        return dk_cuda_fail(msg, e, "preparing the gbees plan");
-    }
-    if (per_sm < 1 || per_sm_init < 1) {
-        plan_destroy(p);
-        dk_msg_set(msg, "cuda gbees: no block of the gbees kernels fits on an SM");
-        return DK_ERR_BACKEND;
-    }
-    p->coop_max = per_sm * dev->sm_count;
-    p->init_max = per_sm_init * dev->sm_count;
-    if (p->coop_max > MAX_PARTS)
-        p->coop_max = MAX_PARTS;
-    if (p->init_max > MAX_PARTS)
-        p->init_max = MAX_PARTS;
-    g.st = p->st;
-    memset(&p->hs, 0, sizeof p->hs);
-    e = cudaMemsetAsync(p->st, 0, sizeof(State), dev->stream);
-    if (e == cudaSuccess)
-        e = cudaStreamSynchronize(dev->stream);
-    if (e != cudaSuccess) {
-        plan_destroy(p);
-        return dk_cuda_fail(msg, e, "preparing the gbees plan");
-    }
-    st = reserve(p, 65536, 65536, 0, msg);
+    /* blocks per SM the coop kernel's registers are capped for: 2, or 3 */
+    p->coop = dk_tuning_long("DAKIT_GBEES_CUDA_OCC", 2, 2, 3) == 3 ? k->coop3 : k->coop;
+    st = plan_fill(p, msg);
     if (st != DK_OK) {
         plan_destroy(p);
         return st;
@@ -1849,25 +1850,21 @@ dk_status init_body(void *handle, const double *mean, const double *inv, double 
     memset(&p->hs, 0, HEAD);
     p->hs.scale = 1.0;
     cudaStream_t sm = p->dev->stream;
-    cudaError_t e = cudaMemsetAsync(p->g.table, 0xff, (p->g.hmask + 1) * 8, sm);
-    if (e == cudaSuccess)
-        e = cudaMemsetAsync(p->g.done, 0, (size_t)p->g.cap * d, sm);
-    if (e == cudaSuccess) {
-        k_clear_keys<<<blocks_for((long long)p->g.cap * d), THREADS, 0, sm>>>(p->g.c[0].key, 0,
-                                                                             (long long)p->g.cap * d);
-        e = cudaGetLastError();
-    }
-    if (e == cudaSuccess)
-        e = copy_head_in(p);
-    if (e != cudaSuccess)
-        return dk_cuda_fail(msg, e, "starting the gbees grid");
+    const char *what = "starting the gbees grid";
+    CUDA_TRY(cudaMemsetAsync(p->g.table, 0xff, (p->g.hmask + 1) * 8, sm), what);
+    CUDA_TRY(cudaMemsetAsync(p->g.done, 0, (size_t)p->g.cap * d, sm), what);
+    k_clear_keys<<<blocks_for((long long)p->g.cap * d), THREADS, 0, sm>>>(p->g.c[0].key, 0,
+                                                                         (long long)p->g.cap * d);
+    CUDA_TRY(cudaGetLastError(), what);
+    if ((st = copy_head_in(p, what, msg)) != DK_OK)
+        return st;
     for (;;) {
         void *args[] = {&p->g, &ia};
-        e = cudaLaunchCooperativeKernel((const void *)p->k->init, dim3(p->init_max), dim3(THREADS), args, 0, sm);
-        if (e == cudaSuccess)
-            e = copy_head_out(p);
-        if (e != cudaSuccess)
-            return dk_cuda_fail(msg, e, "running the gbees initialization kernel");
+        what = "running the gbees initialization kernel";
+        CUDA_TRY(cudaLaunchCooperativeKernel((const void *)p->k->init, dim3(p->init_max), dim3(THREADS), args, 0, sm),
+                 what);
+        if ((st = copy_head_out(p, what, msg)) != DK_OK)
+            return st;
         if (p->hs.status == ST_NOMASS) {
             dk_msg_set(msg, "the initial density has no mass on the grid");
             return DK_ERR_INVALID_ARGUMENT;
@@ -1883,9 +1880,8 @@ dk_status init_body(void *handle, const double *mean, const double *inv, double 
         if (st != DK_OK)
             return st;
         p->hs.lo = lo;
-        e = copy_head_in(p);
-        if (e != cudaSuccess)
-            return dk_cuda_fail(msg, e, "resuming the gbees initialization");
+        if ((st = copy_head_in(p, "resuming the gbees initialization", msg)) != DK_OK)
+            return st;
     }
 }
 
@@ -1929,7 +1925,7 @@ dk_status advance_body(void *handle, double t_target, int max_steps, dk_msg *msg
         return st;
     cudaStream_t sm = p->dev->stream;
     const unsigned long long steps0 = p->hs.steps;
-    cudaError_t e = cudaSuccess;
+    const char *what = "running the gbees time steps";
     for (;;) {
         long long left = max_steps > 0 ? max_steps - (long long)(p->hs.steps - steps0) : 0;
         if (!(p->hs.t < t_target) || (max_steps > 0 && left <= 0))
@@ -1939,28 +1935,28 @@ dk_status advance_body(void *handle, double t_target, int max_steps, dk_msg *msg
             /* best effort: where twice the room does not fit, growth waits
              * until a step runs out of it */
             size_t free_b = 0, total_b = 0;
-            if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess &&
+            if (!dk_cuda_failed(cudaMemGetInfo(&free_b, &total_b)) &&
                 grid_bytes(2ll * p->g.cap, p->d, NULL) + ((size_t)256 << 20) < free_b &&
                 (st = reserve(p, 2ll * p->g.cap, 2ll * p->g.cap, p->hs.n, msg)) != DK_OK)
                 return st;
-            (void)cudaGetLastError();
         }
         int mode = p->variant;
         if (mode == V_AUTO)
             mode = (long long)p->hs.n * p->d >= p->auto_items ? V_DP : V_COOP;
         if (mode == V_COOP) {
             void *args[] = {&p->g, &t_target, &left};
-            e = cudaLaunchCooperativeKernel((const void *)p->coop, dim3(coop_blocks(p)), dim3(THREADS), args, 0,
-                                            sm);
             p->launches++;
+            CUDA_TRY(cudaLaunchCooperativeKernel((const void *)p->coop, dim3(coop_blocks(p)), dim3(THREADS), args,
+                                                 0, sm),
+                     what);
         } else {
             p->hs.t_target = t_target;
             p->hs.max_steps = left;
             p->hs.done = 0;
-            e = copy_head_in(p);
+            if ((st = copy_head_in(p, what, msg)) != DK_OK)
+                return st;
             if (mode == V_DP) {
-                if (e == cudaSuccess)
-                    p->k->begin_dp<<<1, 1, 0, sm>>>(p->g);
+                p->k->begin_dp<<<1, 1, 0, sm>>>(p->g);
                 p->launches++;
             } else {
                 /* one step per round trip; phase grids from the last count
@@ -1985,13 +1981,10 @@ dk_status advance_body(void *handle, double t_target, int max_steps, dk_msg *msg
                     p->launches += 6;
                 }
             }
-            if (e == cudaSuccess)
-                e = cudaGetLastError();
+            CUDA_TRY(cudaGetLastError(), what);
         }
-        if (e == cudaSuccess)
-            e = copy_head_out(p);
-        if (e != cudaSuccess)
-            return dk_cuda_fail(msg, e, "running the gbees time steps");
+        if ((st = copy_head_out(p, what, msg)) != DK_OK)
+            return st;
         if (p->hs.status == ST_CAPACITY) {
             if ((st = regrow(p, msg)) != DK_OK)
                 return st;
@@ -2017,13 +2010,10 @@ dk_status update_body(void *handle, const double *y, const double *r_inv, int m,
     int b = blocks_for(p->hs.n);
     p->k->update<<<b, THREADS, 0, sm>>>(p->g, ua);
     double parts[MAX_PARTS];
-    cudaError_t e = cudaGetLastError();
-    if (e == cudaSuccess)
-        e = cudaMemcpyAsync(parts, p->st->part_sum, (size_t)b * sizeof(double), cudaMemcpyDeviceToHost, sm);
-    if (e == cudaSuccess)
-        e = cudaStreamSynchronize(sm);
-    if (e != cudaSuccess)
-        return dk_cuda_fail(msg, e, "running the gbees measurement update");
+    const char *what = "running the gbees measurement update";
+    CUDA_TRY(cudaGetLastError(), what);
+    CUDA_TRY(cudaMemcpyAsync(parts, p->st->part_sum, (size_t)b * sizeof(double), cudaMemcpyDeviceToHost, sm), what);
+    CUDA_TRY(cudaStreamSynchronize(sm), what);
     double total = 0.0;
     for (int i = 0; i < b; i++)
         total += parts[i];
@@ -2033,10 +2023,9 @@ dk_status update_body(void *handle, const double *y, const double *r_inv, int m,
         return DK_ERR_INVALID_ARGUMENT;
     }
     p->hs.scale = 1.0 / total;
-    e = cudaMemcpyAsync(&p->st->scale, &p->hs.scale, sizeof(double), cudaMemcpyHostToDevice, sm);
-    if (e == cudaSuccess)
-        e = cudaStreamSynchronize(sm);
-    return e == cudaSuccess ? DK_OK : dk_cuda_fail(msg, e, "running the gbees measurement update");
+    CUDA_TRY(cudaMemcpyAsync(&p->st->scale, &p->hs.scale, sizeof(double), cudaMemcpyHostToDevice, sm), what);
+    CUDA_TRY(cudaStreamSynchronize(sm), what);
+    return DK_OK;
 }
 
 dk_status snapshot_body(void *handle, double *out, size_t max, size_t *cells, dk_msg *msg)
@@ -2049,16 +2038,13 @@ dk_status snapshot_body(void *handle, double *out, size_t max, size_t *cells, dk
     size_t rows = max < (size_t)p->hs.n ? max : (size_t)p->hs.n;
     if (!out || rows == 0)
         return DK_OK;
-    cudaError_t e = cudaSuccess;
     if (rows > p->snap_rows) {
         if (p->snap)
             cudaFree(p->snap);
         p->snap = NULL;
         p->snap_rows = 0;
-        e = cudaMalloc(&p->snap, rows * (p->d + 1) * sizeof(double));
-        if (e != cudaSuccess) {
+        if (dk_cuda_failed(cudaMalloc(&p->snap, rows * (p->d + 1) * sizeof(double)))) {
             p->snap = NULL;
-            (void)cudaGetLastError();
             dk_msg_set(msg, "cuda gbees: out of device memory for a snapshot of %zu cells", rows);
             return DK_ERR_OUT_OF_MEMORY;
         }
@@ -2066,12 +2052,11 @@ dk_status snapshot_body(void *handle, double *out, size_t max, size_t *cells, dk
     }
     cudaStream_t sm = p->dev->stream;
     p->k->snapshot<<<blocks_for((long long)rows), THREADS, 0, sm>>>(p->g, p->snap, (int)rows);
-    e = cudaGetLastError();
-    if (e == cudaSuccess)
-        e = cudaMemcpyAsync(out, p->snap, rows * (p->d + 1) * sizeof(double), cudaMemcpyDeviceToHost, sm);
-    if (e == cudaSuccess)
-        e = cudaStreamSynchronize(sm);
-    return e == cudaSuccess ? DK_OK : dk_cuda_fail(msg, e, "copying a gbees snapshot");
+    const char *what = "copying a gbees snapshot";
+    CUDA_TRY(cudaGetLastError(), what);
+    CUDA_TRY(cudaMemcpyAsync(out, p->snap, rows * (p->d + 1) * sizeof(double), cudaMemcpyDeviceToHost, sm), what);
+    CUDA_TRY(cudaStreamSynchronize(sm), what);
+    return DK_OK;
 }
 
 /* The operations, timed on the host under DAKIT_GBEES_CUDA_PROFILE (the
@@ -2118,5 +2103,13 @@ void stats(void *handle, dk_gbees_stats *s)
 
 } // namespace
 
-extern "C" const dk_gbees_ops dk_cuda_gbees_ops = {cuda_gbees_variants, plan_create, init, advance,
-                                                   update, snapshot, stats, plan_destroy};
+extern "C" const dk_gbees_ops dk_cuda_gbees_ops = {
+    .variants = cuda_gbees_variants,
+    .plan_create = plan_create,
+    .init = init,
+    .advance = advance,
+    .update = update,
+    .snapshot = snapshot,
+    .stats = stats,
+    .plan_destroy = plan_destroy,
+};

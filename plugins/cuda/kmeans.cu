@@ -932,19 +932,10 @@ void plan_destroy(void *handle)
 
 size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
 
-dk_status plan_create(void *device, const dk_kmeans_setup *setup, void **out, dk_msg *msg)
+/* The plan's kernel, grid and scratch; the caller destroys p on failure. */
+dk_status plan_fill(Plan *p, const dk_kmeans_setup *setup, dk_msg *msg)
 {
-    dk_cuda_device *dev = (dk_cuda_device *)device;
-    dk_status st = dk_cuda_enter(dev, msg);
-    if (st != DK_OK)
-        return st;
-    Plan *p = (Plan *)calloc(1, sizeof *p);
-    if (!p) {
-        dk_msg_set(msg, "cuda kmeans: out of host memory");
-        return DK_ERR_OUT_OF_MEMORY;
-    }
-    p->dev = dev;
-    p->s = *setup;
+    const dk_cuda_device *dev = p->dev;
     const dk_kmeans_desc &d = setup->desc;
     size_t kd = (size_t)d.k * d.d;
     int dmax = d.d <= 4 ? 4 : d.d <= 8 ? 8 : d.d <= 16 ? 16 : 32; /* as pick() */
@@ -959,16 +950,13 @@ dk_status plan_create(void *device, const dk_kmeans_setup *setup, void **out, dk
     int r = d.window / 2;
     size_t halo = setup->contiguity ? (size_t)(TILE_H + 2 * r) * (32 + 2 * r) * sizeof(short) : 0;
     p->smem = ((size_t)d.k * dmax + d.k + copies * d.k * ds) * sizeof(float) + copies * d.k * sizeof(unsigned) + halo;
-    cudaError_t e = cudaSuccess;
-    if (p->smem > 48 * 1024)
-        e = cudaFuncSetAttribute(p->kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)p->smem);
     int per_sm = 0;
-    if (e == cudaSuccess)
-        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, p->kernel, THREADS, p->smem);
-    if (e != cudaSuccess || per_sm < 1) {
-        plan_destroy(p);
-        if (e != cudaSuccess)
-            return dk_cuda_fail(msg, e, "sizing the kmeans kernel");
+    if (p->smem > 48 * 1024)
+        CUDA_TRY(cudaFuncSetAttribute(p->kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)p->smem),
+                 "sizing the kmeans kernel");
+    CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, p->kernel, THREADS, p->smem),
+             "sizing the kmeans kernel");
+    if (per_sm < 1) {
         dk_msg_set(msg, "cuda kmeans: no block of the kmeans kernel fits on an SM (k %d, d %d)", d.k, d.d);
         return DK_ERR_BACKEND;
     }
@@ -990,12 +978,9 @@ dk_status plan_create(void *device, const dk_kmeans_setup *setup, void **out, dk
     size_t total = 0;
     for (size_t s : sizes)
         total += s;
-    e = cudaMalloc(&p->scratch, total);
-    if (e != cudaSuccess) {
-        p->scratch = NULL;
-        plan_destroy(p);
-        return dk_cuda_fail(msg, e, "allocating the kmeans plan's scratch");
-    }
+    void *scratch = NULL;
+    CUDA_TRY(cudaMalloc(&scratch, total), "allocating the kmeans plan's scratch");
+    p->scratch = scratch;
     char *at = (char *)p->scratch;
     void *ptr[nptr];
     for (int j = 0; j < nptr; j++) {
@@ -1032,18 +1017,37 @@ dk_status plan_create(void *device, const dk_kmeans_setup *setup, void **out, dk
         int tb = TEX_BLOCKS_PER_SM * dev->sm_count;
         size_t tsizes[] = {align256((size_t)tb * TEX_STATS * sizeof(double)), align256(16 * sizeof(double)),
                            align256((size_t)tb * 4 * d.k * sizeof(double)), align256(8 * sizeof(double))};
-        e = cudaMalloc(&p->tex_scratch, tsizes[0] + tsizes[1] + tsizes[2] + tsizes[3]);
-        if (e != cudaSuccess) {
-            p->tex_scratch = NULL;
-            plan_destroy(p);
-            return dk_cuda_fail(msg, e, "allocating the kmeans texture scratch");
-        }
+        void *tex = NULL;
+        CUDA_TRY(cudaMalloc(&tex, tsizes[0] + tsizes[1] + tsizes[2] + tsizes[3]),
+                 "allocating the kmeans texture scratch");
+        p->tex_scratch = tex;
         char *t = (char *)p->tex_scratch;
         p->tex_part = (double *)t;
         p->tex_st = (double *)(t += tsizes[0]);
         p->tex_ipart = (double *)(t += tsizes[1]);
         p->tex_out = (double *)(t += tsizes[2]);
         p->tex_blocks = tb;
+    }
+    return DK_OK;
+}
+
+dk_status plan_create(void *device, const dk_kmeans_setup *setup, void **out, dk_msg *msg)
+{
+    dk_cuda_device *dev = (dk_cuda_device *)device;
+    dk_status st = dk_cuda_enter(dev, msg);
+    if (st != DK_OK)
+        return st;
+    Plan *p = (Plan *)calloc(1, sizeof *p);
+    if (!p) {
+        dk_msg_set(msg, "cuda kmeans: out of host memory");
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    p->dev = dev;
+    p->s = *setup;
+    st = plan_fill(p, setup, msg);
+    if (st != DK_OK) {
+        plan_destroy(p);
+        return st;
     }
     *out = p;
     return DK_OK;
@@ -1069,8 +1073,8 @@ dk_status texture_planes(void *handle, const void *value, void *planes, dk_msg *
     k_tex_planes<<<p->tex_blocks, THREADS, 0, p->dev->stream>>>(
         (const float *)((const dk_cuda_buffer *)value)->ptr, (float *)((dk_cuda_buffer *)planes)->ptr,
         (long long)p->s.desc.n);
-    cudaError_t e = cudaGetLastError();
-    return e == cudaSuccess ? DK_OK : dk_cuda_fail(msg, e, "launching the texture planes kernel");
+    CUDA_TRY(cudaGetLastError(), "launching the texture planes kernel");
+    return DK_OK;
 }
 
 dk_status texture_features(void *handle, const void *value, const void *smoothed, double min_value, void *points,
@@ -1096,14 +1100,10 @@ dk_status texture_features(void *handle, const void *value, const void *smoothed
     k_tex_standardize<<<B, THREADS, (size_t)4 * k * sizeof(double), sm>>>(pts, msk, p->tex_st, p->tex_ipart, k, n);
     k_tex_init<<<1, THREADS, 0, sm>>>(p->tex_ipart, B, k, p->tex_st, (float *)((dk_cuda_buffer *)init)->ptr,
                                       p->tex_out);
-    cudaError_t e = cudaGetLastError();
     double r[7];
-    if (e == cudaSuccess)
-        e = cudaMemcpyAsync(r, p->tex_out, sizeof r, cudaMemcpyDeviceToHost, sm);
-    if (e == cudaSuccess)
-        e = cudaStreamSynchronize(sm);
-    if (e != cudaSuccess)
-        return dk_cuda_fail(msg, e, "computing the texture features");
+    CUDA_TRY(cudaGetLastError(), "computing the texture features");
+    CUDA_TRY(cudaMemcpyAsync(r, p->tex_out, sizeof r, cudaMemcpyDeviceToHost, sm), "computing the texture features");
+    CUDA_TRY(cudaStreamSynchronize(sm), "computing the texture features");
     stats->valid = (size_t)r[0];
     for (int j = 0; j < 3; j++) {
         stats->mean[j] = r[1 + j];
@@ -1127,16 +1127,13 @@ dk_status execute(void *handle, const void *points, const void *mask, const void
     a.labels = (int32_t *)((dk_cuda_buffer *)labels)->ptr;
     a.out_centroids = (float *)((dk_cuda_buffer *)centroids)->ptr;
     void *args[] = {&a};
-    cudaError_t e = cudaLaunchCooperativeKernel((const void *)p->kernel, dim3(p->blocks), dim3(THREADS), args,
-                                                p->smem, p->dev->stream);
-    if (e != cudaSuccess)
-        return dk_cuda_fail(msg, e, "launching the cooperative kmeans kernel");
+    CUDA_TRY(cudaLaunchCooperativeKernel((const void *)p->kernel, dim3(p->blocks), dim3(THREADS), args, p->smem,
+                                         p->dev->stream),
+             "launching the cooperative kmeans kernel");
     double r[6];
-    e = cudaMemcpyAsync(r, a.result, sizeof r, cudaMemcpyDeviceToHost, p->dev->stream);
-    if (e == cudaSuccess)
-        e = cudaStreamSynchronize(p->dev->stream);
-    if (e != cudaSuccess)
-        return dk_cuda_fail(msg, e, "running the kmeans kernel");
+    CUDA_TRY(cudaMemcpyAsync(r, a.result, sizeof r, cudaMemcpyDeviceToHost, p->dev->stream),
+             "running the kmeans kernel");
+    CUDA_TRY(cudaStreamSynchronize(p->dev->stream), "running the kmeans kernel");
     res->iterations = (int)r[0];
     res->objective = r[1];
     res->last_move = r[2];

@@ -1,6 +1,7 @@
 /* dakit cuda plugin: the descriptor, device discovery, and device memory.
- * The algorithms live beside this file (gauss.cu). Only DK_PLUGIN_ENTRY is
- * exported (-fvisibility=hidden plus the version script exports.map). */
+ * The algorithms live beside this file (gauss.cu, kmeans.cu, gbees.cu,
+ * enkf/). Only DK_PLUGIN_ENTRY is exported (-fvisibility=hidden plus the
+ * version script exports.map). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,15 +13,23 @@
 
 dk_status dk_cuda_fail(dk_msg *msg, cudaError_t err, const char *what)
 {
+    (void)cudaGetLastError();
     dk_msg_set(msg, "cuda: %s failed: %s (%s)", what, cudaGetErrorString(err),
                cudaGetErrorName(err));
     return err == cudaErrorMemoryAllocation ? DK_ERR_OUT_OF_MEMORY : DK_ERR_BACKEND;
 }
 
+dk_status dk_cuda_lib_fail(dk_msg *msg, const char *lib, const char *kind, int status, bool oom,
+                           const char *what)
+{
+    dk_msg_set(msg, "cuda: %s %s failed (%s %d)", lib, what, kind, status);
+    return oom ? DK_ERR_OUT_OF_MEMORY : DK_ERR_BACKEND;
+}
+
 dk_status dk_cuda_enter(const dk_cuda_device *dev, dk_msg *msg)
 {
-    cudaError_t e = cudaSetDevice(dev->ordinal);
-    return e == cudaSuccess ? DK_OK : dk_cuda_fail(msg, e, "cudaSetDevice");
+    CUDA_TRY(cudaSetDevice(dev->ordinal), "cudaSetDevice");
+    return DK_OK;
 }
 
 /* The CUDA ordinals this build can run on, in order. Returns how many, or -1
@@ -29,10 +38,8 @@ static int usable_ordinals(int *ordinals, int max, dk_msg *msg)
 {
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
-    if (e != cudaSuccess) {
-        dk_msg_set(msg, "%s (%s)", cudaGetErrorString(e),
-                   cudaGetErrorName(e));
-        (void)cudaGetLastError();
+    if (dk_cuda_failed(e)) { /* no driver or no device: a reason, not a failure */
+        dk_msg_set(msg, "%s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
         return 0;
     }
     if (count == 0) {
@@ -42,11 +49,11 @@ static int usable_ordinals(int *ordinals, int max, dk_msg *msg)
     int usable = 0, best_cc = 0;
     for (int i = 0; i < count && usable < max; i++) {
         int major = 0, minor = 0;
-        if ((e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, i)) != cudaSuccess ||
-            (e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, i)) != cudaSuccess) {
-            dk_cuda_fail(msg, e, "cudaDeviceGetAttribute");
+        if (!CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, i),
+                     "cudaDeviceGetAttribute") ||
+            !CUDA_OK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, i),
+                     "cudaDeviceGetAttribute"))
             return -1;
-        }
         int cc = 10 * major + minor;
         if (cc > best_cc)
             best_cc = cc;
@@ -69,11 +76,8 @@ static int cuda_probe(dk_device_info *devices, int max, dk_msg *msg)
     int n = usable_ordinals(ordinals, max, msg);
     for (int i = 0; i < n && devices; i++) {
         cudaDeviceProp p;
-        cudaError_t e = cudaGetDeviceProperties(&p, ordinals[i]);
-        if (e != cudaSuccess) {
-            dk_cuda_fail(msg, e, "cudaGetDeviceProperties");
+        if (!CUDA_OK(cudaGetDeviceProperties(&p, ordinals[i]), "cudaGetDeviceProperties"))
             return -1;
-        }
         snprintf(devices[i].name, sizeof devices[i].name, "%s (sm_%d%d)", p.name, p.major,
                  p.minor);
         devices[i].memory_bytes = p.totalGlobalMem;
@@ -100,29 +104,22 @@ static dk_status cuda_device_open(int index, void **device, dk_msg *msg)
         return DK_ERR_OUT_OF_MEMORY;
     }
     dev->ordinal = ordinals[index];
-    cudaError_t e;
     int sms = 0, optin = 0, block = 0;
     dk_status st = dk_cuda_enter(dev, msg);
     if (st != DK_OK)
         goto fail;
-    if ((e = cudaFree(0)) != cudaSuccess) { /* creates the context now, so that errors show here */
-        st = dk_cuda_fail(msg, e, "creating the CUDA context");
-        goto fail;
-    }
-    if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev->ordinal)) ||
-        (e = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin,
-                                    dev->ordinal)) ||
-        (e = cudaDeviceGetAttribute(&block, cudaDevAttrMaxSharedMemoryPerBlock, dev->ordinal))) {
-        st = dk_cuda_fail(msg, e, "cudaDeviceGetAttribute");
-        goto fail;
-    }
+    /* creates the context now, so that errors show here */
+    CUDA_TRY_GOTO(cudaFree(0), "creating the CUDA context", fail);
+    CUDA_TRY_GOTO(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev->ordinal),
+                  "cudaDeviceGetAttribute", fail);
+    CUDA_TRY_GOTO(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev->ordinal),
+                  "cudaDeviceGetAttribute", fail);
+    CUDA_TRY_GOTO(cudaDeviceGetAttribute(&block, cudaDevAttrMaxSharedMemoryPerBlock, dev->ordinal),
+                  "cudaDeviceGetAttribute", fail);
     dev->sm_count = sms;
     dev->smem_optin = (size_t)optin;
     dev->smem_block = (size_t)block;
-    if ((e = cudaStreamCreateWithFlags(&dev->stream, cudaStreamNonBlocking)) != cudaSuccess) {
-        st = dk_cuda_fail(msg, e, "cudaStreamCreate");
-        goto fail;
-    }
+    CUDA_TRY_GOTO(cudaStreamCreateWithFlags(&dev->stream, cudaStreamNonBlocking), "cudaStreamCreate", fail);
     *device = dev;
     return DK_OK;
 fail:
@@ -156,8 +153,7 @@ static dk_status cuda_buffer_alloc(void *device, size_t bytes, void **buffer, dk
     }
     if (bytes > 0) {
         cudaError_t e = cudaMalloc(&b->ptr, bytes);
-        if (e != cudaSuccess) {
-            (void)cudaGetLastError();
+        if (dk_cuda_failed(e)) {
             free(b);
             if (e == cudaErrorMemoryAllocation) {
                 dk_msg_set(msg, "cuda: cannot allocate %zu bytes of device memory", bytes);
@@ -200,10 +196,9 @@ static dk_status copy_sync(dk_cuda_device *dev, void *dst, const void *src, size
     dk_status st = dk_cuda_enter(dev, msg);
     if (st != DK_OK || bytes == 0)
         return st;
-    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, dev->stream);
-    if (e == cudaSuccess)
-        e = cudaStreamSynchronize(dev->stream);
-    return e == cudaSuccess ? DK_OK : dk_cuda_fail(msg, e, what);
+    CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, kind, dev->stream), what);
+    CUDA_TRY(cudaStreamSynchronize(dev->stream), what);
+    return DK_OK;
 }
 
 static dk_status cuda_buffer_write(void *device, void *buffer, const void *src, size_t bytes,
@@ -240,7 +235,7 @@ static dk_status cuda_buffer_copy(void *device, void *dst, const void *src, size
                      "a device-to-device copy", msg);
 }
 
-extern "C" const dk_enkf_ops dk_cuda_enkf_ops;     /* enkf.cu */
+extern "C" const dk_enkf_ops dk_cuda_enkf_ops;     /* enkf/plan.cu */
 extern "C" const dk_kmeans_ops dk_cuda_kmeans_ops; /* kmeans.cu */
 extern "C" const dk_gbees_ops dk_cuda_gbees_ops;   /* gbees.cu */
 

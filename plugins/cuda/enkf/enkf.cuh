@@ -1,0 +1,151 @@
+/* dakit cuda plugin, enkf: what the solver files share.
+ *
+ * Arithmetic is float64 throughout; float32 data are widened on the way in
+ * and rounded on the way out (as the cpu plugin does), so both dtypes agree
+ * with the reference to the rounding of their storage.
+ *
+ * PHT is computed by one solver, each in its own file with the kernels it
+ * launches:
+ *   mma.cu     k_mma, tiled and banded with 1-D C and L <= 16 on the float64
+ *              tensor cores (not for the variants "tiled-simt" and
+ *              "banded-simt", which ask for the vector kernels);
+ *   direct.cu  k_band (banded, 1-D C with a short support) and k_direct
+ *              (tiled and banded, any C) on the vector units;
+ *   fft.cu     C applied by circulant embedding and cuFFT.
+ * plan.cu lists them and picks, for the variant the core passed, the first
+ * that applies; hpht.cu forms HPHT from PHT for every solver; analysis.cu
+ * holds the entries that run a plan (cov, analysis). */
+#ifndef DAKIT_CUDA_ENKF_CUH
+#define DAKIT_CUDA_ENKF_CUH
+
+#include <cublas_v2.h>
+#include <cufft.h>
+#include <cusolverDn.h>
+
+#include <dakit/enkf.h>
+
+#include "../cuda_internal.h"
+
+namespace dk_cuda_enkf {
+
+const int THREADS = 256; /* the element-wise kernels' blocks */
+
+struct Solver;
+
+struct Plan {
+    dk_cuda_device *dev;
+    const dk_enkf_setup *s;
+    const Solver *solver; /* the one that computes PHT */
+    long long N, L, M, nnz;
+    int two_d;
+    long long ny;
+    long long rx, ry, window;
+    double *loc;
+    int *indptr, *indices, *row_of;
+    double *values;
+    double *G;
+    /* float32 cov and the analysis: float64 work arrays */
+    double *e64, *pht64, *hpht64, *x64;
+    /* fft */
+    long long P0, P1, P;  /* embedding: P0 (x P1) points */
+    long long rows_per_chunk;
+    cufftHandle whole, last; /* Z2Z plans: full chunks, the last chunk (blocked: the inverse) */
+    int have_whole, have_last;
+    double *spectrum; /* P values: real (C's embedding is symmetric), divided by P */
+    cufftDoubleComplex *buf; /* two vectors per signal, as real and imaginary parts */
+    /* blocked embedding (1-D C, nb blocks of b points, see k_block_toeplitz):
+     * signals scattered into `blocks`, nb + 1 blocks each (the last zero);
+     * their windows' spectra go to buf, (nb + 1) * 2b per signal */
+    long long blk, nb;
+    cufftDoubleComplex *blocks, *blk_spectrum; /* blk_spectrum: [d + nb - 1][f], divided by 2b */
+    cufftHandle fwd_whole, fwd_last;
+    int have_fwd_whole, have_fwd_last;
+    /* HPHT in two stages: partial sums over S segments of each row of H */
+    double *partial;
+    long long S;
+    int *hpht_seg; /* M x (S + 1): row a's nonzeros with columns in segment s, [seg[s], seg[s+1]) */
+    /* banded and mma: each tile's range of nonzeros in each row (NULL: bisect) */
+    int *range_lo, *range_hi;
+    /* mma: the tile and c's window (see mma.cu) */
+    int mma_mt, mma_rx, mma_seg_len, mma_wcap, mma_nseg;
+    double *mma_partial;
+    /* analysis */
+    cusolverDnHandle_t cusolver;
+    cublasHandle_t blas;
+    double *A, *D, *d_host_copy, *r_dev, *work;
+    int *info;
+    int lwork;
+};
+
+/* One way of computing PHT (FFTW's solver): whether it applies to a
+ * problem, what its plan needs, and the product itself. */
+struct Solver {
+    const char *name;
+    /* Whether it computes the setup's variant (setup->scheme and the
+     * variant's suffix) for this problem on this device. */
+    bool (*applicable)(const dk_enkf_setup *s, const dk_cuda_device *dev);
+    /* Its part of the plan, after the shared arrays and HPHT's tables. */
+    dk_status (*make)(Plan *p, dk_msg *msg);
+    /* PHT (N x M, float64) from e on the plan's stream, not waiting. */
+    dk_status (*cov)(Plan *p, const double *e, double *pht, dk_msg *msg);
+    /* cov reads G, the weighted anomalies (k_weigh); the others weigh as
+     * they stage. */
+    bool reads_g;
+};
+
+extern const Solver solver_mma;    /* mma.cu */
+extern const Solver solver_band;   /* direct.cu */
+extern const Solver solver_direct; /* direct.cu */
+extern const Solver solver_fft;    /* fft.cu */
+
+/* HPHT (hpht.cu): its segments and partial sums at plan time; the product
+ * from PHT on the plan's stream. */
+dk_status hpht_make(Plan *p, dk_msg *msg);
+dk_status hpht_cov(Plan *p, const double *pht, double *hpht, dk_msg *msg);
+
+/* The ops entries that run a plan (analysis.cu). */
+dk_status cov(void *plan, const void *e, void *pht, void *hpht, dk_msg *msg);
+dk_status analysis(void *plan, void *x, const double *d, const double *r, double inflation, dk_msg *msg);
+
+/* ---- helpers (plan.cu) ---- */
+
+/* Blocks of `threads` for n items, at least 1 and at most 2^30 (the
+ * kernels stride over the rest). */
+unsigned blocks_for(long long n, int threads);
+
+/* *ptr, when still NULL, becomes count doubles of device memory. */
+dk_status ensure(double **ptr, long long count, const char *what, dk_msg *msg);
+
+template <typename T>
+dk_status copy_in(T *dst, const T *src, size_t count, const char *what, dk_msg *msg)
+{
+    CUDA_TRY(cudaMemcpy(dst, src, count * sizeof(T), cudaMemcpyHostToDevice), what);
+    return DK_OK;
+}
+
+/* *dst becomes a device copy of count values of src. */
+template <typename T>
+dk_status upload(T **dst, const T *src, size_t count, const char *what, dk_msg *msg)
+{
+    CUDA_TRY(cudaMalloc(dst, (count ? count : 1) * sizeof(T)), what);
+    if (count)
+        CUDA_TRY(cudaMemcpy(*dst, src, count * sizeof(T), cudaMemcpyHostToDevice), what);
+    return DK_OK;
+}
+
+/* The first of keys[b, e) not below key (keys ascending). */
+static __device__ __forceinline__ int lower_bound32(const int *keys, int b, int e, int key)
+{
+    while (b < e) {
+        int mid = (b + e) >> 1;
+        if (keys[mid] < key)
+            b = mid + 1;
+        else
+            e = mid;
+    }
+    return b;
+}
+
+} // namespace dk_cuda_enkf
+
+#endif
