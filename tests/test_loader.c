@@ -1,5 +1,6 @@
 /* The loader refuses each broken plugin with its reason, keeps the good
  * ones working, and names what is available when asked for what is not. */
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,6 +69,14 @@ int main(void)
         CHECK(dk_gbees_variants(octx) == NULL, "no gbees variants past the plugin's size");
         dk_context_destroy(octx);
     }
+    /* without a driver the cuda plugin says so, not "driver version is insufficient" */
+    const dk_backend_info *cuda = find(all, n, "dakit-cuda.so");
+    void *libcuda = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (cuda && !libcuda)
+        CHECK(!cuda->usable && strstr(cuda->reason, "no NVIDIA driver found"), "cuda without a driver: %s",
+              cuda->reason);
+    if (libcuda)
+        dlclose(libcuda);
     const dk_backend_info *cpu = find(all, n, "dakit-cpu.so");
     CHECK(cpu && cpu->usable && strstr(cpu->algorithms, "gauss"), "the cpu plugin still works beside broken ones");
 

@@ -39,7 +39,19 @@ static int usable_ordinals(int *ordinals, int max, dk_msg *msg)
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (dk_cuda_failed(e)) { /* no driver or no device: a reason, not a failure */
-        dk_msg_set(msg, "%s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
+        /* the runtime says "driver version is insufficient" also when there
+         * is no driver at all: the driver API version tells the two apart */
+        int driver = 0, runtime = 0;
+        cudaDriverGetVersion(&driver);
+        cudaRuntimeGetVersion(&runtime);
+        if (driver == 0)
+            dk_msg_set(msg, "no NVIDIA driver found (libcuda is not installed or cannot be loaded)");
+        else if (e == cudaErrorInsufficientDriver)
+            dk_msg_set(msg, "the NVIDIA driver supports CUDA %d.%d, older than the CUDA %d.%d this plugin was built "
+                       "with; update the driver", driver / 1000, driver % 1000 / 10, runtime / 1000,
+                       runtime % 1000 / 10);
+        else
+            dk_msg_set(msg, "%s (%s)", cudaGetErrorString(e), cudaGetErrorName(e));
         return 0;
     }
     if (count == 0) {
