@@ -90,14 +90,6 @@ static void plan_destroy(void *handle)
     free(p);
 }
 
-static dk_status failed(dk_msg *msg, const char *what, cl_int err)
-{
-    dk_msg_set(msg, "opencl enkf: %s failed (%s)", what, dk_opencl_error_name(err));
-    return err == CL_OUT_OF_RESOURCES || err == CL_OUT_OF_HOST_MEMORY || err == CL_MEM_OBJECT_ALLOCATION_FAILURE
-               ? DK_ERR_OUT_OF_MEMORY
-               : DK_ERR_BACKEND;
-}
-
 /* The enkf program, built on the device's first enkf plan and kept. */
 static dk_status program(dk_opencl_device *dev, cl_program *out, dk_msg *msg)
 {
@@ -111,44 +103,14 @@ static dk_status program(dk_opencl_device *dev, cl_program *out, dk_msg *msg)
         return DK_ERR_NOT_IMPLEMENTED;
     }
     const char *source = dk_opencl_enkf_source;
-    cl_int err;
-    cl_program prog = clCreateProgramWithSource(dev->context, 1, &source, NULL, &err);
-    if (err != CL_SUCCESS)
-        return failed(msg, "clCreateProgramWithSource", err);
-    err = clBuildProgram(prog, 1, &dev->id, "", NULL, NULL);
-    if (err != CL_SUCCESS) {
-        char log[400] = "";
-        clGetProgramBuildInfo(prog, dev->id, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
-        for (char *c = log; *c; c++)
-            if (*c == '\n')
-                *c = ' ';
-        dk_msg_set(msg, "opencl enkf: building the kernels failed (%s): %s", dk_opencl_error_name(err), log);
-        clReleaseProgram(prog);
-        return DK_ERR_BACKEND;
-    }
-    dev->enkf = prog;
-    *out = prog;
-    return DK_OK;
-}
-
-/* A device buffer of `bytes`, filled from `src` when not NULL. */
-static dk_status buffer(enkf_plan *p, size_t bytes, const void *src, cl_mem *out, const char *what, dk_msg *msg)
-{
-    cl_int err;
-    cl_mem_flags flags = CL_MEM_READ_WRITE | (src && bytes ? CL_MEM_COPY_HOST_PTR : 0);
-    *out = clCreateBuffer(p->dev->context, flags, bytes ? bytes : 1, bytes ? (void *)src : NULL, &err);
-    if (err != CL_SUCCESS) {
-        *out = NULL;
-        dk_msg_set(msg, "opencl enkf: cannot allocate the %s (%zu bytes) on %s (%s)", what, bytes, p->dev->name,
-                   dk_opencl_error_name(err));
-        return DK_ERR_OUT_OF_MEMORY;
-    }
-    return DK_OK;
+    dk_status st = dk_opencl_build(dev, 1, &source, "", &dev->enkf, msg, "enkf: building the kernels");
+    *out = dev->enkf;
+    return st;
 }
 
 static dk_status lazy(enkf_plan *p, cl_mem *m, size_t bytes, const char *what, dk_msg *msg)
 {
-    return *m ? DK_OK : buffer(p, bytes, NULL, m, what, msg);
+    return *m ? DK_OK : dk_opencl_alloc(p->dev, bytes, NULL, m, msg, "enkf: allocating the %s", what);
 }
 
 static cl_int launch(enkf_plan *p, cl_kernel k, size_t d0, size_t d1);
@@ -185,10 +147,8 @@ static dk_status clfft_failed(dk_msg *msg, const char *what, clfftStatus st)
 }
 
 /* The embedding length per axis: any length >= 2n - 1 gives C exactly;
- * a power of two keeps clFFT on its radix-2 kernels. (Lengths with factors
- * 3, 5, 7 also transform and would be up to half as long, but each new
- * length is a new set of kernels to compile, which on PoCL made the
- * conformance run take minutes instead of seconds.) */
+ * a power of two keeps clFFT on its radix-2 kernels and the lengths few,
+ * since clFFT compiles a new set of kernels for each new length. */
 static size_t pow2_at_least(size_t n)
 {
     size_t m = 1;
@@ -248,6 +208,7 @@ static clfftStatus make_transform(enkf_plan *p, int forward, size_t batch, clfft
 
 static dk_status make_fft(enkf_plan *p, cl_program prog, dk_msg *msg)
 {
+    dk_opencl_device *dev = p->dev;
     const dk_enkf_setup *s = p->s;
     size_t L = s->desc.members, M = s->desc.H.rows;
     struct {
@@ -258,8 +219,7 @@ static dk_status make_fft(enkf_plan *p, cl_program prog, dk_msg *msg)
     for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++) {
         cl_int err;
         *kernels[i].k = clCreateKernel(prog, kernels[i].name, &err);
-        if (err != CL_SUCCESS)
-            return failed(msg, kernels[i].name, err);
+        CL_TRY(err, "enkf: creating kernel %s", kernels[i].name);
     }
     if (s->desc.loc_ndim == 1) {
         p->n0 = pow2_at_least(2 * s->desc.n);
@@ -280,9 +240,12 @@ static dk_status make_fft(enkf_plan *p, cl_program prog, dk_msg *msg)
         p->columns = M;
     size_t batch = p->columns * L;
     dk_status st;
-    if ((st = buffer(p, batch * p->P * sizeof(double), NULL, &p->buf, "FFT real work array", msg)) != DK_OK ||
-        (st = buffer(p, batch * p->Pc * 2 * sizeof(double), NULL, &p->freq, "FFT spectra", msg)) != DK_OK ||
-        (st = buffer(p, p->Pc * 2 * sizeof(double), NULL, &p->spectrum, "spectrum of C", msg)) != DK_OK)
+    if ((st = dk_opencl_alloc(dev, batch * p->P * sizeof(double), NULL, &p->buf, msg,
+                              "enkf: allocating the FFT real work array")) != DK_OK ||
+        (st = dk_opencl_alloc(dev, batch * p->Pc * 2 * sizeof(double), NULL, &p->freq, msg,
+                              "enkf: allocating the FFT spectra")) != DK_OK ||
+        (st = dk_opencl_alloc(dev, p->Pc * 2 * sizeof(double), NULL, &p->spectrum, msg,
+                              "enkf: allocating the spectrum of C")) != DK_OK)
         return st;
 
     pthread_once(&clfft_once, clfft_init);
@@ -297,11 +260,9 @@ static dk_status make_fft(enkf_plan *p, cl_program prog, dk_msg *msg)
 
     /* The spectrum: C's embedding in slot 0 of the work array, through the
      * batched plan (its other slots are transformed and ignored). Every
-     * slot is zeroed first: with uninitialized neighbours, slot 0's
-     * spectrum came out NaN for some lengths and batch sizes on PoCL
-     * (1d_full_small, 1d_L2_M1, analysis_f32 failed), so clFFT's real
-     * transforms do not keep batches apart (it packs real inputs in pairs,
-     * as far as we can tell). */
+     * slot is zeroed first: clFFT's batched real transforms do not keep
+     * batches apart, so uninitialized neighbours can turn slot 0's
+     * spectrum into NaN. */
     double *col = malloc(p->P * sizeof *col);
     if (!col) {
         dk_msg_set(msg, "opencl enkf: out of host memory");
@@ -329,7 +290,8 @@ static dk_status make_fft(enkf_plan *p, cl_program prog, dk_msg *msg)
         err = clEnqueueCopyBuffer(q, p->freq, p->spectrum, 0, 0, p->Pc * 2 * sizeof(double), 0, NULL, NULL);
     if (err == CL_SUCCESS)
         err = clFinish(q);
-    return err == CL_SUCCESS ? DK_OK : failed(msg, "the spectrum of C", err);
+    CL_TRY(err, "enkf: the spectrum of C");
+    return DK_OK;
 }
 
 /* pht64 from the weighted anomalies in p->G, a batch of columns at a time:
@@ -424,31 +386,35 @@ static dk_status plan_create(void *device, const dk_enkf_setup *s, void **out, d
     for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++) {
         cl_int err;
         *kernels[i].k = clCreateKernel(prog, kernels[i].name, &err);
-        if (err != CL_SUCCESS) {
-            plan_destroy(p);
-            return failed(msg, kernels[i].name, err);
-        }
+        CL_TRY_GOTO(err, fail, "enkf: creating kernel %s", kernels[i].name);
     }
     size_t M = s->desc.H.rows, L = s->desc.members;
-    if ((st = buffer(p, (M + 1) * sizeof(int64_t), s->indptr, &p->indptr, "row pointers of H", msg)) != DK_OK ||
-        (st = buffer(p, s->nnz * sizeof(int64_t), s->indices, &p->indices, "column indices of H", msg)) != DK_OK ||
-        (st = buffer(p, s->nnz * sizeof(double), s->values, &p->values, "values of H", msg)) != DK_OK ||
-        (st = buffer(p, s->loc_count * sizeof(double), s->loc, &p->loc, "localization", msg)) != DK_OK ||
-        (st = buffer(p, s->nnz * L * sizeof(double), NULL, &p->G, "weighted anomalies", msg)) != DK_OK ||
-        (st = buffer(p, M * M * sizeof(double), NULL, &p->hpht64, "HPHT", msg)) != DK_OK ||
-        (st = buffer(p, M * L * sizeof(double), NULL, &p->D, "innovations", msg)) != DK_OK ||
-        (st = buffer(p, M * L * sizeof(double), NULL, &p->W, "solved innovations", msg)) != DK_OK) {
-        plan_destroy(p);
-        return st;
-    }
+    struct {
+        cl_mem *m;
+        size_t bytes;
+        const void *src;
+        const char *what;
+    } buffers[] = {{&p->indptr, (M + 1) * sizeof(int64_t), s->indptr, "row pointers of H"},
+                   {&p->indices, s->nnz * sizeof(int64_t), s->indices, "column indices of H"},
+                   {&p->values, s->nnz * sizeof(double), s->values, "values of H"},
+                   {&p->loc, s->loc_count * sizeof(double), s->loc, "localization"},
+                   {&p->G, s->nnz * L * sizeof(double), NULL, "weighted anomalies"},
+                   {&p->hpht64, M * M * sizeof(double), NULL, "HPHT"},
+                   {&p->D, M * L * sizeof(double), NULL, "innovations"},
+                   {&p->W, M * L * sizeof(double), NULL, "solved innovations"}};
+    for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++)
+        if ((st = dk_opencl_alloc(dev, buffers[i].bytes, buffers[i].src, buffers[i].m, msg,
+                                  "enkf: allocating the %s", buffers[i].what)) != DK_OK)
+            goto fail;
 #ifdef DK_OPENCL_CLFFT
-    if (s->scheme == DK_ENKF_FFT && (st = make_fft(p, prog, msg)) != DK_OK) {
-        plan_destroy(p);
-        return st;
-    }
+    if (s->scheme == DK_ENKF_FFT && (st = make_fft(p, prog, msg)) != DK_OK)
+        goto fail;
 #endif
     *out = p;
     return DK_OK;
+fail:
+    plan_destroy(p);
+    return st;
 }
 
 /* Enqueues k over a 1-D or 2-D range; an empty range enqueues nothing
@@ -529,6 +495,7 @@ static cl_int cov64(enkf_plan *p, cl_mem e64, cl_mem pht64, cl_mem hpht64)
 static dk_status cov(void *handle, const void *e_, void *pht_, void *hpht_, dk_msg *msg)
 {
     enkf_plan *p = handle;
+    dk_opencl_device *dev = p->dev;
     const dk_enkf_setup *s = p->s;
     size_t N = s->desc.n, L = s->desc.members, M = s->desc.H.rows;
     cl_mem e = (cl_mem)e_, pht = (cl_mem)pht_, hpht = (cl_mem)hpht_;
@@ -549,17 +516,19 @@ static dk_status cov(void *handle, const void *e_, void *pht_, void *hpht_, dk_m
             err = convert(p, p->narrow, p->hpht64, hpht, M * M);
     }
     if (err == CL_SUCCESS)
-        err = clFinish(p->dev->queue);
-    return err == CL_SUCCESS ? DK_OK : failed(msg, "the covariance product", err);
+        err = clFinish(dev->queue);
+    CL_TRY(err, "enkf: the covariance product");
+    return DK_OK;
 }
 
 static dk_status analysis(void *handle, void *x_, const double *d, const double *r, double inflation,
                           dk_msg *msg)
 {
     enkf_plan *p = handle;
+    dk_opencl_device *dev = p->dev;
     const dk_enkf_setup *s = p->s;
     size_t N = s->desc.n, L = s->desc.members, M = s->desc.H.rows;
-    cl_command_queue q = p->dev->queue;
+    cl_command_queue q = dev->queue;
     cl_mem x = (cl_mem)x_;
     dk_status st;
     if ((st = lazy(p, &p->e64, N * L * sizeof(double), "anomalies", msg)) != DK_OK ||
@@ -606,10 +575,7 @@ static dk_status analysis(void *handle, void *x_, const double *d, const double 
         err = clEnqueueReadBuffer(q, p->hpht64, CL_TRUE, 0, M * M * sizeof *A, A, 0, NULL, NULL);
     if (err == CL_SUCCESS)
         err = clEnqueueReadBuffer(q, p->D, CL_TRUE, 0, M * L * sizeof *D, D, 0, NULL, NULL);
-    if (err != CL_SUCCESS) {
-        st = failed(msg, "forming HPHT and the innovations", err);
-        goto done;
-    }
+    CL_TRY_GOTO(err, done, "enkf: forming HPHT and the innovations");
 
     if ((st = dk_enkf_solve_host(M, L, A, r, D, msg)) != DK_OK)
         goto done;
@@ -630,7 +596,8 @@ static dk_status analysis(void *handle, void *x_, const double *d, const double 
                   : convert(p, p->narrow, p->X64, x, N * L);
     if (err == CL_SUCCESS)
         err = clFinish(q);
-    st = err == CL_SUCCESS ? DK_OK : failed(msg, "the analysis update", err);
+    CL_TRY_GOTO(err, done, "enkf: the analysis update");
+    st = DK_OK;
 done:
     free(A);
     free(D);

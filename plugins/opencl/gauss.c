@@ -81,19 +81,6 @@ static void gauss_plan_destroy(void *handle)
     free(plan);
 }
 
-static dk_status allocate(gauss_plan *plan, size_t bytes, cl_mem *out, const char *what,
-                          dk_msg *msg)
-{
-    cl_int err;
-    *out = clCreateBuffer(plan->dev->context, CL_MEM_READ_WRITE, bytes ? bytes : 1, NULL, &err);
-    if (err != CL_SUCCESS) {
-        dk_msg_set(msg, "opencl gauss: cannot allocate the plan's %s of %zu bytes on %s (%s)",
-                   what, bytes, plan->dev->name, dk_opencl_error_name(err));
-        return DK_ERR_OUT_OF_MEMORY;
-    }
-    return DK_OK;
-}
-
 static dk_status gauss_plan_create(void *device, const dk_gauss_setup *setup, void **out,
                                    dk_msg *msg)
 {
@@ -170,22 +157,22 @@ static dk_status gauss_plan_create(void *device, const dk_gauss_setup *setup, vo
         }
     }
 
+    dk_status st;
     cl_int err;
     plan->kernel = clCreateKernel(program, "rf_windows", &err);
-    if (err != CL_SUCCESS) {
-        dk_msg_set(msg, "opencl gauss: clCreateKernel failed (%s)", dk_opencl_error_name(err));
-        gauss_plan_destroy(plan);
-        return DK_ERR_BACKEND;
-    }
-    dk_status st = allocate(plan, setup->count * esize, &plan->temp, "ping-pong buffer", msg);
+    CL_TRY_GOTO(err, fail, "gauss: creating kernel rf_windows");
+    st = dk_opencl_alloc(dev, setup->count * esize, NULL, &plan->temp, msg,
+                         "gauss: allocating the plan's ping-pong buffer");
     if (st == DK_OK && scratch_values)
-        st = allocate(plan, scratch_values * esize, &plan->scratch, "scratch", msg);
-    if (st != DK_OK) {
-        gauss_plan_destroy(plan);
-        return st;
-    }
+        st = dk_opencl_alloc(dev, scratch_values * esize, NULL, &plan->scratch, msg,
+                             "gauss: allocating the plan's scratch");
+    if (st != DK_OK)
+        goto fail;
     *out = plan;
     return DK_OK;
+fail:
+    gauss_plan_destroy(plan);
+    return st;
 }
 
 /* Filters one axis from src into dst (distinct buffers). */
@@ -258,10 +245,10 @@ static dk_status gauss_execute(void *handle, const void *in_handle, void *out_ha
                                dk_msg *msg)
 {
     gauss_plan *plan = handle;
+    dk_opencl_device *dev = plan->dev;
     cl_mem in = (cl_mem)in_handle, out = (cl_mem)out_handle;
     size_t bytes = plan->count * dk_dtype_size(plan->dtype);
-    cl_int err = CL_SUCCESS;
-    const char *step = "clEnqueueCopyBuffer";
+    dk_status st;
 
     /* Pass i writes into out or temp, alternating so that the last pass
      * writes out and no pass writes the buffer it reads. Only when in is out
@@ -271,29 +258,21 @@ static dk_status gauss_execute(void *handle, const void *in_handle, void *out_ha
     if (plan->npasses == 0 || (in == out && plan->npasses % 2 == 1)) {
         cl_mem to = plan->npasses == 0 ? out : plan->temp;
         if (to != in)
-            err = clEnqueueCopyBuffer(plan->dev->queue, in, to, 0, 0, bytes, 0, NULL, NULL);
+            CL_TRY_GOTO(clEnqueueCopyBuffer(dev->queue, in, to, 0, 0, bytes, 0, NULL, NULL), fail,
+                        "gauss: copying the %zu-byte input", bytes);
         src = to;
     }
-    for (int i = 0; i < plan->npasses && err == CL_SUCCESS; i++) {
+    for (int i = 0; i < plan->npasses; i++) {
         cl_mem dst = (plan->npasses - 1 - i) % 2 == 0 ? out : plan->temp;
-        step = "launching the gauss kernel";
-        err = run_pass(plan, &plan->pass[i], src, dst);
+        CL_TRY_GOTO(run_pass(plan, &plan->pass[i], src, dst), fail,
+                    "gauss: launching the gauss kernel (pass %d of %d)", i + 1, plan->npasses);
         src = dst;
     }
-    if (err == CL_SUCCESS) {
-        step = "finishing the gauss kernels";
-        err = clFinish(plan->dev->queue);
-    }
-    if (err != CL_SUCCESS) {
-        clFinish(plan->dev->queue); /* nothing may still touch in or out */
-        dk_msg_set(msg, "opencl gauss: %s failed on %s (%s)", step, plan->dev->name,
-                   dk_opencl_error_name(err));
-        return err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES ||
-                       err == CL_OUT_OF_HOST_MEMORY
-                   ? DK_ERR_OUT_OF_MEMORY
-                   : DK_ERR_BACKEND;
-    }
+    CL_TRY_GOTO(clFinish(dev->queue), fail, "gauss: finishing the gauss kernels");
     return DK_OK;
+fail:
+    clFinish(dev->queue); /* nothing may still touch in or out */
+    return st;
 }
 
 const dk_gauss_ops dk_opencl_gauss_ops = {

@@ -80,15 +80,6 @@ static void release(cl_mem m)
         clReleaseMemObject(m);
 }
 
-static dk_status failed(dk_msg *msg, const char *what, cl_int err)
-{
-    dk_msg_set(msg, "opencl gbees: %s failed (%s)", what, dk_opencl_error_name(err));
-    return err == CL_OUT_OF_RESOURCES || err == CL_OUT_OF_HOST_MEMORY ||
-                   err == CL_MEM_OBJECT_ALLOCATION_FAILURE
-               ? DK_ERR_OUT_OF_MEMORY
-               : DK_ERR_BACKEND;
-}
-
 static void plan_destroy(void *handle)
 {
     gb_ocl *g = handle;
@@ -158,30 +149,11 @@ static dk_status program(gb_ocl *g, dk_msg *msg)
     snprintf(tail, sizeof tail, "\n#define gb_f %s_f\n#define gb_h %s_h\n", name, name);
     snprintf(options, sizeof options, "-DGB_DIM=%d -DGB_NCOEF=%d", g->d, DK_GBEES_MAX_COEF);
     const char *sources[] = {head, model, tail, dk_opencl_gbees_flux_source, dk_opencl_gbees_source};
-    cl_int err;
-    cl_program prog = clCreateProgramWithSource(dev->context, 5, sources, NULL, &err);
-    if (err != CL_SUCCESS)
-        return failed(msg, "clCreateProgramWithSource", err);
-    err = clBuildProgram(prog, 1, &dev->id, options, NULL, NULL);
-    if (err != CL_SUCCESS) {
-        /* the log from its first error on (compilers lead with a count) */
-        size_t size = 0;
-        clGetProgramBuildInfo(prog, dev->id, CL_PROGRAM_BUILD_LOG, 0, NULL, &size);
-        char *log = malloc(size + 1);
-        const char *from = "";
-        if (log && clGetProgramBuildInfo(prog, dev->id, CL_PROGRAM_BUILD_LOG, size, log, NULL) == CL_SUCCESS) {
-            log[size] = '\0';
-            for (char *c = log; *c; c++)
-                if (*c == '\n')
-                    *c = ' ';
-            from = strstr(log, "error") ? strstr(log, "error") : log;
-        }
-        dk_msg_set(msg, "opencl gbees: building the kernels for model %s (%s) failed (%s): %.300s", name,
-                   options, dk_opencl_error_name(err), from);
-        free(log);
-        clReleaseProgram(prog);
-        return DK_ERR_BACKEND;
-    }
+    cl_program prog;
+    dk_status st = dk_opencl_build(dev, 5, sources, options, &prog, msg,
+                                   "gbees: building the kernels for model %s", name);
+    if (st != DK_OK)
+        return st;
     g->prog = prog;
     if (free_at >= 0) {
         /* the table's name, which lives as long as the plugin */
@@ -192,19 +164,6 @@ static dk_status program(gb_ocl *g, dk_msg *msg)
         dev->gbees[free_at].program = prog;
     } else {
         g->owns_prog = 1;
-    }
-    return DK_OK;
-}
-
-static dk_status alloc(gb_ocl *g, size_t bytes, cl_mem *out, dk_msg *msg)
-{
-    cl_int err;
-    *out = clCreateBuffer(g->dev->context, CL_MEM_READ_WRITE, bytes ? bytes : 1, NULL, &err);
-    if (err != CL_SUCCESS) {
-        *out = NULL;
-        dk_msg_set(msg, "opencl gbees: cannot allocate %zu bytes on %s (%s)", bytes, g->dev->name,
-                   dk_opencl_error_name(err));
-        return DK_ERR_OUT_OF_MEMORY;
     }
     return DK_OK;
 }
@@ -238,6 +197,7 @@ static cl_mem *cell_array(gb_ocl *g, int which)
  * five (the grid itself) keep their first n cells. */
 static dk_status reserve_cells(gb_ocl *g, size_t want, dk_msg *msg)
 {
+    dk_opencl_device *dev = g->dev;
     if (want <= g->cap)
         return DK_OK;
     size_t cap = g->cap ? g->cap : 4096;
@@ -266,23 +226,21 @@ static dk_status reserve_cells(gb_ocl *g, size_t want, dk_msg *msg)
     cl_mem fresh[NCELL_ARRAYS] = {0}, blocks = NULL;
     dk_status st = DK_OK;
     for (int a = 0; a < NCELL_ARRAYS && st == DK_OK; a++)
-        st = alloc(g, cap * cell_bytes(g, a), &fresh[a], msg);
+        st = dk_opencl_alloc(dev, cap * cell_bytes(g, a), NULL, &fresh[a], msg,
+                             "gbees: growing the grid from %zu to %zu cells: allocating cell array %d",
+                             g->n, want, a);
     if (st == DK_OK)
-        st = alloc(g, (cap / g->group + 1) * sizeof(cl_int), &blocks, msg);
-    cl_int err = CL_SUCCESS;
-    for (int a = 0; a < 5 && st == DK_OK && err == CL_SUCCESS && g->n > 0; a++)
-        err = clEnqueueCopyBuffer(g->dev->queue, *cell_array(g, a), fresh[a], 0, 0,
-                                  g->n * cell_bytes(g, a), 0, NULL, NULL);
-    if (st == DK_OK && err == CL_SUCCESS)
-        err = clFinish(g->dev->queue);
-    if (st != DK_OK || err != CL_SUCCESS) {
-        for (int a = 0; a < NCELL_ARRAYS; a++)
-            release(fresh[a]);
-        release(blocks);
-        dk_msg_set(msg, "opencl gbees: out of device memory on %s growing the grid from %zu to %zu cells",
-                   g->dev->name, g->n, want);
-        return DK_ERR_OUT_OF_MEMORY;
-    }
+        st = dk_opencl_alloc(dev, (cap / g->group + 1) * sizeof(cl_int), NULL, &blocks, msg,
+                             "gbees: growing the grid from %zu to %zu cells: allocating the scan blocks",
+                             g->n, want);
+    if (st != DK_OK)
+        goto fail;
+    for (int a = 0; a < 5 && g->n > 0; a++)
+        CL_TRY_GOTO(clEnqueueCopyBuffer(dev->queue, *cell_array(g, a), fresh[a], 0, 0,
+                                        g->n * cell_bytes(g, a), 0, NULL, NULL),
+                    fail, "gbees: growing the grid from %zu to %zu cells: copying cell array %d", g->n,
+                    want, a);
+    CL_TRY_GOTO(clFinish(dev->queue), fail, "gbees: growing the grid from %zu to %zu cells", g->n, want);
     for (int a = 0; a < NCELL_ARRAYS; a++) {
         release(*cell_array(g, a));
         *cell_array(g, a) = fresh[a];
@@ -291,6 +249,11 @@ static dk_status reserve_cells(gb_ocl *g, size_t want, dk_msg *msg)
     g->blocks = blocks;
     g->cap = cap;
     return DK_OK;
+fail:
+    for (int a = 0; a < NCELL_ARRAYS; a++)
+        release(fresh[a]);
+    release(blocks);
+    return st;
 }
 
 static cl_int launch(gb_ocl *g, cl_kernel k, size_t items)
@@ -324,6 +287,7 @@ static cl_int clear_slots(gb_ocl *g, cl_mem slot, size_t count)
  * every cell is placed again. */
 static dk_status reserve_index(gb_ocl *g, size_t want, dk_msg *msg)
 {
+    dk_opencl_device *dev = g->dev;
     if (2 * want <= g->hcap)
         return DK_OK;
     size_t cap = g->hcap ? g->hcap : 8192;
@@ -334,23 +298,23 @@ static dk_status reserve_index(gb_ocl *g, size_t want, dk_msg *msg)
         return DK_ERR_OUT_OF_MEMORY;
     }
     cl_mem slot;
-    dk_status st = alloc(g, cap * sizeof(cl_int), &slot, msg);
-    if (st != DK_OK) {
-        dk_msg_set(msg, "opencl gbees: out of device memory on %s growing the index to %zu slots (%zu cells)",
-                   g->dev->name, cap, want);
+    dk_status st = dk_opencl_alloc(dev, cap * sizeof(cl_int), NULL, &slot, msg,
+                                   "gbees: growing the index to %zu slots for %zu cells", cap, want);
+    if (st != DK_OK)
         return st;
-    }
     release(g->slot);
     g->slot = slot;
     g->hcap = cap;
     cl_int err = clear_slots(g, slot, cap);
     if (err == CL_SUCCESS)
         err = place(g, 0);
-    return err == CL_SUCCESS ? DK_OK : failed(msg, "rebuilding the index", err);
+    CL_TRY(err, "gbees: rebuilding the index");
+    return DK_OK;
 }
 
 static dk_status reserve_candidates(gb_ocl *g, size_t want, dk_msg *msg)
 {
+    dk_opencl_device *dev = g->dev;
     if (want <= g->ccap)
         return DK_OK;
     size_t cap = g->ccap ? g->ccap : 4096;
@@ -362,13 +326,14 @@ static dk_status reserve_candidates(gb_ocl *g, size_t want, dk_msg *msg)
         return DK_ERR_OUT_OF_MEMORY;
     }
     cl_mem cand = NULL, cand_slot = NULL;
-    dk_status st = alloc(g, cap * g->d * sizeof(cl_int), &cand, msg);
+    dk_status st = dk_opencl_alloc(dev, cap * g->d * sizeof(cl_int), NULL, &cand, msg,
+                                   "gbees: allocating the list for %zu candidate cells", want);
     if (st == DK_OK)
-        st = alloc(g, cap * sizeof(cl_int), &cand_slot, msg);
+        st = dk_opencl_alloc(dev, cap * sizeof(cl_int), NULL, &cand_slot, msg,
+                             "gbees: allocating the slots of %zu candidate cells", want);
     if (st != DK_OK) {
         release(cand);
         release(cand_slot);
-        dk_msg_set(msg, "opencl gbees: out of device memory on %s for %zu candidate cells", g->dev->name, want);
         return st;
     }
     release(g->cand);
@@ -444,9 +409,8 @@ static dk_status check_pending(gb_ocl *g, dk_msg *msg)
 
 static dk_status finish(gb_ocl *g, dk_msg *msg)
 {
-    cl_int err = clFinish(g->dev->queue);
-    if (err != CL_SUCCESS)
-        return failed(msg, "running the step kernels", err);
+    dk_opencl_device *dev = g->dev;
+    CL_TRY(clFinish(dev->queue), "gbees: running the step kernels");
     return check_pending(g, msg);
 }
 
@@ -477,6 +441,7 @@ static cl_int insert_candidates(gb_ocl *g, size_t room)
 static dk_status find_candidates(gb_ocl *g, cl_kernel k, int arg_cand, size_t items, size_t *ncand,
                                  dk_msg *msg)
 {
+    dk_opencl_device *dev = g->dev;
     for (;;) {
         cl_int cap = (cl_int)g->ccap;
         cl_int err = zero_counters(g);
@@ -488,8 +453,7 @@ static dk_status find_candidates(gb_ocl *g, cl_kernel k, int arg_cand, size_t it
         if (err == CL_SUCCESS)
             err = clEnqueueReadBuffer(g->dev->queue, g->counters, CL_TRUE, 0, sizeof count, &count, 0, NULL,
                                       NULL);
-        if (err != CL_SUCCESS)
-            return failed(msg, "finding new cells", err);
+        CL_TRY(err, "gbees: finding new cells");
         dk_status st = check_pending(g, msg);
         if (st != DK_OK)
             return st;
@@ -513,15 +477,14 @@ static dk_status plan_create(void *device, const dk_gbees_setup *setup, void **o
         dk_msg_set(msg, "opencl gbees: out of host memory");
         return DK_ERR_OUT_OF_MEMORY;
     }
-    g->dev = device;
+    dk_opencl_device *dev = device;
+    g->dev = dev;
     g->s = *setup;
     g->d = setup->dim;
     g->count_first = !setup->variant || strcmp(setup->variant, "one-wait") != 0;
     dk_status st = program(g, msg);
-    if (st != DK_OK) {
-        plan_destroy(g);
-        return st;
-    }
+    if (st != DK_OK)
+        goto fail;
     struct {
         cl_kernel *k;
         const char *name;
@@ -540,12 +503,7 @@ static dk_status plan_create(void *device, const dk_gbees_setup *setup, void **o
     for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++) {
         cl_int err;
         *kernels[i].k = clCreateKernel(g->prog, kernels[i].name, &err);
-        if (err != CL_SUCCESS) {
-            dk_msg_set(msg, "opencl gbees: clCreateKernel(%s) failed (%s)", kernels[i].name,
-                       dk_opencl_error_name(err));
-            plan_destroy(g);
-            return DK_ERR_BACKEND;
-        }
+        CL_TRY_GOTO(err, fail, "gbees: creating kernel %s", kernels[i].name);
         size_t most = 0;
         if (clGetKernelWorkGroupInfo(*kernels[i].k, g->dev->id, CL_KERNEL_WORK_GROUP_SIZE, sizeof most, &most,
                                      NULL) == CL_SUCCESS &&
@@ -567,23 +525,26 @@ static dk_status plan_create(void *device, const dk_gbees_setup *setup, void **o
     par[2 * g->d + DK_GBEES_MAX_COEF] = setup->threshold;
     size_t par_bytes = (2 * (size_t)g->d + DK_GBEES_MAX_COEF + 1) * sizeof(double);
     size_t gauss_bytes = (DK_GBEES_MAX_DIM + DK_GBEES_MAX_DIM * DK_GBEES_MAX_DIM) * sizeof(double);
-    if ((st = alloc(g, par_bytes, &g->par, msg)) != DK_OK ||
-        (st = alloc(g, gauss_bytes, &g->gauss, msg)) != DK_OK ||
-        (st = alloc(g, 4 * sizeof(cl_int), &g->counters, msg)) != DK_OK ||
-        (st = alloc(g, 4 * sizeof(double), &g->scalars, msg)) != DK_OK ||
-        (st = alloc(g, MAX_REDUCE_GROUPS * sizeof(double), &g->partial, msg)) != DK_OK ||
+    if ((st = dk_opencl_alloc(dev, par_bytes, NULL, &g->par, msg, "gbees: allocating the grid's parameters")) !=
+            DK_OK ||
+        (st = dk_opencl_alloc(dev, gauss_bytes, NULL, &g->gauss, msg, "gbees: allocating the Gaussian's parameters")) !=
+            DK_OK ||
+        (st = dk_opencl_alloc(dev, 4 * sizeof(cl_int), NULL, &g->counters, msg, "gbees: allocating the counters")) !=
+            DK_OK ||
+        (st = dk_opencl_alloc(dev, 4 * sizeof(double), NULL, &g->scalars, msg, "gbees: allocating the scalars")) !=
+            DK_OK ||
+        (st = dk_opencl_alloc(dev, MAX_REDUCE_GROUPS * sizeof(double), NULL, &g->partial, msg,
+                              "gbees: allocating the reduction partials")) != DK_OK ||
         (st = reserve_cells(g, 4096, msg)) != DK_OK || (st = reserve_index(g, 4096, msg)) != DK_OK ||
-        (st = reserve_candidates(g, 4096, msg)) != DK_OK) {
-        plan_destroy(g);
-        return st;
-    }
-    cl_int err = clEnqueueWriteBuffer(g->dev->queue, g->par, CL_TRUE, 0, par_bytes, par, 0, NULL, NULL);
-    if (err != CL_SUCCESS) {
-        plan_destroy(g);
-        return failed(msg, "writing the grid's parameters", err);
-    }
+        (st = reserve_candidates(g, 4096, msg)) != DK_OK)
+        goto fail;
+    CL_TRY_GOTO(clEnqueueWriteBuffer(dev->queue, g->par, CL_TRUE, 0, par_bytes, par, 0, NULL, NULL), fail,
+                "gbees: writing the grid's parameters");
     *out = g;
     return DK_OK;
+fail:
+    plan_destroy(g);
+    return st;
 }
 
 /* Breadth-first from the mean's cell, level by level on the device, as the
@@ -592,6 +553,7 @@ static dk_status plan_create(void *device, const dk_gbees_setup *setup, void **o
 static dk_status init(void *handle, const double *mean, const double *inv, double lognorm, dk_msg *msg)
 {
     gb_ocl *g = handle;
+    dk_opencl_device *dev = g->dev;
     int d = g->d;
     double gauss[DK_GBEES_MAX_DIM + DK_GBEES_MAX_DIM * DK_GBEES_MAX_DIM];
     memcpy(gauss, mean, d * sizeof *gauss);
@@ -612,8 +574,7 @@ static dk_status init(void *handle, const double *mean, const double *inv, doubl
     g->n = 1;
     if (err == CL_SUCCESS)
         err = place(g, 0);
-    if (err != CL_SUCCESS)
-        return failed(msg, "starting the grid", err);
+    CL_TRY(err, "gbees: starting the grid");
 
     cl_kernel k = g->init_level;
     cl_uint mask;
@@ -623,8 +584,7 @@ static dk_status init(void *handle, const double *mean, const double *inv, doubl
         mask = (cl_uint)(g->hcap - 1);
         err = ARG(k, 0, f) | ARG(k, 1, t) | ARG(k, 2, lognorm) | ARG(k, 3, g->par) | ARG(k, 4, g->gauss) |
               ARG(k, 5, g->key) | ARG(k, 6, g->p) | ARG(k, 7, g->slot) | ARG(k, 8, mask);
-        if (err != CL_SUCCESS)
-            return failed(msg, "setting the initialization's arguments", err);
+        CL_TRY(err, "gbees: setting the initialization's arguments");
         size_t ncand;
         dk_status st = find_candidates(g, k, 9, to - from, &ncand, msg);
         if (st != DK_OK)
@@ -638,8 +598,7 @@ static dk_status init(void *handle, const double *mean, const double *inv, doubl
             cl_int counters[4];
             if (err == CL_SUCCESS)
                 err = clEnqueueReadBuffer(q, g->counters, CL_TRUE, 0, sizeof counters, counters, 0, NULL, NULL);
-            if (err != CL_SUCCESS)
-                return failed(msg, "growing the initial grid", err);
+            CL_TRY(err, "gbees: growing the initial grid");
             g->n += (size_t)counters[1];
         }
         from = to;
@@ -660,8 +619,7 @@ static dk_status init(void *handle, const double *mean, const double *inv, doubl
         err = clEnqueueReadBuffer(q, g->scalars, CL_TRUE, 0, sizeof g->max_rate, &g->max_rate, 0, NULL, NULL);
     if (err == CL_SUCCESS)
         err = normalize_async(g, "the initial density has no mass on the grid (t = %g)");
-    if (err != CL_SUCCESS)
-        return failed(msg, "linking the initial grid", err);
+    CL_TRY(err, "gbees: linking the initial grid");
     dk_status st = finish(g, msg);
     if (st != DK_OK)
         return st;
@@ -687,6 +645,7 @@ static dk_status init(void *handle, const double *mean, const double *inv, doubl
  * a GPU's driver may weigh them the other way: `dakit bench` times both. */
 static dk_status grow(gb_ocl *g, dk_msg *msg)
 {
+    dk_opencl_device *dev = g->dev;
     const size_t scan = g->n; /* cells added meanwhile have mass 0: they ask for nothing */
     cl_uint mask = (cl_uint)(g->hcap - 1);
     cl_int n = (cl_int)scan;
@@ -699,8 +658,7 @@ static dk_status grow(gb_ocl *g, dk_msg *msg)
         if (g->count_first) {
             err = ARG(k, 0, n) | ARG(k, 1, g->par) | ARG(k, 2, g->key) | ARG(k, 3, g->v) | ARG(k, 4, g->nb) |
                   ARG(k, 5, g->p) | ARG(k, 6, g->slot) | ARG(k, 7, mask);
-            if (err != CL_SUCCESS)
-                return failed(msg, "setting the growth's arguments", err);
+            CL_TRY(err, "gbees: setting the growth's arguments");
             if ((st = find_candidates(g, k, 8, scan, &room, msg)) != DK_OK || room == 0)
                 return st;
             if ((st = reserve_cells(g, g->n + room, msg)) != DK_OK || (st = reserve_index(g, g->n + room, msg)) != DK_OK)
@@ -721,8 +679,7 @@ static dk_status grow(gb_ocl *g, dk_msg *msg)
                       ARG(k, 9, g->counters) | ARG(k, 10, cap);
             if (err == CL_SUCCESS)
                 err = launch(g, k, scan);
-            if (err != CL_SUCCESS)
-                return failed(msg, "finding new cells", err);
+            CL_TRY(err, "gbees: finding new cells");
         }
         mask = (cl_uint)(g->hcap - 1);
         cl_int from = (cl_int)g->n;
@@ -744,7 +701,8 @@ static dk_status grow(gb_ocl *g, dk_msg *msg)
             err = clEnqueueReadBuffer(g->dev->queue, g->scalars, CL_TRUE, 0, sizeof max_new, &max_new, 0, NULL,
                                       NULL);
         if (err != CL_SUCCESS)
-            return failed(msg, "growing the grid", err);
+            clFinish(dev->queue); /* the counters' read may still be under way */
+        CL_TRY(err, "gbees: growing the grid");
         if ((st = check_pending(g, msg)) != DK_OK)
             return st;
         if (counters[0] < 0) {
@@ -765,6 +723,7 @@ static dk_status grow(gb_ocl *g, dk_msg *msg)
  * set of arrays with their links renumbered, and rebuilds the index. */
 static dk_status prune(gb_ocl *g, dk_msg *msg)
 {
+    dk_opencl_device *dev = g->dev;
     cl_int n = (cl_int)g->n;
     cl_int nblocks = (cl_int)((g->n + g->group - 1) / g->group);
     size_t local = g->group * sizeof(cl_int);
@@ -792,8 +751,7 @@ static dk_status prune(gb_ocl *g, dk_msg *msg)
     cl_int counters[4];
     if (err == CL_SUCCESS)
         err = clEnqueueReadBuffer(g->dev->queue, g->counters, CL_TRUE, 0, sizeof counters, counters, 0, NULL, NULL);
-    if (err != CL_SUCCESS)
-        return failed(msg, "marking cells to prune", err);
+    CL_TRY(err, "gbees: marking cells to prune");
     dk_status st = check_pending(g, msg);
     if (st != DK_OK)
         return st;
@@ -806,8 +764,7 @@ static dk_status prune(gb_ocl *g, dk_msg *msg)
           ARG(k, 10, g->p2) | ARG(k, 11, g->rate2);
     if (err == CL_SUCCESS)
         err = launch(g, k, g->n);
-    if (err != CL_SUCCESS)
-        return failed(msg, "moving the kept cells", err);
+    CL_TRY(err, "gbees: moving the kept cells");
     cl_mem t;
     t = g->key, g->key = g->key2, g->key2 = t;
     t = g->v, g->v = g->v2, g->v2 = t;
@@ -824,8 +781,7 @@ static dk_status prune(gb_ocl *g, dk_msg *msg)
     if (err == CL_SUCCESS)
         err = clEnqueueReadBuffer(g->dev->queue, g->scalars, CL_TRUE, 0, sizeof g->max_rate, &g->max_rate, 0, NULL,
                                   NULL);
-    if (err != CL_SUCCESS)
-        return failed(msg, "rebuilding the index after pruning", err);
+    CL_TRY(err, "gbees: rebuilding the index after pruning");
     return DK_OK;
 }
 
@@ -856,6 +812,7 @@ static cl_int transport(gb_ocl *g)
 static dk_status advance(void *handle, double t_target, int max_steps, dk_msg *msg)
 {
     gb_ocl *g = handle;
+    dk_opencl_device *dev = g->dev;
     dk_status st;
     for (int done = 0; g->t < t_target && (max_steps <= 0 || done < max_steps); done++) {
         if ((st = grow(g, msg)) != DK_OK)
@@ -870,18 +827,15 @@ static dk_status advance(void *handle, double t_target, int max_steps, dk_msg *m
         int last = dt >= t_target - g->t;
         g->dt = last ? t_target - g->t : dt;
         cl_int err = transport(g);
-        if (err != CL_SUCCESS)
-            return failed(msg, "enqueueing a step", err);
+        CL_TRY(err, "gbees: enqueueing a step");
         g->cell_steps += g->n;
         g->steps++;
         g->t = last ? t_target : g->t + g->dt;
-        if ((err = normalize_async(g, "all probability left the grid at t = %g")) != CL_SUCCESS)
-            return failed(msg, "normalizing", err);
+        CL_TRY(normalize_async(g, "all probability left the grid at t = %g"), "gbees: normalizing");
         if (g->steps % (uint64_t)g->s.del_step == 0) {
             if ((st = prune(g, msg)) != DK_OK)
                 return st;
-            if ((err = normalize_async(g, "all probability was pruned at t = %g")) != CL_SUCCESS)
-                return failed(msg, "normalizing", err);
+            CL_TRY(normalize_async(g, "all probability was pruned at t = %g"), "gbees: normalizing");
         }
     }
     return finish(g, msg);
@@ -890,6 +844,7 @@ static dk_status advance(void *handle, double t_target, int max_steps, dk_msg *m
 static dk_status update(void *handle, const double *y, const double *r_inv, int m, dk_msg *msg)
 {
     gb_ocl *g = handle;
+    dk_opencl_device *dev = g->dev;
     dk_status st = finish(g, msg);
     if (st != DK_OK)
         return st;
@@ -907,14 +862,14 @@ static dk_status update(void *handle, const double *y, const double *r_inv, int 
         err = launch(g, k, g->n);
     if (err == CL_SUCCESS)
         err = normalize_async(g, "the measurement at t = %g has no support on the grid (likelihood zero everywhere)");
-    if (err != CL_SUCCESS)
-        return failed(msg, "the measurement update", err);
+    CL_TRY(err, "gbees: the measurement update");
     return finish(g, msg);
 }
 
 static dk_status snapshot(void *handle, double *out, size_t max, size_t *cells, dk_msg *msg)
 {
     gb_ocl *g = handle;
+    dk_opencl_device *dev = g->dev;
     dk_status st = finish(g, msg);
     if (st != DK_OK)
         return st;
@@ -934,18 +889,16 @@ static dk_status snapshot(void *handle, double *out, size_t max, size_t *cells, 
     cl_int err = clEnqueueReadBuffer(g->dev->queue, g->key, CL_FALSE, 0, rows * d * sizeof *key, key, 0, NULL, NULL);
     if (err == CL_SUCCESS)
         err = clEnqueueReadBuffer(g->dev->queue, g->p, CL_TRUE, 0, rows * sizeof *p, p, 0, NULL, NULL);
-    if (err != CL_SUCCESS) {
-        free(key);
-        free(p);
-        return failed(msg, "reading a snapshot", err);
-    }
-    for (size_t c = 0; c < rows; c++) {
+    if (err != CL_SUCCESS)
+        clFinish(g->dev->queue); /* the first read may still be under way */
+    for (size_t c = 0; err == CL_SUCCESS && c < rows; c++) {
         for (int i = 0; i < d; i++)
             out[c * (d + 1) + i] = g->s.center[i] + g->s.dx[i] * key[c * d + i];
         out[c * (d + 1) + d] = p[c];
     }
     free(key);
     free(p);
+    CL_TRY(err, "gbees: reading a snapshot of %zu cells", rows);
     return DK_OK;
 }
 

@@ -76,41 +76,10 @@ static dk_status program(dk_opencl_device *dev, cl_program *out, dk_msg *msg)
                               ? "-cl-fp32-correctly-rounded-divide-sqrt"
                               : "";
     const char *source = dk_opencl_kmeans_source;
-    cl_int err;
-    cl_program prog = clCreateProgramWithSource(dev->context, 1, &source, NULL, &err);
-    if (err != CL_SUCCESS) {
-        dk_msg_set(msg, "opencl kmeans: clCreateProgramWithSource failed (%s)",
-                   dk_opencl_error_name(err));
-        return DK_ERR_BACKEND;
-    }
-    err = clBuildProgram(prog, 1, &dev->id, options, NULL, NULL);
-    if (err != CL_SUCCESS) {
-        char log[400] = "";
-        clGetProgramBuildInfo(prog, dev->id, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
-        for (char *c = log; *c; c++)
-            if (*c == '\n')
-                *c = ' ';
-        dk_msg_set(msg, "opencl kmeans: building the kernels failed (%s): %s",
-                   dk_opencl_error_name(err), log);
-        clReleaseProgram(prog);
-        return DK_ERR_BACKEND;
-    }
-    dev->kmeans = prog;
-    *out = prog;
-    return DK_OK;
-}
-
-static dk_status buffer(kmeans_plan *p, size_t bytes, cl_mem *out, const char *what, dk_msg *msg)
-{
-    cl_int err;
-    *out = clCreateBuffer(p->dev->context, CL_MEM_READ_WRITE, bytes ? bytes : 1, NULL, &err);
-    if (err != CL_SUCCESS) {
-        *out = NULL;
-        dk_msg_set(msg, "opencl kmeans: cannot allocate the plan's %s of %zu bytes on %s (%s)",
-                   what, bytes, p->dev->name, dk_opencl_error_name(err));
-        return DK_ERR_OUT_OF_MEMORY;
-    }
-    return DK_OK;
+    dk_status st = dk_opencl_build(dev, 1, &source, options, &dev->kmeans, msg,
+                                   "kmeans: building the kernels");
+    *out = dev->kmeans;
+    return st;
 }
 
 static dk_status plan_create(void *device, const dk_kmeans_setup *setup, void **out, dk_msg *msg)
@@ -139,12 +108,7 @@ static dk_status plan_create(void *device, const dk_kmeans_setup *setup, void **
     for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++) {
         cl_int err;
         *kernels[i].k = clCreateKernel(prog, kernels[i].name, &err);
-        if (err != CL_SUCCESS) {
-            dk_msg_set(msg, "opencl kmeans: clCreateKernel(%s) failed (%s)", kernels[i].name,
-                       dk_opencl_error_name(err));
-            plan_destroy(p);
-            return DK_ERR_BACKEND;
-        }
+        CL_TRY_GOTO(err, fail, "kmeans: creating kernel %s", kernels[i].name);
         size_t most = 0;
         if (clGetKernelWorkGroupInfo(*kernels[i].k, dev->id, CL_KERNEL_WORK_GROUP_SIZE,
                                      sizeof most, &most, NULL) == CL_SUCCESS &&
@@ -166,57 +130,50 @@ static dk_status plan_create(void *device, const dk_kmeans_setup *setup, void **
     p->groups = (d->n + chunk - 1) / chunk;
 
     const size_t kd = (size_t)d->k * d->d, pairs = (size_t)d->k * (d->d + 1);
-    if ((st = buffer(p, kd * sizeof(float), &p->C, "centroids", msg)) != DK_OK ||
-        (st = buffer(p, p->groups * pairs * sizeof(double), &p->partial, "partial sums", msg)) !=
-            DK_OK ||
-        (st = buffer(p, pairs * sizeof(double), &p->total, "sums", msg)) != DK_OK ||
-        (st = buffer(p, 2 * sizeof(cl_int), &p->state, "state", msg)) != DK_OK ||
-        (st = buffer(p, sizeof(double), &p->move, "move", msg)) != DK_OK ||
-        (st = buffer(p, 2 * p->groups * sizeof(double), &p->obj, "objective partials", msg)) !=
-            DK_OK ||
-        (setup->contiguity &&
-         ((st = buffer(p, d->n * sizeof(cl_int), &p->lab[0], "labels", msg)) != DK_OK ||
-          (st = buffer(p, d->n * sizeof(cl_int), &p->lab[1], "labels", msg)) != DK_OK))) {
-        plan_destroy(p);
-        return st;
-    }
+    struct {
+        cl_mem *m;
+        size_t bytes;
+        const char *what;
+    } buffers[] = {{&p->C, kd * sizeof(float), "centroids"},
+                   {&p->partial, p->groups * pairs * sizeof(double), "partial sums"},
+                   {&p->total, pairs * sizeof(double), "sums"},
+                   {&p->state, 2 * sizeof(cl_int), "state"},
+                   {&p->move, sizeof(double), "move"},
+                   {&p->obj, 2 * p->groups * sizeof(double), "objective partials"},
+                   /* the last two only with contiguity */
+                   {&p->lab[0], d->n * sizeof(cl_int), "labels"},
+                   {&p->lab[1], d->n * sizeof(cl_int), "labels"}};
+    size_t nbuffers = sizeof buffers / sizeof buffers[0] - (setup->contiguity ? 0 : 2);
+    for (size_t i = 0; i < nbuffers; i++)
+        if ((st = dk_opencl_alloc(dev, buffers[i].bytes, NULL, buffers[i].m, msg,
+                                  "kmeans: allocating the plan's %s", buffers[i].what)) != DK_OK)
+            goto fail;
     cl_float lambda = (cl_float)d->lambda;
     cl_uint lambda_bits;
     memcpy(&lambda_bits, &lambda, sizeof lambda_bits);
     cl_ulong shape[10] = {d->n, setup->stride_point, setup->stride_feature, d->rows, d->cols,
                           (cl_ulong)d->d, (cl_ulong)d->k, (cl_ulong)d->window,
                           (cl_ulong)setup->contiguity, lambda_bits};
-    if ((st = buffer(p, sizeof shape, &p->shape, "shape", msg)) != DK_OK) {
-        plan_destroy(p);
-        return st;
-    }
-    cl_int err = clEnqueueWriteBuffer(dev->queue, p->shape, CL_TRUE, 0, sizeof shape, shape, 0,
-                                      NULL, NULL);
-    if (err != CL_SUCCESS) {
-        plan_destroy(p);
-        dk_msg_set(msg, "opencl kmeans: writing the plan's shape failed (%s)",
-                   dk_opencl_error_name(err));
-        return DK_ERR_BACKEND;
-    }
+    if ((st = dk_opencl_alloc(dev, sizeof shape, NULL, &p->shape, msg,
+                              "kmeans: allocating the plan's shape")) != DK_OK)
+        goto fail;
+    CL_TRY_GOTO(clEnqueueWriteBuffer(dev->queue, p->shape, CL_TRUE, 0, sizeof shape, shape, 0, NULL,
+                                     NULL),
+                fail, "kmeans: writing the plan's shape");
     *out = p;
     return DK_OK;
-}
-
-static dk_status failed(dk_msg *msg, const char *what, cl_int err)
-{
-    dk_msg_set(msg, "opencl kmeans: %s failed (%s)", what, dk_opencl_error_name(err));
-    return err == CL_OUT_OF_RESOURCES || err == CL_OUT_OF_HOST_MEMORY ||
-                   err == CL_MEM_OBJECT_ALLOCATION_FAILURE
-               ? DK_ERR_OUT_OF_MEMORY
-               : DK_ERR_BACKEND;
+fail:
+    plan_destroy(p);
+    return st;
 }
 
 static dk_status execute(void *handle, const void *points, const void *mask_, const void *init,
                          void *labels_, void *centroids, dk_kmeans_result *res, dk_msg *msg)
 {
     kmeans_plan *p = handle;
+    dk_opencl_device *dev = p->dev;
     const dk_kmeans_desc *d = &p->s.desc;
-    cl_command_queue q = p->dev->queue;
+    cl_command_queue q = dev->queue;
     cl_mem X = (cl_mem)points, labels = (cl_mem)labels_;
     cl_mem mask = mask_ ? (cl_mem)mask_ : X; /* never read when has_mask is 0 */
     cl_int has_mask = mask_ != NULL;
@@ -228,8 +185,7 @@ static dk_status execute(void *handle, const void *points, const void *mask_, co
     cl_int zero[2] = {0, 0};
     if (err == CL_SUCCESS)
         err = clEnqueueWriteBuffer(q, p->state, CL_FALSE, 0, sizeof zero, zero, 0, NULL, NULL);
-    if (err != CL_SUCCESS)
-        return failed(msg, "setting up the iterations", err);
+    CL_TRY(err, "kmeans: setting up the iterations");
 
     if (p->s.contiguity) {
         cl_kernel k = p->first;
@@ -242,8 +198,7 @@ static dk_status execute(void *handle, const void *points, const void *mask_, co
         err |= clSetKernelArg(k, 6, kd * sizeof(float), NULL);
         if (err == CL_SUCCESS)
             err = clEnqueueNDRangeKernel(q, k, 1, NULL, &wide, &G, 0, NULL, NULL);
-        if (err != CL_SUCCESS)
-            return failed(msg, "the first labels", err);
+        CL_TRY(err, "kmeans: the first labels");
     }
 
     cl_kernel a = p->assign, r = p->reduce, u = p->update;
@@ -270,8 +225,7 @@ static dk_status execute(void *handle, const void *points, const void *mask_, co
     err |= clSetKernelArg(u, 4, sizeof d->tol, &d->tol);
     err |= clSetKernelArg(u, 5, sizeof p->shape, &p->shape);
     err |= clSetKernelArg(u, 6, (size_t)d->k * sizeof(double), NULL);
-    if (err != CL_SUCCESS)
-        return failed(msg, "setting the kernels' arguments", err);
+    CL_TRY(err, "kmeans: setting the kernels' arguments");
 
     const size_t reduce_global = (size_t)pairs * G;
     cl_int state[2] = {0, 0};
@@ -286,12 +240,10 @@ static dk_status execute(void *handle, const void *points, const void *mask_, co
             err = clEnqueueNDRangeKernel(q, r, 1, NULL, &reduce_global, &G, 0, NULL, NULL);
         if (err == CL_SUCCESS)
             err = clEnqueueNDRangeKernel(q, u, 1, NULL, &G, &G, 0, NULL, NULL);
-        if (err != CL_SUCCESS)
-            return failed(msg, "enqueueing an iteration", err);
+        CL_TRY(err, "kmeans: enqueueing an iteration");
         if ((t + 1) % BATCH == 0 || t + 1 == d->max_iters) {
             err = clEnqueueReadBuffer(q, p->state, CL_TRUE, 0, sizeof state, state, 0, NULL, NULL);
-            if (err != CL_SUCCESS)
-                return failed(msg, "running the iterations", err);
+            CL_TRY(err, "kmeans: running the iterations");
             if (state[1])
                 break;
         }
@@ -301,8 +253,7 @@ static dk_status execute(void *handle, const void *points, const void *mask_, co
     if (p->s.contiguity) {
         err = clEnqueueCopyBuffer(q, p->lab[it & 1], labels, 0, 0, d->n * sizeof(cl_int), 0, NULL,
                                   NULL);
-        if (err != CL_SUCCESS)
-            return failed(msg, "copying the final labels", err);
+        CL_TRY(err, "kmeans: copying the final labels");
     }
     cl_kernel o = p->objective;
     err = clSetKernelArg(o, 0, sizeof X, &X);
@@ -328,16 +279,13 @@ static dk_status execute(void *handle, const void *points, const void *mask_, co
                                   NULL, NULL);
     if (err == CL_SUCCESS)
         err = clEnqueueReadBuffer(q, p->move, CL_TRUE, 0, sizeof move, &move, 0, NULL, NULL);
-    if (err != CL_SUCCESS) {
-        free(obj);
-        return failed(msg, "the objective", err);
-    }
     double total = 0, valid = 0;
-    for (size_t g = 0; g < p->groups; g++) {
+    for (size_t g = 0; err == CL_SUCCESS && g < p->groups; g++) {
         total += obj[2 * g];
         valid += obj[2 * g + 1];
     }
     free(obj);
+    CL_TRY(err, "kmeans: the objective");
     res->iterations = it;
     res->objective = total;
     res->last_move = move;

@@ -1,4 +1,5 @@
-/* What plugin.c and gauss.c of the opencl backend share. */
+/* What the files of the opencl backend share: the opened device and one set
+ * of error-check helpers. */
 #ifndef DAKIT_OPENCL_PLUGIN_H
 #define DAKIT_OPENCL_PLUGIN_H
 
@@ -35,6 +36,47 @@ typedef struct dk_opencl_device {
 
 /* "CL_OUT_OF_RESOURCES" for -5, and so on; never NULL. */
 const char *dk_opencl_error_name(cl_int code);
+
+#if defined(__GNUC__)
+#define DK_OPENCL_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
+#else
+#define DK_OPENCL_PRINTF(fmt, args)
+#endif
+
+/* Writes "opencl <what, from fmt> failed on <device> (<CL error name>)" to msg and
+ * returns DK_ERR_OUT_OF_MEMORY for the codes that mean memory ran out, else DK_ERR_BACKEND. */
+dk_status dk_opencl_fail(dk_msg *msg, const dk_opencl_device *dev, cl_int err, const char *fmt, ...)
+    DK_OPENCL_PRINTF(4, 5);
+
+/* A read-write buffer of `bytes` (at least one), filled from src unless NULL; on
+ * failure *out is NULL, msg names what, bytes and the CL error: DK_ERR_OUT_OF_MEMORY. */
+dk_status dk_opencl_alloc(const dk_opencl_device *dev, size_t bytes, const void *src, cl_mem *out,
+                          dk_msg *msg, const char *fmt, ...) DK_OPENCL_PRINTF(6, 7);
+
+/* Builds a program from `count` sources; on failure msg names what, the options
+ * and the CL error, and quotes the compiler's log from its first error on. */
+dk_status dk_opencl_build(const dk_opencl_device *dev, cl_uint count, const char **sources,
+                          const char *options, cl_program *out, dk_msg *msg, const char *fmt, ...)
+    DK_OPENCL_PRINTF(7, 8);
+
+/* CL_TRY(call, fmt, ...): a cl_int call that fails returns dk_opencl_fail(msg, dev,
+ * ...), `msg` and `dev` taken from the scope. CL_TRY_GOTO(call, label, fmt, ...)
+ * puts that status in `st` and jumps to label instead, where cleanup is needed. */
+#define CL_TRY(call, ...)                                                                          \
+    do {                                                                                           \
+        cl_int cl_try_err_ = (call);                                                               \
+        if (cl_try_err_ != CL_SUCCESS)                                                             \
+            return dk_opencl_fail(msg, dev, cl_try_err_, __VA_ARGS__);                             \
+    } while (0)
+
+#define CL_TRY_GOTO(call, label, ...)                                                              \
+    do {                                                                                           \
+        cl_int cl_try_err_ = (call);                                                               \
+        if (cl_try_err_ != CL_SUCCESS) {                                                           \
+            st = dk_opencl_fail(msg, dev, cl_try_err_, __VA_ARGS__);                               \
+            goto label;                                                                            \
+        }                                                                                          \
+    } while (0)
 
 extern const dk_gauss_ops dk_opencl_gauss_ops;
 extern const dk_kmeans_ops dk_opencl_kmeans_ops;

@@ -57,6 +57,101 @@ const char *dk_opencl_error_name(cl_int code)
     }
 }
 
+/* The error's name, or its number where it has no name here. */
+static const char *error_label(cl_int err, char *buf, size_t size)
+{
+    const char *name = dk_opencl_error_name(err);
+    if (strncmp(name, "CL_", 3) == 0)
+        return name;
+    snprintf(buf, size, "OpenCL error %d", (int)err);
+    return buf;
+}
+
+dk_status dk_opencl_fail(dk_msg *msg, const dk_opencl_device *dev, cl_int err, const char *fmt, ...)
+{
+    char what[256], code[32];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    dk_msg_set(msg, "opencl %s failed on %s (%s)", what, dev->name,
+               error_label(err, code, sizeof code));
+    /* CL_INVALID_BUFFER_SIZE: a buffer larger than the device allows */
+    return err == CL_MEM_OBJECT_ALLOCATION_FAILURE || err == CL_OUT_OF_RESOURCES ||
+                   err == CL_OUT_OF_HOST_MEMORY || err == CL_INVALID_BUFFER_SIZE
+               ? DK_ERR_OUT_OF_MEMORY
+               : DK_ERR_BACKEND;
+}
+
+dk_status dk_opencl_alloc(const dk_opencl_device *dev, size_t bytes, const void *src, cl_mem *out,
+                          dk_msg *msg, const char *fmt, ...)
+{
+    cl_int err;
+    int fill = src && bytes;
+    /* OpenCL refuses empty buffers; a one-byte one stands in. */
+    *out = clCreateBuffer(dev->context, CL_MEM_READ_WRITE | (fill ? CL_MEM_COPY_HOST_PTR : 0),
+                          bytes ? bytes : 1, fill ? (void *)src : NULL, &err);
+    if (err == CL_SUCCESS)
+        return DK_OK;
+    *out = NULL;
+    char what[256], code[32];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    dk_msg_set(msg, "opencl %s (%zu bytes) failed on %s (%s)", what, bytes, dev->name,
+               error_label(err, code, sizeof code));
+    return DK_ERR_OUT_OF_MEMORY;
+}
+
+dk_status dk_opencl_build(const dk_opencl_device *dev, cl_uint count, const char **sources,
+                          const char *options, cl_program *out, dk_msg *msg, const char *fmt, ...)
+{
+    char what[256], label[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    snprintf(label, sizeof label, *options ? "%s (%s)" : "%s", what, options);
+    cl_int err;
+    cl_program program = clCreateProgramWithSource(dev->context, count, sources, NULL, &err);
+    CL_TRY(err, "%s: clCreateProgramWithSource", label);
+    err = clBuildProgram(program, 1, &dev->id, options, NULL, NULL);
+    if (err == CL_SUCCESS) {
+        *out = program;
+        return DK_OK;
+    }
+    dk_status st = dk_opencl_fail(msg, dev, err, "%s", label);
+    /* the log from the line of its first error on (compilers may lead with
+     * warnings or a count), on one line */
+    size_t size = 0;
+    char *log = NULL;
+    if (clGetProgramBuildInfo(program, dev->id, CL_PROGRAM_BUILD_LOG, 0, NULL, &size) == CL_SUCCESS)
+        log = malloc(size + 1);
+    if (log && clGetProgramBuildInfo(program, dev->id, CL_PROGRAM_BUILD_LOG, size, log, NULL) ==
+                   CL_SUCCESS) {
+        log[size] = '\0';
+        char *from = strstr(log, "error");
+        if (!from)
+            from = log;
+        while (from > log && from[-1] != '\n')
+            from--;
+        size_t len = strlen(from);
+        while (len > 0 && (from[len - 1] == '\n' || from[len - 1] == '\r' || from[len - 1] == ' '))
+            from[--len] = '\0';
+        for (char *c = from; *c; c++)
+            if (*c == '\n' || *c == '\r')
+                *c = ' ';
+        if (msg && len > 0) {
+            size_t used = strlen(msg->text);
+            snprintf(msg->text + used, sizeof msg->text - used, ": %s", from);
+        }
+    }
+    free(log);
+    clReleaseProgram(program);
+    return st;
+}
+
 /* The device with number `index` in the loader's order, or a status with
  * the reason in msg. *count (when not NULL) receives how many devices there
  * are in all, up to DK_PLUGIN_MAX_DEVICES. */
@@ -173,36 +268,6 @@ static int has_extension(cl_device_id device, const char *name)
     return found;
 }
 
-/* Compiles the gauss kernels for one precision; on failure the compiler's
- * log (its start) goes into msg. */
-static dk_status build_gauss(dk_opencl_device *dev, const char *options, cl_program *out,
-                             dk_msg *msg)
-{
-    const char *source = dk_opencl_gauss_source;
-    cl_int err;
-    cl_program program = clCreateProgramWithSource(dev->context, 1, &source, NULL, &err);
-    if (err != CL_SUCCESS) {
-        dk_msg_set(msg, "opencl: clCreateProgramWithSource failed (%s)",
-                   dk_opencl_error_name(err));
-        return DK_ERR_BACKEND;
-    }
-    err = clBuildProgram(program, 1, &dev->id, options, NULL, NULL);
-    if (err != CL_SUCCESS) {
-        char log[400] = "";
-        clGetProgramBuildInfo(program, dev->id, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log,
-                              NULL);
-        for (char *c = log; *c; c++)
-            if (*c == '\n')
-                *c = ' ';
-        dk_msg_set(msg, "opencl: building the gauss kernels (%s) failed (%s): %s", options,
-                   dk_opencl_error_name(err), log);
-        clReleaseProgram(program);
-        return DK_ERR_BACKEND;
-    }
-    *out = program;
-    return DK_OK;
-}
-
 static void opencl_device_close(void *handle)
 {
     dk_opencl_device *dev = handle;
@@ -256,19 +321,9 @@ static dk_status opencl_device_open(int index, void **handle, dk_msg *msg)
     cl_int err;
     cl_context_properties props[] = {CL_CONTEXT_PLATFORM, (cl_context_properties)platform, 0};
     dev->context = clCreateContext(props, 1, &id, NULL, NULL, &err);
-    if (err != CL_SUCCESS) {
-        dk_msg_set(msg, "opencl: clCreateContext failed for %s (%s)", dev->name,
-                   dk_opencl_error_name(err));
-        opencl_device_close(dev);
-        return DK_ERR_BACKEND;
-    }
+    CL_TRY_GOTO(err, fail, "clCreateContext");
     dev->queue = clCreateCommandQueue(dev->context, id, 0, &err);
-    if (err != CL_SUCCESS) {
-        dk_msg_set(msg, "opencl: clCreateCommandQueue failed for %s (%s)", dev->name,
-                   dk_opencl_error_name(err));
-        opencl_device_close(dev);
-        return DK_ERR_BACKEND;
-    }
+    CL_TRY_GOTO(err, fail, "clCreateCommandQueue");
 
     /* A CPU runs a work-item on one thread: filtering several windows side
      * by side as one vector gives it SIMD and independent dependency
@@ -287,17 +342,21 @@ static dk_status opencl_device_open(int index, void **handle, dk_msg *msg)
              (fp32 & CL_FP_CORRECTLY_ROUNDED_DIVIDE_SQRT)
                  ? " -cl-fp32-correctly-rounded-divide-sqrt"
                  : "");
-    st = build_gauss(dev, options, &dev->gauss_f32, msg);
+    const char *source = dk_opencl_gauss_source;
+    st = dk_opencl_build(dev, 1, &source, options, &dev->gauss_f32, msg,
+                         "gauss: building the kernels");
     if (st == DK_OK && dev->fp64) {
         snprintf(options, sizeof options, "-DREAL=double -DDK_FP64 -DLANES=%d", dev->lanes_f64);
-        st = build_gauss(dev, options, &dev->gauss_f64, msg);
+        st = dk_opencl_build(dev, 1, &source, options, &dev->gauss_f64, msg,
+                             "gauss: building the kernels");
     }
-    if (st != DK_OK) {
-        opencl_device_close(dev);
-        return st;
-    }
+    if (st != DK_OK)
+        goto fail;
     *handle = dev;
     return DK_OK;
+fail:
+    opencl_device_close(dev);
+    return st;
 }
 
 static dk_status opencl_buffer_alloc(void *handle, size_t bytes, void **buffer, dk_msg *msg)
@@ -306,14 +365,7 @@ static dk_status opencl_buffer_alloc(void *handle, size_t bytes, void **buffer, 
     cl_int err;
     /* OpenCL refuses empty buffers; a one-byte one stands in. */
     cl_mem mem = clCreateBuffer(dev->context, CL_MEM_READ_WRITE, bytes ? bytes : 1, NULL, &err);
-    if (err != CL_SUCCESS) {
-        dk_msg_set(msg, "opencl: cannot allocate %zu bytes on %s (%s)", bytes, dev->name,
-                   dk_opencl_error_name(err));
-        return err == CL_INVALID_BUFFER_SIZE || err == CL_MEM_OBJECT_ALLOCATION_FAILURE ||
-                       err == CL_OUT_OF_HOST_MEMORY || err == CL_OUT_OF_RESOURCES
-                   ? DK_ERR_OUT_OF_MEMORY
-                   : DK_ERR_BACKEND;
-    }
+    CL_TRY(err, "buffer allocation of %zu bytes", bytes);
     *buffer = mem;
     return DK_OK;
 }
@@ -331,13 +383,8 @@ static dk_status opencl_buffer_write(void *handle, void *buffer, const void *src
     dk_opencl_device *dev = handle;
     if (bytes == 0)
         return DK_OK;
-    cl_int err = clEnqueueWriteBuffer(dev->queue, (cl_mem)buffer, CL_TRUE, 0, bytes, src, 0,
-                                      NULL, NULL);
-    if (err != CL_SUCCESS) {
-        dk_msg_set(msg, "opencl: writing %zu bytes to the device failed (%s)", bytes,
-                   dk_opencl_error_name(err));
-        return DK_ERR_BACKEND;
-    }
+    CL_TRY(clEnqueueWriteBuffer(dev->queue, (cl_mem)buffer, CL_TRUE, 0, bytes, src, 0, NULL, NULL),
+           "buffer write of %zu bytes to the device", bytes);
     return DK_OK;
 }
 
@@ -347,13 +394,8 @@ static dk_status opencl_buffer_read(void *handle, const void *buffer, void *dst,
     dk_opencl_device *dev = handle;
     if (bytes == 0)
         return DK_OK;
-    cl_int err = clEnqueueReadBuffer(dev->queue, (cl_mem)buffer, CL_TRUE, 0, bytes, dst, 0,
-                                     NULL, NULL);
-    if (err != CL_SUCCESS) {
-        dk_msg_set(msg, "opencl: reading %zu bytes from the device failed (%s)", bytes,
-                   dk_opencl_error_name(err));
-        return DK_ERR_BACKEND;
-    }
+    CL_TRY(clEnqueueReadBuffer(dev->queue, (cl_mem)buffer, CL_TRUE, 0, bytes, dst, 0, NULL, NULL),
+           "buffer read of %zu bytes from the device", bytes);
     return DK_OK;
 }
 
@@ -363,15 +405,9 @@ static dk_status opencl_buffer_copy(void *handle, void *dst, const void *src, si
     dk_opencl_device *dev = handle;
     if (bytes == 0 || dst == src)
         return DK_OK;
-    cl_int err = clEnqueueCopyBuffer(dev->queue, (cl_mem)src, (cl_mem)dst, 0, 0, bytes, 0,
-                                     NULL, NULL);
-    if (err == CL_SUCCESS)
-        err = clFinish(dev->queue);
-    if (err != CL_SUCCESS) {
-        dk_msg_set(msg, "opencl: copying %zu bytes on the device failed (%s)", bytes,
-                   dk_opencl_error_name(err));
-        return DK_ERR_BACKEND;
-    }
+    CL_TRY(clEnqueueCopyBuffer(dev->queue, (cl_mem)src, (cl_mem)dst, 0, 0, bytes, 0, NULL, NULL),
+           "buffer copy of %zu bytes on the device", bytes);
+    CL_TRY(clFinish(dev->queue), "buffer copy of %zu bytes on the device", bytes);
     return DK_OK;
 }
 
