@@ -46,12 +46,73 @@ DK_API dk_status dk_buffer_create(dk_context *ctx, size_t bytes, dk_buffer **buf
     return DK_OK;
 }
 
+static const char *memory_kind_name(dk_memory_kind kind)
+{
+    switch (kind) {
+    case DK_MEMORY_HOST: return "host memory";
+    case DK_MEMORY_CUDA: return "CUDA device memory";
+    case DK_MEMORY_OPENCL: return "an OpenCL cl_mem";
+    }
+    return "memory of an unknown kind";
+}
+
+DK_API dk_status dk_buffer_wrap(dk_context *ctx, dk_memory_kind kind, void *memory, size_t bytes, dk_buffer **buf)
+{
+    if (!ctx || !buf)
+        return dk_fail(ctx, DK_ERR_INVALID_ARGUMENT, "dk_buffer_wrap: ctx and buf must not be NULL");
+    *buf = NULL;
+    if (!memory || bytes == 0)
+        return dk_fail(ctx, DK_ERR_INVALID_ARGUMENT, "dk_buffer_wrap: the memory must not be NULL or empty");
+    if (kind != DK_MEMORY_HOST && kind != DK_MEMORY_CUDA && kind != DK_MEMORY_OPENCL)
+        return dk_fail(ctx, DK_ERR_INVALID_ARGUMENT, "dk_buffer_wrap: memory kind %d is none of host, cuda, opencl",
+                       (int)kind);
+    const dk_plugin *p = ctx->backend->plugin;
+    if (!p->buffer_wrap || !p->buffer_unwrap)
+        return dk_fail(ctx, DK_ERR_NOT_IMPLEMENTED, "dk_buffer_wrap: backend '%s' cannot use %s the caller owns; "
+                       "copy it in with dk_buffer_write instead", p->name, memory_kind_name(kind));
+    dk_buffer *b = calloc(1, sizeof *b);
+    if (!b)
+        return dk_fail(ctx, DK_ERR_OUT_OF_MEMORY, "dk_buffer_wrap: out of host memory");
+    dk_msg msg = {{0}};
+    dk_device_enter(ctx);
+    dk_status st = p->buffer_wrap(ctx->device, (int)kind, memory, bytes, &b->handle, &msg);
+    dk_device_leave(ctx);
+    if (st != DK_OK) {
+        free(b);
+        return dk_fail_msg(ctx, st, &msg, "wrapping the caller's memory");
+    }
+    b->ctx = ctx;
+    b->bytes = bytes;
+    b->wrapped = 1;
+    *buf = b;
+    return DK_OK;
+}
+
+DK_API dk_status dk_context_native(dk_context *ctx, dk_native *native)
+{
+    if (!ctx || !native)
+        return dk_fail(ctx, DK_ERR_INVALID_ARGUMENT, "dk_context_native: ctx and native must not be NULL");
+    memset(native, 0, sizeof *native);
+    const dk_plugin *p = ctx->backend->plugin;
+    if (!p->device_native)
+        return dk_fail(ctx, DK_ERR_NOT_IMPLEMENTED, "dk_context_native: backend '%s' does not give its handles",
+                       p->name);
+    dk_msg msg = {{0}};
+    dk_device_enter(ctx);
+    dk_status st = p->device_native(ctx->device, native, &msg);
+    dk_device_leave(ctx);
+    return st == DK_OK ? DK_OK : dk_fail_msg(ctx, st, &msg, "reading the backend's handles");
+}
+
 DK_API void dk_buffer_destroy(dk_buffer *buf)
 {
     if (!buf)
         return;
     dk_device_enter(buf->ctx);
-    buf->ctx->backend->plugin->buffer_free(buf->ctx->device, buf->handle);
+    if (buf->wrapped)
+        buf->ctx->backend->plugin->buffer_unwrap(buf->ctx->device, buf->handle);
+    else
+        buf->ctx->backend->plugin->buffer_free(buf->ctx->device, buf->handle);
     dk_device_leave(buf->ctx);
     free(buf);
 }

@@ -62,6 +62,7 @@ struct dk_buffer {
     dk_context *ctx;
     void *handle;
     size_t bytes;
+    int wrapped; /* the caller's memory: buffer_unwrap, not buffer_free */
 };
 
 typedef enum { DK_ALGO_GAUSS = 0, DK_ALGO_ENKF, DK_ALGO_KMEANS, DK_ALGO_GBEES, DK_ALGO_COUNT } dk_algo;

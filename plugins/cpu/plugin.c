@@ -147,6 +147,34 @@ static void cpu_buffer_free(void *device, void *buffer)
     free(buffer);
 }
 
+/* The caller's host memory is used as it is: every kernel takes any
+ * alignment a float or double array has. */
+static dk_status cpu_buffer_wrap(void *device, int kind, void *memory, size_t bytes, void **buffer, dk_msg *msg)
+{
+    (void)device;
+    (void)bytes;
+    if (kind != DK_MEMORY_HOST) {
+        dk_msg_set(msg, "cpu: only host memory can be wrapped (memory kind %d is a device's)", kind);
+        return DK_ERR_NOT_IMPLEMENTED;
+    }
+    *buffer = memory;
+    return DK_OK;
+}
+
+static void cpu_buffer_unwrap(void *device, void *buffer)
+{
+    (void)device;
+    (void)buffer;
+}
+
+static dk_status cpu_device_native(void *device, dk_native *native, dk_msg *msg)
+{
+    (void)device;
+    (void)msg;
+    native->memory = DK_MEMORY_HOST;
+    return DK_OK;
+}
+
 static dk_status cpu_buffer_write(void *device, void *buffer, const void *src, size_t bytes,
                                   dk_msg *msg)
 {
@@ -188,6 +216,9 @@ static const dk_plugin cpu_plugin = {
     .buffer_write = cpu_buffer_write,
     .buffer_read = cpu_buffer_read,
     .buffer_copy = cpu_buffer_copy,
+    .buffer_wrap = cpu_buffer_wrap,
+    .buffer_unwrap = cpu_buffer_unwrap,
+    .device_native = cpu_device_native,
     .gauss = &dk_cpu_gauss_ops,
     .gbees = &dk_cpu_gbees_ops,
 #ifdef DK_CPU_ENKF

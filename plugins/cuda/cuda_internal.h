@@ -17,10 +17,12 @@ typedef struct dk_cuda_device {
     size_t smem_block;  /* without opting in */
 } dk_cuda_device;
 
-/* A buffer handle: device memory of `bytes` bytes (ptr NULL when bytes == 0). */
+/* A buffer handle: device memory of `bytes` bytes (ptr NULL when bytes == 0);
+ * `wrapped`: the caller's memory, never freed here. */
 typedef struct dk_cuda_buffer {
     void *ptr;
     size_t bytes;
+    int wrapped;
 } dk_cuda_buffer;
 
 /* Turns a failed CUDA call into a status and a sentence in msg ("cuda:

@@ -191,6 +191,58 @@ static void cuda_buffer_free(void *device, void *buffer)
     free(b);
 }
 
+/* The caller's device memory, after checking that it is device (or managed)
+ * memory of this context's GPU. */
+static dk_status cuda_buffer_wrap(void *device, int kind, void *memory, size_t bytes, void **buffer, dk_msg *msg)
+{
+    dk_cuda_device *dev = (dk_cuda_device *)device;
+    if (kind != DK_MEMORY_CUDA) {
+        dk_msg_set(msg, "cuda: only CUDA device memory can be wrapped; copy host memory in with dk_buffer_write");
+        return DK_ERR_NOT_IMPLEMENTED;
+    }
+    dk_status st = dk_cuda_enter(dev, msg);
+    if (st != DK_OK)
+        return st;
+    cudaPointerAttributes a;
+    CUDA_TRY(cudaPointerGetAttributes(&a, memory), "cudaPointerGetAttributes on the memory to wrap");
+    if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged) {
+        dk_msg_set(msg, "cuda: the pointer %p is not CUDA device memory (it is %s)", memory,
+                   a.type == cudaMemoryTypeHost ? "pinned host memory" : "unregistered host memory");
+        return DK_ERR_INVALID_ARGUMENT;
+    }
+    if (a.type == cudaMemoryTypeDevice && a.device != dev->ordinal) {
+        dk_msg_set(msg, "cuda: the pointer %p is memory of GPU %d, but this context runs on GPU %d", memory,
+                   a.device, dev->ordinal);
+        return DK_ERR_INVALID_ARGUMENT;
+    }
+    dk_cuda_buffer *b = (dk_cuda_buffer *)calloc(1, sizeof *b);
+    if (!b) {
+        dk_msg_set(msg, "cuda: cannot allocate a buffer record");
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    b->ptr = memory;
+    b->bytes = bytes;
+    b->wrapped = 1;
+    *buffer = b;
+    return DK_OK;
+}
+
+static void cuda_buffer_unwrap(void *device, void *buffer)
+{
+    (void)device;
+    free(buffer);
+}
+
+static dk_status cuda_device_native(void *device, dk_native *native, dk_msg *msg)
+{
+    (void)msg;
+    dk_cuda_device *dev = (dk_cuda_device *)device;
+    native->memory = DK_MEMORY_CUDA;
+    native->device = dev->ordinal;
+    native->queue = (void *)dev->stream;
+    return DK_OK;
+}
+
 static dk_status check_size(const dk_cuda_buffer *b, size_t bytes, const char *what, dk_msg *msg)
 {
     if (bytes > b->bytes) {
@@ -269,6 +321,9 @@ static const dk_plugin cuda_plugin = {
     .enkf = &dk_cuda_enkf_ops,
     .kmeans = &dk_cuda_kmeans_ops,
     .gbees = &dk_cuda_gbees_ops,
+    .buffer_wrap = cuda_buffer_wrap,
+    .buffer_unwrap = cuda_buffer_unwrap,
+    .device_native = cuda_device_native,
 };
 
 extern "C" DK_PLUGIN_EXPORT const dk_plugin *DK_PLUGIN_ENTRY(void)

@@ -370,6 +370,44 @@ static dk_status opencl_buffer_alloc(void *handle, size_t bytes, void **buffer, 
     return DK_OK;
 }
 
+/* A cl_mem of this context (OpenCL memory belongs to one context: the
+ * caller makes it in the cl_context dk_context_native gives), retained for
+ * as long as the wrapper lives. */
+static dk_status opencl_buffer_wrap(void *handle, int kind, void *memory, size_t bytes, void **buffer, dk_msg *msg)
+{
+    dk_opencl_device *dev = handle;
+    if (kind != DK_MEMORY_OPENCL) {
+        dk_msg_set(msg, "opencl: only a cl_mem can be wrapped; copy host memory in with dk_buffer_write");
+        return DK_ERR_NOT_IMPLEMENTED;
+    }
+    cl_mem mem = (cl_mem)memory;
+    cl_context owner = NULL;
+    size_t size = 0;
+    CL_TRY(clGetMemObjectInfo(mem, CL_MEM_CONTEXT, sizeof owner, &owner, NULL), "reading the wrapped cl_mem's context");
+    CL_TRY(clGetMemObjectInfo(mem, CL_MEM_SIZE, sizeof size, &size, NULL), "reading the wrapped cl_mem's size");
+    if (owner != dev->context) {
+        dk_msg_set(msg, "opencl: the cl_mem belongs to another cl_context; make it in the one dk_context_native gives");
+        return DK_ERR_INVALID_ARGUMENT;
+    }
+    if (size < bytes) {
+        dk_msg_set(msg, "opencl: the cl_mem holds %zu bytes, fewer than the %zu to wrap", size, bytes);
+        return DK_ERR_INVALID_ARGUMENT;
+    }
+    CL_TRY(clRetainMemObject(mem), "retaining the wrapped cl_mem");
+    *buffer = mem;
+    return DK_OK;
+}
+
+static dk_status opencl_device_native(void *handle, dk_native *native, dk_msg *msg)
+{
+    (void)msg;
+    dk_opencl_device *dev = handle;
+    native->memory = DK_MEMORY_OPENCL;
+    native->context = dev->context;
+    native->queue = dev->queue;
+    return DK_OK;
+}
+
 static void opencl_buffer_free(void *handle, void *buffer)
 {
     (void)handle;
@@ -425,6 +463,9 @@ static const dk_plugin opencl_plugin = {
     .buffer_write = opencl_buffer_write,
     .buffer_read = opencl_buffer_read,
     .buffer_copy = opencl_buffer_copy,
+    .buffer_wrap = opencl_buffer_wrap,
+    .buffer_unwrap = opencl_buffer_free, /* releases the retain of buffer_wrap */
+    .device_native = opencl_device_native,
     .gauss = &dk_opencl_gauss_ops,
     .kmeans = &dk_opencl_kmeans_ops,
     .gbees = &dk_opencl_gbees_ops,

@@ -68,6 +68,35 @@ dk_status dk_buffer_read(const dk_buffer *buf, void *dst, size_t bytes);
 /* Device-to-device copy of the first `bytes` bytes. */
 dk_status dk_buffer_copy(dk_buffer *dst, const dk_buffer *src, size_t bytes);
 
+/* ---- the caller's own memory ---- */
+
+typedef enum dk_memory_kind {
+    DK_MEMORY_HOST = 0,   /* a host pointer (cpu backend) */
+    DK_MEMORY_CUDA = 1,   /* a CUDA device pointer on the context's GPU (cuda backend) */
+    DK_MEMORY_OPENCL = 2  /* a cl_mem of the context's cl_context (opencl backend) */
+} dk_memory_kind;
+
+/* Wraps `bytes` bytes of memory the caller owns as a buffer of ctx, without
+ * copying: kernels read and write the caller's memory. dk_buffer_destroy
+ * releases the wrapper only, never the memory, which must outlive it. A
+ * backend that cannot use memory of that kind refuses with a sentence
+ * (DK_ERR_NOT_IMPLEMENTED). */
+dk_status dk_buffer_wrap(dk_context *ctx, dk_memory_kind kind, void *memory, size_t bytes, dk_buffer **buf);
+
+/* The backend's own handles, so that a caller can allocate memory that
+ * dk_buffer_wrap accepts, or order its work with dakit's: cuda: `device` is
+ * the CUDA ordinal and `queue` the cudaStream_t dakit's kernels run on;
+ * opencl: `context` the cl_context and `queue` the cl_command_queue; a
+ * host backend leaves them NULL. Every dakit call has finished its work on
+ * `queue` when it returns. */
+typedef struct dk_native {
+    dk_memory_kind memory; /* the kind of memory the backend's buffers are */
+    int device;
+    void *context;
+    void *queue;
+} dk_native;
+dk_status dk_context_native(dk_context *ctx, dk_native *native);
+
 /* Errors of a plan's calls are read with dk_last_error(ctx) of its context. */
 void dk_plan_destroy(dk_plan *plan);
 

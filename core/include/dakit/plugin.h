@@ -147,6 +147,16 @@ typedef struct dk_plugin {
     const struct dk_enkf_ops *enkf;
     const struct dk_kmeans_ops *kmeans;
     const struct dk_gbees_ops *gbees;
+
+    /* Optional: wraps memory the caller owns (kind: a dk_memory_kind) as a
+     * buffer handle without copying. NULL, or DK_ERR_NOT_IMPLEMENTED with a
+     * sentence, for kinds the device cannot use. The handle then goes to
+     * every entry a buffer_alloc handle goes to, and to buffer_unwrap. */
+    dk_status (*buffer_wrap)(void *device, int kind, void *memory, size_t bytes, void **buffer, dk_msg *msg);
+    /* Required with buffer_wrap: releases a wrapped handle, never the memory. */
+    void (*buffer_unwrap)(void *device, void *buffer);
+    /* Optional: fills the device's own handles (dk_native in dakit.h). */
+    dk_status (*device_native)(void *device, dk_native *native, dk_msg *msg);
 } dk_plugin;
 
 #define DK_PLUGIN_SIZE ((uint32_t)sizeof(dk_plugin))
