@@ -367,7 +367,11 @@ DK_MPI_API dk_status dk_mpi_gauss_plan_create(dk_context *ctx, MPI_Comm comm, co
         make_local_plan(p, sg, global, &sg->ext, &o);
     }
     if (o.status == DK_OK) {
-        p->work = calloc(p->own_count ? p->own_count : 1, p->esize);
+        /* scratch for the box between stages, and the source a failed rank
+         * exchanges from; one local stage needs none (nothing is
+         * exchanged, and the caller's memory is used directly) */
+        size_t work = p->nstages > 1 || p->stages[0].axis >= 0 ? p->own_count : 0;
+        p->work = calloc(work ? work : 1, p->esize);
         p->ext = malloc((ext_max ? ext_max : 1) * p->esize);
         p->sendbuf = malloc((send_max ? send_max : 1) * p->esize);
         p->recvbuf = malloc((recv_max ? recv_max : 1) * p->esize);
