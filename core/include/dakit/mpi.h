@@ -1,0 +1,83 @@
+/* dakit over MPI: the distributed layer (libdakit-mpi, pkg-config dakit-mpi).
+ *
+ * libdakit itself stays free of MPI; this header and its library are built
+ * only where MPI was found (meson option `mpi`). A distributed plan is made
+ * from an MPI communicator, the global description of the problem and this
+ * rank's part of it; it is created and executed collectively: every rank of
+ * the communicator makes the same calls in the same order. Each rank brings
+ * its own context (its own backend and device). docs/distributed.md has the
+ * whole story.
+ *
+ * Errors: every call returns a dk_status. The layer's sentence is read with
+ * dk_mpi_last_error() (per thread), not dk_last_error(): a collective call
+ * that failed on any rank fails on every rank with the same status and the
+ * same sentence, which names the first (lowest) failing rank and, where the
+ * failure came from libdakit on that rank, carries libdakit's sentence.
+ * Communication failures follow the communicator's MPI error handler (by
+ * default MPI aborts the job); the layer never waits for a rank that has
+ * given up. */
+#ifndef DAKIT_MPI_H
+#define DAKIT_MPI_H
+
+#include <mpi.h>
+
+#include <dakit/dakit.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* This rank's box of the global field: along each axis a (a < ndim) the
+ * global indices [offset[a], offset[a] + extent[a]). The local data is the
+ * box in C order (the last axis contiguous). The parts of all ranks must
+ * tile the global field: no overlap, no gap. A part may be empty (an extent
+ * of 0): that rank holds nothing but still takes part in every call. */
+typedef struct dk_mpi_part {
+    size_t offset[DK_MAX_DIMS], extent[DK_MAX_DIMS];
+} dk_mpi_part;
+
+/* A distributed plan: validated parameters, local plans, the exchange
+ * pattern and the buffers execute needs. */
+typedef struct dk_mpi_plan dk_mpi_plan;
+
+/* The sentence describing the calling thread's last failure of a dk_mpi_
+ * call ("no error" when there was none). Never NULL. */
+const char *dk_mpi_last_error(void);
+
+/* Cuts a field of `shape` into a grid of boxes and gives this rank's.
+ * ranks_per_axis: NULL cuts slabs along axis 0 (one per rank); else the
+ * number of pieces along each of the ndim axes, whose product must be the
+ * communicator's size. Ranks are placed on the grid in C order (the last
+ * axis varies fastest); along an axis of n values cut into p pieces, the
+ * first n % p pieces are one value longer. More pieces than values leaves
+ * empty parts. Not collective: it only reads the rank and the size. */
+dk_status dk_mpi_decompose(MPI_Comm comm, int ndim, const size_t shape[], const int ranks_per_axis[],
+                           dk_mpi_part *part);
+
+/* Collective. global: the description of the whole field (the same on every
+ * rank; checked); part: this rank's box. Every rank checks that all passed
+ * the same description and that the parts tile the field, and makes its
+ * local plans on ctx; if anything fails on any rank, every rank returns the
+ * same status and sentence and *plan is NULL.
+ *
+ * Exact mode is distributed along any axis (slabs, tiles, any tiling by
+ * boxes): the result equals the single-process result to rounding,
+ * whatever the number of ranks. Overlap mode is accepted only where no
+ * filtered axis is split between ranks (docs/distributed.md). The plan
+ * duplicates comm for its own messages; comm may be freed afterwards. */
+dk_status dk_mpi_gauss_plan_create(dk_context *ctx, MPI_Comm comm, const dk_gauss_desc *global,
+                                   const dk_mpi_part *part, dk_mpi_plan **plan);
+
+/* Collective. in_local, out_local: host memory holding this rank's box in C
+ * order (the part's volume, in the plan's dtype); in_local == out_local
+ * filters in place. Returns when this rank's result is in out_local. */
+dk_status dk_mpi_gauss_execute_host(dk_mpi_plan *plan, const void *in_local, void *out_local);
+
+/* Collective (it frees the plan's communicator). NULL is ignored. */
+void dk_mpi_plan_destroy(dk_mpi_plan *plan);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

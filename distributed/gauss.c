@@ -1,0 +1,452 @@
+/* Distributed gauss, exact mode by halos.
+ *
+ * Axes are filtered one after another in increasing order, as in the single
+ * process. An axis that no rank's box cuts is filtered by a local plan over
+ * the box (consecutive such axes share one plan). An axis that is split is
+ * first widened: each rank receives, from whichever ranks own them, the h
+ * values beyond each end of its box along that axis (h from
+ * dk_gauss_exact_halo, clipped at the field's ends), filters the widened
+ * box along the axis with a local plan and keeps its own part. The plugin
+ * applies the boundary rule at the widened box's ends; where those are
+ * the field's ends that is the true rule, elsewhere the halo puts the
+ * artificial ends out of reach at the dtype's rounding (docs/plugins.md,
+ * "exact mode"), so the result equals the single-process one to rounding
+ * whatever the number of ranks. */
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+_Static_assert(sizeof(size_t) == sizeof(uint64_t), "boxes travel as MPI_UINT64_T");
+
+static const char *const CREATE = "dk_mpi_gauss_plan_create";
+static const char *const EXECUTE = "dk_mpi_gauss_execute_host";
+
+/* ---- the global description, compared between ranks ---- */
+
+enum {
+    F_DTYPE, F_NDIM, F_SHAPE0, F_SHAPE1, F_SHAPE2, F_AXES, F_SIGMA0, F_SIGMA1, F_SIGMA2,
+    F_K, F_BOUNDARY, F_MODE, F_OVERLAP, F_BLOCKS, F_VARIANT, NFIELDS
+};
+static const char *const field_names[NFIELDS] = {
+    "dtype", "ndim", "shape[0]", "shape[1]", "shape[2]", "axes", "sigma[0]", "sigma[1]", "sigma[2]",
+    "K", "boundary", "mode", "overlap", "blocks", "variant"};
+
+static uint64_t fnv1a(const char *s)
+{
+    uint64_t h = 0xcbf29ce484222325u;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 0x100000001b3u;
+    return h | 1; /* never 0, which stands for "no variant" */
+}
+
+/* The fields that define the result; those the description says are not
+ * read (sigma of an unfiltered axis, shape beyond ndim, the overlap
+ * parameters in exact mode) are 0 so that they cannot differ. */
+static void fields_of(const dk_gauss_desc *d, uint64_t f[NFIELDS])
+{
+    memset(f, 0, NFIELDS * sizeof *f);
+    f[F_DTYPE] = (uint64_t)d->dtype;
+    f[F_NDIM] = (uint64_t)d->ndim;
+    for (int a = 0; a < d->ndim && a < DK_MAX_DIMS; a++) {
+        f[F_SHAPE0 + a] = d->shape[a];
+        if (d->axes & (1u << a))
+            memcpy(&f[F_SIGMA0 + a], &d->sigma[a], sizeof(double));
+    }
+    f[F_AXES] = d->axes;
+    f[F_K] = (uint64_t)(int64_t)d->K;
+    f[F_BOUNDARY] = (uint64_t)d->boundary;
+    f[F_MODE] = (uint64_t)d->mode;
+    if (d->mode == DK_GAUSS_OVERLAP) {
+        f[F_OVERLAP] = d->overlap;
+        f[F_BLOCKS] = d->blocks;
+    }
+    f[F_VARIANT] = d->variant ? fnv1a(d->variant) : 0;
+}
+
+/* Collective; the same answer on every rank. */
+static dk_status same_description(MPI_Comm comm, const dk_gauss_desc *d)
+{
+    uint64_t v[2 * NFIELDS], r[2 * NFIELDS];
+    fields_of(d, v);
+    for (int i = 0; i < NFIELDS; i++)
+        v[NFIELDS + i] = ~v[i];
+    MPI_Allreduce(v, r, 2 * NFIELDS, MPI_UINT64_T, MPI_MAX, comm);
+    for (int i = 0; i < NFIELDS; i++) {
+        uint64_t hi = r[i], lo = ~r[NFIELDS + i];
+        if (hi == lo)
+            continue;
+        char values[160];
+        if (i >= F_SIGMA0 && i <= F_SIGMA2) {
+            double x, y;
+            memcpy(&x, &lo, sizeof x);
+            memcpy(&y, &hi, sizeof y);
+            snprintf(values, sizeof values, "%s is %.17g on some ranks, %.17g on others", field_names[i], x, y);
+        } else if (i == F_VARIANT) {
+            snprintf(values, sizeof values, "the variant is not the same on every rank (another name, or "
+                     "named on some ranks only)");
+        } else if (i == F_K) {
+            snprintf(values, sizeof values, "K is %lld on some ranks, %lld on others", (long long)(int64_t)lo,
+                     (long long)(int64_t)hi);
+        } else {
+            snprintf(values, sizeof values, "%s is %llu on some ranks, %llu on others", field_names[i],
+                     (unsigned long long)lo, (unsigned long long)hi);
+        }
+        return dkm_fail(DK_ERR_INVALID_ARGUMENT,
+                        "%s: the ranks passed different global descriptions: %s; every rank must describe the "
+                        "same global field",
+                        CREATE, values);
+    }
+    return DK_OK;
+}
+
+/* ---- checks on one rank ---- */
+
+static void format_box(char *s, size_t len, int ndim, const dkm_box *b)
+{
+    size_t used = 0;
+    s[0] = '\0';
+    for (int a = 0; a < ndim && used < len; a++) {
+        int i = dkm_axis(ndim, a);
+        used += (size_t)snprintf(s + used, len - used, "%s[%zu, %zu)", a ? " x " : "", b->lo[i], b->hi[i]);
+    }
+}
+
+/* What this rank can check alone: pointers, the description (libdakit's
+ * own validation, through the serial reference on a field of one value),
+ * the field's size, and the part inside the field. */
+static void check_local(dkm_outcome *o, dk_context *ctx, const dk_gauss_desc *g, const dk_mpi_part *part,
+                        dk_mpi_plan **plan)
+{
+    if (!ctx || !g || !part || !plan) {
+        dkm_note(o, DK_ERR_INVALID_ARGUMENT, "ctx, global, part and plan must not be NULL");
+        return;
+    }
+    if (g->ndim < 1 || g->ndim > DK_MAX_DIMS) {
+        dkm_note(o, DK_ERR_INVALID_ARGUMENT, "gauss: ndim is %d; 1, 2 or 3 axes are supported", g->ndim);
+        return;
+    }
+    dk_gauss_desc probe = *g;
+    double one[1] = {0};
+    for (int a = 0; a < g->ndim; a++)
+        probe.shape[a] = 1;
+    if (dk_gauss_reference(&probe, one, one) != DK_OK) {
+        dkm_note(o, DK_ERR_INVALID_ARGUMENT, "%s", dk_last_error(NULL));
+        return;
+    }
+    size_t count = 1;
+    for (int a = 0; a < g->ndim; a++) {
+        if (g->shape[a] == 0) {
+            dkm_note(o, DK_ERR_INVALID_ARGUMENT, "gauss: shape[%d] is 0; every axis needs a size >= 1", a);
+            return;
+        }
+        if (count > SIZE_MAX / 8 / g->shape[a]) {
+            dkm_note(o, DK_ERR_INVALID_ARGUMENT, "gauss: the global field's size overflows");
+            return;
+        }
+        count *= g->shape[a];
+    }
+    for (int a = 0; a < g->ndim; a++)
+        if (part->offset[a] > g->shape[a] || part->extent[a] > g->shape[a] - part->offset[a]) {
+            dkm_note(o, DK_ERR_INVALID_ARGUMENT,
+                     "its part lies outside the global field: along axis %d it starts at %zu and holds %zu "
+                     "values, but the field has %zu",
+                     a, part->offset[a], part->extent[a], g->shape[a]);
+            return;
+        }
+}
+
+/* ---- the plan ---- */
+
+void dkm_gauss_plan_free(dk_mpi_plan *p)
+{
+    if (!p)
+        return;
+    for (int s = 0; s < p->nstages; s++) {
+        dk_plan_destroy(p->stages[s].plan);
+        free(p->stages[s].send);
+        free(p->stages[s].recv);
+    }
+    free(p->work);
+    free(p->ext);
+    free(p->sendbuf);
+    free(p->recvbuf);
+    free(p->requests);
+    free(p);
+}
+
+/* The box widened by h along box axis i, clipped to [0, n); empty stays empty. */
+static dkm_box widen(const dkm_box *b, int i, size_t h, size_t n)
+{
+    dkm_box w = *b;
+    if (!dkm_box_count(b))
+        return w;
+    w.lo[i] = b->lo[i] > h ? b->lo[i] - h : 0;
+    w.hi[i] = b->hi[i] + h < n ? b->hi[i] + h : n;
+    return w;
+}
+
+/* Who sends what to whom along the stage's axis; local (every rank derives
+ * its own lists from the gathered boxes). */
+static void plan_exchange(dk_mpi_plan *p, dkm_stage *s, const dkm_box *boxes, size_t h, dkm_outcome *o,
+                          size_t *send_total, size_t *recv_total)
+{
+    int i = dkm_axis(p->desc.ndim, s->axis);
+    size_t n = p->desc.shape[s->axis];
+    s->ext = widen(&p->own, i, h, n);
+    s->send = calloc((size_t)p->size, sizeof *s->send);
+    s->recv = calloc((size_t)p->size, sizeof *s->recv);
+    if (!s->send || !s->recv) {
+        dkm_note(o, DK_ERR_OUT_OF_MEMORY, "out of host memory");
+        return;
+    }
+    size_t st = 0, rt = 0;
+    for (int j = 0; j < p->size; j++) {
+        if (j == p->rank)
+            continue;
+        dkm_box b, wj = widen(&boxes[j], i, h, n);
+        if (dkm_box_intersect(&boxes[j], &s->ext, &b)) {
+            s->recv[s->nrecv] = (dkm_peer){j, b, rt};
+            rt += dkm_box_count(&b);
+            s->nrecv++;
+        }
+        if (dkm_box_intersect(&p->own, &wj, &b)) {
+            s->send[s->nsend] = (dkm_peer){j, b, st};
+            st += dkm_box_count(&b);
+            s->nsend++;
+        }
+    }
+    for (int k = 0; k < s->nrecv + s->nsend; k++) {
+        size_t c = dkm_box_count(k < s->nrecv ? &s->recv[k].box : &s->send[k - s->nrecv].box);
+        if (c > INT_MAX)
+            dkm_note(o, DK_ERR_INVALID_ARGUMENT,
+                     "a halo message along axis %d would hold %zu values; at most %d are supported", s->axis, c,
+                     INT_MAX);
+    }
+    *send_total = st;
+    *recv_total = rt;
+}
+
+static void make_local_plan(dk_mpi_plan *p, dkm_stage *s, const dk_gauss_desc *g, const dkm_box *box,
+                            dkm_outcome *o)
+{
+    if (!dkm_box_count(box) || o->status != DK_OK)
+        return;
+    dk_gauss_desc d = *g;
+    for (int a = 0; a < g->ndim; a++) {
+        int i = dkm_axis(g->ndim, a);
+        d.shape[a] = box->hi[i] - box->lo[i];
+    }
+    d.axes = s->axes;
+    dk_status st = dk_gauss_plan_create(p->ctx, &d, &s->plan);
+    if (st != DK_OK) {
+        s->plan = NULL;
+        dkm_note(o, st, "%s", dk_last_error(p->ctx));
+    }
+}
+
+DK_MPI_API dk_status dk_mpi_gauss_plan_create(dk_context *ctx, MPI_Comm comm, const dk_gauss_desc *global,
+                                              const dk_mpi_part *part, dk_mpi_plan **plan)
+{
+    dk_status st = dkm_check_comm(comm, CREATE);
+    if (st != DK_OK) {
+        if (plan)
+            *plan = NULL;
+        return st;
+    }
+    int rank, size;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    if (plan)
+        *plan = NULL;
+
+    /* 1. what each rank can check alone, then agreed */
+    dkm_outcome o = {DK_OK, ""};
+    check_local(&o, ctx, global, part, plan);
+    if ((st = dkm_agree(comm, &o, CREATE)) != DK_OK)
+        return st;
+    /* 2. the same description everywhere (the same verdict on every rank) */
+    if ((st = same_description(comm, global)) != DK_OK)
+        return st;
+
+    dk_mpi_plan *p = calloc(1, sizeof *p);
+    dkm_box *boxes = calloc((size_t)size, sizeof *boxes);
+    if (!p || !boxes)
+        dkm_note(&o, DK_ERR_OUT_OF_MEMORY, "out of host memory");
+    if ((st = dkm_agree(comm, &o, CREATE)) != DK_OK) {
+        free(p);
+        free(boxes);
+        return st;
+    }
+    p->comm = MPI_COMM_NULL;
+    p->rank = rank;
+    p->size = size;
+    p->ctx = ctx;
+    p->desc = *global;
+    p->desc.variant = NULL;
+    p->esize = dk_dtype_size(global->dtype);
+    p->mtype = global->dtype == DK_F64 ? MPI_DOUBLE : MPI_FLOAT;
+    p->own = dkm_box_of_part(global->ndim, part);
+    p->own_count = dkm_box_count(&p->own);
+    int ndim = global->ndim;
+
+    /* 3. the parts tile the field: each rank checks its box against all
+     * others (no overlap), then the volumes add up (no gap) */
+    MPI_Allgather(&p->own, 6, MPI_UINT64_T, boxes, 6, MPI_UINT64_T, comm);
+    for (int j = 0; j < size && p->own_count; j++) {
+        dkm_box b;
+        if (j != rank && dkm_box_intersect(&p->own, &boxes[j], &b)) {
+            char text[256];
+            format_box(text, sizeof text, ndim, &b);
+            dkm_note(&o, DK_ERR_INVALID_ARGUMENT,
+                     "its part overlaps the part of rank %d: both hold the global indices %s; the parts must "
+                     "tile the field without overlap",
+                     j, text);
+        }
+    }
+    if ((st = dkm_agree(comm, &o, CREATE)) != DK_OK)
+        goto fail;
+    size_t total = 1, held = 0;
+    for (int a = 0; a < ndim; a++)
+        total *= global->shape[a];
+    for (int j = 0; j < size; j++)
+        held += dkm_box_count(&boxes[j]); /* disjoint boxes inside the field: no overflow */
+    if (held != total) {
+        st = dkm_fail(DK_ERR_INVALID_ARGUMENT,
+                      "%s: the parts leave a gap: together the %d ranks hold %zu of the field's %zu values; the "
+                      "parts must tile the field",
+                      CREATE, size, held, total);
+        goto fail;
+    }
+
+    /* 4. the stages: an axis is exchanged when some rank's box does not
+     * hold it whole */
+    for (int a = 0; a < ndim; a++) {
+        if (!(global->axes & (1u << a)))
+            continue;
+        int i = dkm_axis(ndim, a), split = 0;
+        for (int j = 0; j < size; j++)
+            if (dkm_box_count(&boxes[j]) && boxes[j].hi[i] - boxes[j].lo[i] < global->shape[a])
+                split = 1;
+        if (split && global->mode == DK_GAUSS_OVERLAP) {
+            st = dkm_fail(DK_ERR_NOT_IMPLEMENTED,
+                          "%s: overlap mode is not distributed: the filtered axis %d is split between ranks; use "
+                          "exact mode, or keep every filtered axis whole on every rank",
+                          CREATE, a);
+            goto fail;
+        }
+        if (split) {
+            p->stages[p->nstages++] = (dkm_stage){.axis = a, .axes = 1u << a};
+        } else if (p->nstages && p->stages[p->nstages - 1].axis < 0) {
+            p->stages[p->nstages - 1].axes |= 1u << a;
+        } else {
+            p->stages[p->nstages++] = (dkm_stage){.axis = -1, .axes = 1u << a};
+        }
+    }
+
+    /* 5. exchange lists, local plans and buffers on each rank, then agreed */
+    size_t ext_max = 0, send_max = 0, recv_max = 0;
+    int req_max = 0;
+    for (int s = 0; s < p->nstages && o.status == DK_OK; s++) {
+        dkm_stage *sg = &p->stages[s];
+        if (sg->axis < 0) {
+            make_local_plan(p, sg, global, &p->own, &o);
+            continue;
+        }
+        double alpha = dk_gauss_alpha(global->sigma[sg->axis], global->K);
+        size_t h = dk_gauss_exact_halo(alpha, global->K, global->dtype), sends = 0, recvs = 0;
+        plan_exchange(p, sg, boxes, h, &o, &sends, &recvs);
+        size_t e = dkm_box_count(&sg->ext);
+        ext_max = e > ext_max ? e : ext_max;
+        send_max = sends > send_max ? sends : send_max;
+        recv_max = recvs > recv_max ? recvs : recv_max;
+        req_max = sg->nsend + sg->nrecv > req_max ? sg->nsend + sg->nrecv : req_max;
+        make_local_plan(p, sg, global, &sg->ext, &o);
+    }
+    if (o.status == DK_OK) {
+        /* scratch for the box between stages, and the source a failed rank
+         * exchanges from; one local stage needs none (nothing is
+         * exchanged, and the caller's memory is used directly) */
+        size_t work = p->nstages > 1 || p->stages[0].axis >= 0 ? p->own_count : 0;
+        p->work = calloc(work ? work : 1, p->esize);
+        p->ext = malloc((ext_max ? ext_max : 1) * p->esize);
+        p->sendbuf = malloc((send_max ? send_max : 1) * p->esize);
+        p->recvbuf = malloc((recv_max ? recv_max : 1) * p->esize);
+        p->requests = malloc((size_t)(req_max ? req_max : 1) * sizeof *p->requests);
+        if (!p->work || !p->ext || !p->sendbuf || !p->recvbuf || !p->requests)
+            dkm_note(&o, DK_ERR_OUT_OF_MEMORY, "out of host memory for the halo buffers");
+    }
+    if ((st = dkm_agree(comm, &o, CREATE)) != DK_OK)
+        goto fail;
+
+    MPI_Comm_dup(comm, &p->comm);
+    free(boxes);
+    *plan = p;
+    return DK_OK;
+
+fail:
+    free(boxes);
+    dkm_gauss_plan_free(p);
+    return st;
+}
+
+/* Widens the current box along the stage's axis into p->ext: sends what
+ * others need of cur (this rank's box), receives what it needs of theirs. */
+static void exchange(dk_mpi_plan *p, const dkm_stage *s, const void *cur)
+{
+    int n = 0;
+    char *rb = p->recvbuf, *sb = p->sendbuf;
+    for (int k = 0; k < s->nrecv; k++) {
+        const dkm_peer *q = &s->recv[k];
+        MPI_Irecv(rb + q->offset * p->esize, (int)dkm_box_count(&q->box), p->mtype, q->rank, s->axis, p->comm,
+                  &p->requests[n++]);
+    }
+    for (int k = 0; k < s->nsend; k++) {
+        const dkm_peer *q = &s->send[k];
+        dkm_box_copy(sb + q->offset * p->esize, &q->box, cur, &p->own, &q->box, p->esize);
+        MPI_Isend(sb + q->offset * p->esize, (int)dkm_box_count(&q->box), p->mtype, q->rank, s->axis, p->comm,
+                  &p->requests[n++]);
+    }
+    dkm_box_copy(p->ext, &s->ext, cur, &p->own, &p->own, p->esize);
+    MPI_Waitall(n, p->requests, MPI_STATUSES_IGNORE);
+    for (int k = 0; k < s->nrecv; k++) {
+        const dkm_peer *q = &s->recv[k];
+        dkm_box_copy(p->ext, &s->ext, rb + q->offset * p->esize, &q->box, &q->box, p->esize);
+    }
+}
+
+DK_MPI_API dk_status dk_mpi_gauss_execute_host(dk_mpi_plan *plan, const void *in_local, void *out_local)
+{
+    if (!plan)
+        return dkm_fail(DK_ERR_INVALID_ARGUMENT,
+                        "%s: plan must not be NULL (this rank returned at once: without a plan there is no "
+                        "communicator to tell the others)",
+                        EXECUTE);
+    dk_mpi_plan *p = plan;
+    dkm_outcome o = {DK_OK, ""};
+    if (p->own_count && (!in_local || !out_local))
+        dkm_note(&o, DK_ERR_INVALID_ARGUMENT, "in_local and out_local must not be NULL (its part holds %zu values)",
+                 p->own_count);
+    /* A rank that failed goes on exchanging (its scratch, not the caller's
+     * memory) so that no other rank waits for it. */
+    const void *cur = o.status == DK_OK ? in_local : p->work;
+    for (int s = 0; s < p->nstages; s++) {
+        dkm_stage *sg = &p->stages[s];
+        void *dst = s == p->nstages - 1 && o.status == DK_OK ? out_local : p->work;
+        if (sg->axis >= 0)
+            exchange(p, sg, cur);
+        if (sg->plan && o.status == DK_OK) {
+            dk_status st = sg->axis < 0 ? dk_gauss_execute_host(sg->plan, cur, dst)
+                                        : dk_gauss_execute_host(sg->plan, p->ext, p->ext);
+            if (st != DK_OK)
+                dkm_note(&o, st, "%s", dk_last_error(p->ctx));
+        }
+        if (sg->axis >= 0)
+            dkm_box_copy(dst, &p->own, p->ext, &sg->ext, &p->own, p->esize);
+        cur = dst;
+    }
+    return dkm_agree(p->comm, &o, EXECUTE);
+}

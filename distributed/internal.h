@@ -1,0 +1,90 @@
+/* libdakit-mpi internals: the layer's errors, agreeing on an outcome, boxes
+ * of the global field, and the plan. */
+#ifndef DAKIT_MPI_INTERNAL_H
+#define DAKIT_MPI_INTERNAL_H
+
+#include <stddef.h>
+
+#include <dakit/mpi.h>
+
+#define DK_MPI_API __attribute__((visibility("default")))
+#define DKM_MSG_LEN 1024
+
+/* The calling thread's sentence for dk_mpi_last_error(); returns st. */
+dk_status dkm_fail(dk_status st, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* A rank's own outcome so far: the first failure it met, or DK_OK. A rank
+ * that fails keeps making the collective calls (with harmless data) so that
+ * no other rank waits for it; the outcome is agreed afterwards. */
+typedef struct dkm_outcome {
+    dk_status status;
+    char msg[DKM_MSG_LEN];
+} dkm_outcome;
+
+void dkm_note(dkm_outcome *o, dk_status st, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Collective: DK_OK when every rank's outcome is DK_OK; else, on every rank,
+ * the status of the lowest failing rank, with its sentence prefixed by
+ * "what: rank r of n: " as this thread's dk_mpi_last_error(). */
+dk_status dkm_agree(MPI_Comm comm, const dkm_outcome *o, const char *what);
+
+/* Checks that dk_mpi_ calls can communicate on comm at all (MPI initialized
+ * and not finalized, an intracommunicator); these failures are local and
+ * immediate, as there is no one to tell. */
+dk_status dkm_check_comm(MPI_Comm comm, const char *what);
+
+/* A box of the global field in 3-D: an ndim-axis field is padded with
+ * leading axes of extent 1, so axis a of the description is box axis
+ * a + 3 - ndim. [lo, hi) along each axis. */
+typedef struct dkm_box {
+    size_t lo[3], hi[3];
+} dkm_box;
+
+static inline int dkm_axis(int ndim, int a) { return a + 3 - ndim; }
+
+dkm_box dkm_box_of_part(int ndim, const dk_mpi_part *part);
+size_t dkm_box_count(const dkm_box *b); /* 0 for an empty box */
+/* The intersection; returns 0 (and an empty box) when it is empty. */
+int dkm_box_intersect(const dkm_box *a, const dkm_box *b, dkm_box *out);
+/* Copies the values of box b from src, an array holding box sb in C order,
+ * into dst, an array holding box db; b lies inside both. */
+void dkm_box_copy(void *dst, const dkm_box *db, const void *src, const dkm_box *sb, const dkm_box *b,
+                  size_t esize);
+
+/* A distributed gauss plan's step: either a local plan over this rank's
+ * box (one or more consecutive unsplit axes), or the exchange along one
+ * split axis followed by a local plan over the box widened along it. */
+typedef struct dkm_peer {
+    int rank;
+    dkm_box box;   /* the values exchanged, in global coordinates */
+    size_t offset; /* elements, in the packed send or receive buffer */
+} dkm_peer;
+
+typedef struct dkm_stage {
+    int axis;      /* -1: local stage; else the exchanged axis (description's numbering) */
+    unsigned axes; /* the local plan's axes */
+    dk_plan *plan; /* NULL where this rank's box is empty */
+    dkm_box ext;   /* exchange stage: this rank's box widened along axis */
+    int nsend, nrecv;
+    dkm_peer *send, *recv;
+} dkm_stage;
+
+struct dk_mpi_plan {
+    MPI_Comm comm; /* the plan's own duplicate */
+    int rank, size;
+    dk_context *ctx;
+    dk_gauss_desc desc; /* the global description (variant not kept) */
+    size_t esize;
+    MPI_Datatype mtype;
+    dkm_box own;
+    size_t own_count;
+    int nstages;
+    dkm_stage stages[DK_MAX_DIMS];
+    void *work, *ext, *sendbuf, *recvbuf; /* host scratch */
+    MPI_Request *requests;
+    int nrequests;
+};
+
+void dkm_gauss_plan_free(struct dk_mpi_plan *p); /* local: frees without touching comm */
+
+#endif

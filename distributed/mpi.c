@@ -1,0 +1,197 @@
+/* libdakit-mpi: the layer's errors, agreement between ranks, boxes and the
+ * decomposition helper. */
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+
+static _Thread_local char last_error[DKM_MSG_LEN + 64];
+static _Thread_local int have_error;
+
+DK_MPI_API const char *dk_mpi_last_error(void)
+{
+    return have_error ? last_error : "no error";
+}
+
+dk_status dkm_fail(dk_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+    have_error = 1;
+    return st;
+}
+
+void dkm_note(dkm_outcome *o, dk_status st, const char *fmt, ...)
+{
+    if (o->status != DK_OK || st == DK_OK)
+        return; /* the first failure is the one reported */
+    o->status = st;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(o->msg, sizeof o->msg, fmt, ap);
+    va_end(ap);
+}
+
+dk_status dkm_agree(MPI_Comm comm, const dkm_outcome *o, const char *what)
+{
+    int rank, size, mine, first;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    mine = o->status == DK_OK ? size : rank;
+    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
+    if (first == size)
+        return DK_OK;
+    struct {
+        int status;
+        char msg[DKM_MSG_LEN];
+    } m;
+    memset(&m, 0, sizeof m);
+    if (rank == first) {
+        m.status = (int)o->status;
+        memcpy(m.msg, o->msg, sizeof m.msg);
+    }
+    MPI_Bcast(&m, (int)sizeof m, MPI_BYTE, first, comm);
+    m.msg[sizeof m.msg - 1] = '\0';
+    return dkm_fail((dk_status)m.status, "%s: rank %d of %d: %s", what, first, size, m.msg);
+}
+
+dk_status dkm_check_comm(MPI_Comm comm, const char *what)
+{
+    int flag = 0;
+    MPI_Initialized(&flag);
+    if (!flag)
+        return dkm_fail(DK_ERR_INVALID_ARGUMENT, "%s: MPI is not initialized (call MPI_Init first)", what);
+    MPI_Finalized(&flag);
+    if (flag)
+        return dkm_fail(DK_ERR_INVALID_ARGUMENT, "%s: MPI is already finalized", what);
+    if (comm == MPI_COMM_NULL)
+        return dkm_fail(DK_ERR_INVALID_ARGUMENT, "%s: the communicator is MPI_COMM_NULL", what);
+    MPI_Comm_test_inter(comm, &flag);
+    if (flag)
+        return dkm_fail(DK_ERR_INVALID_ARGUMENT,
+                        "%s: the communicator is an intercommunicator; an intracommunicator is needed", what);
+    return DK_OK;
+}
+
+/* ---- boxes ---- */
+
+dkm_box dkm_box_of_part(int ndim, const dk_mpi_part *part)
+{
+    dkm_box b;
+    for (int i = 0; i < 3; i++) {
+        b.lo[i] = 0;
+        b.hi[i] = 1;
+    }
+    for (int a = 0; a < ndim; a++) {
+        b.lo[dkm_axis(ndim, a)] = part->offset[a];
+        b.hi[dkm_axis(ndim, a)] = part->offset[a] + part->extent[a];
+    }
+    return b;
+}
+
+size_t dkm_box_count(const dkm_box *b)
+{
+    size_t n = 1;
+    for (int i = 0; i < 3; i++)
+        n *= b->hi[i] > b->lo[i] ? b->hi[i] - b->lo[i] : 0;
+    return n;
+}
+
+int dkm_box_intersect(const dkm_box *a, const dkm_box *b, dkm_box *out)
+{
+    dkm_box r;
+    int empty = 0;
+    for (int i = 0; i < 3; i++) {
+        r.lo[i] = a->lo[i] > b->lo[i] ? a->lo[i] : b->lo[i];
+        r.hi[i] = a->hi[i] < b->hi[i] ? a->hi[i] : b->hi[i];
+        if (r.hi[i] <= r.lo[i])
+            empty = 1;
+    }
+    if (empty)
+        for (int i = 0; i < 3; i++)
+            r.lo[i] = r.hi[i] = 0;
+    *out = r;
+    return !empty;
+}
+
+void dkm_box_copy(void *dst, const dkm_box *db, const void *src, const dkm_box *sb, const dkm_box *b,
+                  size_t esize)
+{
+    if (!dkm_box_count(b))
+        return;
+    size_t dn1 = db->hi[1] - db->lo[1], dn2 = db->hi[2] - db->lo[2];
+    size_t sn1 = sb->hi[1] - sb->lo[1], sn2 = sb->hi[2] - sb->lo[2];
+    size_t run = (b->hi[2] - b->lo[2]) * esize;
+    for (size_t i0 = b->lo[0]; i0 < b->hi[0]; i0++)
+        for (size_t i1 = b->lo[1]; i1 < b->hi[1]; i1++) {
+            size_t d = ((i0 - db->lo[0]) * dn1 + (i1 - db->lo[1])) * dn2 + (b->lo[2] - db->lo[2]);
+            size_t s = ((i0 - sb->lo[0]) * sn1 + (i1 - sb->lo[1])) * sn2 + (b->lo[2] - sb->lo[2]);
+            memcpy((char *)dst + d * esize, (const char *)src + s * esize, run);
+        }
+}
+
+/* ---- the decomposition helper ---- */
+
+DK_MPI_API dk_status dk_mpi_decompose(MPI_Comm comm, int ndim, const size_t shape[], const int ranks_per_axis[],
+                                      dk_mpi_part *part)
+{
+    static const char *what = "dk_mpi_decompose";
+    dk_status st = dkm_check_comm(comm, what);
+    if (st != DK_OK)
+        return st;
+    if (!shape || !part)
+        return dkm_fail(DK_ERR_INVALID_ARGUMENT, "%s: shape and part must not be NULL", what);
+    if (ndim < 1 || ndim > DK_MAX_DIMS)
+        return dkm_fail(DK_ERR_INVALID_ARGUMENT, "%s: ndim is %d; 1, 2 or 3 axes are supported", what, ndim);
+    int rank, size;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    int grid[DK_MAX_DIMS] = {1, 1, 1};
+    if (ranks_per_axis) {
+        long long product = 1;
+        for (int a = 0; a < ndim; a++) {
+            if (ranks_per_axis[a] < 1)
+                return dkm_fail(DK_ERR_INVALID_ARGUMENT, "%s: ranks_per_axis[%d] is %d; it must be >= 1", what,
+                                a, ranks_per_axis[a]);
+            grid[a] = ranks_per_axis[a];
+            product *= grid[a];
+            if (product > size)
+                break;
+        }
+        if (product != size)
+            return dkm_fail(DK_ERR_INVALID_ARGUMENT,
+                            "%s: ranks_per_axis multiply to %s%lld, but the communicator has %d ranks", what,
+                            product > size ? "more than " : "", product, size);
+    } else {
+        grid[0] = size;
+    }
+    for (int a = 0; a < ndim; a++)
+        if (shape[a] == 0)
+            return dkm_fail(DK_ERR_INVALID_ARGUMENT, "%s: shape[%d] is 0; every axis needs a size >= 1", what, a);
+    memset(part, 0, sizeof *part);
+    int rest = rank;
+    for (int a = ndim - 1; a >= 0; a--) {
+        size_t c = (size_t)(rest % grid[a]), p = (size_t)grid[a], n = shape[a];
+        rest /= grid[a];
+        size_t d = n / p, r = n % p;
+        part->offset[a] = c * d + (c < r ? c : r);
+        part->extent[a] = d + (c < r ? 1 : 0);
+    }
+    return DK_OK;
+}
+
+DK_MPI_API void dk_mpi_plan_destroy(dk_mpi_plan *plan)
+{
+    if (!plan)
+        return;
+    MPI_Comm comm = plan->comm;
+    dkm_gauss_plan_free(plan);
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (comm != MPI_COMM_NULL && !finalized)
+        MPI_Comm_free(&comm);
+}

@@ -1,0 +1,480 @@
+/* Distributed gauss (libdakit-mpi) against the single-process reference.
+ * Run under mpirun with any number of ranks:
+ *   mpirun -n P test_mpi_gauss BACKEND
+ * Every rank computes dk_gauss_reference on the whole field and compares
+ * its own box of the distributed result with it, with the tolerance of the
+ * conformance cases (tools/gauss/conform.c): max|y - ref| / max|x| at most
+ * (2K * filtered axes + 4) * 2 * eps, eps the dtype's unit roundoff.
+ * Then bad input on one rank (or mismatched ranks) must give every rank the
+ * same status and the same sentence, without a hang (an alarm ends a rank
+ * that waits too long; meson's timeout ends mpirun).
+ * `test_mpi_gauss --skip REASON` prints the reason and exits 77 (the build
+ * found no mpirun). */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <dakit/mpi.h>
+
+static int rank, size;
+static int failures;
+
+typedef enum { SLABS, TILES, TILES12, UNEVEN, BRICK } layout;
+static const char *const layout_names[] = {"slabs", "tiles", "tiles(1-2)", "uneven slabs", "bricks"};
+
+typedef struct geom {
+    const char *name;
+    int ndim;
+    size_t shape[3];
+    unsigned axes;
+    double sigma[3];
+    layout lay;
+    int axis; /* SLABS: the split axis */
+} geom;
+
+static const geom geoms[] = {
+    {"1d_slabs", 1, {1000}, 1, {3}, SLABS, 0},
+    /* sigma 10 on 2000 values: the halo is a few hundred values, wider
+     * than most ranks' parts below (1, 3, 5 values ...) */
+    {"1d_uneven_sigma10", 1, {2000}, 1, {10}, UNEVEN, 0},
+    /* sigma 40: the halo spans the whole line and every rank */
+    {"1d_slabs_sigma40", 1, {600}, 1, {40}, SLABS, 0},
+    /* fewer values than ranks at 4 ranks: a rank with an empty part */
+    {"1d_tiny", 1, {3}, 1, {5}, SLABS, 0},
+    {"2d_split0", 2, {120, 90}, 3, {4, 2.5}, SLABS, 0},
+    {"2d_split1", 2, {70, 150}, 3, {2, 6}, SLABS, 1},
+    {"2d_tiles", 2, {64, 80}, 3, {3, 3}, TILES, 0},
+    {"2d_bricks", 2, {50, 60}, 3, {5, 4}, BRICK, 0},
+    {"2d_split0_filter1", 2, {40, 100}, 2, {0, 3}, SLABS, 0},
+    {"2d_split1_filter0", 2, {100, 40}, 1, {3, 0}, SLABS, 1},
+    {"3d_slabs", 3, {20, 24, 30}, 7, {2, 3, 1.5}, SLABS, 0},
+    {"3d_split2_axes02", 3, {12, 16, 40}, 5, {2, 0, 4}, SLABS, 2},
+    {"3d_tiles12", 3, {10, 30, 28}, 7, {1.5, 3, 2}, TILES12, 0},
+};
+#define NGEOMS ((int)(sizeof geoms / sizeof geoms[0]))
+
+/* ---- helpers ---- */
+
+static size_t count_of(int ndim, const size_t *shape)
+{
+    size_t n = 1;
+    for (int a = 0; a < ndim; a++)
+        n *= shape[a];
+    return n;
+}
+
+static double value_at(size_t k)
+{
+    uint64_t x = (uint64_t)k * 0x9e3779b97f4a7c15u + 0x5eed;
+    x ^= x >> 31;
+    x *= 0xbf58476d1ce4e5b9u;
+    x ^= x >> 29;
+    return (double)(x >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+}
+
+static void fill(void *p, dk_dtype t, size_t n)
+{
+    for (size_t k = 0; k < n; k++) {
+        if (t == DK_F32)
+            ((float *)p)[k] = (float)value_at(k);
+        else
+            ((double *)p)[k] = value_at(k);
+    }
+}
+
+static double get(const void *p, dk_dtype t, size_t k)
+{
+    return t == DK_F32 ? (double)((const float *)p)[k] : ((const double *)p)[k];
+}
+
+/* Copies between the global field and this rank's box (C order). */
+static void box_copy(void *local, const void *global, const dk_gauss_desc *d, const dk_mpi_part *p, int to_local)
+{
+    size_t es = dk_dtype_size(d->dtype);
+    size_t sh[3] = {1, 1, 1}, off[3] = {0, 0, 0}, ext[3] = {1, 1, 1};
+    for (int a = 0; a < d->ndim; a++) {
+        sh[a + 3 - d->ndim] = d->shape[a];
+        off[a + 3 - d->ndim] = p->offset[a];
+        ext[a + 3 - d->ndim] = p->extent[a];
+    }
+    if (!ext[0] || !ext[1] || !ext[2])
+        return;
+    for (size_t i = 0; i < ext[0]; i++)
+        for (size_t j = 0; j < ext[1]; j++) {
+            size_t g = ((off[0] + i) * sh[1] + off[1] + j) * sh[2] + off[2];
+            size_t l = (i * ext[1] + j) * ext[2];
+            if (to_local)
+                memcpy((char *)local + l * es, (const char *)global + g * es, ext[2] * es);
+            else
+                memcpy((char *)global + g * es, (const char *)local + l * es, ext[2] * es);
+        }
+}
+
+static int largest_divisor_below_sqrt(int n)
+{
+    int p = 1;
+    for (int d = 1; d * d <= n; d++)
+        if (n % d == 0)
+            p = d;
+    return p;
+}
+
+/* This rank's part of the geometry's field. */
+static void part_of(const geom *g, dk_mpi_part *part)
+{
+    memset(part, 0, sizeof *part);
+    int grid[3] = {1, 1, 1};
+    switch (g->lay) {
+    case SLABS:
+        grid[g->axis] = size;
+        break;
+    case TILES: {
+        int p = largest_divisor_below_sqrt(size);
+        grid[0] = size / p;
+        grid[1] = p;
+        break;
+    }
+    case TILES12: {
+        int p = largest_divisor_below_sqrt(size);
+        grid[1] = size / p;
+        grid[2] = p;
+        break;
+    }
+    case UNEVEN: { /* ranks 0..P-2 hold 1, 3, 5, ... values; the last the rest */
+        size_t off = 0;
+        for (int r = 0; r < size; r++) {
+            size_t e = r == size - 1 ? g->shape[0] - off : (size_t)(1 + 2 * r);
+            if (r == rank) {
+                part->offset[0] = off;
+                part->extent[0] = e;
+            }
+            off += e;
+        }
+        return;
+    }
+    case BRICK: { /* two rows of boxes whose column cuts do not line up */
+        int top = (size + 1) / 2, bottom = size / 2;
+        size_t half = bottom ? g->shape[0] / 2 : g->shape[0], n1 = g->shape[1];
+        int row = rank < top ? 0 : 1, col = row ? rank - top : rank, cols = row ? bottom : top;
+        part->offset[0] = row ? half : 0;
+        part->extent[0] = row ? g->shape[0] - half : half;
+        size_t c0 = row ? (col ? (col * n1 + n1 / 2) / cols : 0) : col * n1 / cols;
+        size_t c1 = row ? (col + 1 == cols ? n1 : ((col + 1) * n1 + n1 / 2) / cols) : (col + 1) * n1 / cols;
+        part->offset[1] = c0;
+        part->extent[1] = c1 - c0;
+        return;
+    }
+    }
+    if (dk_mpi_decompose(MPI_COMM_WORLD, g->ndim, g->shape, grid, part) != DK_OK) {
+        fprintf(stderr, "rank %d: dk_mpi_decompose: %s\n", rank, dk_mpi_last_error());
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+}
+
+static void desc_of(const geom *g, dk_dtype t, dk_boundary b, int K, dk_gauss_desc *d)
+{
+    dk_gauss_desc_init(d);
+    d->dtype = t;
+    d->ndim = g->ndim;
+    d->axes = g->axes;
+    d->K = K;
+    d->boundary = b;
+    for (int a = 0; a < g->ndim; a++) {
+        d->shape[a] = g->shape[a];
+        d->sigma[a] = g->sigma[a];
+    }
+}
+
+static double tolerance_of(const dk_gauss_desc *d)
+{
+    double eps = d->dtype == DK_F64 ? 0x1p-53 : 0x1p-24;
+    return (2.0 * d->K * __builtin_popcount(d->axes) + 4.0) * 2.0 * eps;
+}
+
+static int all_ranks(int ok)
+{
+    int all;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
+    return all;
+}
+
+/* Runs the distributed filter on d with this rank's part and compares with
+ * the reference on the whole field; reports on rank 0. */
+static void check_case(dk_context *ctx, const char *name, const dk_gauss_desc *d, const dk_mpi_part *part,
+                       int inplace)
+{
+    size_t n = count_of(d->ndim, d->shape), es = dk_dtype_size(d->dtype);
+    size_t local = count_of(d->ndim, part->extent);
+    void *x = malloc(n * es), *ref = malloc(n * es);
+    void *in = malloc(local ? local * es : 1), *out = malloc(local ? local * es : 1);
+    fill(x, d->dtype, n);
+    int ok = dk_gauss_reference(d, x, ref) == DK_OK;
+    double xmax = 0;
+    for (size_t k = 0; k < n; k++)
+        xmax = fmax(xmax, fabs(get(x, d->dtype, k)));
+    box_copy(in, x, d, part, 1);
+    dk_mpi_plan *plan = NULL;
+    dk_status st = dk_mpi_gauss_plan_create(ctx, MPI_COMM_WORLD, d, part, &plan);
+    double err = 0.0;
+    char why[1200] = "";
+    if (st != DK_OK) {
+        snprintf(why, sizeof why, "plan: %s", dk_mpi_last_error());
+        ok = 0;
+    } else {
+        /* twice: the plan is reused */
+        for (int rep = 0; rep < 2 && ok; rep++) {
+            if (inplace)
+                box_copy(out, x, d, part, 1);
+            else /* poison: a value never written shows up */
+                memset(out, 0xff, local * es);
+            st = dk_mpi_gauss_execute_host(plan, inplace ? out : in, out);
+            if (st != DK_OK) {
+                snprintf(why, sizeof why, "execute: %s", dk_mpi_last_error());
+                ok = 0;
+            }
+        }
+        if (ok) {
+            void *mine = malloc(local ? local * es : 1);
+            box_copy(mine, ref, d, part, 1);
+            for (size_t k = 0; k < local; k++) {
+                double e = fabs(get(out, d->dtype, k) - get(mine, d->dtype, k));
+                err = e > err || isnan(e) ? e : err;
+            }
+            err /= xmax;
+            free(mine);
+        }
+    }
+    dk_mpi_plan_destroy(plan);
+    double worst;
+    MPI_Allreduce(&err, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    double tol = tolerance_of(d);
+    ok = all_ranks(ok && !isnan(err) && err <= tol);
+    if (rank == 0)
+        printf("%-4s %-22s %s %-8s K=%d %s: error %.3g (tolerance %.3g, %.2f of it)%s%s\n", ok ? "ok" : "FAIL",
+               name, dk_dtype_name(d->dtype), d->boundary == DK_BOUNDARY_ZERO ? "zero" : "constant", d->K,
+               inplace ? "in place" : "        ", worst, tol, worst / tol, why[0] ? " " : "", why);
+    else if (!ok && why[0])
+        fprintf(stderr, "rank %d: %s: %s\n", rank, name, why);
+    failures += !ok;
+    free(x);
+    free(ref);
+    free(in);
+    free(out);
+}
+
+/* ---- failures: the same status and sentence on every rank ---- */
+
+static uint64_t hash(const char *s)
+{
+    uint64_t h = 0xcbf29ce484222325u;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 0x100000001b3u;
+    return h;
+}
+
+static void expect_failure(const char *name, dk_status st, dk_status want, const char *contains)
+{
+    const char *msg = dk_mpi_last_error();
+    uint64_t v[4] = {(uint64_t)st, hash(msg), ~(uint64_t)st, ~hash(msg)}, r[4];
+    MPI_Allreduce(v, r, 4, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    int same = r[0] == ~r[2] && r[1] == ~r[3];
+    int ok = all_ranks(st == want && strstr(msg, contains) != NULL) && same;
+    if (rank == 0)
+        printf("%-4s %s: every rank: %s%s: %s\n", ok ? "ok" : "FAIL", name, dk_status_string(st),
+               same ? " (the same on every rank)" : " (NOT the same on every rank)", msg);
+    else if (!ok)
+        fprintf(stderr, "rank %d: %s: %s: %s\n", rank, name, dk_status_string(st), msg);
+    failures += !ok;
+}
+
+static dk_mpi_plan *make_or_report(dk_context *ctx, const dk_gauss_desc *d, const dk_mpi_part *p,
+                                   dk_status *st)
+{
+    dk_mpi_plan *plan = NULL;
+    *st = dk_mpi_gauss_plan_create(ctx, MPI_COMM_WORLD, d, p, &plan);
+    if ((*st == DK_OK) != (plan != NULL)) {
+        fprintf(stderr, "rank %d: status %d but plan %p\n", rank, (int)*st, (void *)plan);
+        failures++;
+    }
+    return plan;
+}
+
+static void bad_input(dk_context *ctx)
+{
+    const int last = rank == size - 1;
+    const geom line = {"line", 1, {100}, 1, {3}, SLABS, 0};
+    dk_gauss_desc d;
+    dk_mpi_part part;
+    dk_status st;
+    desc_of(&line, DK_F32, DK_BOUNDARY_ZERO, 4, &d);
+    part_of(&line, &part);
+
+    if (size > 1) {
+        dk_gauss_desc e = d;
+        if (last)
+            e.sigma[0] = 4.5;
+        dk_mpi_plan_destroy(make_or_report(ctx, &e, &part, &st));
+        expect_failure("sigma differs on the last rank", st, DK_ERR_INVALID_ARGUMENT, "sigma[0]");
+
+        e = d;
+        if (last)
+            e.boundary = DK_BOUNDARY_CONSTANT;
+        dk_mpi_plan_destroy(make_or_report(ctx, &e, &part, &st));
+        expect_failure("boundary differs on the last rank", st, DK_ERR_INVALID_ARGUMENT, "boundary");
+
+        dk_mpi_part q = part;
+        if (rank == 0)
+            q.extent[0]++;
+        dk_mpi_plan_destroy(make_or_report(ctx, &d, &q, &st));
+        expect_failure("parts overlap", st, DK_ERR_INVALID_ARGUMENT, "overlaps the part of rank 1");
+
+        dk_gauss_desc o = d;
+        o.mode = DK_GAUSS_OVERLAP;
+        dk_mpi_plan_destroy(make_or_report(ctx, &o, &part, &st));
+        expect_failure("overlap mode on a split axis", st, DK_ERR_NOT_IMPLEMENTED, "overlap mode is not distributed");
+    }
+    dk_mpi_part q = part;
+    if (last)
+        q.extent[0]--;
+    dk_mpi_plan_destroy(make_or_report(ctx, &d, &q, &st));
+    expect_failure("parts leave a gap", st, DK_ERR_INVALID_ARGUMENT, "gap");
+
+    q = part;
+    if (last)
+        q.offset[0] = 101;
+    char who[64];
+    snprintf(who, sizeof who, "rank %d of %d: its part lies outside", size - 1, size);
+    dk_mpi_plan_destroy(make_or_report(ctx, &d, &q, &st));
+    expect_failure("part outside the field on the last rank", st, DK_ERR_INVALID_ARGUMENT, who);
+
+    dk_mpi_plan_destroy(make_or_report(ctx, last ? NULL : &d, &part, &st));
+    expect_failure("NULL description on the last rank", st, DK_ERR_INVALID_ARGUMENT, "must not be NULL");
+
+    dk_gauss_desc e = d;
+    if (last)
+        e.K = 0;
+    dk_mpi_plan_destroy(make_or_report(ctx, &e, &part, &st));
+    expect_failure("K = 0 on the last rank", st, DK_ERR_INVALID_ARGUMENT, "K is 0");
+
+    e = d;
+    e.variant = last ? "no-such-variant" : NULL;
+    dk_mpi_plan_destroy(make_or_report(ctx, &e, &part, &st));
+    expect_failure(size > 1 ? "variant named on the last rank only" : "unknown variant", st,
+                   size > 1 ? DK_ERR_INVALID_ARGUMENT : DK_ERR_NOT_IMPLEMENTED,
+                   size > 1 ? "variant" : "no-such-variant");
+
+    /* execute: NULL input on the last rank, then the same plan still works */
+    dk_mpi_plan *plan = make_or_report(ctx, &d, &part, &st);
+    float *buf = calloc(part.extent[0] + 1, sizeof *buf);
+    st = dk_mpi_gauss_execute_host(plan, last ? NULL : buf, buf);
+    expect_failure("execute with NULL input on the last rank", st, DK_ERR_INVALID_ARGUMENT, "must not be NULL");
+    st = dk_mpi_gauss_execute_host(plan, buf, buf);
+    int ok = all_ranks(st == DK_OK);
+    if (rank == 0)
+        printf("%-4s the same plan executes again afterwards\n", ok ? "ok" : "FAIL");
+    failures += !ok;
+    dk_mpi_plan_destroy(plan);
+    plan = NULL;
+
+    /* overlap mode where only an unfiltered axis is split: allowed, and
+     * equal to the single-process overlap result */
+    const geom og = {"overlap_split0_filter1", 2, {40, 300}, 2, {0, 3}, SLABS, 0};
+    dk_gauss_desc od;
+    desc_of(&og, DK_F64, DK_BOUNDARY_CONSTANT, 4, &od);
+    od.mode = DK_GAUSS_OVERLAP;
+    od.overlap = 10;
+    od.blocks = 7;
+    part_of(&og, &part);
+    check_case(ctx, "overlap_split0_filter1", &od, &part, 0);
+
+    /* a backend that fails on one rank: no gauss at all (plan creation),
+     * then a device that fails at every execute */
+    part_of(&line, &part);
+    snprintf(who, sizeof who, "rank %d of %d: ", size - 1, size);
+    const char *names[2] = {"nogauss", "mpifaulty"};
+    for (int k = 0; k < 2; k++) {
+        dk_context *other = NULL;
+        st = last ? dk_context_create(names[k], &other) : DK_OK;
+        if (!all_ranks(st == DK_OK)) {
+            if (rank == 0)
+                printf("FAIL the test plugin %s could not be opened on the last rank (DAKIT_PLUGIN_PATH must "
+                       "name the build's tests folder)\n", names[k]);
+            if (last)
+                fprintf(stderr, "rank %d: %s\n", rank, dk_last_error(NULL));
+            failures++;
+            dk_context_destroy(other);
+            continue;
+        }
+        plan = make_or_report(last ? other : ctx, &d, &part, &st);
+        if (k == 0) {
+            expect_failure("backend without gauss on the last rank", st, DK_ERR_NOT_IMPLEMENTED, who);
+        } else {
+            ok = all_ranks(st == DK_OK);
+            if (rank == 0 && !ok)
+                printf("FAIL plan on the faulty device: %s\n", dk_mpi_last_error());
+            failures += !ok;
+            st = dk_mpi_gauss_execute_host(plan, buf, buf);
+            expect_failure("device failure at execute on the last rank", st, DK_ERR_BACKEND, "(simulated)");
+        }
+        dk_mpi_plan_destroy(plan);
+        dk_context_destroy(other);
+    }
+    free(buf);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 2 && !strcmp(argv[1], "--skip")) {
+        printf("skipped: %s\n", argv[2]);
+        return 77;
+    }
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    alarm(240); /* a rank left waiting ends the run instead of hanging it */
+    const char *backend = argc > 1 ? argv[1] : "cpu";
+    dk_context *ctx = NULL;
+    dk_status st = dk_context_create(backend, &ctx);
+    if (!all_ranks(st == DK_OK)) {
+        if (rank == 0)
+            printf("skipped: backend %s is not available here: %s\n", backend,
+                   st == DK_OK ? "(on another rank)" : dk_last_error(NULL));
+        dk_context_destroy(ctx);
+        MPI_Finalize();
+        return 77;
+    }
+    if (rank == 0)
+        printf("%d rank(s), backend %s (%s)\n", size, dk_context_backend(ctx), dk_context_device(ctx));
+
+    static const dk_dtype dtypes[] = {DK_F32, DK_F64};
+    static const dk_boundary bounds[] = {DK_BOUNDARY_ZERO, DK_BOUNDARY_CONSTANT};
+    static const int Ks[] = {1, 4};
+    int combo = 0;
+    for (int gi = 0; gi < NGEOMS; gi++) {
+        const geom *g = &geoms[gi];
+        dk_mpi_part part;
+        part_of(g, &part);
+        if (rank == 0)
+            printf("-- %s: %s\n", g->name, layout_names[g->lay]);
+        for (int ti = 0; ti < 2; ti++)
+            for (int bi = 0; bi < 2; bi++)
+                for (int ki = 0; ki < 2; ki++) {
+                    dk_gauss_desc d;
+                    desc_of(g, dtypes[ti], bounds[bi], Ks[ki], &d);
+                    check_case(ctx, g->name, &d, &part, combo++ % 3 == 0);
+                }
+    }
+    if (rank == 0)
+        printf("-- bad input\n");
+    bad_input(ctx);
+
+    dk_context_destroy(ctx);
+    if (rank == 0)
+        printf("%s: %d failure(s)\n", failures ? "FAILED" : "passed", failures);
+    int any = !all_ranks(failures == 0);
+    MPI_Finalize();
+    return any;
+}
