@@ -232,6 +232,24 @@ void cli_fill_random(void *data, dk_dtype dtype, size_t count, uint64_t seed)
     }
 }
 
+int cli_backend_list(const char *cmd, const char *opt, const char *want, int max)
+{
+    if (!*want || !strcmp(want, "all"))
+        return 0;
+    int n = 0;
+    for (const char *p = want;; p++) {
+        size_t len = strcspn(p, ",");
+        if (len == 0 || len > 63)
+            return cli_error(cmd, 2, "%s must be 'all' or a comma list of backend names (each 1 to 63 "
+                                     "characters), not '%.64s%s'", opt, want, strlen(want) > 64 ? "..." : "");
+        if (++n > max)
+            return cli_error(cmd, 2, "%s names more than %d backends", opt, max);
+        p += len;
+        if (!*p)
+            return 0;
+    }
+}
+
 int cli_select_backends(const char *want, char names[][64], int max)
 {
     int n = 0;

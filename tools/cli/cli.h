@@ -59,6 +59,9 @@ void cli_fill_random(void *data, dk_dtype dtype, size_t count, uint64_t seed);
 /* 1 when name is an item of the comma list (a NULL list holds everything). */
 int cli_in_list(const char *list, const char *name);
 
+/* Checks a --backend list for conform and bench: "all" or at most max names
+ * of 1 to 63 characters. 0, or 2 with the sentence printed. */
+int cli_backend_list(const char *cmd, const char *opt, const char *want, int max);
 /* Names of the usable backends, or only `want` (a comma list or "all"). */
 int cli_select_backends(const char *want, char names[][64], int max);
 

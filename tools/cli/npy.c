@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define FAIL(st, ...) (snprintf(err, err_len, __VA_ARGS__), (st))
 
@@ -118,6 +119,12 @@ dk_status npy_read(const char *path, npy_array *a, char *err, size_t err_len)
     }
     if (hlen > (1u << 20)) {
         st = FAIL(DK_ERR_FORMAT, "%s: header length %zu is implausible", path, hlen);
+        goto done;
+    }
+    struct stat sb;
+    if (fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) && (size_t)sb.st_size < prefix + hlen) {
+        st = FAIL(DK_ERR_FORMAT, "%s: truncated header (%zu bytes announced, the file holds %zu)", path, hlen,
+                  (size_t)sb.st_size - prefix);
         goto done;
     }
     header = malloc(hlen + 1);

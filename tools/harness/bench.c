@@ -151,6 +151,8 @@ int cmd_bench(int argc, char **argv)
     }
     if (!check_list(cmd, algo_s, "algorithm", known_algo) || !check_list(cmd, case_s, "case", known_case))
         return 2;
+    if (cli_backend_list(cmd, "--backend", backend_s, MAX_BACKENDS))
+        return 2;
     if (cli_options_only)
         return 0;
     /* every plugin probed now, in child processes, while this process has no

@@ -113,6 +113,8 @@ int cmd_conform(int argc, char **argv)
             p++;
     }
 
+    if (cli_backend_list(cmd, "--backend", backend_s, MAX_BACKENDS))
+        return 2;
     if (cli_options_only)
         return 0;
     char err[4200];
