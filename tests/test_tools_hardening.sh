@@ -7,7 +7,7 @@
 #   test_tools_hardening.sh DAKIT CRASH_PLUGIN_DIR
 exec python3 - "$@" <<'PY'
 import gzip, os, resource, signal, struct, subprocess, sys, tempfile
-dakit, crash_dir = sys.argv[1], sys.argv[2]
+dakit, crash_dir = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 tmp = tempfile.mkdtemp(prefix="tools-hardening-")
 P = lambda *n: os.path.join(tmp, *n)
 fails = 0
@@ -101,6 +101,9 @@ run(["kmeans", "--in", P("zero_huge.npy"), "--k", "1", "--reference"], 1,
 npy(P("lies.npy"), (100000, 100000), dtype="<f4", data=b"\0" * 64)
 run(["kmeans", "--in", P("lies.npy"), "--k", "2", "--reference"], 1,
     ".npy promising 40 GB in 64 bytes: refused before allocating", "promises", mem_mb=1024)
+open(P("hlen.npy"), "wb").write(b"\x93NUMPY\x02\x00" + struct.pack("<I", 1 << 20) + b"{'descr'")
+run(["gauss", "--in", P("hlen.npy"), "--out", P("o.npy"), "--sigma", "1"], 1,
+    ".npy header length 1 MiB in a 20-byte file: refused before reading it", "truncated header")
 npy(P("wide_pts.npy"), (2, 100), values=[0.0] * 200, dtype="<f4")
 run(["kmeans", "--in", P("wide_pts.npy"), "--k", "1", "--reference"], 1, "kmeans points with 100 features",
     "1 to 32")
@@ -172,6 +175,8 @@ options = [
     (["enkf", "analysis", "--ens", "e", "--loc", "l", "--H", "h", "--out", "o", "--seed", "-3"], "--seed must be an integer from 0"),
     (["bench", "--max-runs", "4294967299"], "--max-runs must be an integer from 3 to 200"),
     (["bench", "--min-time", "nan"], "--min-time must be a number from 0 to 86400"),
+    (["conform", "--backend", "a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q"], "--backend names more than 16 backends"),
+    (["bench", "--backend", "cpu,,opencl"], "--backend must be 'all' or a comma list"),
     (["demo", "--size", "4294967312"], "--size must be an integer from 16 to 16384"),
     (["demo", "--sigma", "1e999"], "--sigma must be a number > 0 and < 1000"),
 ]
