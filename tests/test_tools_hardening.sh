@@ -18,9 +18,15 @@ def check(ok, what, detail=""):
     print(("ok   " if ok else "FAIL ") + what + (f": {detail}" if detail and not ok else ""))
     fails += not ok
 
+# ASan reserves terabytes of shadow memory: under tools/sanitize the
+# address-space limits are left out (its allocator caps allocations instead)
+asan = b"__asan_init" in open(dakit, "rb").read()
+if asan:
+    print("dakit is built with AddressSanitizer: no address-space limits")
+
 def limits(mem_mb=None, fsize=None):
     def apply():
-        if mem_mb:
+        if mem_mb and not asan:
             resource.setrlimit(resource.RLIMIT_AS, (mem_mb << 20, mem_mb << 20))
         if fsize is not None:
             resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))

@@ -83,6 +83,11 @@ static int in_child(void (*fn)(void *arg, void *out), void *arg, void *out, size
     }
     if (pid == 0) {
         close(fds[0]);
+        /* a crash must end the child by its signal, whatever handlers the
+         * process installed (a sanitizer's, a driver's) */
+        static const int fatal[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+        for (size_t k = 0; k < sizeof fatal / sizeof fatal[0]; k++)
+            signal(fatal[k], SIG_DFL);
         void *buf = calloc(1, len);
         answer a = {buf ? 0 : 1};
         if (buf)
