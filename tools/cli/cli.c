@@ -1,10 +1,16 @@
 #include "cli/cli.h"
 
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+int cli_options_only;
 
 int cli_error(const char *cmd, int code, const char *fmt, ...)
 {
@@ -22,12 +28,13 @@ int cli_parse_doubles(const char *s, double *out, int max)
     int n = 0;
     while (*s) {
         char *end;
+        errno = 0;
         double v = strtod(s, &end);
-        if (end == s || n == max)
+        if (end == s || n == max || !isfinite(v) || (errno == ERANGE && fabs(v) > 1.0))
             return -1;
         out[n++] = v;
         s = end;
-        if (*s == ',')
+        if (*s == ',' && s[1])
             s++;
         else if (*s)
             return -1;
@@ -40,17 +47,152 @@ int cli_parse_ints(const char *s, long *out, int max)
     int n = 0;
     while (*s) {
         char *end;
+        errno = 0;
         long v = strtol(s, &end, 10);
-        if (end == s || n == max || v < 0)
+        if (end == s || n == max || v < 0 || errno == ERANGE)
             return -1;
         out[n++] = v;
         s = end;
-        if (*s == ',')
+        if (*s == ',' && s[1])
             s++;
         else if (*s)
             return -1;
     }
     return n;
+}
+
+/* The value as the sentences quote it: at most 64 characters. */
+#define QUOTED "'%.64s%s'"
+#define QUOTE(v) (v), strlen(v) > 64 ? "..." : ""
+
+int cli_parse_integer(const char *opt, const char *value, long long lo, long long hi, long long *out, char *msg,
+                      size_t len)
+{
+    char *end;
+    errno = 0;
+    long long v = 0;
+    int ok = *value && !isspace((unsigned char)*value);
+    if (ok) {
+        v = strtoll(value, &end, 10);
+        ok = end != value && !*end && errno != ERANGE && v >= lo && v <= hi;
+    }
+    if (ok) {
+        *out = v;
+        return 0;
+    }
+    if (lo == hi)
+        snprintf(msg, len, "%s must be %lld, not " QUOTED, opt, lo, QUOTE(value));
+    else if (hi == LLONG_MAX)
+        snprintf(msg, len, "%s must be an integer >= %lld, not " QUOTED, opt, lo, QUOTE(value));
+    else
+        snprintf(msg, len, "%s must be an integer from %lld to %lld, not " QUOTED, opt, lo, hi, QUOTE(value));
+    return -1;
+}
+
+int cli_parse_u64(const char *opt, const char *value, uint64_t *out, char *msg, size_t len)
+{
+    char *end;
+    errno = 0;
+    unsigned long long v = 0;
+    /* strtoull would take "-1" as 2^64-1: refuse any sign */
+    int ok = *value && !isspace((unsigned char)*value) && *value != '-' && *value != '+';
+    if (ok) {
+        v = strtoull(value, &end, 0);
+        ok = end != value && !*end && errno != ERANGE;
+    }
+    if (ok) {
+        *out = (uint64_t)v;
+        return 0;
+    }
+    snprintf(msg, len, "%s must be an integer from 0 to %llu, not " QUOTED, opt, (unsigned long long)UINT64_MAX,
+             QUOTE(value));
+    return -1;
+}
+
+/* "a number > 0 and <= 1", "a number >= 0", "a finite number" */
+static void describe_range(char *out, size_t len, double lo, double hi, unsigned open)
+{
+    int has_lo = isfinite(lo), has_hi = isfinite(hi);
+    const char *l = open & CLI_OPEN_LO ? ">" : ">=", *h = open & CLI_OPEN_HI ? "<" : "<=";
+    if (has_lo && has_hi && !(open & (CLI_OPEN_LO | CLI_OPEN_HI)))
+        snprintf(out, len, "a number from %g to %g", lo, hi);
+    else if (has_lo && has_hi)
+        snprintf(out, len, "a number %s %g and %s %g", l, lo, h, hi);
+    else if (has_lo)
+        snprintf(out, len, "a number %s %g", l, lo);
+    else if (has_hi)
+        snprintf(out, len, "a number %s %g", h, hi);
+    else
+        snprintf(out, len, "a finite number");
+}
+
+int cli_parse_double(const char *opt, const char *value, double lo, double hi, unsigned open, double *out,
+                     char *msg, size_t len)
+{
+    char *end;
+    errno = 0;
+    double v = 0;
+    int ok = *value && !isspace((unsigned char)*value);
+    if (ok) {
+        v = strtod(value, &end);
+        /* ERANGE on underflow still gives the nearest number; on overflow an infinity */
+        ok = end != value && !*end && isfinite(v);
+    }
+    if (ok && isfinite(lo))
+        ok = open & CLI_OPEN_LO ? v > lo : v >= lo;
+    if (ok && isfinite(hi))
+        ok = open & CLI_OPEN_HI ? v < hi : v <= hi;
+    if (ok) {
+        *out = v;
+        return 0;
+    }
+    char range[96];
+    describe_range(range, sizeof range, lo, hi, open);
+    snprintf(msg, len, "%s must be %s, not " QUOTED, opt, range, QUOTE(value));
+    return -1;
+}
+
+int cli_int(const char *cmd, const char *opt, const char *value, long long lo, long long hi, int *out)
+{
+    char msg[256];
+    long long v;
+    if (lo < INT_MIN)
+        lo = INT_MIN;
+    if (hi > INT_MAX)
+        hi = INT_MAX;
+    if (cli_parse_integer(opt, value, lo, hi, &v, msg, sizeof msg) != 0)
+        return cli_error(cmd, 2, "%s", msg);
+    *out = (int)v;
+    return 0;
+}
+
+int cli_size(const char *cmd, const char *opt, const char *value, size_t lo, size_t hi, size_t *out)
+{
+    char msg[256];
+    long long v;
+    long long l = lo > (size_t)LLONG_MAX ? LLONG_MAX : (long long)lo;
+    long long h = hi > (size_t)LLONG_MAX ? LLONG_MAX : (long long)hi;
+    if (cli_parse_integer(opt, value, l, h, &v, msg, sizeof msg) != 0)
+        return cli_error(cmd, 2, "%s", msg);
+    *out = (size_t)v;
+    return 0;
+}
+
+int cli_u64(const char *cmd, const char *opt, const char *value, uint64_t *out)
+{
+    char msg[256];
+    if (cli_parse_u64(opt, value, out, msg, sizeof msg) != 0)
+        return cli_error(cmd, 2, "%s", msg);
+    return 0;
+}
+
+int cli_double(const char *cmd, const char *opt, const char *value, double lo, double hi, unsigned open,
+               double *out)
+{
+    char msg[256];
+    if (cli_parse_double(opt, value, lo, hi, open, out, msg, sizeof msg) != 0)
+        return cli_error(cmd, 2, "%s", msg);
+    return 0;
 }
 
 const char *cli_value(const char *cmd, int argc, char **argv, int *i)
@@ -90,16 +232,33 @@ void cli_fill_random(void *data, dk_dtype dtype, size_t count, uint64_t seed)
     }
 }
 
+int cli_backend_list(const char *cmd, const char *opt, const char *want, int max)
+{
+    if (!*want || !strcmp(want, "all"))
+        return 0;
+    int n = 0;
+    for (const char *p = want;; p++) {
+        size_t len = strcspn(p, ",");
+        if (len == 0 || len > 63)
+            return cli_error(cmd, 2, "%s must be 'all' or a comma list of backend names (each 1 to 63 "
+                                     "characters), not '%.64s%s'", opt, want, strlen(want) > 64 ? "..." : "");
+        if (++n > max)
+            return cli_error(cmd, 2, "%s names more than %d backends", opt, max);
+        p += len;
+        if (!*p)
+            return 0;
+    }
+}
+
 int cli_select_backends(const char *want, char names[][64], int max)
 {
     int n = 0;
-    int count = dk_backend_count();
     if (!want || !*want || strcmp(want, "all") == 0) {
-        for (int i = 0; i < count && n < max; i++) {
-            dk_backend_info info;
-            if (dk_backend_get(i, &info) == DK_OK && info.usable)
-                snprintf(names[n++], 64, "%s", info.name);
-        }
+        int count;
+        const dk_backend_info *info = cli_backends(&count);
+        for (int i = 0; i < count && n < max; i++)
+            if (info[i].usable)
+                snprintf(names[n++], 64, "%s", info[i].name);
         return n;
     }
     const char *p = want;

@@ -10,11 +10,44 @@
 /* Prints "dakit <cmd>: <message>" to stderr and returns 2 (bad usage) or 1. */
 int cli_error(const char *cmd, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
-/* Parses "a,b,c" into at most max doubles / non-negative ints; -1 on junk. */
+/* Parses "a,b,c" into at most max finite doubles / non-negative ints; -1 on
+ * junk, a value out of range or too many values. */
 int cli_parse_doubles(const char *s, double *out, int max);
 int cli_parse_ints(const char *s, long *out, int max);
 /* The value after a flag, or NULL (with the error printed) when missing. */
 const char *cli_value(const char *cmd, int argc, char **argv, int *i);
+
+/* Numeric options: every numeric option of every command goes through these.
+ * The whole of value must be the number (no blanks, no trailing text), it
+ * must not overflow, and it must lie in its range; otherwise they print
+ *   dakit CMD: OPT must be an integer from LO to HI, not 'VALUE'
+ * (or "a number > 0 and <= 1", ...) and return 2, the usage exit status, which
+ * the caller returns. 0 on success, *out set. */
+int cli_int(const char *cmd, const char *opt, const char *value, long long lo, long long hi, int *out);
+int cli_size(const char *cmd, const char *opt, const char *value, size_t lo, size_t hi, size_t *out);
+/* Any integer from 0 to 2^64-1, decimal or 0x hexadecimal (seeds). */
+int cli_u64(const char *cmd, const char *opt, const char *value, uint64_t *out);
+/* Bounds of cli_double: CLI_OPEN_LO excludes lo itself (> lo), CLI_OPEN_HI hi;
+ * an infinite bound is no bound. NaN and infinities are always refused. */
+#define CLI_OPEN_LO 1u
+#define CLI_OPEN_HI 2u
+int cli_double(const char *cmd, const char *opt, const char *value, double lo, double hi, unsigned open,
+               double *out);
+/* The same checks without printing: 0, or -1 with the sentence (without the
+ * "dakit CMD: " prefix) in msg. */
+int cli_parse_integer(const char *opt, const char *value, long long lo, long long hi, long long *out, char *msg,
+                      size_t len);
+int cli_parse_u64(const char *opt, const char *value, uint64_t *out, char *msg, size_t len);
+int cli_parse_double(const char *opt, const char *value, double lo, double hi, unsigned open, double *out,
+                     char *msg, size_t len);
+
+/* When set, each command returns 0 as soon as its options are parsed and
+ * checked, before it reads a file, opens a backend or writes anything. Only
+ * the option parser's fuzz target (tests/fuzz/fuzz_options.c) sets it. */
+extern int cli_options_only;
+
+/* The dakit command: argv[0] "dakit", argv[1] the subcommand (cli/commands.c). */
+int dakit_main(int argc, char **argv);
 
 double cli_now(void); /* seconds, monotonic */
 
@@ -26,7 +59,23 @@ void cli_fill_random(void *data, dk_dtype dtype, size_t count, uint64_t seed);
 /* 1 when name is an item of the comma list (a NULL list holds everything). */
 int cli_in_list(const char *list, const char *name);
 
+/* Checks a --backend list for conform and bench: "all" or at most max names
+ * of 1 to 63 characters. 0, or 2 with the sentence printed. */
+int cli_backend_list(const char *cmd, const char *opt, const char *want, int max);
 /* Names of the usable backends, or only `want` (a comma list or "all"). */
 int cli_select_backends(const char *want, char names[][64], int max);
+
+/* Every plugin found, each probed in a child process (cli/probe.c), so that
+ * a plugin whose probe crashes or hangs is reported as refused ("its probe
+ * crashed (signal 11)") instead of taking the command down. Probed once per
+ * process, on the first call, before any backend is opened here; *count is
+ * set. The array belongs to cli. */
+const dk_backend_info *cli_backends(int *count);
+/* The probed information of the plugin called name, or NULL. */
+const dk_backend_info *cli_backend_named(const char *name);
+/* What auto selection (dk_context_create(NULL)) picks, tried in a child
+ * process for the same reason: 0 with the backend and device names, or -1
+ * with why it fails. */
+int cli_auto_pick(char *backend, size_t blen, char *device, size_t dlen, char *why, size_t wlen);
 
 #endif

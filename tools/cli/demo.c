@@ -7,6 +7,7 @@
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "cli/image.h"
+#include "cli/output.h"
 #include "harness/accuracy.h"
 
 static void usage(FILE *f)
@@ -43,16 +44,19 @@ int cmd_demo(int argc, char **argv)
         else if (!strcmp(a, "--backend"))
             backend = v;
         else if (!strcmp(a, "--size")) {
-            size = atoi(v);
-            if (size < 16 || size > 16384)
-                return cli_error(cmd, 2, "--size must be between 16 and 16384");
+            if (cli_int(cmd, a, v, 16, 16384, &size))
+                return 2;
         } else if (!strcmp(a, "--sigma")) {
-            sigma = atof(v);
-            if (!(sigma > 0 && sigma < 1000))
-                return cli_error(cmd, 2, "--sigma must be a number between 0 and 1000");
+            if (cli_double(cmd, a, v, 0, 1000, CLI_OPEN_LO | CLI_OPEN_HI, &sigma))
+                return 2;
         } else
             return cli_error(cmd, 2, "unknown option '%s' (dakit demo --help)", a);
     }
+    if (cli_options_only)
+        return 0;
+    char err[4200];
+    if (output_check(out_path, err, sizeof err) != 0)
+        return cli_error(cmd, 1, "%s", err);
 
     dk_context *ctx;
     if (dk_context_create(backend, &ctx) != DK_OK)
@@ -193,7 +197,6 @@ int cmd_demo(int argc, char **argv)
     }
     for (int k = 0; k < 4; k++)
         free(resp[k]);
-    char err[256];
     if (image_write_png(&img, out_path, err, sizeof err) != 0) {
         image_free(&img);
         cli_error(cmd, 1, "%s", err);

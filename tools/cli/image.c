@@ -1,5 +1,7 @@
 #include "cli/image.h"
 
+#include "cli/output.h"
+
 #include <errno.h>
 #include <png.h>
 #include <stdio.h>
@@ -68,20 +70,21 @@ void image_line(image *img, int x0, int y0, int x1, int y1, const unsigned char 
 
 int image_write_png(const image *img, const char *path, char *err, size_t err_len)
 {
-    FILE *f = fopen(path, "wb");
-    if (!f) {
-        snprintf(err, err_len, "cannot create %s: %s", path, strerror(errno));
+    output o;
+    if (output_open(&o, path, err, err_len) != 0)
         return -1;
-    }
     png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
     png_infop info = png ? png_create_info_struct(png) : NULL;
     if (!png || !info || setjmp(png_jmpbuf(png))) {
         png_destroy_write_struct(&png, &info);
-        fclose(f);
-        snprintf(err, err_len, "libpng failed writing %s", path);
+        if (o.error)
+            snprintf(err, err_len, "writing %s failed: %s", path, strerror(o.error));
+        else
+            snprintf(err, err_len, "libpng failed writing %s", path);
+        output_abort(&o);
         return -1;
     }
-    png_init_io(png, f);
+    png_init_io(png, o.f);
     png_set_IHDR(png, info, (png_uint_32)img->width, (png_uint_32)img->height, 8, PNG_COLOR_TYPE_RGB,
                  PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
     png_write_info(png, info);
@@ -89,9 +92,5 @@ int image_write_png(const image *img, const char *path, char *err, size_t err_le
         png_write_row(png, img->rgb + (size_t)y * (size_t)img->width * 3);
     png_write_end(png, NULL);
     png_destroy_write_struct(&png, &info);
-    if (fclose(f) != 0) {
-        snprintf(err, err_len, "writing %s failed", path);
-        return -1;
-    }
-    return 0;
+    return output_commit(&o, err, err_len);
 }

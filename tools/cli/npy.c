@@ -1,10 +1,13 @@
 #include "cli/npy.h"
 
+#include "cli/output.h"
+
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define FAIL(st, ...) (snprintf(err, err_len, __VA_ARGS__), (st))
 
@@ -54,6 +57,9 @@ static dk_status parse_header(const char *h, npy_array *a, char *err, size_t err
     sh++;
     a->ndim = 0;
     a->count = 1;
+    /* the product of the non-zero dimensions: a zero makes the count 0, but
+     * no dimension may still be so large that using it overflows */
+    size_t nonzero = 1;
     for (;;) {
         while (*sh == ' ' || *sh == ',')
             sh++;
@@ -68,8 +74,10 @@ static dk_status parse_header(const char *h, npy_array *a, char *err, size_t err
         unsigned long long v = strtoull(sh, &end, 10);
         if (errno || end == sh)
             return FAIL(DK_ERR_FORMAT, "a dimension in the shape is out of range");
-        if (v && a->count > SIZE_MAX / 8 / v)
+        if (v && nonzero > SIZE_MAX / 8 / v)
             return FAIL(DK_ERR_FORMAT, "the shape's size overflows");
+        if (v)
+            nonzero *= (size_t)v;
         a->shape[a->ndim++] = (size_t)v;
         a->count *= (size_t)v;
         sh = end;
@@ -113,6 +121,12 @@ dk_status npy_read(const char *path, npy_array *a, char *err, size_t err_len)
         st = FAIL(DK_ERR_FORMAT, "%s: header length %zu is implausible", path, hlen);
         goto done;
     }
+    struct stat sb;
+    if (fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) && (size_t)sb.st_size < prefix + hlen) {
+        st = FAIL(DK_ERR_FORMAT, "%s: truncated header (%zu bytes announced, the file holds %zu)", path, hlen,
+                  (size_t)sb.st_size - prefix);
+        goto done;
+    }
     header = malloc(hlen + 1);
     if (!header || fread(header, 1, hlen, f) != hlen) {
         st = FAIL(DK_ERR_FORMAT, "%s: truncated header", path);
@@ -154,34 +168,46 @@ done:
     return st;
 }
 
-dk_status npy_write(const char *path, const npy_array *a, char *err, size_t err_len)
+dk_status npy_write_typed(const char *path, const char *descr, size_t esize, int ndim, const size_t *shape,
+                          const void *data, char *err, size_t err_len)
 {
-    char dict[256];
-    size_t used = (size_t)snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (",
-                                   a->dtype == DK_F64 ? "<f8" : "<f4");
-    for (int i = 0; i < a->ndim; i++)
-        used += (size_t)snprintf(dict + used, sizeof dict - used, "%zu,%s", a->shape[i],
-                                 i + 1 < a->ndim ? " " : "");
+    if (ndim < 0 || ndim > NPY_MAX_DIMS)
+        return FAIL(DK_ERR_INVALID_ARGUMENT, "writing %s: %d dimensions", path, ndim);
+    char dict[512];
+    size_t used = (size_t)snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
+    size_t count = 1;
+    for (int i = 0; i < ndim; i++) {
+        used += (size_t)snprintf(dict + used, sizeof dict - used, "%zu,%s", shape[i], i + 1 < ndim ? " " : "");
+        count *= shape[i];
+    }
     used += (size_t)snprintf(dict + used, sizeof dict - used, "), }");
     /* pad with spaces so the data starts on a 64-byte boundary, newline last */
     size_t total = 10 + used + 1;
     size_t pad = (64 - total % 64) % 64;
     size_t hlen = used + pad + 1;
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        return FAIL(DK_ERR_IO, "cannot create %s: %s", path, strerror(errno));
+    output o;
+    if (output_open(&o, path, err, err_len) != 0)
+        return DK_ERR_IO;
     unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hlen & 0xff),
                              (unsigned char)(hlen >> 8)};
-    int ok = fwrite(pre, 1, 10, f) == 10 && fwrite(dict, 1, used, f) == used;
+    int ok = fwrite(pre, 1, 10, o.f) == 10 && fwrite(dict, 1, used, o.f) == used;
     for (size_t i = 0; ok && i < pad; i++)
-        ok = fputc(' ', f) != EOF;
-    ok = ok && fputc('\n', f) != EOF;
-    size_t bytes = a->count * dk_dtype_size(a->dtype);
-    ok = ok && fwrite(a->data, 1, bytes, f) == bytes;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok)
-        return FAIL(DK_ERR_IO, "writing %s failed: %s", path, strerror(errno));
-    return DK_OK;
+        ok = fputc(' ', o.f) != EOF;
+    ok = ok && fputc('\n', o.f) != EOF;
+    size_t bytes = count * esize;
+    ok = ok && fwrite(data, 1, bytes, o.f) == bytes;
+    if (!ok) {
+        snprintf(err, err_len, "writing %s failed: %s", path, strerror(o.error ? o.error : EIO));
+        output_abort(&o);
+        return DK_ERR_IO;
+    }
+    return output_commit(&o, err, err_len) == 0 ? DK_OK : DK_ERR_IO;
+}
+
+dk_status npy_write(const char *path, const npy_array *a, char *err, size_t err_len)
+{
+    return npy_write_typed(path, a->dtype == DK_F64 ? "<f8" : "<f4", dk_dtype_size(a->dtype), a->ndim, a->shape,
+                           a->data, err, err_len);
 }
 
 void npy_free(npy_array *a)

@@ -20,7 +20,11 @@ typedef struct npy_array {
 
 /* On failure returns DK_ERR_IO or DK_ERR_FORMAT and writes a sentence into err. */
 dk_status npy_read(const char *path, npy_array *out, char *err, size_t err_len);
+/* Written whole or not at all (cli/output.h). */
 dk_status npy_write(const char *path, const npy_array *arr, char *err, size_t err_len);
+/* Any little-endian dtype: descr as NumPy spells it ("<i4"), esize its bytes. */
+dk_status npy_write_typed(const char *path, const char *descr, size_t esize, int ndim, const size_t *shape,
+                          const void *data, char *err, size_t err_len);
 void npy_free(npy_array *arr);
 
 #endif

@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/image.h"
 #include "cli/npy.h"
+#include "cli/output.h"
 
 static const char *CMD = "enkf";
 
@@ -32,7 +33,7 @@ static void usage(FILE *f)
             "  --obs y.npy           analysis: the M observations, one per row of H\n"
             "  --obs-var r.npy       analysis: their M error variances, each > 0\n"
             "  --seed S              analysis: key of the observation perturbations, an integer\n"
-            "                        >= 0 (required)\n"
+            "                        from 0 to 2^64-1 (required)\n"
             "  --inflation F         analysis: factor on the forecast anomalies, > 0 (default 1.0)\n"
             "  --variant NAME        one of the backend's variants (`dakit info` lists them:\n"
             "                        tiled, banded, fft, ...); default: the cost model picks\n"
@@ -42,15 +43,17 @@ static void usage(FILE *f)
             "  --reference           use the serial reference instead of a backend\n"
             "\n"
             "l96 options (40 variables, F = 8, every variable observed each cycle with variance 1):\n"
-            "  --members L           ensemble members, >= 2 (default 20)\n"
-            "  --spinup S            cycles run before the RMSE is averaged (default 500)\n"
-            "  --cycles C            cycles averaged after the spin-up, >= 1 (default 2000)\n"
-            "  --loc-radius R        Gaspari-Cohn half-width, grid points; 0: no localization (default 5)\n"
+            "  --members L           ensemble members, 2 to 4096 (default 20)\n"
+            "  --spinup S            cycles run before the RMSE is averaged, 0 to 10000000 (default 500)\n"
+            "  --cycles C            cycles averaged after the spin-up, 1 to 10000000 (default 2000)\n"
+            "  --loc-radius R        Gaspari-Cohn half-width, grid points, >= 0; 0: no localization\n"
+            "                        (default 5)\n"
             "  --inflation F         factor on the forecast anomalies, > 0 (default 1.03)\n"
-            "  --seed S              seeds the start, the observations and the perturbations (default 1)\n"
+            "  --seed S              seeds the start, the observations and the perturbations, 0 to\n"
+            "                        2^64-1 (default 1)\n"
             "  --png FILE            the RMSE per cycle as a picture; '': none (default enkf-l96.png)\n"
-            "  --every K             print the RMSE every K cycles (default 200)\n"
-            "  --max-rmse X / --min-rmse X   exit 1 unless the time-mean analysis RMSE is <= / >= X\n"
+            "  --every K             print the RMSE every K cycles, 1 to 10000000 (default 200)\n"
+            "  --max-rmse X / --min-rmse X   exit 1 unless the time-mean analysis RMSE is <= / >= X (>= 0)\n"
             "  --backend NAME        as above\n");
 }
 
@@ -119,7 +122,6 @@ static int parse(int argc, char **argv, inputs *in, int analysis)
         }
         if (!(v = cli_value(CMD, argc, argv, &i)))
             return 2;
-        char *end;
         if (!strcmp(a, "--ens"))
             in->ens = v;
         else if (!strcmp(a, "--loc"))
@@ -149,14 +151,14 @@ static int parse(int argc, char **argv, inputs *in, int analysis)
             else
                 return cli_error(CMD, 2, "--dtype must be f32 or f64, not '%s'", v);
         } else if (!strcmp(a, "--seed") && analysis) {
-            in->seed = strtoull(v, &end, 0);
-            if (*end || !*v || *v == '-')
-                return cli_error(CMD, 2, "--seed must be a non-negative integer, not '%s'", v);
+            uint64_t seed;
+            if (cli_u64(CMD, a, v, &seed))
+                return 2;
+            in->seed = seed;
             in->have_seed = 1;
         } else if (!strcmp(a, "--inflation") && analysis) {
-            in->inflation = strtod(v, &end);
-            if (*end || !(in->inflation > 0) || !isfinite(in->inflation))
-                return cli_error(CMD, 2, "--inflation must be a number > 0, not '%s'", v);
+            if (cli_double(CMD, a, v, 0, INFINITY, CLI_OPEN_LO, &in->inflation))
+                return 2;
         } else
             return cli_error(CMD, 2, "unknown option '%s' (dakit enkf --help)", a);
     }
@@ -164,6 +166,11 @@ static int parse(int argc, char **argv, inputs *in, int analysis)
         return cli_error(CMD, 2, "--ens, --loc, --H and --out are required (dakit enkf --help)");
     if (analysis && (!in->obs || !in->obs_var || !in->have_seed))
         return cli_error(CMD, 2, "analysis needs --obs, --obs-var and --seed (dakit enkf --help)");
+    if (cli_options_only)
+        return 0;
+    char err[4200];
+    if (output_check(in->out, err, sizeof err) != 0 || (in->hpht && output_check(in->hpht, err, sizeof err) != 0))
+        return cli_error(CMD, 1, "%s", err);
     return -1;
 }
 
@@ -252,7 +259,7 @@ static int write_f64(const char *path, const void *data, dk_dtype t, size_t rows
     for (size_t k = 0; k < rows * cols; k++)
         d[k] = t == DK_F32 ? (double)((const float *)data)[k] : ((const double *)data)[k];
     a.data = d;
-    char err[512];
+    char err[4200];
     dk_status st = npy_write(path, &a, err, sizeof err);
     free(d);
     return st == DK_OK ? 0 : cli_error(CMD, 1, "%s", err);
@@ -280,6 +287,10 @@ static int run_cov(int argc, char **argv)
     if ((rc = load(&in, &ld)) >= 0)
         goto done;
     size_t N = ld.desc.n, M = ld.H.rows, w = dk_dtype_size(in.dtype);
+    if (M && N > SIZE_MAX / M / w) {
+        rc = cli_error(CMD, 1, "the %zu x %zu result is larger than memory can address", N, M);
+        goto done;
+    }
     pht = malloc(N * M * w);
     hpht = malloc(M * M * w);
     if (!pht || !hpht) {
@@ -452,7 +463,7 @@ static int rmse_png(const char *path, const double *rmse, int n, double mean, in
         px = x, py = y;
     }
 #undef YPIX
-    char err[256];
+    char err[4200];
     int bad = image_write_png(&img, path, err, sizeof err);
     image_free(&img);
     return bad ? cli_error(CMD, 1, "%s", err) : 0;
@@ -460,9 +471,9 @@ static int rmse_png(const char *path, const double *rmse, int n, double mean, in
 
 static int run_l96(int argc, char **argv)
 {
-    long members = 20, cycles = 2000, spinup = 500, every = 200;
+    int members = 20, cycles = 2000, spinup = 500, every = 200;
     double radius = 5, inflation = 1.03, max_rmse = -1, min_rmse = -1;
-    unsigned long long seed = 1;
+    uint64_t seed = 1;
     const char *png = "enkf-l96.png", *backend = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -472,42 +483,41 @@ static int run_l96(int argc, char **argv)
         }
         if (!(v = cli_value(CMD, argc, argv, &i)))
             return 2;
-        char *end;
-        long *iv = !strcmp(a, "--members") ? &members : !strcmp(a, "--cycles") ? &cycles
-                                                  : !strcmp(a, "--spinup")  ? &spinup
-                                                  : !strcmp(a, "--every")   ? &every
-                                                                            : NULL;
-        double *dv = !strcmp(a, "--loc-radius") ? &radius : !strcmp(a, "--inflation") ? &inflation
-                                                         : !strcmp(a, "--max-rmse")    ? &max_rmse
-                                                         : !strcmp(a, "--min-rmse")    ? &min_rmse
-                                                                                       : NULL;
-        if (iv) {
-            *iv = strtol(v, &end, 10);
-            if (*end || *iv < 0 || *iv > 10000000)
-                return cli_error(CMD, 2, "%s must be a non-negative integer, not '%s'", a, v);
-        } else if (dv) {
-            *dv = strtod(v, &end);
-            if (*end || !isfinite(*dv) || *dv < 0)
-                return cli_error(CMD, 2, "%s must be a number >= 0, not '%s'", a, v);
-        } else if (!strcmp(a, "--seed")) {
-            seed = strtoull(v, &end, 0);
-            if (*end || *v == '-')
-                return cli_error(CMD, 2, "--seed must be a non-negative integer, not '%s'", v);
-        } else if (!strcmp(a, "--png"))
+        int bad = 0;
+        if (!strcmp(a, "--members"))
+            bad = cli_int(CMD, a, v, 2, 4096, &members);
+        else if (!strcmp(a, "--cycles"))
+            bad = cli_int(CMD, a, v, 1, 10000000, &cycles);
+        else if (!strcmp(a, "--spinup"))
+            bad = cli_int(CMD, a, v, 0, 10000000, &spinup);
+        else if (!strcmp(a, "--every"))
+            bad = cli_int(CMD, a, v, 1, 10000000, &every);
+        else if (!strcmp(a, "--loc-radius"))
+            bad = cli_double(CMD, a, v, 0, INFINITY, 0, &radius);
+        else if (!strcmp(a, "--inflation"))
+            bad = cli_double(CMD, a, v, 0, INFINITY, CLI_OPEN_LO, &inflation);
+        else if (!strcmp(a, "--max-rmse"))
+            bad = cli_double(CMD, a, v, 0, INFINITY, 0, &max_rmse);
+        else if (!strcmp(a, "--min-rmse"))
+            bad = cli_double(CMD, a, v, 0, INFINITY, 0, &min_rmse);
+        else if (!strcmp(a, "--seed"))
+            bad = cli_u64(CMD, a, v, &seed);
+        else if (!strcmp(a, "--png"))
             png = v;
         else if (!strcmp(a, "--backend"))
             backend = v;
         else
             return cli_error(CMD, 2, "unknown option '%s' (dakit enkf --help)", a);
+        if (bad)
+            return bad;
     }
-    if (members < 2)
-        return cli_error(CMD, 2, "--members must be at least 2");
-    if (cycles < 1)
-        return cli_error(CMD, 2, "--cycles must be at least 1");
-    if (!(inflation > 0))
-        return cli_error(CMD, 2, "--inflation must be > 0");
-    if (every < 1)
-        every = 1;
+    if (cli_options_only)
+        return 0;
+    if (png && *png) {
+        char err[4200];
+        if (output_check(png, err, sizeof err) != 0)
+            return cli_error(CMD, 1, "%s", err);
+    }
     size_t L = (size_t)members, N = L96_N;
     double c[L96_N], r[L96_N], y[L96_N], noise[L96_N], truth[L96_N];
     int64_t indptr[L96_N + 1], indices[L96_N];
@@ -571,7 +581,7 @@ static int run_l96(int argc, char **argv)
     if (radius > 0)
         printf("localization half-width %.3g grid points (zero beyond %.3g)\n", radius, 2 * radius);
     double sum = 0, window = 0;
-    long total = spinup + cycles;
+    long total = (long)spinup + cycles;
     for (long t = 0; t < total; t++) {
         l96_step(truth, 1);
         for (size_t l = 0; l < L; l++)
@@ -600,14 +610,14 @@ static int run_l96(int argc, char **argv)
         if (t >= spinup)
             sum += rmse[t];
         if ((t + 1) % every == 0) {
-            printf("cycle %6ld%s  analysis RMSE %.4f  (mean of the last %ld: %.4f)\n", t + 1,
+            printf("cycle %6ld%s  analysis RMSE %.4f  (mean of the last %d: %.4f)\n", t + 1,
                    t < spinup ? " (spin-up)" : "", rmse[t], every, window / (double)every);
             fflush(stdout);
             window = 0;
         }
     }
     double mean = sum / (double)cycles;
-    printf("time-mean analysis RMSE over %ld cycles after %ld of spin-up: %.4f (observation error 1)\n", cycles,
+    printf("time-mean analysis RMSE over %d cycles after %d of spin-up: %.4f (observation error 1)\n", cycles,
            spinup, mean);
     if (png && *png && rmse_png(png, rmse, (int)total, mean, (int)spinup) == 0)
         printf("wrote %s (blue: RMSE per cycle; red: observation error; green: time mean)\n", png);

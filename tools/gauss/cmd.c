@@ -6,6 +6,7 @@
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "cli/npy.h"
+#include "cli/output.h"
 
 static void usage(FILE *f)
 {
@@ -28,8 +29,9 @@ static void usage(FILE *f)
             "                        overlap cuts each line into --blocks blocks, each filtered alone\n"
             "                        with --overlap values beyond it on each side (approximate near\n"
             "                        block edges)\n"
-            "  --overlap M           overlap mode: values beyond a block on each side (default 5)\n"
-            "  --blocks B            overlap mode: blocks per line (default 3072)\n"
+            "  --overlap M           overlap mode: values beyond a block on each side, 0 to 1e9\n"
+            "                        (default 5)\n"
+            "  --blocks B            overlap mode: blocks per line, 1 to 1e9 (default 3072)\n"
             "  --dtype f32|f64       compute precision (default: the input's)\n"
             "  --variant NAME        one of the backend's variants (`dakit info` lists them;\n"
             "                        default: the first)\n"
@@ -56,7 +58,7 @@ int cmd_gauss(int argc, char **argv)
         }
         if (!(v = cli_value(cmd, argc, argv, &i)))
             return 2;
-        char *end;
+        int bad = 0;
         if (!strcmp(a, "--in"))
             in_path = v;
         else if (!strcmp(a, "--out"))
@@ -71,12 +73,9 @@ int cmd_gauss(int argc, char **argv)
             d.variant = v;
         else if (!strcmp(a, "--dtype"))
             dtype_s = v;
-        else if (!strcmp(a, "--K")) {
-            long k = strtol(v, &end, 10);
-            if (*end || k < 1 || k > 1000000)
-                return cli_error(cmd, 2, "--K must be an integer between 1 and 1000000, not '%s'", v);
-            d.K = (int)k;
-        } else if (!strcmp(a, "--boundary")) {
+        else if (!strcmp(a, "--K"))
+            bad = cli_int(cmd, a, v, 1, 1000000, &d.K);
+        else if (!strcmp(a, "--boundary")) {
             if (!strcmp(v, "zero"))
                 d.boundary = DK_BOUNDARY_ZERO;
             else if (!strcmp(v, "constant"))
@@ -90,23 +89,38 @@ int cmd_gauss(int argc, char **argv)
                 d.mode = DK_GAUSS_OVERLAP;
             else
                 return cli_error(cmd, 2, "--mode must be exact or overlap, not '%s'", v);
-        } else if (!strcmp(a, "--overlap") || !strcmp(a, "--blocks")) {
-            long long x = strtoll(v, &end, 10);
-            if (*end || x < 0 || (x == 0 && !strcmp(a, "--blocks")))
-                return cli_error(cmd, 2, "%s must be a %s integer, not '%s'", a,
-                                 strcmp(a, "--blocks") ? "non-negative" : "positive", v);
-            if (!strcmp(a, "--overlap"))
-                d.overlap = (size_t)x;
-            else
-                d.blocks = (size_t)x;
-        } else {
+        } else if (!strcmp(a, "--overlap"))
+            bad = cli_size(cmd, a, v, 0, 1000000000, &d.overlap);
+        else if (!strcmp(a, "--blocks"))
+            bad = cli_size(cmd, a, v, 1, 1000000000, &d.blocks);
+        else
             return cli_error(cmd, 2, "unknown option '%s' (dakit gauss --help)", a);
-        }
+        if (bad)
+            return bad;
     }
     if (!in_path || !out_path || !sigma_s)
         return cli_error(cmd, 2, "--in, --out and --sigma are required (dakit gauss --help)");
+    if (dtype_s && strcmp(dtype_s, "f32") && strcmp(dtype_s, "f64"))
+        return cli_error(cmd, 2, "--dtype must be f32 or f64, not '%s'", dtype_s);
+    double sig[DK_MAX_DIMS];
+    int nsig = cli_parse_doubles(sigma_s, sig, DK_MAX_DIMS);
+    if (nsig < 1)
+        return cli_error(cmd, 2, "--sigma must be one number or a comma list of up to %d, each > 0 and <= %g, "
+                                 "not '%s'", DK_MAX_DIMS, DK_GAUSS_MAX_SIGMA, sigma_s);
+    for (int k = 0; k < nsig; k++)
+        if (!(sig[k] > 0) || sig[k] > DK_GAUSS_MAX_SIGMA)
+            return cli_error(cmd, 2, "--sigma must be one number or a comma list of up to %d, each > 0 and <= %g, "
+                                     "not '%s'", DK_MAX_DIMS, DK_GAUSS_MAX_SIGMA, sigma_s);
+    long axes[DK_MAX_DIMS];
+    int naxes = 0;
+    if (axes_s && (naxes = cli_parse_ints(axes_s, axes, DK_MAX_DIMS)) < 1)
+        return cli_error(cmd, 2, "--axes must be a comma list of axis numbers, not '%s'", axes_s);
+    if (cli_options_only)
+        return 0;
 
-    char err[512];
+    char err[4200];
+    if (output_check(out_path, err, sizeof err) != 0)
+        return cli_error(cmd, 1, "%s", err);
     npy_array x;
     if (npy_read(in_path, &x, err, sizeof err) != DK_OK)
         return cli_error(cmd, 1, "%s", err);
@@ -122,30 +136,13 @@ int cmd_gauss(int argc, char **argv)
     for (int a = 0; a < x.ndim; a++)
         d.shape[a] = x.shape[a];
     d.dtype = x.dtype;
-    if (dtype_s) {
-        if (strcmp(dtype_s, "f32") && strcmp(dtype_s, "f64")) {
-            cli_error(cmd, 2, "--dtype must be f32 or f64, not '%s'", dtype_s);
-            rc = 2;
-            goto done;
-        }
+    if (dtype_s)
         d.dtype = strcmp(dtype_s, "f64") ? DK_F32 : DK_F64;
-    }
-    long axes[DK_MAX_DIMS];
-    int naxes;
-    if (axes_s) {
-        naxes = cli_parse_ints(axes_s, axes, DK_MAX_DIMS);
-        if (naxes < 1) {
-            cli_error(cmd, 2, "--axes must be a comma list of axis numbers, not '%s'", axes_s);
-            rc = 2;
-            goto done;
-        }
-    } else {
+    if (!axes_s) {
         naxes = x.ndim;
         for (int a = 0; a < naxes; a++)
             axes[a] = a;
     }
-    double sig[DK_MAX_DIMS];
-    int nsig = cli_parse_doubles(sigma_s, sig, DK_MAX_DIMS);
     if (nsig != 1 && nsig != naxes) {
         cli_error(cmd, 2, "--sigma takes one value or one per filtered axis (%d), not '%s'", naxes, sigma_s);
         rc = 2;

@@ -49,13 +49,14 @@ static double bytes(int i) { return (double)cases[i].cell_steps * (16.0 + 32.0 *
 static int on_cpu(dk_context *ctx)
 {
     const char *dev = getenv("DAKIT_DEVICE");
-    int want = dev ? atoi(dev) : 0;
-    for (int b = 0; b < dk_backend_count(); b++) {
-        dk_backend_info info;
-        if (dk_backend_get(b, &info) == DK_OK && info.usable && !strcmp(info.name, dk_context_backend(ctx)) &&
-            want >= 0 && want < info.device_count)
-            return info.devices[want].kind == DK_DEVICE_CPU;
-    }
+    char *end;
+    long want = dev && *dev ? strtol(dev, &end, 10) : 0;
+    if (dev && *dev && *end)
+        want = -1; /* dk_context_create refuses it; never here */
+    /* the probed list: asking the registry would probe every plugin here */
+    const dk_backend_info *info = cli_backend_named(dk_context_backend(ctx));
+    if (info && info->usable && want >= 0 && want < info->device_count)
+        return info->devices[want].kind == DK_DEVICE_CPU;
     return !strcmp(dk_context_backend(ctx), "cpu");
 }
 

@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "cli/npy.h"
 #include "gbees/mc.h"
+#include "gbees/snapshot.h"
 
 /* Dormand-Prince 5(4) with its error estimate steering the step. */
 static void rk45(const dk_gbees_model *m, int d, double *x, double t_end)
@@ -99,6 +100,19 @@ static double normal(uint64_t *s)
     if (u < 1e-300)
         u = 1e-300;
     return sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * v);
+}
+
+/* The kernel bin of a whitened coordinate. A cell far from every sample
+ * (a snapshot's centres are read from a file) has no samples near it
+ * anyway: its bin is clamped, never an overflowing conversion. */
+static int32_t bin_of(double y, double reach)
+{
+    double b = floor(y / reach);
+    if (!(b > -(double)(1 << 30)))
+        return -(1 << 30);
+    if (b > (double)(1 << 30))
+        return 1 << 30;
+    return (int32_t)b;
 }
 
 typedef struct bin_sort {
@@ -250,7 +264,7 @@ static dk_status sampled_bc(const double *rows, size_t cells, int d, double thre
             int32_t home[DK_GBEES_MAX_DIM];
             whiten(l, d, mu, rows + c * (d + 1), yc);
             for (int i = 0; i < d; i++)
-                home[i] = (int32_t)floor(yc[i] / reach);
+                home[i] = bin_of(yc[i], reach);
             neighbour_bins(ht, bin_keys, home, d, neighbours, list);
             double q = kernel_sum(yc, list, neighbours, bin_keys, bin_start, ys_sorted, d, reach) * norm;
             double p = rows[c * (d + 1) + d];
@@ -395,7 +409,7 @@ dk_status gbees_mc_bc(const dk_gbees_model *model, const dk_gbees_meas *meas0, d
     for (size_t s = 0; s < n; s++) {
         whiten(l, d, mu, x + s * d, y + s * d);
         for (int i = 0; i < d; i++)
-            bs[s].key[i] = (int32_t)floor(y[s * d + i] / reach);
+            bs[s].key[i] = bin_of(y[s * d + i], reach);
         bs[s].sample = s;
     }
     dim_for_sort = d;
@@ -438,7 +452,7 @@ dk_status gbees_mc_bc(const dk_gbees_model *model, const dk_gbees_meas *meas0, d
         whiten(l, d, mu, rows + c * (d + 1), yc);
         int32_t *k = home_keys + homes * d;
         for (int i = 0; i < d; i++)
-            k[i] = (int32_t)floor(yc[i] / reach);
+            k[i] = bin_of(yc[i], reach);
         int32_t hb = gb_hash_find(&home_ht, home_keys, k);
         if (hb < 0) {
             if (gb_hash_insert(&home_ht, home_keys, (int32_t)homes) < 0) {
@@ -544,12 +558,13 @@ static void mc_usage(FILE *f)
                "  --meas DIR      the run's measurement folder; measurement0.txt is the initial Gaussian\n"
                "  --pdf FILE      the snapshot to check: float64, cells x (d + 1)\n"
                "  --t T           the snapshot's time, in the model's time units, >= 0\n"
-               "  --samples N     Monte Carlo samples, >= 10 (default 100000)\n"
-               "  --seed S        seed of the samples (default 1)\n"
-               "  --threshold P   the run's threshold (default: from summary.txt beside the snapshot,\n"
-               "                  else 5e-6)\n"
+               "  --samples N     Monte Carlo samples, 10 to 100000000 (default 100000)\n"
+               "  --seed S        seed of the samples, 0 to 2^64-1 (default 1)\n"
+               "  --threshold P   the run's threshold, (0, 1) (default: from summary.txt beside the\n"
+               "                  snapshot, else 5e-6)\n"
                "  --draws M       compare on M cells drawn by their GBEES probability instead of every\n"
-               "                  cell (default: every cell up to 2 million cells, else 400000 draws)\n");
+               "                  cell, 0 to 100000000; 0: every cell (default: every cell up to 2\n"
+               "                  million cells, else 400000 draws)\n");
 }
 
 /* The threshold recorded in summary.txt in the snapshot's folder, or -1. */
@@ -568,14 +583,16 @@ static double run_threshold(const char *pdf)
         if (sscanf(line, "threshold %lf", &thr) == 1)
             break;
     fclose(f);
-    return thr > 0.0 ? thr : -1.0;
+    return isfinite(thr) && thr > 0.0 && thr < 1.0 ? thr : -1.0;
 }
 
 int cmd_gbees_mc(int argc, char **argv)
 {
     const char *cmd = "gbees-mc", *model_s = NULL, *meas_dir = NULL, *pdf = NULL;
     double t = -1.0, threshold = -1.0;
-    long samples = 100000, seed = 1, draws = -1;
+    size_t samples = 100000, draws = 0;
+    int draws_given = 0;
+    uint64_t seed = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -585,7 +602,7 @@ int cmd_gbees_mc(int argc, char **argv)
         const char *v = cli_value(cmd, argc, argv, &i);
         if (!v)
             return 2;
-        char *end = NULL;
+        int bad = 0;
         if (!strcmp(a, "--model"))
             model_s = v;
         else if (!strcmp(a, "--meas"))
@@ -593,52 +610,54 @@ int cmd_gbees_mc(int argc, char **argv)
         else if (!strcmp(a, "--pdf"))
             pdf = v;
         else if (!strcmp(a, "--t"))
-            t = strtod(v, &end);
+            bad = cli_double(cmd, a, v, 0, INFINITY, 0, &t);
         else if (!strcmp(a, "--samples"))
-            samples = strtol(v, &end, 10);
+            bad = cli_size(cmd, a, v, 10, 100000000, &samples);
         else if (!strcmp(a, "--seed"))
-            seed = strtol(v, &end, 10);
-        else if (!strcmp(a, "--draws"))
-            draws = strtol(v, &end, 10);
-        else if (!strcmp(a, "--threshold")) {
-            threshold = strtod(v, &end);
-            if (!(threshold > 0.0) && end != v && !*end)
-                return cli_error(cmd, 2, "--threshold must be > 0, not '%s'", v);
-        } else
+            bad = cli_u64(cmd, a, v, &seed);
+        else if (!strcmp(a, "--draws")) {
+            bad = cli_size(cmd, a, v, 0, 100000000, &draws);
+            draws_given = 1;
+        } else if (!strcmp(a, "--threshold"))
+            bad = cli_double(cmd, a, v, 0, 1, CLI_OPEN_LO | CLI_OPEN_HI, &threshold);
+        else
             return cli_error(cmd, 2, "unknown option '%s' (dakit gbees-mc --help)", a);
-        if (end && (end == v || *end))
-            return cli_error(cmd, 2, "%s needs a number, not '%s'", a, v);
+        if (bad)
+            return bad;
     }
-    if (!model_s || !meas_dir || !pdf || t < 0 || samples < 10)
-        return cli_error(cmd, 2, "--model, --meas, --pdf and --t >= 0 are required, --samples >= 10 (dakit gbees-mc --help)");
+    if (!model_s || !meas_dir || !pdf || t < 0)
+        return cli_error(cmd, 2, "--model, --meas, --pdf and --t >= 0 are required (dakit gbees-mc --help)");
     const dk_gbees_model *model = dk_gbees_model_find(model_s);
     if (!model)
         return cli_error(cmd, 2, "unknown model '%s'", model_s);
+    if (cli_options_only)
+        return 0;
     if (threshold <= 0.0 && (threshold = run_threshold(pdf)) <= 0.0)
         threshold = 5e-6;
     dk_gbees_meas meas0;
-    char path[4096], err[512];
-    snprintf(path, sizeof path, "%s/measurement0.txt", meas_dir);
+    char path[4096], err[4200];
+    if (snprintf(path, sizeof path, "%s/measurement0.txt", meas_dir) >= (int)sizeof path)
+        return cli_error(cmd, 1, "%s: the path is too long", meas_dir);
     if (dk_gbees_meas_read(path, &meas0) != DK_OK)
         return cli_error(cmd, 1, "%s", dk_last_error(NULL));
-    npy_array a;
-    if (npy_read(pdf, &a, err, sizeof err) != DK_OK)
+    gbees_snap snap;
+    if (gbees_snap_read(pdf, &snap, err, sizeof err) != DK_OK)
         return cli_error(cmd, 1, "%s", err);
-    if (a.ndim != 2 || a.dtype != DK_F64 || a.shape[1] != (size_t)meas0.dim + 1) {
-        npy_free(&a);
+    if (snap.dim != meas0.dim) {
+        gbees_snap_free(&snap);
         return cli_error(cmd, 1, "%s: expected float64 of shape (cells, %d)", pdf, meas0.dim + 1);
     }
-    size_t cells = a.shape[0];
+    size_t cells = snap.cells;
     gbees_mc_result r;
     double t0 = cli_now();
-    if (draws < 0)
+    if (!draws_given)
         draws = cells > GBEES_MC_EXACT_CELLS ? GBEES_MC_DRAWS : 0;
-    dk_status st = gbees_mc_bc(model, &meas0, t, (size_t)samples, (uint64_t)seed, a.data, cells, meas0.dim,
-                               threshold, (size_t)draws, &r, err, sizeof err);
-    npy_free(&a);
+    dk_status st = gbees_mc_bc(model, &meas0, t, samples, seed, snap.rows, cells, meas0.dim, threshold, draws, &r,
+                               err, sizeof err);
+    gbees_snap_free(&snap);
     if (st != DK_OK)
         return cli_error(cmd, 1, "%s", err);
-    printf("gbees-mc: %s t = %g, %ld samples: Bhattacharyya coefficient %.4f on the %zu of %zu cells at or above "
+    printf("gbees-mc: %s t = %g, %zu samples: Bhattacharyya coefficient %.4f on the %zu of %zu cells at or above "
            "%g (%.1f s)\n",
            model->name, t, samples, r.bc, r.support, cells, threshold, cli_now() - t0);
     printf("  over all %zu cells: %.4f; probability on the compared cells: GBEES %.4f, kernel estimate %.4f "

@@ -9,6 +9,7 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/output.h"
 #include "harness/bench.h"
 
 #define MAX_BACKENDS 16
@@ -34,7 +35,7 @@ static void usage(FILE *f)
             "  --backend NAME[,...]|all   backends to time on (default: all usable)\n"
             "  --case NAME[,...]          cases to time, from the list below (default: all)\n"
             "  --csv FILE                 also write one row per case, backend and variant\n"
-            "  --min-time SECONDS         keep repeating a case this long (default 1)\n"
+            "  --min-time SECONDS         keep repeating a case this long, 0 to 86400 (default 1)\n"
             "  --max-runs N               timed runs per case at most, 3 to 200 (default 50)\n"
             "\n"
             "cases:\n");
@@ -138,22 +139,33 @@ int cmd_bench(int argc, char **argv)
                 return 2;
         } else if (!strcmp(a, "--min-time")) {
             const char *v = cli_value(cmd, argc, argv, &i);
-            if (!v || (min_time = atof(v)) < 0)
-                return cli_error(cmd, 2, "--min-time needs a number of seconds >= 0");
+            if (!v || cli_double(cmd, a, v, 0, 86400, 0, &min_time))
+                return 2;
         } else if (!strcmp(a, "--max-runs")) {
             const char *v = cli_value(cmd, argc, argv, &i);
-            if (!v || (max_runs = atoi(v)) < 3 || max_runs > MAX_RUNS)
-                return cli_error(cmd, 2, "--max-runs must be between 3 and %d", MAX_RUNS);
+            if (!v || cli_int(cmd, a, v, 3, MAX_RUNS, &max_runs))
+                return 2;
         } else {
             return cli_error(cmd, 2, "unknown option '%s' (dakit bench --help)", a);
         }
     }
     if (!check_list(cmd, algo_s, "algorithm", known_algo) || !check_list(cmd, case_s, "case", known_case))
         return 2;
+    if (cli_backend_list(cmd, "--backend", backend_s, MAX_BACKENDS))
+        return 2;
+    if (cli_options_only)
+        return 0;
+    /* every plugin probed now, in child processes, while this process has no
+     * threads; the gbees cases look up their device's kind in that list */
+    int found;
+    cli_backends(&found);
     FILE *csv = NULL;
+    output out;
+    char err[4200];
     if (csv_path) {
-        if (!(csv = fopen(csv_path, "w")))
-            return cli_error(cmd, 1, "cannot write %s", csv_path);
+        if (output_open(&out, csv_path, err, sizeof err) != 0)
+            return cli_error(cmd, 1, "%s", err);
+        csv = out.f;
         fprintf(csv, "algo,case,backend,variant,device,median_ms,min_ms,runs,gb_per_s,copy_gb_per_s,floor_ms,"
                      "ratio_to_floor\n");
     }
@@ -180,7 +192,7 @@ int cmd_bench(int argc, char **argv)
                 if (!cli_in_list(case_s, su->name(c)))
                     continue;
                 for (const char *const *v = variants; v && *v; v++) {
-                    char label[96], err[512];
+                    char label[96];
                     snprintf(label, sizeof label, "%s/%s", names[b], *v);
                     void *st = su->setup(ctx, c, *v, err, sizeof err);
                     if (!st) {
@@ -215,7 +227,7 @@ int cmd_bench(int argc, char **argv)
         }
         dk_context_destroy(ctx);
     }
-    if (csv)
-        fclose(csv);
+    if (csv && output_commit(&out, err, sizeof err) != 0)
+        return cli_error(cmd, 1, "%s", err);
     return ran ? 0 : 1;
 }

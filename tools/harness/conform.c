@@ -7,6 +7,7 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/output.h"
 #include "harness/conform.h"
 
 #define MAX_BACKENDS 16
@@ -32,14 +33,17 @@ static void usage(FILE *f)
             "Runs the shared conformance cases on each selected backend (every variant it offers)\n"
             "against the serial reference and prints a table and one verdict per backend.\n"
             "\n"
-            "  --backend NAME[,...]|all   backends to test (default: all usable)\n"
+            "  --backend NAME[,...]|all   backends to test (default: all usable; plugins found but\n"
+            "                             refused are listed as not run, with the reason)\n"
             "  --algo ALGO[,...]          algorithms to test: gauss, enkf, kmeans, gbees (default: all)\n"
             "  --quick                    the smaller cases only\n"
             "  --junit FILE               also write a JUnit XML report\n"
             "\n"
             "exit status: 0 every case passed on every selected backend; 1 a case failed;\n"
             "4 some selected backend is absent or lacks a selected algorithm; 77 nothing could\n"
-            "run (no selected backend is present, or none implements the algorithms): a skip.\n");
+            "run (no selected backend is present, or none implements the algorithms): a skip.\n"
+            "With --backend all, a refused plugin (a driver missing, a probe that crashed)\n"
+            "changes none of these.\n");
 }
 
 static void xml_escape(FILE *f, const char *s)
@@ -50,21 +54,24 @@ static void xml_escape(FILE *f, const char *s)
         case '>': fputs("&gt;", f); break;
         case '&': fputs("&amp;", f); break;
         case '"': fputs("&quot;", f); break;
-        default: fputc(*s, f);
+        /* control characters are not allowed in XML 1.0 */
+        default: fputc((unsigned char)*s < 0x20 && *s != '\t' && *s != '\n' && *s != '\r' ? '?' : *s, f);
         }
     }
 }
 
-/* Whether backend `name` implements `algo` (dakit info's algorithm list). */
-static int implements(const char *name, const char *algo)
+/* Whether the backend of ctx implements the suite's algorithm: it lists
+ * variants for it. (Asking the registry would probe every plugin.) */
+static int implements(dk_context *ctx, const conform_suite *su)
 {
-    for (int i = 0; i < dk_backend_count(); i++) {
-        dk_backend_info b;
-        if (dk_backend_get(i, &b) == DK_OK && b.usable && !strcmp(b.name, name))
-            return cli_in_list(b.algorithms, algo);
-    }
-    return 0;
+    return su->variants(ctx) != NULL;
 }
+
+/* Plugins found but refused, for --backend all: named with the reason. */
+typedef struct refused_plugin {
+    char name[64];
+    char reason[600];
+} refused_plugin;
 
 int cmd_conform(int argc, char **argv)
 {
@@ -106,8 +113,34 @@ int cmd_conform(int argc, char **argv)
             p++;
     }
 
+    if (cli_backend_list(cmd, "--backend", backend_s, MAX_BACKENDS))
+        return 2;
+    if (cli_options_only)
+        return 0;
+    char err[4200];
+    if (junit && output_check(junit, err, sizeof err) != 0)
+        return cli_error(cmd, 1, "%s", err);
+
     char names[MAX_BACKENDS][64];
     int nb = cli_select_backends(backend_s, names, MAX_BACKENDS);
+    static refused_plugin refused[MAX_BACKENDS];
+    int nrefused = 0;
+    if (!strcmp(backend_s, "all") || !*backend_s) {
+        int count;
+        const dk_backend_info *all = cli_backends(&count);
+        for (int i = 0; i < count && nrefused < MAX_BACKENDS; i++) {
+            if (all[i].usable)
+                continue;
+            refused_plugin *r = &refused[nrefused++];
+            if (all[i].name[0])
+                snprintf(r->name, sizeof r->name, "%s", all[i].name);
+            else {
+                const char *slash = strrchr(all[i].path, '/');
+                snprintf(r->name, sizeof r->name, "%s", slash ? slash + 1 : all[i].path[0] ? all[i].path : "?");
+            }
+            snprintf(r->reason, sizeof r->reason, "found but refused: %s", all[i].reason);
+        }
+    }
     dk_context *ctx[MAX_BACKENDS] = {0};
     char absent[MAX_BACKENDS][600];
     int present = 0;
@@ -121,6 +154,8 @@ int cmd_conform(int argc, char **argv)
             printf("backend %s: %s\n", names[b], dk_context_device(ctx[b]));
         }
     }
+    for (int r = 0; r < nrefused; r++)
+        printf("backend %s: not run (%s)\n", refused[r].name, refused[r].reason);
     if (nb == 0)
         printf("no usable backend found (dakit info says why)\n");
 
@@ -138,7 +173,7 @@ int cmd_conform(int argc, char **argv)
         for (int b = 0; b < nb; b++) {
             if (!ctx[b])
                 continue;
-            has[b] = implements(names[b], su->algo);
+            has[b] = implements(ctx[b], su);
             if (!has[b]) {
                 printf("%-8s %-24s %-16s does not implement %s: not tested\n", su->algo, "(all cases)", names[b],
                        su->algo);
@@ -150,7 +185,6 @@ int cmd_conform(int argc, char **argv)
         for (int i = 0; i < su->count(); i++) {
             if (quick && !su->quick(i))
                 continue;
-            char err[512];
             if (present && su->prepare(i, err, sizeof err) != DK_OK) {
                 printf("%-8s %-24s reference failed: %s\n", su->algo, su->name(i), err);
                 failed_total++;
@@ -201,11 +235,18 @@ int cmd_conform(int argc, char **argv)
                    fail ? "FAIL" : pass ? "PASS" : "NOTHING RUN", pass, fail, dk_context_device(ctx[b]),
                    missing[b][0] ? "; not implemented: " : "", missing[b]);
     }
+    for (int r = 0; r < nrefused; r++)
+        printf("verdict %-8s NOT RUN: %s\n", refused[r].name, refused[r].reason);
 
+    int junit_failed = 0;
     if (junit) {
-        FILE *f = fopen(junit, "w");
-        if (!f)
-            return cli_error(cmd, 1, "cannot write %s", junit);
+        output o;
+        if (output_open(&o, junit, err, sizeof err) != 0) {
+            for (int b = 0; b < nb; b++)
+                dk_context_destroy(ctx[b]);
+            return cli_error(cmd, 1, "%s", err);
+        }
+        FILE *f = o.f;
         fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"dakit conform\">\n");
         for (int b = 0; b < nb; b++) {
             int tests = 0, fails = 0;
@@ -214,11 +255,14 @@ int cmd_conform(int argc, char **argv)
                     tests++;
                     fails += !rows[r].r.passed;
                 }
-            fprintf(f, "  <testsuite name=\"dakit.%s\" tests=\"%d\" failures=\"%d\" skipped=\"%d\">\n",
-                    names[b], ctx[b] ? tests : 1, fails, ctx[b] ? 0 : 1);
+            fprintf(f, "  <testsuite name=\"dakit.");
+            xml_escape(f, names[b]);
+            fprintf(f, "\" tests=\"%d\" failures=\"%d\" skipped=\"%d\">\n", ctx[b] ? tests : 1, fails,
+                    ctx[b] ? 0 : 1);
             if (!ctx[b]) {
-                fprintf(f, "    <testcase classname=\"dakit.%s\" name=\"backend present\">\n      <skipped message=\"",
-                        names[b]);
+                fprintf(f, "    <testcase classname=\"dakit.");
+                xml_escape(f, names[b]);
+                fprintf(f, "\" name=\"backend present\">\n      <skipped message=\"");
                 xml_escape(f, absent[b]);
                 fprintf(f, "\"/>\n    </testcase>\n");
             }
@@ -239,12 +283,22 @@ int cmd_conform(int argc, char **argv)
             }
             fprintf(f, "  </testsuite>\n");
         }
+        for (int r = 0; r < nrefused; r++) {
+            fprintf(f, "  <testsuite name=\"dakit.");
+            xml_escape(f, refused[r].name);
+            fprintf(f, "\" tests=\"1\" failures=\"0\" skipped=\"1\">\n    <testcase classname=\"dakit.");
+            xml_escape(f, refused[r].name);
+            fprintf(f, "\" name=\"backend usable\">\n      <skipped message=\"");
+            xml_escape(f, refused[r].reason);
+            fprintf(f, "\"/>\n    </testcase>\n  </testsuite>\n");
+        }
         fprintf(f, "</testsuites>\n");
-        fclose(f);
+        if (output_commit(&o, err, sizeof err) != 0)
+            junit_failed = cli_error(cmd, 1, "%s", err);
     }
     for (int b = 0; b < nb; b++)
         dk_context_destroy(ctx[b]);
-    if (failed_total)
+    if (failed_total || junit_failed)
         return 1;
     if (nrows == 0)
         return 77; /* nothing could run here: no such backend, or it lacks the algorithm */

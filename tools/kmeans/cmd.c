@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/image.h"
 #include "cli/npy.h"
+#include "cli/output.h"
 #include "kmeans/radar.h"
 #include "kmeans/radolan.h"
 
@@ -33,57 +34,24 @@ static void usage(FILE *f)
             "are an int32 rows x cols array in the file's row order (row 0 at the south edge),\n"
             "-1 where masked; the PNG shows the reflectivity beside the cluster map, north up,\n"
             "with a legend.\n"
-            "  --k K              clusters (radar default 6)\n"
+            "  --k K              clusters, 1 to 256 (radar default 6)\n"
             "  --lambda L         weight of the feature distance against contiguity, 0 to 1; 1: no\n"
             "                     contiguity (default 0.7)\n"
-            "  --window W         side of the square contiguity window, odd, pixels (default 5)\n"
+            "  --window W         side of the square contiguity window, odd, 1 to 31 pixels (default 5)\n"
             "  --min-dbz Z        pixels below Z dBZ are not clustered (default 5)\n"
-            "  --texture-sigma S  Gaussian scale of the local mean and deviation, pixels (default 2)\n"
+            "  --texture-sigma S  Gaussian scale of the local mean and deviation, pixels, > 0 and\n"
+            "                     <= 1e7 (default 2)\n"
             "\n"
             "points: X.npy is float32 (n, d); C0.npy float32 (k, d) (default: feature 0's range\n"
             "cut into k equal intervals, each centroid the mean of its interval's points).\n"
             "L.npy gets int32 (n,), C.npy float32 (k, d).\n"
             "\n"
-            "  --iters N          iteration limit (default 20)\n"
-            "  --tol T            stop when no centroid moves by T or more, in feature units\n"
+            "  --iters N          iteration limit, 1 to 1000000 (default 20)\n"
+            "  --tol T            stop when no centroid moves by T or more, in feature units, >= 0\n"
             "                     (default 0: run --iters iterations)\n"
             "  --backend NAME     cuda, opencl, cpu, auto or a comma list (default: DAKIT_BACKEND/auto)\n"
             "  --variant NAME     one of the backend's variants (`dakit info` lists them; default: the first)\n"
             "  --reference        the serial reference instead of a backend\n");
-}
-
-/* int32 arrays are this command's own output; npy.c reads and writes floats. */
-static int write_int32_npy(const char *path, const int32_t *v, int ndim, const size_t *shape, char *err,
-                           size_t len)
-{
-    char dict[256];
-    int used = snprintf(dict, sizeof dict, "{'descr': '<i4', 'fortran_order': False, 'shape': (");
-    for (int a = 0; a < ndim; a++)
-        used += snprintf(dict + used, sizeof dict - (size_t)used, "%zu,%s", shape[a], a + 1 < ndim ? " " : "");
-    used += snprintf(dict + used, sizeof dict - (size_t)used, "), }");
-    size_t total = 10 + (size_t)used + 1;
-    size_t pad = (64 - total % 64) % 64;
-    FILE *f = fopen(path, "wb");
-    if (!f) {
-        snprintf(err, len, "cannot write %s", path);
-        return -1;
-    }
-    unsigned short hl = (unsigned short)(used + pad + 1);
-    fwrite("\x93NUMPY\x01\x00", 1, 8, f);
-    fputc(hl & 0xff, f);
-    fputc(hl >> 8, f);
-    fwrite(dict, 1, (size_t)used, f);
-    for (size_t p = 0; p < pad; p++)
-        fputc(' ', f);
-    fputc('\n', f);
-    size_t n = 1;
-    for (int a = 0; a < ndim; a++)
-        n *= shape[a];
-    int ok = fwrite(v, sizeof *v, n, f) == n;
-    ok &= fclose(f) == 0;
-    if (!ok)
-        snprintf(err, len, "writing %s failed", path);
-    return ok ? 0 : -1;
 }
 
 static void report(const dk_kmeans_result *r, double seconds, const char *where)
@@ -100,7 +68,7 @@ int cmd_kmeans(int argc, char **argv)
     const char *cmd = "kmeans";
     const char *radolan_path = NULL, *in_path = NULL, *init_path = NULL, *labels_path = NULL;
     const char *centroids_path = NULL, *png_path = NULL, *backend = NULL, *variant = NULL;
-    long k = -1, iters = 20, window = 5;
+    int k = -1, iters = 20, window = 5;
     double lambda = 0.7, tol = 0, min_dbz = 5, tsigma = 2;
     int use_reference = 0;
     for (int i = 1; i < argc; i++) {
@@ -114,7 +82,7 @@ int cmd_kmeans(int argc, char **argv)
         }
         if (!(v = cli_value(cmd, argc, argv, &i)))
             return 2;
-        char *end = NULL;
+        int bad = 0;
         if (!strcmp(a, "--radolan"))
             radolan_path = v;
         else if (!strcmp(a, "--in"))
@@ -132,32 +100,42 @@ int cmd_kmeans(int argc, char **argv)
         else if (!strcmp(a, "--variant"))
             variant = v;
         else if (!strcmp(a, "--k"))
-            k = strtol(v, &end, 10);
+            bad = cli_int(cmd, a, v, 1, DK_KMEANS_MAX_K, &k);
         else if (!strcmp(a, "--iters"))
-            iters = strtol(v, &end, 10);
-        else if (!strcmp(a, "--window"))
-            window = strtol(v, &end, 10);
-        else if (!strcmp(a, "--lambda"))
-            lambda = strtod(v, &end);
+            bad = cli_int(cmd, a, v, 1, 1000000, &iters);
+        else if (!strcmp(a, "--window")) {
+            bad = cli_int(cmd, a, v, 1, DK_KMEANS_MAX_WINDOW, &window);
+            if (!bad && window % 2 == 0)
+                return cli_error(cmd, 2, "--window must be an odd integer from 1 to %d, not '%s'",
+                                 DK_KMEANS_MAX_WINDOW, v);
+        } else if (!strcmp(a, "--lambda"))
+            bad = cli_double(cmd, a, v, 0, 1, 0, &lambda);
         else if (!strcmp(a, "--tol"))
-            tol = strtod(v, &end);
+            bad = cli_double(cmd, a, v, 0, INFINITY, 0, &tol);
         else if (!strcmp(a, "--min-dbz"))
-            min_dbz = strtod(v, &end);
+            bad = cli_double(cmd, a, v, -INFINITY, INFINITY, 0, &min_dbz);
         else if (!strcmp(a, "--texture-sigma"))
-            tsigma = strtod(v, &end);
+            bad = cli_double(cmd, a, v, 0, DK_GAUSS_MAX_SIGMA, CLI_OPEN_LO, &tsigma);
         else
             return cli_error(cmd, 2, "unknown option '%s' (dakit kmeans --help)", a);
-        if (end && (*end || end == v))
-            return cli_error(cmd, 2, "%s wants a number, not '%s'", a, v);
+        if (bad)
+            return bad;
     }
     if (!radolan_path == !in_path)
         return cli_error(cmd, 2, "give either --radolan FILE or --in X.npy (dakit kmeans --help)");
     if (radolan_path && k < 0)
         k = 6;
     if (k < 1)
-        return cli_error(cmd, 2, "--k must be a number of clusters >= 1");
+        return cli_error(cmd, 2, "--k is required with --in: a number of clusters from 1 to %d", DK_KMEANS_MAX_K);
+    if (cli_options_only)
+        return 0;
 
-    char err[768];
+    char err[4200];
+    /* outputs first: a typo in a path costs no computation */
+    const char *outs[3] = {labels_path, centroids_path, png_path};
+    for (int o = 0; o < 3; o++)
+        if (outs[o] && output_check(outs[o], err, sizeof err) != 0)
+            return cli_error(cmd, 1, "%s", err);
     dk_context *ctx = NULL;
     if (!use_reference && dk_context_create(backend, &ctx) != DK_OK)
         return cli_error(cmd, 1, "%s", dk_last_error(NULL));
@@ -171,7 +149,7 @@ int cmd_kmeans(int argc, char **argv)
         }
         printf("%s: RADOLAN %s, %zu x %zu, %zu pixels with data, %zu clutter, max %.1f %s\n", radolan_path,
                r.product, r.rows, r.cols, r.data_pixels, r.clutter_pixels, (double)r.max_value, r.unit);
-        radar_options o = {(int)k, lambda, (int)window, min_dbz, tsigma, (int)iters, tol, variant};
+        radar_options o = {k, lambda, window, min_dbz, tsigma, iters, tol, variant};
         radar_result out;
         if (radar_cluster(ctx, &r, &o, &out, err, sizeof err) != DK_OK) {
             cli_error(cmd, 1, "%s", err);
@@ -184,7 +162,7 @@ int cmd_kmeans(int argc, char **argv)
                        out.sizes[c], out.mean_value[c], out.mean_local[c], out.mean_std[c]);
             size_t shape[2] = {r.rows, r.cols};
             rc = 0;
-            if (labels_path && write_int32_npy(labels_path, out.labels, 2, shape, err, sizeof err))
+            if (labels_path && npy_write_typed(labels_path, "<i4", 4, 2, shape, out.labels, err, sizeof err))
                 rc = cli_error(cmd, 1, "%s", err);
             if (png_path && radar_png(&r, &out, png_path, err, sizeof err))
                 rc = cli_error(cmd, 1, "%s", err);
@@ -211,14 +189,19 @@ int cmd_kmeans(int argc, char **argv)
         cli_error(cmd, 1, "%s must be a float32 array of shape (n, d) or (n,)", in_path);
         goto out;
     }
-    d.n = X.shape[0];
-    d.d = X.ndim == 2 ? (int)X.shape[1] : 1;
-    if (X.ndim == 2 && X.shape[1] == 0) {
-        cli_error(cmd, 1, "%s has d = 0 features per point; k-means needs at least one", in_path);
+    if (X.ndim == 2 && (X.shape[1] == 0 || X.shape[1] > DK_KMEANS_MAX_D)) {
+        cli_error(cmd, 1, "%s has d = %zu features per point; k-means takes 1 to %d", in_path, X.shape[1],
+                  DK_KMEANS_MAX_D);
         goto out;
     }
-    d.k = (int)k;
-    d.max_iters = (int)iters;
+    if (X.shape[0] < (size_t)k) {
+        cli_error(cmd, 1, "%s holds %zu points, fewer than --k %d clusters", in_path, X.shape[0], k);
+        goto out;
+    }
+    d.n = X.shape[0];
+    d.d = X.ndim == 2 ? (int)X.shape[1] : 1;
+    d.k = k;
+    d.max_iters = iters;
     d.tol = tol;
     d.variant = variant;
     labels = malloc(d.n * sizeof *labels);
@@ -257,7 +240,7 @@ int cmd_kmeans(int argc, char **argv)
     }
     report(&res, cli_now() - t0, use_reference ? "the serial reference" : dk_context_device(ctx));
     rc = 0;
-    if (labels_path && write_int32_npy(labels_path, labels, 1, &d.n, err, sizeof err))
+    if (labels_path && npy_write_typed(labels_path, "<i4", 4, 1, &d.n, labels, err, sizeof err))
         rc = cli_error(cmd, 1, "%s", err);
     if (centroids_path) {
         npy_array C = {.dtype = DK_F32, .ndim = 2, .shape = {(size_t)d.k, (size_t)d.d},

@@ -19,6 +19,9 @@
 #include <zlib.h>
 
 #define HEADER_MAX 8192
+/* No DWD composite has a side near this; a header that claims more is not
+ * believed (and would ask for gigabytes). */
+#define RADOLAN_MAX_SIDE 10000
 
 static const char *const one_byte[] = {"RX", "EX", "WX", NULL};
 static const char *const two_byte[] = {"RW", "RY", "RH", "RB", "RL", "RQ", "RE", "SF", "SH", "SQ",
@@ -46,7 +49,13 @@ static const char *find_token(const char *header, const char *name)
     return NULL;
 }
 
-dk_status radolan_parse(const unsigned char *bytes, size_t size, radolan *out, char *err, size_t len)
+/* The header: product, bytes per pixel, grid (GP), precision (PR) and the
+ * total length (BY) checked against the grid. Sets out->product, rows, cols,
+ * bytes_per_pixel, header_bytes; *need: the bytes of data the grid takes.
+ * Needs only the bytes up to the ETX, so a reader can check it before it
+ * reads (or inflates) any data. */
+static dk_status parse_header(const unsigned char *bytes, size_t size, radolan *out, double *precision,
+                              size_t *need, char *err, size_t len)
 {
     memset(out, 0, sizeof *out);
     const unsigned char *etx = memchr(bytes, 0x03, size < HEADER_MAX ? size : HEADER_MAX);
@@ -63,11 +72,13 @@ dk_status radolan_parse(const unsigned char *bytes, size_t size, radolan *out, c
         snprintf(err, len, "no RADOLAN header: it does not start with a product name");
         return DK_ERR_FORMAT;
     }
-    /* blank the site list so that radar names are never taken for tokens */
+    /* blank the site list so that radar names are never taken for tokens
+     * (the text ends at the first NUL, which a damaged header may hold) */
+    size_t text = strlen(header);
     for (char *lt = strchr(header, '<'); lt; lt = strchr(lt, '<')) {
         char *gt = strchr(lt, '>');
         if (!gt)
-            gt = header + hlen - 1;
+            gt = header + text - 1;
         memset(lt, ' ', (size_t)(gt - lt + 1));
     }
     memcpy(out->product, header, 2);
@@ -82,55 +93,78 @@ dk_status radolan_parse(const unsigned char *bytes, size_t size, radolan *out, c
     }
     const char *gp = find_token(header, "GP");
     unsigned long rows = 0, cols = 0;
-    if (!gp || sscanf(gp, "%lu x %lu", &rows, &cols) != 2 || rows == 0 || cols == 0 || rows > 100000 ||
-        cols > 100000) {
+    if (!gp || sscanf(gp, "%lu x %lu", &rows, &cols) != 2 || rows == 0 || cols == 0) {
         snprintf(err, len, "RADOLAN %s: the header has no readable grid size (token GP, e.g. 'GP 900x 900')",
                  out->product);
         return DK_ERR_FORMAT;
     }
-    double precision = 1.0;
+    if (rows > RADOLAN_MAX_SIDE || cols > RADOLAN_MAX_SIDE) {
+        snprintf(err, len, "RADOLAN %s: the grid %lu x %lu is larger than any composite (at most %d x %d)",
+                 out->product, rows, cols, RADOLAN_MAX_SIDE, RADOLAN_MAX_SIDE);
+        return DK_ERR_FORMAT;
+    }
+    *precision = 1.0;
     const char *pr = find_token(header, "PR");
     if (pr) {
         while (*pr == ' ')
             pr++;
-        if (*pr == 'E')
-            precision = pow(10.0, atof(pr + 1));
+        if (*pr == 'E') {
+            char *end;
+            long e = strtol(pr + 1, &end, 10);
+            if (end == pr + 1 || e < -10 || e > 10) {
+                snprintf(err, len, "RADOLAN %s: the precision (token PR, e.g. 'PR E-01') is not a power of ten "
+                                   "from E-10 to E+10: '%.8s'", out->product, pr);
+                return DK_ERR_FORMAT;
+            }
+            *precision = pow(10.0, (double)e);
+        }
     }
-    size_t data = size - hlen - 1, need = (size_t)rows * cols * (size_t)out->bytes_per_pixel;
+    *need = (size_t)rows * cols * (size_t)out->bytes_per_pixel;
     const char *by = find_token(header, "BY");
     if (by) {
         unsigned long total = strtoul(by, NULL, 10);
-        if (total != hlen + 1 + need) {
+        if (total != hlen + 1 + *need) {
             snprintf(err, len,
                      "RADOLAN %s: the grid %lu x %lu (%zu bytes of data) disagrees with the length in the header "
                      "(BY %lu bytes, header %zu)",
-                     out->product, rows, cols, need, total, hlen + 1);
+                     out->product, rows, cols, *need, total, hlen + 1);
             return DK_ERR_FORMAT;
         }
-    }
-    if (data < need) {
-        snprintf(err, len, "RADOLAN %s: the file is truncated: the grid %lu x %lu needs %zu bytes of data, %zu are there",
-                 out->product, rows, cols, need, data);
-        return DK_ERR_FORMAT;
-    }
-    if (data > need) {
-        snprintf(err, len, "RADOLAN %s: the grid %lu x %lu needs %zu bytes of data, but %zu follow the header",
-                 out->product, rows, cols, need, data);
-        return DK_ERR_FORMAT;
     }
     out->rows = rows;
     out->cols = cols;
     out->header_bytes = hlen + 1;
+    return DK_OK;
+}
+
+dk_status radolan_parse(const unsigned char *bytes, size_t size, radolan *out, char *err, size_t len)
+{
+    double precision;
+    size_t need;
+    dk_status st = parse_header(bytes, size, out, &precision, &need, err, len);
+    if (st != DK_OK)
+        return st;
+    size_t data = size - out->header_bytes;
+    if (data < need) {
+        snprintf(err, len, "RADOLAN %s: the file is truncated: the grid %zu x %zu needs %zu bytes of data, %zu are there",
+                 out->product, out->rows, out->cols, need, data);
+        return DK_ERR_FORMAT;
+    }
+    if (data > need) {
+        snprintf(err, len, "RADOLAN %s: the grid %zu x %zu needs %zu bytes of data, but %zu follow the header",
+                 out->product, out->rows, out->cols, need, data);
+        return DK_ERR_FORMAT;
+    }
     snprintf(out->unit, sizeof out->unit, "%s", out->bytes_per_pixel == 1 ? "dBZ" : "mm");
-    size_t n = (size_t)rows * cols;
+    size_t n = out->rows * out->cols;
     out->value = malloc(n * sizeof *out->value);
     out->has_data = malloc(n);
     if (!out->value || !out->has_data) {
         radolan_free(out);
-        snprintf(err, len, "out of memory for a %lu x %lu grid", rows, cols);
+        snprintf(err, len, "out of memory for a %zu x %zu grid", out->rows, out->cols);
         return DK_ERR_IO;
     }
-    const unsigned char *px = bytes + hlen + 1;
+    const unsigned char *px = bytes + out->header_bytes;
     out->max_value = -INFINITY;
     for (size_t i = 0; i < n; i++) {
         float v = NAN;
@@ -158,64 +192,91 @@ dk_status radolan_parse(const unsigned char *bytes, size_t size, radolan *out, c
     return DK_OK;
 }
 
+/* Reads up to want more bytes into *buf (capacity *cap, *size used), the
+ * buffer growing with what arrives and never past limit: memory follows the
+ * bytes the file really holds, whatever its header says. Returns the bytes
+ * read, 0 at the end, -1 on a corrupt stream, -2 out of memory. */
+static long read_more(gzFile gz, unsigned char **buf, size_t *cap, size_t *size, size_t limit)
+{
+    if (*size == *cap) {
+        size_t bigger = *cap * 2 < limit ? *cap * 2 : limit;
+        if (bigger <= *cap)
+            return 0;
+        unsigned char *b = realloc(*buf, bigger);
+        if (!b)
+            return -2;
+        *buf = b;
+        *cap = bigger;
+    }
+    size_t room = (limit < *cap ? limit : *cap) - *size;
+    if (room > (1u << 30))
+        room = 1u << 30;
+    int got = gzread(gz, *buf + *size, (unsigned)room);
+    if (got < 0)
+        return -1;
+    *size += (size_t)got;
+    return got;
+}
+
 dk_status radolan_read(const char *path, radolan *out, char *err, size_t len)
 {
     memset(out, 0, sizeof *out);
     /* gzread reads gzip and plain files alike */
     gzFile gz = gzopen(path, "rb");
     if (!gz) {
-        snprintf(err, len, "cannot open %s: %s", path, strerror(errno));
+        snprintf(err, len, "cannot open %s: %s", path, errno ? strerror(errno) : "out of memory");
         return DK_ERR_IO;
     }
-    size_t cap = 1 << 20, size = 0;
+    dk_status st = DK_OK;
+    char inner[512];
+    size_t cap = 2 * HEADER_MAX, size = 0;
     unsigned char *buf = malloc(cap);
-    for (;;) {
-        if (!buf) {
-            gzclose(gz);
-            snprintf(err, len, "out of memory reading %s", path);
-            return DK_ERR_IO;
+    long got = buf ? 1 : -2;
+    /* 1. the header only: up to its end byte, at most HEADER_MAX bytes */
+    while (got > 0 && size < HEADER_MAX && !memchr(buf, 0x03, size))
+        got = read_more(gz, &buf, &cap, &size, cap);
+    double precision;
+    size_t need = 0;
+    if (got >= 0 && (st = parse_header(buf, size, out, &precision, &need, inner, sizeof inner)) != DK_OK) {
+        snprintf(err, len, "%s: %s", path, inner);
+        goto done;
+    }
+    /* 2. the data the header announces, and not a byte more: the buffer
+     * grows only as data arrives, and inflating stops at the announced size */
+    size_t total = out->header_bytes + need;
+    while (got > 0 && size < total)
+        got = read_more(gz, &buf, &cap, &size, total);
+    if (got >= 0 && size == total) {
+        unsigned char extra;
+        int more = gzread(gz, &extra, 1);
+        got = more < 0 ? -1 : got;
+        if (more > 0) {
+            snprintf(err, len, "%s: RADOLAN %s: the grid %zu x %zu needs %zu bytes of data, but more follow the "
+                               "header", path, out->product, out->rows, out->cols, need);
+            st = DK_ERR_FORMAT;
+            goto done;
         }
-        int got = gzread(gz, buf + size, (unsigned)(cap - size));
-        if (got < 0) {
-            int code;
-            const char *why = gzerror(gz, &code);
-            snprintf(err, len, "%s is corrupt: %s", path, why);
-            free(buf);
-            gzclose(gz);
-            return DK_ERR_FORMAT;
-        }
-        if (got == 0)
-            break;
-        size += (size_t)got;
-        if (size == cap) {
-            if (cap > ((size_t)1 << 30)) {
-                snprintf(err, len, "%s is larger than any RADOLAN composite (over 1 GiB)", path);
-                free(buf);
-                gzclose(gz);
-                return DK_ERR_FORMAT;
-            }
-            unsigned char *bigger = realloc(buf, cap *= 2);
-            if (!bigger)
-                free(buf);
-            buf = bigger;
-        }
+    }
+    if (got == -2) {
+        snprintf(err, len, "out of memory reading %s", path);
+        st = DK_ERR_OUT_OF_MEMORY;
+        goto done;
     }
     int code = Z_OK;
     const char *why = gzerror(gz, &code);
-    if (code != Z_OK && code != Z_STREAM_END) {
-        snprintf(err, len, "%s is corrupt or truncated: %s", path, why);
-        free(buf);
-        gzclose(gz);
-        return DK_ERR_FORMAT;
+    if (got == -1 || (code != Z_OK && code != Z_STREAM_END)) {
+        snprintf(err, len, "%s is corrupt or truncated: %s", path, why && *why ? why : "read error");
+        st = DK_ERR_FORMAT;
+        goto done;
     }
-    gzclose(gz);
-    dk_status st = radolan_parse(buf, size, out, err, len);
-    if (st != DK_OK) {
-        char inner[512];
-        snprintf(inner, sizeof inner, "%s", err);
+    /* 3. decode (a short file is refused here with what it lacks) */
+    if ((st = radolan_parse(buf, size, out, inner, sizeof inner)) != DK_OK)
         snprintf(err, len, "%s: %s", path, inner);
-    }
+done:
+    if (st != DK_OK)
+        radolan_free(out);
     free(buf);
+    gzclose(gz);
     return st;
 }
 

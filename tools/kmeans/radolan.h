@@ -20,7 +20,11 @@ typedef struct radolan {
     float max_value;      /* over pixels with data */
 } radolan;
 
-/* Reads path; on failure returns DK_ERR_IO/DK_ERR_FORMAT with a sentence in err. */
+/* Reads path; on failure returns DK_ERR_IO/DK_ERR_FORMAT with a sentence in err.
+ * The header is read and checked first (grid at most 10000 x 10000, BY
+ * against the grid); then exactly the data it announces is read or
+ * inflated, the buffer growing only as bytes arrive, and a file with more
+ * data than that is refused without inflating the rest. */
 dk_status radolan_read(const char *path, radolan *out, char *err, size_t len);
 /* The same on bytes already in memory (decompressed). */
 dk_status radolan_parse(const unsigned char *bytes, size_t size, radolan *out, char *err, size_t len);

@@ -1,0 +1,272 @@
+#!/usr/bin/env bash
+# The command line against bad input (issue 19): every reader in tools/
+# refuses a malformed or lying file with a sentence, never a crash or an
+# allocation the file cannot back; every numeric option is range-checked;
+# outputs are written whole or not at all; a plugin whose probe crashes
+# takes down neither `dakit info` nor `dakit conform --backend all`.
+#   test_tools_hardening.sh DAKIT CRASH_PLUGIN_DIR
+exec python3 - "$@" <<'PY'
+import gzip, os, resource, signal, struct, subprocess, sys, tempfile
+dakit, crash_dir = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+tmp = tempfile.mkdtemp(prefix="tools-hardening-")
+P = lambda *n: os.path.join(tmp, *n)
+fails = 0
+env = dict(os.environ, DAKIT_LOG="error")
+
+def check(ok, what, detail=""):
+    global fails
+    print(("ok   " if ok else "FAIL ") + what + (f": {detail}" if detail and not ok else ""))
+    fails += not ok
+
+# ASan reserves terabytes of shadow memory: under tools/sanitize the
+# address-space limits are left out (its allocator caps allocations instead)
+asan = b"__asan_init" in open(dakit, "rb").read()
+if asan:
+    print("dakit is built with AddressSanitizer: no address-space limits")
+
+def limits(mem_mb=None, fsize=None):
+    def apply():
+        if mem_mb and not asan:
+            resource.setrlimit(resource.RLIMIT_AS, (mem_mb << 20, mem_mb << 20))
+        if fsize is not None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
+    return apply
+
+def run(args, code, what, needle=None, mem_mb=None, fsize=None, extra_env=None, timeout=120):
+    """Runs dakit; code is the exit status wanted (a signal is never one)."""
+    e = dict(env, **(extra_env or {}))
+    p = subprocess.run([dakit] + args, capture_output=True, text=True, env=e, timeout=timeout, cwd=tmp,
+                       preexec_fn=limits(mem_mb, fsize))
+    out = p.stdout + p.stderr
+    ok = p.returncode == code and (needle is None or needle in out)
+    if code != 0 and not p.stderr.strip():
+        ok = False
+    last = (p.stderr.strip().splitlines() or [""])[-1]
+    check(ok, what + ("" if code == 0 else f"  -> {last}"), f"exit {p.returncode}, output: {out.strip()[-600:]}")
+    return p
+
+def npy(path, shape, values=None, dtype="<f8", data=None):
+    header = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (dtype, "".join(f"{s}, " for s in shape))
+    header += " " * (63 - (10 + len(header)) % 64) + "\n"
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
+        if data is not None:
+            f.write(data)
+        else:
+            f.write(struct.pack("<%d%s" % (len(values), "d" if dtype == "<f8" else "f"), *values))
+
+def leftovers(folder):
+    return [n for n in os.listdir(folder) if ".tmp-" in n]
+
+# ---- 1. gbees-plot and gbees-mc on malformed snapshots ----
+print("# snapshots")
+runs = {}
+def run_dir(name, shape, values):
+    d = P("snap-" + name)
+    os.makedirs(d)
+    npy(os.path.join(d, "pdf_0_0.npy"), shape, values)
+    runs[name] = d
+    return d
+# a good 2-D one: a 3 x 3 block of cells
+good = []
+for i in range(3):
+    for j in range(3):
+        good += [0.5 * i, 0.25 * j, 1 / 9]
+run_dir("good", (9, 3), good)
+run(["gbees-plot", runs["good"]], 0, "a good snapshot is drawn")
+check(os.path.exists(os.path.join(runs["good"], "pdf_0_0.png")), "its picture is there")
+# more columns than GBEES has dimensions: was a stack overflow (SIGSEGV)
+run_dir("wide", (2, 20), [0.1 * k for k in range(40)])
+run(["gbees-plot", runs["wide"]], 1, "20 columns (d = 19 > 8): refused", "at most 8")
+# cells 2^32 - 1 steps apart on both axes: the cell count overflowed an int to 0, then divided (SIGFPE)
+run_dir("span", (3, 3), [0.0, 0.0, 0.3, 1.0, 1.0, 0.3, 4294967295.0, 4294967295.0, 0.4])
+run(["gbees-plot", runs["span"]], 0, "cells spanning 2^32 - 1 steps: drawn, no crash")
+run_dir("span2", (3, 3), [-1.7e308, -1.7e308, 0.3, 0.0, 0.0, 0.3, 1.7e308, 1.7e308, 0.4])
+run(["gbees-plot", runs["span2"]], 0, "cells spanning -1.7e308 .. 1.7e308 (the range overflows): drawn")
+run_dir("nan", (2, 3), [0.0, 0.0, 0.5, float("nan"), 1.0, 0.5])
+run(["gbees-plot", runs["nan"]], 1, "a NaN centre: refused", "not finite")
+run_dir("empty", (0, 3), [])
+run(["gbees-plot", runs["empty"]], 1, "a snapshot with no cells: refused", "no cells")
+run_dir("neg", (2, 3), [0.0, 0.0, -0.5, 1.0, 1.0, -0.5])
+run(["gbees-plot", runs["neg"]], 0, "negative probabilities only: drawn blank, no crash")
+d = P("snap-f32"); os.makedirs(d); npy(os.path.join(d, "pdf_0_0.npy"), (2, 3), [0.0] * 6, dtype="<f4")
+run(["gbees-plot", d], 1, "a float32 snapshot: refused", "float64")
+meas = P("meas"); os.makedirs(meas)
+open(os.path.join(meas, "measurement0.txt"), "w").write("mean\n0 0\n\ncov\n1 0\n0 1\n\nT\n1\n")
+run(["gbees-mc", "--model", "lorenz63", "--meas", meas, "--pdf", os.path.join(runs["wide"], "pdf_0_0.npy"),
+     "--t", "0"], 1, "gbees-mc on the 20-column snapshot: refused", "at most 8")
+
+# ---- 2. sizes taken from files ----
+print("# sizes from files")
+npy(P("huge.npy"), (1 << 40, 1 << 40), data=b"")
+run(["gauss", "--in", P("huge.npy"), "--out", P("o.npy"), "--sigma", "1"], 1, ".npy shape whose product overflows",
+    "overflows", mem_mb=1024)
+npy(P("zero_huge.npy"), (0, 1 << 62), data=b"")
+run(["kmeans", "--in", P("zero_huge.npy"), "--k", "1", "--reference"], 1,
+    ".npy shape (0, 2^62): no overflow behind the zero", "overflows", mem_mb=1024)
+npy(P("lies.npy"), (100000, 100000), dtype="<f4", data=b"\0" * 64)
+run(["kmeans", "--in", P("lies.npy"), "--k", "2", "--reference"], 1,
+    ".npy promising 40 GB in 64 bytes: refused before allocating", "promises", mem_mb=1024)
+open(P("hlen.npy"), "wb").write(b"\x93NUMPY\x02\x00" + struct.pack("<I", 1 << 20) + b"{'descr'")
+run(["gauss", "--in", P("hlen.npy"), "--out", P("o.npy"), "--sigma", "1"], 1,
+    ".npy header length 1 MiB in a 20-byte file: refused before reading it", "truncated header")
+npy(P("wide_pts.npy"), (2, 100), values=[0.0] * 200, dtype="<f4")
+run(["kmeans", "--in", P("wide_pts.npy"), "--k", "1", "--reference"], 1, "kmeans points with 100 features",
+    "1 to 32")
+
+def radolan(product, rows, cols, data, by=True, pr="E-01", extra=""):
+    body = f"{product}022050100000814" + ("BY%7d" if by else "") + f"VS 3SW   2.13.1PR {pr}INT   5GP{rows:4d}x{cols:4d}" + extra + "MS 10<boo,ros>\x03"
+    if by:
+        n = len(body % 0)
+        body = body % (n + len(data))
+    return body.encode("latin-1") + data
+
+# header promises 10000 x 10000, the file holds 16 bytes: refused before the buffer grows
+tiny_hdr = radolan("RX", 10000, 10000, b"\0" * 16, by=False)
+open(P("lying.bin"), "wb").write(tiny_hdr)
+with gzip.open(P("lying.gz"), "wb") as f:
+    f.write(tiny_hdr)
+for name in ["lying.bin", "lying.gz"]:
+    run(["kmeans", "--radolan", P(name), "--reference"], 1, f"RADOLAN {name}: 10000 x 10000 promised, 16 bytes there",
+        "truncated", mem_mb=512)
+open(P("toobig.bin"), "wb").write(radolan("RX", 20000, 20000, b"", by=False))
+run(["kmeans", "--radolan", P("toobig.bin"), "--reference"], 1, "RADOLAN grid 20000 x 20000: refused",
+    "larger than any composite")
+# a gzip bomb: a valid 900 x 900 composite followed by 200 MB of zeros, 200 kB compressed
+with gzip.open(P("bomb.gz"), "wb", compresslevel=9) as f:
+    f.write(radolan("RX", 900, 900, bytes(810000)))
+    zeros = bytes(1 << 20)
+    for _ in range(200):
+        f.write(zeros)
+run(["kmeans", "--radolan", P("bomb.gz"), "--reference"], 1,
+    "RADOLAN gzip with 200 MB beyond the announced data: refused, not inflated", "more follow the header",
+    mem_mb=512, timeout=20)
+open(P("pr.bin"), "wb").write(radolan("RW", 1, 2, b"\0" * 4, pr="E+999"))
+run(["kmeans", "--radolan", P("pr.bin"), "--reference"], 1, "RADOLAN precision E+999: refused", "precision")
+open(P("gp.bin"), "wb").write(radolan("RX", 0, 3, b"", by=False))
+run(["kmeans", "--radolan", P("gp.bin"), "--reference"], 1, "RADOLAN grid 0 x 3: refused", "grid size")
+
+# ---- 3. numeric options ----
+print("# numeric options")
+options = [
+    (["kmeans", "--in", "x.npy", "--k", "4294967298"], "--k must be an integer from 1 to 256, not '4294967298'"),
+    (["kmeans", "--in", "x.npy", "--k", "0"], "--k must be an integer from 1 to 256"),
+    (["kmeans", "--in", "x.npy", "--k", "3x"], "--k must be an integer"),
+    (["kmeans", "--in", "x.npy", "--k", "2", "--iters", "4294967297"], "--iters must be an integer from 1 to"),
+    (["kmeans", "--radolan", "r.gz", "--window", "4294967301"], "--window must be an integer from 1 to 31"),
+    (["kmeans", "--radolan", "r.gz", "--window", "4"], "--window must be an odd integer"),
+    (["kmeans", "--radolan", "r.gz", "--lambda", "1.5"], "--lambda must be a number from 0 to 1"),
+    (["kmeans", "--radolan", "r.gz", "--tol", "nan"], "--tol must be a number >= 0"),
+    (["kmeans", "--radolan", "r.gz", "--min-dbz", "inf"], "--min-dbz must be a finite number"),
+    (["kmeans", "--radolan", "r.gz", "--texture-sigma", "0"], "--texture-sigma must be a number > 0"),
+    (["gauss", "--in", "x", "--out", "y", "--sigma", "1", "--K", "4294967297"], "--K must be an integer from 1 to 1000000"),
+    (["gauss", "--in", "x", "--out", "y", "--sigma", "1", "--overlap", "-1"], "--overlap must be an integer from 0"),
+    (["gauss", "--in", "x", "--out", "y", "--sigma", "1", "--blocks", "18446744073709551617"], "--blocks must be an integer from 1"),
+    (["gauss", "--in", "x", "--out", "y", "--sigma", "1e400"], "--sigma must be"),
+    (["gauss", "--in", "x", "--out", "y", "--sigma", "1", "--axes", "99999999999999999999"], "--axes must be"),
+    (["gbees", "--model", "lorenz63", "--meas", "m", "--out", "o", "--snapshots", "4294967298"], "--snapshots must be an integer from 2 to 100000"),
+    (["gbees", "--model", "lorenz63", "--meas", "m", "--out", "o", "--del-step", "0"], "--del-step must be an integer from 1"),
+    (["gbees", "--model", "lorenz63", "--meas", "m", "--out", "o", "--threshold", "1"], "--threshold must be a number > 0 and < 1"),
+    (["gbees", "--model", "lorenz63", "--meas", "m", "--out", "o", "--cfl", "1.5"], "--cfl must be a number > 0 and <= 1"),
+    (["gbees", "--model", "lorenz63", "--meas", "m", "--out", "o", "--t-end", "inf"], "--t-end must be a number >= 0"),
+    (["gbees-plot", "d", "--size", "4294967316"], "--size must be an integer from 20 to 2000"),
+    (["gbees-mc", "--model", "lorenz63", "--meas", "m", "--pdf", "p", "--t", "1", "--samples", "5"], "--samples must be an integer from 10"),
+    (["gbees-mc", "--model", "lorenz63", "--meas", "m", "--pdf", "p", "--t", "1", "--seed", "-1"], "--seed must be an integer from 0 to 18446744073709551615"),
+    (["gbees-mc", "--model", "lorenz63", "--meas", "m", "--pdf", "p", "--t", "1", "--draws", "-5"], "--draws must be an integer from 0"),
+    (["enkf", "l96", "--members", "4294967298"], "--members must be an integer from 2 to 4096"),
+    (["enkf", "l96", "--cycles", "0"], "--cycles must be an integer from 1"),
+    (["enkf", "l96", "--spinup", "-1"], "--spinup must be an integer from 0"),
+    (["enkf", "l96", "--seed", "18446744073709551616"], "--seed must be an integer from 0 to"),
+    (["enkf", "l96", "--inflation", "0"], "--inflation must be a number > 0"),
+    (["enkf", "analysis", "--ens", "e", "--loc", "l", "--H", "h", "--out", "o", "--seed", "-3"], "--seed must be an integer from 0"),
+    (["bench", "--max-runs", "4294967299"], "--max-runs must be an integer from 3 to 200"),
+    (["bench", "--min-time", "nan"], "--min-time must be a number from 0 to 86400"),
+    (["conform", "--backend", "a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q"], "--backend names more than 16 backends"),
+    (["bench", "--backend", "cpu,,opencl"], "--backend must be 'all' or a comma list"),
+    (["demo", "--size", "4294967312"], "--size must be an integer from 16 to 16384"),
+    (["demo", "--sigma", "1e999"], "--sigma must be a number > 0 and < 1000"),
+]
+for args, needle in options:
+    run(args, 2, " ".join(args), needle)
+run(["enkf", "l96", "--seed", "0x10", "--cycles", "3", "--spinup", "0", "--png", "", "--backend", "cpu"], 0,
+    "a hexadecimal seed still works")
+
+# ---- 4. outputs: whole or not at all ----
+print("# outputs")
+npy(P("x.npy"), (64, 64), [float(i % 17) for i in range(64 * 64)])
+run(["gauss", "--in", P("x.npy"), "--out", "/dev/full", "--sigma", "2", "--backend", "cpu"], 1,
+    "gauss --out /dev/full: the write error is reported", "No space left on device")
+run(["demo", "--size", "16", "--sigma", "2", "--out", "/dev/full", "--backend", "cpu"], 1,
+    "demo --out /dev/full (PNG): the write error is reported", "No space left on device")
+out_dir = P("outs"); os.makedirs(out_dir)
+open(os.path.join(out_dir, "y.npy"), "w").write("the previous result\n")
+# a file size limit of 8 kB: the 32 kB result cannot be written (EFBIG; SIGXFSZ is ignored by dakit)
+run(["gauss", "--in", P("x.npy"), "--out", os.path.join(out_dir, "y.npy"), "--sigma", "2", "--backend", "cpu"], 1,
+    "gauss past a file size limit: the write error is reported", "File too large", fsize=8192)
+check(open(os.path.join(out_dir, "y.npy")).read() == "the previous result\n",
+      "the file of that name is untouched: no truncated result under it")
+check(leftovers(out_dir) == [], "no temporary file is left", str(os.listdir(out_dir)))
+run(["gauss", "--in", P("x.npy"), "--out", os.path.join(out_dir, "z.npy"), "--sigma", "2", "--backend", "cpu"], 1,
+    "a new output past the limit", "File too large", fsize=8192)
+check(not os.path.exists(os.path.join(out_dir, "z.npy")) and leftovers(out_dir) == [],
+      "neither the output nor a temporary file exists after the failure", str(os.listdir(out_dir)))
+run(["gauss", "--in", P("x.npy"), "--out", os.path.join(out_dir, "z.npy"), "--sigma", "2", "--backend", "cpu"], 0,
+    "the same without the limit")
+check(os.path.getsize(os.path.join(out_dir, "z.npy")) == 128 + 64 * 64 * 8 and leftovers(out_dir) == [],
+      "a whole result, no temporary file")
+run(["gauss", "--in", P("x.npy"), "--out", P("nowhere", "y.npy"), "--sigma", "2", "--backend", "cpu"], 1,
+    "an output in a missing folder: refused before the work", "cannot create")
+run(["kmeans", "--in", P("x.npy"), "--k", "2", "--labels", P("nowhere", "l.npy"), "--reference"], 1,
+    "kmeans --labels in a missing folder: refused before the work", "cannot create")
+if os.geteuid() != 0:
+    ro = P("readonly"); os.makedirs(ro); os.chmod(ro, 0o555)
+    run(["gauss", "--in", P("x.npy"), "--out", os.path.join(ro, "y.npy"), "--sigma", "2", "--backend", "cpu"], 1,
+        "an output in a read-only folder", "cannot create")
+    check(os.listdir(ro) == [], "nothing is left in the read-only folder")
+else:
+    print("skip read-only folder (running as root, which may write anywhere)")
+# gbees: no output folder before the inputs are good
+gm = P("gmeas"); os.makedirs(gm)
+open(os.path.join(gm, "measurement0.txt"), "w").write(
+    "mean\n-11.5 -10.0 9.5\n\ncovariance\n1 0 0\n0 1 0\n0 0 1\n\nperiod\n0.05\n")
+run(["gbees", "--model", "lorenz63", "--meas", P("no-meas"), "--out", P("gout1")], 1, "gbees, missing measurements")
+check(not os.path.exists(P("gout1")), "no output folder made for it")
+run(["gbees", "--model", "lorenz63", "--meas", gm, "--out", P("gout2"), "--backend", "nosuch"], 1,
+    "gbees, unknown backend")
+check(not os.path.exists(P("gout2")), "no output folder made for it")
+run(["gbees", "--model", "lorenz63", "--meas", gm, "--out", P("gout3"), "--backend", "cpu", "--variant", "nope"], 1,
+    "gbees, unknown variant")
+check(not os.path.exists(P("gout3")), "no output folder made for it")
+run(["gbees", "--model", "lorenz63", "--meas", gm, "--out", P("gout4"), "--backend", "cpu", "--snapshots", "2"], 0,
+    "gbees, good inputs")
+names = sorted(os.listdir(P("gout4"))) if os.path.isdir(P("gout4")) else []
+check(names == ["pdf_0_0.npy", "pdf_0_1.npy", "summary.txt"], "its snapshots and summary, no temporary file", str(names))
+run(["gbees-plot", P("gout4")], 0, "gbees-plot of them")
+check(leftovers(P("gout4")) == [], "no temporary file after the pictures")
+
+# ---- 5, 6. a plugin whose probe crashes ----
+print("# a crashing probe")
+crash_env = {"DAKIT_PLUGIN_PATH": crash_dir}
+p = run(["info"], 0, "dakit info beside a crashing probe exits normally", "crashprobe refused", extra_env=crash_env)
+check("its probe crashed (signal 11" in p.stdout, "crashprobe's reason is the crash", p.stdout[-800:])
+check("\ncpu " in p.stdout and "device 0:" in p.stdout, "cpu is still listed with its device", p.stdout[-800:])
+check("auto selection fails:" in p.stdout and "crashed" in p.stdout, "auto selection is tried in a child too",
+      p.stdout[-400:])
+junit = P("conform.xml")
+p = run(["conform", "--backend", "all", "--algo", "gauss", "--quick", "--junit", junit], 0,
+        "conform --backend all beside a crashing probe", "crashprobe: not run (found but refused: its probe crashed",
+        extra_env=crash_env, timeout=600)
+x = open(junit).read() if os.path.exists(junit) else ""
+check('<testsuite name="dakit.crashprobe" tests="1" failures="0" skipped="1">' in x and
+      '<skipped message="found but refused: its probe crashed (signal 11' in x,
+      "the JUnit report marks it skipped with the reason", x[-600:])
+check('name="dakit.cpu"' in x, "and has cpu's results")
+run(["conform", "--backend", "cpu", "--algo", "gauss", "--quick"], 0,
+    "conform --backend cpu beside a crashing probe (nothing else probed)", extra_env=crash_env, timeout=600)
+run(["conform", "--backend", "cpu", "--algo", "gauss", "--quick", "--junit", "/dev/full"], 1,
+    "conform --junit /dev/full: the write error is reported", "No space left on device", timeout=600)
+
+print(f"{fails} failure(s)")
+subprocess.run(["rm", "-rf", tmp])
+sys.exit(1 if fails else 0)
+PY

@@ -1,0 +1,56 @@
+/* The dakit command's usage and its table of subcommands (cli/dakit.c is
+ * only main, so that tests and the option parser's fuzz target can run the
+ * whole command line). */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "cli/commands.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "dakit %s: GPU-accelerated kernels for data assimilation\n"
+            "\n"
+            "usage: dakit <command> [options]   (dakit <command> --help for its options)\n"
+            "\n"
+            "commands:\n"
+            "  info      list the plugins found, their devices and algorithms, and why any was refused\n"
+            "  gauss     Gaussian convolution of a .npy field by the K-iterated recursive filter\n"
+            "  kmeans    k-means of .npy points, or cluster a RADOLAN radar composite into a map\n"
+            "  enkf      localized ensemble covariance product, EnKF analysis, Lorenz-96 twin experiment\n"
+            "  conform   run the conformance cases on backends against the serial reference\n"
+            "  bench     time the benchmark cases side by side on backends\n"
+            "  gbees     propagate a density with GBEES (gbees-plot: 2-D marginals; gbees-mc: Monte Carlo check)\n"
+            "  demo      smooth a noisy field on the best backend, check it, and draw a picture\n"
+            "\n"
+            "environment:\n"
+            "  DAKIT_BACKEND=cuda|opencl|cpu|auto or a comma list (order of preference; default auto)\n"
+            "  DAKIT_DEVICE=N        device index within the backend (default 0)\n"
+            "  DAKIT_PLUGIN_PATH     extra folders to search for plugins (colon separated)\n"
+            "  DAKIT_LOG=error|warn|info|debug   diagnostics on stderr from this level up (default warn)\n",
+            DK_VERSION_STRING);
+}
+
+int dakit_main(int argc, char **argv)
+{
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+        strcmp(argv[1], "help") == 0) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("dakit %s\n", DK_VERSION_STRING);
+        return 0;
+    }
+    static const struct {
+        const char *name;
+        int (*run)(int, char **);
+    } commands[] = {{"info", cmd_info},       {"gauss", cmd_gauss}, {"kmeans", cmd_kmeans}, {"conform", cmd_conform},
+                    {"bench", cmd_bench},     {"demo", cmd_demo},
+                    {"gbees", cmd_gbees}, {"gbees-plot", cmd_gbees_plot}, {"gbees-mc", cmd_gbees_mc}, {"enkf", cmd_enkf}};
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (strcmp(argv[1], commands[i].name) == 0)
+            return commands[i].run(argc - 1, argv + 1);
+    return cli_error(NULL, 2, "unknown command '%s' (dakit --help lists them)", argv[1]);
+}
