@@ -105,16 +105,6 @@ static dk_status same_description(MPI_Comm comm, const dk_gauss_desc *d)
 
 /* ---- checks on one rank ---- */
 
-static void format_box(char *s, size_t len, int ndim, const dkm_box *b)
-{
-    size_t used = 0;
-    s[0] = '\0';
-    for (int a = 0; a < ndim && used < len; a++) {
-        int i = dkm_axis(ndim, a);
-        used += (size_t)snprintf(s + used, len - used, "%s[%zu, %zu)", a ? " x " : "", b->lo[i], b->hi[i]);
-    }
-}
-
 /* What this rank can check alone: pointers, the description (libdakit's
  * own validation, through the serial reference on a field of one value),
  * the field's size, and the part inside the field. */
@@ -293,34 +283,9 @@ DK_MPI_API dk_status dk_mpi_gauss_plan_create(dk_context *ctx, MPI_Comm comm, co
     p->own_count = dkm_box_count(&p->own);
     int ndim = global->ndim;
 
-    /* 3. the parts tile the field: each rank checks its box against all
-     * others (no overlap), then the volumes add up (no gap) */
-    MPI_Allgather(&p->own, 6, MPI_UINT64_T, boxes, 6, MPI_UINT64_T, comm);
-    for (int j = 0; j < size && p->own_count; j++) {
-        dkm_box b;
-        if (j != rank && dkm_box_intersect(&p->own, &boxes[j], &b)) {
-            char text[256];
-            format_box(text, sizeof text, ndim, &b);
-            dkm_note(&o, DK_ERR_INVALID_ARGUMENT,
-                     "its part overlaps the part of rank %d: both hold the global indices %s; the parts must "
-                     "tile the field without overlap",
-                     j, text);
-        }
-    }
-    if ((st = dkm_agree(comm, &o, CREATE)) != DK_OK)
+    /* 3. the parts tile the field */
+    if ((st = dkm_check_tiling(comm, ndim, global->shape, &p->own, boxes, CREATE, "field", "values")) != DK_OK)
         goto fail;
-    size_t total = 1, held = 0;
-    for (int a = 0; a < ndim; a++)
-        total *= global->shape[a];
-    for (int j = 0; j < size; j++)
-        held += dkm_box_count(&boxes[j]); /* disjoint boxes inside the field: no overflow */
-    if (held != total) {
-        st = dkm_fail(DK_ERR_INVALID_ARGUMENT,
-                      "%s: the parts leave a gap: together the %d ranks hold %zu of the field's %zu values; the "
-                      "parts must tile the field",
-                      CREATE, size, held, total);
-        goto fail;
-    }
 
     /* 4. the stages: an axis is exchanged when some rank's box does not
      * hold it whole */
@@ -426,6 +391,8 @@ DK_MPI_API dk_status dk_mpi_gauss_execute_host(dk_mpi_plan *plan, const void *in
                         "communicator to tell the others)",
                         EXECUTE);
     dk_mpi_plan *p = plan;
+    if (p->enkf)
+        return dkm_fail(DK_ERR_INVALID_ARGUMENT, "%s: the plan is an enkf plan (dk_mpi_enkf_plan_create)", EXECUTE);
     dkm_outcome o = {DK_OK, ""};
     if (p->own_count && (!in_local || !out_local))
         dkm_note(&o, DK_ERR_INVALID_ARGUMENT, "in_local and out_local must not be NULL (its part holds %zu values)",

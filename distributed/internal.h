@@ -50,6 +50,16 @@ int dkm_box_intersect(const dkm_box *a, const dkm_box *b, dkm_box *out);
  * into dst, an array holding box db; b lies inside both. */
 void dkm_box_copy(void *dst, const dkm_box *db, const void *src, const dkm_box *sb, const dkm_box *b,
                   size_t esize);
+/* "[lo, hi) x [lo, hi)" of the ndim axes of b. */
+void dkm_format_box(char *s, size_t len, int ndim, const dkm_box *b);
+
+/* Collective: gathers every rank's box `own` into boxes[size] and checks
+ * that the boxes tile the field of `shape` (no overlap, no gap; each box is
+ * already known to lie inside the field). On failure every rank returns the
+ * same status and sentence, prefixed by `what`; `whole` and `unit` name the
+ * field and its elements in the sentences ("field", "values"). */
+dk_status dkm_check_tiling(MPI_Comm comm, int ndim, const size_t shape[], const dkm_box *own, dkm_box *boxes,
+                           const char *what, const char *whole, const char *unit);
 
 /* A distributed gauss plan's step: either a local plan over this rank's
  * box (one or more consecutive unsplit axes), or the exchange along one
@@ -69,8 +79,12 @@ typedef struct dkm_stage {
     dkm_peer *send, *recv;
 } dkm_stage;
 
+/* A distributed enkf plan's own state (distributed/enkf.c). */
+typedef struct dkm_enkf dkm_enkf;
+
 struct dk_mpi_plan {
     MPI_Comm comm; /* the plan's own duplicate */
+    dkm_enkf *enkf; /* non-NULL: an enkf plan (the gauss fields below are unused) */
     int rank, size;
     dk_context *ctx;
     dk_gauss_desc desc; /* the global description (variant not kept) */
@@ -86,5 +100,6 @@ struct dk_mpi_plan {
 };
 
 void dkm_gauss_plan_free(struct dk_mpi_plan *p); /* local: frees without touching comm */
+void dkm_enkf_free(dkm_enkf *e);                 /* local; MPI datatypes freed unless MPI is finalized */
 
 #endif

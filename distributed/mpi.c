@@ -134,6 +134,57 @@ void dkm_box_copy(void *dst, const dkm_box *db, const void *src, const dkm_box *
         }
 }
 
+void dkm_format_box(char *s, size_t len, int ndim, const dkm_box *b)
+{
+    size_t used = 0;
+    s[0] = '\0';
+    for (int a = 0; a < ndim && used < len; a++) {
+        int i = dkm_axis(ndim, a);
+        used += (size_t)snprintf(s + used, len - used, "%s[%zu, %zu)", a ? " x " : "", b->lo[i], b->hi[i]);
+    }
+}
+
+/* Each rank checks its box against all others (no overlap), then the
+ * volumes add up (no gap): disjoint boxes inside the field cover it exactly
+ * when their volumes sum to the field's. */
+dk_status dkm_check_tiling(MPI_Comm comm, int ndim, const size_t shape[], const dkm_box *own, dkm_box *boxes,
+                           const char *what, const char *whole, const char *unit)
+{
+    int rank, size;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    _Static_assert(sizeof(dkm_box) == 6 * sizeof(uint64_t) && sizeof(size_t) == sizeof(uint64_t),
+                   "boxes travel as 6 MPI_UINT64_T");
+    MPI_Allgather(own, 6, MPI_UINT64_T, boxes, 6, MPI_UINT64_T, comm);
+    dkm_outcome o = {DK_OK, ""};
+    size_t own_count = dkm_box_count(own);
+    for (int j = 0; j < size && own_count; j++) {
+        dkm_box b;
+        if (j != rank && dkm_box_intersect(own, &boxes[j], &b)) {
+            char text[256];
+            dkm_format_box(text, sizeof text, ndim, &b);
+            dkm_note(&o, DK_ERR_INVALID_ARGUMENT,
+                     "its part overlaps the part of rank %d: both hold the global indices %s; the parts must "
+                     "tile the %s without overlap",
+                     j, text, whole);
+        }
+    }
+    dk_status st = dkm_agree(comm, &o, what);
+    if (st != DK_OK)
+        return st;
+    size_t total = 1, held = 0;
+    for (int a = 0; a < ndim; a++)
+        total *= shape[a];
+    for (int j = 0; j < size; j++)
+        held += dkm_box_count(&boxes[j]); /* disjoint boxes inside the field: no overflow */
+    if (held != total)
+        return dkm_fail(DK_ERR_INVALID_ARGUMENT,
+                        "%s: the parts leave a gap: together the %d ranks hold %zu of the %s's %zu %s; the parts "
+                        "must tile the %s",
+                        what, size, held, whole, total, unit, whole);
+    return DK_OK;
+}
+
 /* ---- the decomposition helper ---- */
 
 DK_MPI_API dk_status dk_mpi_decompose(MPI_Comm comm, int ndim, const size_t shape[], const int ranks_per_axis[],
@@ -189,6 +240,7 @@ DK_MPI_API void dk_mpi_plan_destroy(dk_mpi_plan *plan)
     if (!plan)
         return;
     MPI_Comm comm = plan->comm;
+    dkm_enkf_free(plan->enkf);
     dkm_gauss_plan_free(plan);
     int finalized = 0;
     MPI_Finalized(&finalized);

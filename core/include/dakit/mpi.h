@@ -73,8 +73,43 @@ dk_status dk_mpi_gauss_plan_create(dk_context *ctx, MPI_Comm comm, const dk_gaus
  * filters in place. Returns when this rank's result is in out_local. */
 dk_status dk_mpi_gauss_execute_host(dk_mpi_plan *plan, const void *in_local, void *out_local);
 
-/* Collective (it frees the plan's communicator). NULL is ignored. */
+/* Collective (it frees the plan's communicator). NULL is ignored. Frees
+ * gauss and enkf plans alike. */
 void dk_mpi_plan_destroy(dk_mpi_plan *plan);
+
+/* ---- enkf (docs/distributed.md, "enkf") ----
+ *
+ * The state's points are split between ranks: with a 1-D localization
+ * (loc_ndim 1) each rank owns the rows [part->offset[0], part->offset[0] +
+ * part->extent[0]); with a 2-D one (loc_ndim 2) a box of the nx x ny grid
+ * (axis 0 along nx, axis 1 along ny; the point (ix, iy) is state row
+ * ix * ny + iy). The parts tile the state; a part may be empty. This rank's
+ * data are its points in C order of its box, each with its L members (E
+ * and X: points x L) or its M observations (PHT: points x M). */
+
+/* Collective. global: the whole problem (n, nx, ny, the global c or c2 and
+ * the global H over all n columns), the same on every rank: its scalars are
+ * compared and c and H's three arrays are compared by hash, value for
+ * value. Each rank makes a local enkf plan on ctx over its window (its
+ * points and those within C's support of them); global->variant is passed
+ * to it. If anything fails on any rank, every rank returns the same status
+ * and sentence and *plan is NULL. */
+dk_status dk_mpi_enkf_plan_create(dk_context *ctx, MPI_Comm comm, const dk_enkf_desc *global,
+                                  const dk_mpi_part *part, dk_mpi_plan **plan);
+
+/* Collective. e_local: this rank's anomalies (points x L), pht_local: its
+ * rows of PHT (points x M), both host memory in the plan's dtype. hpht: M x
+ * M, the whole HPHT on every rank, or NULL on every rank. */
+dk_status dk_mpi_enkf_cov_host(dk_mpi_plan *plan, const void *e_local, void *pht_local, void *hpht);
+
+/* Collective. x_local: this rank's rows of the forecast ensemble (points x
+ * L, host, the plan's dtype), replaced by the analysis. y, r (M values,
+ * float64), seed and inflation as in dk_enkf_analysis, the same on every
+ * rank (checked). The perturbations are dk_enkf_perturbations(seed, ...),
+ * keyed by member and observation, so the result does not depend on the
+ * number of ranks. On failure x_local is unchanged on every rank. */
+dk_status dk_mpi_enkf_analysis_host(dk_mpi_plan *plan, void *x_local, const double *y, const double *r,
+                                    uint64_t seed, double inflation);
 
 #ifdef __cplusplus
 }
