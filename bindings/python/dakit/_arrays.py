@@ -139,6 +139,10 @@ def empty_like(op, shape=None, dtype=None):
     if module == "torch":
         import torch
         return torch.empty(shape, dtype=getattr(torch, dtype.name), device=obj.device)
+    if module == "cupy":
+        import cupy
+        with cupy.cuda.Device(obj.device.id):
+            return cupy.empty(shape, dtype=dtype)
     if hasattr(obj, "__array_namespace__"):
         xp = obj.__array_namespace__()
         return xp.empty(shape, dtype=dtype.name)

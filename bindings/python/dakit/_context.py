@@ -1,5 +1,6 @@
 """Contexts (one backend, one device), the per-process default, plans'
 common life cycle, and dakit.info()."""
+import atexit
 import ctypes
 import dataclasses
 import os
@@ -137,6 +138,16 @@ def _forget_after_fork():
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_after_fork)
+
+
+@atexit.register
+def _close_all():
+    # Release the devices while the interpreter is whole, before the
+    # drivers' own exit handlers run.
+    with _lock:
+        contexts = list(_named.values()) + ([_default] if _default is not None else [])
+    for ctx in contexts:
+        ctx.close()
 
 
 class Plan:

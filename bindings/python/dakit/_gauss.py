@@ -39,6 +39,22 @@ def _size(value, name, who):
     return v
 
 
+def _float(value, name, who):
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise invalid("%s: %s must be a number, not %r" % (who, name, value)) from None
+
+
+def _cstr(value, name, who):
+    """None or a str, as the bytes a const char * field points at."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise invalid("%s: %s must be a string (or None), not %r" % (who, name, value))
+    return value.encode()
+
+
 def _choice(value, table, name, who):
     if value not in table:
         raise invalid("%s: %s is %r; it must be one of %s" % (who, name, value, ", ".join(repr(k) for k in table)))
@@ -128,7 +144,7 @@ class GaussPlan(Plan):
         if blocks is not None:
             d.blocks = _size(blocks, "blocks", who)
         self.overlap, self.blocks = d.overlap, d.blocks
-        variant_bytes = variant.encode() if variant is not None else None
+        variant_bytes = _cstr(variant, "variant", who)
         d.variant = variant_bytes
         h = ctypes.c_void_p()
         check(C.dk_gauss_plan_create(self._ctx.handle, ctypes.byref(d), ctypes.byref(h)), self._ctx.handle)

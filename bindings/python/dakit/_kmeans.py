@@ -7,7 +7,7 @@ import numpy as np
 from ._arrays import Buffers, cuda_interface, operand, to_host, usable_here, zero_copy
 from ._context import Plan, context_for
 from ._errors import invalid
-from ._gauss import _c_int, _size
+from ._gauss import _c_int, _cstr, _float, _size
 from ._native import C, DK_KMEANS_POINT_MAJOR, KMeansDesc, KMeansResult, check
 
 
@@ -98,14 +98,14 @@ class KMeans:
             raise invalid("%s: mask has shape %s; it must hold one value per sample, (%d,)" % (who, mo.shape, n))
         return mo
 
-    def _desc(self, n, d, max_iter, who):
+    def _desc(self, n, d, max_iter, who, k=None):
         desc = KMeansDesc()
         C.dk_kmeans_desc_init(ctypes.byref(desc))
         desc.n = n
         desc.d = _c_int(d, "the number of features", who)
-        desc.k = _c_int(self.n_clusters, "n_clusters", who)
+        desc.k = _c_int(self.n_clusters if k is None else k, "n_clusters", who)
         desc.max_iters = _c_int(max_iter, "max_iter", who)
-        desc.tol = float(self.tol)
+        desc.tol = _float(self.tol, "tol", who)
         desc.layout = DK_KMEANS_POINT_MAJOR
         if self.grid_shape is not None:
             try:
@@ -113,9 +113,9 @@ class KMeans:
             except (TypeError, ValueError):
                 raise invalid("%s: grid_shape must be (rows, cols), not %r" % (who, self.grid_shape)) from None
             desc.rows, desc.cols = _size(rows, "rows", who), _size(cols, "cols", who)
-        desc.lambda_ = float(self.lambda_)
+        desc.lambda_ = _float(self.lambda_, "lambda_", who)
         desc.window = _c_int(self.window, "window", who)
-        self._variant_bytes = self.variant.encode() if self.variant is not None else None
+        self._variant_bytes = _cstr(self.variant, "variant", who)
         desc.variant = self._variant_bytes
         return desc
 
@@ -148,9 +148,13 @@ class KMeans:
     # ---- running ----
 
     def _run(self, xo, mo, init, max_iter, who):
+        """One plan over xo from the (k, d) float32 centroids init (k from
+        init: predict runs with the fitted centroids whatever n_clusters says
+        now)."""
         n, d = xo.shape
-        desc = self._desc(n, d, max_iter, who)
-        k = desc.k
+        k = init.shape[0]
+        assert init.shape == (k, d) and init.dtype == np.float32 and init.flags.c_contiguous
+        desc = self._desc(n, d, max_iter, who, k=k)
         labels = np.empty(n, dtype=np.int32)
         centers = np.empty((k, d), dtype=np.float32)
         result = KMeansResult()

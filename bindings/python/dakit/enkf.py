@@ -18,7 +18,7 @@ import numpy as np
 from ._arrays import Buffers, empty_like, host_input, operand, usable_here, zero_copy
 from ._context import Plan as _Plan
 from ._errors import invalid
-from ._gauss import _size
+from ._gauss import _cstr, _float, _size
 from ._native import C, DK_F32, DK_F64, EnkfDesc, check, text
 
 __all__ = ["Plan", "cov", "analysis", "perturbations"]
@@ -45,9 +45,19 @@ def _csr(H, who):
             raise invalid("%s: H must be a scipy.sparse matrix (or a dense NumPy array), not %s"
                           % (who, type(H).__name__))
     H = H.tocsr()
-    rows, cols = H.shape
-    return (int(rows), int(cols), np.ascontiguousarray(H.indptr, dtype=np.int64),
-            np.ascontiguousarray(H.indices, dtype=np.int64), np.ascontiguousarray(H.data, dtype=np.float64))
+    rows, cols = (int(v) for v in H.shape)
+    indptr = np.ascontiguousarray(H.indptr, dtype=np.int64).reshape(-1)
+    indices = np.ascontiguousarray(H.indices, dtype=np.int64).reshape(-1)
+    values = np.ascontiguousarray(H.data, dtype=np.float64).reshape(-1)
+    # C is given pointers: the lengths it reads by are checked here (its own
+    # checks cover the values: order of indptr, column range, finiteness)
+    if indptr.size != rows + 1:
+        raise invalid("%s: H's indptr has %d entries; %d rows need %d" % (who, indptr.size, rows, rows + 1))
+    nnz = int(indptr[-1])
+    if nnz > indices.size or nnz > values.size:
+        raise invalid("%s: H's indptr ends at %d, but it has %d column indices and %d values"
+                      % (who, nnz, indices.size, values.size))
+    return rows, cols, indptr, indices, values
 
 
 def _finite(op, what, who):
@@ -111,7 +121,7 @@ class Plan(_Plan):
         rows, cols, indptr, indices, values = _csr(H, who)
         d.H.rows, d.H.cols = rows, cols
         d.H.indptr, d.H.indices, d.H.values = indptr.ctypes.data, indices.ctypes.data, values.ctypes.data
-        variant_bytes = variant.encode() if variant is not None else None
+        variant_bytes = _cstr(variant, "variant", who)
         d.variant = variant_bytes
         h = ctypes.c_void_p()
         check(C.dk_enkf_plan_create(self._ctx.handle, ctypes.byref(d), ctypes.byref(h)), self._ctx.handle)
@@ -169,6 +179,7 @@ class Plan(_Plan):
             if v.size != self.m:
                 raise invalid("%s: %s has %d values; H has m = %d rows (observations)" % (who, name, v.size, self.m))
         seed = _seed(seed, who)
+        inflation = _float(inflation, "inflation", who)
         oo = self._result(out, xo, (self.n, self.members), "out", who)
         if xo.overlaps(oo) and not xo.same_memory(oo):
             raise invalid("%s: out overlaps x without being x; pass out=x to update in place" % who)
@@ -180,13 +191,13 @@ class Plan(_Plan):
                     bo = b.wrap(oo)
                     if not xo.same_memory(oo):
                         b.copy(bo, b.wrap(xo), xo.nbytes)
-                    check(C.dk_enkf_analysis(handle, bo, y.ctypes.data, r.ctypes.data, seed, float(inflation)),
+                    check(C.dk_enkf_analysis(handle, bo, y.ctypes.data, r.ctypes.data, seed, inflation),
                           ctx.handle)
             else:
                 if not xo.same_memory(oo):
                     np.copyto(oo.obj, xo.obj)
                 check(C.dk_enkf_analysis_host(handle, oo.ptr, y.ctypes.data, r.ctypes.data, seed,
-                                              float(inflation)), ctx.handle)
+                                              inflation), ctx.handle)
         return oo.obj
 
     def __repr__(self):

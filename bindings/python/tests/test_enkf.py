@@ -88,6 +88,16 @@ def test_h_in_any_sparse_format_with_repeated_entries(rng):
         assert np.abs(pht - ref).max() <= 1e-13 * np.abs(ref).max()
 
 
+class RawCSR:
+    """CSR arrays as given, unchecked (scipy may refuse to build some)."""
+
+    def __init__(self, shape, indptr, indices, data):
+        self.shape, self.indptr, self.indices, self.data = shape, np.array(indptr), np.array(indices), np.array(data)
+
+    def tocsr(self):
+        return self
+
+
 def dense_analysis(X, y, r, H, loc, seed, inflation):
     """The stochastic EnKF analysis written out densely, with dakit's
     perturbations."""
@@ -191,6 +201,10 @@ def test_errors(rng):
         dakit.enkf.analysis(big[:30], y, r, H, loc, 1, out=big[1:])
     with raises(dakit.InvalidArgumentError, "CUDA device array"):
         dakit.enkf.cov(FakeCudaArray((30, 12), "<f8"), loc, H, backend="cpu")
+    with raises(dakit.InvalidArgumentError, "indptr has 2 entries; 2 rows need 3"):
+        dakit.enkf.cov(e, loc, RawCSR((2, 30), [0, 1], [0], [1.0]))
+    with raises(dakit.InvalidArgumentError, "indptr ends at 5, but it has 2 column indices"):
+        dakit.enkf.cov(e, loc, RawCSR((2, 30), [0, 1, 5], [0, 1], [1.0, 1.0]))
     with raises(dakit.InvalidArgumentError, "members is -2"):
         dakit.enkf.perturbations(1, r, -2)
 
@@ -214,6 +228,12 @@ def test_errors_worded_by_libdakit(backend, rng):
         dakit.enkf.cov(e[:, :1].copy(), loc, H, backend=backend)
     with raises(dakit.InvalidArgumentError, "columns"):
         dakit.enkf.cov(e[:20].copy(), loc[:20], H, backend=backend)
+    with raises(dakit.InvalidArgumentError, "H's indptr decreases at row 1"):
+        dakit.enkf.cov(e, loc, RawCSR((4, 30), [0, 2, 1, 2, 2], [0, 1], [1.0, 1.0]), backend=backend)
+    with raises(dakit.InvalidArgumentError, "H's column index 31 (entry 1) is outside 0..29"):
+        dakit.enkf.cov(e, loc, RawCSR((4, 30), [0, 1, 2, 2, 2], [0, 31], [1.0, 1.0]), backend=backend)
+    with raises(dakit.InvalidArgumentError, "H's entry 0 is not finite (nan)"):
+        dakit.enkf.cov(e, loc, RawCSR((4, 30), [0, 1, 1, 1, 1], [0], [np.nan]), backend=backend)
     with raises(dakit.InvalidArgumentError, "2-D grid is 4 x 5 = 20 points but N is 30"):
         dakit.enkf.cov(e, np.ones((4, 5)), H, backend=backend)
     with raises(dakit.InvalidArgumentError, "variant 'nope' names none of the schemes"):

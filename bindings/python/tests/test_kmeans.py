@@ -88,6 +88,8 @@ def test_predict_fewer_samples_than_clusters(rng):
     km = dakit.KMeans(5, max_iter=100, init=X[:5], backend="cpu").fit(X)
     np.testing.assert_array_equal(km.predict(X[:3]), km.predict(X)[:3])
     np.testing.assert_array_equal(km.predict(km.cluster_centers_[::-1]), np.arange(5)[::-1])
+    km.set_params(n_clusters=7)  # predict keeps to the fitted centroids
+    np.testing.assert_array_equal(km.predict(X[:50]), km.labels_[:50])
 
 
 def test_cpu_uses_the_arrays_own_memory(calls, rng):
