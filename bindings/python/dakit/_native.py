@@ -142,6 +142,8 @@ def _candidates():
     for root in [os.path.dirname(here)] + sys.path:
         for path in sorted(glob.glob(os.path.join(root or ".", ".dakit.mesonpy.libs", "libdakit.so*"))):
             yield path
+    # meson install -Dpython=enabled: libdakit in the system's library path
+    yield "libdakit.so.0"
 
 
 def _load():
@@ -150,11 +152,16 @@ def _load():
         if path in tried:
             continue
         tried.append(path)
+        # RTLD_GLOBAL, as for a program linked to libdakit: a plugin may use
+        # libdakit's exported dk_* helpers without linking it (the opencl
+        # plugin calls dk_dtype_size), which a local load hides.
         if os.path.exists(path):
-            # RTLD_GLOBAL, as for a program linked to libdakit: a plugin may
-            # use libdakit's exported dk_* helpers without linking it (the
-            # opencl plugin calls dk_dtype_size), which a local load hides.
             return ctypes.CDLL(path, mode=os.RTLD_GLOBAL | os.RTLD_NOW), path
+        if os.sep not in path:  # a bare name: the dynamic loader's search
+            try:
+                return ctypes.CDLL(path, mode=os.RTLD_GLOBAL | os.RTLD_NOW), path
+            except OSError:
+                pass
     where = ", ".join(tried) if tried else "nowhere (no installed dakit distribution was found)"
     raise ImportError(
         "dakit: libdakit was not found; looked at " + where + ". Install the package with "
