@@ -1,0 +1,244 @@
+"""Arrays in and out of libdakit.
+
+An operand is a NumPy array (host memory) or an object with
+__cuda_array_interface__ (CuPy, PyTorch, Numba: CUDA device memory). On the
+cpu backend host arrays are wrapped as dakit buffers (dk_buffer_wrap,
+DK_MEMORY_HOST) and on the cuda backend device arrays are (DK_MEMORY_CUDA):
+the kernels read and write the caller's memory. Elsewhere host arrays go
+through the *_execute_host calls, which copy. Only what C cannot see is
+checked here: the dtype and layout the buffer is read with, and which kind of
+memory an object is.
+"""
+import ctypes
+
+import numpy as np
+
+from . import _cuda
+from ._errors import invalid
+from ._native import C, DK_MEMORY_CUDA, DK_MEMORY_HOST, check
+
+
+class Operand:
+    """One array handed to C: its memory, dtype and shape."""
+
+    __slots__ = ("obj", "device", "ptr", "shape", "dtype", "nbytes", "readonly", "stream", "name")
+
+    def __init__(self, obj, device, ptr, shape, dtype, readonly, stream, name):
+        self.obj = obj
+        self.device = device          # True: CUDA device memory
+        self.ptr = ptr or None        # None for an empty array
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = np.dtype(dtype)
+        self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        self.readonly = readonly
+        self.stream = stream
+        self.name = name
+
+    @property
+    def kind(self):
+        return "a CUDA device array" if self.device else "a host (NumPy) array"
+
+    def overlaps(self, other):
+        if self.device != other.device or not self.ptr or not other.ptr:
+            return False
+        return self.ptr < other.ptr + other.nbytes and other.ptr < self.ptr + self.nbytes
+
+    def same_memory(self, other):
+        return self.device == other.device and self.ptr == other.ptr and self.nbytes == other.nbytes
+
+
+def cuda_interface(obj):
+    """obj.__cuda_array_interface__, or None (a CPU tensor's property raises)."""
+    try:
+        return obj.__cuda_array_interface__
+    except AttributeError:
+        return None
+    except Exception:  # noqa: BLE001 - any failure means "not a CUDA array"
+        return None
+
+
+def _c_contiguous(shape, strides, itemsize):
+    expected = itemsize
+    for n, s in zip(reversed(shape), reversed(strides)):
+        if n != 1 and s != expected:
+            return False
+        expected *= n
+    return True
+
+
+def _dtype_names(dtypes):
+    names = [np.dtype(d).name for d in dtypes]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def operand(obj, name, who, dtypes, writable=False):
+    """Checks obj as an array C can use in place: one of `dtypes`, C order,
+    writable where C writes it. who: the function named in messages."""
+    cai = cuda_interface(obj)
+    if cai is not None:
+        shape = tuple(cai["shape"])
+        try:
+            dtype = np.dtype(cai["typestr"])
+        except TypeError:
+            raise invalid("%s: %s has the CUDA array type string %r, which is not a NumPy dtype"
+                          % (who, name, cai["typestr"])) from None
+        ptr, readonly = cai["data"]
+        stream = cai.get("stream")
+        if stream == 0:  # not allowed by the protocol; read as the legacy default stream
+            stream = 1
+        op = Operand(obj, True, ptr, shape, dtype, bool(readonly), stream, name)
+        strides = cai.get("strides")
+        contiguous = strides is None or _c_contiguous(shape, strides, dtype.itemsize)
+        if cai.get("mask") is not None:
+            raise invalid("%s: %s is a masked CUDA array; dakit takes unmasked arrays" % (who, name))
+    else:
+        if isinstance(obj, np.ndarray):
+            arr = obj
+        elif writable:
+            raise invalid("%s: %s must be a NumPy array or a CUDA array (with __cuda_array_interface__), "
+                          "not %s" % (who, name, type(obj).__name__))
+        else:
+            arr = np.asarray(obj)
+        if arr.dtype.hasobject:
+            raise invalid("%s: %s holds Python objects (dtype object); it must be a numeric array of %s"
+                          % (who, name, _dtype_names(dtypes)))
+        op = Operand(arr, False, arr.ctypes.data, arr.shape, arr.dtype, not arr.flags.writeable, None, name)
+        contiguous = arr.flags.c_contiguous
+    if op.dtype not in [np.dtype(d) for d in dtypes]:
+        raise invalid("%s: %s has dtype %s; it must be %s%s" % (
+            who, name, op.dtype, _dtype_names(dtypes),
+            "" if op.device else " (convert it with %s.astype(numpy.%s))" % (name, np.dtype(dtypes[0]).name)))
+    if not contiguous:
+        raise invalid("%s: %s is not C-contiguous; dakit reads arrays in C order without strides (pass "
+                      "%s)" % (who, name, "a contiguous copy" if op.device
+                                           else "numpy.ascontiguousarray(%s)" % name))
+    if writable and op.readonly:
+        raise invalid("%s: %s is read-only, but dakit writes the result into it" % (who, name))
+    return op
+
+
+def host_input(obj, name, who, dtype):
+    """A small host input that C copies (coefficients, observations): any
+    array-like, converted to a C-order array of `dtype`."""
+    if cuda_interface(obj) is not None:
+        raise invalid("%s: %s must be host data (a NumPy array or a sequence), not a CUDA array" % (who, name))
+    try:
+        return np.asarray(obj, dtype=dtype, order="C")
+    except (TypeError, ValueError) as e:
+        raise invalid("%s: %s cannot be read as %s values: %s" % (who, name, np.dtype(dtype).name, e)) from None
+
+
+def empty_like(op, shape=None, dtype=None):
+    """A new array of the same kind as op (NumPy, CuPy, PyTorch)."""
+    shape = op.shape if shape is None else tuple(shape)
+    dtype = op.dtype if dtype is None else np.dtype(dtype)
+    if not op.device:
+        return np.empty(shape, dtype=dtype)
+    obj = op.obj
+    module = type(obj).__module__.split(".")[0]
+    if module == "torch":
+        import torch
+        return torch.empty(shape, dtype=getattr(torch, dtype.name), device=obj.device)
+    if module == "cupy":
+        import cupy
+        with cupy.cuda.Device(obj.device.id):
+            return cupy.empty(shape, dtype=dtype)
+    if hasattr(obj, "__array_namespace__"):
+        xp = obj.__array_namespace__()
+        return xp.empty(shape, dtype=dtype.name)
+    if module == "numba":
+        from numba import cuda
+        return cuda.device_array(shape, dtype=dtype)
+    raise invalid("dakit: cannot allocate a result like the CUDA array of type %s.%s; pass out= (an array of "
+                  "shape %s and dtype %s)" % (type(obj).__module__, type(obj).__name__, shape, dtype))
+
+
+def to_host(op):
+    """A CUDA operand's contents as a NumPy array (used where dakit needs host
+    data, e.g. the initial centroids)."""
+    if not op.device:
+        return op.obj
+    obj = op.obj
+    if hasattr(obj, "get"):          # CuPy
+        return np.asarray(obj.get())
+    if hasattr(obj, "cpu"):          # PyTorch
+        return obj.cpu().numpy()
+    if hasattr(obj, "copy_to_host"):  # Numba
+        return obj.copy_to_host()
+    raise invalid("dakit: cannot copy the CUDA array of type %s to the host" % type(obj).__name__)
+
+
+class Buffers:
+    """dakit buffers made for one call: the caller's memory wrapped, or new
+    device memory; all destroyed at the end of the with block."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.handles = []
+        self.wrapped = []  # (operand, handle)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        for h in reversed(self.handles):
+            C.dk_buffer_destroy(h)
+        self.handles.clear()
+        return False
+
+    def wrap(self, op):
+        """The buffer over op's memory; the same buffer for the same memory,
+        so that in-place calls pass in == out."""
+        if op is None:
+            return None
+        for other, h in self.wrapped:
+            if other.same_memory(op):
+                return h
+        kind = DK_MEMORY_CUDA if op.device else DK_MEMORY_HOST
+        h = ctypes.c_void_p()
+        check(C.dk_buffer_wrap(self.ctx.handle, kind, op.ptr, op.nbytes, ctypes.byref(h)), self.ctx.handle)
+        self.handles.append(h)
+        self.wrapped.append((op, h))
+        return h
+
+    def create(self, nbytes, data=None):
+        """A new buffer of the context, filled from host `data` if given."""
+        h = ctypes.c_void_p()
+        check(C.dk_buffer_create(self.ctx.handle, nbytes, ctypes.byref(h)), self.ctx.handle)
+        self.handles.append(h)
+        if data is not None:
+            check(C.dk_buffer_write(h, data.ctypes.data, nbytes), self.ctx.handle)
+        return h
+
+    def read(self, h, array):
+        check(C.dk_buffer_read(h, array.ctypes.data, array.nbytes), self.ctx.handle)
+        return array
+
+    def copy(self, dst, src, nbytes):
+        check(C.dk_buffer_copy(dst, src, nbytes), self.ctx.handle)
+
+
+def usable_here(ctx, who, *ops):
+    """Raises for device memory the context cannot use, or a mix of kinds."""
+    ops = [o for o in ops if o is not None]
+    device = [o for o in ops if o.device]
+    if device and ctx.memory != DK_MEMORY_CUDA:
+        raise invalid("%s: %s is a CUDA device array, but the context's backend is '%s', which cannot use CUDA "
+                      "memory; use backend='cuda', or copy the array to the host" % (who, device[0].name,
+                                                                                    ctx.backend))
+    if device and len(device) != len(ops):
+        host = [o for o in ops if not o.device][0]
+        raise invalid("%s: %s is a CUDA device array but %s is a host array; pass both on the same side"
+                      % (who, device[0].name, host.name))
+    return device
+
+
+def zero_copy(ctx, who, *ops):
+    """True when the operands can be wrapped on ctx (host arrays on a host
+    backend, CUDA arrays on cuda, after waiting for the streams their
+    producers named); False when they go through the host calls."""
+    device = usable_here(ctx, who, *ops)
+    if device:
+        _cuda.synchronize(ctx.native_device, [o.stream for o in device])
+        return True
+    return ctx.memory == DK_MEMORY_HOST

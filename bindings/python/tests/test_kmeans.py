@@ -1,0 +1,153 @@
+"""dakit.KMeans against scikit-learn's KMeans, on cpu and opencl."""
+import numpy as np
+import pytest
+
+import dakit
+from conftest import FakeCudaArray, backends, raises
+
+KMEANS = backends("kmeans")
+
+
+def blobs(rng, n=4000, k=5, d=3, spread=1.3):
+    centers = rng.uniform(-6, 6, size=(k, d))
+    return (centers[rng.integers(0, k, n)] + rng.normal(size=(n, d)) * spread).astype(np.float32)
+
+
+@pytest.mark.parametrize("backend", KMEANS)
+@pytest.mark.parametrize("k,d", [(5, 3), (3, 1), (8, 6)])
+def test_same_answer_as_scikit_learn(backend, k, d, rng):
+    """Lloyd's iterations from the same initial centroids: scikit-learn
+    (n_init=1, algorithm='lloyd', float32) and dakit give the same labels and
+    centroids within 1e-5 (they sum in different orders)."""
+    sklearn_cluster = pytest.importorskip("sklearn.cluster")
+    X = blobs(rng, k=k, d=d)
+    init = X[:k].copy()
+    ref = sklearn_cluster.KMeans(n_clusters=k, init=init, n_init=1, algorithm="lloyd", max_iter=300,
+                                 tol=0.0).fit(X)
+    assert ref.n_iter_ > 2  # a real walk, not a start at the answer
+    km = dakit.KMeans(k, max_iter=300, init=init, backend=backend).fit(X)
+    np.testing.assert_array_equal(km.labels_, ref.labels_)
+    np.testing.assert_allclose(km.cluster_centers_, ref.cluster_centers_, rtol=0, atol=1e-5)
+    assert km.inertia_ == pytest.approx(ref.inertia_, rel=1e-5)
+    assert km.labels_.dtype == np.int32 and km.cluster_centers_.dtype == np.float32
+    assert km.n_iter_ == 300 and km.last_move_ == 0.0  # tol = 0 runs every iteration
+    np.testing.assert_array_equal(km.predict(X), ref.predict(X))
+    np.testing.assert_array_equal(km.fit_predict(X), ref.labels_)
+
+
+@pytest.mark.parametrize("backend", KMEANS)
+def test_tol_stops_early(backend, rng):
+    X = blobs(rng)
+    km = dakit.KMeans(5, max_iter=300, tol=1e-3, init=X[:5], backend=backend).fit(X)
+    assert km.n_iter_ < 300 and km.last_move_ < 1e-3
+
+
+@pytest.mark.parametrize("backend", KMEANS)
+def test_mask_leaves_points_out(backend, rng):
+    X = blobs(rng, n=1000)
+    mask = rng.random(1000) < 0.7
+    init = X[mask][:5]
+    km = dakit.KMeans(5, max_iter=50, init=init, backend=backend).fit(X, mask=mask)
+    alone = dakit.KMeans(5, max_iter=50, init=init, backend=backend).fit(X[mask])
+    assert (km.labels_[~mask] == -1).all()
+    np.testing.assert_array_equal(km.labels_[mask], alone.labels_)
+    np.testing.assert_array_equal(km.cluster_centers_, alone.cluster_centers_)
+
+
+@pytest.mark.parametrize("backend", KMEANS)
+def test_equal_interval_initialization_and_conversion(backend, rng):
+    X = blobs(rng, n=2000, k=3, d=2)
+    km32 = dakit.KMeans(3, max_iter=100, backend=backend).fit(X)
+    km64 = dakit.KMeans(3, max_iter=100, backend=backend).fit(X.astype(np.float64))  # converted to float32
+    np.testing.assert_array_equal(km32.labels_, km64.labels_)
+    assert sorted(np.bincount(km32.labels_)) == sorted(np.bincount(km64.labels_))
+    fortran = dakit.KMeans(3, max_iter=100, backend=backend).fit(np.asfortranarray(X))
+    np.testing.assert_array_equal(km32.labels_, fortran.labels_)
+
+
+def test_contiguity_cost_agrees_across_backends(rng):
+    """The radar clustering's contiguity-weighted cost on a 40 x 50 image: the
+    C library defines the result, so every backend gives the same labels."""
+    rows, cols = 40, 50
+    truth = (np.add.outer(np.arange(rows), np.arange(cols)) > 45).astype(np.float32)
+    X = (truth + rng.normal(scale=0.6, size=(rows, cols))).reshape(-1, 1).astype(np.float32)
+    results = []
+    for b in [p.values[0] for p in KMEANS if not p.marks]:
+        km = dakit.KMeans(2, max_iter=10, lambda_=0.5, window=5, grid_shape=(rows, cols), backend=b).fit(X)
+        plain = dakit.KMeans(2, max_iter=10, backend=b).fit(X)
+        results.append(km.labels_)
+        # the neighbourhood term smooths: fewer label changes between neighbours
+        changes = lambda lab: np.count_nonzero(np.diff(lab.reshape(rows, cols), axis=1))  # noqa: E731
+        assert changes(km.labels_) < changes(plain.labels_)
+    for r in results[1:]:
+        np.testing.assert_array_equal(r, results[0])
+
+
+def test_predict_fewer_samples_than_clusters(rng):
+    X = blobs(rng)
+    km = dakit.KMeans(5, max_iter=100, init=X[:5], backend="cpu").fit(X)
+    np.testing.assert_array_equal(km.predict(X[:3]), km.predict(X)[:3])
+    np.testing.assert_array_equal(km.predict(km.cluster_centers_[::-1]), np.arange(5)[::-1])
+    km.set_params(n_clusters=7)  # predict keeps to the fitted centroids
+    np.testing.assert_array_equal(km.predict(X[:50]), km.labels_[:50])
+
+
+def test_cpu_uses_the_arrays_own_memory(calls, rng):
+    calls.record("dk_buffer_wrap", "dk_kmeans_execute")
+    calls.forbid("dk_kmeans_execute_host", "dk_buffer_write", "dk_buffer_read")
+    X = blobs(rng, n=500)
+    km = dakit.KMeans(5, max_iter=5, init=X[:5], backend="cpu").fit(X)
+    assert X.ctypes.data in calls.wrapped_pointers()
+    assert km.labels_.ctypes.data in calls.wrapped_pointers()
+    assert km.cluster_centers_.ctypes.data in calls.wrapped_pointers()
+
+
+def test_scikit_learn_parameter_protocol():
+    sklearn_base = pytest.importorskip("sklearn.base")
+    km = dakit.KMeans(3, max_iter=7, lambda_=0.5, grid_shape=(2, 3))
+    clone = sklearn_base.clone(km)
+    assert clone.get_params() == km.get_params() and clone is not km
+    assert km.set_params(max_iter=9).max_iter == 9
+    with raises(dakit.InvalidArgumentError, "no parameter 'n_init'"):
+        km.set_params(n_init=3)
+
+
+def test_errors(rng):
+    X = blobs(rng, n=100)
+    with raises(dakit.InvalidArgumentError, "must be 2-D"):
+        dakit.KMeans(2).fit(X[:, 0])
+    with raises(dakit.InvalidArgumentError, "dtype complex128"):
+        dakit.KMeans(2).fit(X.astype(np.complex128))
+    with raises(dakit.InvalidArgumentError, "init has shape (2, 3)", "(3, 3)"):
+        dakit.KMeans(3, init=X[:2]).fit(X)
+    bad = X[:3].copy()
+    bad[1, 2] = np.nan
+    with raises(dakit.InvalidArgumentError, "initial centroid value 5 is nan"):
+        dakit.KMeans(3, init=bad, backend="cpu").fit(X)
+    with raises(dakit.InvalidArgumentError, "not fitted"):
+        dakit.KMeans(3).predict(X)
+    with raises(dakit.InvalidArgumentError, "mask has shape (5,)"):
+        dakit.KMeans(3).fit(X, mask=np.ones(5, bool))
+    with raises(dakit.InvalidArgumentError, "CUDA device array", "'cpu'"):
+        dakit.KMeans(3, backend="cpu").fit(FakeCudaArray((100, 3)))
+
+
+@pytest.mark.parametrize("backend", KMEANS)
+def test_errors_worded_by_libdakit(backend, rng):
+    X = blobs(rng, n=100)
+    nan = X.copy()
+    nan[7, 1] = np.nan
+    with raises(dakit.InvalidArgumentError, "feature 1 of point 7 is nan"):
+        dakit.KMeans(3, init=X[:3], backend=backend).fit(nan)
+    with raises(dakit.InvalidArgumentError, "k = 200 is larger than the 100 points"):
+        dakit.KMeans(200, backend=backend).fit(X)
+    with raises(dakit.InvalidArgumentError, "window is 4; it must be odd"):
+        dakit.KMeans(3, window=4, backend=backend).fit(X)
+    with raises(dakit.InvalidArgumentError, "contiguity cost, which needs a grid"):
+        dakit.KMeans(3, lambda_=0.5, backend=backend).fit(X)
+    with raises(dakit.InvalidArgumentError, "grid 10 x 11 does not hold the 100 points"):
+        dakit.KMeans(3, lambda_=0.5, grid_shape=(10, 11), backend=backend).fit(X)
+    with raises(dakit.InvalidArgumentError, "d is 40"):
+        dakit.KMeans(3, backend=backend).fit(np.zeros((100, 40), np.float32))
+    with raises(dakit.NotImplementedByBackendError, "no variant 'nope'"):
+        dakit.KMeans(3, variant="nope", backend=backend).fit(X)
