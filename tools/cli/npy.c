@@ -1,3 +1,4 @@
+#define _GNU_SOURCE
 #include "cli/npy.h"
 
 #include "cli/output.h"
@@ -8,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 #define FAIL(st, ...) (snprintf(err, err_len, __VA_ARGS__), (st))
 
@@ -89,12 +92,12 @@ static dk_status parse_header(const char *h, npy_array *a, char *err, size_t err
     return DK_OK;
 }
 
-dk_status npy_read(const char *path, npy_array *a, char *err, size_t err_len)
+/* Reads and checks the header of the open file f: a's dtype, ndim, shape and
+ * count (no data), *data_offset where the data starts; the file's size must
+ * be the header's promise. */
+static dk_status read_header(FILE *f, const char *path, npy_array *a, size_t *data_offset, char *err,
+                             size_t err_len)
 {
-    memset(a, 0, sizeof *a);
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return FAIL(DK_ERR_IO, "cannot open %s: %s", path, strerror(errno));
     dk_status st = DK_OK;
     unsigned char pre[12];
     char *header = NULL;
@@ -150,7 +153,24 @@ dk_status npy_read(const char *path, npy_array *a, char *err, size_t err_len)
                   path, bytes, total - (long)(prefix + hlen));
         goto done;
     }
-    fseek(f, (long)(prefix + hlen), SEEK_SET);
+    *data_offset = prefix + hlen;
+done:
+    free(header);
+    return st;
+}
+
+dk_status npy_read(const char *path, npy_array *a, char *err, size_t err_len)
+{
+    memset(a, 0, sizeof *a);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return FAIL(DK_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    size_t data_offset = 0;
+    dk_status st = read_header(f, path, a, &data_offset, err, err_len);
+    if (st != DK_OK)
+        goto done;
+    size_t bytes = a->count * dk_dtype_size(a->dtype);
+    fseek(f, (long)data_offset, SEEK_SET);
     a->data = malloc(bytes ? bytes : 1);
     if (!a->data) {
         st = FAIL(DK_ERR_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes", path, bytes);
@@ -161,11 +181,147 @@ dk_status npy_read(const char *path, npy_array *a, char *err, size_t err_len)
         goto done;
     }
 done:
-    free(header);
     fclose(f);
     if (st != DK_OK)
         npy_free(a);
     return st;
+}
+
+dk_status npy_read_header(const char *path, npy_array *a, size_t *data_offset, char *err, size_t err_len)
+{
+    memset(a, 0, sizeof *a);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return FAIL(DK_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    dk_status st = read_header(f, path, a, data_offset, err, err_len);
+    fclose(f);
+    return st;
+}
+
+/* Calls fn for each row of the box along the last axis: the row's byte
+ * offset in the file's data and in the box. */
+static dk_status each_row(const npy_array *a, size_t data_offset, const size_t *offset, const size_t *extent,
+                          dk_status (*fn)(void *ctx, off_t file_pos, size_t box_pos, size_t bytes), void *ctx)
+{
+    int d = a->ndim;
+    size_t esize = dk_dtype_size(a->dtype);
+    for (int k = 0; k < d; k++)
+        if (offset[k] > a->shape[k] || extent[k] > a->shape[k] - offset[k])
+            return DK_ERR_INVALID_ARGUMENT;
+    size_t rows = 1;
+    for (int k = 0; k + 1 < d; k++)
+        rows *= extent[k];
+    size_t row_len = d ? extent[d - 1] : 1;
+    if (!row_len || !rows)
+        return DK_OK;
+    for (size_t r = 0; r < rows; r++) {
+        /* the row's global index: r's digits in the box, plus the box's offset */
+        size_t rem = r, lin = 0, stride = 1;
+        size_t idx[NPY_MAX_DIMS] = {0};
+        for (int k = d - 2; k >= 0; k--) {
+            idx[k] = offset[k] + rem % extent[k];
+            rem /= extent[k];
+        }
+        for (int k = d - 1; k >= 0; k--) {
+            lin += (k == d - 1 ? offset[k] : idx[k]) * stride;
+            stride *= a->shape[k];
+        }
+        dk_status st = fn(ctx, (off_t)(data_offset + lin * esize), r * row_len * esize, row_len * esize);
+        if (st != DK_OK)
+            return st;
+    }
+    return DK_OK;
+}
+
+typedef struct row_io {
+    int fd;
+    unsigned char *box;
+    int error;
+} row_io;
+
+static dk_status row_read(void *p, off_t pos, size_t box_pos, size_t bytes)
+{
+    row_io *io = p;
+    size_t done = 0;
+    while (done < bytes) {
+        ssize_t n = pread(io->fd, io->box + box_pos + done, bytes - done, pos + (off_t)done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            io->error = n < 0 ? errno : EIO;
+            return DK_ERR_IO;
+        }
+        done += (size_t)n;
+    }
+    return DK_OK;
+}
+
+static dk_status row_write(void *p, off_t pos, size_t box_pos, size_t bytes)
+{
+    row_io *io = p;
+    size_t done = 0;
+    while (done < bytes) {
+        ssize_t n = pwrite(io->fd, io->box + box_pos + done, bytes - done, pos + (off_t)done);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            io->error = n < 0 ? errno : ENOSPC;
+            return DK_ERR_IO;
+        }
+        done += (size_t)n;
+    }
+    return DK_OK;
+}
+
+dk_status npy_read_box(const char *path, const npy_array *hdr, size_t data_offset, const size_t *offset,
+                       const size_t *extent, void *dst, char *err, size_t err_len)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return FAIL(DK_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    row_io io = {fd, dst, 0};
+    dk_status st = each_row(hdr, data_offset, offset, extent, row_read, &io);
+    close(fd);
+    if (st == DK_ERR_INVALID_ARGUMENT)
+        return FAIL(st, "%s: the box to read lies outside the array", path);
+    if (st != DK_OK)
+        return FAIL(st, "%s: read failed: %s", path, strerror(io.error ? io.error : EIO));
+    return DK_OK;
+}
+
+dk_status npy_write_box(int fd, const char *path, const npy_array *hdr, size_t data_offset, const size_t *offset,
+                        const size_t *extent, const void *src, char *err, size_t err_len)
+{
+    row_io io = {fd, (unsigned char *)src, 0};
+    dk_status st = each_row(hdr, data_offset, offset, extent, row_write, &io);
+    if (st == DK_ERR_INVALID_ARGUMENT)
+        return FAIL(st, "writing %s: the box lies outside the array", path);
+    if (st != DK_OK)
+        return FAIL(st, "writing %s failed: %s", path, strerror(io.error ? io.error : EIO));
+    return DK_OK;
+}
+
+/* The header's bytes (magic, version 1.0, dict padded so the data starts on
+ * a 64-byte boundary); its length, or 0 when buf is too small. */
+size_t npy_format_header(const char *descr, int ndim, const size_t *shape, unsigned char *buf, size_t len)
+{
+    char dict[512];
+    size_t used = (size_t)snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
+    for (int i = 0; i < ndim; i++)
+        used += (size_t)snprintf(dict + used, sizeof dict - used, "%zu,%s", shape[i], i + 1 < ndim ? " " : "");
+    used += (size_t)snprintf(dict + used, sizeof dict - used, "), }");
+    size_t total = 10 + used + 1;
+    size_t pad = (64 - total % 64) % 64;
+    size_t hlen = used + pad + 1;
+    if (10 + hlen > len)
+        return 0;
+    unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hlen & 0xff),
+                             (unsigned char)(hlen >> 8)};
+    memcpy(buf, pre, 10);
+    memcpy(buf + 10, dict, used);
+    memset(buf + 10 + used, ' ', pad);
+    buf[10 + hlen - 1] = '\n';
+    return 10 + hlen;
 }
 
 dk_status npy_write_typed(const char *path, const char *descr, size_t esize, int ndim, const size_t *shape,

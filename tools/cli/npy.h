@@ -27,4 +27,22 @@ dk_status npy_write_typed(const char *path, const char *descr, size_t esize, int
                           const void *data, char *err, size_t err_len);
 void npy_free(npy_array *arr);
 
+/* Sub-boxes, for processes that each read or write their own part (dakit
+ * gauss under mpirun). npy_read_header: the checks of npy_read without the
+ * data (arr->data NULL), *data_offset where the data starts. A box is, along
+ * each axis k, the indices [offset[k], offset[k] + extent[k]), in C order. */
+dk_status npy_read_header(const char *path, npy_array *arr, size_t *data_offset, char *err, size_t err_len);
+/* Reads the box of the array (hdr from npy_read_header) into dst, row by row
+ * of the last axis (pread at each row's offset). */
+dk_status npy_read_box(const char *path, const npy_array *hdr, size_t data_offset, const size_t *offset,
+                       const size_t *extent, void *dst, char *err, size_t err_len);
+/* Writes the box src into the open file fd that holds (or will hold) the
+ * array hdr with its data at data_offset (pwrite per row); path is for the
+ * sentence. */
+dk_status npy_write_box(int fd, const char *path, const npy_array *hdr, size_t data_offset, const size_t *offset,
+                        const size_t *extent, const void *src, char *err, size_t err_len);
+/* The bytes of the header npy_write writes for this array: its length, or 0
+ * when len is too small (a header fits in 512 bytes). */
+size_t npy_format_header(const char *descr, int ndim, const size_t *shape, unsigned char *buf, size_t len);
+
 #endif
