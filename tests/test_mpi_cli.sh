@@ -38,15 +38,22 @@ def check(what, ok, detail=""):
     if not ok:
         fails += 1
 
-def run_mpi(np, args, tag):
-    """Each rank's stderr into its own file (mpirun would interleave them)."""
-    errs = [os.path.join(tmp, f"{tag}.err.{r}") for r in range(np)]
+def run_mpi(np, args, tag, last_rank_env=""):
+    """Each rank's stderr and exit status into its own files (mpirun would
+    interleave the lines and report one status); last_rank_env: variable
+    settings for the last rank only."""
     quoted = " ".join("'" + a.replace("'", "'\\''") + "'" for a in [dakit, "gauss"] + args)
-    script = f'exec {quoted} 2>"{tmp}/{tag}.err.$OMPI_COMM_WORLD_RANK"'
-    p = subprocess.run([mpirun, "-n", str(np), "--oversubscribe", "sh", "-c", script], env=env,
+    r = "$OMPI_COMM_WORLD_RANK"
+    script = (f'if [ "{r}" = {np - 1} ]; then export {last_rank_env or "DK_NOTHING=1"}; fi; '
+              f'{quoted} 2>"{tmp}/{tag}.err.{r}"; s=$?; echo $s >"{tmp}/{tag}.rc.{r}"; exit $s')
+    p = subprocess.run([mpirun, "-n", str(np), "--oversubscribe", "--mca", "orte_abort_on_non_zero_status", "0", "sh", "-c", script], env=env,
                        capture_output=True, text=True, timeout=240)
-    texts = [open(e).read() if os.path.exists(e) else "" for e in errs]
-    return p.returncode, texts, p.stderr
+    def text(name):
+        path = os.path.join(tmp, name)
+        return open(path).read() if os.path.exists(path) else ""
+    texts = [text(f"{tag}.err.{k}") for k in range(np)]
+    rcs = [text(f"{tag}.rc.{k}").strip() for k in range(np)]
+    return p.returncode, texts, p.stderr, rcs
 
 n = 0
 def values(count):
@@ -84,8 +91,8 @@ for i, (name, opts, np, decomp) in enumerate(cases):
         check(what + ": the single-process run", False, p.stderr.strip())
         continue
     args = ["--in", src, "--out", out, "--backend", "cpu"] + opts + (["--decomp", decomp] if decomp else [])
-    rc, texts, mpierr = run_mpi(np, args, f"case{i}")
-    if rc != 0 or not os.path.exists(out):
+    rc, texts, mpierr, rcs = run_mpi(np, args, f"case{i}")
+    if rc != 0 or rcs != ["0"] * np or not os.path.exists(out):
         check(what, False, f"exit {rc}: {texts} {mpierr.strip()[-300:]}")
         continue
     h1, c1, v1 = split_npy(ref)
@@ -101,28 +108,33 @@ for i, (name, opts, np, decomp) in enumerate(cases):
     check(what + ": no temporary file left",
           not [f for f in os.listdir(tmp) if f.startswith(f".out{i}.npy.tmp")])
 
-# bad input: every rank exits 1 with the same sentence, and no output file
+# bad input: every rank exits with the same status and sentence (1, or 2
+# for a usage error), and no output file or temporary file is left
+src2 = os.path.join(tmp, "2d_f32.npy")
 bad = [
-    ("a missing input", ["--in", os.path.join(tmp, "missing.npy"), "--sigma", "2"], "cannot open"),
-    ("an unknown backend", ["--in", os.path.join(tmp, "2d_f32.npy"), "--sigma", "2", "--backend", "nosuch"],
-     "nosuch"),
-    ("--decomp whose product is not the ranks", ["--in", os.path.join(tmp, "2d_f32.npy"), "--sigma", "2",
-                                                 "--decomp", "2x2"], "--decomp"),
-    ("overlap mode on a split filtered axis", ["--in", os.path.join(tmp, "2d_f32.npy"), "--sigma", "2",
-                                               "--mode", "overlap", "--backend", "cpu"], "overlap"),
+    ("a missing input", ["--in", os.path.join(tmp, "missing.npy"), "--sigma", "2"], "", "cannot open", "1"),
+    ("an unknown backend", ["--in", src2, "--sigma", "2", "--backend", "nosuch"], "", "nosuch", "1"),
+    ("--decomp whose product is not the ranks", ["--in", src2, "--sigma", "2", "--decomp", "2x2"], "",
+     "--decomp", "2"),
+    ("overlap mode on a split filtered axis", ["--in", src2, "--sigma", "2", "--mode", "overlap"], "",
+     "overlap", "1"),
+    ("a device the last rank does not have", ["--in", src2, "--sigma", "2"], "DAKIT_DEVICE=9",
+     "DAKIT_DEVICE=9", "1"),
 ]
-for j, (what, args, needle) in enumerate(bad):
+for j, (what, args, last_env, needle, code) in enumerate(bad):
     for np in (2, 3):
         out = os.path.join(tmp, f"bad{j}_{np}.npy")
         if "--backend" not in args:
             args = args + ["--backend", "cpu"]
-        rc, texts, mpierr = run_mpi(np, args + ["--out", out], f"bad{j}_{np}")
+        rc, texts, mpierr, rcs = run_mpi(np, args + ["--out", out], f"bad{j}_{np}", last_env)
         lines = [t.strip().splitlines()[-1] if t.strip() else "" for t in texts]
-        ok = (rc != 0 and all(l == lines[0] for l in lines) and lines[0].startswith("dakit gauss: ")
-              and needle in lines[0] and not os.path.exists(out)
+        ok = (all(l == lines[0] for l in lines) and lines[0].startswith("dakit gauss: ")
+              and needle in lines[0] and rcs == [code] * np and not os.path.exists(out)
               and not [f for f in os.listdir(tmp) if f.startswith(f".bad{j}_{np}.npy.tmp")])
-        check(f"{what} at {np} ranks: every rank says the same, no output", ok, lines[0] if lines else "")
-        # exit status of each rank: mpirun reports a non-zero one; the sentence says 1
+        if last_env:
+            ok = ok and f"rank {np - 1} of {np}:" in lines[0]
+        check(f"{what} at {np} ranks: every rank exits {code} with the same sentence, no output", ok,
+              f"exit {rcs}: {lines[0] if lines else ''}")
 print(f"{fails} failure(s)")
 sys.exit(1 if fails else 0)
 PY
