@@ -141,7 +141,12 @@ DK_MPI_API dk_status dk_mpi_kmeans_plan_create(dk_context *ctx, MPI_Comm comm, c
     p1.extent[0] = part->extent[0];
     dkm_box own = dkm_box_of_part(1, &p1), *boxes = malloc((size_t)size * sizeof *boxes);
     if (!boxes)
-        return dkm_fail(DK_ERR_OUT_OF_MEMORY, "%s: out of host memory", CREATE); /* TODO: agree */
+        dkm_note(o, DK_ERR_OUT_OF_MEMORY, "out of host memory");
+    st = dkm_agree(comm, o, CREATE);
+    if (st != DK_OK) {
+        free(boxes);
+        return st;
+    }
     st = dkm_check_tiling(comm, 1, &units, &own, boxes, CREATE, contiguity ? "image" : "point set",
                           contiguity ? "rows" : "points");
     if (st != DK_OK) {
