@@ -43,20 +43,23 @@ typedef struct tcase {
     size_t rows, cols; /* contiguity when set */
     double lambda;
     int window;
+    int far; /* the last initial centroid far from every point: an empty cluster keeps it */
 } tcase;
 
 static const tcase cases[] = {
-    {"blobs_n1000_d2_k3", 1000, 2, 3, 30, 0, 0, EVEN, 0, 0, 1, 5},
-    {"blobs_n5000_d1_k2", 5000, 1, 2, 20, 1e-6, 0, UNEVEN, 0, 0, 1, 5},
-    {"blobs_n20000_d8_k16", 20000, 8, 16, 25, 1e-5, 0, UNEVEN, 0, 0, 1, 5},
-    {"blobs_n50000_d4_k8", 50000, 4, 8, 15, 0, 0, EVEN, 0, 0, 1, 5},
-    {"blobs_n3000_d3_k5_masked", 3000, 3, 5, 20, 0, 1, EVEN, 0, 0, 1, 5},
-    {"blobs_n2000_d5_k7_empty_part", 2000, 5, 7, 20, 0, 1, EMPTY_FIRST, 0, 0, 1, 5},
+    {"blobs_n1000_d2_k3", 1000, 2, 3, 30, 0, 0, EVEN, 0, 0, 1, 5, 0},
+    {"blobs_n5000_d1_k2", 5000, 1, 2, 20, 1e-6, 0, UNEVEN, 0, 0, 1, 5, 0},
+    {"blobs_n20000_d8_k16", 20000, 8, 16, 25, 1e-5, 0, UNEVEN, 0, 0, 1, 5, 0},
+    {"blobs_n50000_d4_k8", 50000, 4, 8, 15, 0, 0, EVEN, 0, 0, 1, 5, 0},
+    {"blobs_n3000_d3_k5_masked", 3000, 3, 5, 20, 0, 1, EVEN, 0, 0, 1, 5, 0},
+    {"blobs_n2000_d5_k7_empty_part", 2000, 5, 7, 20, 0, 1, EMPTY_FIRST, 0, 0, 1, 5, 0},
     /* fewer points than k on some ranks: the layer labels them on the host */
-    {"blobs_n40_d2_k6_thin", 40, 2, 6, 20, 0, 0, THIN, 0, 0, 1, 5},
-    {"grid_40x30_d3_k4_w5", 1200, 3, 4, 15, 0, 0, EVEN, 40, 30, 0.5, 5},
-    {"grid_40x30_d3_k4_w5_thin_masked", 1200, 3, 4, 15, 0, 1, THIN, 40, 30, 0.5, 5},
-    {"grid_23x17_d2_k3_w7_uneven", 391, 2, 3, 10, 0, 0, UNEVEN, 23, 17, 0.3, 7},
+    {"blobs_n40_d2_k6_thin", 40, 2, 6, 20, 0, 0, THIN, 0, 0, 1, 5, 0},
+    {"grid_40x30_d3_k4_w5", 1200, 3, 4, 15, 0, 0, EVEN, 40, 30, 0.5, 5, 0},
+    {"grid_40x30_d3_k4_w5_thin_masked", 1200, 3, 4, 15, 0, 1, THIN, 40, 30, 0.5, 5, 0},
+    {"grid_23x17_d2_k3_w7_uneven", 391, 2, 3, 10, 0, 0, UNEVEN, 23, 17, 0.3, 7, 0},
+    {"blobs_n4000_d3_k6_empty_cluster", 4000, 3, 6, 20, 0, 1, UNEVEN, 0, 0, 1, 5, 1},
+    {"grid_30x20_d2_k4_w3_empty_cluster", 600, 2, 4, 10, 0, 0, THIN, 30, 20, 0.7, 3, 1},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -127,6 +130,9 @@ static void run_case(dk_context *ctx, const tcase *c)
     }
     dk_kmeans_desc plain = d;
     dk_kmeans_initial_centroids(&plain, x, mask, 0, init);
+    if (c->far)
+        for (size_t f = 0; f < dd; f++)
+            init[kd - dd + f] = 1000.0f;
     dk_kmeans_result rref, rm;
     dk_status st = dk_kmeans_reference(&d, x, mask, init, lref, cref, &rref);
     if (st != DK_OK) {
@@ -171,7 +177,8 @@ static void run_case(dk_context *ctx, const tcase *c)
         MPI_Allreduce(&err, &errmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         MPI_Allreduce(&oerr, &oerrmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         MPI_Allreduce(&b, &bsum, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
-        int pass = bsum == 0 && errmax <= 1e-5 && oerrmax <= 1e-9 && all_ranks(rm.iterations == rref.iterations) &&
+        /* the far centroid's cluster stayed empty, and kept it */
+        int pass = (!c->far || cref[kd - 1] == 1000.0f) && bsum == 0 && errmax <= 1e-5 && oerrmax <= 1e-9 && all_ranks(rm.iterations == rref.iterations) &&
                    all_ranks(rm.valid == rref.valid);
         /* centroids bit-identical across ranks */
         float *c0 = malloc(kd * sizeof *c0);
