@@ -391,8 +391,9 @@ DK_MPI_API dk_status dk_mpi_gauss_execute_host(dk_mpi_plan *plan, const void *in
                         "communicator to tell the others)",
                         EXECUTE);
     dk_mpi_plan *p = plan;
-    if (p->enkf)
-        return dkm_fail(DK_ERR_INVALID_ARGUMENT, "%s: the plan is an enkf plan (dk_mpi_enkf_plan_create)", EXECUTE);
+    if (p->enkf || p->kmeans)
+        return dkm_fail(DK_ERR_INVALID_ARGUMENT, "%s: the plan is %s plan (dk_mpi_%s_plan_create)", EXECUTE,
+                        p->enkf ? "an enkf" : "a kmeans", p->enkf ? "enkf" : "kmeans");
     dkm_outcome o = {DK_OK, ""};
     if (p->own_count && (!in_local || !out_local))
         dkm_note(&o, DK_ERR_INVALID_ARGUMENT, "in_local and out_local must not be NULL (its part holds %zu values)",

@@ -85,6 +85,7 @@ typedef struct dkm_enkf dkm_enkf;
 struct dk_mpi_plan {
     MPI_Comm comm; /* the plan's own duplicate */
     dkm_enkf *enkf; /* non-NULL: an enkf plan (the gauss fields below are unused) */
+    int kmeans;     /* a kmeans plan: distributed/kmeans.c keeps its state in work */
     int rank, size;
     dk_context *ctx;
     dk_gauss_desc desc; /* the global description (variant not kept) */

@@ -111,6 +111,38 @@ dk_status dk_mpi_enkf_cov_host(dk_mpi_plan *plan, const void *e_local, void *pht
 dk_status dk_mpi_enkf_analysis_host(dk_mpi_plan *plan, void *x_local, const double *y, const double *r,
                                     uint64_t seed, double inflation);
 
+/* ---- kmeans (docs/distributed.md, "kmeans") ----
+ *
+ * The n points (point-major, d features each) are split between ranks:
+ * each rank owns the points [part->offset[0], part->offset[0] +
+ * part->extent[0]). With the contiguity cost (rows * cols == n and
+ * lambda < 1) the part counts whole image rows instead: the rank owns rows
+ * [offset[0], offset[0] + extent[0]), all cols pixels of each. The parts
+ * tile the points (or rows); a part may be empty. The iterations of
+ * dakit/kmeans.h run in the layer; each needs one MPI_Allreduce of the
+ * per-cluster sums (and, with contiguity, the previous labels of the
+ * window/2 rows on either side from the neighbouring ranks). */
+
+/* Collective. global: the whole problem, the same on every rank (its
+ * scalars are compared; variant is passed to the local plans). Point-major
+ * layout only. If anything fails on any rank, every rank returns the same
+ * status and sentence and *plan is NULL. Destroy with dk_mpi_plan_destroy. */
+dk_status dk_mpi_kmeans_plan_create(dk_context *ctx, MPI_Comm comm, const dk_kmeans_desc *global,
+                                    const dk_mpi_part *part, dk_mpi_plan **plan);
+
+/* Collective. points_local: this rank's points (extent x d float32, host);
+ * mask_local: their mask bytes, or NULL (NULL or not may differ between
+ * ranks); init: the k x d initial centroids, bit for bit the same on every
+ * rank (checked); labels_local: this rank's labels (written); centroids:
+ * k x d, written with the same bits on every rank (may be init). result
+ * (may be NULL) gets the global iterations, objective, last move and
+ * unmasked count (no timings). The labels equal dk_kmeans_reference's on
+ * the whole problem; the centroids equal them to the rounding of the sums'
+ * order (docs/distributed.md). */
+dk_status dk_mpi_kmeans_execute_host(dk_mpi_plan *plan, const float *points_local, const uint8_t *mask_local,
+                                     const float *init, int32_t *labels_local, float *centroids,
+                                     dk_kmeans_result *result);
+
 #ifdef __cplusplus
 }
 #endif
