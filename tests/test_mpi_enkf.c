@@ -36,10 +36,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <dakit/mpi.h>
+#include "mpi_check.h"
 
-static int rank, size;
-static int failures;
 
 typedef enum { SLABS, UNEVEN, TILES, SLABS_Y } layout;
 static const char *const layout_names[] = {"slabs", "uneven slabs (1, 3, 5, ... rows, the last the rest)",
@@ -301,13 +299,6 @@ static void gather_rows(void *local, const void *global, const size_t *rows, siz
         memcpy((char *)local + k * width * esize, (const char *)global + rows[k] * width * esize, width * esize);
 }
 
-static int all_ranks(int ok)
-{
-    int all;
-    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
-    return all;
-}
-
 static double max_all(double v)
 {
     double m;
@@ -518,29 +509,6 @@ static void run_case(dk_context *ctx, const tcase *c, dk_dtype t)
 
 /* ---- failures: the same status and sentence on every rank ---- */
 
-static uint64_t hash(const char *s)
-{
-    uint64_t h = 0xcbf29ce484222325u;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 0x100000001b3u;
-    return h;
-}
-
-static void expect_failure(const char *name, dk_status st, dk_status want, const char *contains)
-{
-    const char *msg = dk_mpi_last_error();
-    uint64_t v[4] = {(uint64_t)st, hash(msg), ~(uint64_t)st, ~hash(msg)}, r[4];
-    MPI_Allreduce(v, r, 4, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
-    int same = r[0] == ~r[2] && r[1] == ~r[3];
-    int ok = all_ranks(st == want && strstr(msg, contains) != NULL) && same;
-    if (rank == 0)
-        printf("%-4s %s: every rank: %s%s: %s\n", ok ? "ok" : "FAIL", name, dk_status_string(st),
-               same ? " (the same on every rank)" : " (NOT the same on every rank)", msg);
-    else if (!ok)
-        fprintf(stderr, "rank %d: %s: %s: %s\n", rank, name, dk_status_string(st), msg);
-    failures += !ok;
-}
-
 static dk_mpi_plan *make_or_report(dk_context *ctx, const dk_enkf_desc *d, const dk_mpi_part *p, dk_status *st)
 {
     dk_mpi_plan *plan = NULL;
@@ -706,30 +674,10 @@ static void bad_input(dk_context *ctx)
 
 int main(int argc, char **argv)
 {
-    if (argc > 2 && !strcmp(argv[1], "--skip")) {
-        printf("skipped: %s\n", argv[2]);
-        return 77;
-    }
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    alarm(240); /* a rank left waiting ends the run instead of hanging it */
-    const char *backend = argc > 1 ? argv[1] : "cpu";
-    dk_context *ctx = NULL;
-    dk_status st = dk_context_create(backend, &ctx);
-    int have = st == DK_OK && dk_enkf_variants(ctx) != NULL;
-    if (!all_ranks(have)) {
-        if (rank == 0)
-            printf("skipped: backend %s %s here%s%s\n", backend,
-                   st != DK_OK ? "is not available" : "has no enkf (or not on every rank)", st != DK_OK ? ": " : "",
-                   st != DK_OK ? dk_last_error(NULL) : "");
-        dk_context_destroy(ctx);
-        MPI_Finalize();
-        return 77;
-    }
-    if (rank == 0)
-        printf("%d rank(s), backend %s (%s)\n", size, dk_context_backend(ctx), dk_context_device(ctx));
-
+    int code;
+    dk_context *ctx = mpi_test_begin(&argc, &argv, dk_enkf_variants, &code);
+    if (!ctx)
+        return code;
     static const dk_dtype dtypes[] = {DK_F64, DK_F32};
     for (int ci = 0; ci < NCASES; ci++) {
         const tcase *c = &cases[ci];
@@ -745,10 +693,5 @@ int main(int argc, char **argv)
         printf("-- bad input\n");
     bad_input(ctx);
 
-    dk_context_destroy(ctx);
-    if (rank == 0)
-        printf("%s: %d failure(s)\n", failures ? "FAILED" : "passed", failures);
-    int any = !all_ranks(failures == 0);
-    MPI_Finalize();
-    return any;
+    return mpi_test_end(ctx);
 }

@@ -17,10 +17,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include <dakit/mpi.h>
+#include "mpi_check.h"
 
-static int rank, size;
-static int failures;
 
 typedef enum { SLABS, TILES, TILES12, UNEVEN, BRICK } layout;
 static const char *const layout_names[] = {"slabs", "tiles", "tiles(1-2)", "uneven slabs", "bricks"};
@@ -194,13 +192,6 @@ static double tolerance_of(const dk_gauss_desc *d)
     return (2.0 * d->K * __builtin_popcount(d->axes) + 4.0) * 2.0 * eps;
 }
 
-static int all_ranks(int ok)
-{
-    int all;
-    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD);
-    return all;
-}
-
 /* Runs the distributed filter on d with this rank's part and compares with
  * the reference on the whole field; reports on rank 0. */
 static void check_case(dk_context *ctx, const char *name, const dk_gauss_desc *d, const dk_mpi_part *part,
@@ -266,29 +257,6 @@ static void check_case(dk_context *ctx, const char *name, const dk_gauss_desc *d
 }
 
 /* ---- failures: the same status and sentence on every rank ---- */
-
-static uint64_t hash(const char *s)
-{
-    uint64_t h = 0xcbf29ce484222325u;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 0x100000001b3u;
-    return h;
-}
-
-static void expect_failure(const char *name, dk_status st, dk_status want, const char *contains)
-{
-    const char *msg = dk_mpi_last_error();
-    uint64_t v[4] = {(uint64_t)st, hash(msg), ~(uint64_t)st, ~hash(msg)}, r[4];
-    MPI_Allreduce(v, r, 4, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
-    int same = r[0] == ~r[2] && r[1] == ~r[3];
-    int ok = all_ranks(st == want && strstr(msg, contains) != NULL) && same;
-    if (rank == 0)
-        printf("%-4s %s: every rank: %s%s: %s\n", ok ? "ok" : "FAIL", name, dk_status_string(st),
-               same ? " (the same on every rank)" : " (NOT the same on every rank)", msg);
-    else if (!ok)
-        fprintf(stderr, "rank %d: %s: %s: %s\n", rank, name, dk_status_string(st), msg);
-    failures += !ok;
-}
 
 static dk_mpi_plan *make_or_report(dk_context *ctx, const dk_gauss_desc *d, const dk_mpi_part *p,
                                    dk_status *st)
@@ -427,28 +395,10 @@ static void bad_input(dk_context *ctx)
 
 int main(int argc, char **argv)
 {
-    if (argc > 2 && !strcmp(argv[1], "--skip")) {
-        printf("skipped: %s\n", argv[2]);
-        return 77;
-    }
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    alarm(240); /* a rank left waiting ends the run instead of hanging it */
-    const char *backend = argc > 1 ? argv[1] : "cpu";
-    dk_context *ctx = NULL;
-    dk_status st = dk_context_create(backend, &ctx);
-    if (!all_ranks(st == DK_OK)) {
-        if (rank == 0)
-            printf("skipped: backend %s is not available here: %s\n", backend,
-                   st == DK_OK ? "(on another rank)" : dk_last_error(NULL));
-        dk_context_destroy(ctx);
-        MPI_Finalize();
-        return 77;
-    }
-    if (rank == 0)
-        printf("%d rank(s), backend %s (%s)\n", size, dk_context_backend(ctx), dk_context_device(ctx));
-
+    int code;
+    dk_context *ctx = mpi_test_begin(&argc, &argv, NULL, &code);
+    if (!ctx)
+        return code;
     static const dk_dtype dtypes[] = {DK_F32, DK_F64};
     static const dk_boundary bounds[] = {DK_BOUNDARY_ZERO, DK_BOUNDARY_CONSTANT};
     static const int Ks[] = {1, 4};
@@ -471,10 +421,5 @@ int main(int argc, char **argv)
         printf("-- bad input\n");
     bad_input(ctx);
 
-    dk_context_destroy(ctx);
-    if (rank == 0)
-        printf("%s: %d failure(s)\n", failures ? "FAILED" : "passed", failures);
-    int any = !all_ranks(failures == 0);
-    MPI_Finalize();
-    return any;
+    return mpi_test_end(ctx);
 }
