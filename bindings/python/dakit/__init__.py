@@ -9,6 +9,7 @@ package translates arrays and raises those sentences as exceptions.
     y = dakit.gauss(x, sigma=3.0)            # NumPy in, NumPy out (CuPy in, CuPy out on cuda)
     km = dakit.KMeans(4).fit(points)         # scikit-learn's estimator shape
     pht = dakit.enkf.cov(e, loc, H)          # H: scipy.sparse
+    run = dakit.gbees.propagate("lorenz63", "measurements/")   # snapshots of the density
 
 See docs/python.md in the dakit repository.
 """
@@ -18,7 +19,7 @@ from ._errors import (BackendError, Error, FileError, FormatError, InvalidArgume
 from ._context import Backend, Context, Device, Info, default_context, info
 from ._gauss import GaussPlan, gauss, gauss_alpha
 from ._kmeans import KMeans
-from . import enkf
+from . import enkf, gbees
 
 try:
     from ._version import version as __version__
@@ -27,7 +28,7 @@ except ImportError:  # the sources, not an install
 
 __all__ = [
     "info", "Info", "Backend", "Device", "Context", "default_context",
-    "gauss", "GaussPlan", "gauss_alpha", "KMeans", "enkf",
+    "gauss", "GaussPlan", "gauss_alpha", "KMeans", "enkf", "gbees",
     "Error", "InvalidArgumentError", "NoBackendError", "NotImplementedByBackendError", "BackendError",
     "OutOfMemoryError", "FileError", "FormatError", "library_path",
 ]
