@@ -1,7 +1,8 @@
 """Arrays in and out of libdakit.
 
-An operand is a NumPy array (host memory) or an object with
-__cuda_array_interface__ (CuPy, PyTorch, Numba: CUDA device memory). On the
+An operand is a NumPy array (host memory), an object with
+__cuda_array_interface__ (CuPy, PyTorch, Numba: CUDA device memory), or an
+object with __dlpack__ (JAX, PyTorch, CuPy, NumPy: host or CUDA memory). On the
 cpu backend host arrays are wrapped as dakit buffers (dk_buffer_wrap,
 DK_MEMORY_HOST) and on the cuda backend device arrays are (DK_MEMORY_CUDA):
 the kernels read and write the caller's memory. Elsewhere host arrays go
@@ -21,7 +22,7 @@ from ._native import C, DK_MEMORY_CUDA, DK_MEMORY_HOST, check
 class Operand:
     """One array handed to C: its memory, dtype and shape."""
 
-    __slots__ = ("obj", "device", "ptr", "shape", "dtype", "nbytes", "readonly", "stream", "name")
+    __slots__ = ("obj", "device", "ptr", "shape", "dtype", "nbytes", "readonly", "stream", "name", "keep")
 
     def __init__(self, obj, device, ptr, shape, dtype, readonly, stream, name):
         self.obj = obj
@@ -33,6 +34,7 @@ class Operand:
         self.readonly = readonly
         self.stream = stream
         self.name = name
+        self.keep = None              # a DLPack capsule, alive while the memory is used
 
     @property
     def kind(self):
@@ -55,6 +57,86 @@ def cuda_interface(obj):
         return None
     except Exception:  # noqa: BLE001 - any failure means "not a CUDA array"
         return None
+
+
+# DLPack (dlpack.h, the unversioned DLManagedTensor that __dlpack__() returns
+# when no max_version is asked for)
+_KDLCPU, _KDLCUDA, _KDLCUDAHOST = 1, 2, 3
+_DL_DTYPES = {(2, 32): np.float32, (2, 64): np.float64, (0, 32): np.int32, (0, 64): np.int64,
+              (1, 8): np.uint8, (0, 8): np.int8, (1, 32): np.uint32, (1, 64): np.uint64}
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p),
+                ("device_type", ctypes.c_int32),
+                ("device_id", ctypes.c_int32),
+                ("ndim", ctypes.c_int32),
+                ("code", ctypes.c_uint8),
+                ("bits", ctypes.c_uint8),
+                ("lanes", ctypes.c_uint16),
+                ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)),
+                ("byte_offset", ctypes.c_uint64)]
+
+
+_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype = ctypes.c_void_p
+_capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+def dlpack_device(obj):
+    """(device_type, device_id) of an object with __dlpack__, or None."""
+    if isinstance(obj, np.ndarray) or not hasattr(obj, "__dlpack__"):
+        return None
+    try:
+        return tuple(int(v) for v in obj.__dlpack_device__())
+    except Exception:  # noqa: BLE001 - no usable DLPack device: not a DLPack array
+        return None
+
+
+def _dlpack_tensor(obj, name, who, stream):
+    """(pointer, shape, dtype, C-contiguous, capsule) from obj.__dlpack__().
+    The capsule must stay alive while the memory is used (its deleter runs
+    when it is collected); obj keeps the memory itself alive."""
+    try:
+        capsule = obj.__dlpack__(stream=stream) if stream is not None else obj.__dlpack__()
+    except TypeError:  # a producer without the stream keyword
+        capsule = obj.__dlpack__()
+    t = _DLTensor.from_address(_capsule_pointer(capsule, b"dltensor"))
+    dtype = _DL_DTYPES.get((t.code, t.bits)) if t.lanes == 1 else None
+    if dtype is None:
+        raise invalid("%s: %s has the DLPack type (code %d, %d bits, %d lanes), which dakit does not take"
+                      % (who, name, t.code, t.bits, t.lanes))
+    dtype = np.dtype(dtype)
+    shape = tuple(t.shape[i] for i in range(t.ndim))
+    strides = None if not t.strides else tuple(t.strides[i] * dtype.itemsize for i in range(t.ndim))
+    contiguous = strides is None or _c_contiguous(shape, strides, dtype.itemsize)
+    return (t.data or 0) + t.byte_offset, shape, dtype, contiguous, capsule
+
+
+def _dlpack_operand(obj, name, who):
+    """A CUDA operand. The producer is asked to make the data ready on the
+    legacy default stream (1), which the call then waits for."""
+    ptr, shape, dtype, contiguous, capsule = _dlpack_tensor(obj, name, who, 1)
+    op = Operand(obj, True, ptr, shape, dtype, False, 1, name)
+    op.keep = capsule
+    return op, contiguous
+
+
+def _dlpack_host_view(obj, name, who):
+    """Host memory given through DLPack as a writable NumPy view of the same
+    memory (np.from_dlpack would mark it read-only); the view holds the
+    capsule."""
+    ptr, shape, dtype, contiguous, capsule = _dlpack_tensor(obj, name, who, None)
+    if not contiguous:
+        raise invalid("%s: %s is not C-contiguous; dakit reads arrays in C order without strides"
+                      % (who, name))
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if nbytes == 0 or not ptr:
+        return np.empty(shape, dtype=dtype)
+    raw = (ctypes.c_char * nbytes).from_address(ptr)
+    raw.capsule = capsule
+    return np.frombuffer(raw, dtype=dtype).reshape(shape)
 
 
 def _c_contiguous(shape, strides, itemsize):
@@ -91,12 +173,19 @@ def operand(obj, name, who, dtypes, writable=False):
         contiguous = strides is None or _c_contiguous(shape, strides, dtype.itemsize)
         if cai.get("mask") is not None:
             raise invalid("%s: %s is a masked CUDA array; dakit takes unmasked arrays" % (who, name))
+    elif dlpack_device(obj) is not None and dlpack_device(obj)[0] == _KDLCUDA:
+        op, contiguous = _dlpack_operand(obj, name, who)
+    elif dlpack_device(obj) is not None and dlpack_device(obj)[0] not in (_KDLCPU, _KDLCUDAHOST):
+        raise invalid("%s: %s lives on DLPack device type %d, which is neither the host nor a CUDA GPU"
+                      % (who, name, dlpack_device(obj)[0]))
     else:
+        if dlpack_device(obj) is not None:  # host memory through DLPack: a NumPy view, no copy
+            obj = _dlpack_host_view(obj, name, who)
         if isinstance(obj, np.ndarray):
             arr = obj
         elif writable:
-            raise invalid("%s: %s must be a NumPy array or a CUDA array (with __cuda_array_interface__), "
-                          "not %s" % (who, name, type(obj).__name__))
+            raise invalid("%s: %s must be a NumPy array or a CUDA array (with __cuda_array_interface__ "
+                          "or __dlpack__), not %s" % (who, name, type(obj).__name__))
         else:
             arr = np.asarray(obj)
         if arr.dtype.hasobject:
@@ -120,7 +209,8 @@ def operand(obj, name, who, dtypes, writable=False):
 def host_input(obj, name, who, dtype):
     """A small host input that C copies (coefficients, observations): any
     array-like, converted to a C-order array of `dtype`."""
-    if cuda_interface(obj) is not None:
+    dl = dlpack_device(obj)
+    if cuda_interface(obj) is not None or (dl is not None and dl[0] == _KDLCUDA):
         raise invalid("%s: %s must be host data (a NumPy array or a sequence), not a CUDA array" % (who, name))
     try:
         return np.asarray(obj, dtype=dtype, order="C")

@@ -145,3 +145,44 @@ def test_torch_in_torch_out(rng):
     y = dakit.gauss(torch.from_numpy(x).cuda(), 2.0, backend="cuda")
     assert isinstance(y, torch.Tensor) and y.is_cuda
     np.testing.assert_allclose(y.cpu().numpy(), dakit.gauss(x, 2.0, backend="cpu"), rtol=0, atol=1e-6)
+
+
+class DLPackOnly:
+    """Only the DLPack protocol over a CUDA array (as JAX gives it)."""
+
+    def __init__(self, a):
+        self._a = a
+
+    def __dlpack__(self, stream=None):
+        return self._a.__dlpack__(stream=stream)
+
+    def __dlpack_device__(self):
+        return self._a.__dlpack_device__()
+
+
+def test_dlpack_in_place(calls, rng):
+    """A CUDA array given only through __dlpack__ is used in place: the
+    pointer dakit wraps is the producer's (zero copy)."""
+    cp = pytest.importorskip("cupy")
+    x = rng.normal(size=(48, 64)).astype(np.float32)
+    dx, dout = cp.asarray(x), cp.empty((48, 64), dtype=cp.float32)
+    calls.record("dk_buffer_wrap")
+    calls.forbid("dk_gauss_execute_host")
+    wrapped_out = DLPackOnly(dout)
+    assert dakit.gauss(DLPackOnly(dx), 2.0, backend="cuda", out=wrapped_out) is wrapped_out
+    assert calls.wrapped_pointers() == [dx.data.ptr, dout.data.ptr]
+    np.testing.assert_allclose(cp.asnumpy(dout), dakit.gauss(x, 2.0, backend="cpu"), rtol=0, atol=1e-6)
+    with raises(dakit.InvalidArgumentError, "pass out="):
+        dakit.gauss(DLPackOnly(dx), 2.0, backend="cuda")
+
+
+def test_cupy_gauss_in_place_is_zero_copy(calls, rng):
+    """The issue's five lines: smooth a CuPy array in place on the GPU."""
+    cp = pytest.importorskip("cupy")
+    x = cp.asarray(rng.normal(size=(256, 256)).astype(np.float32))
+    host = cp.asnumpy(x)
+    calls.record("dk_buffer_wrap")
+    plan = dakit.GaussPlan(x.shape, np.float32, 3.0, backend="cuda")
+    assert plan(x, out=x) is x
+    assert calls.wrapped_pointers() == [x.data.ptr]
+    np.testing.assert_allclose(cp.asnumpy(x), dakit.gauss(host, 3.0, backend="cpu"), rtol=0, atol=1e-6)
