@@ -104,6 +104,42 @@ DK_API dk_status dk_context_native(dk_context *ctx, dk_native *native)
     return st == DK_OK ? DK_OK : dk_fail_msg(ctx, st, &msg, "reading the backend's handles");
 }
 
+DK_API dk_status dk_context_set_queue(dk_context *ctx, void *queue, unsigned flags)
+{
+    if (!ctx)
+        return dk_fail(ctx, DK_ERR_INVALID_ARGUMENT, "dk_context_set_queue: ctx must not be NULL");
+    if (flags & ~DK_QUEUE_ASYNC)
+        return dk_fail(ctx, DK_ERR_INVALID_ARGUMENT,
+                       "dk_context_set_queue: flags is %#x; the only flag is DK_QUEUE_ASYNC (1)", flags);
+    const dk_plugin *p = ctx->backend->plugin;
+    if (!p->device_set_queue || !p->device_wait) {
+        if (!queue)
+            return DK_OK;
+        return dk_fail(ctx, DK_ERR_NOT_IMPLEMENTED,
+                       "dk_context_set_queue: backend '%s' cannot order its work with a caller's queue; "
+                       "its calls return when their work is done", p->name);
+    }
+    dk_msg msg = {{0}};
+    dk_device_enter(ctx);
+    dk_status st = p->device_set_queue(ctx->device, queue, queue ? flags : 0, &msg);
+    dk_device_leave(ctx);
+    return st == DK_OK ? DK_OK : dk_fail_msg(ctx, st, &msg, "taking the caller's queue");
+}
+
+DK_API dk_status dk_context_wait(dk_context *ctx)
+{
+    if (!ctx)
+        return dk_fail(ctx, DK_ERR_INVALID_ARGUMENT, "dk_context_wait: ctx must not be NULL");
+    const dk_plugin *p = ctx->backend->plugin;
+    if (!p->device_wait)
+        return DK_OK;
+    dk_msg msg = {{0}};
+    dk_device_enter(ctx);
+    dk_status st = p->device_wait(ctx->device, &msg);
+    dk_device_leave(ctx);
+    return st == DK_OK ? DK_OK : dk_fail_msg(ctx, st, &msg, "waiting for the device");
+}
+
 DK_API void dk_buffer_destroy(dk_buffer *buf)
 {
     if (!buf)

@@ -15,6 +15,11 @@ typedef struct dk_cuda_device {
     int sm_count;
     size_t smem_optin;  /* largest dynamic shared memory a block may ask for */
     size_t smem_block;  /* without opting in */
+    /* dk_context_set_queue: the caller's stream (NULL: none), whether work
+     * may be left running on return, and the events that order the two */
+    cudaStream_t caller;
+    bool async;
+    cudaEvent_t caller_ready, work_done;
 } dk_cuda_device;
 
 /* A buffer handle: device memory of `bytes` bytes (ptr NULL when bytes == 0);
@@ -109,6 +114,10 @@ static inline bool dk_cuda_ok(cudaError_t err, dk_msg *msg, const char *what)
 /* Makes the device current on the calling thread (the core may call from
  * different threads, one at a time). */
 dk_status dk_cuda_enter(const dk_cuda_device *dev, dk_msg *msg);
+/* The end of an entry whose results are all in device memory: waits for
+ * dev->stream, or, with an asynchronous caller's stream, makes that stream
+ * wait for it on the device and returns at once. */
+dk_status dk_cuda_finish(const dk_cuda_device *dev, const char *what, dk_msg *msg);
 
 extern const dk_gauss_ops dk_cuda_gauss_ops;
 

@@ -950,8 +950,7 @@ dk_status execute_t(Plan *p, const T *in, T *out, dk_msg *msg)
         if (shifted)
             CUDA_TRY(cudaMemcpyAsync(out, tmp, bytes, cudaMemcpyDeviceToDevice, stream), what);
     }
-    CUDA_TRY(cudaStreamSynchronize(stream), what);
-    return DK_OK;
+    return dk_cuda_finish(p->dev, what, msg);
 }
 
 dk_status cuda_gauss_execute(void *plan, const void *in, void *out, dk_msg *msg)

@@ -29,6 +29,21 @@ dk_status dk_cuda_lib_fail(dk_msg *msg, const char *lib, const char *kind, int s
 dk_status dk_cuda_enter(const dk_cuda_device *dev, dk_msg *msg)
 {
     CUDA_TRY(cudaSetDevice(dev->ordinal), "cudaSetDevice");
+    if (dev->caller) {
+        CUDA_TRY(cudaEventRecord(dev->caller_ready, dev->caller), "ordering after the caller's stream");
+        CUDA_TRY(cudaStreamWaitEvent(dev->stream, dev->caller_ready, 0), "ordering after the caller's stream");
+    }
+    return DK_OK;
+}
+
+dk_status dk_cuda_finish(const dk_cuda_device *dev, const char *what, dk_msg *msg)
+{
+    if (dev->caller && dev->async) {
+        CUDA_TRY(cudaEventRecord(dev->work_done, dev->stream), what);
+        CUDA_TRY(cudaStreamWaitEvent(dev->caller, dev->work_done, 0), what);
+        return DK_OK;
+    }
+    CUDA_TRY(cudaStreamSynchronize(dev->stream), what);
     return DK_OK;
 }
 
@@ -147,6 +162,10 @@ static void cuda_device_close(void *device)
     if (cudaSetDevice(dev->ordinal) == cudaSuccess && dev->stream) {
         cudaStreamSynchronize(dev->stream);
         cudaStreamDestroy(dev->stream);
+        if (dev->caller_ready) {
+            cudaEventDestroy(dev->caller_ready);
+            cudaEventDestroy(dev->work_done);
+        }
     }
     (void)cudaGetLastError();
     free(dev);
@@ -243,6 +262,44 @@ static dk_status cuda_device_native(void *device, dk_native *native, dk_msg *msg
     return DK_OK;
 }
 
+static dk_status cuda_device_set_queue(void *device, void *queue, unsigned flags, dk_msg *msg)
+{
+    dk_cuda_device *dev = (dk_cuda_device *)device;
+    CUDA_TRY(cudaSetDevice(dev->ordinal), "cudaSetDevice");
+    cudaStream_t s = (cudaStream_t)queue;
+    if (s && s != cudaStreamLegacy && s != cudaStreamPerThread) {
+        unsigned f;
+        int ordinal = dev->ordinal;
+        CUDA_TRY(cudaStreamGetFlags(s, &f), "reading the caller's stream (is it a cudaStream_t?)");
+        CUDA_TRY(cudaStreamGetDevice(s, &ordinal), "reading the caller's stream's device");
+        if (ordinal != dev->ordinal) {
+            dk_msg_set(msg, "cuda: the caller's stream belongs to GPU %d, but this context runs on GPU %d",
+                       ordinal, dev->ordinal);
+            return DK_ERR_INVALID_ARGUMENT;
+        }
+    }
+    if (s && !dev->caller_ready) {
+        CUDA_TRY(cudaEventCreateWithFlags(&dev->caller_ready, cudaEventDisableTiming), "cudaEventCreate");
+        CUDA_TRY(cudaEventCreateWithFlags(&dev->work_done, cudaEventDisableTiming), "cudaEventCreate");
+    }
+    /* the previous caller's stream must not run ahead of work left for it */
+    if (dev->caller && dev->async && dev->caller != s) {
+        CUDA_TRY(cudaEventRecord(dev->work_done, dev->stream), "handing back the caller's stream");
+        CUDA_TRY(cudaStreamWaitEvent(dev->caller, dev->work_done, 0), "handing back the caller's stream");
+    }
+    dev->caller = s;
+    dev->async = s && (flags & DK_QUEUE_ASYNC);
+    return DK_OK;
+}
+
+static dk_status cuda_device_wait(void *device, dk_msg *msg)
+{
+    dk_cuda_device *dev = (dk_cuda_device *)device;
+    CUDA_TRY(cudaSetDevice(dev->ordinal), "cudaSetDevice");
+    CUDA_TRY(cudaStreamSynchronize(dev->stream), "waiting for the device's work");
+    return DK_OK;
+}
+
 static dk_status check_size(const dk_cuda_buffer *b, size_t bytes, const char *what, dk_msg *msg)
 {
     if (bytes > b->bytes) {
@@ -324,6 +381,8 @@ static const dk_plugin cuda_plugin = {
     .buffer_wrap = cuda_buffer_wrap,
     .buffer_unwrap = cuda_buffer_unwrap,
     .device_native = cuda_device_native,
+    .device_set_queue = cuda_device_set_queue,
+    .device_wait = cuda_device_wait,
 };
 
 extern "C" DK_PLUGIN_EXPORT const dk_plugin *DK_PLUGIN_ENTRY(void)

@@ -88,7 +88,7 @@ dk_status dk_buffer_wrap(dk_context *ctx, dk_memory_kind kind, void *memory, siz
  * the CUDA ordinal and `queue` the cudaStream_t dakit's kernels run on;
  * opencl: `context` the cl_context and `queue` the cl_command_queue; a
  * host backend leaves them NULL. Every dakit call has finished its work on
- * `queue` when it returns. */
+ * `queue` when it returns, unless dk_context_set_queue asked otherwise. */
 typedef struct dk_native {
     dk_memory_kind memory; /* the kind of memory the backend's buffers are */
     int device;
@@ -96,6 +96,26 @@ typedef struct dk_native {
     void *queue;
 } dk_native;
 dk_status dk_context_native(dk_context *ctx, dk_native *native);
+
+/* ---- the caller's own queue ---- */
+
+/* Orders the context's work with the caller's own CUDA stream (cudaStream_t,
+ * also cudaStreamLegacy or cudaStreamPerThread) or OpenCL command queue
+ * (cl_command_queue of the context's cl_context, from dk_context_native):
+ * every later call waits on the device for the work queued there before it,
+ * without the host waiting. With DK_QUEUE_ASYNC, the calls whose results all
+ * lie in device buffers (dk_gauss_execute, dk_enkf_cov) return once their
+ * work is queued, and work queued on `queue` after them runs after them;
+ * dk_context_wait waits on the host. Every other call, and every _host
+ * call, still returns when its work is done. queue NULL: back to the
+ * default (nothing is ordered with the caller's queue; every call blocks).
+ * A backend that cannot take a queue refuses with a sentence
+ * (DK_ERR_NOT_IMPLEMENTED); a host backend has nothing to order and accepts
+ * only NULL. */
+#define DK_QUEUE_ASYNC 1u
+dk_status dk_context_set_queue(dk_context *ctx, void *queue, unsigned flags);
+/* Returns when every call made on ctx has finished its device work. */
+dk_status dk_context_wait(dk_context *ctx);
 
 /* Errors of a plan's calls are read with dk_last_error(ctx) of its context. */
 void dk_plan_destroy(dk_plan *plan);

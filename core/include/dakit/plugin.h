@@ -157,6 +157,16 @@ typedef struct dk_plugin {
     void (*buffer_unwrap)(void *device, void *buffer);
     /* Optional: fills the device's own handles (dk_native in dakit.h). */
     dk_status (*device_native)(void *device, dk_native *native, dk_msg *msg);
+    /* Optional: orders the device's work with the caller's queue (a
+     * cudaStream_t, cl_command_queue, ...; NULL: none), dk_context_set_queue.
+     * From then on every entry waits, on the device, for the work queued on
+     * `queue` before it; with DK_QUEUE_ASYNC in flags, gauss execute and
+     * enkf cov may return before their work is done, provided work queued
+     * on `queue` afterwards runs after it. Must not wait on the host. NULL:
+     * the core refuses every queue but NULL. */
+    dk_status (*device_set_queue)(void *device, void *queue, unsigned flags, dk_msg *msg);
+    /* Required with device_set_queue: returns when every entry's work is done. */
+    dk_status (*device_wait)(void *device, dk_msg *msg);
 } dk_plugin;
 
 #define DK_PLUGIN_SIZE ((uint32_t)sizeof(dk_plugin))

@@ -111,8 +111,7 @@ dk_status dk_cuda_enkf::cov(void *plan, const void *e, void *pht, void *hpht, dk
     if (rc != DK_OK)
         return rc;
     CUDA_TRY(cudaGetLastError(), "the float32 conversion kernels");
-    CUDA_TRY(cudaStreamSynchronize(st), "the covariance product");
-    return DK_OK;
+    return dk_cuda_finish(p->dev, "the covariance product", msg);
 }
 
 dk_status dk_cuda_enkf::analysis(void *plan, void *x, const double *d, const double *r, double inflation, dk_msg *msg)
