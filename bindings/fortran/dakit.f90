@@ -1,0 +1,1077 @@
+! dakit for Fortran: `use dakit` (docs/fortran.md).
+!
+! The plan / execute / destroy calls of libdakit over iso_c_binding, for
+! Fortran arrays on the host and for device pointers (type(c_ptr) from CUDA
+! Fortran or OpenACC host_data use_device). Every function returns the
+! dk_status of the C call (DK_OK = 0); dk_last_error(ctx) gives the sentence.
+!
+! Order: dakit's arrays are C order (the last index is contiguous), Fortran's
+! the reverse, so a Fortran array a(nx, ny) is the C field of shape (ny, nx):
+! the same memory, no copy. dk_gauss_desc_set_array takes shape and sigma in
+! Fortran order; the bind(c) descriptors themselves are in C order. An enkf
+! ensemble is e(members, n) (member index fastest, as C's N x L), PHT is
+! pht(m, n), HPHT hpht(m, m); kmeans points are p(d, n) point-major or p(n, d)
+! feature-major; labels are 0-based cluster indices, -1 where masked.
+module dakit
+  use, intrinsic :: iso_c_binding
+  implicit none
+  private
+
+  ! dk_status
+  enum, bind(c)
+    enumerator :: DK_OK = 0, DK_ERR_INVALID_ARGUMENT, DK_ERR_NO_BACKEND, DK_ERR_NOT_IMPLEMENTED, &
+                  DK_ERR_BACKEND, DK_ERR_OUT_OF_MEMORY, DK_ERR_IO, DK_ERR_FORMAT
+  end enum
+  ! dk_dtype, dk_memory_kind, dk_boundary, dk_gauss_mode, dk_kmeans_layout
+  enum, bind(c)
+    enumerator :: DK_F32 = 0, DK_F64 = 1
+  end enum
+  enum, bind(c)
+    enumerator :: DK_MEMORY_HOST = 0, DK_MEMORY_CUDA = 1, DK_MEMORY_OPENCL = 2
+  end enum
+  enum, bind(c)
+    enumerator :: DK_BOUNDARY_ZERO = 0, DK_BOUNDARY_CONSTANT = 1
+  end enum
+  enum, bind(c)
+    enumerator :: DK_GAUSS_EXACT = 0, DK_GAUSS_OVERLAP = 1
+  end enum
+  enum, bind(c)
+    enumerator :: DK_KMEANS_POINT_MAJOR = 0, DK_KMEANS_FEATURE_MAJOR = 1
+  end enum
+  integer, parameter, public :: DK_MAX_DIMS = 3
+
+  public :: DK_OK, DK_ERR_INVALID_ARGUMENT, DK_ERR_NO_BACKEND, DK_ERR_NOT_IMPLEMENTED, DK_ERR_BACKEND, &
+            DK_ERR_OUT_OF_MEMORY, DK_ERR_IO, DK_ERR_FORMAT, DK_F32, DK_F64, &
+            DK_MEMORY_HOST, DK_MEMORY_CUDA, DK_MEMORY_OPENCL, DK_BOUNDARY_ZERO, DK_BOUNDARY_CONSTANT, &
+            DK_GAUSS_EXACT, DK_GAUSS_OVERLAP, DK_KMEANS_POINT_MAJOR, DK_KMEANS_FEATURE_MAJOR
+
+  ! ---- the C structures, field by field (C order; enums are C int) ----
+
+  type, bind(c), public :: dk_native
+    integer(c_int) :: memory   ! the dk_memory_kind of the backend's buffers
+    integer(c_int) :: device   ! cuda: the CUDA ordinal
+    type(c_ptr) :: context     ! opencl: the cl_context
+    type(c_ptr) :: queue       ! cuda: the cudaStream_t; opencl: the cl_command_queue
+  end type
+
+  type, bind(c), public :: dk_gauss_desc
+    integer(c_int) :: dtype
+    integer(c_int) :: ndim
+    integer(c_size_t) :: shape(DK_MAX_DIMS)  ! C order: shape(ndim) is contiguous
+    integer(c_int) :: axes                   ! bit a set: filter along C axis a (0-based)
+    real(c_double) :: sigma(DK_MAX_DIMS)     ! per C axis, grid units
+    integer(c_int) :: K
+    integer(c_int) :: boundary
+    integer(c_int) :: mode
+    integer(c_size_t) :: overlap
+    integer(c_size_t) :: blocks
+    type(c_ptr) :: variant                   ! c_null_ptr: the backend's default
+  end type
+
+  ! H in compressed sparse rows, 0-based, as C's dk_csr
+  type, bind(c), public :: dk_csr
+    integer(c_size_t) :: rows, cols
+    type(c_ptr) :: indptr    ! integer(c_int64_t), rows + 1
+    type(c_ptr) :: indices   ! integer(c_int64_t), indptr(rows + 1) of them
+    type(c_ptr) :: values    ! real(c_double)
+  end type
+
+  type, bind(c), public :: dk_enkf_desc
+    integer(c_int) :: dtype
+    integer(c_size_t) :: n, members
+    integer(c_int) :: loc_ndim
+    integer(c_size_t) :: nx, ny
+    type(c_ptr) :: loc       ! real(c_double): n values (1-D) or nx*ny (2-D, c2 in C order)
+    type(dk_csr) :: H
+    type(c_ptr) :: variant
+  end type
+
+  type, bind(c), public :: dk_kmeans_desc
+    integer(c_size_t) :: n
+    integer(c_int) :: d, k, max_iters
+    real(c_double) :: tol
+    integer(c_int) :: layout
+    integer(c_size_t) :: rows, cols
+    real(c_double) :: lambda
+    integer(c_int) :: window
+    type(c_ptr) :: variant
+  end type
+
+  type, bind(c), public :: dk_kmeans_result
+    integer(c_int) :: iterations
+    real(c_double) :: objective, last_move
+    integer(c_size_t) :: valid
+    real(c_double) :: assign_seconds, update_seconds
+  end type
+
+  ! ---- handles ----
+
+  type, public :: dk_context
+    private
+    type(c_ptr) :: ptr = c_null_ptr
+  end type
+
+  type, public :: dk_buffer
+    private
+    type(c_ptr) :: ptr = c_null_ptr
+  end type
+
+  ! A plan keeps what it was made for, so that an array of the wrong kind or
+  ! shape is refused with a sentence before C reads it.
+  type, public :: dk_plan
+    private
+    type(c_ptr) :: ptr = c_null_ptr
+    type(c_ptr) :: ctx = c_null_ptr
+    integer :: algo = 0
+    integer(c_int) :: dtype = DK_F32
+    integer(c_int) :: memory = DK_MEMORY_HOST
+    integer :: ndim = 0
+    integer(c_size_t) :: shape(DK_MAX_DIMS) = 0   ! gauss: Fortran order
+    integer(c_size_t) :: n = 0, members = 0, m = 0 ! enkf (n also kmeans)
+    integer(c_size_t) :: d = 0, k = 0              ! kmeans
+    integer(c_int) :: layout = 0
+  end type
+
+  integer, parameter :: ALGO_GAUSS = 1, ALGO_ENKF = 2, ALGO_KMEANS = 3
+  character(len=*), parameter :: ALGO_NAME(3) = [character(len=6) :: 'gauss', 'enkf', 'kmeans']
+
+  public :: dk_context_create, dk_context_destroy, dk_context_backend, dk_context_device, dk_context_native
+  public :: dk_last_error, dk_status_string
+  public :: dk_buffer_create, dk_buffer_wrap, dk_buffer_destroy, dk_buffer_write, dk_buffer_read
+  public :: dk_plan_destroy
+  public :: dk_gauss_desc_init, dk_gauss_desc_set_array, dk_gauss_plan_create, dk_gauss_execute
+  public :: dk_enkf_desc_init, dk_enkf_plan_create, dk_enkf_cov, dk_enkf_analysis
+  public :: dk_kmeans_desc_init, dk_kmeans_plan_create, dk_kmeans_execute
+
+  ! Filters in, writing out (3 arguments), or in place (2): Fortran arrays
+  ! real(c_float) or real(c_double) of rank 1 (the whole field flattened) or of
+  ! the plan's rank and shape; type(c_ptr) device pointers of the context's
+  ! memory kind (cuda: CUDA device pointers; the same pointer twice filters in
+  ! place); or dk_buffer handles.
+  interface dk_gauss_execute
+    module procedure gauss_f32_1, gauss_f32_2, gauss_f32_3, gauss_f64_1, gauss_f64_2, gauss_f64_3
+    module procedure gauss_f32_1_inplace, gauss_f32_2_inplace, gauss_f32_3_inplace
+    module procedure gauss_f64_1_inplace, gauss_f64_2_inplace, gauss_f64_3_inplace
+    module procedure gauss_device, gauss_buffers
+  end interface
+
+  ! pht(m, n) [and hpht(m, m)] from the anomalies e(members, n).
+  interface dk_enkf_cov
+    module procedure enkf_cov_f32, enkf_cov_f64, enkf_cov_device, enkf_cov_buffers
+  end interface
+
+  ! x(members, n) replaced by its analysis.
+  interface dk_enkf_analysis
+    module procedure enkf_analysis_f32, enkf_analysis_f64, enkf_analysis_device
+  end interface
+
+  interface dk_kmeans_execute
+    module procedure kmeans_host, kmeans_device
+  end interface
+
+  ! ---- libdakit ----
+  interface
+    function c_context_create(backend, ctx) bind(c, name='dk_context_create') result(s)
+      import :: c_char, c_ptr, c_int
+      character(kind=c_char), intent(in) :: backend(*)
+      type(c_ptr), intent(out) :: ctx
+      integer(c_int) :: s
+    end function
+    subroutine c_context_destroy(ctx) bind(c, name='dk_context_destroy')
+      import :: c_ptr
+      type(c_ptr), value :: ctx
+    end subroutine
+    function c_context_backend(ctx) bind(c, name='dk_context_backend') result(p)
+      import :: c_ptr
+      type(c_ptr), value :: ctx
+      type(c_ptr) :: p
+    end function
+    function c_context_device(ctx) bind(c, name='dk_context_device') result(p)
+      import :: c_ptr
+      type(c_ptr), value :: ctx
+      type(c_ptr) :: p
+    end function
+    function c_context_native(ctx, native) bind(c, name='dk_context_native') result(s)
+      import :: c_ptr, c_int, dk_native
+      type(c_ptr), value :: ctx
+      type(dk_native), intent(out) :: native
+      integer(c_int) :: s
+    end function
+    function c_last_error(ctx) bind(c, name='dk_last_error') result(p)
+      import :: c_ptr
+      type(c_ptr), value :: ctx
+      type(c_ptr) :: p
+    end function
+    function c_status_string(status) bind(c, name='dk_status_string') result(p)
+      import :: c_ptr, c_int
+      integer(c_int), value :: status
+      type(c_ptr) :: p
+    end function
+    function c_buffer_create(ctx, bytes, buf) bind(c, name='dk_buffer_create') result(s)
+      import :: c_ptr, c_int, c_size_t
+      type(c_ptr), value :: ctx
+      integer(c_size_t), value :: bytes
+      type(c_ptr), intent(out) :: buf
+      integer(c_int) :: s
+    end function
+    function c_buffer_wrap(ctx, kind, memory, bytes, buf) bind(c, name='dk_buffer_wrap') result(s)
+      import :: c_ptr, c_int, c_size_t
+      type(c_ptr), value :: ctx
+      integer(c_int), value :: kind
+      type(c_ptr), value :: memory
+      integer(c_size_t), value :: bytes
+      type(c_ptr), intent(out) :: buf
+      integer(c_int) :: s
+    end function
+    subroutine c_buffer_destroy(buf) bind(c, name='dk_buffer_destroy')
+      import :: c_ptr
+      type(c_ptr), value :: buf
+    end subroutine
+    function c_buffer_write(buf, src, bytes) bind(c, name='dk_buffer_write') result(s)
+      import :: c_ptr, c_int, c_size_t
+      type(c_ptr), value :: buf, src
+      integer(c_size_t), value :: bytes
+      integer(c_int) :: s
+    end function
+    function c_buffer_read(buf, dst, bytes) bind(c, name='dk_buffer_read') result(s)
+      import :: c_ptr, c_int, c_size_t
+      type(c_ptr), value :: buf, dst
+      integer(c_size_t), value :: bytes
+      integer(c_int) :: s
+    end function
+    subroutine c_plan_destroy(plan) bind(c, name='dk_plan_destroy')
+      import :: c_ptr
+      type(c_ptr), value :: plan
+    end subroutine
+
+    ! Defaults: float32, K = 4, zero boundary, exact mode, overlap 5, 3072
+    ! blocks; the caller sets ndim, shape, axes, sigma (or calls
+    ! dk_gauss_desc_set_array).
+    subroutine dk_gauss_desc_init(desc) bind(c, name='dk_gauss_desc_init')
+      import :: dk_gauss_desc
+      type(dk_gauss_desc), intent(out) :: desc
+    end subroutine
+    function c_gauss_plan_create(ctx, desc, plan) bind(c, name='dk_gauss_plan_create') result(s)
+      import :: c_ptr, c_int, dk_gauss_desc
+      type(c_ptr), value :: ctx
+      type(dk_gauss_desc), intent(in) :: desc
+      type(c_ptr), intent(out) :: plan
+      integer(c_int) :: s
+    end function
+    function c_gauss_execute(plan, in, out) bind(c, name='dk_gauss_execute') result(s)
+      import :: c_ptr, c_int
+      type(c_ptr), value :: plan, in, out
+      integer(c_int) :: s
+    end function
+    function c_gauss_execute_host(plan, in, out) bind(c, name='dk_gauss_execute_host') result(s)
+      import :: c_ptr, c_int
+      type(c_ptr), value :: plan, in, out
+      integer(c_int) :: s
+    end function
+
+    ! Defaults: float64, 1-D localization, the cost model picks the variant.
+    subroutine dk_enkf_desc_init(desc) bind(c, name='dk_enkf_desc_init')
+      import :: dk_enkf_desc
+      type(dk_enkf_desc), intent(out) :: desc
+    end subroutine
+    function c_enkf_plan_create(ctx, desc, plan) bind(c, name='dk_enkf_plan_create') result(s)
+      import :: c_ptr, c_int, dk_enkf_desc
+      type(c_ptr), value :: ctx
+      type(dk_enkf_desc), intent(in) :: desc
+      type(c_ptr), intent(out) :: plan
+      integer(c_int) :: s
+    end function
+    function c_enkf_cov(plan, e, pht, hpht) bind(c, name='dk_enkf_cov') result(s)
+      import :: c_ptr, c_int
+      type(c_ptr), value :: plan, e, pht, hpht
+      integer(c_int) :: s
+    end function
+    function c_enkf_cov_host(plan, e, pht, hpht) bind(c, name='dk_enkf_cov_host') result(s)
+      import :: c_ptr, c_int
+      type(c_ptr), value :: plan, e, pht, hpht
+      integer(c_int) :: s
+    end function
+    function c_enkf_analysis(plan, x, y, r, seed, inflation) bind(c, name='dk_enkf_analysis') result(s)
+      import :: c_ptr, c_int, c_int64_t, c_double
+      type(c_ptr), value :: plan, x, y, r
+      integer(c_int64_t), value :: seed
+      real(c_double), value :: inflation
+      integer(c_int) :: s
+    end function
+    function c_enkf_analysis_host(plan, x, y, r, seed, inflation) bind(c, name='dk_enkf_analysis_host') result(s)
+      import :: c_ptr, c_int, c_int64_t, c_double
+      type(c_ptr), value :: plan, x, y, r
+      integer(c_int64_t), value :: seed
+      real(c_double), value :: inflation
+      integer(c_int) :: s
+    end function
+
+    ! Defaults: point-major, 20 iterations, tol 0, no grid, lambda 1, window 5;
+    ! the caller sets n, d, k.
+    subroutine dk_kmeans_desc_init(desc) bind(c, name='dk_kmeans_desc_init')
+      import :: dk_kmeans_desc
+      type(dk_kmeans_desc), intent(out) :: desc
+    end subroutine
+    function c_kmeans_plan_create(ctx, desc, plan) bind(c, name='dk_kmeans_plan_create') result(s)
+      import :: c_ptr, c_int, dk_kmeans_desc
+      type(c_ptr), value :: ctx
+      type(dk_kmeans_desc), intent(in) :: desc
+      type(c_ptr), intent(out) :: plan
+      integer(c_int) :: s
+    end function
+    function c_kmeans_execute(plan, points, mask, init, labels, centroids, result) &
+        bind(c, name='dk_kmeans_execute') result(s)
+      import :: c_ptr, c_int
+      type(c_ptr), value :: plan, points, mask, init, labels, centroids, result
+      integer(c_int) :: s
+    end function
+    function c_kmeans_execute_host(plan, points, mask, init, labels, centroids, result) &
+        bind(c, name='dk_kmeans_execute_host') result(s)
+      import :: c_ptr, c_int
+      type(c_ptr), value :: plan, points, mask, init, labels, centroids, result
+      integer(c_int) :: s
+    end function
+
+    function c_strlen(s) bind(c, name='strlen') result(n)
+      import :: c_ptr, c_size_t
+      type(c_ptr), value :: s
+      integer(c_size_t) :: n
+    end function
+
+    ! errors.c: the module's own sentences, per thread
+    subroutine dkf_error_set(ctx, text) bind(c, name='dkf_error_set')
+      import :: c_ptr, c_char
+      type(c_ptr), value :: ctx
+      character(kind=c_char), intent(in) :: text(*)
+    end subroutine
+    subroutine dkf_error_clear() bind(c, name='dkf_error_clear')
+    end subroutine
+    function dkf_error_get(ctx) bind(c, name='dkf_error_get') result(p)
+      import :: c_ptr
+      type(c_ptr), value :: ctx
+      type(c_ptr) :: p
+    end function
+  end interface
+
+contains
+
+  ! ---- strings ----
+
+  function from_c(p) result(s)
+    type(c_ptr), intent(in) :: p
+    character(len=:), allocatable :: s
+    character(kind=c_char), pointer :: chars(:)
+    integer(c_size_t) :: n, i
+    if (.not. c_associated(p)) then
+      s = ''
+      return
+    end if
+    n = c_strlen(p)
+    call c_f_pointer(p, chars, [n])
+    allocate(character(len=n) :: s)
+    do i = 1, n
+      s(i:i) = chars(i)
+    end do
+  end function
+
+  subroutine to_c(s, chars)
+    character(len=*), intent(in) :: s
+    character(kind=c_char), allocatable, intent(out) :: chars(:)
+    integer :: i, n
+    n = len_trim(s)
+    allocate(chars(n + 1))
+    do i = 1, n
+      chars(i) = s(i:i)
+    end do
+    chars(n + 1) = c_null_char
+  end subroutine
+
+  function itoa(v) result(s)
+    integer(c_size_t), intent(in) :: v
+    character(len=:), allocatable :: s
+    character(len=24) :: buf
+    write (buf, '(i0)') v
+    s = trim(buf)
+  end function
+
+  function shape_text(shp) result(s)
+    integer(c_size_t), intent(in) :: shp(:)
+    character(len=:), allocatable :: s
+    integer :: i
+    s = '('
+    do i = 1, size(shp)
+      if (i > 1) s = s // ', '
+      s = s // itoa(shp(i))
+    end do
+    s = s // ')'
+  end function
+
+  ! Records the module's own sentence and returns the status that goes with it.
+  function fail(ctx, text) result(status)
+    type(c_ptr), intent(in) :: ctx
+    character(len=*), intent(in) :: text
+    integer(c_int) :: status
+    call dkf_error_set(ctx, text // c_null_char)
+    status = DK_ERR_INVALID_ARGUMENT
+  end function
+
+  ! ---- context, errors, buffers ----
+
+  ! Opens a backend: 'auto' (DAKIT_BACKEND, else GPUs first), a name ('cuda',
+  ! 'opencl', 'cpu') or a comma list in order of preference. On failure ctx is
+  ! null and dk_last_error() says why.
+  function dk_context_create(backend, ctx) result(status)
+    character(len=*), intent(in) :: backend
+    type(dk_context), intent(out) :: ctx
+    integer(c_int) :: status
+    character(kind=c_char), allocatable :: name(:)
+    call dkf_error_clear()
+    call to_c(backend, name)
+    status = c_context_create(name, ctx%ptr)
+  end function
+
+  subroutine dk_context_destroy(ctx)
+    type(dk_context), intent(inout) :: ctx
+    if (c_associated(ctx%ptr)) call c_context_destroy(ctx%ptr)
+    ctx%ptr = c_null_ptr
+  end subroutine
+
+  function dk_context_backend(ctx) result(name)
+    type(dk_context), intent(in) :: ctx
+    character(len=:), allocatable :: name
+    name = from_c(c_context_backend(ctx%ptr))
+  end function
+
+  function dk_context_device(ctx) result(name)
+    type(dk_context), intent(in) :: ctx
+    character(len=:), allocatable :: name
+    name = from_c(c_context_device(ctx%ptr))
+  end function
+
+  ! The backend's own handles: native%memory is the kind dk_buffer_wrap
+  ! takes; cuda: native%device the CUDA ordinal, native%queue the stream.
+  function dk_context_native(ctx, native) result(status)
+    type(dk_context), intent(in) :: ctx
+    type(dk_native), intent(out) :: native
+    integer(c_int) :: status
+    call dkf_error_clear()
+    status = c_context_native(ctx%ptr, native)
+  end function
+
+  ! The sentence describing the calling thread's last failure on ctx; without
+  ! ctx (or with one whose creation failed), its last failure of any call.
+  function dk_last_error(ctx) result(text)
+    type(dk_context), intent(in), optional :: ctx
+    character(len=:), allocatable :: text
+    type(c_ptr) :: c, own
+    c = c_null_ptr
+    if (present(ctx)) c = ctx%ptr
+    own = dkf_error_get(c)
+    if (c_associated(own)) then
+      text = from_c(own)
+    else
+      text = from_c(c_last_error(c))
+    end if
+  end function
+
+  function dk_status_string(status) result(text)
+    integer(c_int), intent(in) :: status
+    character(len=:), allocatable :: text
+    text = from_c(c_status_string(status))
+  end function
+
+  function dk_buffer_create(ctx, bytes, buf) result(status)
+    type(dk_context), intent(in) :: ctx
+    integer(c_size_t), intent(in) :: bytes
+    type(dk_buffer), intent(out) :: buf
+    integer(c_int) :: status
+    call dkf_error_clear()
+    status = c_buffer_create(ctx%ptr, bytes, buf%ptr)
+  end function
+
+  ! Wraps `bytes` bytes of the caller's memory (kind DK_MEMORY_HOST,
+  ! DK_MEMORY_CUDA or DK_MEMORY_OPENCL) without copying; dk_buffer_destroy
+  ! releases the wrapper only.
+  function dk_buffer_wrap(ctx, kind, memory, bytes, buf) result(status)
+    type(dk_context), intent(in) :: ctx
+    integer(c_int), intent(in) :: kind
+    type(c_ptr), intent(in) :: memory
+    integer(c_size_t), intent(in) :: bytes
+    type(dk_buffer), intent(out) :: buf
+    integer(c_int) :: status
+    call dkf_error_clear()
+    status = c_buffer_wrap(ctx%ptr, kind, memory, bytes, buf%ptr)
+  end function
+
+  subroutine dk_buffer_destroy(buf)
+    type(dk_buffer), intent(inout) :: buf
+    if (c_associated(buf%ptr)) call c_buffer_destroy(buf%ptr)
+    buf%ptr = c_null_ptr
+  end subroutine
+
+  function dk_buffer_write(buf, src, bytes) result(status)
+    type(dk_buffer), intent(in) :: buf
+    type(c_ptr), intent(in) :: src
+    integer(c_size_t), intent(in) :: bytes
+    integer(c_int) :: status
+    call dkf_error_clear()
+    status = c_buffer_write(buf%ptr, src, bytes)
+  end function
+
+  function dk_buffer_read(buf, dst, bytes) result(status)
+    type(dk_buffer), intent(in) :: buf
+    type(c_ptr), intent(in) :: dst
+    integer(c_size_t), intent(in) :: bytes
+    integer(c_int) :: status
+    call dkf_error_clear()
+    status = c_buffer_read(buf%ptr, dst, bytes)
+  end function
+
+  subroutine dk_plan_destroy(plan)
+    type(dk_plan), intent(inout) :: plan
+    if (c_associated(plan%ptr)) call c_plan_destroy(plan%ptr)
+    plan = dk_plan()
+  end subroutine
+
+  ! What every plan keeps: its context and the memory kind device pointers
+  ! are wrapped as.
+  function plan_opened(plan, ctx, algo, dtype) result(status)
+    type(dk_plan), intent(inout) :: plan
+    type(dk_context), intent(in) :: ctx
+    integer, intent(in) :: algo
+    integer(c_int), intent(in) :: dtype
+    integer(c_int) :: status
+    type(dk_native) :: native
+    plan%ctx = ctx%ptr
+    plan%algo = algo
+    plan%dtype = dtype
+    status = c_context_native(ctx%ptr, native)
+    plan%memory = native%memory
+  end function
+
+  ! The plan exists, is of the algorithm, and (dtype >= 0) of the dtype.
+  function check_plan(plan, algo, dtype, who) result(status)
+    type(dk_plan), intent(in) :: plan
+    integer, intent(in) :: algo
+    integer(c_int), intent(in) :: dtype
+    character(len=*), intent(in) :: who
+    integer(c_int) :: status
+    character(len=7), parameter :: DTYPE_NAME(0:1) = ['float32', 'float64']
+    character(len=14), parameter :: KIND_NAME(0:1) = ['real(c_float) ', 'real(c_double)']
+    call dkf_error_clear()
+    status = DK_OK
+    if (.not. c_associated(plan%ptr)) then
+      status = fail(plan%ctx, who // ': the plan was not created, or was destroyed')
+    else if (plan%algo /= algo) then
+      status = fail(plan%ctx, who // ': this is a ' // trim(ALGO_NAME(plan%algo)) // ' plan, not a ' // &
+                    trim(ALGO_NAME(algo)) // ' plan')
+    else if (dtype >= 0 .and. dtype /= plan%dtype) then
+      status = fail(plan%ctx, who // ': the plan is for ' // DTYPE_NAME(plan%dtype) // ' data (' // &
+                    trim(KIND_NAME(plan%dtype)) // ') but the array is ' // trim(KIND_NAME(dtype)))
+    end if
+  end function
+
+  ! An array of shape `got` for an operand of shape `want` (Fortran order):
+  ! the same shape, or rank 1 with as many elements.
+  function check_shape(plan, who, name, got, want) result(status)
+    type(dk_plan), intent(in) :: plan
+    character(len=*), intent(in) :: who, name
+    integer(c_size_t), intent(in) :: got(:), want(:)
+    integer(c_int) :: status
+    status = DK_OK
+    if (size(got) == size(want)) then
+      if (all(got == want)) return
+    else if (size(got) == 1) then
+      if (got(1) == product(want)) return
+    end if
+    status = fail(plan%ctx, who // ': ' // name // ' has shape ' // shape_text(got) // &
+                  '; the plan wants ' // shape_text(want) // ' (or that many elements in rank 1)')
+  end function
+
+  ! Device pointers as buffers of the plan's context, one wrapper per
+  ! distinct pointer (so that the same pointer twice works in place); null
+  ! pointers stay null.
+  function wrap_all(plan, ptrs, bytes, bufs) result(status)
+    type(dk_plan), intent(in) :: plan
+    type(c_ptr), intent(in) :: ptrs(:)
+    integer(c_size_t), intent(in) :: bytes(:)
+    type(c_ptr), intent(out) :: bufs(:)
+    integer(c_int) :: status
+    integer :: i, j
+    bufs = c_null_ptr
+    status = DK_OK
+    do i = 1, size(ptrs)
+      if (.not. c_associated(ptrs(i))) cycle
+      do j = 1, i - 1
+        if (c_associated(ptrs(j), ptrs(i))) bufs(i) = bufs(j)
+      end do
+      if (c_associated(bufs(i))) cycle
+      status = c_buffer_wrap(plan%ctx, plan%memory, ptrs(i), bytes(i), bufs(i))
+      if (status /= DK_OK) then
+        call unwrap_all(ptrs, bufs)
+        return
+      end if
+    end do
+  end function
+
+  subroutine unwrap_all(ptrs, bufs)
+    type(c_ptr), intent(in) :: ptrs(:)
+    type(c_ptr), intent(inout) :: bufs(:)
+    integer :: i, j
+    logical :: seen
+    do i = 1, size(bufs)
+      if (.not. c_associated(bufs(i))) cycle
+      seen = .false.
+      do j = 1, i - 1
+        if (c_associated(ptrs(j))) seen = seen .or. c_associated(ptrs(j), ptrs(i))
+      end do
+      if (.not. seen) call c_buffer_destroy(bufs(i))
+    end do
+    bufs = c_null_ptr
+  end subroutine
+
+  function dtype_bytes(dtype) result(b)
+    integer(c_int), intent(in) :: dtype
+    integer(c_size_t) :: b
+    b = 4
+    if (dtype == DK_F64) b = 8
+  end function
+
+  ! ---- gauss ----
+
+  ! Describes a Fortran array of shape `shape` (Fortran order, rank 1 to 3)
+  ! filtered along dimension i with sigma(i) grid units; sigma(i) = 0 leaves
+  ! dimension i unfiltered. Fills desc's C-order ndim, shape, axes and sigma.
+  subroutine dk_gauss_desc_set_array(desc, shape, sigma)
+    type(dk_gauss_desc), intent(inout) :: desc
+    integer, intent(in) :: shape(:)
+    real(c_double), intent(in) :: sigma(:)
+    integer :: i, a
+    desc%ndim = size(shape)
+    desc%shape = 0
+    desc%sigma = 0
+    desc%axes = 0
+    do i = 1, min(size(shape), DK_MAX_DIMS)
+      a = size(shape) - i   ! the C axis of Fortran dimension i
+      desc%shape(a + 1) = shape(i)
+      if (i <= size(sigma)) then
+        if (.not. abs(sigma(i)) <= 0) then   ! a NaN goes on to C, which refuses it
+          desc%sigma(a + 1) = sigma(i)
+          desc%axes = ior(desc%axes, ishft(1, a))
+        end if
+      end if
+    end do
+  end subroutine
+
+  ! desc as C reads it; variant (optional) names one of the backend's.
+  function dk_gauss_plan_create(ctx, desc, plan, variant) result(status)
+    type(dk_context), intent(in) :: ctx
+    type(dk_gauss_desc), intent(in) :: desc
+    type(dk_plan), intent(out) :: plan
+    character(len=*), intent(in), optional :: variant
+    integer(c_int) :: status
+    type(dk_gauss_desc) :: d
+    character(kind=c_char), allocatable, target :: name(:)
+    integer :: i
+    call dkf_error_clear()
+    d = desc
+    if (present(variant)) then
+      call to_c(variant, name)
+      d%variant = c_loc(name)
+    end if
+    status = c_gauss_plan_create(ctx%ptr, d, plan%ptr)
+    if (status /= DK_OK) return
+    status = plan_opened(plan, ctx, ALGO_GAUSS, d%dtype)
+    plan%ndim = d%ndim
+    do i = 1, d%ndim
+      plan%shape(i) = d%shape(d%ndim + 1 - i)
+    end do
+  end function
+
+  function check_gauss(plan, dtype, sin, sout) result(status)
+    type(dk_plan), intent(in) :: plan
+    integer(c_int), intent(in) :: dtype
+    integer(c_size_t), intent(in) :: sin(:), sout(:)
+    integer(c_int) :: status
+    status = check_plan(plan, ALGO_GAUSS, dtype, 'dk_gauss_execute')
+    if (status == DK_OK) status = check_shape(plan, 'dk_gauss_execute', 'in', sin, plan%shape(1:plan%ndim))
+    if (status == DK_OK) status = check_shape(plan, 'dk_gauss_execute', 'out', sout, plan%shape(1:plan%ndim))
+  end function
+
+  function gauss_f32_1(plan, in, out) result(status)
+    type(dk_plan), intent(in) :: plan
+    real(c_float), intent(in), target, contiguous :: in(:)
+    real(c_float), intent(inout), target, contiguous :: out(:)
+    integer(c_int) :: status
+    status = check_gauss(plan, DK_F32, shape(in, c_size_t), shape(out, c_size_t))
+    if (status == DK_OK) status = c_gauss_execute_host(plan%ptr, c_loc(in), c_loc(out))
+  end function
+
+  function gauss_f32_2(plan, in, out) result(status)
+    type(dk_plan), intent(in) :: plan
+    real(c_float), intent(in), target, contiguous :: in(:, :)
+    real(c_float), intent(inout), target, contiguous :: out(:, :)
+    integer(c_int) :: status
+    status = check_gauss(plan, DK_F32, shape(in, c_size_t), shape(out, c_size_t))
+    if (status == DK_OK) status = c_gauss_execute_host(plan%ptr, c_loc(in), c_loc(out))
+  end function
+
+  function gauss_f32_3(plan, in, out) result(status)
+    type(dk_plan), intent(in) :: plan
+    real(c_float), intent(in), target, contiguous :: in(:, :, :)
+    real(c_float), intent(inout), target, contiguous :: out(:, :, :)
+    integer(c_int) :: status
+    status = check_gauss(plan, DK_F32, shape(in, c_size_t), shape(out, c_size_t))
+    if (status == DK_OK) status = c_gauss_execute_host(plan%ptr, c_loc(in), c_loc(out))
+  end function
+
+  function gauss_f64_1(plan, in, out) result(status)
+    type(dk_plan), intent(in) :: plan
+    real(c_double), intent(in), target, contiguous :: in(:)
+    real(c_double), intent(inout), target, contiguous :: out(:)
+    integer(c_int) :: status
+    status = check_gauss(plan, DK_F64, shape(in, c_size_t), shape(out, c_size_t))
+    if (status == DK_OK) status = c_gauss_execute_host(plan%ptr, c_loc(in), c_loc(out))
+  end function
+
+  function gauss_f64_2(plan, in, out) result(status)
+    type(dk_plan), intent(in) :: plan
+    real(c_double), intent(in), target, contiguous :: in(:, :)
+    real(c_double), intent(inout), target, contiguous :: out(:, :)
+    integer(c_int) :: status
+    status = check_gauss(plan, DK_F64, shape(in, c_size_t), shape(out, c_size_t))
+    if (status == DK_OK) status = c_gauss_execute_host(plan%ptr, c_loc(in), c_loc(out))
+  end function
+
+  function gauss_f64_3(plan, in, out) result(status)
+    type(dk_plan), intent(in) :: plan
+    real(c_double), intent(in), target, contiguous :: in(:, :, :)
+    real(c_double), intent(inout), target, contiguous :: out(:, :, :)
+    integer(c_int) :: status
+    status = check_gauss(plan, DK_F64, shape(in, c_size_t), shape(out, c_size_t))
+    if (status == DK_OK) status = c_gauss_execute_host(plan%ptr, c_loc(in), c_loc(out))
+  end function
+
+  function gauss_f32_1_inplace(plan, x) result(status)
+    type(dk_plan), intent(in) :: plan
+    real(c_float), intent(inout), target, contiguous :: x(:)
+    integer(c_int) :: status
+    status = check_gauss(plan, DK_F32, shape(x, c_size_t), shape(x, c_size_t))
+    if (status == DK_OK) status = c_gauss_execute_host(plan%ptr, c_loc(x), c_loc(x))
+  end function
+
+  function gauss_f32_2_inplace(plan, x) result(status)
+    type(dk_plan), intent(in) :: plan
+    real(c_float), intent(inout), target, contiguous :: x(:, :)
+    integer(c_int) :: status
+    status = check_gauss(plan, DK_F32, shape(x, c_size_t), shape(x, c_size_t))
+    if (status == DK_OK) status = c_gauss_execute_host(plan%ptr, c_loc(x), c_loc(x))
+  end function
+
+  function gauss_f32_3_inplace(plan, x) result(status)
+    type(dk_plan), intent(in) :: plan
+    real(c_float), intent(inout), target, contiguous :: x(:, :, :)
+    integer(c_int) :: status
+    status = check_gauss(plan, DK_F32, shape(x, c_size_t), shape(x, c_size_t))
+    if (status == DK_OK) status = c_gauss_execute_host(plan%ptr, c_loc(x), c_loc(x))
+  end function
+
+  function gauss_f64_1_inplace(plan, x) result(status)
+    type(dk_plan), intent(in) :: plan
+    real(c_double), intent(inout), target, contiguous :: x(:)
+    integer(c_int) :: status
+    status = check_gauss(plan, DK_F64, shape(x, c_size_t), shape(x, c_size_t))
+    if (status == DK_OK) status = c_gauss_execute_host(plan%ptr, c_loc(x), c_loc(x))
+  end function
+
+  function gauss_f64_2_inplace(plan, x) result(status)
+    type(dk_plan), intent(in) :: plan
+    real(c_double), intent(inout), target, contiguous :: x(:, :)
+    integer(c_int) :: status
+    status = check_gauss(plan, DK_F64, shape(x, c_size_t), shape(x, c_size_t))
+    if (status == DK_OK) status = c_gauss_execute_host(plan%ptr, c_loc(x), c_loc(x))
+  end function
+
+  function gauss_f64_3_inplace(plan, x) result(status)
+    type(dk_plan), intent(in) :: plan
+    real(c_double), intent(inout), target, contiguous :: x(:, :, :)
+    integer(c_int) :: status
+    status = check_gauss(plan, DK_F64, shape(x, c_size_t), shape(x, c_size_t))
+    if (status == DK_OK) status = c_gauss_execute_host(plan%ptr, c_loc(x), c_loc(x))
+  end function
+
+  ! Device pointers of the plan's context (the same pointer twice: in place).
+  function gauss_device(plan, in, out) result(status)
+    type(dk_plan), intent(in) :: plan
+    type(c_ptr), intent(in) :: in, out
+    integer(c_int) :: status
+    type(c_ptr) :: bufs(2)
+    integer(c_size_t) :: bytes
+    status = check_plan(plan, ALGO_GAUSS, -1_c_int, 'dk_gauss_execute')
+    if (status /= DK_OK) return
+    bytes = product(plan%shape(1:plan%ndim)) * dtype_bytes(plan%dtype)
+    status = wrap_all(plan, [in, out], [bytes, bytes], bufs)
+    if (status /= DK_OK) return
+    status = c_gauss_execute(plan%ptr, bufs(1), bufs(2))
+    call unwrap_all([in, out], bufs)
+  end function
+
+  function gauss_buffers(plan, in, out) result(status)
+    type(dk_plan), intent(in) :: plan
+    type(dk_buffer), intent(in) :: in, out
+    integer(c_int) :: status
+    status = check_plan(plan, ALGO_GAUSS, -1_c_int, 'dk_gauss_execute')
+    if (status == DK_OK) status = c_gauss_execute(plan%ptr, in%ptr, out%ptr)
+  end function
+
+  ! ---- enkf ----
+
+  ! desc as C reads it: desc%loc and desc%H's arrays are c_loc of the
+  ! caller's arrays (H 0-based, int64), copied by the plan.
+  function dk_enkf_plan_create(ctx, desc, plan, variant) result(status)
+    type(dk_context), intent(in) :: ctx
+    type(dk_enkf_desc), intent(in) :: desc
+    type(dk_plan), intent(out) :: plan
+    character(len=*), intent(in), optional :: variant
+    integer(c_int) :: status
+    type(dk_enkf_desc) :: d
+    character(kind=c_char), allocatable, target :: name(:)
+    call dkf_error_clear()
+    d = desc
+    if (present(variant)) then
+      call to_c(variant, name)
+      d%variant = c_loc(name)
+    end if
+    status = c_enkf_plan_create(ctx%ptr, d, plan%ptr)
+    if (status /= DK_OK) return
+    status = plan_opened(plan, ctx, ALGO_ENKF, d%dtype)
+    plan%n = d%n
+    plan%members = d%members
+    plan%m = d%H%rows
+  end function
+
+  function check_cov(plan, dtype, se, sp, sh) result(status)
+    type(dk_plan), intent(in) :: plan
+    integer(c_int), intent(in) :: dtype
+    integer(c_size_t), intent(in) :: se(:), sp(:), sh(:)
+    integer(c_int) :: status
+    status = check_plan(plan, ALGO_ENKF, dtype, 'dk_enkf_cov')
+    if (status == DK_OK) status = check_shape(plan, 'dk_enkf_cov', 'e', se, [plan%members, plan%n])
+    if (status == DK_OK) status = check_shape(plan, 'dk_enkf_cov', 'pht', sp, [plan%m, plan%n])
+    if (status == DK_OK .and. size(sh) > 0) &
+      status = check_shape(plan, 'dk_enkf_cov', 'hpht', sh, [plan%m, plan%m])
+  end function
+
+  function enkf_cov_f32(plan, e, pht, hpht) result(status)
+    type(dk_plan), intent(in) :: plan
+    real(c_float), intent(in), target, contiguous :: e(:, :)
+    real(c_float), intent(inout), target, contiguous :: pht(:, :)
+    real(c_float), intent(inout), target, contiguous, optional :: hpht(:, :)
+    integer(c_int) :: status
+    integer(c_size_t), allocatable :: sh(:)
+    type(c_ptr) :: h
+    h = c_null_ptr
+    allocate(sh(0))
+    if (present(hpht)) sh = shape(hpht, c_size_t)
+    status = check_cov(plan, DK_F32, shape(e, c_size_t), shape(pht, c_size_t), sh)
+    if (status /= DK_OK) return
+    if (present(hpht)) h = c_loc(hpht)
+    status = c_enkf_cov_host(plan%ptr, c_loc(e), c_loc(pht), h)
+  end function
+
+  function enkf_cov_f64(plan, e, pht, hpht) result(status)
+    type(dk_plan), intent(in) :: plan
+    real(c_double), intent(in), target, contiguous :: e(:, :)
+    real(c_double), intent(inout), target, contiguous :: pht(:, :)
+    real(c_double), intent(inout), target, contiguous, optional :: hpht(:, :)
+    integer(c_int) :: status
+    integer(c_size_t), allocatable :: sh(:)
+    type(c_ptr) :: h
+    h = c_null_ptr
+    allocate(sh(0))
+    if (present(hpht)) sh = shape(hpht, c_size_t)
+    status = check_cov(plan, DK_F64, shape(e, c_size_t), shape(pht, c_size_t), sh)
+    if (status /= DK_OK) return
+    if (present(hpht)) h = c_loc(hpht)
+    status = c_enkf_cov_host(plan%ptr, c_loc(e), c_loc(pht), h)
+  end function
+
+  function enkf_cov_device(plan, e, pht, hpht) result(status)
+    type(dk_plan), intent(in) :: plan
+    type(c_ptr), intent(in) :: e, pht
+    type(c_ptr), intent(in), optional :: hpht
+    integer(c_int) :: status
+    type(c_ptr) :: ptrs(3), bufs(3)
+    integer(c_size_t) :: b
+    status = check_plan(plan, ALGO_ENKF, -1_c_int, 'dk_enkf_cov')
+    if (status /= DK_OK) return
+    b = dtype_bytes(plan%dtype)
+    ptrs = [e, pht, c_null_ptr]
+    if (present(hpht)) ptrs(3) = hpht
+    status = wrap_all(plan, ptrs, [plan%n * plan%members * b, plan%n * plan%m * b, plan%m * plan%m * b], bufs)
+    if (status /= DK_OK) return
+    status = c_enkf_cov(plan%ptr, bufs(1), bufs(2), bufs(3))
+    call unwrap_all(ptrs, bufs)
+  end function
+
+  function enkf_cov_buffers(plan, e, pht, hpht) result(status)
+    type(dk_plan), intent(in) :: plan
+    type(dk_buffer), intent(in) :: e, pht
+    type(dk_buffer), intent(in), optional :: hpht
+    integer(c_int) :: status
+    type(c_ptr) :: h
+    h = c_null_ptr
+    if (present(hpht)) h = hpht%ptr
+    status = check_plan(plan, ALGO_ENKF, -1_c_int, 'dk_enkf_cov')
+    if (status == DK_OK) status = c_enkf_cov(plan%ptr, e%ptr, pht%ptr, h)
+  end function
+
+  function check_analysis(plan, dtype, sx, y, r) result(status)
+    type(dk_plan), intent(in) :: plan
+    integer(c_int), intent(in) :: dtype
+    integer(c_size_t), intent(in) :: sx(:)
+    real(c_double), intent(in) :: y(:), r(:)
+    integer(c_int) :: status
+    status = check_plan(plan, ALGO_ENKF, dtype, 'dk_enkf_analysis')
+    if (status == DK_OK .and. size(sx) > 0) &
+      status = check_shape(plan, 'dk_enkf_analysis', 'x', sx, [plan%members, plan%n])
+    if (status == DK_OK) status = check_shape(plan, 'dk_enkf_analysis', 'y', shape(y, c_size_t), [plan%m])
+    if (status == DK_OK) status = check_shape(plan, 'dk_enkf_analysis', 'r', shape(r, c_size_t), [plan%m])
+  end function
+
+  ! x(members, n) replaced by the analysis for observations y(m) with error
+  ! variances r(m), the perturbations of `seed`; inflation (default 1)
+  ! multiplies the forecast anomalies first.
+  function enkf_analysis_f32(plan, x, y, r, seed, inflation) result(status)
+    type(dk_plan), intent(in) :: plan
+    real(c_float), intent(inout), target, contiguous :: x(:, :)
+    real(c_double), intent(in), target, contiguous :: y(:), r(:)
+    integer(c_int64_t), intent(in) :: seed
+    real(c_double), intent(in), optional :: inflation
+    integer(c_int) :: status
+    real(c_double) :: infl
+    infl = 1
+    if (present(inflation)) infl = inflation
+    status = check_analysis(plan, DK_F32, shape(x, c_size_t), y, r)
+    if (status == DK_OK) status = c_enkf_analysis_host(plan%ptr, c_loc(x), c_loc(y), c_loc(r), seed, infl)
+  end function
+
+  function enkf_analysis_f64(plan, x, y, r, seed, inflation) result(status)
+    type(dk_plan), intent(in) :: plan
+    real(c_double), intent(inout), target, contiguous :: x(:, :)
+    real(c_double), intent(in), target, contiguous :: y(:), r(:)
+    integer(c_int64_t), intent(in) :: seed
+    real(c_double), intent(in), optional :: inflation
+    integer(c_int) :: status
+    real(c_double) :: infl
+    infl = 1
+    if (present(inflation)) infl = inflation
+    status = check_analysis(plan, DK_F64, shape(x, c_size_t), y, r)
+    if (status == DK_OK) status = c_enkf_analysis_host(plan%ptr, c_loc(x), c_loc(y), c_loc(r), seed, infl)
+  end function
+
+  ! x: a device pointer of the plan's context; y and r stay on the host.
+  function enkf_analysis_device(plan, x, y, r, seed, inflation) result(status)
+    type(dk_plan), intent(in) :: plan
+    type(c_ptr), intent(in) :: x
+    real(c_double), intent(in), target, contiguous :: y(:), r(:)
+    integer(c_int64_t), intent(in) :: seed
+    real(c_double), intent(in), optional :: inflation
+    integer(c_int) :: status
+    real(c_double) :: infl
+    type(c_ptr) :: bufs(1)
+    integer(c_size_t), allocatable :: none(:)
+    infl = 1
+    if (present(inflation)) infl = inflation
+    allocate(none(0))
+    status = check_analysis(plan, -1_c_int, none, y, r)
+    if (status /= DK_OK) return
+    status = wrap_all(plan, [x], [plan%n * plan%members * dtype_bytes(plan%dtype)], bufs)
+    if (status /= DK_OK) return
+    status = c_enkf_analysis(plan%ptr, bufs(1), c_loc(y), c_loc(r), seed, infl)
+    call unwrap_all([x], bufs)
+  end function
+
+  ! ---- kmeans ----
+
+  function dk_kmeans_plan_create(ctx, desc, plan, variant) result(status)
+    type(dk_context), intent(in) :: ctx
+    type(dk_kmeans_desc), intent(in) :: desc
+    type(dk_plan), intent(out) :: plan
+    character(len=*), intent(in), optional :: variant
+    integer(c_int) :: status
+    type(dk_kmeans_desc) :: d
+    character(kind=c_char), allocatable, target :: name(:)
+    call dkf_error_clear()
+    d = desc
+    if (present(variant)) then
+      call to_c(variant, name)
+      d%variant = c_loc(name)
+    end if
+    status = c_kmeans_plan_create(ctx%ptr, d, plan%ptr)
+    if (status /= DK_OK) return
+    status = plan_opened(plan, ctx, ALGO_KMEANS, DK_F32)
+    plan%n = d%n
+    plan%d = d%d
+    plan%k = d%k
+    plan%layout = d%layout
+  end function
+
+  ! points(d, n) point-major or points(n, d) feature-major; init and
+  ! centroids (d, k); labels(n) get 0-based cluster indices (-1: masked);
+  ! mask(n) (optional, 0 excludes a point); result (optional) the iterations,
+  ! objective and last centroid move.
+  function kmeans_host(plan, points, init, labels, centroids, mask, result) result(status)
+    type(dk_plan), intent(in) :: plan
+    real(c_float), intent(in), target, contiguous :: points(:, :), init(:, :)
+    integer(c_int32_t), intent(inout), target, contiguous :: labels(:)
+    real(c_float), intent(inout), target, contiguous :: centroids(:, :)
+    integer(c_int8_t), intent(in), target, contiguous, optional :: mask(:)
+    type(dk_kmeans_result), intent(out), target, optional :: result
+    integer(c_int) :: status
+    character(len=*), parameter :: who = 'dk_kmeans_execute'
+    type(c_ptr) :: m, res
+    m = c_null_ptr
+    res = c_null_ptr
+    status = check_plan(plan, ALGO_KMEANS, DK_F32, who)
+    if (status /= DK_OK) return
+    if (plan%layout == DK_KMEANS_FEATURE_MAJOR) then
+      status = check_shape(plan, who, 'points', shape(points, c_size_t), [plan%n, plan%d])
+    else
+      status = check_shape(plan, who, 'points', shape(points, c_size_t), [plan%d, plan%n])
+    end if
+    if (status == DK_OK) status = check_shape(plan, who, 'init', shape(init, c_size_t), [plan%d, plan%k])
+    if (status == DK_OK) status = check_shape(plan, who, 'labels', shape(labels, c_size_t), [plan%n])
+    if (status == DK_OK) status = check_shape(plan, who, 'centroids', shape(centroids, c_size_t), [plan%d, plan%k])
+    if (status == DK_OK .and. present(mask)) &
+      status = check_shape(plan, who, 'mask', shape(mask, c_size_t), [plan%n])
+    if (status /= DK_OK) return
+    if (present(mask)) m = c_loc(mask)
+    if (present(result)) res = c_loc(result)
+    status = c_kmeans_execute_host(plan%ptr, c_loc(points), m, c_loc(init), c_loc(labels), c_loc(centroids), res)
+  end function
+
+  ! The same on device pointers of the plan's context (centroids may be init).
+  function kmeans_device(plan, points, init, labels, centroids, mask, result) result(status)
+    type(dk_plan), intent(in) :: plan
+    type(c_ptr), intent(in) :: points, init, labels, centroids
+    type(c_ptr), intent(in), optional :: mask
+    type(dk_kmeans_result), intent(out), target, optional :: result
+    integer(c_int) :: status
+    type(c_ptr) :: ptrs(5), bufs(5), res
+    integer(c_size_t) :: nd, kd
+    status = check_plan(plan, ALGO_KMEANS, -1_c_int, 'dk_kmeans_execute')
+    if (status /= DK_OK) return
+    res = c_null_ptr
+    if (present(result)) res = c_loc(result)
+    ptrs = [points, c_null_ptr, init, labels, centroids]
+    if (present(mask)) ptrs(2) = mask
+    nd = plan%n * plan%d * 4
+    kd = plan%k * plan%d * 4
+    status = wrap_all(plan, ptrs, [nd, plan%n, kd, plan%n * 4, kd], bufs)
+    if (status /= DK_OK) return
+    status = c_kmeans_execute(plan%ptr, bufs(1), bufs(2), bufs(3), bufs(4), bufs(5), res)
+    call unwrap_all(ptrs, bufs)
+  end function
+
+end module dakit

@@ -1,0 +1,17 @@
+#!/bin/sh
+# The man page of `dakit` (no COMMAND) or of `dakit COMMAND`, from its --help
+# with help2man; the one-line description is the command's line in
+# `dakit --help`.
+# usage: manpage.sh HELP2MAN DAKIT VERSION OUT [COMMAND]
+set -eu
+help2man=$1 dakit=$2 version=$3 out=$4 cmd=${5:-}
+if [ -z "$cmd" ]; then
+  name=$("$dakit" --help | sed -n '1s/^[^:]*: //p')
+  "$help2man" --no-info --version-string="$version" --name="$name" --output="$out" "$dakit"
+else
+  name=$("$dakit" --help | awk -v c="$cmd" '$1 == c { $1 = ""; sub(/^ +/, ""); print; exit }')
+  upper=$(echo "$cmd" | tr a-z A-Z)
+  "$help2man" --no-info --version-string="$version" --help-option="$cmd --help" --name="$name" "$dakit" |
+    sed -e "s/^\.TH DAKIT /.TH DAKIT-$upper /" -e "s/^dakit \\\\-/dakit-$cmd \\\\-/" > "$out.tmp"
+  mv "$out.tmp" "$out"
+fi
