@@ -282,11 +282,6 @@ static dk_status cuda_device_set_queue(void *device, void *queue, unsigned flags
         CUDA_TRY(cudaEventCreateWithFlags(&dev->caller_ready, cudaEventDisableTiming), "cudaEventCreate");
         CUDA_TRY(cudaEventCreateWithFlags(&dev->work_done, cudaEventDisableTiming), "cudaEventCreate");
     }
-    /* the previous caller's stream must not run ahead of work left for it */
-    if (dev->caller && dev->async && dev->caller != s) {
-        CUDA_TRY(cudaEventRecord(dev->work_done, dev->stream), "handing back the caller's stream");
-        CUDA_TRY(cudaStreamWaitEvent(dev->caller, dev->work_done, 0), "handing back the caller's stream");
-    }
     dev->caller = s;
     dev->async = s && (flags & DK_QUEUE_ASYNC);
     return DK_OK;

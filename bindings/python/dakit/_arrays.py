@@ -16,7 +16,7 @@ import numpy as np
 
 from . import _cuda
 from ._errors import invalid
-from ._native import C, DK_MEMORY_CUDA, DK_MEMORY_HOST, check
+from ._native import C, DK_MEMORY_CUDA, DK_MEMORY_HOST, DK_QUEUE_ASYNC, check
 
 
 class Operand:
@@ -262,18 +262,30 @@ class Buffers:
     """dakit buffers made for one call: the caller's memory wrapped, or new
     device memory; all destroyed at the end of the with block."""
 
-    def __init__(self, ctx):
+    def __init__(self, ctx, how=True):
         self.ctx = ctx
         self.handles = []
         self.wrapped = []  # (operand, handle)
+        self.stream = how if isinstance(how, Stream) else None
 
     def __enter__(self):
+        if self.stream is not None:
+            # the queue is the context's: one call at a time sets it
+            self.ctx._queue_lock.acquire()
+            try:
+                check(C.dk_context_set_queue(self.ctx.handle, int(self.stream), DK_QUEUE_ASYNC), self.ctx.handle)
+            except BaseException:
+                self.ctx._queue_lock.release()
+                raise
         return self
 
     def __exit__(self, *exc):
         for h in reversed(self.handles):
             C.dk_buffer_destroy(h)
         self.handles.clear()
+        if self.stream is not None:
+            C.dk_context_set_queue(self.ctx.handle, None, 0)
+            self.ctx._queue_lock.release()
         return False
 
     def wrap(self, op):
@@ -323,12 +335,23 @@ def usable_here(ctx, who, *ops):
     return device
 
 
+class Stream(int):
+    """The one CUDA stream the device operands of a call were produced on:
+    the call is queued on it (dk_context_set_queue, DK_QUEUE_ASYNC) instead
+    of the host waiting for it."""
+
+
 def zero_copy(ctx, who, *ops):
-    """True when the operands can be wrapped on ctx (host arrays on a host
-    backend, CUDA arrays on cuda, after waiting for the streams their
-    producers named); False when they go through the host calls."""
+    """How the operands reach C. False: through the host calls (copied).
+    True: wrapped, nothing to wait for. A Stream: wrapped, and the call is
+    ordered on that stream on the device (the producers of every device
+    operand named it). Operands naming different streams are waited for on
+    the host, and the call then blocks as before."""
     device = usable_here(ctx, who, *ops)
     if device:
-        _cuda.synchronize(ctx.native_device, [o.stream for o in device])
+        streams = {o.stream for o in device if o.stream is not None}
+        if len(streams) == 1 and ctx.takes_queues:
+            return Stream(streams.pop())
+        _cuda.synchronize(ctx.native_device, list(streams))
         return True
     return ctx.memory == DK_MEMORY_HOST

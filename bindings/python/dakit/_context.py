@@ -9,7 +9,7 @@ import weakref
 from typing import Dict, Tuple
 
 from ._errors import invalid
-from ._native import (ALGORITHMS, C, DEVICE_KINDS, DK_MEMORY_HOST, BackendInfo, Native, check, library_path,
+from ._native import (ALGORITHMS, C, DEVICE_KINDS, DK_MEMORY_CUDA, DK_MEMORY_HOST, BackendInfo, Native, check, library_path,
                       string_list, text)
 
 
@@ -45,6 +45,22 @@ class Context:
             self.memory = None
             self.native_device = 0
             self.native_context = self.native_queue = None
+        # CUDA arrays' streams are taken as the context's queue where the
+        # backend can order its work with one (dk_context_set_queue)
+        self._queue_lock = threading.Lock()
+        self.takes_queues = self.memory == DK_MEMORY_CUDA and \
+            C.dk_context_set_queue(handle, None, 0) == 0 and self._probe_queue(handle)
+
+    @staticmethod
+    def _probe_queue(handle):
+        # the legacy default stream is a queue every CUDA context can take
+        ok = C.dk_context_set_queue(handle, 1, 0) == 0
+        C.dk_context_set_queue(handle, None, 0)
+        return ok
+
+    def wait(self):
+        """Returns when every call on this context has finished its device work."""
+        check(C.dk_context_wait(self.handle), self.handle)
 
     @property
     def handle(self):

@@ -167,8 +167,9 @@ class GaussPlan(Plan):
             raise invalid("%s: out has shape %s; it must have x's shape %s" % (who, oo.shape, self.shape))
         with self._lock:
             handle, ctx = self.handle, self._ctx
-            if zero_copy(ctx, who, xo, oo):
-                with Buffers(ctx) as b:
+            how = zero_copy(ctx, who, xo, oo)
+            if how:
+                with Buffers(ctx, how) as b:
                     src = b.wrap(xo)
                     if xo.overlaps(oo) and not xo.same_memory(oo):
                         # partly overlapping views: filter a copy of x

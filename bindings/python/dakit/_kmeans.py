@@ -160,7 +160,8 @@ class KMeans:
         result = KMeansResult()
         with _KMeansPlan(desc, self.backend) as plan:
             ctx = plan.context
-            if zero_copy(ctx, who, xo, mo):
+            how = zero_copy(ctx, who, xo, mo)
+            if how:
                 if not xo.device:
                     # what dk_kmeans_execute_host checks before copying
                     check(C.dk_kmeans_check_points(ctypes.byref(desc), xo.ptr, None if mo is None else mo.ptr,
@@ -169,7 +170,7 @@ class KMeans:
                 if bad.size:
                     raise invalid("dakit.KMeans: initial centroid value %d is %g; it must be finite"
                                   % (bad[0], init.flat[bad[0]]))
-                with Buffers(ctx) as b:
+                with Buffers(ctx, how) as b:
                     if xo.device:  # device points: the small arrays travel through dakit buffers
                         bi = b.create(init.nbytes, init)
                         bl, bc = b.create(labels.nbytes), b.create(centers.nbytes)

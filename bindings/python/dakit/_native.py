@@ -24,6 +24,8 @@ DK_MAX_DIMS = 3
 DK_F32, DK_F64 = 0, 1
 # dk_memory_kind
 DK_MEMORY_HOST, DK_MEMORY_CUDA, DK_MEMORY_OPENCL = 0, 1, 2
+# dk_context_set_queue's flag
+DK_QUEUE_ASYNC = 1
 # dk_boundary, dk_gauss_mode
 BOUNDARIES = {"zero": 0, "constant": 1}
 GAUSS_MODES = {"exact": 0, "overlap": 1}
@@ -193,6 +195,8 @@ for _name, _res, _args in [
     ("dk_context_backend", c_char_p, [_ctx]),
     ("dk_context_device", c_char_p, [_ctx]),
     ("dk_context_native", c_int, [_ctx, POINTER(Native)]),
+    ("dk_context_set_queue", c_int, [_ctx, c_void_p, c_uint]),
+    ("dk_context_wait", c_int, [_ctx]),
     ("dk_buffer_create", c_int, [_ctx, c_size_t, _pbuf]),
     ("dk_buffer_wrap", c_int, [_ctx, c_int, c_void_p, c_size_t, _pbuf]),
     ("dk_buffer_destroy", None, [_buf]),

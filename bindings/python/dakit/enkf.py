@@ -154,9 +154,10 @@ class Plan(_Plan):
         ho = self._result(hpht_out, eo, (self.m, self.m), "hpht_out", who) if hpht or hpht_out is not None else None
         with self._lock:
             handle, ctx = self.handle, self._ctx
-            if zero_copy(ctx, who, eo, po, ho):
+            how = zero_copy(ctx, who, eo, po, ho)
+            if how:
                 _finite(eo, "an ensemble anomaly", who)
-                with Buffers(ctx) as b:
+                with Buffers(ctx, how) as b:
                     check(C.dk_enkf_cov(handle, b.wrap(eo), b.wrap(po), b.wrap(ho)), ctx.handle)
             else:
                 check(C.dk_enkf_cov_host(handle, eo.ptr, po.ptr, None if ho is None else ho.ptr), ctx.handle)
@@ -185,9 +186,10 @@ class Plan(_Plan):
             raise invalid("%s: out overlaps x without being x; pass out=x to update in place" % who)
         with self._lock:
             handle, ctx = self.handle, self._ctx
-            if zero_copy(ctx, who, xo, oo):
+            how = zero_copy(ctx, who, xo, oo)
+            if how:
                 _finite(xo, "a forecast ensemble", who)
-                with Buffers(ctx) as b:
+                with Buffers(ctx, how) as b:
                     bo = b.wrap(oo)
                     if not xo.same_memory(oo):
                         b.copy(bo, b.wrap(xo), xo.nbytes)
