@@ -31,7 +31,6 @@ typedef struct nccl_api {
     decltype(&ncclCommInitRankConfig) CommInitRankConfig;
     decltype(&ncclCommGetAsyncError) CommGetAsyncError;
     decltype(&ncclCommAbort) CommAbort;
-    decltype(&ncclCommDestroy) CommDestroy;
     decltype(&ncclAllReduce) AllReduce;
     decltype(&ncclSend) Send;
     decltype(&ncclRecv) Recv;
@@ -72,7 +71,6 @@ static void nccl_load(void)
     NCCL_SYM(CommInitRankConfig);
     NCCL_SYM(CommGetAsyncError);
     NCCL_SYM(CommAbort);
-    NCCL_SYM(CommDestroy);
     NCCL_SYM(AllReduce);
     NCCL_SYM(Send);
     NCCL_SYM(Recv);
@@ -253,9 +251,13 @@ static void cuda_comm_destroy(void *device, void *comm)
     cuda_comm *c = (cuda_comm *)comm;
     if (!c)
         return;
+    /* ncclCommAbort, not ncclCommDestroy: a local release that never waits
+     * for the peers (ncclCommDestroy finalizes, which waits for the whole
+     * communicator to be quiescent, and a peer may have gone back to host
+     * staging after a failure). Every call here has finished already. */
     if (c->nc && cudaSetDevice(dev->ordinal) == cudaSuccess) {
         cudaStreamSynchronize(dev->stream);
-        nccl.CommDestroy(c->nc);
+        nccl.CommAbort(c->nc);
     }
     (void)cudaGetLastError();
     free(c);
