@@ -172,6 +172,16 @@ static void load_plugin(const char *path)
         for (; v && *v && used < cap; v++)
             used += (size_t)snprintf(out + used, cap - used, "%s%s", used ? "," : "", *v);
     }
+    /* device-side communication: an incomplete table is ignored, not fatal */
+    const dk_comm_ops *c = p->comm;
+    if (c && (!c->name || !c->device_key || !c->make_id || !c->comm_create || !c->comm_destroy ||
+              !c->all_reduce_sum || !c->exchange || c->id_size == 0 || c->id_size > DK_COMM_ID_MAX)) {
+        dk_log(DK_LOG_WARN, "plugin %s: its device-side communication table lacks a required entry or has an id "
+               "size outside 1..%d; the distributed layer will stage through the host", real, DK_COMM_ID_MAX);
+        e->desc.comm = NULL;
+    }
+    if (p->comm)
+        snprintf(e->info.comm, sizeof e->info.comm, "%s", p->comm->name);
     e->backend.plugin = p;
 }
 

@@ -13,7 +13,8 @@
  *
  * HPHT = H PHT and H X are sums over state points: each rank adds the
  * terms of the points it owns in float64, then a reduction adds the ranks'
- * partial sums. The analysis solves (HPHT + R) Z = D once, on rank 0
+ * partial sums (dkm_sum: on the device where the backend offers it, else
+ * MPI). The analysis solves (HPHT + R) Z = D once, on rank 0
  * (LAPACKE dposv), and broadcasts Z; every rank then updates its own rows.
  * The observation perturbations come from dk_enkf_perturbations (keyed by
  * member and observation), so they do not depend on the number of ranks.
@@ -158,18 +159,6 @@ static size_t win_index(const dkm_enkf *e, size_t k)
 {
     size_t on = e->own.hi[2] - e->own.lo[2], wn = e->win.hi[2] - e->win.lo[2];
     return (k / on + e->own.lo[1] - e->win.lo[1]) * wn + k % on + e->own.lo[2] - e->win.lo[2];
-}
-
-static void sum_doubles(double *buf, size_t n, int root, MPI_Comm comm, int rank)
-{
-    for (size_t off = 0; off < n; off += CHUNK) {
-        int count = (int)(n - off < CHUNK ? n - off : CHUNK);
-        if (root < 0)
-            MPI_Allreduce(MPI_IN_PLACE, buf + off, count, MPI_DOUBLE, MPI_SUM, comm);
-        else
-            MPI_Reduce(rank == root ? MPI_IN_PLACE : (void *)(buf + off), buf + off, count, MPI_DOUBLE, MPI_SUM,
-                       root, comm);
-    }
 }
 
 static void bcast_doubles(double *buf, size_t n, int root, MPI_Comm comm)
@@ -604,6 +593,8 @@ DK_MPI_API dk_status dk_mpi_enkf_plan_create(dk_context *ctx, MPI_Comm comm, con
 
     MPI_Comm_dup(comm, &p->comm);
     free(boxes);
+    /* the reductions: HPHT, HX and the analysis's failure flag */
+    dkm_comm_setup(p, e->M * e->M + e->M * e->L + 1);
     *plan = p;
     return DK_OK;
 
@@ -734,7 +725,7 @@ DK_MPI_API dk_status dk_mpi_enkf_cov_host(dk_mpi_plan *plan, const void *e_local
                     for (size_t b = 0; b < M; b++)
                         h[a * M + b] += v * get(pht_local, e->dtype, k * M + b);
                 }
-        sum_doubles(h, M * M, -1, p->comm, p->rank);
+        dkm_sum(p, h, M * M, -1);
         for (size_t k = 0; k < M * M; k++)
             put(hpht, e->dtype, k, h[k]);
     }
@@ -899,7 +890,7 @@ DK_MPI_API dk_status dk_mpi_enkf_analysis_host(dk_mpi_plan *plan, void *x_local,
                     hx[a * L + l] += v * X[l];
             }
     *flag = o.status != DK_OK;
-    sum_doubles(e->red, M * M + M * L + 1, 0, p->comm, p->rank);
+    dkm_sum(p, e->red, M * M + M * L + 1, 0);
 
     /* 5. rank 0 solves (unless a rank failed), the outcome is agreed, Z is
      * broadcast and each rank updates its own rows */

@@ -98,7 +98,20 @@ struct dk_mpi_plan {
     void *work, *ext, *sendbuf, *recvbuf; /* host scratch */
     MPI_Request *requests;
     int nrequests;
+    struct dkm_comm *xfer; /* how reductions cross ranks (distributed/comm.c); NULL: MPI */
 };
+
+/* Collective, at the end of a plan's creation (p->comm, ctx, rank and size
+ * set): gives the plan a device communicator where every rank can have one
+ * (else host staging, with the reason in dk_mpi_plan_transport). Never
+ * fails: every problem on the way means host staging. max_doubles: the
+ * longest reduction the plan will make. */
+void dkm_comm_setup(struct dk_mpi_plan *p, size_t max_doubles);
+void dkm_comm_free(struct dk_mpi_plan *p); /* local */
+/* Collective: sums n doubles over the ranks, in place, on the plan's device
+ * communicator or through MPI; root < 0: the sum on every rank, else on
+ * root (others' buf then unspecified). */
+void dkm_sum(struct dk_mpi_plan *p, double *buf, size_t n, int root);
 
 void dkm_gauss_plan_free(struct dk_mpi_plan *p); /* local: frees without touching comm */
 void dkm_enkf_free(dkm_enkf *e);                 /* local; MPI datatypes freed unless MPI is finalized */

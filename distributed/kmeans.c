@@ -4,7 +4,8 @@
  *
  * Each iteration every rank labels its points under the current centroids,
  * adds its points into per-cluster sums (double, point order) and counts,
- * and one MPI_Allreduce adds the ranks' sums; rank 0 rounds the means to
+ * and one reduction adds the ranks' sums (dkm_sum: on the device where the
+ * backend offers it, else MPI_Allreduce); rank 0 rounds the means to
  * float (empty clusters keep their centroid) and broadcasts them, so every
  * rank holds the same bits. move and the stop rule are dakit/kmeans.h's.
  *
@@ -207,6 +208,8 @@ DK_MPI_API dk_status dk_mpi_kmeans_plan_create(dk_context *ctx, MPI_Comm comm, c
         dkm_gauss_plan_free(p);
         return st;
     }
+    /* the reductions: per-cluster sums, counts and the failure flag */
+    dkm_comm_setup(p, (size_t)d.k * (size_t)d.d + (size_t)d.k + 1);
     *plan = p;
     return DK_OK;
 }
@@ -400,7 +403,7 @@ DK_MPI_API dk_status dk_mpi_kmeans_execute_host(dk_mpi_plan *plan, const float *
                 sum[(size_t)l * d->d + f] += points_local[i * (size_t)d->d + f];
         }
         sum[kd + (size_t)d->k] = oc.status != DK_OK; /* a failure flag rides along */
-        MPI_Allreduce(MPI_IN_PLACE, sum, (int)(kd + (size_t)d->k + 1), MPI_DOUBLE, MPI_SUM, p->comm);
+        dkm_sum(p, sum, kd + (size_t)d->k + 1, -1);
         if (sum[kd + (size_t)d->k] != 0)
             break; /* agreed below */
         /* rank 0 rounds, every rank takes its bits */
@@ -441,7 +444,7 @@ DK_MPI_API dk_status dk_mpi_kmeans_execute_host(dk_mpi_plan *plan, const float *
         for (size_t i = 0; i < npts; i++)
             if (labels_local[i] >= 0)
                 obj += distance2(points_local + i * (size_t)d->d, C + (size_t)labels_local[i] * d->d, d->d);
-        MPI_Allreduce(MPI_IN_PLACE, &obj, 1, MPI_DOUBLE, MPI_SUM, p->comm);
+        dkm_sum(p, &obj, 1, -1);
         memcpy(centroids, C, kd * sizeof *C);
         if (result) {
             memset(result, 0, sizeof *result);

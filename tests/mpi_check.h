@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -33,7 +34,7 @@ static uint64_t mpi_check_hash(const char *s)
 
 /* A collective call that must fail on every rank with status want and the
  * same sentence, which contains `contains`. */
-static void expect_failure(const char *name, dk_status st, dk_status want, const char *contains)
+__attribute__((unused)) static void expect_failure(const char *name, dk_status st, dk_status want, const char *contains)
 {
     const char *msg = dk_mpi_last_error();
     uint64_t v[4] = {(uint64_t)st, mpi_check_hash(msg), ~(uint64_t)st, ~mpi_check_hash(msg)}, r[4];
@@ -80,6 +81,41 @@ static dk_context *mpi_test_begin(int *argc, char ***argv, const char *const *(*
     if (rank == 0)
         printf("%d rank(s), backend %s (%s)\n", size, dk_context_backend(ctx), dk_context_device(ctx));
     return ctx;
+}
+
+/* The plan's transport (dk_mpi_plan_transport) is the same on every rank
+ * and is what the backend, the rank count and DAKIT_MPI_COMM call for:
+ * host staging where the backend offers no device-side communication, at
+ * one rank, or under DAKIT_MPI_COMM=host; the device path under
+ * DAKIT_MPI_COMM=device where the backend offers it (unless its library
+ * cannot be loaded here); with several ranks, the device path or host
+ * staging with the reason (two ranks on one GPU). */
+__attribute__((unused)) static void check_transport(dk_context *ctx, const dk_mpi_plan *plan)
+{
+    const char *t = dk_mpi_plan_transport(plan), *mode = getenv("DAKIT_MPI_COMM");
+    char comm[64] = "";
+    dk_backend_info info;
+    for (int i = 0; i < dk_backend_count(); i++)
+        if (dk_backend_get(i, &info) == DK_OK && !strcmp(info.name, dk_context_backend(ctx)))
+            snprintf(comm, sizeof comm, "%s", info.comm);
+    int host = !strncmp(t, "host (MPI): ", 12), device = !strncmp(t, "device (", 8), ok;
+    if (mode && !strcmp(mode, "host"))
+        ok = host && strstr(t, "DAKIT_MPI_COMM=host");
+    else if (!comm[0] && (size > 1 || (mode && !strcmp(mode, "device"))))
+        ok = host && strstr(t, "offers no device-side communication");
+    else if (size == 1 && !(mode && !strcmp(mode, "device")))
+        ok = host && strstr(t, "one rank");
+    else if (size == 1)
+        ok = device || (host && strstr(t, "cannot be loaded"));
+    else
+        ok = device || host;
+    uint64_t v[2] = {mpi_check_hash(t), ~mpi_check_hash(t)}, r[2];
+    MPI_Allreduce(v, r, 2, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    ok = all_ranks(ok) && r[0] == ~r[1];
+    if (rank == 0)
+        printf("%-4s transport (backend comm: %s, DAKIT_MPI_COMM=%s): %s\n", ok ? "ok" : "FAIL",
+               comm[0] ? comm : "none", mode ? mode : "", t);
+    failures += !ok;
 }
 
 /* Closes the context and MPI; the exit status: 1 when any rank failed. */

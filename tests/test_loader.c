@@ -7,6 +7,7 @@
 
 #include <dakit/dakit.h>
 
+#include "../core/comm.h"
 #include "check.h"
 
 
@@ -69,6 +70,31 @@ int main(void)
         CHECK(dk_gbees_variants(octx) == NULL, "no gbees variants past the plugin's size");
         dk_context_destroy(octx);
     }
+    /* A plugin built before the comm slot was appended loads and offers no
+     * device-side communication; the poison word past its size is never
+     * read. The cpu plugin offers none either. */
+    const dk_backend_info *before = find(all, n, "before_comm.so");
+    CHECK(before && before->usable && before->comm[0] == '\0', "the pre-comm plugin loads with no comm: %s",
+          before ? before->reason : "not found");
+    dk_context *bctx = NULL;
+    CHECK(dk_context_create("beforecomm", &bctx) == DK_OK, "the pre-comm plugin opens: %s", dk_last_error(NULL));
+    if (bctx) {
+        CHECK(dk_comm_name(bctx) == NULL && dk_comm_id_size(bctx) == 0, "no comm past the plugin's size");
+        unsigned char id[DK_COMM_ID_MAX];
+        dk_comm *comm = NULL;
+        CHECK(dk_comm_make_id(bctx, id) == DK_ERR_NOT_IMPLEMENTED, "no id without comm");
+        CHECK(dk_comm_create(bctx, id, 1, 0, &comm) == DK_ERR_NOT_IMPLEMENTED && !comm,
+              "no communicator without comm: %s", dk_last_error(bctx));
+        CHECK(strstr(dk_last_error(bctx), "offers no device-side communication"), "the reason is said: %s",
+              dk_last_error(bctx));
+        dk_context_destroy(bctx);
+    }
+    const dk_backend_info *cpu_info = find(all, n, "dakit-cpu.so");
+    CHECK(cpu_info && cpu_info->comm[0] == '\0', "the cpu plugin offers no device-side communication");
+    const dk_backend_info *cuda_info = find(all, n, "dakit-cuda.so");
+    if (cuda_info)
+        printf("the cuda plugin's device-side communication: %s\n", cuda_info->comm[0] ? cuda_info->comm : "none");
+
     /* without a driver the cuda plugin says so, not "driver version is insufficient" */
     const dk_backend_info *cuda = find(all, n, "dakit-cuda.so");
     void *libcuda = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);

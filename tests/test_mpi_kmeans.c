@@ -145,6 +145,9 @@ static void run_case(dk_context *ctx, const tcase *c)
         failures++;
         goto out;
     }
+    static int transport_checked;
+    if (!transport_checked++)
+        check_transport(ctx, plan);
     size_t np = (hi - lo) * per;
     int32_t *lm = malloc((np + 1) * sizeof *lm);
     st = dk_mpi_kmeans_execute_host(plan, x + lo * per * dd, mask ? mask + lo * per : NULL, init, lm, cm, &rm);

@@ -354,6 +354,9 @@ static dk_status cuda_buffer_copy(void *device, void *dst, const void *src, size
 extern "C" const dk_enkf_ops dk_cuda_enkf_ops;     /* enkf/plan.cu */
 extern "C" const dk_kmeans_ops dk_cuda_kmeans_ops; /* kmeans.cu */
 extern "C" const dk_gbees_ops dk_cuda_gbees_ops;   /* gbees.cu */
+#ifdef DK_CUDA_HAVE_NCCL
+extern "C" const dk_comm_ops dk_cuda_comm_ops;     /* comm.cu */
+#endif
 
 static const dk_plugin cuda_plugin = {
     .abi_version = DK_PLUGIN_ABI_VERSION,
@@ -378,6 +381,9 @@ static const dk_plugin cuda_plugin = {
     .device_native = cuda_device_native,
     .device_set_queue = cuda_device_set_queue,
     .device_wait = cuda_device_wait,
+#ifdef DK_CUDA_HAVE_NCCL
+    .comm = &dk_cuda_comm_ops,
+#endif
 };
 
 extern "C" DK_PLUGIN_EXPORT const dk_plugin *DK_PLUGIN_ENTRY(void)

@@ -31,6 +31,11 @@ int cmd_info(int argc, char **argv)
                 if (b->variants[a][0])
                     printf("    %-7s variants: %s (--variant; default: %s)\n", algos[a], b->variants[a],
                            a == 1 ? "the cost model's pick" : "the first");
+            if (b->comm[0])
+                printf("  device-side comm: %s (libdakit-mpi reduces on the devices when each rank has its own)\n",
+                       b->comm);
+            else
+                printf("  device-side comm: none (libdakit-mpi stages through host memory and MPI)\n");
             int devices = b->device_count < DK_MAX_DEVICES ? b->device_count : DK_MAX_DEVICES;
             for (int d = 0; d < devices; d++) {
                 static const char *kinds[] = {"", ", cpu", ", gpu", ", accelerator"};

@@ -53,7 +53,8 @@ class BackendInfo(Structure):
                 ("device_count", c_int),
                 ("devices", DeviceInfo * DK_MAX_DEVICES),
                 ("algorithms", c_char * 128),
-                ("variants", (c_char * 160) * 4)]
+                ("variants", (c_char * 160) * 4),
+                ("comm", c_char * 64)]
 
 
 class Native(Structure):

@@ -150,6 +150,9 @@ typedef struct dk_backend_info {
     /* Per algorithm, in the order gauss, enkf, kmeans, gbees: the comma list
      * of the variants it offers, the default first ("" where not implemented). */
     char variants[4][160];
+    /* Device-side communication the plugin offers to libdakit-mpi ("nccl"),
+     * "" where none: the distributed layer then stages through the host. */
+    char comm[64];
 } dk_backend_info;
 
 /* Discovers plugins on first use (the build tree's plugin folders, the

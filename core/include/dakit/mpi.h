@@ -73,6 +73,12 @@ dk_status dk_mpi_gauss_plan_create(dk_context *ctx, MPI_Comm comm, const dk_gaus
  * filters in place. Returns when this rank's result is in out_local. */
 dk_status dk_mpi_gauss_execute_host(dk_mpi_plan *plan, const void *in_local, void *out_local);
 
+/* How the plan's reductions cross ranks: "device (nccl)" where every rank's
+ * backend offers device-side communication on a device of its own, else
+ * "host (MPI): " and the reason (docs/distributed.md, "Device-side
+ * communication"). The same on every rank. Never NULL. */
+const char *dk_mpi_plan_transport(const dk_mpi_plan *plan);
+
 /* Collective (it frees the plan's communicator). NULL is ignored. Frees
  * gauss and enkf plans alike. */
 void dk_mpi_plan_destroy(dk_mpi_plan *plan);

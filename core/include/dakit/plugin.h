@@ -91,6 +91,56 @@ static inline long dk_tuning_long(const char *name, long fallback, long lo, long
     return (errno || *end || x < lo || x > hi) ? fallback : x;
 }
 
+/* ---- device-side communication (optional) ----
+ * A plugin whose devices exchange data directly (the cuda plugin through
+ * NCCL) offers these to libdakit-mpi, which otherwise stages everything
+ * through host memory and MPI. The layer makes the unique id on rank 0,
+ * broadcasts it over MPI and has every rank call comm_create: the plugin's
+ * library does its own bootstrap, the core carries no transport of its own.
+ * docs/plugins.md, "Device-side communication", has the whole contract. */
+
+#define DK_COMM_ID_MAX 256 /* largest unique id a plugin may ask for */
+#define DK_COMM_KEY_LEN 64 /* a device key, NUL-terminated */
+
+/* One side of a point-to-point transfer of a grouped exchange. */
+typedef struct dk_comm_transfer {
+    int peer;      /* rank in the communicator (may be the caller's own) */
+    int recv;      /* 0: send to peer; 1: receive from peer */
+    void *buffer;  /* a buffer handle of the communicator's device */
+    size_t offset; /* bytes into the buffer */
+    size_t bytes;
+} dk_comm_transfer;
+
+typedef struct dk_comm_ops {
+    /* Required: the library's short name ("nccl"), shown by `dakit info`. */
+    const char *name;
+    /* Required: bytes of the unique id (<= DK_COMM_ID_MAX). */
+    size_t id_size;
+    /* Required: a string naming the physical device, the same in every
+     * process that uses it (a GPU's UUID), so that the layer sees two ranks
+     * on one device before asking the library. Fails (with the reason) when
+     * this device cannot communicate now, e.g. the library is not installed;
+     * the layer then stages through the host. */
+    dk_status (*device_key)(void *device, char key[DK_COMM_KEY_LEN], dk_msg *msg);
+    /* Required: fills id (id_size bytes); called on rank 0 only. */
+    dk_status (*make_id)(void *device, void *id, dk_msg *msg);
+    /* Required. Collective over nranks processes, each with its own device:
+     * a communicator from rank 0's id. Must not wait forever for a rank that
+     * never comes (a time limit); on failure nothing is left behind. */
+    dk_status (*comm_create)(void *device, const void *id, int nranks, int rank, void **comm, dk_msg *msg);
+    /* Required: releases comm (local; every rank calls it). */
+    void (*comm_destroy)(void *device, void *comm);
+    /* Required. Collective: sums count values of dtype at element `offset`
+     * of buffer over all ranks, in place; finished when it returns. Every
+     * rank gets the same bits. */
+    dk_status (*all_reduce_sum)(void *device, void *comm, void *buffer, size_t offset, size_t count,
+                                dk_dtype dtype, dk_msg *msg);
+    /* Required. The n transfers as one group (no ordering between them, so
+     * a halo exchange cannot deadlock); finished when it returns. A send
+     * and a receive between two ranks must have the same bytes. */
+    dk_status (*exchange)(void *device, void *comm, const dk_comm_transfer *t, int n, dk_msg *msg);
+} dk_comm_ops;
+
 /* ---- the descriptor ---- */
 
 struct dk_gauss_ops;  /* dakit/gauss.h */
@@ -167,6 +217,9 @@ typedef struct dk_plugin {
     dk_status (*device_set_queue)(void *device, void *queue, unsigned flags, dk_msg *msg);
     /* Required with device_set_queue: returns when every entry's work is done. */
     dk_status (*device_wait)(void *device, dk_msg *msg);
+    /* Optional: device-side communication for libdakit-mpi (above); NULL:
+     * the layer stages through host memory and MPI. */
+    const dk_comm_ops *comm;
 } dk_plugin;
 
 #define DK_PLUGIN_SIZE ((uint32_t)sizeof(dk_plugin))

@@ -1,0 +1,145 @@
+/* Device-side communication for libdakit-mpi (core/comm.h): the context's
+ * dk_comm_ops behind the device lock, with dk_buffer turned into the
+ * plugin's handles and the plugin's sentence into the context's error. */
+#include <stdlib.h>
+
+#include "comm.h"
+#include "internal.h"
+
+struct dk_comm {
+    dk_context *ctx;
+    void *handle; /* the plugin's communicator */
+    int nranks, rank;
+};
+
+static const dk_comm_ops *ops_of(const dk_context *ctx)
+{
+    return ctx ? ctx->backend->plugin->comm : NULL;
+}
+
+static dk_status no_comm(dk_context *ctx, const char *what)
+{
+    return dk_fail(ctx, DK_ERR_NOT_IMPLEMENTED, "%s: backend '%s' offers no device-side communication", what,
+                   ctx ? ctx->backend->plugin->name : "?");
+}
+
+DK_API const char *dk_comm_name(const dk_context *ctx)
+{
+    const dk_comm_ops *c = ops_of(ctx);
+    return c ? c->name : NULL;
+}
+
+DK_API size_t dk_comm_id_size(const dk_context *ctx)
+{
+    const dk_comm_ops *c = ops_of(ctx);
+    return c ? c->id_size : 0;
+}
+
+DK_API dk_status dk_comm_device_key(dk_context *ctx, char key[DK_COMM_KEY_LEN])
+{
+    const dk_comm_ops *c = ops_of(ctx);
+    if (!c)
+        return no_comm(ctx, "dk_comm_device_key");
+    dk_msg msg = {{0}};
+    key[0] = '\0';
+    dk_device_enter(ctx);
+    dk_status st = c->device_key(ctx->device, key, &msg);
+    dk_device_leave(ctx);
+    key[DK_COMM_KEY_LEN - 1] = '\0';
+    return st == DK_OK ? DK_OK : dk_fail_msg(ctx, st, &msg, "naming the device for communication");
+}
+
+DK_API dk_status dk_comm_make_id(dk_context *ctx, void *id)
+{
+    const dk_comm_ops *c = ops_of(ctx);
+    if (!c)
+        return no_comm(ctx, "dk_comm_make_id");
+    dk_msg msg = {{0}};
+    dk_device_enter(ctx);
+    dk_status st = c->make_id(ctx->device, id, &msg);
+    dk_device_leave(ctx);
+    return st == DK_OK ? DK_OK : dk_fail_msg(ctx, st, &msg, "making a communicator id");
+}
+
+DK_API dk_status dk_comm_create(dk_context *ctx, const void *id, int nranks, int rank, dk_comm **out)
+{
+    const dk_comm_ops *c = ops_of(ctx);
+    *out = NULL;
+    if (!c)
+        return no_comm(ctx, "dk_comm_create");
+    if (nranks < 1 || rank < 0 || rank >= nranks)
+        return dk_fail(ctx, DK_ERR_INVALID_ARGUMENT, "dk_comm_create: rank %d of %d", rank, nranks);
+    dk_comm *comm = calloc(1, sizeof *comm);
+    if (!comm)
+        return dk_fail(ctx, DK_ERR_OUT_OF_MEMORY, "dk_comm_create: out of host memory");
+    dk_msg msg = {{0}};
+    dk_device_enter(ctx);
+    dk_status st = c->comm_create(ctx->device, id, nranks, rank, &comm->handle, &msg);
+    dk_device_leave(ctx);
+    if (st != DK_OK) {
+        free(comm);
+        return dk_fail_msg(ctx, st, &msg, "creating a device communicator");
+    }
+    comm->ctx = ctx;
+    comm->nranks = nranks;
+    comm->rank = rank;
+    *out = comm;
+    return DK_OK;
+}
+
+DK_API void dk_comm_destroy(dk_comm *comm)
+{
+    if (!comm)
+        return;
+    dk_device_enter(comm->ctx);
+    ops_of(comm->ctx)->comm_destroy(comm->ctx->device, comm->handle);
+    dk_device_leave(comm->ctx);
+    free(comm);
+}
+
+DK_API dk_status dk_comm_all_reduce_sum(dk_comm *comm, dk_buffer *buf, size_t offset, size_t count, dk_dtype dtype)
+{
+    dk_context *ctx = comm ? comm->ctx : NULL;
+    if (!comm || !buf || buf->ctx != ctx || (dtype != DK_F32 && dtype != DK_F64))
+        return dk_fail(ctx, DK_ERR_INVALID_ARGUMENT,
+                       "dk_comm_all_reduce_sum: a communicator, a buffer of its context and float32 or float64 "
+                       "are needed");
+    size_t es = dk_dtype_size(dtype);
+    if (offset > buf->bytes / es || count > buf->bytes / es - offset)
+        return dk_fail(ctx, DK_ERR_INVALID_ARGUMENT,
+                       "dk_comm_all_reduce_sum: values [%zu, %zu) do not fit a buffer of %zu bytes", offset,
+                       offset + count, buf->bytes);
+    dk_msg msg = {{0}};
+    dk_device_enter(ctx);
+    dk_status st = ops_of(ctx)->all_reduce_sum(ctx->device, comm->handle, buf->handle, offset, count, dtype, &msg);
+    dk_device_leave(ctx);
+    return st == DK_OK ? DK_OK : dk_fail_msg(ctx, st, &msg, "a device all-reduce");
+}
+
+DK_API dk_status dk_comm_exchange(dk_comm *comm, const dk_comm_move *moves, int n)
+{
+    dk_context *ctx = comm ? comm->ctx : NULL;
+    if (!comm || n < 0 || (n && !moves))
+        return dk_fail(ctx, DK_ERR_INVALID_ARGUMENT, "dk_comm_exchange: a communicator and n >= 0 moves are needed");
+    dk_comm_transfer *t = calloc((size_t)n + 1, sizeof *t);
+    if (!t)
+        return dk_fail(ctx, DK_ERR_OUT_OF_MEMORY, "dk_comm_exchange: out of host memory");
+    for (int i = 0; i < n; i++) {
+        const dk_comm_move *m = &moves[i];
+        if (m->peer < 0 || m->peer >= comm->nranks || !m->buffer || m->buffer->ctx != ctx ||
+            m->offset > m->buffer->bytes || m->bytes > m->buffer->bytes - m->offset) {
+            free(t);
+            return dk_fail(ctx, DK_ERR_INVALID_ARGUMENT,
+                           "dk_comm_exchange: transfer %d (peer %d of %d, bytes [%zu, %zu)) names no peer or does "
+                           "not fit a buffer of this context",
+                           i, m->peer, comm->nranks, m->offset, m->offset + m->bytes);
+        }
+        t[i] = (dk_comm_transfer){m->peer, m->recv != 0, m->buffer->handle, m->offset, m->bytes};
+    }
+    dk_msg msg = {{0}};
+    dk_device_enter(ctx);
+    dk_status st = ops_of(ctx)->exchange(ctx->device, comm->handle, t, n, &msg);
+    dk_device_leave(ctx);
+    free(t);
+    return st == DK_OK ? DK_OK : dk_fail_msg(ctx, st, &msg, "a device exchange");
+}

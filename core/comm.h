@@ -1,0 +1,36 @@
+/* Device-side communication, between libdakit and libdakit-mpi only: the
+ * layer reaches a context's dk_comm_ops (dakit/plugin.h) through these.
+ * Not installed and not public API; both libraries are built together.
+ * Each call takes the context's device lock and, on failure, sets the
+ * context's last error (dk_last_error) like every libdakit call. */
+#ifndef DAKIT_CORE_COMM_H
+#define DAKIT_CORE_COMM_H
+
+#include <dakit/plugin.h>
+
+typedef struct dk_comm dk_comm;
+
+/* A transfer of dk_comm_exchange: buffer is a dk_buffer of the
+ * communicator's context. */
+typedef struct dk_comm_move {
+    int peer;
+    int recv; /* 0: send; 1: receive */
+    dk_buffer *buffer;
+    size_t offset, bytes;
+} dk_comm_move;
+
+/* The context's device-side communication ("nccl"), or NULL when its
+ * plugin offers none. */
+const char *dk_comm_name(const dk_context *ctx);
+size_t dk_comm_id_size(const dk_context *ctx);
+dk_status dk_comm_device_key(dk_context *ctx, char key[DK_COMM_KEY_LEN]);
+dk_status dk_comm_make_id(dk_context *ctx, void *id);
+/* Collective over nranks processes. */
+dk_status dk_comm_create(dk_context *ctx, const void *id, int nranks, int rank, dk_comm **comm);
+void dk_comm_destroy(dk_comm *comm);
+/* Collective: sums count values of dtype at element offset of buf, in place. */
+dk_status dk_comm_all_reduce_sum(dk_comm *comm, dk_buffer *buf, size_t offset, size_t count, dk_dtype dtype);
+/* Collective between the peers named: the n transfers as one group. */
+dk_status dk_comm_exchange(dk_comm *comm, const dk_comm_move *moves, int n);
+
+#endif
