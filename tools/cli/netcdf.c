@@ -26,7 +26,8 @@ void array_set_command_line(int argc, char **argv)
     size_t at = 0;
     command_line[0] = '\0';
     for (int i = 0; i < argc && at < sizeof command_line - 1; i++) {
-        int n = snprintf(command_line + at, sizeof command_line - at, "%s%s", i ? " " : "", argv[i]);
+        const char *a = i ? argv[i] : "dakit"; /* not the build folder's path to it */
+        int n = snprintf(command_line + at, sizeof command_line - at, "%s%s", i ? " " : "", a);
         if (n < 0)
             break;
         at += (size_t)n;

@@ -19,13 +19,13 @@
 
 int radolan_grid_origin(size_t rows, size_t cols, double *x0, double *y0)
 {
-    /* DWD, RADOLAN/RADVOR-OP Kompositformat: the national 900 x 900 grid, the
-     * extended 1100 x 900 and the 1200 x 1100 composite (rows x cols) */
+    /* DWD, RADOLAN/RADVOR-OP Kompositformat: the national 900 x 900 grid
+     * (corners 46.9526N 3.5889E and 54.7405N 15.7208E) and the extended
+     * 1100 x 900 one (rows x cols) */
     static const struct {
         size_t rows, cols;
         double x0, y0;
-    } grids[] = {{900, 900, -523.4622, -4658.645}, {1100, 900, -443.4622, -4758.645},
-                 {1200, 1100, -543.4622, -4808.645}};
+    } grids[] = {{900, 900, -523.4622, -4658.645}, {1100, 900, -443.4622, -4758.645}};
     for (size_t g = 0; g < sizeof grids / sizeof grids[0]; g++)
         if (grids[g].rows == rows && grids[g].cols == cols) {
             *x0 = grids[g].x0;
@@ -119,7 +119,7 @@ dk_status radolan_labels_write(const char *path, const char *source, const radol
     double x0, y0;
     if (radolan_grid_origin(r->rows, r->cols, &x0, &y0) != 0)
         return FAIL(DK_ERR_FORMAT, "%s: the RADOLAN grid %zu x %zu is not one whose geolocation dakit knows "
-                    "(900 x 900, 1100 x 900, 1200 x 1100); write the labels as .npy", source, r->rows, r->cols);
+                    "(900 x 900, 1100 x 900); write the labels as .npy", source, r->rows, r->cols);
     char when[32] = "";
     radolan_time(source, when, sizeof when);
     size_t rows = r->rows, cols = r->cols;

@@ -38,8 +38,8 @@ static int draw_ppi(const odim_sweep *s, const int32_t *labels, const radar_resu
     int P = (int)(2 * s->nbins);
     if (P > 900)
         P = 900;
-    if (P < 64)
-        P = 64;
+    if (P < 480) /* room for the legend beside it */
+        P = 480;
     const double pix = 2 * max_ground / P; /* metres per pixel */
     radolan pic;
     memset(&pic, 0, sizeof pic);
