@@ -6,6 +6,7 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/netcdf.h"
 
 static void usage(FILE *f)
 {
@@ -43,6 +44,7 @@ int dakit_main(int argc, char **argv)
         printf("dakit %s\n", DK_VERSION_STRING);
         return 0;
     }
+    array_set_command_line(argc, argv); /* the history line of netCDF outputs */
     static const struct {
         const char *name;
         int (*run)(int, char **);

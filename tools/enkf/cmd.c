@@ -8,6 +8,7 @@
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "cli/image.h"
+#include "cli/netcdf.h"
 #include "cli/npy.h"
 #include "cli/output.h"
 
@@ -25,6 +26,9 @@ static void usage(FILE *f)
             "N x L anomalies in E.npy, C symmetric Toeplitz from its first row c (shape N) or\n"
             "block Toeplitz from an nx x ny table (shape nx x ny, N = nx*ny), H an M x N\n"
             "MatrixMarket coordinate file (as scipy.io.mmwrite writes it).\n"
+            "Every .npy may be a netCDF variable instead, FILE.nc:VAR[dim=i,...], and every\n"
+            "output a .nc file; --ens also takes an ensemble stored as (member, y, x) or\n"
+            "(y, x, member), or one file per member, 'mem_{:03d}.nc:T' (docs/formats.md).\n"
             "analysis replaces the forecast ensemble X (N x L) by the stochastic EnKF analysis;\n"
             "the observation perturbations come from Philox keyed by --seed, the same on every\n"
             "backend.\n"
@@ -176,6 +180,7 @@ static int parse(int argc, char **argv, inputs *in, int analysis)
 
 typedef struct loaded {
     npy_array ens, loc;
+    array_origin origin; /* the ensemble's, for netCDF outputs */
     double *loc64;
     dk_csr H;
     dk_enkf_desc desc;
@@ -195,14 +200,14 @@ static int load(const inputs *in, loaded *ld)
 {
     char err[512];
     memset(ld, 0, sizeof *ld);
-    if (npy_read(in->ens, &ld->ens, err, sizeof err) != DK_OK)
+    if (array_read_ensemble(in->ens, NULL, &ld->ens, &ld->origin, err, sizeof err) != DK_OK)
         return cli_error(CMD, 1, "%s", err);
     if (ld->ens.ndim != 2)
         return cli_error(CMD, 1, "%s has %d dimensions; the ensemble must be N x L", in->ens, ld->ens.ndim);
     size_t N = ld->ens.shape[0], L = ld->ens.shape[1];
     if (L < 2)
         return cli_error(CMD, 1, "%s has L = %zu member%s; at least 2 are needed", in->ens, L, L == 1 ? "" : "s");
-    if (npy_read(in->loc, &ld->loc, err, sizeof err) != DK_OK)
+    if (array_read(in->loc, NULL, &ld->loc, NULL, err, sizeof err) != DK_OK)
         return cli_error(CMD, 1, "%s", err);
     dk_enkf_desc_init(&ld->desc);
     ld->desc.dtype = in->dtype;
@@ -250,17 +255,23 @@ static int load(const inputs *in, loaded *ld)
     return -1;
 }
 
-static int write_f64(const char *path, const void *data, dk_dtype t, size_t rows, size_t cols)
+/* A result in float64: the analysis ensemble in its input's layout (ens),
+ * PHT over the state and the observations, HPHT plain. */
+static int write_f64(const char *path, const char *name, const void *data, dk_dtype t, size_t rows, size_t cols,
+                     const array_origin *ens)
 {
-    npy_array a = {.dtype = DK_F64, .ndim = 2, .shape = {rows, cols}, .count = rows * cols};
     double *d = malloc((rows * cols > 0 ? rows * cols : 1) * sizeof *d);
     if (!d)
         return cli_error(CMD, 1, "out of memory");
     for (size_t k = 0; k < rows * cols; k++)
         d[k] = t == DK_F32 ? (double)((const float *)data)[k] : ((const double *)data)[k];
-    a.data = d;
     char err[4200];
-    dk_status st = npy_write(path, &a, err, sizeof err);
+    size_t shape[2] = {rows, cols};
+    dk_status st = !strcmp(name, "analysis")
+                       ? array_write_ensemble(path, d, rows, cols, ens, err, sizeof err)
+                   : !strcmp(name, "PHT")
+                       ? array_write_state_by(path, name, d, rows, cols, ens, "observation", err, sizeof err)
+                       : array_write(path, name, ARRAY_F64, 2, shape, d, NULL, 0, err, sizeof err);
     free(d);
     return st == DK_OK ? 0 : cli_error(CMD, 1, "%s", err);
 }
@@ -314,8 +325,8 @@ static int run_cov(int argc, char **argv)
                 ld.desc.members, M, (size_t)ld.H.indptr[M], dk_context_backend(ctx), dk_context_device(ctx),
                 dk_enkf_plan_variant(plan), (cli_now() - t0) * 1e3);
     }
-    if ((rc = write_f64(in.out, pht, in.dtype, N, M)) != 0 ||
-        (in.hpht && (rc = write_f64(in.hpht, hpht, in.dtype, M, M)) != 0))
+    if ((rc = write_f64(in.out, "PHT", pht, in.dtype, N, M, &ld.origin)) != 0 ||
+        (in.hpht && (rc = write_f64(in.hpht, "HPHT", hpht, in.dtype, M, M, &ld.origin)) != 0))
         goto done;
     rc = 0;
 done:
@@ -331,7 +342,7 @@ static double *read_vector(const char *path, size_t m, const char *what)
 {
     npy_array a;
     char err[512];
-    if (npy_read(path, &a, err, sizeof err) != DK_OK) {
+    if (array_read(path, NULL, &a, NULL, err, sizeof err) != DK_OK) {
         cli_error(CMD, 1, "%s", err);
         return NULL;
     }
@@ -382,7 +393,7 @@ static int run_analysis(int argc, char **argv)
             goto done;
         }
     }
-    rc = write_f64(in.out, ld.data, in.dtype, ld.desc.n, ld.desc.members);
+    rc = write_f64(in.out, "analysis", ld.data, in.dtype, ld.desc.n, ld.desc.members, &ld.origin);
 done:
     free(y);
     free(r);

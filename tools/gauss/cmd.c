@@ -5,6 +5,7 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/netcdf.h"
 #include "cli/npy.h"
 #include "cli/output.h"
 
@@ -24,13 +25,16 @@ static int run_distributed(const char *cmd, const char *in_path, const char *out
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: dakit gauss --in X.npy --out Y.npy --sigma S[,S...] [options]\n"
+            "usage: dakit gauss --in X.npy|X.nc:VAR --out Y.npy|Y.nc --sigma S[,S...] [options]\n"
             "\n"
             "Gaussian convolution by the K-iterated first-order recursive filter, along\n"
             "the chosen axes of a 1-D, 2-D or 3-D float32/float64 C-order .npy array.\n"
             "\n"
-            "  --in X.npy            the input array\n"
-            "  --out Y.npy           the result: X's shape, in the compute precision\n"
+            "  --in X.npy            the input array, or a netCDF variable X.nc:VAR, with a hyperslab\n"
+            "                        X.nc:VAR[time=0,y=10:90] (docs/formats.md)\n"
+            "  --var VAR             the netCDF variable when --in names only the file\n"
+            "  --out Y.npy           the result: X's shape, in the compute precision; Y.nc writes\n"
+            "                        netCDF with X's dimensions, coordinates and attributes\n"
             "  --sigma S[,S,...]     standard deviation in grid units, one for all axes or one per\n"
             "                        filtered axis\n"
             "  --K N                 filter iterations per axis, each a forward and a backward pass,\n"
@@ -59,7 +63,7 @@ int cmd_gauss(int argc, char **argv)
 {
     const char *cmd = "gauss";
     const char *in_path = NULL, *out_path = NULL, *sigma_s = NULL, *axes_s = NULL, *backend = NULL;
-    const char *dtype_s = NULL;
+    const char *dtype_s = NULL, *var = NULL;
     dk_gauss_desc d;
     dk_gauss_desc_init(&d);
     int use_reference = 0;
@@ -80,6 +84,8 @@ int cmd_gauss(int argc, char **argv)
             in_path = v;
         else if (!strcmp(a, "--out"))
             out_path = v;
+        else if (!strcmp(a, "--var"))
+            var = v;
         else if (!strcmp(a, "--sigma"))
             sigma_s = v;
         else if (!strcmp(a, "--axes"))
@@ -203,7 +209,8 @@ int cmd_gauss(int argc, char **argv)
     if (output_check(out_path, err, sizeof err) != 0)
         return cli_error(cmd, 1, "%s", err);
     npy_array x;
-    if (npy_read(in_path, &x, err, sizeof err) != DK_OK)
+    array_origin origin;
+    if (array_read(in_path, var, &x, &origin, err, sizeof err) != DK_OK)
         return cli_error(cmd, 1, "%s", err);
     int rc = 1;
     void *converted = NULL;
@@ -275,7 +282,8 @@ int cmd_gauss(int argc, char **argv)
         }
     }
     double t1 = cli_now();
-    if (npy_write(out_path, &x, err, sizeof err) != DK_OK) {
+    if (array_write(out_path, origin.netcdf ? origin.var : "data", x.dtype == DK_F64 ? ARRAY_F64 : ARRAY_F32, x.ndim,
+                    x.shape, x.data, &origin, 1, err, sizeof err) != DK_OK) {
         cli_error(cmd, 1, "%s", err);
         goto done;
     }

@@ -11,8 +11,12 @@
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "cli/image.h"
+#include "cli/netcdf.h"
 #include "cli/npy.h"
 #include "cli/output.h"
+#include "kmeans/labels_nc.h"
+#include "kmeans/odim.h"
+#include "kmeans/polar.h"
 #include "kmeans/radar.h"
 #include "kmeans/radolan.h"
 
@@ -20,7 +24,9 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: dakit kmeans --radolan FILE[.gz] --k K [--lambda L] [--window W] [--min-dbz Z]\n"
-            "                    [--labels L.npy] [--png clusters.png] [options]\n"
+            "                    [--labels L.npy|L.nc] [--png clusters.png] [options]\n"
+            "       dakit kmeans --odim VOLUME.h5 [--quantity DBZH] [--sweep N] --k K [radar options]\n"
+            "                    [--labels L.npy|L.nc] [--png ppi.png] [options]\n"
             "       dakit kmeans --in X.npy --k K [--init C0.npy] [--iters N] [--tol T]\n"
             "                    [--labels L.npy] [--centroids C.npy] [options]\n"
             "\n"
@@ -33,7 +39,15 @@ static void usage(FILE *f)
             "its interval's pixels) and clusters with the contiguity-weighted cost. The labels\n"
             "are an int32 rows x cols array in the file's row order (row 0 at the south edge),\n"
             "-1 where masked; the PNG shows the reflectivity beside the cluster map, north up,\n"
-            "with a legend.\n"
+            "with a legend. --labels L.nc writes CF netCDF on DWD's polar-stereographic grid\n"
+            "(x/y in km, lat/lon per pixel, product, time and unit as attributes).\n"
+            "\n"
+            "odim: one sweep of an ODIM_H5 polar volume (OPERA) clustered on its polar grid,\n"
+            "rays x bins, the contiguity window and the texture wrapping in azimuth\n"
+            "(docs/formats.md); labels int32 nrays x nbins (.nc: with azimuth, range and\n"
+            "lat/lon), the PNG a PPI, north up.\n"
+            "  --quantity Q       the ODIM quantity (default DBZH)\n"
+            "  --sweep N          the sweep, /datasetN, from 1 (default 1)\n"
             "  --k K              clusters, 1 to 256 (radar default 6)\n"
             "  --lambda L         weight of the feature distance against contiguity, 0 to 1; 1: no\n"
             "                     contiguity (default 0.7)\n"
@@ -42,9 +56,10 @@ static void usage(FILE *f)
             "  --texture-sigma S  Gaussian scale of the local mean and deviation, pixels, > 0 and\n"
             "                     <= 1e7 (default 2)\n"
             "\n"
-            "points: X.npy is float32 (n, d); C0.npy float32 (k, d) (default: feature 0's range\n"
+            "points: X.npy is float32 (n, d), or a netCDF variable X.nc:VAR (or --var VAR), any\n"
+            "float type; C0.npy float32 (k, d) (default: feature 0's range\n"
             "cut into k equal intervals, each centroid the mean of its interval's points).\n"
-            "L.npy gets int32 (n,), C.npy float32 (k, d).\n"
+            "L.npy gets int32 (n,), C.npy float32 (k, d); .nc names write netCDF.\n"
             "\n"
             "  --iters N          iteration limit, 1 to 1000000 (default 20)\n"
             "  --tol T            stop when no centroid moves by T or more, in feature units, >= 0\n"
@@ -68,6 +83,8 @@ int cmd_kmeans(int argc, char **argv)
     const char *cmd = "kmeans";
     const char *radolan_path = NULL, *in_path = NULL, *init_path = NULL, *labels_path = NULL;
     const char *centroids_path = NULL, *png_path = NULL, *backend = NULL, *variant = NULL;
+    const char *odim_path = NULL, *quantity = "DBZH", *var = NULL;
+    int sweep = 1;
     int k = -1, iters = 20, window = 5;
     double lambda = 0.7, tol = 0, min_dbz = 5, tsigma = 2;
     int use_reference = 0;
@@ -87,6 +104,14 @@ int cmd_kmeans(int argc, char **argv)
             radolan_path = v;
         else if (!strcmp(a, "--in"))
             in_path = v;
+        else if (!strcmp(a, "--odim"))
+            odim_path = v;
+        else if (!strcmp(a, "--quantity"))
+            quantity = v;
+        else if (!strcmp(a, "--sweep"))
+            bad = cli_int(cmd, a, v, 1, 1000, &sweep);
+        else if (!strcmp(a, "--var"))
+            var = v;
         else if (!strcmp(a, "--init"))
             init_path = v;
         else if (!strcmp(a, "--labels"))
@@ -121,9 +146,12 @@ int cmd_kmeans(int argc, char **argv)
         if (bad)
             return bad;
     }
-    if (!radolan_path == !in_path)
-        return cli_error(cmd, 2, "give either --radolan FILE or --in X.npy (dakit kmeans --help)");
-    if (radolan_path && k < 0)
+    if (!!radolan_path + !!in_path + !!odim_path != 1)
+        return cli_error(cmd, 2, "give one of --radolan FILE, --odim FILE or --in X.npy (dakit kmeans --help)");
+    if (odim_path && !odim_available())
+        return cli_error(cmd, 2, "--odim: this dakit was built without HDF5, so without ODIM_H5 support (install "
+                                 "libhdf5-dev, e.g. by tools/setup, and build again)");
+    if ((radolan_path || odim_path) && k < 0)
         k = 6;
     if (k < 1)
         return cli_error(cmd, 2, "--k is required with --in: a number of clusters from 1 to %d", DK_KMEANS_MAX_K);
@@ -141,6 +169,12 @@ int cmd_kmeans(int argc, char **argv)
         return cli_error(cmd, 1, "%s", dk_last_error(NULL));
     int rc = 1;
 
+    if (odim_path) {
+        radar_options o = {k, lambda, window, min_dbz, tsigma, iters, tol, variant};
+        rc = polar_kmeans(ctx, odim_path, quantity, sweep, &o, labels_path, png_path);
+        dk_context_destroy(ctx);
+        return rc;
+    }
     if (radolan_path) {
         radolan r;
         if (radolan_read(radolan_path, &r, err, sizeof err) != DK_OK) {
@@ -160,9 +194,8 @@ int cmd_kmeans(int argc, char **argv)
             for (int c = 0; c < out.k; c++)
                 printf("  cluster %d: %zu pixels, mean %.1f dBZ, local mean %.1f, local std %.2f\n", c,
                        out.sizes[c], out.mean_value[c], out.mean_local[c], out.mean_std[c]);
-            size_t shape[2] = {r.rows, r.cols};
             rc = 0;
-            if (labels_path && npy_write_typed(labels_path, "<i4", 4, 2, shape, out.labels, err, sizeof err))
+            if (labels_path && radolan_labels_write(labels_path, radolan_path, &r, &out, &o, err, sizeof err))
                 rc = cli_error(cmd, 1, "%s", err);
             if (png_path && radar_png(&r, &out, png_path, err, sizeof err))
                 rc = cli_error(cmd, 1, "%s", err);
@@ -176,9 +209,20 @@ int cmd_kmeans(int argc, char **argv)
     }
 
     npy_array X = {0}, C0 = {0};
-    if (npy_read(in_path, &X, err, sizeof err) != DK_OK) {
+    array_origin origin;
+    if (array_read(in_path, var, &X, &origin, err, sizeof err) != DK_OK) {
         dk_context_destroy(ctx);
         return cli_error(cmd, 1, "%s", err);
+    }
+    if (origin.netcdf && X.dtype == DK_F64) { /* netCDF's doubles and integers: the features are float32 */
+        float *f = malloc((X.count ? X.count : 1) * sizeof *f);
+        for (size_t i = 0; f && i < X.count; i++)
+            f[i] = (float)((double *)X.data)[i];
+        if (f) {
+            free(X.data);
+            X.data = f;
+            X.dtype = DK_F32;
+        }
     }
     dk_kmeans_desc d;
     dk_kmeans_desc_init(&d);
@@ -240,12 +284,12 @@ int cmd_kmeans(int argc, char **argv)
     }
     report(&res, cli_now() - t0, use_reference ? "the serial reference" : dk_context_device(ctx));
     rc = 0;
-    if (labels_path && npy_write_typed(labels_path, "<i4", 4, 1, &d.n, labels, err, sizeof err))
+    if (labels_path && array_write(labels_path, "labels", ARRAY_I32, 1, &d.n, labels, &origin, 0, err, sizeof err))
         rc = cli_error(cmd, 1, "%s", err);
     if (centroids_path) {
         npy_array C = {.dtype = DK_F32, .ndim = 2, .shape = {(size_t)d.k, (size_t)d.d},
                        .count = (size_t)d.k * d.d, .data = cent};
-        if (npy_write(centroids_path, &C, err, sizeof err) != DK_OK)
+        if (array_write(centroids_path, "centroids", ARRAY_F32, 2, C.shape, C.data, NULL, 0, err, sizeof err) != DK_OK)
             rc = cli_error(cmd, 1, "%s", err);
     }
 out:

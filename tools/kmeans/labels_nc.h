@@ -1,0 +1,34 @@
+/* Cluster labels as CF netCDF, placed on the earth:
+ * - a RADOLAN composite's labels on DWD's polar-stereographic grid, with
+ *   x/y in km, lat/lon per pixel and a grid_mapping, the product, time and
+ *   unit as attributes;
+ * - an ODIM_H5 sweep's labels on its polar grid (azimuth, range), with the
+ *   radar's position, elevation and lat/lon per bin.
+ * A name not ending in .nc gets the int32 .npy of before. */
+#ifndef DAKIT_TOOLS_KMEANS_LABELS_NC_H
+#define DAKIT_TOOLS_KMEANS_LABELS_NC_H
+
+#include <dakit/dakit.h>
+
+#include "kmeans/odim.h"
+#include "kmeans/radar.h"
+#include "kmeans/radolan.h"
+
+/* The DWD RADOLAN grid: polar stereographic on a sphere of radius 6370.04
+ * km, true at 60 N, central meridian 10 E, 1 km pixels; the lower-left
+ * corner of the grid (x0, y0) in km for the grid sizes DWD publishes.
+ * 0, or -1 for an unknown size. */
+int radolan_grid_origin(size_t rows, size_t cols, double *x0, double *y0);
+/* Latitude and longitude (degrees) of the projection point (x, y) in km. */
+void radolan_latlon(double x, double y, double *lat, double *lon);
+/* The time in the header of the composite at path (gzip or plain) as ISO
+ * 8601 "YYYY-MM-DDThh:mmZ"; 0, or -1 when it cannot be read. */
+int radolan_time(const char *path, char *iso, size_t n);
+
+dk_status radolan_labels_write(const char *path, const char *source, const radolan *r, const radar_result *res,
+                               const radar_options *o, char *err, size_t len);
+dk_status odim_labels_write(const char *path, const char *source, const odim_sweep *s, int sweep,
+                            const int32_t *labels, const radar_result *res, const radar_options *o, char *err,
+                            size_t len);
+
+#endif
