@@ -165,17 +165,17 @@ static void sum_doubles(double *buf, size_t n, int root, MPI_Comm comm, int rank
     for (size_t off = 0; off < n; off += CHUNK) {
         int count = (int)(n - off < CHUNK ? n - off : CHUNK);
         if (root < 0)
-            MPI_Allreduce(MPI_IN_PLACE, buf + off, count, MPI_DOUBLE, MPI_SUM, comm);
+            DKM_COMM(comm, MPI_Allreduce(MPI_IN_PLACE, buf + off, count, MPI_DOUBLE, MPI_SUM, comm));
         else
-            MPI_Reduce(rank == root ? MPI_IN_PLACE : (void *)(buf + off), buf + off, count, MPI_DOUBLE, MPI_SUM,
-                       root, comm);
+            DKM_COMM(comm, MPI_Reduce(rank == root ? MPI_IN_PLACE : (void *)(buf + off), buf + off, count, MPI_DOUBLE,
+                                      MPI_SUM, root, comm));
     }
 }
 
 static void bcast_doubles(double *buf, size_t n, int root, MPI_Comm comm)
 {
     for (size_t off = 0; off < n; off += CHUNK)
-        MPI_Bcast(buf + off, (int)(n - off < CHUNK ? n - off : CHUNK), MPI_DOUBLE, root, comm);
+        DKM_COMM(comm, MPI_Bcast(buf + off, (int)(n - off < CHUNK ? n - off : CHUNK), MPI_DOUBLE, root, comm));
 }
 
 /* ---- checks on one rank ---- */
@@ -603,6 +603,7 @@ DK_MPI_API dk_status dk_mpi_enkf_plan_create(dk_context *ctx, MPI_Comm comm, con
         goto fail;
 
     MPI_Comm_dup(comm, &p->comm);
+    dkm_stats_attach(p);
     free(boxes);
     *plan = p;
     return DK_OK;
@@ -629,17 +630,19 @@ static void exchange(dk_mpi_plan *p, int is64, const void *src, const dkm_box *s
     int n = 0;
     for (int k = 0; k < e->recv.n; k++) {
         const dkm_peer *q = &e->recv.peer[k];
-        MPI_Irecv(rb + q->offset * unit, (int)dkm_box_count(&q->box), t, q->rank, 0, p->comm, &e->requests[n++]);
+        DKM_COMM(p->comm, MPI_Irecv(rb + q->offset * unit, (int)dkm_box_count(&q->box), t, q->rank, 0, p->comm,
+                                    &e->requests[n++]));
     }
     for (int k = 0; k < e->send.n; k++) {
         const dkm_peer *q = &e->send.peer[k];
         if (src)
             dkm_box_copy(sb + q->offset * unit, &q->box, src, sbox, &q->box, unit);
-        MPI_Isend(sb + q->offset * unit, (int)dkm_box_count(&q->box), t, q->rank, 0, p->comm, &e->requests[n++]);
+        DKM_COMM(p->comm, MPI_Isend(sb + q->offset * unit, (int)dkm_box_count(&q->box), t, q->rank, 0, p->comm,
+                                    &e->requests[n++]));
     }
     if (src && dst && src != dst)
         dkm_box_copy(dst, &e->win, src, sbox, &e->own, unit);
-    MPI_Waitall(n, e->requests, MPI_STATUSES_IGNORE);
+    DKM_COMM(p->comm, MPI_Waitall(n, e->requests, MPI_STATUSES_IGNORE));
     for (int k = 0; dst && k < e->recv.n; k++) {
         const dkm_peer *q = &e->recv.peer[k];
         dkm_box_copy(dst, &e->win, rb + q->offset * unit, &q->box, &q->box, unit);

@@ -47,17 +47,51 @@ int dist_single_process(const char *cmd, const char *s, const int *decomp, int n
 #include "cli/npy.h"
 #include "cli/output.h"
 
-int dist_begin(int *own)
+int dist_launched_size(void)
 {
-    /* started by a launcher with more than one rank: the distributed path;
-     * otherwise (no launcher, one rank) exactly the single-process one */
     static const char *size_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MV2_COMM_WORLD_SIZE"};
-    long world = 1;
+    long world = 0;
     for (size_t k = 0; k < sizeof size_vars / sizeof size_vars[0]; k++) {
         const char *e = getenv(size_vars[k]);
         if (e && atol(e) > world)
             world = atol(e);
     }
+    return (int)world;
+}
+
+int dist_relaunch(const char *cmd, int ranks, int argc, char **argv)
+{
+    char self[4096], nbuf[16], launcher[1024];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0)
+        return cli_error(cmd, 1, "cannot find this program's path to start it under mpirun: %s", strerror(errno));
+    self[n] = '\0';
+    const char *l = getenv("DAKIT_MPIRUN");
+    snprintf(launcher, sizeof launcher, "%s", l && *l ? l : "mpirun");
+    char **args = calloc((size_t)argc + 64, sizeof *args);
+    if (!args)
+        return cli_error(cmd, 1, "out of memory");
+    int k = 0;
+    for (char *w = strtok(launcher, " \t"); w && k < 56; w = strtok(NULL, " \t"))
+        args[k++] = w;
+    snprintf(nbuf, sizeof nbuf, "%d", ranks);
+    args[k++] = "-n";
+    args[k++] = nbuf;
+    args[k++] = self;
+    for (int i = 0; i < argc; i++)
+        args[k++] = argv[i];
+    fflush(stdout);
+    execvp(args[0], args);
+    int e = errno;
+    free(args);
+    return cli_error(cmd, 1, "cannot start %s (DAKIT_MPIRUN names the launcher): %s", launcher, strerror(e));
+}
+
+int dist_begin(int *own)
+{
+    /* started by a launcher with more than one rank: the distributed path;
+     * otherwise (no launcher, one rank) exactly the single-process one */
+    long world = dist_launched_size();
     int inited = 0, size = 1;
     *own = 0;
     MPI_Initialized(&inited);

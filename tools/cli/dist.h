@@ -29,6 +29,17 @@ int dist_single_process(const char *cmd, const char *s, const int *decomp, int n
 int dist_begin(int *own);
 void dist_end(int own);
 
+/* For `dakit conform|bench --ranks P`: the number of ranks the launcher
+ * started (from its environment), or 0 when this process was not started by
+ * one. */
+int dist_launched_size(void);
+/* Not under a launcher: runs this same command under mpirun with P ranks
+ * (argv: the subcommand's, argv[0] its name), replacing this process. The
+ * launcher is DAKIT_MPIRUN, words split at blanks (default "mpirun"; say
+ * "mpirun --oversubscribe" to start more ranks than cores). Returns only on
+ * failure, with the sentence printed: 1. */
+int dist_relaunch(const char *cmd, int ranks, int argc, char **argv);
+
 /* Collective on MPI_COMM_WORLD: 0 when no rank failed; else 1 on every rank
  * with the sentence of the lowest failing rank in msg (len bytes on every
  * rank). */
