@@ -164,7 +164,7 @@ static size_t win_index(const dkm_enkf *e, size_t k)
 static void bcast_doubles(double *buf, size_t n, int root, MPI_Comm comm)
 {
     for (size_t off = 0; off < n; off += CHUNK)
-        MPI_Bcast(buf + off, (int)(n - off < CHUNK ? n - off : CHUNK), MPI_DOUBLE, root, comm);
+        DKM_COMM(comm, MPI_Bcast(buf + off, (int)(n - off < CHUNK ? n - off : CHUNK), MPI_DOUBLE, root, comm));
 }
 
 /* ---- checks on one rank ---- */
@@ -592,6 +592,7 @@ DK_MPI_API dk_status dk_mpi_enkf_plan_create(dk_context *ctx, MPI_Comm comm, con
         goto fail;
 
     MPI_Comm_dup(comm, &p->comm);
+    dkm_stats_attach(p);
     free(boxes);
     /* the reductions: HPHT, HX and the analysis's failure flag */
     dkm_comm_setup(p, e->M * e->M + e->M * e->L + 1);
@@ -620,17 +621,19 @@ static void exchange(dk_mpi_plan *p, int is64, const void *src, const dkm_box *s
     int n = 0;
     for (int k = 0; k < e->recv.n; k++) {
         const dkm_peer *q = &e->recv.peer[k];
-        MPI_Irecv(rb + q->offset * unit, (int)dkm_box_count(&q->box), t, q->rank, 0, p->comm, &e->requests[n++]);
+        DKM_COMM(p->comm, MPI_Irecv(rb + q->offset * unit, (int)dkm_box_count(&q->box), t, q->rank, 0, p->comm,
+                                    &e->requests[n++]));
     }
     for (int k = 0; k < e->send.n; k++) {
         const dkm_peer *q = &e->send.peer[k];
         if (src)
             dkm_box_copy(sb + q->offset * unit, &q->box, src, sbox, &q->box, unit);
-        MPI_Isend(sb + q->offset * unit, (int)dkm_box_count(&q->box), t, q->rank, 0, p->comm, &e->requests[n++]);
+        DKM_COMM(p->comm, MPI_Isend(sb + q->offset * unit, (int)dkm_box_count(&q->box), t, q->rank, 0, p->comm,
+                                    &e->requests[n++]));
     }
     if (src && dst && src != dst)
         dkm_box_copy(dst, &e->win, src, sbox, &e->own, unit);
-    MPI_Waitall(n, e->requests, MPI_STATUSES_IGNORE);
+    DKM_COMM(p->comm, MPI_Waitall(n, e->requests, MPI_STATUSES_IGNORE));
     for (int k = 0; dst && k < e->recv.n; k++) {
         const dkm_peer *q = &e->recv.peer[k];
         dkm_box_copy(dst, &e->win, rb + q->offset * unit, &q->box, &q->box, unit);
@@ -725,7 +728,7 @@ DK_MPI_API dk_status dk_mpi_enkf_cov_host(dk_mpi_plan *plan, const void *e_local
                     for (size_t b = 0; b < M; b++)
                         h[a * M + b] += v * get(pht_local, e->dtype, k * M + b);
                 }
-        dkm_sum(p, h, M * M, -1);
+        DKM_COMM(p->comm, dkm_sum(p, h, M * M, -1));
         for (size_t k = 0; k < M * M; k++)
             put(hpht, e->dtype, k, h[k]);
     }
@@ -890,7 +893,7 @@ DK_MPI_API dk_status dk_mpi_enkf_analysis_host(dk_mpi_plan *plan, void *x_local,
                     hx[a * L + l] += v * X[l];
             }
     *flag = o.status != DK_OK;
-    dkm_sum(p, e->red, M * M + M * L + 1, 0);
+    DKM_COMM(p->comm, dkm_sum(p, e->red, M * M + M * L + 1, 0));
 
     /* 5. rank 0 solves (unless a rank failed), the outcome is agreed, Z is
      * broadcast and each rank updates its own rows */

@@ -348,6 +348,7 @@ DK_MPI_API dk_status dk_mpi_gauss_plan_create(dk_context *ctx, MPI_Comm comm, co
         goto fail;
 
     MPI_Comm_dup(comm, &p->comm);
+    dkm_stats_attach(p);
     free(boxes);
     *plan = p;
     return DK_OK;
@@ -366,17 +367,17 @@ static void exchange(dk_mpi_plan *p, const dkm_stage *s, const void *cur)
     char *rb = p->recvbuf, *sb = p->sendbuf;
     for (int k = 0; k < s->nrecv; k++) {
         const dkm_peer *q = &s->recv[k];
-        MPI_Irecv(rb + q->offset * p->esize, (int)dkm_box_count(&q->box), p->mtype, q->rank, s->axis, p->comm,
-                  &p->requests[n++]);
+        DKM_COMM(p->comm, MPI_Irecv(rb + q->offset * p->esize, (int)dkm_box_count(&q->box), p->mtype, q->rank, s->axis,
+                                    p->comm, &p->requests[n++]));
     }
     for (int k = 0; k < s->nsend; k++) {
         const dkm_peer *q = &s->send[k];
         dkm_box_copy(sb + q->offset * p->esize, &q->box, cur, &p->own, &q->box, p->esize);
-        MPI_Isend(sb + q->offset * p->esize, (int)dkm_box_count(&q->box), p->mtype, q->rank, s->axis, p->comm,
-                  &p->requests[n++]);
+        DKM_COMM(p->comm, MPI_Isend(sb + q->offset * p->esize, (int)dkm_box_count(&q->box), p->mtype, q->rank, s->axis,
+                                    p->comm, &p->requests[n++]));
     }
     dkm_box_copy(p->ext, &s->ext, cur, &p->own, &p->own, p->esize);
-    MPI_Waitall(n, p->requests, MPI_STATUSES_IGNORE);
+    DKM_COMM(p->comm, MPI_Waitall(n, p->requests, MPI_STATUSES_IGNORE));
     for (int k = 0; k < s->nrecv; k++) {
         const dkm_peer *q = &s->recv[k];
         dkm_box_copy(p->ext, &s->ext, rb + q->offset * p->esize, &q->box, &q->box, p->esize);

@@ -33,6 +33,20 @@ dk_status dkm_agree(MPI_Comm comm, const dkm_outcome *o, const char *what);
  * immediate, as there is no one to tell. */
 dk_status dkm_check_comm(MPI_Comm comm, const char *what);
 
+/* Communication time (dk_mpi_plan_stats): every MPI call that moves data
+ * while a plan executes goes through DKM_COMM(comm, call), which adds its
+ * wall time to the plan whose own communicator comm is (found through an
+ * attribute that dkm_stats_attach sets; calls on any other communicator,
+ * such as the caller's during plan creation, count nowhere). */
+void dkm_stats_attach(dk_mpi_plan *p); /* once p->comm exists */
+void dkm_comm_add(MPI_Comm comm, double seconds);
+#define DKM_COMM(comm, ...)                                                                                          \
+    do {                                                                                                             \
+        double dkm_t0_ = MPI_Wtime();                                                                                \
+        __VA_ARGS__;                                                                                                 \
+        dkm_comm_add((comm), MPI_Wtime() - dkm_t0_);                                                                 \
+    } while (0)
+
 /* A box of the global field in 3-D: an ndim-axis field is padded with
  * leading axes of extent 1, so axis a of the description is box axis
  * a + 3 - ndim. [lo, hi) along each axis. */
@@ -99,6 +113,7 @@ struct dk_mpi_plan {
     MPI_Request *requests;
     int nrequests;
     struct dkm_comm *xfer; /* how reductions cross ranks (distributed/comm.c); NULL: MPI */
+    dk_mpi_stats stats;
 };
 
 /* Collective, at the end of a plan's creation (p->comm, ctx, rank and size

@@ -210,6 +210,7 @@ DK_MPI_API dk_status dk_mpi_kmeans_plan_create(dk_context *ctx, MPI_Comm comm, c
     }
     /* the reductions: per-cluster sums, counts and the failure flag */
     dkm_comm_setup(p, (size_t)d.k * (size_t)d.d + (size_t)d.k + 1);
+    dkm_stats_attach(p);
     *plan = p;
     return DK_OK;
 }
@@ -286,14 +287,16 @@ static void exchange_halo(dk_mpi_plan *p, const dkm_kmeans *k, int32_t *prev, si
         /* receive: j's rows inside [plo, phi) */
         size_t a = jlo > plo ? jlo : plo, b = jhi < phi ? jhi : phi;
         if (a < b)
-            MPI_Irecv(prev + (a - plo) * cols, (int)((b - a) * cols), MPI_INT32_T, j, 7, p->comm, &req[n++]);
+            DKM_COMM(p->comm,
+                     MPI_Irecv(prev + (a - plo) * cols, (int)((b - a) * cols), MPI_INT32_T, j, 7, p->comm, &req[n++]));
         /* send: my rows inside j's widened band */
         size_t wlo = jlo > r ? jlo - r : 0, whi = jhi + r < rows ? jhi + r : rows;
         a = mlo > wlo ? mlo : wlo, b = mhi < whi ? mhi : whi;
         if (a < b)
-            MPI_Isend(prev + (a - plo) * cols, (int)((b - a) * cols), MPI_INT32_T, j, 7, p->comm, &req[n++]);
+            DKM_COMM(p->comm,
+                     MPI_Isend(prev + (a - plo) * cols, (int)((b - a) * cols), MPI_INT32_T, j, 7, p->comm, &req[n++]));
     }
-    MPI_Waitall(n, req, MPI_STATUSES_IGNORE);
+    DKM_COMM(p->comm, MPI_Waitall(n, req, MPI_STATUSES_IGNORE));
 }
 
 DK_MPI_API dk_status dk_mpi_kmeans_execute_host(dk_mpi_plan *plan, const float *points_local,
@@ -323,7 +326,7 @@ DK_MPI_API dk_status dk_mpi_kmeans_execute_host(dk_mpi_plan *plan, const float *
         h[0] = x, h[1] = ~x;
     }
     uint64_t hm[2];
-    MPI_Allreduce(h, hm, 2, MPI_UINT64_T, MPI_MIN, p->comm);
+    DKM_COMM(p->comm, MPI_Allreduce(h, hm, 2, MPI_UINT64_T, MPI_MIN, p->comm));
     if (init && (hm[0] != h[0] || hm[1] != h[1]))
         BAD("init is not the same on every rank");
     size_t valid = 0;
@@ -346,7 +349,7 @@ DK_MPI_API dk_status dk_mpi_kmeans_execute_host(dk_mpi_plan *plan, const float *
         }
     }
     unsigned long long vs = valid, total = 0;
-    MPI_Allreduce(&vs, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, p->comm);
+    DKM_COMM(p->comm, MPI_Allreduce(&vs, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, p->comm));
     if (oc.status == DK_OK && total < (unsigned long long)d->k)
         BAD("only %llu points are unmasked over all ranks, fewer than k = %d", total, d->k);
 
@@ -403,7 +406,7 @@ DK_MPI_API dk_status dk_mpi_kmeans_execute_host(dk_mpi_plan *plan, const float *
                 sum[(size_t)l * d->d + f] += points_local[i * (size_t)d->d + f];
         }
         sum[kd + (size_t)d->k] = oc.status != DK_OK; /* a failure flag rides along */
-        dkm_sum(p, sum, kd + (size_t)d->k + 1, -1);
+        DKM_COMM(p->comm, dkm_sum(p, sum, kd + (size_t)d->k + 1, -1));
         if (sum[kd + (size_t)d->k] != 0)
             break; /* agreed below */
         /* rank 0 rounds, every rank takes its bits */
@@ -416,7 +419,7 @@ DK_MPI_API dk_status dk_mpi_kmeans_execute_host(dk_mpi_plan *plan, const float *
                         tmp[j] = (float)(sum[j] / count[c]);
                     }
         }
-        MPI_Bcast(tmp, (int)kd, MPI_FLOAT, 0, p->comm);
+        DKM_COMM(p->comm, MPI_Bcast(tmp, (int)kd, MPI_FLOAT, 0, p->comm));
         move = 0.0;
         for (int c = 0; c < d->k; c++) {
             if (count[c] <= 0)
@@ -444,7 +447,7 @@ DK_MPI_API dk_status dk_mpi_kmeans_execute_host(dk_mpi_plan *plan, const float *
         for (size_t i = 0; i < npts; i++)
             if (labels_local[i] >= 0)
                 obj += distance2(points_local + i * (size_t)d->d, C + (size_t)labels_local[i] * d->d, d->d);
-        dkm_sum(p, &obj, 1, -1);
+        DKM_COMM(p->comm, dkm_sum(p, &obj, 1, -1));
         memcpy(centroids, C, kd * sizeof *C);
         if (result) {
             memset(result, 0, sizeof *result);

@@ -42,7 +42,7 @@ dk_status dkm_agree(MPI_Comm comm, const dkm_outcome *o, const char *what)
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &size);
     mine = o->status == DK_OK ? size : rank;
-    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm);
+    DKM_COMM(comm, MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
     if (first == size)
         return DK_OK;
     struct {
@@ -54,7 +54,7 @@ dk_status dkm_agree(MPI_Comm comm, const dkm_outcome *o, const char *what)
         m.status = (int)o->status;
         memcpy(m.msg, o->msg, sizeof m.msg);
     }
-    MPI_Bcast(&m, (int)sizeof m, MPI_BYTE, first, comm);
+    DKM_COMM(comm, MPI_Bcast(&m, (int)sizeof m, MPI_BYTE, first, comm));
     m.msg[sizeof m.msg - 1] = '\0';
     return dkm_fail((dk_status)m.status, "%s: rank %d of %d: %s", what, first, size, m.msg);
 }
@@ -232,6 +232,43 @@ DK_MPI_API dk_status dk_mpi_decompose(MPI_Comm comm, int ndim, const size_t shap
         part->offset[a] = c * d + (c < r ? c : r);
         part->extent[a] = d + (c < r ? 1 : 0);
     }
+    return DK_OK;
+}
+
+static int stats_key = MPI_KEYVAL_INVALID;
+
+void dkm_stats_attach(dk_mpi_plan *p)
+{
+    /* a duplicate of the plan's communicator does not inherit the attribute */
+    if (stats_key == MPI_KEYVAL_INVALID &&
+        MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, MPI_COMM_NULL_DELETE_FN, &stats_key, NULL) != MPI_SUCCESS)
+        return;
+    MPI_Comm_set_attr(p->comm, stats_key, &p->stats);
+}
+
+void dkm_comm_add(MPI_Comm comm, double seconds)
+{
+    dk_mpi_stats *s = NULL;
+    int found = 0;
+    if (stats_key == MPI_KEYVAL_INVALID || MPI_Comm_get_attr(comm, stats_key, &s, &found) != MPI_SUCCESS || !found)
+        return;
+    s->comm_seconds += seconds;
+    s->comm_calls++;
+}
+
+DK_MPI_API dk_status dk_mpi_plan_stats(const dk_mpi_plan *plan, dk_mpi_stats *stats)
+{
+    if (!plan || !stats)
+        return dkm_fail(DK_ERR_INVALID_ARGUMENT, "dk_mpi_plan_stats: plan and stats must not be NULL");
+    *stats = plan->stats;
+    return DK_OK;
+}
+
+DK_MPI_API dk_status dk_mpi_plan_stats_reset(dk_mpi_plan *plan)
+{
+    if (!plan)
+        return dkm_fail(DK_ERR_INVALID_ARGUMENT, "dk_mpi_plan_stats_reset: plan must not be NULL");
+    memset(&plan->stats, 0, sizeof plan->stats);
     return DK_OK;
 }
 

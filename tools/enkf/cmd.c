@@ -7,6 +7,7 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/dist.h"
 #include "cli/image.h"
 #include "cli/netcdf.h"
 #include "cli/npy.h"
@@ -45,6 +46,10 @@ static void usage(FILE *f)
             "  --dtype f64|f32       compute precision (default f64)\n"
             "  --backend NAME        cuda, opencl, cpu, auto or a comma list (default: DAKIT_BACKEND/auto)\n"
             "  --reference           use the serial reference instead of a backend\n"
+            "  --decomp A[xB]        under mpirun with more than one rank: the pieces of the state\n"
+            "                        per axis (one number for a 1-D c, AxB over nx x ny for a 2-D c),\n"
+            "                        their product the number of ranks (default: contiguous ranges of\n"
+            "                        rows); each rank reads and writes only its rows\n"
             "\n"
             "l96 options (40 variables, F = 8, every variable observed each cycle with variance 1):\n"
             "  --members L           ensemble members, 2 to 4096 (default 20)\n"
@@ -80,18 +85,21 @@ static double value_of(const npy_array *a, size_t k)
     return a->dtype == DK_F32 ? (double)((const float *)a->data)[k] : ((const double *)a->data)[k];
 }
 
-/* The array as float64 (a new allocation), after checking every value is finite. */
-static double *as_f64(const npy_array *a, const char *path)
+/* The array as float64 (a new allocation), after checking every value is
+ * finite; NULL with the sentence in msg. index (may be NULL) maps an element
+ * to its index in the whole file, for the sentence. */
+static double *as_f64(const npy_array *a, const char *path, size_t (*index)(const void *, size_t), const void *arg,
+                      char *msg, size_t len)
 {
     double *d = malloc((a->count ? a->count : 1) * sizeof *d);
     if (!d) {
-        cli_error(CMD, 1, "out of memory reading %s", path);
+        snprintf(msg, len, "out of memory reading %s", path);
         return NULL;
     }
     for (size_t k = 0; k < a->count; k++) {
         d[k] = value_of(a, k);
         if (!isfinite(d[k])) {
-            cli_error(CMD, 1, "%s: value %zu is not finite (%g)", path, k, d[k]);
+            snprintf(msg, len, "%s: value %zu is not finite (%g)", path, index ? index(arg, k) : k, d[k]);
             free(d);
             return NULL;
         }
@@ -104,6 +112,8 @@ typedef struct inputs {
     const char *variant;
     dk_dtype dtype;
     int reference;
+    const char *decomp_s;
+    int decomp[DK_MAX_DIMS], ndecomp;
     int have_seed;
     unsigned long long seed;
     double inflation;
@@ -144,7 +154,11 @@ static int parse(int argc, char **argv, inputs *in, int analysis)
             in->backend = v;
         else if (!strcmp(a, "--variant"))
             in->variant = v;
-        else if (!strcmp(a, "--scheme")) {
+        else if (!strcmp(a, "--decomp")) {
+            in->decomp_s = v;
+            if (dist_parse_decomp(CMD, v, in->decomp, &in->ndecomp))
+                return 2;
+        } else if (!strcmp(a, "--scheme")) {
             if (parse_scheme(v, &in->variant))
                 return cli_error(CMD, 2, "--scheme must be auto, tiled, banded or fft, not '%s'", v);
         } else if (!strcmp(a, "--dtype")) {
@@ -172,19 +186,24 @@ static int parse(int argc, char **argv, inputs *in, int analysis)
         return cli_error(CMD, 2, "analysis needs --obs, --obs-var and --seed (dakit enkf --help)");
     if (cli_options_only)
         return 0;
-    char err[4200];
-    if (output_check(in->out, err, sizeof err) != 0 || (in->hpht && output_check(in->hpht, err, sizeof err) != 0))
-        return cli_error(CMD, 1, "%s", err);
     return -1;
+}
+
+/* Whether the outputs can be made, before any work: 0, or 1 with the
+ * sentence in msg. */
+static int check_outputs(const inputs *in, char *msg, size_t len)
+{
+    return output_check(in->out, msg, len) != 0 || (in->hpht && output_check(in->hpht, msg, len) != 0);
 }
 
 typedef struct loaded {
     npy_array ens, loc;
     array_origin origin; /* the ensemble's, for netCDF outputs */
+    size_t ens_offset;   /* where the ensemble's data start in its .npy file (header_only) */
     double *loc64;
     dk_csr H;
     dk_enkf_desc desc;
-    void *data; /* the ensemble in the compute dtype */
+    void *data; /* the ensemble (or this rank's rows of it) in the compute dtype */
 } loaded;
 
 static void unload(loaded *ld)
@@ -196,19 +215,28 @@ static void unload(loaded *ld)
     free(ld->data);
 }
 
-static int load(const inputs *in, loaded *ld)
+#define FAILED(...) (snprintf(msg, len, __VA_ARGS__), 1)
+
+/* Reads and checks the inputs but the ensemble's values (all of them
+ * unless header_only: then only its header, for load_rows). -1, or 1 with
+ * the sentence in msg. */
+static int load(const inputs *in, loaded *ld, int header_only, char *msg, size_t len)
 {
     char err[512];
     memset(ld, 0, sizeof *ld);
-    if (array_read_ensemble(in->ens, NULL, &ld->ens, &ld->origin, err, sizeof err) != DK_OK)
-        return cli_error(CMD, 1, "%s", err);
+    if (header_only && array_is_netcdf_name(in->ens))
+        return FAILED("%s: under mpirun the ensemble is read by rows from a .npy file; netCDF input runs in one "
+                      "process", in->ens);
+    if ((header_only ? npy_read_header(in->ens, &ld->ens, &ld->ens_offset, err, sizeof err)
+                     : array_read_ensemble(in->ens, NULL, &ld->ens, &ld->origin, err, sizeof err)) != DK_OK)
+        return FAILED("%s", err);
     if (ld->ens.ndim != 2)
-        return cli_error(CMD, 1, "%s has %d dimensions; the ensemble must be N x L", in->ens, ld->ens.ndim);
+        return FAILED("%s has %d dimensions; the ensemble must be N x L", in->ens, ld->ens.ndim);
     size_t N = ld->ens.shape[0], L = ld->ens.shape[1];
     if (L < 2)
-        return cli_error(CMD, 1, "%s has L = %zu member%s; at least 2 are needed", in->ens, L, L == 1 ? "" : "s");
+        return FAILED("%s has L = %zu member%s; at least 2 are needed", in->ens, L, L == 1 ? "" : "s");
     if (array_read(in->loc, NULL, &ld->loc, NULL, err, sizeof err) != DK_OK)
-        return cli_error(CMD, 1, "%s", err);
+        return FAILED("%s", err);
     dk_enkf_desc_init(&ld->desc);
     ld->desc.dtype = in->dtype;
     ld->desc.n = N;
@@ -216,35 +244,35 @@ static int load(const inputs *in, loaded *ld)
     ld->desc.variant = in->variant;
     if (ld->loc.ndim == 1) {
         if (ld->loc.shape[0] != N)
-            return cli_error(CMD, 1, "%s holds %zu values but the ensemble has N = %zu rows", in->loc,
-                             ld->loc.shape[0], N);
+            return FAILED("%s holds %zu values but the ensemble has N = %zu rows", in->loc, ld->loc.shape[0], N);
     } else if (ld->loc.ndim == 2) {
         if (ld->loc.shape[0] * ld->loc.shape[1] != N)
-            return cli_error(CMD, 1, "%s is a %zu x %zu grid (%zu points) but the ensemble has N = %zu rows", in->loc,
-                             ld->loc.shape[0], ld->loc.shape[1], ld->loc.shape[0] * ld->loc.shape[1], N);
+            return FAILED("%s is a %zu x %zu grid (%zu points) but the ensemble has N = %zu rows", in->loc,
+                          ld->loc.shape[0], ld->loc.shape[1], ld->loc.shape[0] * ld->loc.shape[1], N);
         ld->desc.loc_ndim = 2;
         ld->desc.nx = ld->loc.shape[0];
         ld->desc.ny = ld->loc.shape[1];
     } else
-        return cli_error(CMD, 1, "%s has %d dimensions; c is 1-D (shape N) or 2-D (shape nx x ny)", in->loc,
-                         ld->loc.ndim);
-    if (!(ld->loc64 = as_f64(&ld->loc, in->loc)))
+        return FAILED("%s has %d dimensions; c is 1-D (shape N) or 2-D (shape nx x ny)", in->loc, ld->loc.ndim);
+    if (!(ld->loc64 = as_f64(&ld->loc, in->loc, NULL, NULL, msg, len)))
         return 1;
     ld->desc.loc = ld->loc64;
     if (dk_csr_read_mtx(in->H, &ld->H) != DK_OK)
-        return cli_error(CMD, 1, "%s", dk_last_error(NULL));
+        return FAILED("%s", dk_last_error(NULL));
     if (ld->H.cols != N)
-        return cli_error(CMD, 1, "%s is %zu x %zu but the state has N = %zu (H must be M x N)", in->H, ld->H.rows,
-                         ld->H.cols, N);
+        return FAILED("%s is %zu x %zu but the state has N = %zu (H must be M x N)", in->H, ld->H.rows, ld->H.cols,
+                      N);
     ld->desc.H = ld->H;
-    double *e = as_f64(&ld->ens, in->ens);
+    if (header_only)
+        return -1;
+    double *e = as_f64(&ld->ens, in->ens, NULL, NULL, msg, len);
     if (!e)
         return 1;
     if (in->dtype == DK_F32) {
         float *f = malloc(N * L * sizeof *f);
         if (!f) {
             free(e);
-            return cli_error(CMD, 1, "out of memory");
+            return FAILED("out of memory");
         }
         for (size_t k = 0; k < N * L; k++)
             f[k] = (float)e[k];
@@ -285,18 +313,37 @@ static int open_plan(const inputs *in, loaded *ld, dk_context **ctx, dk_plan **p
     return -1;
 }
 
+#ifdef DK_TOOLS_MPI
+static int run_distributed(const inputs *in, int analysis);
+#endif
+
 static int run_cov(int argc, char **argv)
 {
     inputs in;
     int rc = parse(argc, argv, &in, 0);
     if (rc >= 0)
         return rc;
+#ifdef DK_TOOLS_MPI
+    int own;
+    if (dist_begin(&own)) {
+        rc = run_distributed(&in, 0);
+        dist_end(own);
+        return rc;
+    }
+#endif
+    if (dist_single_process(CMD, in.decomp_s, in.decomp, in.ndecomp))
+        return 2;
     loaded ld;
     dk_context *ctx = NULL;
     dk_plan *plan = NULL;
     void *pht = NULL, *hpht = NULL;
-    if ((rc = load(&in, &ld)) >= 0)
+    char msg[4400];
+    if (check_outputs(&in, msg, sizeof msg))
+        return cli_error(CMD, 1, "%s", msg);
+    if ((rc = load(&in, &ld, 0, msg, sizeof msg)) >= 0) {
+        cli_error(CMD, rc, "%s", msg);
         goto done;
+    }
     size_t N = ld.desc.n, M = ld.H.rows, w = dk_dtype_size(in.dtype);
     if (M && N > SIZE_MAX / M / w) {
         rc = cli_error(CMD, 1, "the %zu x %zu result is larger than memory can address", N, M);
@@ -338,23 +385,33 @@ done:
     return rc;
 }
 
-static double *read_vector(const char *path, size_t m, const char *what)
+static double *read_vector(const char *path, size_t m, const char *what, char *msg, size_t len)
 {
     npy_array a;
-    char err[512];
-    if (array_read(path, NULL, &a, NULL, err, sizeof err) != DK_OK) {
-        cli_error(CMD, 1, "%s", err);
+    if (array_read(path, NULL, &a, NULL, msg, len) != DK_OK)
         return NULL;
-    }
     if (a.count != m || a.ndim != 1) {
-        cli_error(CMD, 1, "%s holds %zu values in %d dimensions; %s needs %zu (one per row of H)", path, a.count,
-                  a.ndim, what, m);
+        snprintf(msg, len, "%s holds %zu values in %d dimensions; %s needs %zu (one per row of H)", path, a.count,
+                 a.ndim, what, m);
         npy_free(&a);
         return NULL;
     }
-    double *d = as_f64(&a, path);
+    double *d = as_f64(&a, path, NULL, NULL, msg, len);
     npy_free(&a);
     return d;
+}
+
+/* The M observations and their variances (each > 0): -1, or 1 with the
+ * sentence in msg. */
+static int read_observations(const inputs *in, size_t M, double **y, double **r, char *msg, size_t len)
+{
+    if (!(*y = read_vector(in->obs, M, "the observation vector", msg, len)) ||
+        !(*r = read_vector(in->obs_var, M, "the observation variances", msg, len)))
+        return 1;
+    for (size_t j = 0; j < M; j++)
+        if (!((*r)[j] > 0))
+            return FAILED("%s: observation variance %zu is %g; variances must be > 0", in->obs_var, j, (*r)[j]);
+    return -1;
 }
 
 static int run_analysis(int argc, char **argv)
@@ -363,23 +420,28 @@ static int run_analysis(int argc, char **argv)
     int rc = parse(argc, argv, &in, 1);
     if (rc >= 0)
         return rc;
+#ifdef DK_TOOLS_MPI
+    int own;
+    if (dist_begin(&own)) {
+        rc = run_distributed(&in, 1);
+        dist_end(own);
+        return rc;
+    }
+#endif
+    if (dist_single_process(CMD, in.decomp_s, in.decomp, in.ndecomp))
+        return 2;
     loaded ld;
     dk_context *ctx = NULL;
     dk_plan *plan = NULL;
     double *y = NULL, *r = NULL;
-    if ((rc = load(&in, &ld)) >= 0)
-        goto done;
-    size_t M = ld.H.rows;
-    if (!(y = read_vector(in.obs, M, "the observation vector")) ||
-        !(r = read_vector(in.obs_var, M, "the observation variances"))) {
-        rc = 1;
+    char msg[4400];
+    if (check_outputs(&in, msg, sizeof msg))
+        return cli_error(CMD, 1, "%s", msg);
+    if ((rc = load(&in, &ld, 0, msg, sizeof msg)) >= 0 ||
+        (rc = read_observations(&in, ld.H.rows, &y, &r, msg, sizeof msg)) >= 0) {
+        cli_error(CMD, rc, "%s", msg);
         goto done;
     }
-    for (size_t j = 0; j < M; j++)
-        if (!(r[j] > 0)) {
-            rc = cli_error(CMD, 1, "%s: observation variance %zu is %g; variances must be > 0", in.obs_var, j, r[j]);
-            goto done;
-        }
     if (in.reference) {
         if (dk_enkf_analysis_reference(&ld.desc, ld.data, y, r, in.seed, in.inflation) != DK_OK) {
             rc = cli_error(CMD, 1, "%s", dk_last_error(NULL));
@@ -402,6 +464,185 @@ done:
     unload(&ld);
     return rc;
 }
+
+#ifdef DK_TOOLS_MPI
+/* This rank's points seen in the files: the state as N (1-D c) or nx x ny
+ * (2-D c), each point a row of `width` values. */
+typedef struct rows_view {
+    int ndim;                 /* axes of the view, the row included */
+    size_t shape[3], offset[3], extent[3];
+    size_t points;            /* this rank's */
+    size_t ny;                /* 1 for a 1-D c */
+} rows_view;
+
+static rows_view view_of(const loaded *ld, const dk_mpi_part *part, size_t width)
+{
+    rows_view v;
+    memset(&v, 0, sizeof v);
+    int nd = ld->desc.loc_ndim == 2 ? 2 : 1;
+    v.ndim = nd + 1;
+    v.ny = nd == 2 ? ld->desc.ny : 1;
+    v.points = 1;
+    for (int a = 0; a < nd; a++) {
+        v.shape[a] = nd == 2 ? (a ? ld->desc.ny : ld->desc.nx) : ld->desc.n;
+        v.offset[a] = part->offset[a];
+        v.extent[a] = part->extent[a];
+        v.points *= part->extent[a];
+    }
+    v.shape[nd] = width;
+    v.extent[nd] = width;
+    return v;
+}
+
+/* The index in the whole ensemble file of element k of this rank's rows. */
+static size_t ens_index(const void *arg, size_t k)
+{
+    const rows_view *v = arg;
+    size_t L = v->shape[v->ndim - 1], p = k / L;
+    size_t ix = v->offset[0] + (v->ndim == 3 ? p / v->extent[1] : p), iy = v->ndim == 3 ? v->offset[1] + p % v->extent[1] : 0;
+    return (ix * v->ny + iy) * L + k % L;
+}
+
+/* This rank's rows of the ensemble into ld->data, in the compute dtype. */
+static int load_rows(const inputs *in, loaded *ld, const rows_view *v, char *msg, size_t len)
+{
+    char err[4200];
+    npy_array view = ld->ens, box = {.dtype = ld->ens.dtype, .ndim = 1};
+    view.ndim = v->ndim;
+    for (int a = 0; a < v->ndim; a++)
+        view.shape[a] = v->shape[a];
+    box.count = v->points * ld->desc.members;
+    box.shape[0] = box.count;
+    if (!(box.data = malloc(box.count ? box.count * dk_dtype_size(box.dtype) : 1)))
+        return FAILED("out of memory for %zu rows of %s", v->points, in->ens);
+    if (npy_read_box(in->ens, &view, ld->ens_offset, v->offset, v->extent, box.data, err, sizeof err) != DK_OK) {
+        npy_free(&box);
+        return FAILED("%s", err);
+    }
+    double *e = as_f64(&box, in->ens, ens_index, v, msg, len);
+    npy_free(&box);
+    if (!e)
+        return 1;
+    if (in->dtype == DK_F32) {
+        float *f = malloc((box.count ? box.count : 1) * sizeof *f);
+        if (!f) {
+            free(e);
+            return FAILED("out of memory");
+        }
+        for (size_t k = 0; k < box.count; k++)
+            f[k] = (float)e[k];
+        free(e);
+        ld->data = f;
+    } else
+        ld->data = e;
+    return -1;
+}
+
+/* As float64 (a new allocation), for writing. */
+static double *to_f64(const void *data, dk_dtype t, size_t count)
+{
+    double *d = malloc((count ? count : 1) * sizeof *d);
+    for (size_t k = 0; d && k < count; k++)
+        d[k] = t == DK_F32 ? (double)((const float *)data)[k] : ((const double *)data)[k];
+    return d;
+}
+
+#undef FAILED
+#define FAILED(...) (snprintf(msg, sizeof msg, __VA_ARGS__), 1)
+
+/* enkf cov or analysis with every rank on its own rows of the state: the
+ * same files as one process, each rank reading and writing only its rows. */
+static int run_distributed(const inputs *in, int analysis)
+{
+    int rank, size, failed = 0, rc = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    const char *sub = analysis ? "analysis" : "cov";
+    if (in->reference)
+        return cli_error(CMD, 2, "--reference runs in one process; under mpirun (%d ranks) each rank works on "
+                                 "its part on a backend", size);
+    char msg[4400] = "";
+    loaded ld;
+    double *y = NULL, *r = NULL, *out64 = NULL;
+    void *pht = NULL, *hpht = NULL;
+    dk_context *ctx = NULL;
+    dk_mpi_plan *plan = NULL;
+    memset(&ld, 0, sizeof ld);
+    failed = check_outputs(in, msg, sizeof msg) || load(in, &ld, 1, msg, sizeof msg) >= 0 ||
+             (analysis && read_observations(in, ld.H.rows, &y, &r, msg, sizeof msg) >= 0);
+    if (dist_agree(failed, msg, sizeof msg))
+        goto done;
+    /* from here every rank has the same headers, c and H */
+    size_t N = ld.desc.n, L = ld.desc.members, M = ld.H.rows, w = dk_dtype_size(in->dtype);
+    int nd = ld.desc.loc_ndim == 2 ? 2 : 1;
+    size_t grid[2] = {nd == 2 ? ld.desc.nx : N, ld.desc.ny};
+    dk_mpi_part part;
+    if (dist_decompose(CMD, in->loc, nd, grid, in->decomp, in->ndecomp, &part)) {
+        unload(&ld);
+        free(y);
+        free(r);
+        return 2;
+    }
+    rows_view ev = view_of(&ld, &part, L), ov = view_of(&ld, &part, analysis ? L : M);
+    dist_choose_device(in->backend);
+    if (dk_context_create(in->backend, &ctx) != DK_OK)
+        failed = FAILED("rank %d of %d: %s", rank, size, dk_last_error(NULL));
+    else if (load_rows(in, &ld, &ev, msg, sizeof msg) >= 0)
+        failed = 1;
+    else if (!analysis && (!(pht = malloc(ev.points && M ? ev.points * M * w : 1)) ||
+                           (in->hpht && !(hpht = malloc(M ? M * M * w : 1)))))
+        failed = FAILED("rank %d of %d: out of memory for its %zu x %zu part of the result", rank, size, ev.points,
+                        M);
+    if (dist_agree(failed, msg, sizeof msg))
+        goto done;
+
+    double t0 = cli_now();
+    dk_status st = dk_mpi_enkf_plan_create(ctx, MPI_COMM_WORLD, &ld.desc, &part, &plan);
+    if (st == DK_OK)
+        st = analysis ? dk_mpi_enkf_analysis_host(plan, ld.data, y, r, in->seed, in->inflation)
+                      : dk_mpi_enkf_cov_host(plan, ld.data, pht, hpht);
+    /* collective: on failure every rank has the same sentence */
+    if (st != DK_OK)
+        failed = FAILED("%s", dk_mpi_last_error());
+    if (dist_agree(failed, msg, sizeof msg))
+        goto done;
+    double t1 = cli_now();
+
+    const void *result = analysis ? ld.data : pht;
+    size_t cols = analysis ? L : M, shape[2] = {N, cols};
+    if (!(out64 = to_f64(result, in->dtype, ev.points * cols)))
+        failed = FAILED("rank %d of %d: out of memory", rank, size);
+    if (dist_agree(failed, msg, sizeof msg) ||
+        dist_write_npy(in->out, "<f8", 8, 2, shape, ov.ndim, ov.shape, ov.offset, ov.extent, out64, msg,
+                       sizeof msg))
+        goto done;
+    if (hpht) {
+        free(out64);
+        size_t hshape[2] = {M, M};
+        if (!(out64 = to_f64(hpht, in->dtype, M * M)))
+            failed = FAILED("rank %d of %d: out of memory", rank, size);
+        if (dist_agree(failed, msg, sizeof msg) ||
+            dist_write_npy_root(in->hpht, "<f8", 8, 2, hshape, out64, msg, sizeof msg))
+            goto done;
+    }
+    if (rank == 0)
+        fprintf(stderr, "dakit enkf %s: N=%zu L=%zu M=%zu on %d ranks (rank 0: %s, %s): %.3f ms\n", sub, N, L, M,
+                size, dk_context_backend(ctx), dk_context_device(ctx), (t1 - t0) * 1e3);
+    rc = 0;
+done:
+    if (rc)
+        cli_error(CMD, 1, "%s", msg);
+    dk_mpi_plan_destroy(plan);
+    dk_context_destroy(ctx);
+    unload(&ld);
+    free(y);
+    free(r);
+    free(pht);
+    free(hpht);
+    free(out64);
+    return rc;
+}
+#endif
 
 /* ---- Lorenz-96 twin experiment ---- */
 

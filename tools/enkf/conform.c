@@ -333,6 +333,78 @@ done:
     dk_plan_destroy(plan);
 }
 
+#ifdef DK_TOOLS_MPI
+#include <dakit/mpi.h>
+
+/* Slabs of state rows (of grid rows along nx for a 2-D c): each rank's
+ * points are consecutive rows of E, PHT and X. The tolerances are enkf_run's. */
+static int enkf_run_ranks(dk_context *ctx, const char *variant, int i, conform_result *r)
+{
+    const enkf_case *c = &cases[i];
+    prepared_case *p = &prepared[i];
+    dk_enkf_desc d = p->desc;
+    size_t N = d.n, L = d.members, M = d.H.rows, w = dk_dtype_size(c->dtype);
+    d.variant = variant;
+    double eps = c->dtype == DK_F64 ? 0x1p-53 : 0x1p-24;
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    r->error = INFINITY;
+    r->passed = 0;
+    r->detail[0] = '\0';
+    size_t grid[2] = {c->ndim == 1 ? N : c->nx, c->ny}, row = c->ndim == 1 ? 1 : c->ny;
+    dk_mpi_part part;
+    dk_mpi_decompose(MPI_COMM_WORLD, c->ndim, grid, NULL, &part);
+    size_t first = part.offset[0] * row, points = part.extent[0] * row;
+    double P = c->ndim == 1 ? 2.0 * (double)N : 4.0 * (double)N;
+    double fft_factor = variant && !strncmp(variant, "fft", 3) ? log2(P) : 1.0;
+    char *out = malloc(points * (M > L ? M : L) * w + 1), *hout = malloc(M * M * w + 1);
+    dk_mpi_plan *plan = NULL;
+    size_t worst = 0;
+    if (!out || !hout)
+        snprintf(r->detail, sizeof r->detail, "rank %d: out of host memory", rank);
+    else if (dk_mpi_enkf_plan_create(ctx, MPI_COMM_WORLD, &d, &part, &plan) != DK_OK)
+        snprintf(r->detail, sizeof r->detail, "%s", dk_mpi_last_error());
+    else if (c->analysis) {
+        double cond = 1;
+        for (size_t a = 0; a < M; a++)
+            cond = fmax(cond, 1 + fabs(get(p->hpht_ref, c->dtype, a * M + a)) * 1.21 / 0.5);
+        r->tolerance = 256 * eps * cond * fft_factor;
+        memcpy(out, (char *)p->e + first * L * w, points * L * w);
+        if (dk_mpi_enkf_analysis_host(plan, out, p->y, p->r, 7, 1.1) != DK_OK)
+            snprintf(r->detail, sizeof r->detail, "%s", dk_mpi_last_error());
+        else {
+            r->error = max_diff(out, (char *)p->x_ref + first * L * w, c->dtype, points * L, &worst) / p->update;
+            if (c->dtype == DK_F32)
+                r->error = r->error * p->update / fmax(p->update, 1.0);
+            r->passed = r->error <= r->tolerance;
+            snprintf(r->detail, sizeof r->detail, "rank %d of %d: X rows %zu to %zu", rank, size, first,
+                     first + points);
+        }
+    } else {
+        r->tolerance = 64 * eps * fft_factor;
+        memset(out, 0xff, points * M * w);
+        memset(hout, 0xff, M * M * w);
+        if (dk_mpi_enkf_cov_host(plan, (char *)p->e + first * L * w, out, hout) != DK_OK)
+            snprintf(r->detail, sizeof r->detail, "%s", dk_mpi_last_error());
+        else {
+            size_t hworst = 0;
+            double e1 = max_diff(out, (char *)p->pht_ref + first * M * w, c->dtype, points * M, &worst) / p->scale;
+            double e2 = max_diff(hout, p->hpht_ref, c->dtype, M * M, &hworst) / p->hscale;
+            r->error = fmax(e1, e2);
+            r->passed = r->error <= r->tolerance;
+            snprintf(r->detail, sizeof r->detail, "rank %d of %d: PHT rows %zu to %zu, %s worst", rank, size, first,
+                     first + points, e1 >= e2 ? "PHT" : "HPHT");
+        }
+    }
+    dk_mpi_plan_destroy(plan);
+    free(out);
+    free(hout);
+    conform_ranks_agree(r);
+    return 0;
+}
+#endif
+
 const conform_suite conform_enkf = {
     .algo = "enkf",
     .measure = "max|y-ref|/scale",
@@ -343,4 +415,7 @@ const conform_suite conform_enkf = {
     .prepare = enkf_prepare,
     .run = enkf_run,
     .release = enkf_release,
+#ifdef DK_TOOLS_MPI
+    .run_ranks = enkf_run_ranks,
+#endif
 };

@@ -5,15 +5,12 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/dist.h"
 #include "cli/netcdf.h"
 #include "cli/npy.h"
 #include "cli/output.h"
 
 #ifdef DK_TOOLS_MPI
-#include <errno.h>
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <dakit/mpi.h>
 
 static int run_distributed(const char *cmd, const char *in_path, const char *out_path, dk_gauss_desc *d,
@@ -141,69 +138,24 @@ int cmd_gauss(int argc, char **argv)
     if (axes_s && (naxes = cli_parse_ints(axes_s, axes, DK_MAX_DIMS)) < 1)
         return cli_error(cmd, 2, "--axes must be a comma list of axis numbers, not '%s'", axes_s);
     int decomp[DK_MAX_DIMS], ndecomp = 0;
-    if (decomp_s) {
-        const char *p = decomp_s;
-        for (;;) {
-            size_t n = strcspn(p, "x");
-            char piece[32], msg[256];
-            long long v;
-            if (ndecomp == DK_MAX_DIMS || n == 0 || n >= sizeof piece)
-                return cli_error(cmd, 2, "--decomp must be the pieces per axis joined by x (4, 2x2, 1x4), "
-                                         "each an integer from 1 to 1000000, not '%s'", decomp_s);
-            memcpy(piece, p, n);
-            piece[n] = '\0';
-            if (cli_parse_integer("--decomp", piece, 1, 1000000, &v, msg, sizeof msg) != 0)
-                return cli_error(cmd, 2, "--decomp must be the pieces per axis joined by x (4, 2x2, 1x4), "
-                                         "each an integer from 1 to 1000000, not '%s'", decomp_s);
-            decomp[ndecomp++] = (int)v;
-            if (!p[n])
-                break;
-            p += n + 1;
-        }
-    }
+    if (decomp_s && dist_parse_decomp(cmd, decomp_s, decomp, &ndecomp))
+        return 2;
     if (cli_options_only)
         return 0;
 
 #ifdef DK_TOOLS_MPI
     {
-        /* started by mpirun with more than one rank: the distributed path;
-         * otherwise (no launcher, one rank) exactly the single-process one */
-        static const char *size_vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MV2_COMM_WORLD_SIZE"};
-        long world = 1;
-        for (size_t k = 0; k < sizeof size_vars / sizeof size_vars[0]; k++) {
-            const char *e = getenv(size_vars[k]);
-            if (e && atol(e) > world)
-                world = atol(e);
-        }
-        int inited = 0;
-        MPI_Initialized(&inited);
-        if (world > 1 || inited) {
-            int size = 1, own = 0;
-            if (!inited) {
-                MPI_Init(NULL, NULL);
-                own = 1;
-            }
-            MPI_Comm_size(MPI_COMM_WORLD, &size);
-            if (size > 1) {
-                int rc = run_distributed(cmd, in_path, out_path, &d, dtype_s, axes_s, axes, naxes, sig, nsig,
-                                         sigma_s, backend, decomp, ndecomp, use_reference);
-                if (own)
-                    MPI_Finalize();
-                return rc;
-            }
-            if (own)
-                MPI_Finalize();
+        int own;
+        if (dist_begin(&own)) {
+            int rc = run_distributed(cmd, in_path, out_path, &d, dtype_s, axes_s, axes, naxes, sig, nsig, sigma_s,
+                                     backend, decomp, ndecomp, use_reference);
+            dist_end(own);
+            return rc;
         }
     }
 #endif
-    if (decomp_s) {
-        long long pieces = 1;
-        for (int k = 0; k < ndecomp; k++)
-            pieces *= decomp[k];
-        if (pieces != 1)
-            return cli_error(cmd, 2, "--decomp %s asks for %lld ranks but this is a single process (start "
-                                     "it with mpirun -n %lld)", decomp_s, pieces, pieces);
-    }
+    if (dist_single_process(cmd, decomp_s, decomp, ndecomp))
+        return 2;
 
     char err[4200];
     if (output_check(out_path, err, sizeof err) != 0)
@@ -300,70 +252,6 @@ done:
 }
 
 #ifdef DK_TOOLS_MPI
-/* Every rank learns whether any failed; if one did, every rank gets the
- * sentence of the lowest failing rank in msg and 1 is returned. */
-static int agree(int failed, char *msg, size_t len)
-{
-    int rank, size, low;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    int mine = failed ? rank : size;
-    MPI_Allreduce(&mine, &low, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-    if (low == size)
-        return 0;
-    MPI_Bcast(msg, (int)len, MPI_CHAR, low, MPI_COMM_WORLD);
-    msg[len - 1] = '\0';
-    return 1;
-}
-
-/* This rank's rank among the processes of its node. */
-static int local_rank(void)
-{
-    const char *e = getenv("OMPI_COMM_WORLD_LOCAL_RANK");
-    if (!e)
-        e = getenv("MPI_LOCALRANKID");
-    if (e && *e)
-        return atoi(e);
-    MPI_Comm node;
-    int r = 0;
-    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
-        MPI_Comm_rank(node, &r);
-        MPI_Comm_free(&node);
-    }
-    return r;
-}
-
-/* Each rank its own GPU by its node-local rank, unless DAKIT_DEVICE says
- * otherwise; the cpu backend is left alone. The index wraps around the
- * devices of the backend (or the most any GPU backend has), so several ranks
- * may share one. */
-static void choose_device(const char *backend)
-{
-    const char *dev = getenv("DAKIT_DEVICE");
-    int lr = local_rank(); /* collective where it splits: every rank calls it */
-    if (dev && *dev)
-        return;
-    if (!backend || !*backend)
-        backend = getenv("DAKIT_BACKEND");
-    if (backend && !strcmp(backend, "cpu"))
-        return;
-    int most = 0, n = dk_backend_count();
-    for (int i = 0; i < n; i++) {
-        dk_backend_info info;
-        if (dk_backend_get(i, &info) != DK_OK || !info.usable || !strcmp(info.name, "cpu"))
-            continue;
-        if (backend && *backend && strcmp(backend, "auto") && !cli_in_list(backend, info.name))
-            continue;
-        if (info.device_count > most)
-            most = info.device_count;
-    }
-    if (most < 1)
-        return;
-    char v[16];
-    snprintf(v, sizeof v, "%d", lr % most);
-    setenv("DAKIT_DEVICE", v, 1);
-}
-
 #define FAILED(...) (snprintf(msg, sizeof msg, __VA_ARGS__), 1)
 
 static int run_distributed(const char *cmd, const char *in_path, const char *out_path, dk_gauss_desc *d,
@@ -379,8 +267,6 @@ static int run_distributed(const char *cmd, const char *in_path, const char *out
     void *file_box = NULL, *box = NULL;
     dk_context *ctx = NULL;
     dk_mpi_plan *plan = NULL;
-    output o;
-    int out_fd = -1, have_output = 0;
     npy_array x;
     memset(&x, 0, sizeof x);
     size_t in_offset = 0;
@@ -392,7 +278,7 @@ static int run_distributed(const char *cmd, const char *in_path, const char *out
         failed = FAILED("%s", err);
     else if (npy_read_header(in_path, &x, &in_offset, err, sizeof err) != DK_OK)
         failed = FAILED("%s", err);
-    if (agree(failed, msg, sizeof msg))
+    if (dist_agree(failed, msg, sizeof msg))
         return cli_error(cmd, 1, "%s", msg);
     /* from here every rank has the same header: the checks below give the
      * same answer everywhere */
@@ -417,22 +303,11 @@ static int run_distributed(const char *cmd, const char *in_path, const char *out
         d->axes |= 1u << axes[k];
         d->sigma[axes[k]] = sig[nsig == 1 ? 0 : k];
     }
-    if (ndecomp) {
-        long long pieces = 1;
-        for (int k = 0; k < ndecomp; k++)
-            pieces *= decomp[k];
-        if (ndecomp != x.ndim)
-            return cli_error(cmd, 2, "--decomp gives pieces along %d axes but %s has %d", ndecomp, in_path,
-                             x.ndim);
-        if (pieces != size)
-            return cli_error(cmd, 2, "--decomp makes %lld pieces but the job has %d ranks; their number must be "
-                                     "the product", pieces, size);
-    }
     dk_mpi_part part;
-    if (dk_mpi_decompose(MPI_COMM_WORLD, x.ndim, x.shape, ndecomp ? decomp : NULL, &part) != DK_OK)
-        return cli_error(cmd, 2, "%s", dk_mpi_last_error());
+    if (dist_decompose(cmd, in_path, x.ndim, x.shape, decomp, ndecomp, &part))
+        return 2;
 
-    choose_device(backend);
+    dist_choose_device(backend);
     size_t count = 1;
     for (int a = 0; a < x.ndim; a++)
         count *= part.extent[a];
@@ -443,7 +318,7 @@ static int run_distributed(const char *cmd, const char *in_path, const char *out
         failed = FAILED("rank %d of %d: out of memory (its part holds %zu values)", rank, size, count);
     else if (npy_read_box(in_path, &x, in_offset, part.offset, part.extent, file_box, err, sizeof err) != DK_OK)
         failed = FAILED("rank %d of %d: %s", rank, size, err);
-    if (agree(failed, msg, sizeof msg))
+    if (dist_agree(failed, msg, sizeof msg))
         goto done;
     for (size_t i = 0; i < count; i++) {
         double v = x.dtype == DK_F64 ? ((double *)file_box)[i] : ((float *)file_box)[i];
@@ -460,55 +335,12 @@ static int run_distributed(const char *cmd, const char *in_path, const char *out
     if (dk_mpi_gauss_plan_create(ctx, MPI_COMM_WORLD, d, &part, &plan) != DK_OK ||
         dk_mpi_gauss_execute_host(plan, box, box) != DK_OK)
         failed = FAILED("%s", dk_mpi_last_error());
-    if (agree(failed, msg, sizeof msg))
+    if (dist_agree(failed, msg, sizeof msg))
         goto done;
     double t1 = cli_now();
 
-    /* the output: rank 0 makes the temporary file and writes the header,
-     * every rank its rows, rank 0 renames it once all succeeded */
-    npy_array y = x;
-    y.dtype = d->dtype;
-    unsigned char header[1024];
-    size_t hbytes = npy_format_header(d->dtype == DK_F64 ? "<f8" : "<f4", y.ndim, y.shape, header, sizeof header);
-    size_t total = hbytes + y.count * esize;
-    char tmp[4096] = "";
-    if (rank == 0) {
-        if (output_open(&o, out_path, err, sizeof err) != 0)
-            failed = FAILED("%s", err);
-        else {
-            have_output = 1;
-            out_fd = o.fd;
-            if (!o.tmp[0])
-                failed = FAILED("cannot write %s under mpirun: the ranks write their parts at offsets, which "
-                                "needs a regular file", out_path);
-            else if (pwrite(o.fd, header, hbytes, 0) != (ssize_t)hbytes || ftruncate(o.fd, (off_t)total) != 0)
-                failed = FAILED("writing %s failed: %s", out_path, strerror(errno ? errno : EIO));
-            snprintf(tmp, sizeof tmp, "%s", o.tmp);
-        }
-    }
-    if (agree(failed, msg, sizeof msg))
-        goto done;
-    MPI_Bcast(tmp, sizeof tmp, MPI_CHAR, 0, MPI_COMM_WORLD);
-    if (rank != 0 && (out_fd = open(tmp, O_WRONLY | O_CLOEXEC)) < 0)
-        failed = FAILED("rank %d of %d: cannot open %s's temporary file %s: %s", rank, size, out_path, tmp,
-                        strerror(errno));
-    else if (npy_write_box(out_fd, out_path, &y, hbytes, part.offset, part.extent, box, err, sizeof err) != DK_OK)
-        failed = FAILED("rank %d of %d: %s", rank, size, err);
-    else if (rank != 0 && fsync(out_fd) != 0)
-        failed = FAILED("rank %d of %d: writing %s failed: %s", rank, size, out_path, strerror(errno));
-    if (rank != 0 && out_fd >= 0) {
-        if (close(out_fd) != 0 && !failed)
-            failed = FAILED("rank %d of %d: writing %s failed: %s", rank, size, out_path, strerror(errno));
-        out_fd = -1;
-    }
-    if (agree(failed, msg, sizeof msg))
-        goto done;
-    if (rank == 0) {
-        have_output = 0;
-        if (output_commit(&o, err, sizeof err) != 0)
-            failed = FAILED("%s", err);
-    }
-    if (agree(failed, msg, sizeof msg))
+    if (dist_write_npy(out_path, d->dtype == DK_F64 ? "<f8" : "<f4", esize, x.ndim, x.shape, x.ndim, x.shape,
+                       part.offset, part.extent, box, msg, sizeof msg))
         goto done;
     if (rank == 0)
         fprintf(stderr, "dakit gauss: %s -> %s on %d ranks (rank 0: %s, %s), %.3f s including transfers\n",
@@ -517,8 +349,6 @@ static int run_distributed(const char *cmd, const char *in_path, const char *out
 done:
     if (rc)
         cli_error(cmd, 1, "%s", msg);
-    if (have_output)
-        output_abort(&o);
     dk_mpi_plan_destroy(plan);
     dk_context_destroy(ctx);
     free(file_box);

@@ -234,6 +234,94 @@ done:
     dk_plan_destroy(plan);
 }
 
+#ifdef DK_TOOLS_MPI
+#include <dakit/mpi.h>
+
+/* The values of box part (ndim axes of shape) of the C-order array src. */
+static void box_of(const void *src, int ndim, const size_t *shape, const dk_mpi_part *part, size_t esize, char *dst)
+{
+    size_t lo[3] = {0, 0, 0}, ext[3] = {1, 1, 1}, sh[3] = {1, 1, 1};
+    for (int a = 0; a < ndim; a++) {
+        lo[a + 3 - ndim] = part->offset[a];
+        ext[a + 3 - ndim] = part->extent[a];
+        sh[a + 3 - ndim] = shape[a];
+    }
+    for (size_t i = 0; i < ext[0]; i++)
+        for (size_t j = 0; j < ext[1]; j++) {
+            size_t from = ((lo[0] + i) * sh[1] + lo[1] + j) * sh[2] + lo[2];
+            memcpy(dst, (const char *)src + from * esize, ext[2] * esize);
+            dst += ext[2] * esize;
+        }
+}
+
+/* Exact mode: slabs along axis 0. Overlap mode splits no filtered axis: the
+ * first unfiltered axis is cut, or rank 0 holds the whole field. */
+static int gauss_run_ranks(dk_context *ctx, const char *variant, int i, conform_result *r)
+{
+    const gauss_case *c = &cases[i];
+    size_t n = count_of(c), es = dk_dtype_size(c->dtype);
+    dk_gauss_desc d;
+    desc_of(c, &d);
+    d.variant = variant;
+    double eps = c->dtype == DK_F64 ? 0x1p-53 : 0x1p-24;
+    r->tolerance = (2.0 * c->K * __builtin_popcount(c->axes) + 4.0) * 2.0 * eps;
+    r->error = INFINITY;
+    r->passed = 0;
+    r->detail[0] = '\0';
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    dk_mpi_part part;
+    memset(&part, 0, sizeof part);
+    int pieces[3] = {1, 1, 1}, cut = c->mode == EX ? 0 : -1;
+    for (int a = 0; a < c->ndim && cut < 0; a++)
+        if (!(c->axes & (1u << a)))
+            cut = a;
+    if (cut >= 0) {
+        pieces[cut] = size;
+        dk_mpi_decompose(MPI_COMM_WORLD, c->ndim, c->shape, pieces, &part);
+    } else
+        for (int a = 0; a < c->ndim; a++)
+            part.extent[a] = rank == 0 ? c->shape[a] : 0;
+    size_t local = 1;
+    for (int a = 0; a < c->ndim; a++)
+        local *= part.extent[a];
+    char *in = malloc(local * es + 1), *ref = malloc(local * es + 1), *out = c->inplace ? in : malloc(local * es + 1);
+    dk_mpi_plan *plan = NULL;
+    if (!in || !ref || !out) {
+        snprintf(r->detail, sizeof r->detail, "rank %d: out of host memory", rank);
+    } else {
+        box_of(prepared[i].in, c->ndim, c->shape, &part, es, in);
+        box_of(prepared[i].ref, c->ndim, c->shape, &part, es, ref);
+        if (!c->inplace)
+            memset(out, 0xff, local * es);
+        if (dk_mpi_gauss_plan_create(ctx, MPI_COMM_WORLD, &d, &part, &plan) != DK_OK ||
+            dk_mpi_gauss_execute_host(plan, in, out) != DK_OK)
+            snprintf(r->detail, sizeof r->detail, "%s", dk_mpi_last_error());
+        else {
+            double maxdiff = 0, maxin = 0;
+            for (size_t k = 0; k < n; k++)
+                maxin = fmax(maxin, fabs(value(prepared[i].in, c->dtype, k)));
+            for (size_t k = 0; k < local; k++) {
+                double diff = fabs(value(out, c->dtype, k) - value(ref, c->dtype, k));
+                maxdiff = diff <= maxdiff ? maxdiff : isnan(diff) ? INFINITY : diff;
+            }
+            r->error = maxin > 0 ? maxdiff / maxin : maxdiff;
+            r->passed = r->error <= r->tolerance;
+            snprintf(r->detail, sizeof r->detail, "rank %d of %d: %s", rank, size,
+                     cut >= 0 ? "its slab" : "the whole field (overlap mode, every axis filtered)");
+        }
+    }
+    dk_mpi_plan_destroy(plan);
+    if (out != in)
+        free(out);
+    free(in);
+    free(ref);
+    conform_ranks_agree(r);
+    return 0;
+}
+#endif
+
 const conform_suite conform_gauss = {
     .algo = "gauss",
     .measure = "max|y-ref|/max|x|",
@@ -244,4 +332,7 @@ const conform_suite conform_gauss = {
     .prepare = gauss_prepare,
     .run = gauss_run,
     .release = gauss_release,
+#ifdef DK_TOOLS_MPI
+    .run_ranks = gauss_run_ranks,
+#endif
 };

@@ -23,6 +23,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: dakit bench [[--algo] ALGO[,ALGO...]] [--backend NAME[,NAME...]|all] [--case NAME[,...]]\n"
             "                   [--csv FILE] [--min-time SECONDS] [--max-runs N]\n"
+            "       dakit bench --ranks P [--backend NAME] [--case NAME[,...]] [--min-time S] [--max-runs N]\n"
             "\n"
             "Times each benchmark case on each backend and variant: one warm-up, then repeated\n"
             "runs until --min-time seconds (default 1) have passed or --max-runs (default 50)\n"
@@ -37,11 +38,19 @@ static void usage(FILE *f)
             "  --csv FILE                 also write one row per case, backend and variant\n"
             "  --min-time SECONDS         keep repeating a case this long, 0 to 86400 (default 1)\n"
             "  --max-runs N               timed runs per case at most, 3 to 200 (default 50)\n"
+            "  --ranks P                  the distributed cases below over P MPI ranks (libdakit-mpi):\n"
+            "                             per case the median time from a barrier to the slowest rank,\n"
+            "                             and per rank its execute time and the part spent in MPI\n"
+            "                             calls; at one rank also the plain single-process call and\n"
+            "                             the layer's overhead. Started without mpirun, it starts itself\n"
+            "                             under $DAKIT_MPIRUN (default mpirun) -n P. One backend\n"
+            "                             (default: auto).\n"
             "\n"
             "cases:\n");
     for (int s = 0; s < NSUITES; s++)
         for (int i = 0; i < suites[s]->count(); i++)
             fprintf(f, "  %-7s %-16s %s\n", suites[s]->algo, suites[s]->name(i), suites[s]->what(i));
+    bench_ranks_usage(f);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -117,7 +126,7 @@ int cmd_bench(int argc, char **argv)
 {
     const char *cmd = "bench", *backend_s = "all", *csv_path = NULL, *case_s = NULL, *algo_s = NULL;
     double min_time = 1.0;
-    int max_runs = 50;
+    int max_runs = 50, ranks = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -141,6 +150,10 @@ int cmd_bench(int argc, char **argv)
             const char *v = cli_value(cmd, argc, argv, &i);
             if (!v || cli_double(cmd, a, v, 0, 86400, 0, &min_time))
                 return 2;
+        } else if (!strcmp(a, "--ranks")) {
+            const char *v = cli_value(cmd, argc, argv, &i);
+            if (!v || cli_int(cmd, a, v, 1, 1 << 20, &ranks))
+                return 2;
         } else if (!strcmp(a, "--max-runs")) {
             const char *v = cli_value(cmd, argc, argv, &i);
             if (!v || cli_int(cmd, a, v, 3, MAX_RUNS, &max_runs))
@@ -148,6 +161,11 @@ int cmd_bench(int argc, char **argv)
         } else {
             return cli_error(cmd, 2, "unknown option '%s' (dakit bench --help)", a);
         }
+    }
+    if (ranks) {
+        if (cli_options_only)
+            return 0;
+        return bench_ranks(ranks, argc, argv, backend_s, case_s, min_time, max_runs);
     }
     if (!check_list(cmd, algo_s, "algorithm", known_algo) || !check_list(cmd, case_s, "case", known_case))
         return 2;

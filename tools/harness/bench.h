@@ -4,6 +4,7 @@
 #define DAKIT_TOOLS_HARNESS_BENCH_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include <dakit/dakit.h>
 
@@ -20,6 +21,13 @@ typedef struct bench_suite {
     dk_status (*run)(void *state); /* one timed execution, done when it returns */
     void (*teardown)(void *state);
 } bench_suite;
+
+/* dakit bench --ranks P (harness/bench_ranks.c): the distributed cases
+ * under mpirun (relaunching the command, argv, under it when needed); the
+ * exit status. */
+int bench_ranks(int ranks, int argc, char **argv, const char *backend_s, const char *case_s, double min_time,
+                int max_runs);
+void bench_ranks_usage(FILE *f); /* its cases, for --help */
 
 extern const bench_suite bench_gauss;
 extern const bench_suite bench_enkf;

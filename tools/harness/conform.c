@@ -1,12 +1,14 @@
 /* dakit conform: the shared conformance cases on each selected backend
  * against the serial reference, a table, a verdict per backend, and an
  * optional JUnit report. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/dist.h"
 #include "cli/output.h"
 #include "harness/conform.h"
 
@@ -29,6 +31,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: dakit conform [--backend NAME[,NAME...]|all] [--algo gauss] [--quick] [--junit FILE]\n"
+            "                     [--ranks P]\n"
             "\n"
             "Runs the shared conformance cases on each selected backend (every variant it offers)\n"
             "against the serial reference and prints a table and one verdict per backend.\n"
@@ -38,6 +41,11 @@ static void usage(FILE *f)
             "  --algo ALGO[,...]          algorithms to test: gauss, enkf, kmeans, gbees (default: all)\n"
             "  --quick                    the smaller cases only\n"
             "  --junit FILE               also write a JUnit XML report\n"
+            "  --ranks P                  run the gauss, enkf and kmeans cases distributed over P MPI\n"
+            "                             ranks (libdakit-mpi), each rank on its part, against the same\n"
+            "                             reference and tolerances; started without mpirun, it starts\n"
+            "                             itself under $DAKIT_MPIRUN (default mpirun) -n P; under\n"
+            "                             mpirun, P must be the number of ranks. Rank 0 prints.\n"
             "\n"
             "exit status: 0 every case passed on every selected backend; 1 a case failed;\n"
             "4 some selected backend is absent or lacks a selected algorithm; 77 nothing could\n"
@@ -73,14 +81,173 @@ typedef struct refused_plugin {
     char reason[600];
 } refused_plugin;
 
+#ifdef DK_TOOLS_MPI
+void conform_ranks_agree(conform_result *r)
+{
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    /* the worst rank: a failure first, then the largest error (NaN the worst) */
+    struct {
+        double key;
+        int rank;
+    } mine = {(r->passed ? 0.0 : 2.0) + (isnan(r->error) || r->error == INFINITY ? 1.0 : r->error / (1.0 + r->error)),
+              rank},
+      worst;
+    MPI_Allreduce(&mine, &worst, 1, MPI_DOUBLE_INT, MPI_MAXLOC, MPI_COMM_WORLD);
+    MPI_Bcast(r, (int)sizeof *r, MPI_BYTE, worst.rank, MPI_COMM_WORLD);
+}
+
+/* conform --ranks under mpirun: the cases of the suites that distribute,
+ * each rank on its part; rank 0 prints the table and writes the report. */
+static int conform_distributed(const char *backend_s, const char *algo_s, int quick, const char *junit)
+{
+    const char *cmd = "conform";
+    int own = 0, inited = 0, rank, size;
+    MPI_Initialized(&inited);
+    if (!inited) {
+        MPI_Init(NULL, NULL);
+        own = 1;
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    FILE *out = stdout;
+    if (rank != 0 && !(out = fopen("/dev/null", "w")))
+        out = stdout;
+    dist_choose_device(strcmp(backend_s, "all") ? backend_s : NULL);
+    char names[MAX_BACKENDS][64], err[4200];
+    int nb = cli_select_backends(backend_s, names, MAX_BACKENDS);
+    dk_context *ctx[MAX_BACKENDS] = {0};
+    int present = 0, failed = 0, passed = 0, lacking = 0;
+    for (int b = 0; b < nb; b++) {
+        /* a backend counts only where every rank has it */
+        int mine = dk_context_create(names[b], &ctx[b]) == DK_OK, all;
+        if (!mine)
+            snprintf(err, sizeof err, "%s", dk_last_error(NULL));
+        MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+        if (!all) {
+            fprintf(out, "backend %s: absent on some rank (rank 0: %s)\n", names[b], mine ? "present" : err);
+            dk_context_destroy(ctx[b]);
+            ctx[b] = NULL;
+            continue;
+        }
+        present++;
+        fprintf(out, "backend %s: %s (rank 0), %d ranks\n", names[b], dk_context_device(ctx[b]), size);
+    }
+    static row rows[MAX_ROWS];
+    int nrows = 0;
+    fprintf(out, "\n%-8s %-24s %-16s %6s %12s %12s  %s\n", "algo", "case", "backend", "ranks", "error", "tolerance",
+            "result");
+    for (int s = 0; s < NSUITES; s++) {
+        const conform_suite *su = suites[s];
+        if (!cli_in_list(algo_s, su->algo))
+            continue;
+        if (!su->run_ranks) {
+            fprintf(out, "%-8s %-24s not distributed (single-device in this version)\n", su->algo, "(all cases)");
+            continue;
+        }
+        for (int i = 0; i < su->count(); i++) {
+            if (quick && !su->quick(i))
+                continue;
+            int ok = su->prepare(i, err, sizeof err) == DK_OK, all;
+            MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+            if (!all) {
+                fprintf(out, "%-8s %-24s reference failed: %s\n", su->algo, su->name(i), ok ? "on another rank" : err);
+                failed++;
+                su->release(i);
+                continue;
+            }
+            for (int b = 0; b < nb; b++) {
+                if (!ctx[b])
+                    continue;
+                if (!su->variants(ctx[b])) {
+                    if (i == 0)
+                        lacking++;
+                    continue;
+                }
+                for (const char *const *v = su->variants(ctx[b]); *v && nrows < MAX_ROWS; v++) {
+                    row *rw = &rows[nrows];
+                    memset(rw, 0, sizeof *rw);
+                    rw->suite = su;
+                    rw->case_index = i;
+                    rw->backend = b;
+                    snprintf(rw->variant, sizeof rw->variant, "%s", *v);
+                    double t0 = cli_now();
+                    int skipped = su->run_ranks(ctx[b], *v, i, &rw->r);
+                    rw->seconds = cli_now() - t0;
+                    char label[96];
+                    snprintf(label, sizeof label, "%s/%s", names[b], *v);
+                    if (skipped) {
+                        fprintf(out, "%-8s %-24s %-16s %6d not distributed: %s\n", su->algo, su->name(i), label, size,
+                                rw->r.detail);
+                        continue;
+                    }
+                    nrows++;
+                    fprintf(out, "%-8s %-24s %-16s %6d %12.3e %12.3e  %s%s%s\n", su->algo, su->name(i), label, size,
+                            rw->r.error, rw->r.tolerance, rw->r.passed ? "pass" : "FAIL", rw->r.passed ? "" : ": ",
+                            rw->r.passed ? "" : rw->r.detail);
+                    fflush(out);
+                    rw->r.passed ? passed++ : failed++;
+                }
+            }
+            su->release(i);
+        }
+    }
+    fprintf(out, "\nverdict over %d ranks: %s: %d passed, %d failed\n", size,
+            failed ? "FAIL" : passed ? "PASS" : "NOTHING RUN", passed, failed);
+    int junit_failed = 0;
+    if (junit && rank == 0) {
+        output o;
+        if (output_open(&o, junit, err, sizeof err) != 0)
+            junit_failed = cli_error(cmd, 1, "%s", err);
+        else {
+            fprintf(o.f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"dakit conform --ranks "
+                         "%d\">\n  <testsuite name=\"dakit.ranks%d\" tests=\"%d\" failures=\"%d\">\n",
+                    size, size, nrows, failed);
+            for (int r = 0; r < nrows; r++) {
+                row *rw = &rows[r];
+                fprintf(o.f, "    <testcase classname=\"dakit.%s.%s.%s.ranks%d\" name=\"%s\" time=\"%.6f\">",
+                        names[rw->backend], rw->suite->algo, rw->variant, size, rw->suite->name(rw->case_index),
+                        rw->seconds);
+                if (!rw->r.passed) {
+                    fprintf(o.f, "\n      <failure message=\"error %.3e exceeds tolerance %.3e: ", rw->r.error,
+                            rw->r.tolerance);
+                    xml_escape(o.f, rw->r.detail);
+                    fprintf(o.f, "\"/>\n    ");
+                }
+                fprintf(o.f, "</testcase>\n");
+            }
+            fprintf(o.f, "  </testsuite>\n</testsuites>\n");
+            if (output_commit(&o, err, sizeof err) != 0)
+                junit_failed = cli_error(cmd, 1, "%s", err);
+        }
+    }
+    MPI_Allreduce(MPI_IN_PLACE, &junit_failed, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    for (int b = 0; b < nb; b++)
+        dk_context_destroy(ctx[b]);
+    if (out != stdout)
+        fclose(out);
+    if (own)
+        MPI_Finalize();
+    if (failed || junit_failed)
+        return 1;
+    if (!nrows)
+        return 77;
+    return present < nb || lacking ? 4 : 0;
+}
+#endif
+
 int cmd_conform(int argc, char **argv)
 {
     const char *cmd = "conform", *backend_s = "all", *algo_s = NULL, *junit = NULL;
-    int quick = 0;
+    int quick = 0, ranks = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
             return 0;
+        } else if (!strcmp(argv[i], "--ranks")) {
+            const char *v = cli_value(cmd, argc, argv, &i);
+            if (!v || cli_int(cmd, "--ranks", v, 1, 1 << 20, &ranks))
+                return 2;
         } else if (!strcmp(argv[i], "--quick")) {
             quick = 1;
         } else if (!strcmp(argv[i], "--backend")) {
@@ -120,6 +287,18 @@ int cmd_conform(int argc, char **argv)
     char err[4200];
     if (junit && output_check(junit, err, sizeof err) != 0)
         return cli_error(cmd, 1, "%s", err);
+    if (ranks) {
+#ifdef DK_TOOLS_MPI
+        int launched = dist_launched_size();
+        if (!launched)
+            return dist_relaunch(cmd, ranks, argc, argv);
+        if (launched != ranks)
+            return cli_error(cmd, 2, "--ranks %d but mpirun started %d ranks", ranks, launched);
+        return conform_distributed(backend_s, algo_s, quick, junit);
+#else
+        return cli_error(cmd, 77, "--ranks needs libdakit-mpi, which this build lacks (MPI was not found)");
+#endif
+    }
 
     char names[MAX_BACKENDS][64];
     int nb = cli_select_backends(backend_s, names, MAX_BACKENDS);

@@ -25,7 +25,18 @@ typedef struct conform_suite {
     /* Runs case i on ctx with variant (NULL: default) and compares. */
     void (*run)(dk_context *ctx, const char *variant, int i, conform_result *r);
     void (*release)(int i);
+    /* `dakit conform --ranks P`: runs case i distributed over MPI_COMM_WORLD
+     * (each rank on its part, through libdakit-mpi) and checks it against
+     * the same reference and tolerance as run; collective, every rank gets
+     * the same result (conform_ranks_agree). Returns 0, or 1 when the case
+     * is not distributed (the reason in r->detail). NULL: none is. Set only
+     * where libdakit-mpi was built. */
+    int (*run_ranks)(dk_context *ctx, const char *variant, int i, conform_result *r);
 } conform_suite;
+
+/* Collective: the worst rank's result on every rank (the largest error, a
+ * failure before a pass). */
+void conform_ranks_agree(conform_result *r);
 
 extern const conform_suite conform_gauss;
 extern const conform_suite conform_gbees;

@@ -10,6 +10,7 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/dist.h"
 #include "cli/image.h"
 #include "cli/netcdf.h"
 #include "cli/npy.h"
@@ -66,8 +67,17 @@ static void usage(FILE *f)
             "                     (default 0: run --iters iterations)\n"
             "  --backend NAME     cuda, opencl, cpu, auto or a comma list (default: DAKIT_BACKEND/auto)\n"
             "  --variant NAME     one of the backend's variants (`dakit info` lists them; default: the first)\n"
-            "  --reference        the serial reference instead of a backend\n");
+            "  --reference        the serial reference instead of a backend\n"
+            "\n"
+            "Under mpirun with more than one rank (--in only): each rank reads and writes only its\n"
+            "contiguous range of points; the iterations reduce the per-cluster sums over the ranks.\n");
 }
+
+#ifdef DK_TOOLS_MPI
+static int run_distributed(const char *in_path, const char *init_path, const char *labels_path,
+                           const char *centroids_path, const char *backend, const char *variant, int k, int iters,
+                           double tol, int use_reference);
+#endif
 
 static void report(const dk_kmeans_result *r, double seconds, const char *where)
 {
@@ -157,6 +167,19 @@ int cmd_kmeans(int argc, char **argv)
         return cli_error(cmd, 2, "--k is required with --in: a number of clusters from 1 to %d", DK_KMEANS_MAX_K);
     if (cli_options_only)
         return 0;
+#ifdef DK_TOOLS_MPI
+    {
+        int own;
+        if (dist_begin(&own)) {
+            int rc = radolan_path ? cli_error(cmd, 2, "--radolan runs in one process; under mpirun give the "
+                                                      "points with --in")
+                                  : run_distributed(in_path, init_path, labels_path, centroids_path, backend, variant,
+                                                    k, iters, tol, use_reference);
+            dist_end(own);
+            return rc;
+        }
+    }
+#endif
 
     char err[4200];
     /* outputs first: a typo in a path costs no computation */
@@ -302,3 +325,169 @@ out:
     free(init);
     return rc;
 }
+
+#ifdef DK_TOOLS_MPI
+#define FAILED(...) (snprintf(msg, sizeof msg, __VA_ARGS__), 1)
+
+/* The paper's initial centroids (dk_kmeans_initial_centroids on feature 0)
+ * from every rank's points: the range by a min and max over the ranks, the
+ * interval sums (float64) and counts added over the ranks. */
+static void initial_centroids(const dk_kmeans_desc *d, const float *x, size_t npts, float *init)
+{
+    size_t kd = (size_t)d->k * d->d;
+    float lohi[2] = {INFINITY, INFINITY}, r[2]; /* lo and -hi */
+    for (size_t i = 0; i < npts; i++) {
+        float v = x[i * d->d];
+        lohi[0] = v < lohi[0] ? v : lohi[0];
+        lohi[1] = -v < lohi[1] ? -v : lohi[1];
+    }
+    MPI_Allreduce(lohi, r, 2, MPI_FLOAT, MPI_MIN, MPI_COMM_WORLD);
+    float lo = r[0], hi = -r[1];
+    double width = ((double)hi - (double)lo) / d->k;
+    double *sum = calloc(kd + (size_t)d->d + (size_t)d->k, sizeof *sum); /* sums, all points, counts */
+    for (size_t i = 0; i < npts; i++) {
+        double v = x[i * d->d];
+        int c = width > 0 ? (int)((v - lo) / width) : 0;
+        c = c < 0 ? 0 : c >= d->k ? d->k - 1 : c;
+        sum[kd + (size_t)d->d + (size_t)c] += 1;
+        for (int f = 0; f < d->d; f++) {
+            sum[(size_t)c * d->d + f] += x[i * d->d + f];
+            sum[kd + f] += x[i * d->d + f];
+        }
+    }
+    MPI_Allreduce(MPI_IN_PLACE, sum, (int)(kd + (size_t)d->d + (size_t)d->k), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    const double *count = sum + kd + d->d;
+    double total = 0;
+    for (int c = 0; c < d->k; c++)
+        total += count[c];
+    for (int c = 0; c < d->k; c++)
+        for (int f = 0; f < d->d; f++) {
+            size_t j = (size_t)c * d->d + f;
+            if (count[c] > 0)
+                init[j] = (float)(sum[j] / count[c]);
+            else if (f == 0)
+                init[j] = (float)(lo + (c + 0.5) * width);
+            else
+                init[j] = (float)(sum[kd + f] / total);
+        }
+    free(sum);
+}
+
+/* kmeans --in with every rank on its own contiguous range of points. */
+static int run_distributed(const char *in_path, const char *init_path, const char *labels_path,
+                           const char *centroids_path, const char *backend, const char *variant, int k, int iters,
+                           double tol, int use_reference)
+{
+    const char *cmd = "kmeans";
+    int rank, size, failed = 0, rc = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (use_reference)
+        return cli_error(cmd, 2, "--reference runs in one process; under mpirun (%d ranks) each rank clusters its "
+                                 "points on a backend", size);
+    char msg[4400] = "", err[4200];
+    npy_array X = {0}, C0 = {0};
+    size_t x_offset = 0;
+    float *pts = NULL, *init = NULL, *cent = NULL;
+    int32_t *labels = NULL;
+    dk_context *ctx = NULL;
+    dk_mpi_plan *plan = NULL;
+    const char *outs[2] = {labels_path, centroids_path};
+    for (int o = 0; o < 2 && !failed; o++)
+        if (outs[o] && output_check(outs[o], err, sizeof err) != 0)
+            failed = FAILED("%s", err);
+    if (!failed && npy_read_header(in_path, &X, &x_offset, err, sizeof err) != DK_OK)
+        failed = FAILED("%s", err);
+    if (dist_agree(failed, msg, sizeof msg))
+        goto done;
+    /* the same header on every rank: the checks below agree by themselves */
+    if (X.dtype != DK_F32 || X.ndim < 1 || X.ndim > 2) {
+        failed = FAILED("%s must be a float32 array of shape (n, d) or (n,)", in_path);
+        goto done;
+    }
+    if (X.ndim == 2 && (X.shape[1] == 0 || X.shape[1] > DK_KMEANS_MAX_D)) {
+        failed = FAILED("%s has d = %zu features per point; k-means takes 1 to %d", in_path, X.shape[1], DK_KMEANS_MAX_D);
+        goto done;
+    }
+    if (X.shape[0] < (size_t)k) {
+        failed = FAILED("%s holds %zu points, fewer than --k %d clusters", in_path, X.shape[0], k);
+        goto done;
+    }
+    dk_kmeans_desc d;
+    dk_kmeans_desc_init(&d);
+    d.n = X.shape[0];
+    d.d = X.ndim == 2 ? (int)X.shape[1] : 1;
+    d.k = k;
+    d.max_iters = iters;
+    d.tol = tol;
+    d.variant = variant;
+    dk_mpi_part part;
+    if (dist_decompose(cmd, in_path, 1, &d.n, NULL, 0, &part)) {
+        rc = 2;
+        msg[0] = '\0';
+        goto done;
+    }
+    size_t npts = part.extent[0], kd = (size_t)d.k * d.d;
+    size_t off[2] = {part.offset[0], 0}, ext[2] = {npts, (size_t)d.d};
+    dist_choose_device(backend);
+    if (dk_context_create(backend, &ctx) != DK_OK)
+        failed = FAILED("rank %d of %d: %s", rank, size, dk_last_error(NULL));
+    else if (!(pts = malloc(npts ? npts * d.d * sizeof *pts : 1)) || !(labels = malloc(npts ? npts * 4 : 1)) ||
+             !(init = malloc(kd * sizeof *init)) || !(cent = malloc(kd * sizeof *cent)))
+        failed = FAILED("rank %d of %d: out of memory for its %zu points", rank, size, npts);
+    else if (npy_read_box(in_path, &X, x_offset, off, ext, pts, err, sizeof err) != DK_OK)
+        failed = FAILED("rank %d of %d: %s", rank, size, err);
+    for (size_t i = 0; !failed && i < npts * d.d; i++)
+        if (!isfinite(pts[i]))
+            failed = FAILED("kmeans: feature %d of point %zu is %g; every feature must be a finite number",
+                            (int)(i % d.d), part.offset[0] + i / d.d, (double)pts[i]);
+    if (!failed && init_path) {
+        if (npy_read(init_path, &C0, err, sizeof err) != DK_OK)
+            failed = FAILED("%s", err);
+        else if (C0.dtype != DK_F32 || C0.count != kd ||
+                 (C0.ndim == 2 && (C0.shape[0] != (size_t)d.k || C0.shape[1] != (size_t)d.d)))
+            failed = FAILED("%s must be float32 of shape (%d, %d) for --k %d and %d features", init_path, d.k, d.d,
+                            d.k, d.d);
+        else
+            memcpy(init, C0.data, kd * sizeof *init);
+    }
+    if (dist_agree(failed, msg, sizeof msg))
+        goto done;
+    if (!init_path)
+        initial_centroids(&d, pts, npts, init);
+
+    dk_kmeans_result res;
+    double t0 = cli_now();
+    dk_status st = dk_mpi_kmeans_plan_create(ctx, MPI_COMM_WORLD, &d, &part, &plan);
+    if (st == DK_OK)
+        st = dk_mpi_kmeans_execute_host(plan, pts, NULL, init, labels, cent, &res);
+    if (st != DK_OK) /* collective: on failure every rank has the same sentence */
+        failed = FAILED("%s", dk_mpi_last_error());
+    if (dist_agree(failed, msg, sizeof msg))
+        goto done;
+    double seconds = cli_now() - t0;
+    size_t cshape[2] = {(size_t)d.k, (size_t)d.d};
+    if (labels_path && dist_write_npy(labels_path, "<i4", 4, 1, &d.n, 1, &d.n, off, ext, labels, msg, sizeof msg))
+        goto done;
+    if (centroids_path && dist_write_npy_root(centroids_path, "<f4", 4, 2, cshape, cent, msg, sizeof msg))
+        goto done;
+    if (rank == 0) {
+        char where[300];
+        snprintf(where, sizeof where, "%d ranks (rank 0: %s)", size, dk_context_device(ctx));
+        report(&res, seconds, where);
+    }
+    rc = 0;
+done:
+    if (rc && msg[0])
+        cli_error(cmd, 1, "%s", msg);
+    dk_mpi_plan_destroy(plan);
+    dk_context_destroy(ctx);
+    npy_free(&X);
+    npy_free(&C0);
+    free(pts);
+    free(labels);
+    free(init);
+    free(cent);
+    return rc;
+}
+#endif

@@ -358,6 +358,91 @@ done:
     free(cent);
 }
 
+#ifdef DK_TOOLS_MPI
+#include <dakit/mpi.h>
+
+/* Each rank a contiguous range of points (of image rows with contiguity),
+ * given to the layer point-major; the checks are km_run's. */
+static int km_run_ranks(dk_context *ctx, const char *variant, int i, conform_result *r)
+{
+    const kmeans_case *c = &cases[i];
+    r->error = INFINITY;
+    r->passed = 0;
+    r->tolerance = 1e-5;
+    if (c->texture) {
+        snprintf(r->detail, sizeof r->detail, "the texture features run in one process");
+        return 1;
+    }
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    size_t kd = (size_t)c->k * c->d;
+    dk_kmeans_desc d;
+    desc_of(c, &d);
+    d.variant = variant;
+    d.layout = DK_KMEANS_POINT_MAJOR;
+    int contig = c->rows && c->lambda < 1;
+    size_t units = contig ? c->rows : c->n, per = contig ? c->cols : 1;
+    dk_mpi_part part;
+    dk_mpi_decompose(MPI_COMM_WORLD, 1, &units, NULL, &part);
+    size_t first = part.offset[0] * per, npts = part.extent[0] * per;
+    float *x = malloc(npts * c->d * sizeof *x + 1), *cent = malloc(kd * sizeof *cent);
+    int32_t *labels = malloc(npts * sizeof *labels + 1);
+    dk_mpi_plan *plan = NULL;
+    dk_kmeans_result res;
+    r->detail[0] = '\0';
+    if (!x || !cent || !labels)
+        snprintf(r->detail, sizeof r->detail, "rank %d: out of host memory", rank);
+    else {
+        for (size_t j = 0; j < npts; j++)
+            for (int f = 0; f < c->d; f++)
+                x[j * c->d + f] = c->layout == FM ? prep[i].x[(size_t)f * c->n + first + j]
+                                                  : prep[i].x[(first + j) * c->d + f];
+        if (dk_mpi_kmeans_plan_create(ctx, MPI_COMM_WORLD, &d, &part, &plan) != DK_OK ||
+            dk_mpi_kmeans_execute_host(plan, x, prep[i].mask ? prep[i].mask + first : NULL, prep[i].init, labels,
+                                       cent, &res) != DK_OK)
+            snprintf(r->detail, sizeof r->detail, "%s", dk_mpi_last_error());
+        else {
+            unsigned long long counts[2] = {0, 0}; /* flips, masked mismatches */
+            for (size_t j = 0; j < npts; j++) {
+                counts[0] += labels[j] != prep[i].lref[first + j];
+                counts[1] += (prep[i].lref[first + j] < 0) != (labels[j] < 0);
+            }
+            MPI_Allreduce(MPI_IN_PLACE, counts, 2, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+            size_t *sizes = calloc((size_t)c->k, sizeof *sizes), smallest = c->n;
+            for (size_t j = 0; sizes && j < c->n; j++)
+                if (prep[i].lref[j] >= 0)
+                    sizes[prep[i].lref[j]]++;
+            for (int k = 0; k < c->k; k++)
+                if (sizes && sizes[k] && sizes[k] < smallest)
+                    smallest = sizes[k];
+            free(sizes);
+            double err = 0;
+            for (size_t j = 0; j < kd; j++) {
+                double e = fabs((double)cent[j] - (double)prep[i].cref[j]) / prep[i].scale;
+                err = e > err || e != e ? e : err;
+            }
+            r->error = err;
+            r->tolerance = 1e-5 + 2.0 * (double)counts[0] / (double)smallest;
+            double obj_rel = fabs(res.objective - prep[i].rref.objective) / (prep[i].rref.objective + 1e-30);
+            r->passed = err <= r->tolerance && counts[0] <= c->n / 1000 && !counts[1] &&
+                        res.iterations == prep[i].rref.iterations &&
+                        obj_rel <= 1e-4 + (double)counts[0] / (double)c->n && res.valid == prep[i].rref.valid;
+            snprintf(r->detail, sizeof r->detail,
+                     "%llu label(s) differ (masked mismatch %llu), iterations %d vs %d, objective rel. diff %.2e, "
+                     "valid %zu vs %zu", counts[0], counts[1], res.iterations, prep[i].rref.iterations, obj_rel,
+                     res.valid, prep[i].rref.valid);
+        }
+    }
+    dk_mpi_plan_destroy(plan);
+    free(x);
+    free(cent);
+    free(labels);
+    conform_ranks_agree(r);
+    return 0;
+}
+#endif
+
 const conform_suite conform_kmeans = {
     .algo = "kmeans",
     .measure = "max |C - C_ref| / max|x|",
@@ -368,4 +453,7 @@ const conform_suite conform_kmeans = {
     .prepare = km_prepare,
     .run = km_run,
     .release = km_release,
+#ifdef DK_TOOLS_MPI
+    .run_ranks = km_run_ranks,
+#endif
 };

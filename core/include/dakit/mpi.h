@@ -83,6 +83,20 @@ const char *dk_mpi_plan_transport(const dk_mpi_plan *plan);
  * gauss and enkf plans alike. */
 void dk_mpi_plan_destroy(dk_mpi_plan *plan);
 
+/* What a plan's executes spent communicating on this rank, since it was
+ * made or last reset: the wall time inside the MPI calls that move data or
+ * agree on an outcome (waiting for a slower rank included), and their
+ * number. Not collective. Computation time is the caller's execute time
+ * minus comm_seconds. */
+typedef struct dk_mpi_stats {
+    double comm_seconds;
+    uint64_t comm_calls;
+} dk_mpi_stats;
+
+dk_status dk_mpi_plan_stats(const dk_mpi_plan *plan, dk_mpi_stats *stats);
+/* Zeroes the plan's counts (between a warm-up and the timed runs, say). */
+dk_status dk_mpi_plan_stats_reset(dk_mpi_plan *plan);
+
 /* ---- enkf (docs/distributed.md, "enkf") ----
  *
  * The state's points are split between ranks: with a 1-D localization

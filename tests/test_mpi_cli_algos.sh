@@ -1,0 +1,198 @@
+#!/usr/bin/env bash
+# dakit enkf cov, enkf analysis and kmeans --in under mpirun -n 1..4
+# (docs/distributed.md, "Command line") on one backend, each rank reading and
+# writing only its rows, checked against the same command in one process:
+# the same header bytes, integer outputs (labels) byte for byte, float
+# outputs within the layer's tolerance (enkf float64 1e-12 of the largest
+# value, float32 64 eps; kmeans centroids 1e-5 of max(1, |c|)), and whether
+# the bytes are all equal is printed; then a bad input visible to the last
+# rank only (each rank runs in its own folder, the inputs named relative to
+# it) giving every rank the same sentence, exit status 1, and no output.
+# Arguments: the dakit command, mpirun ("" if none), "yes" when libdakit-mpi
+# was built, the backend. Skips (77) without MPI or the backend.
+dakit=$1 mpirun=$2 have_mpi=$3 backend=$4
+if [ "$have_mpi" != yes ]; then echo "skip: libdakit-mpi was not built"; exit 77; fi
+if [ -z "$mpirun" ] || ! [ -x "$mpirun" ]; then echo "skip: no mpirun or mpiexec was found"; exit 77; fi
+if ! "$dakit" info 2>/dev/null | grep -A30 "^$backend " | grep -q "^  device 0:"; then
+    echo "skip: backend $backend has no usable device here (dakit info says why)"; exit 77
+fi
+exec python3 - "$dakit" "$mpirun" "$backend" <<'PY'
+import math, os, random, shutil, struct, subprocess, sys, tempfile
+dakit, mpirun, backend = sys.argv[1:4]
+tmp = tempfile.mkdtemp(prefix="mpi-cli-algos-")
+fails = 0
+env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1")
+P = lambda *n: os.path.join(tmp, *n)
+
+def npy(path, shape, values, dtype="<f8"):
+    header = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (
+        dtype, "".join(f"{s}," for s in shape))
+    header += " " * (63 - (10 + len(header)) % 64) + "\n"
+    code = {"<f8": "d", "<f4": "f", "<i4": "i"}[dtype]
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
+        f.write(struct.pack("<%d%s" % (len(values), code), *values))
+
+def split_npy(path):
+    raw = open(path, "rb").read()
+    hlen = struct.unpack("<H", raw[8:10])[0]
+    head, data = raw[:10 + hlen], raw[10 + hlen:]
+    code = "d" if b"'<f8'" in head else "i" if b"'<i4'" in head else "f"
+    return head, code, data, struct.unpack("<%d%s" % (len(data) // 4 if code != "d" else len(data) // 8, code), data)
+
+def mtx(path, rows, cols, entries):
+    with open(path, "w") as f:
+        f.write("%%MatrixMarket matrix coordinate real general\n%\n")
+        f.write(f"{rows} {cols} {len(entries)}\n")
+        for i, j, v in entries:
+            f.write(f"{i + 1} {j + 1} {v!r}\n")
+
+def check(what, ok, detail=""):
+    global fails
+    print(("ok   " if ok else "FAIL ") + what + (("  " + detail) if detail else ""), flush=True)
+    if not ok:
+        fails += 1
+
+def run_mpi(np, args, tag, last_dir=None):
+    """Each rank's stderr and exit status into its own files; every rank runs
+    in tmp/good, the last one in last_dir when given."""
+    quoted = " ".join("'" + a.replace("'", "'\\''") + "'" for a in [dakit] + args)
+    r = "$OMPI_COMM_WORLD_RANK"
+    script = (f'cd "{P("good")}"; if [ "{r}" = {np - 1} ] && [ -n "{last_dir or ""}" ]; then cd "{last_dir}"; fi; '
+              f'{quoted} >"{tmp}/{tag}.out.{r}" 2>"{tmp}/{tag}.err.{r}"; s=$?; echo $s >"{tmp}/{tag}.rc.{r}"; exit $s')
+    p = subprocess.run([mpirun, "-n", str(np), "--oversubscribe", "--mca", "orte_abort_on_non_zero_status", "0",
+                        "sh", "-c", script], env=env, capture_output=True, text=True, timeout=280)
+    def text(name):
+        path = P(name)
+        return open(path).read() if os.path.exists(path) else ""
+    return p.returncode, [text(f"{tag}.err.{k}") for k in range(np)], [text(f"{tag}.rc.{k}").strip() for k in range(np)]
+
+# ---- inputs, in tmp/good ----
+os.mkdir(P("good"))
+G = lambda n: P("good", n)
+rnd = random.Random(13)
+N, L, M = 67, 6, 9
+nx, ny = 9, 8  # a 2-D c: N2 = 72 points
+N2 = nx * ny
+npy(G("E.npy"), (N, L), [rnd.uniform(-1, 1) for _ in range(N * L)])
+npy(G("E2.npy"), (N2, L), [rnd.uniform(-1, 1) for _ in range(N2 * L)])
+npy(G("c.npy"), (N,), [max(0.0, 1 - d / 7.0) for d in range(N)])  # compact support: 7 points
+npy(G("c2.npy"), (nx, ny), [max(0.0, 1 - math.hypot(i, j) / 3.5) for i in range(nx) for j in range(ny)])
+def H_of(n):
+    e = []
+    for j in range(M):
+        for _ in range(3):
+            e.append((j, rnd.randrange(n), rnd.uniform(0.5, 1.5)))
+    return e
+mtx(G("H.mtx"), M, N, H_of(N))
+mtx(G("H2.mtx"), M, N2, H_of(N2))
+npy(G("y.npy"), (M,), [rnd.uniform(-1, 1) for _ in range(M)])
+npy(G("r.npy"), (M,), [rnd.uniform(0.2, 0.6) for _ in range(M)])
+npts, d = 403, 3
+X = []
+for i in range(npts):
+    cl = i % 4
+    X += [cl * 2.0 + rnd.gauss(0, 0.4), rnd.gauss(cl, 0.5), rnd.uniform(-1, 1)]
+npy(G("X.npy"), (npts, d), X, "<f4")
+npy(G("C0.npy"), (4, d), [X[i * d + f] for i in (0, 1, 2, 3) for f in range(d)], "<f4")
+
+# ---- results against one process ----
+b = ["--backend", backend]
+cases = [
+    # (name, command args (outputs given as OUT/ OUT2 placeholders), outputs, dtype of compute, ranks, decomp)
+    ("enkf cov 1-D c", ["enkf", "cov", "--ens", "E.npy", "--loc", "c.npy", "--H", "H.mtx", "--out", "OUT",
+                        "--hpht", "OUT2"], "f64", [1, 2, 3, 4], [None]),
+    ("enkf cov 1-D c f32", ["enkf", "cov", "--ens", "E.npy", "--loc", "c.npy", "--H", "H.mtx", "--out", "OUT",
+                            "--dtype", "f32"], "f32", [2, 3], [None]),
+    ("enkf cov 2-D c", ["enkf", "cov", "--ens", "E2.npy", "--loc", "c2.npy", "--H", "H2.mtx", "--out", "OUT",
+                        "--hpht", "OUT2"], "f64", [2, 4], [None, "2x1", "1x2", "2x2"]),
+    ("enkf analysis 1-D c", ["enkf", "analysis", "--ens", "E.npy", "--loc", "c.npy", "--H", "H.mtx", "--obs",
+                             "y.npy", "--obs-var", "r.npy", "--seed", "42", "--inflation", "1.05", "--out", "OUT"],
+     "f64", [1, 2, 3, 4], [None]),
+    ("enkf analysis 2-D c", ["enkf", "analysis", "--ens", "E2.npy", "--loc", "c2.npy", "--H", "H2.mtx", "--obs",
+                             "y.npy", "--obs-var", "r.npy", "--seed", "7", "--out", "OUT"], "f64", [3, 4],
+     [None, "2x2"]),
+    ("kmeans --in", ["kmeans", "--in", "X.npy", "--k", "4", "--iters", "30", "--labels", "OUT",
+                     "--centroids", "OUT2"], "kmeans", [1, 2, 3, 4], [None]),
+    ("kmeans --in --init", ["kmeans", "--in", "X.npy", "--k", "4", "--init", "C0.npy", "--tol", "1e-6",
+                            "--labels", "OUT", "--centroids", "OUT2"], "kmeans", [2, 4], [None]),
+]
+for ci, (name, args, kind, ranks, decomps) in enumerate(cases):
+    outs = [a for a in args if a in ("OUT", "OUT2")]
+    ref = [P(f"ref{ci}_{o}.npy") for o in outs]
+    sub = lambda paths: [paths[outs.index(a)] if a in outs else a for a in args]
+    p = subprocess.run([dakit] + sub(ref) + b, env=env, capture_output=True, text=True, cwd=P("good"))
+    if p.returncode != 0:
+        check(f"{name}: the single-process run", False, p.stderr.strip()[-300:])
+        continue
+    for np in ranks:
+        for dc in decomps:
+            if dc and math.prod(int(v) for v in dc.split("x")) != np:
+                continue
+            tag = f"c{ci}_{np}_{dc or 'default'}"
+            got = [P(f"{tag}_{o}.npy") for o in outs]
+            what = f"{name} at {np} rank(s)" + (f" --decomp {dc}" if dc else "")
+            rc, texts, rcs = run_mpi(np, sub(got) + b + (["--decomp", dc] if dc else []), tag)
+            if rc != 0 or rcs != ["0"] * np or not all(os.path.exists(g) for g in got):
+                check(what, False, f"exit {rcs}: {[t.strip()[-200:] for t in texts]}")
+                continue
+            details, ok = [], True
+            for o, r_, g_ in zip(outs, ref, got):
+                h1, c1, raw1, v1 = split_npy(r_)
+                h2, c2, raw2, v2 = split_npy(g_)
+                same_bytes = h1 == h2 and raw1 == raw2
+                if c1 == "i":
+                    good = same_bytes
+                    err = 0.0 if good else 1.0
+                    tol = 0.0
+                elif kind == "kmeans":
+                    err = max((abs(a - bb) / max(1.0, abs(a)) for a, bb in zip(v1, v2)), default=0.0)
+                    tol = 1e-5
+                    good = h1 == h2 and len(v1) == len(v2)
+                else:
+                    scale = max([abs(v) for v in v1] + [1e-300])
+                    err = max((abs(a - bb) for a, bb in zip(v1, v2)), default=0.0) / scale
+                    tol = 1e-12 if kind == "f64" else 64 * 2.0 ** -24
+                    good = h1 == h2 and len(v1) == len(v2)
+                good = good and err <= tol
+                ok = ok and good
+                details.append(f"{o}: header {'same' if h1 == h2 else 'DIFFERS'}, "
+                               f"{'bytes identical' if same_bytes else f'error {err:.3g} (tolerance {tol:.3g})'}")
+            check(what, ok, "; ".join(details))
+            check(what + ": no temporary file left", not [f for f in os.listdir(tmp) if ".tmp-" in f])
+
+# ---- a bad input visible to the last rank only ----
+os.mkdir(P("bad"))
+for f in os.listdir(P("good")):
+    shutil.copy(G(f), P("bad", f))
+# the ensemble with a NaN in the last row (the last rank's), X.npy cut short
+vals = list(split_npy(G("E.npy"))[3])
+vals[(N - 1) * L + 2] = float("nan")
+npy(P("bad", "E.npy"), (N, L), vals)
+raw = open(G("X.npy"), "rb").read()
+open(P("bad", "X.npy"), "wb").write(raw[:len(raw) - 40])
+bad = [
+    ("enkf cov, a NaN in the last rank's rows",
+     ["enkf", "cov", "--ens", "E.npy", "--loc", "c.npy", "--H", "H.mtx"], "is not finite", "dakit enkf: "),
+    ("enkf analysis, a NaN in the last rank's rows",
+     ["enkf", "analysis", "--ens", "E.npy", "--loc", "c.npy", "--H", "H.mtx", "--obs", "y.npy", "--obs-var",
+      "r.npy", "--seed", "1"], "is not finite", "dakit enkf: "),
+    ("kmeans, X.npy cut short on the last rank", ["kmeans", "--in", "X.npy", "--k", "4", "--centroids", "OUT2"],
+     "X.npy", "dakit kmeans: "),
+]
+for j, (what, args, needle, prefix) in enumerate(bad):
+    for np in (2, 3):
+        out, out2 = P(f"bad{j}_{np}.npy"), P(f"bad{j}_{np}_b.npy")
+        a = [out2 if x == "OUT2" else x for x in args]
+        if "--centroids" not in a:
+            a += ["--out", out]
+        rc, texts, rcs = run_mpi(np, a + b, f"bad{j}_{np}", P("bad"))
+        lines = [t.strip().splitlines()[-1] if t.strip() else "" for t in texts]
+        ok = (all(l == lines[0] for l in lines) and lines[0].startswith(prefix) and needle in lines[0]
+              and rcs == ["1"] * np and not os.path.exists(out) and not os.path.exists(out2)
+              and not [f for f in os.listdir(tmp) if ".tmp-" in f])
+        check(f"{what} at {np} ranks: every rank exits 1 with the same sentence, no output", ok,
+              f"exit {rcs}: {lines}")
+print(f"{fails} failure(s)")
+sys.exit(1 if fails else 0)
+PY

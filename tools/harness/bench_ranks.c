@@ -1,0 +1,327 @@
+/* dakit bench --ranks P: the distributed layer timed under mpirun, per case
+ * the time of each rank's execute and, inside it, its communication
+ * (dk_mpi_plan_stats); at one rank also the plain single-process call on the
+ * same problem, the two alternating run by run, and the layer's overhead as
+ * the median of the per-run differences. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "harness/bench.h"
+
+#ifdef DK_TOOLS_MPI
+#include <dakit/mpi.h>
+
+#include "cli/dist.h"
+
+#define MAX_RUNS 200
+
+typedef struct ranks_case {
+    const char *name, *what;
+} ranks_case;
+
+static const ranks_case cases[] = {
+    {"gauss_2d", "gauss 2048 x 2048 float32, sigma 4, K 4, both axes, slabs along axis 0"},
+    {"enkf_cov", "enkf cov, n 100000, L 20, M 256, compact C (radius 50), float64, slabs of rows"},
+    {"enkf_analysis", "enkf analysis, the same problem, float64"},
+    {"kmeans", "kmeans 1000000 points, d 3, k 8, 10 iterations, float32, slabs of points"},
+};
+#define NCASES ((int)(sizeof cases / sizeof cases[0]))
+
+/* One case's problem on this rank: the distributed plan over its part and,
+ * at one rank, the plain plan over the same data. */
+typedef struct state {
+    int which;
+    dk_mpi_plan *mplan;
+    dk_plan *plan;
+    void *in, *out, *aux, *x0;
+    size_t local, width;
+    double *c, *values, *y, *r;
+    int64_t *indptr, *indices;
+    float *init, *cent;
+    int32_t *labels;
+    dk_kmeans_desc kd;
+} state;
+
+static void release(state *s)
+{
+    dk_mpi_plan_destroy(s->mplan);
+    dk_plan_destroy(s->plan);
+    free(s->in), free(s->out), free(s->aux), free(s->x0);
+    free(s->c), free(s->values), free(s->y), free(s->r), free(s->indptr), free(s->indices);
+    free(s->init), free(s->cent), free(s->labels);
+}
+
+/* Collective. 0, or 1 with the sentence in err (the same on every rank). */
+static int setup(dk_context *ctx, int which, state *s, char *err, size_t len)
+{
+    int size;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    memset(s, 0, sizeof *s);
+    s->which = which;
+    dk_mpi_part part;
+    dk_status st;
+    if (which == 0) {
+        dk_gauss_desc g;
+        dk_gauss_desc_init(&g);
+        g.dtype = DK_F32;
+        g.ndim = 2;
+        g.shape[0] = g.shape[1] = 2048;
+        g.axes = 3;
+        g.sigma[0] = g.sigma[1] = 4;
+        g.K = 4;
+        dk_mpi_decompose(MPI_COMM_WORLD, 2, g.shape, NULL, &part);
+        s->local = part.extent[0] * part.extent[1];
+        s->in = malloc(s->local * 4 + 1);
+        s->out = malloc(s->local * 4 + 1);
+        cli_fill_random(s->in, DK_F32, s->local, 11 + part.offset[0]);
+        st = dk_mpi_gauss_plan_create(ctx, MPI_COMM_WORLD, &g, &part, &s->mplan);
+        if (st == DK_OK && size == 1 && dk_gauss_plan_create(ctx, &g, &s->plan) != DK_OK)
+            st = DK_ERR_BACKEND, snprintf(err, len, "%s", dk_last_error(ctx));
+        else if (st != DK_OK)
+            snprintf(err, len, "%s", dk_mpi_last_error());
+    } else if (which == 1 || which == 2) {
+        size_t n = 100000, L = 20, M = 256;
+        double radius = 50;
+        s->c = malloc(n * sizeof *s->c);
+        s->values = malloc(4 * M * sizeof *s->values);
+        s->indptr = malloc((M + 1) * sizeof *s->indptr);
+        s->indices = malloc(4 * M * sizeof *s->indices);
+        for (size_t k = 0; k < n; k++)
+            s->c[k] = (double)k < radius ? 1.0 - (double)k / radius : 0.0;
+        s->indptr[0] = 0;
+        for (size_t j = 0; j < M; j++) { /* each observation averages 4 neighbouring points */
+            size_t at = (size_t)((double)n * ((double)j + 0.5) / (double)M);
+            for (size_t t = 0; t < 4; t++) {
+                s->indices[4 * j + t] = (int64_t)(at + t < n ? at + t : n - 1 - t);
+                s->values[4 * j + t] = 0.25;
+            }
+            s->indptr[j + 1] = (int64_t)(4 * j + 4);
+        }
+        dk_enkf_desc d;
+        dk_enkf_desc_init(&d);
+        d.n = n;
+        d.members = L;
+        d.loc = s->c;
+        d.H = (dk_csr){M, n, s->indptr, s->indices, s->values};
+        dk_mpi_decompose(MPI_COMM_WORLD, 1, &n, NULL, &part);
+        s->local = part.extent[0];
+        s->width = which == 1 ? M : L;
+        s->x0 = malloc(s->local * L * 8 + 1);
+        s->in = malloc(s->local * L * 8 + 1);
+        s->out = malloc(s->local * M * 8 + 1);
+        s->aux = malloc(M * M * 8);
+        s->y = malloc(M * sizeof *s->y);
+        s->r = malloc(M * sizeof *s->r);
+        cli_fill_random(s->x0, DK_F64, s->local * L, 21 + part.offset[0]);
+        for (size_t j = 0; j < M; j++)
+            s->y[j] = 0.1 * (double)(j % 7), s->r[j] = 1.0;
+        st = dk_mpi_enkf_plan_create(ctx, MPI_COMM_WORLD, &d, &part, &s->mplan);
+        if (st == DK_OK && size == 1 && dk_enkf_plan_create(ctx, &d, &s->plan) != DK_OK)
+            st = DK_ERR_BACKEND, snprintf(err, len, "%s", dk_last_error(ctx));
+        else if (st != DK_OK)
+            snprintf(err, len, "%s", dk_mpi_last_error());
+    } else {
+        dk_kmeans_desc *d = &s->kd;
+        dk_kmeans_desc_init(d);
+        d->n = 1000000;
+        d->d = 3;
+        d->k = 8;
+        d->max_iters = 10;
+        dk_mpi_decompose(MPI_COMM_WORLD, 1, &d->n, NULL, &part);
+        s->local = part.extent[0];
+        s->in = malloc(s->local * 3 * sizeof(float) + 1);
+        s->labels = malloc(s->local * sizeof *s->labels + 1);
+        s->init = malloc(8 * 3 * sizeof *s->init);
+        s->cent = malloc(8 * 3 * sizeof *s->cent);
+        cli_fill_random(s->in, DK_F32, s->local * 3, 31 + part.offset[0]);
+        for (int k = 0; k < 24; k++)
+            s->init[k] = (float)(k / 3) / 4.0f - 1.0f + 0.01f * (float)(k % 3);
+        st = dk_mpi_kmeans_plan_create(ctx, MPI_COMM_WORLD, d, &part, &s->mplan);
+        if (st == DK_OK && size == 1 && dk_kmeans_plan_create(ctx, d, &s->plan) != DK_OK)
+            st = DK_ERR_BACKEND, snprintf(err, len, "%s", dk_last_error(ctx));
+        else if (st != DK_OK)
+            snprintf(err, len, "%s", dk_mpi_last_error());
+    }
+    int bad = st != DK_OK, any;
+    MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (any && !bad)
+        snprintf(err, len, "the plain plan failed on another rank");
+    return any;
+}
+
+/* One execute, distributed or plain; the analysis starts from the same
+ * forecast each time (copied outside the timing by the caller's order). */
+static dk_status run(state *s, int distributed)
+{
+    switch (s->which) {
+    case 0:
+        return distributed ? dk_mpi_gauss_execute_host(s->mplan, s->in, s->out)
+                           : dk_gauss_execute_host(s->plan, s->in, s->out);
+    case 1:
+        return distributed ? dk_mpi_enkf_cov_host(s->mplan, s->x0, s->out, s->aux)
+                           : dk_enkf_cov_host(s->plan, s->x0, s->out, s->aux);
+    case 2:
+        return distributed ? dk_mpi_enkf_analysis_host(s->mplan, s->in, s->y, s->r, 7, 1.0)
+                           : dk_enkf_analysis_host(s->plan, s->in, s->y, s->r, 7, 1.0);
+    default:
+        return distributed ? dk_mpi_kmeans_execute_host(s->mplan, s->in, NULL, s->init, s->labels, s->cent, NULL)
+                           : dk_kmeans_execute_host(s->plan, s->in, NULL, s->init, s->labels, s->cent, NULL);
+    }
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(const double *t, int n)
+{
+    double c[MAX_RUNS];
+    memcpy(c, t, (size_t)n * sizeof *c);
+    qsort(c, (size_t)n, sizeof *c, cmp_double);
+    return n % 2 ? c[n / 2] : 0.5 * (c[n / 2 - 1] + c[n / 2]);
+}
+
+static int bench_under_mpi(const char *backend, const char *case_s, double min_time, int max_runs)
+{
+    int own = 0, inited = 0, rank, size;
+    MPI_Initialized(&inited);
+    if (!inited) {
+        MPI_Init(NULL, NULL);
+        own = 1;
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    dist_choose_device(backend);
+    dk_context *ctx = NULL;
+    char err[4400] = "";
+    int failed = dk_context_create(backend, &ctx) != DK_OK;
+    if (failed)
+        snprintf(err, sizeof err, "rank %d of %d: %s", rank, size, dk_last_error(NULL));
+    if (dist_agree(failed, err, sizeof err)) {
+        cli_error("bench", 1, "%s", err);
+        dk_context_destroy(ctx);
+        if (own)
+            MPI_Finalize();
+        return 1;
+    }
+    if (rank == 0) {
+        printf("dakit bench --ranks %d: backend %s (rank 0: %s); per run the time from a barrier to the slowest "
+               "rank's return\n",
+               size, dk_context_backend(ctx), dk_context_device(ctx));
+        printf("%-14s %5s %11s %11s %11s %9s\n", "case", "ranks", "median ms", "comm ms", "plain ms", "overhead");
+    }
+    int ran = 0;
+    for (int c = 0; c < NCASES; c++) {
+        if (!cli_in_list(case_s, cases[c].name))
+            continue;
+        state s;
+        if (setup(ctx, c, &s, err, sizeof err)) {
+            if (rank == 0)
+                printf("%-14s skipped: %s\n", cases[c].name, err);
+            release(&s);
+            continue;
+        }
+        double tm[MAX_RUNS], tp[MAX_RUNS], td[MAX_RUNS], mine[MAX_RUNS];
+        int n = 0, bad = 0, stop = 0;
+        double start = 0;
+        dk_mpi_stats stats = {0, 0};
+        for (int r = -1; !stop; r++) {
+            for (int k = 0; k < (size == 1 ? 2 : 1); k++) {
+                /* at one rank the two calls alternate, which goes first too */
+                int distributed = size > 1 || (k == 0) == (r % 2 == 0);
+                if (s.which == 2)
+                    memcpy(s.in, s.x0, s.local * 20 * 8);
+                MPI_Barrier(MPI_COMM_WORLD);
+                double t0 = MPI_Wtime();
+                bad |= run(&s, distributed) != DK_OK;
+                double t = MPI_Wtime() - t0, tmax;
+                MPI_Allreduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+                if (r >= 0) {
+                    (distributed ? tm : tp)[r] = tmax;
+                    if (distributed)
+                        mine[r] = t;
+                }
+            }
+            if (r < 0) { /* after the warm-up */
+                dk_mpi_plan_stats_reset(s.mplan);
+                start = MPI_Wtime();
+            } else {
+                td[r] = size == 1 ? tm[r] - tp[r] : 0;
+                n = r + 1;
+            }
+            /* rank 0 decides when to stop, so every rank runs as often */
+            stop = bad || n >= max_runs || (n >= 3 && MPI_Wtime() - start >= min_time);
+            MPI_Bcast(&stop, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        }
+        int any;
+        MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        if (any) {
+            if (rank == 0)
+                printf("%-14s failed: %s\n", cases[c].name, dk_mpi_last_error());
+            release(&s);
+            continue;
+        }
+        dk_mpi_plan_stats(s.mplan, &stats);
+        /* per rank: its own median execute and its communication per run */
+        double row[3] = {median(mine, n), stats.comm_seconds / n, (double)stats.comm_calls / n};
+        double *all = rank == 0 ? malloc((size_t)size * 3 * sizeof *all) : NULL;
+        MPI_Gather(row, 3, MPI_DOUBLE, all, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+        if (rank == 0) {
+            double med = median(tm, n), commax = 0;
+            for (int q = 0; q < size; q++)
+                commax = fmax(commax, all[3 * q + 1]);
+            if (size == 1) {
+                double plain = median(tp, n), diff = median(td, n);
+                printf("%-14s %5d %11.3f %11.3f %11.3f %+8.2f%%\n", cases[c].name, size, med * 1e3, commax * 1e3,
+                       plain * 1e3, 100.0 * diff / plain);
+            } else
+                printf("%-14s %5d %11.3f %11.3f %11s %9s\n", cases[c].name, size, med * 1e3, commax * 1e3, "-", "-");
+            for (int q = 0; q < size; q++)
+                printf("  rank %-3d execute %9.3f ms, of which communication %9.3f ms (%.0f MPI calls), %d runs\n", q,
+                       all[3 * q] * 1e3, all[3 * q + 1] * 1e3, all[3 * q + 2], n);
+            fflush(stdout);
+        }
+        free(all);
+        release(&s);
+        ran++;
+    }
+    if (rank == 0)
+        printf("%s\n", "overhead (one rank): the median over runs of (distributed - plain) / the plain median");
+    dk_context_destroy(ctx);
+    if (own)
+        MPI_Finalize();
+    return ran ? 0 : 1;
+}
+
+int bench_ranks(int ranks, int argc, char **argv, const char *backend_s, const char *case_s, double min_time,
+                int max_runs)
+{
+    int launched = dist_launched_size();
+    if (!launched)
+        return dist_relaunch("bench", ranks, argc, argv);
+    if (launched != ranks)
+        return cli_error("bench", 2, "--ranks %d but mpirun started %d ranks", ranks, launched);
+    const char *backend = strcmp(backend_s, "all") ? backend_s : NULL;
+    return bench_under_mpi(backend, case_s, min_time, max_runs > MAX_RUNS ? MAX_RUNS : max_runs);
+}
+
+void bench_ranks_usage(FILE *f)
+{
+    for (int c = 0; c < NCASES; c++)
+        fprintf(f, "  --ranks %-13s %s\n", cases[c].name, cases[c].what);
+}
+#else
+int bench_ranks(int ranks, int argc, char **argv, const char *backend_s, const char *case_s, double min_time,
+                int max_runs)
+{
+    (void)ranks, (void)argc, (void)argv, (void)backend_s, (void)case_s, (void)min_time, (void)max_runs;
+    return cli_error("bench", 77, "--ranks needs libdakit-mpi, which this build lacks (MPI was not found)");
+}
+
+void bench_ranks_usage(FILE *f) { (void)f; }
+#endif
