@@ -303,6 +303,15 @@ DK_MPI_API dk_status dk_mpi_gauss_plan_create(dk_context *ctx, MPI_Comm comm, co
                           CREATE, a);
             goto fail;
         }
+        if (split && (global->method != DK_GAUSS_RF ||
+                      (global->boundary != DK_BOUNDARY_ZERO && global->boundary != DK_BOUNDARY_CONSTANT))) {
+            st = dkm_fail(DK_ERR_NOT_IMPLEMENTED,
+                          "%s: method %s with boundary %s is not distributed yet: the filtered axis %d is split "
+                          "between ranks; use rf with boundary zero or constant, or keep every filtered axis whole "
+                          "on every rank", CREATE, dk_gauss_method_name(global->method),
+                          dk_gauss_boundary_name(global->boundary), a);
+            goto fail;
+        }
         if (split) {
             p->stages[p->nstages++] = (dkm_stage){.axis = a, .axes = 1u << a};
         } else if (p->nstages && p->stages[p->nstages - 1].axis < 0) {

@@ -36,7 +36,12 @@ static void no_axis(dk_gauss_desc *d) { d->axes = 0; }
 static void ndim_zero(dk_gauss_desc *d) { d->ndim = 0; }
 static void ndim_four(dk_gauss_desc *d) { d->ndim = 4; }
 static void bad_dtype(dk_gauss_desc *d) { d->dtype = (dk_dtype)9; }
-static void bad_boundary(dk_gauss_desc *d) { d->boundary = (dk_boundary)5; }
+static void bad_boundary(dk_gauss_desc *d) { d->boundary = (dk_boundary)DK_BOUNDARY_COUNT; }
+static void bad_method(dk_gauss_desc *d) { d->method = (dk_gauss_method)7; }
+static void vyv_six_poles(dk_gauss_desc *d) { d->method = DK_GAUSS_VYV; d->order_poles = 6; }
+static void cval_nan(dk_gauss_desc *d) { d->boundary = DK_BOUNDARY_CVAL; d->cval = NAN; }
+static void deriche_overlap(dk_gauss_desc *d) { d->method = DK_GAUSS_DERICHE; d->mode = DK_GAUSS_OVERLAP; }
+static void overlap_reflect(dk_gauss_desc *d) { d->boundary = DK_BOUNDARY_REFLECT; d->mode = DK_GAUSS_OVERLAP; }
 static void bad_mode(dk_gauss_desc *d) { d->mode = (dk_gauss_mode)5; }
 static void zero_blocks(dk_gauss_desc *d) { d->mode = DK_GAUSS_OVERLAP; d->blocks = 0; }
 
@@ -54,6 +59,11 @@ static const bad_case bad[] = {
     {"ndim 4", "ndim is 4", ndim_four},
     {"dtype", "dtype", bad_dtype},
     {"boundary", "boundary", bad_boundary},
+    {"method", "method 7", bad_method},
+    {"vyv 6 poles", "6 poles", vyv_six_poles},
+    {"cval NaN", "cval", cval_nan},
+    {"deriche overlap", "exact mode only", deriche_overlap},
+    {"overlap reflect", "needs exact mode", overlap_reflect},
     {"mode", "mode", bad_mode},
     {"blocks 0", "blocks", zero_blocks},
 };

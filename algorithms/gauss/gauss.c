@@ -19,6 +19,22 @@ DK_API void dk_gauss_desc_init(dk_gauss_desc *desc)
     desc->mode = DK_GAUSS_EXACT;
     desc->overlap = 5;
     desc->blocks = 3072;
+    desc->method = DK_GAUSS_RF;
+    desc->order_poles = 5;
+    desc->cval = 0.0;
+}
+
+DK_API const char *dk_gauss_method_name(dk_gauss_method method)
+{
+    static const char *const names[] = {"rf", "deriche", "vyv"};
+    return (unsigned)method < 3 ? names[method] : "?";
+}
+
+DK_API const char *dk_gauss_boundary_name(dk_boundary boundary)
+{
+    static const char *const names[DK_BOUNDARY_COUNT] = {"zero", "constant", "reflect", "mirror",
+                                                         "nearest", "wrap", "cval"};
+    return (unsigned)boundary < DK_BOUNDARY_COUNT ? names[boundary] : "?";
 }
 
 /* 1 + E - sqrt(E(E+2)) written as 1 / (1 + E + sqrt(E(E+2))), the same
@@ -178,12 +194,41 @@ dk_status dk_gauss_setup_make(const dk_gauss_desc *desc, dk_gauss_setup *setup)
     }
     if (d->K < 1 || d->K > 1000000)
         return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "gauss: K is %d; it must be between 1 and 1000000", d->K);
-    if (d->boundary != DK_BOUNDARY_ZERO && d->boundary != DK_BOUNDARY_CONSTANT)
-        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "gauss: boundary %d is neither zero nor constant",
+    if ((unsigned)d->boundary >= DK_BOUNDARY_COUNT)
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT,
+                       "gauss: boundary %d is none of zero, constant, reflect, mirror, nearest, wrap, cval",
                        (int)d->boundary);
+    if (d->boundary == DK_BOUNDARY_CVAL && !isfinite(d->cval))
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "gauss: cval is %g; it must be a finite number",
+                       d->cval);
+    if ((unsigned)d->method > DK_GAUSS_VYV)
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "gauss: method %d is none of rf, deriche, vyv",
+                       (int)d->method);
+    if (d->method == DK_GAUSS_VYV && (d->order_poles < 3 || d->order_poles > 5))
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT,
+                       "gauss: vyv has %d poles; van Vliet, Young and Verbeek give poles for 3, 4 or 5",
+                       d->order_poles);
+    if (d->method != DK_GAUSS_RF) {
+        if (d->mode != DK_GAUSS_EXACT)
+            return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT,
+                           "gauss: overlap mode is the rf paper's block decomposition; %s runs in exact mode only",
+                           dk_gauss_method_name(d->method));
+        for (int a = 0; a < d->ndim; a++)
+            if ((d->axes & (1u << a)) && (d->sigma[a] < DK_GAUSS_IIR_MIN_SIGMA ||
+                                          d->sigma[a] > DK_GAUSS_IIR_MAX_SIGMA))
+                return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT,
+                               "gauss: sigma for axis %d is %g; %s supports %g to %g grid units (its poles "
+                               "come too near 1 beyond, and too far from the Gaussian below; use rf)",
+                               a, d->sigma[a], dk_gauss_method_name(d->method), DK_GAUSS_IIR_MIN_SIGMA,
+                               DK_GAUSS_IIR_MAX_SIGMA);
+    }
     if (d->mode != DK_GAUSS_EXACT && d->mode != DK_GAUSS_OVERLAP)
         return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "gauss: mode %d is neither exact nor overlap",
                        (int)d->mode);
+    if (d->mode == DK_GAUSS_OVERLAP && d->boundary != DK_BOUNDARY_ZERO && d->boundary != DK_BOUNDARY_CONSTANT)
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT,
+                       "gauss: overlap mode filters each block with the seed's zero or constant rule; "
+                       "boundary %s needs exact mode", dk_gauss_boundary_name(d->boundary));
     if (d->mode == DK_GAUSS_OVERLAP && d->blocks < 1)
         return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "gauss: overlap mode needs blocks >= 1");
 
@@ -193,8 +238,23 @@ dk_status dk_gauss_setup_make(const dk_gauss_desc *desc, dk_gauss_setup *setup)
     for (int a = 0; a < d->ndim; a++) {
         if (!(d->axes & (1u << a)))
             continue;
+        if (d->method != DK_GAUSS_RF) {
+            dk_status st = dk_gauss_iir_make(d->method, d->order_poles, d->sigma[a], d->dtype,
+                                             &setup->iir[a], &setup->reach[a]);
+            if (st != DK_OK)
+                return st;
+            setup->extended[a] = 1;
+            setup->halo[a] = setup->reach[a] < d->shape[a] ? setup->reach[a] : d->shape[a];
+            continue;
+        }
         setup->alpha[a] = dk_gauss_alpha(d->sigma[a], d->K);
         setup->halo[a] = dk_gauss_exact_halo(setup->alpha[a], d->K, d->dtype);
+        if (d->boundary != DK_BOUNDARY_ZERO && d->boundary != DK_BOUNDARY_CONSTANT) {
+            /* scipy's modes: the window reaches past the ends into the
+             * continued input, far enough that its zero starts are invisible */
+            setup->extended[a] = 1;
+            setup->reach[a] = setup->halo[a];
+        }
         if (setup->halo[a] > d->shape[a])
             setup->halo[a] = d->shape[a]; /* a window as long as the line is exact */
     }

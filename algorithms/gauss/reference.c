@@ -71,6 +71,117 @@ DEFINE_RF_SPAN(rf_span_f64, double)
 DEFINE_RF_LINE(rf_line_f32, float, rf_span_f32)
 DEFINE_RF_LINE(rf_line_f64, double, rf_span_f64)
 
+/* Value j of a line continued by the boundary mode (any j). */
+#define DEFINE_EXT(NAME, T)                                                            \
+    static T NAME(const T *x, long long j, long long n, int boundary, T cval)          \
+    {                                                                                  \
+        long long k = dk_gauss_extend(j, n, boundary);                                 \
+        return k >= 0 ? x[k] : boundary == DK_BOUNDARY_CVAL ? cval : (T)0;             \
+    }
+
+DEFINE_EXT(ext_f32, float)
+DEFINE_EXT(ext_f64, double)
+
+/* deriche / vyv on one line: x holds the line's n input values (contiguous),
+ * the result goes to y[i * stride]; see dk_gauss_iir for the recursions and
+ * where they start. The sections run side by side; the causal sum goes
+ * through y and the anti-causal one is added to it, in this order, which
+ * the backends follow. */
+#define DEFINE_IIR_LINE(NAME, T, EXT)                                                  \
+    static void NAME(const T *x, T *y, size_t n, ptrdiff_t stride,                     \
+                     const dk_gauss_iir *f, size_t reach, int boundary, T cval)        \
+    {                                                                                  \
+        const long long N = (long long)n, R = (long long)reach;                        \
+        const int S = f->count;                                                        \
+        T b0[DK_GAUSS_MAX_SECTIONS], b1[DK_GAUSS_MAX_SECTIONS];                        \
+        T a1[DK_GAUSS_MAX_SECTIONS], a2[DK_GAUSS_MAX_SECTIONS];                        \
+        T c1[DK_GAUSS_MAX_SECTIONS], c2[DK_GAUSS_MAX_SECTIONS];                        \
+        T s1[DK_GAUSS_MAX_SECTIONS], s2[DK_GAUSS_MAX_SECTIONS];                        \
+        for (int k = 0; k < S; k++) {                                                  \
+            b0[k] = (T)f->b0[k], b1[k] = (T)f->b1[k];                                  \
+            a1[k] = (T)f->a1[k], a2[k] = (T)f->a2[k];                                  \
+            c1[k] = (T)f->c1[k], c2[k] = (T)f->c2[k];                                  \
+            s1[k] = s2[k] = 0;                                                         \
+        }                                                                              \
+        T prev = EXT(x, -R - 1, N, boundary, cval);                                    \
+        for (long long j = -R; j < N; j++) {                                           \
+            T cur = EXT(x, j, N, boundary, cval), sum = 0;                             \
+            for (int k = 0; k < S; k++) {                                              \
+                T v = b0[k] * cur + b1[k] * prev - a1[k] * s1[k] - a2[k] * s2[k];      \
+                s2[k] = s1[k];                                                         \
+                s1[k] = v;                                                             \
+                sum += v;                                                              \
+            }                                                                          \
+            prev = cur;                                                                \
+            if (j >= 0)                                                                \
+                y[j * stride] = sum;                                                   \
+        }                                                                              \
+        for (int k = 0; k < S; k++)                                                    \
+            s1[k] = s2[k] = 0;                                                         \
+        T next = EXT(x, N + R, N, boundary, cval), after = EXT(x, N + R + 1, N, boundary, cval); \
+        for (long long j = N - 1 + R; j >= 0; j--) {                                   \
+            T sum = 0;                                                                 \
+            for (int k = 0; k < S; k++) {                                              \
+                T v = c1[k] * next + c2[k] * after - a1[k] * s1[k] - a2[k] * s2[k];    \
+                s2[k] = s1[k];                                                         \
+                s1[k] = v;                                                             \
+                sum += v;                                                              \
+            }                                                                          \
+            after = next;                                                              \
+            next = EXT(x, j, N, boundary, cval);                                       \
+            if (j < N)                                                                 \
+                y[j * stride] = y[j * stride] + sum;                                   \
+        }                                                                              \
+    }
+
+DEFINE_IIR_LINE(iir_line_f32, float, ext_f32)
+DEFINE_IIR_LINE(iir_line_f64, double, ext_f64)
+
+/* rf with one of scipy's modes on one line: the window [-reach, n + reach)
+ * of the continued input, filtered with the zero rule, its middle kept.
+ * work holds n + 2 reach values after the line's own n. */
+#define DEFINE_RF_EXTENDED(NAME, T, EXT, SPAN)                                         \
+    static void NAME(const T *x, T *y, size_t n, ptrdiff_t stride, T alpha, int K,     \
+                     size_t reach, int boundary, T cval, T *work)                      \
+    {                                                                                  \
+        long long N = (long long)n, R = (long long)reach;                              \
+        for (long long j = -R; j < N + R; j++)                                         \
+            work[j + R] = EXT(x, j, N, boundary, cval);                                \
+        SPAN(work, n + 2 * reach, 1, alpha, K, DK_BOUNDARY_ZERO);                      \
+        for (size_t i = 0; i < n; i++)                                                 \
+            y[i * stride] = work[i + reach];                                           \
+    }
+
+DEFINE_RF_EXTENDED(rf_extended_f32, float, ext_f32, rf_span_f32)
+DEFINE_RF_EXTENDED(rf_extended_f64, double, ext_f64, rf_span_f64)
+
+/* One extended line of `out` (first, n values stride apart), through work. */
+static void extended_line(const dk_gauss_setup *setup, int a, void *out, size_t first, size_t n,
+                          ptrdiff_t stride, void *work)
+{
+    const dk_gauss_desc *d = &setup->desc;
+    if (d->dtype == DK_F32) {
+        float *y = (float *)out + first, *x = work;
+        for (size_t i = 0; i < n; i++)
+            x[i] = y[i * stride];
+        if (d->method == DK_GAUSS_RF)
+            rf_extended_f32(x, y, n, stride, (float)setup->alpha[a], d->K, setup->reach[a],
+                            d->boundary, (float)d->cval, x + n);
+        else
+            iir_line_f32(x, y, n, stride, &setup->iir[a], setup->reach[a], d->boundary,
+                         (float)d->cval);
+    } else {
+        double *y = (double *)out + first, *x = work;
+        for (size_t i = 0; i < n; i++)
+            x[i] = y[i * stride];
+        if (d->method == DK_GAUSS_RF)
+            rf_extended_f64(x, y, n, stride, setup->alpha[a], d->K, setup->reach[a], d->boundary,
+                            d->cval, x + n);
+        else
+            iir_line_f64(x, y, n, stride, &setup->iir[a], setup->reach[a], d->boundary, d->cval);
+    }
+}
+
 DK_API dk_status dk_gauss_reference(const dk_gauss_desc *desc, const void *in, void *out)
 {
     dk_gauss_setup setup;
@@ -85,13 +196,15 @@ DK_API dk_status dk_gauss_reference(const dk_gauss_desc *desc, const void *in, v
         memmove(out, in, setup.count * esize);
 
     size_t longest = 0;
-    for (int a = 0; a < d->ndim; a++)
-        if (d->shape[a] > longest)
-            longest = d->shape[a];
-    void *work = malloc(2 * longest * esize);
+    for (int a = 0; a < d->ndim; a++) {
+        size_t need = 2 * d->shape[a] + 2 * setup.reach[a];
+        if (need > longest)
+            longest = need;
+    }
+    void *work = malloc(longest * esize);
     if (!work)
         return dk_fail(NULL, DK_ERR_OUT_OF_MEMORY, "gauss reference: cannot allocate %zu bytes",
-                       2 * longest * esize);
+                       longest * esize);
 
     for (int a = 0; a < d->ndim; a++) {
         if (!(d->axes & (1u << a)))
@@ -100,7 +213,9 @@ DK_API dk_status dk_gauss_reference(const dk_gauss_desc *desc, const void *in, v
         for (size_t o = 0; o < v.outer; o++) {
             for (size_t j = 0; j < v.inner; j++) {
                 size_t first = o * v.n * v.inner + j;
-                if (d->dtype == DK_F32)
+                if (setup.extended[a])
+                    extended_line(&setup, a, out, first, v.n, (ptrdiff_t)v.inner, work);
+                else if (d->dtype == DK_F32)
                     rf_line_f32((float *)out + first, v.n, (ptrdiff_t)v.inner,
                                 (float)setup.alpha[a], d, work);
                 else
@@ -111,4 +226,79 @@ DK_API dk_status dk_gauss_reference(const dk_gauss_desc *desc, const void *in, v
     }
     free(work);
     return DK_OK;
+}
+
+/* The sampled Gaussian, normalized, along one line of `y` (double). */
+static void direct_line(const double *x, double *y, size_t n, ptrdiff_t stride, const double *g,
+                        long long radius, int boundary, double cval)
+{
+    for (long long i = 0; i < (long long)n; i++) {
+        double acc = 0;
+        for (long long m = -radius; m <= radius; m++) {
+            long long k = dk_gauss_extend(i - m, (long long)n, boundary);
+            double v = k >= 0 ? x[k] : boundary == DK_BOUNDARY_CVAL ? cval : 0.0;
+            acc += g[m + radius] * v;
+        }
+        y[i * stride] = acc;
+    }
+}
+
+DK_API dk_status dk_gauss_direct(const dk_gauss_desc *desc, const void *in, void *out)
+{
+    dk_gauss_desc d;
+    if (!desc || !in || !out)
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "gauss direct: desc, in and out must not be NULL");
+    d = *desc;
+    d.method = DK_GAUSS_RF; /* only shape, sigma, dtype and boundary matter here */
+    d.mode = DK_GAUSS_EXACT;
+    dk_gauss_setup setup;
+    dk_status st = dk_gauss_setup_make(&d, &setup);
+    if (st != DK_OK)
+        return st;
+    size_t count = setup.count;
+    double *field = malloc(count * sizeof *field);
+    size_t longest = 0;
+    for (int a = 0; a < d.ndim; a++)
+        longest = d.shape[a] > longest ? d.shape[a] : longest;
+    double *line = malloc(longest * sizeof *line);
+    if (!field || !line) {
+        free(field);
+        free(line);
+        return dk_fail(NULL, DK_ERR_OUT_OF_MEMORY, "gauss direct: out of host memory");
+    }
+    for (size_t k = 0; k < count; k++)
+        field[k] = d.dtype == DK_F32 ? (double)((const float *)in)[k] : ((const double *)in)[k];
+    for (int a = 0; a < d.ndim && st == DK_OK; a++) {
+        if (!(d.axes & (1u << a)))
+            continue;
+        long long radius = (long long)ceil(12.0 * d.sigma[a]);
+        double *g = malloc((size_t)(2 * radius + 1) * sizeof *g), sum = 0;
+        if (!g) {
+            st = dk_fail(NULL, DK_ERR_OUT_OF_MEMORY, "gauss direct: out of host memory");
+            break;
+        }
+        for (long long m = -radius; m <= radius; m++)
+            sum += g[m + radius] = exp(-0.5 * (double)m * (double)m / (d.sigma[a] * d.sigma[a]));
+        for (long long m = -radius; m <= radius; m++)
+            g[m + radius] /= sum;
+        dk_axis_view v = dk_axis_view_of(&d, a);
+        for (size_t o = 0; o < v.outer; o++)
+            for (size_t j = 0; j < v.inner; j++) {
+                double *y = field + o * v.n * v.inner + j;
+                for (size_t i = 0; i < v.n; i++)
+                    line[i] = y[i * v.inner];
+                direct_line(line, y, v.n, (ptrdiff_t)v.inner, g, radius, d.boundary, d.cval);
+            }
+        free(g);
+    }
+    if (st == DK_OK)
+        for (size_t k = 0; k < count; k++) {
+            if (d.dtype == DK_F32)
+                ((float *)out)[k] = (float)field[k];
+            else
+                ((double *)out)[k] = field[k];
+        }
+    free(field);
+    free(line);
+    return st;
 }

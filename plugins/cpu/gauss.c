@@ -71,6 +71,7 @@ typedef struct cpu_gauss_plan {
     size_t buffer_elems;          /* per thread */
     void *buffers;                /* threads * buffer_elems elements */
     void *scratch;                /* setup.count elements, or NULL when no segments overlap */
+    size_t keep[DK_MAX_DIMS];     /* extended axes: the values each segment keeps */
 } cpu_gauss_plan;
 
 static int max_threads(void)
@@ -162,6 +163,25 @@ static void choose_exact_segments(cpu_gauss_plan *p, int axis, size_t esize)
     p->window[axis] = L;
 }
 
+/* Extended axes: segments of `keep` values, each computed alone from its
+ * stretch of the continued input (dk_gauss_iir); several per line only
+ * when the lines are too few to share among the threads, and then at least
+ * four reaches long, so that at most a third of the work is repeated. */
+static void choose_extended_segments(cpu_gauss_plan *p, int axis)
+{
+    dk_axis_view v = dk_axis_view_of(&p->setup.desc, axis);
+    size_t lines = v.outer * v.inner, reach = p->setup.reach[axis];
+    size_t wanted = (size_t)p->threads * BATCHES_PER_THREAD;
+    size_t shortest = 4 * reach > MIN_WINDOW ? 4 * reach : MIN_WINDOW;
+    size_t segments = lines >= wanted ? 1 : div_up(wanted, lines);
+    if (segments > v.n / shortest)
+        segments = v.n / shortest;
+    if (segments < 1)
+        segments = 1;
+    p->segments[axis] = segments;
+    p->keep[axis] = div_up(v.n, segments);
+}
+
 /* The longest window along `axis`. */
 static size_t longest_window(const cpu_gauss_plan *p, int axis)
 {
@@ -217,11 +237,20 @@ static dk_status cpu_gauss_plan_create(void *device, const dk_gauss_setup *setup
 #endif
     size_t esize = element_size(d->dtype);
 
-    size_t longest = 0;
+    size_t longest = 0, extended_need = 0;
     int overlapping = 0;
     for (int a = 0; a < d->ndim; a++) {
         if (!(d->axes & (1u << a)))
             continue;
+        if (setup->extended[a]) {
+            choose_extended_segments(p, a);
+            if (p->segments[a] > 1)
+                overlapping = 1;
+            size_t w = 2 * p->keep[a] + 2 * setup->reach[a] + 4; /* gathered input, causal sums */
+            if (w > extended_need)
+                extended_need = w;
+            continue;
+        }
         if (d->mode == DK_GAUSS_OVERLAP)
             p->segments[a] = dk_gauss_line_blocks(d->shape[a], d->blocks);
         else
@@ -235,6 +264,8 @@ static dk_status cpu_gauss_plan_create(void *device, const dk_gauss_setup *setup
 
     p->lockstep = longest <= LANE_BUFFER_LIMIT / (p->lanes * esize);
     p->buffer_elems = p->lockstep ? longest * p->lanes : longest;
+    if (p->buffer_elems < extended_need)
+        p->buffer_elems = extended_need;
     /* Whole cache lines per thread, so threads never share one. */
     p->buffer_elems = div_up(p->buffer_elems * esize, CACHE_LINE) * CACHE_LINE / esize;
     size_t buffer_bytes = (size_t)p->threads * p->buffer_elems * esize;
@@ -433,6 +464,85 @@ DEFINE_FILTER_AXIS(filter_axis_f32, float, LANES_F32, filter_lanes_f32, rf_lanes
 DEFINE_FILTER_AXIS(filter_axis_f64, double, LANES_F64, filter_lanes_f64, rf_lanes_f64_avx2,
                    rf_lanes_f64_base, rf_single_f64)
 
+/* Extended axes, one segment of one line at a time: its stretch of the
+ * continued input is gathered into buf, then computed as
+ * algorithms/gauss/reference.c does (deriche / vyv: the sections' causal
+ * and anti-causal recursions; rf: the zero rule on the whole window). */
+#define DEFINE_EXTENDED_AXIS(NAME, T, RF)                                              \
+    static void NAME(const cpu_gauss_plan *p, int axis, const T *src, T *dst)          \
+    {                                                                                  \
+        const dk_gauss_desc *d = &p->setup.desc;                                       \
+        const dk_gauss_iir *f = &p->setup.iir[axis];                                   \
+        dk_axis_view v = dk_axis_view_of(d, axis);                                     \
+        const long long N = (long long)v.n, R = (long long)p->setup.reach[axis];       \
+        const long long keep = (long long)p->keep[axis];                               \
+        const size_t segments = p->segments[axis], inner = v.inner;                    \
+        const size_t items = v.outer * v.inner * segments;                             \
+        const int S = f->count, bnd = d->boundary, rf = d->method == DK_GAUSS_RF;      \
+        const T cval = (T)d->cval, alpha = (T)p->setup.alpha[axis];                    \
+        T b0[DK_GAUSS_MAX_SECTIONS], b1[DK_GAUSS_MAX_SECTIONS];                        \
+        T a1[DK_GAUSS_MAX_SECTIONS], a2[DK_GAUSS_MAX_SECTIONS];                        \
+        T c1[DK_GAUSS_MAX_SECTIONS], c2[DK_GAUSS_MAX_SECTIONS];                        \
+        for (int k = 0; k < S; k++) {                                                  \
+            b0[k] = (T)f->b0[k], b1[k] = (T)f->b1[k];                                  \
+            a1[k] = (T)f->a1[k], a2[k] = (T)f->a2[k];                                  \
+            c1[k] = (T)f->c1[k], c2[k] = (T)f->c2[k];                                  \
+        }                                                                              \
+        _Pragma("omp parallel num_threads(p->threads)")                                \
+        {                                                                              \
+            T *buf = (T *)p->buffers + (size_t)thread_index() * p->buffer_elems;       \
+            _Pragma("omp for schedule(dynamic, 1)")                                    \
+            for (size_t t = 0; t < items; t++) {                                       \
+                size_t j = t % inner, rest = t / inner;                                \
+                size_t seg = rest % segments, o = rest / segments;                     \
+                const T *x = src + o * v.n * inner + j;                                \
+                T *y = dst + o * v.n * inner + j;                                      \
+                long long k0 = (long long)seg * keep;                                  \
+                long long k1 = k0 + keep < N ? k0 + keep : N;                          \
+                long long g0 = k0 - R - 1, g1 = k1 + R + 2; /* buf[i] is x[g0 + i] */  \
+                for (long long i = g0; i < g1; i++) {                                  \
+                    long long k = dk_gauss_extend(i, N, bnd);                          \
+                    buf[i - g0] = k >= 0 ? x[k * inner] : bnd == DK_BOUNDARY_CVAL ? cval : (T)0; \
+                }                                                              \
+                if (rf) {                                                              \
+                    RF(buf + 1, (size_t)(k1 - k0 + 2 * R), alpha, d->K, DK_BOUNDARY_ZERO); \
+                    for (long long i = k0; i < k1; i++)                                \
+                        y[i * inner] = buf[i - g0];                                    \
+                    continue;                                                          \
+                }                                                                      \
+                T s1[DK_GAUSS_MAX_SECTIONS] = {0}, s2[DK_GAUSS_MAX_SECTIONS] = {0};    \
+                T *causal = buf + (g1 - g0); /* k1 - k0 causal sums */                 \
+                for (long long i = k0 - R; i < k1; i++) {                              \
+                    T cur = buf[i - g0], prev = buf[i - 1 - g0], sum = 0;              \
+                    for (int k = 0; k < S; k++) {                                      \
+                        T val = b0[k] * cur + b1[k] * prev - a1[k] * s1[k] - a2[k] * s2[k]; \
+                        s2[k] = s1[k];                                                 \
+                        s1[k] = val;                                                   \
+                        sum += val;                                                    \
+                    }                                                                  \
+                    if (i >= k0)                                                       \
+                        causal[i - k0] = sum;                                          \
+                }                                                                      \
+                for (int k = 0; k < S; k++)                                            \
+                    s1[k] = s2[k] = 0;                                                 \
+                for (long long i = k1 - 1 + R; i >= k0; i--) {                         \
+                    T next = buf[i + 1 - g0], after = buf[i + 2 - g0], sum = 0;        \
+                    for (int k = 0; k < S; k++) {                                      \
+                        T val = c1[k] * next + c2[k] * after - a1[k] * s1[k] - a2[k] * s2[k]; \
+                        s2[k] = s1[k];                                                 \
+                        s1[k] = val;                                                   \
+                        sum += val;                                                    \
+                    }                                                                  \
+                    if (i < k1)                                                        \
+                        y[i * inner] = causal[i - k0] + sum;                           \
+                }                                                                      \
+            }                                                                          \
+        }                                                                              \
+    }
+
+DEFINE_EXTENDED_AXIS(extended_axis_f32, float, rf_single_f32)
+DEFINE_EXTENDED_AXIS(extended_axis_f64, double, rf_single_f64)
+
 static dk_status cpu_gauss_execute(void *plan, const void *in, void *out, dk_msg *msg)
 {
     cpu_gauss_plan *p = plan;
@@ -449,7 +559,11 @@ static dk_status cpu_gauss_execute(void *plan, const void *in, void *out, dk_msg
         if (!(d->axes & (1u << a)))
             continue;
         void *target = p->segments[a] > 1 && current == out ? p->scratch : out;
-        if (d->dtype == DK_F32)
+        if (p->setup.extended[a] && d->dtype == DK_F32)
+            extended_axis_f32(p, a, current, target);
+        else if (p->setup.extended[a])
+            extended_axis_f64(p, a, current, target);
+        else if (d->dtype == DK_F32)
             filter_axis_f32(p, a, current, target);
         else
             filter_axis_f64(p, a, current, target);

@@ -486,6 +486,134 @@ __global__ void p_gen(const T *src, T *dst, Geo g, Coef<T> c, T *scratch, i64 sl
                                                                         slot_blocks, b0);
 }
 
+/* ---- extended axes (deriche, vyv; rf with scipy's modes): one thread per
+ * (line, segment), the line index fastest, as plugins/opencl/gauss.cl's
+ * extended_segments and algorithms/gauss/reference.c ---- */
+
+template <typename T> struct Iir {
+    T b0[DK_GAUSS_MAX_SECTIONS], b1[DK_GAUSS_MAX_SECTIONS], a1[DK_GAUSS_MAX_SECTIONS];
+    T a2[DK_GAUSS_MAX_SECTIONS], c1[DK_GAUSS_MAX_SECTIONS], c2[DK_GAUSS_MAX_SECTIONS];
+    int count;
+};
+
+struct ExtGeo {
+    i64 n, inner, items, segments, keep, reach;
+    int boundary;
+};
+
+__device__ __forceinline__ i64 extend_index(i64 j, i64 n, int boundary)
+{
+    if (j >= 0 && j < n)
+        return j;
+    i64 m;
+    switch (boundary) {
+    case DK_BOUNDARY_REFLECT:
+        m = j % (2 * n);
+        m = m < 0 ? m + 2 * n : m;
+        return m < n ? m : 2 * n - 1 - m;
+    case DK_BOUNDARY_MIRROR:
+        if (n == 1)
+            return 0;
+        m = j % (2 * n - 2);
+        m = m < 0 ? m + 2 * n - 2 : m;
+        return m < n ? m : 2 * n - 2 - m;
+    case DK_BOUNDARY_WRAP:
+        m = j % n;
+        return m < 0 ? m + n : m;
+    case DK_BOUNDARY_NEAREST:
+    case DK_BOUNDARY_CONSTANT:
+        return j < 0 ? 0 : n - 1;
+    default:
+        return -1;
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ T extended_value(const T *x, i64 j, const ExtGeo &g, T cval)
+{
+    i64 k = extend_index(j, g.n, g.boundary);
+    return k >= 0 ? x[k * g.inner] : g.boundary == DK_BOUNDARY_CVAL ? cval : T(0);
+}
+
+/* Items [first, first + count). rf: the window goes to scratch, value i of
+ * the thread's slot at i * count, and is filtered with the zero rule. */
+template <typename T>
+__global__ void k_extended(const T *__restrict__ src, T *__restrict__ dst, T *scratch, ExtGeo g,
+                           Iir<T> f, Coef<T> c, int rf, T cval, i64 first, i64 count)
+{
+    i64 slot = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (slot >= count)
+        return;
+    i64 t = first + slot;
+    i64 j = t % g.inner, rest = t / g.inner;
+    i64 seg = rest % g.segments, o = rest / g.segments;
+    const T *x = src + o * g.n * g.inner + j;
+    T *y = dst + o * g.n * g.inner + j;
+    const i64 N = g.n, R = g.reach;
+    const i64 k0 = seg * g.keep, k1 = k0 + g.keep < N ? k0 + g.keep : N;
+
+    if (rf) {
+        T *w = scratch + slot;
+        const i64 L = k1 - k0 + 2 * R, st = count;
+        for (i64 i = 0; i < L; i++)
+            w[i * st] = extended_value(x, k0 - R + i, g, cval);
+        for (int it = 0; it < c.K; it++) {
+            T p = T(0);
+            for (i64 i = 0; i < L; i++) {
+                p = fma(c.alpha, p, c.beta * w[i * st]);
+                w[i * st] = p;
+            }
+            T s = c.beta * p;
+            w[(L - 1) * st] = s;
+            for (i64 i = L - 2; i >= 0; i--) {
+                s = fma(c.alpha, s, c.beta * w[i * st]);
+                w[i * st] = s;
+            }
+        }
+        for (i64 i = k0; i < k1; i++)
+            y[i * g.inner] = w[(i - k0 + R) * st];
+        return;
+    }
+
+    T s1[DK_GAUSS_MAX_SECTIONS] = {}, s2[DK_GAUSS_MAX_SECTIONS] = {};
+    T prev = extended_value(x, k0 - R - 1, g, cval);
+    for (i64 i = k0 - R; i < k1; i++) {
+        T cur = extended_value(x, i, g, cval), sum = T(0);
+#pragma unroll
+        for (int k = 0; k < DK_GAUSS_MAX_SECTIONS; k++) {
+            if (k < f.count) {
+                T v = f.b0[k] * cur + f.b1[k] * prev - f.a1[k] * s1[k] - f.a2[k] * s2[k];
+                s2[k] = s1[k];
+                s1[k] = v;
+                sum += v;
+            }
+        }
+        prev = cur;
+        if (i >= k0)
+            y[i * g.inner] = sum;
+    }
+#pragma unroll
+    for (int k = 0; k < DK_GAUSS_MAX_SECTIONS; k++)
+        s1[k] = s2[k] = T(0);
+    T next = extended_value(x, k1 + R, g, cval), after = extended_value(x, k1 + R + 1, g, cval);
+    for (i64 i = k1 - 1 + R; i >= k0; i--) {
+        T sum = T(0);
+#pragma unroll
+        for (int k = 0; k < DK_GAUSS_MAX_SECTIONS; k++) {
+            if (k < f.count) {
+                T v = f.c1[k] * next + f.c2[k] * after - f.a1[k] * s1[k] - f.a2[k] * s2[k];
+                s2[k] = s1[k];
+                s1[k] = v;
+                sum += v;
+            }
+        }
+        after = next;
+        next = extended_value(x, i, g, cval);
+        if (i < k1)
+            y[i * g.inner] = y[i * g.inner] + sum;
+    }
+}
+
 /* ---- host side ---- */
 
 /* Compile-time window lengths, odd (so that k_tile's contiguous chunks are odd:
@@ -507,6 +635,9 @@ struct Pass {
     i64 dp_per;      /* dp: child blocks per parent thread */
     i64 dp_parents;  /* dp: parent threads */
     size_t scratch_bytes; /* PATH_GEN_GLOBAL: the windows' global scratch */
+    bool extended;   /* k_extended instead of the rf schemes */
+    ExtGeo eg;
+    i64 batch;       /* extended: items per launch (rf: bounded by scratch) */
 };
 
 struct Plan {
@@ -542,6 +673,45 @@ void tile(Geo &g, unsigned threads)
 int forced_window(void)
 {
     return (int)dk_tuning_long("DAKIT_CUDA_WINDOW", 0, 1, INT_MAX);
+}
+
+/* An extended axis: segments of `keep` values, several per line only when
+ * the lines are too few to fill the GPU, each at least four reaches long. */
+void plan_extended(Plan *p, int axis, Pass *ps)
+{
+    const dk_gauss_setup *s = &p->setup;
+    dk_axis_view v = dk_axis_view_of(&s->desc, axis);
+    memset(ps, 0, sizeof *ps);
+    ps->axis = axis;
+    ps->alpha = s->alpha[axis];
+    ps->extended = true;
+    i64 lines = (i64)(v.outer * v.inner), reach = (i64)s->reach[axis];
+    i64 wanted = (i64)p->dev->sm_count * 2048;
+    i64 shortest = 4 * reach > 64 ? 4 * reach : 64;
+    i64 segments = lines >= wanted ? 1 : ceil_div(wanted, lines);
+    if (segments > (i64)v.n / shortest)
+        segments = (i64)v.n / shortest;
+    if (segments < 1)
+        segments = 1;
+    ExtGeo &g = ps->eg;
+    g.n = (i64)v.n;
+    g.inner = (i64)v.inner;
+    g.segments = segments;
+    g.keep = ceil_div(g.n, segments);
+    g.reach = reach;
+    g.items = lines * segments;
+    g.boundary = (int)s->desc.boundary;
+    ps->batch = g.items;
+    if (s->desc.method == DK_GAUSS_RF) {
+        i64 window = g.keep + 2 * reach;
+        i64 budget = (i64)(s->count * p->esize) > ((i64)64 << 20) ? (i64)(s->count * p->esize) : ((i64)64 << 20);
+        i64 fit = budget / (window * (i64)p->esize);
+        if (fit < 1)
+            fit = 1;
+        if (ps->batch > fit)
+            ps->batch = fit;
+        ps->scratch_bytes = (size_t)(ps->batch * window) * p->esize;
+    }
 }
 
 dk_status plan_pass(Plan *p, int axis, Pass *ps, dk_msg *msg)
@@ -883,6 +1053,13 @@ dk_status cuda_gauss_plan_create(void *device, const dk_gauss_setup *setup, void
         if (!(d->axes & (1u << a)))
             continue;
         Pass *ps = &p->pass[p->npass];
+        if (setup->extended[a]) {
+            plan_extended(p, a, ps);
+            if (ps->scratch_bytes > scratch_bytes)
+                scratch_bytes = ps->scratch_bytes;
+            p->npass++;
+            continue;
+        }
         st = plan_pass(p, a, ps, msg);
         if (st != DK_OK)
             goto fail;
@@ -915,6 +1092,34 @@ fail:
     return st;
 }
 
+/* An extended pass from src into dst (distinct), in batches. */
+template <typename T>
+cudaError_t launch_extended(const Plan *p, const Pass &ps, const T *src, T *dst, const Coef<T> &c,
+                            cudaStream_t stream)
+{
+    const dk_gauss_iir &iir = p->setup.iir[ps.axis];
+    Iir<T> f;
+    memset(&f, 0, sizeof f);
+    f.count = iir.count;
+    for (int k = 0; k < iir.count; k++) {
+        f.b0[k] = (T)iir.b0[k], f.b1[k] = (T)iir.b1[k];
+        f.a1[k] = (T)iir.a1[k], f.a2[k] = (T)iir.a2[k];
+        f.c1[k] = (T)iir.c1[k], f.c2[k] = (T)iir.c2[k];
+    }
+    int rf = p->setup.desc.method == DK_GAUSS_RF;
+    T cval = (T)p->setup.desc.cval;
+    const unsigned threads = 128;
+    for (i64 first = 0; first < ps.eg.items; first += ps.batch) {
+        i64 count = ps.eg.items - first < ps.batch ? ps.eg.items - first : ps.batch;
+        k_extended<T><<<(unsigned)ceil_div(count, threads), threads, 0, stream>>>(
+            src, dst, (T *)p->scratch, ps.eg, f, c, rf, cval, first, count);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess)
+            return e;
+    }
+    return cudaSuccess;
+}
+
 template <typename T>
 dk_status execute_t(Plan *p, const T *in, T *out, dk_msg *msg)
 {
@@ -943,6 +1148,11 @@ dk_status execute_t(Plan *p, const T *in, T *out, dk_msg *msg)
             c.opa = (T)1 + c.alpha;
             c.K = d->K;
             c.constant = d->boundary == DK_BOUNDARY_CONSTANT;
+            if (ps.extended) {
+                CUDA_TRY(launch_extended<T>(p, ps, src, dst, c, stream), what);
+                src = dst;
+                continue;
+            }
             Launch<T> l{ps, src, dst, (T *)p->scratch, c, stream, p->dp};
             CUDA_TRY(launch_pass<T>(l), what);
             src = dst;

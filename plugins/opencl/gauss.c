@@ -26,6 +26,11 @@ typedef struct axis_pass {
     cl_ulong batch;        /* work-items per launch, bounded by the scratch they need */
     cl_ulong slot_stride;  /* scratch layout, see rf_windows */
     cl_ulong value_stride;
+    /* extended axes (kernel extended_segments): items are (line, segment) */
+    int extended;
+    cl_ulong segments, keep, reach;
+    int sections;
+    cl_mem coef;           /* sections x (b0, b1, a1, a2, c1, c2) in the dtype */
 } axis_pass;
 
 typedef struct gauss_plan {
@@ -35,6 +40,9 @@ typedef struct gauss_plan {
     int constant_boundary;
     size_t count;
     cl_kernel kernel;
+    cl_kernel extended_kernel;
+    int boundary, rf;
+    double cval;
     cl_mem temp;    /* count elements: the other half of the ping-pong */
     cl_mem scratch; /* window work areas; NULL when no pass needs them */
     int npasses;
@@ -67,6 +75,61 @@ static size_t exact_chunks(const dk_opencl_device *dev, int lanes, dk_axis_view 
     return chunks < most ? chunks : most;
 }
 
+static void gauss_plan_destroy(void *handle);
+
+/* An extended axis: segments of `keep` values, several per line only when
+ * lines are too few to fill the device, each at least four reaches long;
+ * rf windows live in scratch ([value][work-item], so that neighbouring
+ * work-items touch neighbouring addresses), deriche / vyv need none. */
+static dk_status plan_extended(gauss_plan *plan, const dk_gauss_setup *setup, int a, axis_pass *p,
+                               int lanes, size_t budget, size_t esize, size_t *scratch_values,
+                               dk_msg *msg)
+{
+    dk_opencl_device *dev = plan->dev;
+    dk_axis_view v = dk_axis_view_of(&setup->desc, a);
+    size_t reach = setup->reach[a], lines = v.outer * v.inner;
+    size_t wanted = (size_t)dev->compute_units * (dev->is_cpu ? 8 : 2048) * (size_t)lanes;
+    size_t shortest = 4 * reach > 64 ? 4 * reach : 64;
+    size_t segments = lines >= wanted ? 1 : (wanted + lines - 1) / lines;
+    if (segments > v.n / shortest)
+        segments = v.n / shortest;
+    if (segments < 1)
+        segments = 1;
+    p->extended = 1;
+    p->view = v;
+    p->alpha = setup->alpha[a];
+    p->segments = segments;
+    p->keep = (v.n + segments - 1) / segments;
+    p->reach = reach;
+    p->items = (cl_ulong)lines * segments;
+    p->groups = p->items;
+    p->batch = p->groups;
+    if (plan->rf) {
+        size_t window = p->keep + 2 * reach;
+        size_t fit = budget / (window * esize);
+        if (fit < 1)
+            fit = 1;
+        if (p->batch > fit)
+            p->batch = fit;
+        p->value_stride = p->batch;
+        if (p->batch * window > *scratch_values)
+            *scratch_values = p->batch * window;
+    }
+    const dk_gauss_iir *f = &setup->iir[a];
+    p->sections = f->count;
+    double c64[6 * DK_GAUSS_MAX_SECTIONS] = {0};
+    float c32[6 * DK_GAUSS_MAX_SECTIONS] = {0};
+    for (int k = 0; k < f->count; k++) {
+        double row[6] = {f->b0[k], f->b1[k], f->a1[k], f->a2[k], f->c1[k], f->c2[k]};
+        for (int c = 0; c < 6; c++) {
+            c64[6 * k + c] = row[c];
+            c32[6 * k + c] = (float)row[c];
+        }
+    }
+    return dk_opencl_alloc(dev, 6 * DK_GAUSS_MAX_SECTIONS * esize, esize == 8 ? (void *)c64 : (void *)c32,
+                           &p->coef, msg, "gauss: allocating the filter's coefficients");
+}
+
 static void gauss_plan_destroy(void *handle)
 {
     gauss_plan *plan = handle;
@@ -74,6 +137,11 @@ static void gauss_plan_destroy(void *handle)
         return;
     if (plan->kernel)
         clReleaseKernel(plan->kernel);
+    if (plan->extended_kernel)
+        clReleaseKernel(plan->extended_kernel);
+    for (int i = 0; i < plan->npasses; i++)
+        if (plan->pass[i].coef)
+            clReleaseMemObject(plan->pass[i].coef);
     if (plan->temp)
         clReleaseMemObject(plan->temp);
     if (plan->scratch)
@@ -102,6 +170,9 @@ static dk_status gauss_plan_create(void *device, const dk_gauss_setup *setup, vo
     plan->dtype = d->dtype;
     plan->K = d->K;
     plan->constant_boundary = d->boundary == DK_BOUNDARY_CONSTANT;
+    plan->boundary = (int)d->boundary;
+    plan->rf = d->method == DK_GAUSS_RF;
+    plan->cval = d->cval;
     plan->count = setup->count;
     size_t esize = d->dtype == DK_F64 ? sizeof(double) : sizeof(float);
     int lanes = d->dtype == DK_F64 ? dev->lanes_f64 : dev->lanes_f32;
@@ -113,11 +184,18 @@ static dk_status gauss_plan_create(void *device, const dk_gauss_setup *setup, vo
         budget = (size_t)dev->max_alloc;
 
     size_t scratch_values = 0;
+    dk_status st = DK_OK;
     for (int a = 0; a < d->ndim; a++) {
         if (!(d->axes & (1u << a)))
             continue;
         axis_pass *p = &plan->pass[plan->npasses++];
         dk_axis_view v = dk_axis_view_of(d, a);
+        if (setup->extended[a]) {
+            st = plan_extended(plan, setup, a, p, lanes, budget, esize, &scratch_values, msg);
+            if (st != DK_OK)
+                goto fail;
+            continue;
+        }
         size_t blocks, m;
         if (d->mode == DK_GAUSS_EXACT) {
             m = setup->halo[a];
@@ -157,10 +235,11 @@ static dk_status gauss_plan_create(void *device, const dk_gauss_setup *setup, vo
         }
     }
 
-    dk_status st;
     cl_int err;
     plan->kernel = clCreateKernel(program, "rf_windows", &err);
     CL_TRY_GOTO(err, fail, "gauss: creating kernel rf_windows");
+    plan->extended_kernel = clCreateKernel(program, "extended_segments", &err);
+    CL_TRY_GOTO(err, fail, "gauss: creating kernel extended_segments");
     st = dk_opencl_alloc(dev, setup->count * esize, NULL, &plan->temp, msg,
                          "gauss: allocating the plan's ping-pong buffer");
     if (st == DK_OK && scratch_values)
@@ -173,6 +252,53 @@ static dk_status gauss_plan_create(void *device, const dk_gauss_setup *setup, vo
 fail:
     gauss_plan_destroy(plan);
     return st;
+}
+
+/* An extended axis from src into dst (distinct buffers). */
+static cl_int run_extended(gauss_plan *plan, const axis_pass *p, cl_mem src, cl_mem dst)
+{
+    dk_opencl_device *dev = plan->dev;
+    cl_kernel k = plan->extended_kernel;
+    cl_ulong n = p->view.n, inner = p->view.inner;
+    cl_int sections = p->sections, boundary = plan->boundary, rf = plan->rf, K = plan->K;
+    float cval32 = (float)plan->cval, alpha32 = (float)p->alpha;
+    double cval64 = plan->cval, alpha64 = p->alpha;
+    int f64 = plan->dtype == DK_F64;
+    cl_mem scratch = plan->scratch ? plan->scratch : plan->temp;
+    cl_int err = CL_SUCCESS;
+    err |= clSetKernelArg(k, 0, sizeof src, &src);
+    err |= clSetKernelArg(k, 1, sizeof dst, &dst);
+    err |= clSetKernelArg(k, 2, sizeof scratch, &scratch);
+    err |= clSetKernelArg(k, 3, sizeof p->coef, &p->coef);
+    err |= clSetKernelArg(k, 4, sizeof sections, &sections);
+    err |= clSetKernelArg(k, 5, sizeof n, &n);
+    err |= clSetKernelArg(k, 6, sizeof inner, &inner);
+    err |= clSetKernelArg(k, 7, sizeof p->items, &p->items);
+    err |= clSetKernelArg(k, 9, sizeof p->segments, &p->segments);
+    err |= clSetKernelArg(k, 10, sizeof p->keep, &p->keep);
+    err |= clSetKernelArg(k, 11, sizeof p->reach, &p->reach);
+    err |= clSetKernelArg(k, 12, sizeof boundary, &boundary);
+    err |= f64 ? clSetKernelArg(k, 13, sizeof cval64, &cval64) : clSetKernelArg(k, 13, sizeof cval32, &cval32);
+    err |= clSetKernelArg(k, 14, sizeof rf, &rf);
+    err |= f64 ? clSetKernelArg(k, 15, sizeof alpha64, &alpha64)
+               : clSetKernelArg(k, 15, sizeof alpha32, &alpha32);
+    err |= clSetKernelArg(k, 16, sizeof K, &K);
+    err |= clSetKernelArg(k, 17, sizeof p->value_stride, &p->value_stride);
+    if (err != CL_SUCCESS)
+        return CL_INVALID_KERNEL_ARGS;
+    for (cl_ulong first = 0; first < p->groups; first += p->batch) {
+        cl_ulong count = p->groups - first < p->batch ? p->groups - first : p->batch;
+        cl_ulong stop = first + count;
+        if ((err = clSetKernelArg(k, 8, sizeof stop, &stop)) != CL_SUCCESS)
+            return err;
+        size_t local = dev->is_cpu ? 1 : 64;
+        size_t global = ((size_t)count + local - 1) / local * local;
+        size_t offset = (size_t)first;
+        err = clEnqueueNDRangeKernel(dev->queue, k, 1, &offset, &global, &local, 0, NULL, NULL);
+        if (err != CL_SUCCESS)
+            return err;
+    }
+    return CL_SUCCESS;
 }
 
 /* Filters one axis from src into dst (distinct buffers). */
@@ -264,7 +390,8 @@ static dk_status gauss_execute(void *handle, const void *in_handle, void *out_ha
     }
     for (int i = 0; i < plan->npasses; i++) {
         cl_mem dst = (plan->npasses - 1 - i) % 2 == 0 ? out : plan->temp;
-        CL_TRY_GOTO(run_pass(plan, &plan->pass[i], src, dst), fail,
+        const axis_pass *p = &plan->pass[i];
+        CL_TRY_GOTO(p->extended ? run_extended(plan, p, src, dst) : run_pass(plan, p, src, dst), fail,
                     "gauss: launching the gauss kernel (pass %d of %d)", i + 1, plan->npasses);
         src = dst;
     }

@@ -184,3 +184,118 @@ __kernel void rf_windows(__global const REAL *src, __global REAL *dst,
                 dst[win[l].first + (win[l].begin + i) * inner] =
                     w[(win[l].begin - win[l].wbegin + i) * value_stride + l];
 }
+
+/* ---- extended axes (deriche, vyv; rf with scipy's modes) ----
+ * Boundary codes as dk_boundary: 0 zero, 1 constant (as nearest here),
+ * 2 reflect, 3 mirror, 4 nearest, 5 wrap, 6 cval. */
+static long extend_index(long j, long n, int boundary)
+{
+    if (j >= 0 && j < n)
+        return j;
+    long m;
+    switch (boundary) {
+    case 2:
+        m = j % (2 * n);
+        m = m < 0 ? m + 2 * n : m;
+        return m < n ? m : 2 * n - 1 - m;
+    case 3:
+        if (n == 1)
+            return 0;
+        m = j % (2 * n - 2);
+        m = m < 0 ? m + 2 * n - 2 : m;
+        return m < n ? m : 2 * n - 2 - m;
+    case 5:
+        m = j % n;
+        return m < 0 ? m + n : m;
+    case 1:
+    case 4:
+        return j < 0 ? 0 : n - 1;
+    default:
+        return -1;
+    }
+}
+
+static REAL extended_value(__global const REAL *x, long j, long n, ulong inner, int boundary,
+                           REAL cval)
+{
+    long k = extend_index(j, n, boundary);
+    return k >= 0 ? x[k * inner] : boundary == 6 ? cval : (REAL)0;
+}
+
+/* One work-item per (line, segment), the line index fastest: segment s
+ * keeps [s keep, min((s+1) keep, n)) and reads the continued input `reach`
+ * values past it on each side (dk_gauss_iir). deriche / vyv: the sections'
+ * causal sums go to dst, the anti-causal ones are added, in the order of
+ * algorithms/gauss/reference.c. rf: the window is gathered into this
+ * work-item's slot of scratch (value i at i * value_stride) and filtered
+ * with the zero rule. coef: per section b0, b1, a1, a2, c1, c2. */
+__kernel void extended_segments(__global const REAL *src, __global REAL *dst,
+                                __global REAL *scratch, __global const REAL *coef, int sections,
+                                ulong n, ulong inner, ulong items, ulong stop, ulong segments,
+                                ulong keep, ulong reach, int boundary, REAL cval, int rf,
+                                REAL alpha, int K, ulong value_stride)
+{
+    const ulong g = get_global_id(0);
+    if (g >= stop || g >= items)
+        return;
+    const ulong j = g % inner, rest = g / inner;
+    const ulong seg = rest % segments, o = rest / segments;
+    __global const REAL *x = src + o * n * inner + j;
+    __global REAL *y = dst + o * n * inner + j;
+    const long N = (long)n, R = (long)reach;
+    const long k0 = (long)(seg * keep);
+    const long k1 = k0 + (long)keep < N ? k0 + (long)keep : N;
+
+    if (rf) {
+        __global REAL *w = scratch + (g - get_global_offset(0));
+        const long L = k1 - k0 + 2 * R;
+        for (long i = 0; i < L; i++)
+            w[i * value_stride] = extended_value(x, k0 - R + i, N, inner, boundary, cval);
+        rf_span(w, (ulong)L, value_stride, alpha, K, 0);
+        for (long i = k0; i < k1; i++)
+            y[i * inner] = w[(i - k0 + R) * value_stride];
+        return;
+    }
+
+    REAL b0[3], b1[3], a1[3], a2[3], c1[3], c2[3], s1[3], s2[3];
+    for (int k = 0; k < 3; k++) {
+        int on = k < sections;
+        b0[k] = on ? coef[6 * k] : (REAL)0;
+        b1[k] = on ? coef[6 * k + 1] : (REAL)0;
+        a1[k] = on ? coef[6 * k + 2] : (REAL)0;
+        a2[k] = on ? coef[6 * k + 3] : (REAL)0;
+        c1[k] = on ? coef[6 * k + 4] : (REAL)0;
+        c2[k] = on ? coef[6 * k + 5] : (REAL)0;
+        s1[k] = s2[k] = (REAL)0;
+    }
+    REAL prev = extended_value(x, k0 - R - 1, N, inner, boundary, cval);
+    for (long i = k0 - R; i < k1; i++) {
+        REAL cur = extended_value(x, i, N, inner, boundary, cval), sum = (REAL)0;
+        for (int k = 0; k < sections; k++) {
+            REAL v = b0[k] * cur + b1[k] * prev - a1[k] * s1[k] - a2[k] * s2[k];
+            s2[k] = s1[k];
+            s1[k] = v;
+            sum += v;
+        }
+        prev = cur;
+        if (i >= k0)
+            y[i * inner] = sum;
+    }
+    for (int k = 0; k < 3; k++)
+        s1[k] = s2[k] = (REAL)0;
+    REAL next = extended_value(x, k1 + R, N, inner, boundary, cval);
+    REAL after = extended_value(x, k1 + R + 1, N, inner, boundary, cval);
+    for (long i = k1 - 1 + R; i >= k0; i--) {
+        REAL sum = (REAL)0;
+        for (int k = 0; k < sections; k++) {
+            REAL v = c1[k] * next + c2[k] * after - a1[k] * s1[k] - a2[k] * s2[k];
+            s2[k] = s1[k];
+            s1[k] = v;
+            sum += v;
+        }
+        after = next;
+        next = extended_value(x, i, N, inner, boundary, cval);
+        if (i < k1)
+            y[i * inner] = y[i * inner] + sum;
+    }
+}

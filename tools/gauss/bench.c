@@ -1,6 +1,7 @@
 /* The gauss benchmark cases: a 8192 x 8192 field and a line of 10^8 values
  * in exact mode, and overlap mode at K 500 on a line of 10^5 values cut
- * into 3072 blocks with overlap 5. */
+ * into 3072 blocks with overlap 5; deriche and vyv on the 8192 x 8192 field
+ * (exact, reflect, scipy's default boundary). */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -16,13 +17,21 @@ typedef struct gauss_bench_case {
     int K;
     dk_gauss_mode mode;
     size_t overlap, blocks;
+    dk_gauss_method method;
+    dk_boundary boundary;
 } gauss_bench_case;
 
 static const gauss_bench_case cases[] = {
-    {"2d_8192_exact", "8192x8192 f32, sigma 2, K 4, both axes, exact", 2, {8192, 8192}, 3, 2, 4, DK_GAUSS_EXACT, 0, 0},
-    {"1d_1e8_exact", "1e8 f32, sigma 2, K 4, exact", 1, {100000000}, 1, 2, 4, DK_GAUSS_EXACT, 0, 0},
+    {"2d_8192_exact", "8192x8192 f32, sigma 2, K 4, both axes, exact", 2, {8192, 8192}, 3, 2, 4, DK_GAUSS_EXACT, 0, 0,
+     DK_GAUSS_RF, DK_BOUNDARY_ZERO},
+    {"1d_1e8_exact", "1e8 f32, sigma 2, K 4, exact", 1, {100000000}, 1, 2, 4, DK_GAUSS_EXACT, 0, 0, DK_GAUSS_RF,
+     DK_BOUNDARY_ZERO},
     {"seed_table2", "1e5 f32, sigma 2, K 500, overlap m=5, 3072 blocks", 1, {100000}, 1, 2, 500, DK_GAUSS_OVERLAP, 5,
-     3072},
+     3072, DK_GAUSS_RF, DK_BOUNDARY_ZERO},
+    {"2d_8192_deriche", "8192x8192 f32, sigma 2, deriche, both axes, exact, reflect", 2, {8192, 8192}, 3, 2, 4,
+     DK_GAUSS_EXACT, 0, 0, DK_GAUSS_DERICHE, DK_BOUNDARY_REFLECT},
+    {"2d_8192_vyv", "8192x8192 f32, sigma 2, vyv 5 poles, both axes, exact, reflect", 2, {8192, 8192}, 3, 2, 4,
+     DK_GAUSS_EXACT, 0, 0, DK_GAUSS_VYV, DK_BOUNDARY_REFLECT},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -71,6 +80,8 @@ static void *setup(dk_context *ctx, int i, const char *variant, char *err, size_
     d.mode = c->mode;
     d.overlap = c->overlap;
     d.blocks = c->blocks;
+    d.method = c->method;
+    d.boundary = c->boundary;
     d.variant = variant;
     size_t n = elements(i), size = n * sizeof(float);
     state *s = calloc(1, sizeof *s);

@@ -24,8 +24,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: dakit gauss --in X.npy|X.nc:VAR --out Y.npy|Y.nc --sigma S[,S...] [options]\n"
             "\n"
-            "Gaussian convolution by the K-iterated first-order recursive filter, along\n"
-            "the chosen axes of a 1-D, 2-D or 3-D float32/float64 C-order .npy array.\n"
+            "Gaussian convolution by a recursive filter (rf, deriche or vyv), along the\n"
+            "chosen axes of a 1-D, 2-D or 3-D float32/float64 C-order .npy array.\n"
             "\n"
             "  --in X.npy            the input array, or a netCDF variable X.nc:VAR, with a hyperslab\n"
             "                        X.nc:VAR[time=0,y=10:90] (docs/formats.md)\n"
@@ -34,11 +34,28 @@ static void usage(FILE *f)
             "                        netCDF with X's dimensions, coordinates and attributes\n"
             "  --sigma S[,S,...]     standard deviation in grid units, one for all axes or one per\n"
             "                        filtered axis\n"
-            "  --K N                 filter iterations per axis, each a forward and a backward pass,\n"
-            "                        1 to 1000000; more come closer to the Gaussian (default 4)\n"
+            "  --method rf|deriche|vyv   rf (default): the seed's K-iterated first-order filter,\n"
+            "                        within a few %% of the Gaussian at K 4; deriche: Deriche's\n"
+            "                        fourth-order filter, within 5e-4 of the peak of the sampled\n"
+            "                        Gaussian for sigma 0.5 to 100; vyv: van Vliet-Young-Verbeek\n"
+            "                        poles, within 3e-3 for sigma 2 to 100 (docs/gauss.md);\n"
+            "                        deriche and vyv: sigma 0.5 to 1e4, exact mode\n"
+            "  --order-poles 3|4|5   vyv: the number of poles (default 5, the most accurate)\n"
+            "  --K N                 rf: filter iterations per axis, each a forward and a backward\n"
+            "                        pass, 1 to 1000000; more come closer to the Gaussian (default 4)\n"
             "  --axes A[,A...]       axes to filter, numbered from 0 (default: all)\n"
-            "  --boundary zero|constant   values beyond the ends of a line: zero, or the end value\n"
-            "                        continued (default zero)\n"
+            "  --boundary MODE       values beyond the ends of a line (default zero):\n"
+            "                        reflect  d c b a | a b c d | d c b a (scipy's default 'reflect')\n"
+            "                        mirror   d c b | a b c d | c b a     (scipy 'mirror')\n"
+            "                        nearest  a a a | a b c d | d d d     (scipy 'nearest')\n"
+            "                        wrap     a b c d | a b c d | a b c d (scipy 'wrap')\n"
+            "                        cval     k k k | a b c d | k k k, k = --cval (scipy 'constant')\n"
+            "                        zero     dakit's name since the seed: rf starts each pass from\n"
+            "                                 zero; deriche/vyv: cval with k = 0\n"
+            "                        constant dakit's name since the seed: rf starts each pass from\n"
+            "                                 the steady state of the end value (nearest for K 1);\n"
+            "                                 deriche/vyv: nearest. Not scipy's 'constant': that is cval\n"
+            "  --cval K              the value outside the field for --boundary cval (default 0)\n"
             "  --mode exact|overlap  exact (default) matches the serial reference to rounding;\n"
             "                        overlap cuts each line into --blocks blocks, each filtered alone\n"
             "                        with --overlap values beyond it on each side (approximate near\n"
@@ -97,13 +114,26 @@ int cmd_gauss(int argc, char **argv)
             decomp_s = v;
         else if (!strcmp(a, "--K"))
             bad = cli_int(cmd, a, v, 1, 1000000, &d.K);
-        else if (!strcmp(a, "--boundary")) {
-            if (!strcmp(v, "zero"))
-                d.boundary = DK_BOUNDARY_ZERO;
-            else if (!strcmp(v, "constant"))
-                d.boundary = DK_BOUNDARY_CONSTANT;
-            else
-                return cli_error(cmd, 2, "--boundary must be zero or constant, not '%s'", v);
+        else if (!strcmp(a, "--order-poles"))
+            bad = cli_int(cmd, a, v, 3, 5, &d.order_poles);
+        else if (!strcmp(a, "--cval"))
+            bad = cli_double(cmd, a, v, -1e308, 1e308, 0, &d.cval);
+        else if (!strcmp(a, "--method")) {
+            int m;
+            for (m = 0; m <= DK_GAUSS_VYV && strcmp(v, dk_gauss_method_name((dk_gauss_method)m)); m++)
+                ;
+            if (m > DK_GAUSS_VYV)
+                return cli_error(cmd, 2, "--method must be rf, deriche or vyv, not '%s'", v);
+            d.method = (dk_gauss_method)m;
+        } else if (!strcmp(a, "--boundary")) {
+            int b;
+            for (b = 0; b < DK_BOUNDARY_COUNT && strcmp(v, dk_gauss_boundary_name((dk_boundary)b)); b++)
+                ;
+            if (b == DK_BOUNDARY_COUNT)
+                return cli_error(cmd, 2,
+                                 "--boundary must be reflect, mirror, nearest, wrap, cval, zero or constant, "
+                                 "not '%s'", v);
+            d.boundary = (dk_boundary)b;
         } else if (!strcmp(a, "--mode")) {
             if (!strcmp(v, "exact"))
                 d.mode = DK_GAUSS_EXACT;

@@ -30,44 +30,71 @@ typedef struct gauss_case {
     size_t overlap, blocks;
     int inplace;
     int quick;
+    dk_gauss_method method; /* after the seed's fields: the rf cases leave it 0 */
+    int poles;
+    double cval;
 } gauss_case;
 
 #define Z DK_BOUNDARY_ZERO
 #define C DK_BOUNDARY_CONSTANT
 #define EX DK_GAUSS_EXACT
 #define OV DK_GAUSS_OVERLAP
+#define R DK_BOUNDARY_REFLECT
+#define M DK_BOUNDARY_MIRROR
+#define N DK_BOUNDARY_NEAREST
+#define W DK_BOUNDARY_WRAP
+#define V DK_BOUNDARY_CVAL
+#define RF DK_GAUSS_RF
+#define DE DK_GAUSS_DERICHE
+#define VY DK_GAUSS_VYV
+#define FIRST_MATRIX 53
+#define MATRIX_METHODS 4
+#define MATRIX_CASES (MATRIX_METHODS * DK_BOUNDARY_COUNT * 2)
 
 static gauss_case cases[] = {
     /* name                 dtype  nd shape              axes sigma          K   bnd mode ov  blk  inpl quick */
-    {"1d_n1",               DK_F32, 1, {1},              1, {2},             4,   Z, EX, 0, 0,    0, 1},
-    {"1d_n2_constant",      DK_F64, 1, {2},              1, {0.5},           1,   C, EX, 0, 0,    0, 1},
-    {"1d_odd_constant",     DK_F32, 1, {1001},           1, {3.3},           3,   C, EX, 0, 0,    0, 1},
-    {"1d_prime_sigma50",    DK_F64, 1, {7919},           1, {50},            8,   Z, EX, 0, 0,    0, 1},
-    {"1d_sigma0.5_K2",      DK_F64, 1, {4099},           1, {0.5},           2,   C, EX, 0, 0,    1, 1},
-    {"1d_short_wide",       DK_F32, 1, {10},             1, {30},            2,   C, EX, 0, 0,    0, 1},
-    {"1d_1e6",              DK_F32, 1, {1000000},        1, {2},             4,   Z, EX, 0, 0,    0, 1},
-    {"1d_1e6_f64_constant", DK_F64, 1, {1000003},        1, {5},             4,   C, EX, 0, 0,    1, 0},
-    {"1d_K1000",            DK_F32, 1, {20011},          1, {2},             1000, C, EX, 0, 0,   0, 1},
-    {"1d_K1000_f64",        DK_F64, 1, {5003},           1, {10},            1000, Z, EX, 0, 0,   0, 0},
-    {"1d_2e6_sigma50",      DK_F32, 1, {2000000},        1, {50},            4,   C, EX, 0, 0,    0, 0},
-    {"1d_sigma500_K1000",   DK_F64, 1, {30011},          1, {500},           1000, C, EX, 0, 0,   0, 0},
-    {"2d_both",             DK_F32, 2, {257, 311},       3, {2, 5},          4,   Z, EX, 0, 0,    0, 1},
-    {"2d_axis0_f64",        DK_F64, 2, {300, 200},       1, {7},             3,   C, EX, 0, 0,    0, 1},
-    {"2d_axis1",            DK_F32, 2, {128, 1000},      2, {0, 1.5},        6,   Z, EX, 0, 0,    1, 1},
-    {"2d_1024_both",        DK_F32, 2, {1024, 1024},     3, {2, 2},          4,   Z, EX, 0, 0,    0, 1},
-    {"2d_tall_thin",        DK_F64, 2, {5000, 3},        3, {4, 1},          5,   C, EX, 0, 0,    0, 1},
-    {"3d_all_f64",          DK_F64, 3, {17, 33, 65},     7, {1, 2, 3},       4,   C, EX, 0, 0,    0, 1},
-    {"3d_axes02",           DK_F32, 3, {40, 30, 50},     5, {3, 0, 2},       5,   Z, EX, 0, 0,    0, 1},
-    {"3d_axis1_constant",   DK_F32, 3, {9, 100, 31},     2, {0, 20, 0},      2,   C, EX, 0, 0,    1, 1},
-    {"3d_64cube_K1",        DK_F32, 3, {64, 64, 64},     7, {0.7, 0.7, 0.7}, 1,   Z, EX, 0, 0,    0, 0},
-    {"overlap_seed_table2", DK_F32, 1, {100000},         1, {2},             500, Z, OV, 5, 3072, 0, 0},
-    {"overlap_1d_small",    DK_F64, 1, {10007},          1, {2},             50,  C, OV, 5, 300,  0, 1},
-    {"overlap_2d_axis1",    DK_F64, 2, {64, 5000},       2, {0, 3},          4,   C, OV, 10, 7,   0, 1},
-    {"overlap_3d_axis0",    DK_F32, 3, {300, 7, 40},     1, {4},             3,   Z, OV, 8, 5,    1, 1},
-    {"overlap_m0_single",   DK_F32, 1, {50},             1, {2},             4,   Z, OV, 0, 50,   0, 1},
-    {"overlap_blocks1",     DK_F64, 1, {999},            1, {3},             4,   C, OV, 5, 1,    0, 1},
+    {"1d_n1",               DK_F32, 1, {1},              1, {2},             4,   Z, EX, 0, 0,    0, 1, RF, 0, 0},
+    {"1d_n2_constant",      DK_F64, 1, {2},              1, {0.5},           1,   C, EX, 0, 0,    0, 1, RF, 0, 0},
+    {"1d_odd_constant",     DK_F32, 1, {1001},           1, {3.3},           3,   C, EX, 0, 0,    0, 1, RF, 0, 0},
+    {"1d_prime_sigma50",    DK_F64, 1, {7919},           1, {50},            8,   Z, EX, 0, 0,    0, 1, RF, 0, 0},
+    {"1d_sigma0.5_K2",      DK_F64, 1, {4099},           1, {0.5},           2,   C, EX, 0, 0,    1, 1, RF, 0, 0},
+    {"1d_short_wide",       DK_F32, 1, {10},             1, {30},            2,   C, EX, 0, 0,    0, 1, RF, 0, 0},
+    {"1d_1e6",              DK_F32, 1, {1000000},        1, {2},             4,   Z, EX, 0, 0,    0, 1, RF, 0, 0},
+    {"1d_1e6_f64_constant", DK_F64, 1, {1000003},        1, {5},             4,   C, EX, 0, 0,    1, 0, RF, 0, 0},
+    {"1d_K1000",            DK_F32, 1, {20011},          1, {2},             1000, C, EX, 0, 0,   0, 1, RF, 0, 0},
+    {"1d_K1000_f64",        DK_F64, 1, {5003},           1, {10},            1000, Z, EX, 0, 0,   0, 0, RF, 0, 0},
+    {"1d_2e6_sigma50",      DK_F32, 1, {2000000},        1, {50},            4,   C, EX, 0, 0,    0, 0, RF, 0, 0},
+    {"1d_sigma500_K1000",   DK_F64, 1, {30011},          1, {500},           1000, C, EX, 0, 0,   0, 0, RF, 0, 0},
+    {"2d_both",             DK_F32, 2, {257, 311},       3, {2, 5},          4,   Z, EX, 0, 0,    0, 1, RF, 0, 0},
+    {"2d_axis0_f64",        DK_F64, 2, {300, 200},       1, {7},             3,   C, EX, 0, 0,    0, 1, RF, 0, 0},
+    {"2d_axis1",            DK_F32, 2, {128, 1000},      2, {0, 1.5},        6,   Z, EX, 0, 0,    1, 1, RF, 0, 0},
+    {"2d_1024_both",        DK_F32, 2, {1024, 1024},     3, {2, 2},          4,   Z, EX, 0, 0,    0, 1, RF, 0, 0},
+    {"2d_tall_thin",        DK_F64, 2, {5000, 3},        3, {4, 1},          5,   C, EX, 0, 0,    0, 1, RF, 0, 0},
+    {"3d_all_f64",          DK_F64, 3, {17, 33, 65},     7, {1, 2, 3},       4,   C, EX, 0, 0,    0, 1, RF, 0, 0},
+    {"3d_axes02",           DK_F32, 3, {40, 30, 50},     5, {3, 0, 2},       5,   Z, EX, 0, 0,    0, 1, RF, 0, 0},
+    {"3d_axis1_constant",   DK_F32, 3, {9, 100, 31},     2, {0, 20, 0},      2,   C, EX, 0, 0,    1, 1, RF, 0, 0},
+    {"3d_64cube_K1",        DK_F32, 3, {64, 64, 64},     7, {0.7, 0.7, 0.7}, 1,   Z, EX, 0, 0,    0, 0, RF, 0, 0},
+    {"overlap_seed_table2", DK_F32, 1, {100000},         1, {2},             500, Z, OV, 5, 3072, 0, 0, RF, 0, 0},
+    {"overlap_1d_small",    DK_F64, 1, {10007},          1, {2},             50,  C, OV, 5, 300,  0, 1, RF, 0, 0},
+    {"overlap_2d_axis1",    DK_F64, 2, {64, 5000},       2, {0, 3},          4,   C, OV, 10, 7,   0, 1, RF, 0, 0},
+    {"overlap_3d_axis0",    DK_F32, 3, {300, 7, 40},     1, {4},             3,   Z, OV, 8, 5,    1, 1, RF, 0, 0},
+    {"overlap_m0_single",   DK_F32, 1, {50},             1, {2},             4,   Z, OV, 0, 50,   0, 1, RF, 0, 0},
+    {"overlap_blocks1",     DK_F64, 1, {999},            1, {3},             4,   C, OV, 5, 1,    0, 1, RF, 0, 0},
     /* parameters drawn at random (fixed seed, so every run and backend sees the same) */
-    [27 ... 42] = {NULL, DK_F32, 0, {0}, 0, {0}, 0, Z, EX, 0, 0, 0, 1},
+    [27 ... 42] = {NULL, DK_F32, 0, {0}, 0, {0}, 0, Z, EX, 0, 0, 0, 1, RF, 0, 0},
+    /* deriche and vyv where their segments and continuations are stressed */
+    {"deriche_1d_long",     DK_F32, 1, {300007},         1, {20},            0,  R, EX, 0, 0,    0, 1, DE, 5, 0},
+    {"vyv_1d_long_f64",     DK_F64, 1, {200003},         1, {3},             0,  W, EX, 0, 0,    1, 1, VY, 5, 0},
+    {"vyv_short_wide",      DK_F64, 1, {7},              1, {40},            0,  R, EX, 0, 0,    0, 1, VY, 5, 0},
+    {"deriche_short_mirror",DK_F32, 1, {5},              1, {9},             0,  M, EX, 0, 0,    0, 1, DE, 5, 0},
+    {"deriche_n1_wrap",     DK_F64, 1, {1},              1, {2},             0,  W, EX, 0, 0,    0, 1, DE, 5, 0},
+    {"deriche_sigma1000",   DK_F64, 1, {5000},           1, {1000},          0,  V, EX, 0, 0,    0, 1, DE, 5, 2.5},
+    {"vyv4_2d_cval",        DK_F32, 2, {301, 77},        3, {2, 15},         0,  V, EX, 0, 0,    1, 1, VY, 4, -3},
+    {"rf_reflect_1d_long",  DK_F32, 1, {100003},         1, {4},             3,  R, EX, 0, 0,    0, 1, RF, 5, 0},
+    {"rf_wrap_K1000",       DK_F64, 1, {3001},           1, {2},             1000, W, EX, 0, 0,  0, 1, RF, 5, 0},
+    {"deriche_3d_all",      DK_F64, 3, {17, 33, 65},     7, {1, 2, 3},       0,  N, EX, 0, 0,    0, 1, DE, 5, 0},
+    /* every method x scipy mode x dtype (filled in by draw_matrix_cases) */
+    [FIRST_MATRIX ... FIRST_MATRIX + MATRIX_CASES - 1] = {NULL, DK_F32, 0, {0}, 0, {0}, 0, Z, EX, 0, 0, 0, 1, RF, 0, 0},
 };
 
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
@@ -78,7 +105,7 @@ static void draw_random_cases(void)
     static char names[NCASES][24];
     static const int Ks[] = {1, 2, 3, 4, 5, 8, 16, 50, 200};
     uint64_t st = 0xca5e5eedu;
-    for (int i = FIRST_RANDOM; i < NCASES; i++) {
+    for (int i = FIRST_RANDOM; i < FIRST_RANDOM + 16; i++) {
         gauss_case *c = &cases[i];
         snprintf(names[i], sizeof names[i], "random_%02d", i - FIRST_RANDOM);
         c->name = names[i];
@@ -103,14 +130,102 @@ static void draw_random_cases(void)
     }
 }
 
+/* Method x boundary x dtype, each on a shape of its own so that 1-D, 2-D
+ * and 3-D, strided and contiguous axes, in place and not, all come up. */
+static void draw_matrix_cases(void)
+{
+    static char names[MATRIX_CASES][40];
+    static const char *const method_names[MATRIX_METHODS] = {"rf", "deriche", "vyv5", "vyv3"};
+    static const struct {
+        int ndim;
+        size_t shape[3];
+        unsigned axes;
+        double sigma[3];
+    } shapes[] = {
+        {1, {1000}, 1, {3}},
+        {2, {64, 81}, 3, {2.5, 6}},
+        {3, {12, 40, 9}, 2, {0, 4, 0}},
+        {2, {33, 500}, 2, {0, 30}},
+        {1, {61}, 1, {12}},
+    };
+    int i = 0;
+    for (int m = 0; m < MATRIX_METHODS; m++)
+        for (int b = 0; b < DK_BOUNDARY_COUNT; b++)
+            for (int t = 0; t < 2; t++, i++) {
+                gauss_case *c = &cases[FIRST_MATRIX + i];
+                int sh = (m + 2 * b + t) % (int)(sizeof shapes / sizeof shapes[0]);
+                snprintf(names[i], sizeof names[i], "%s_%s_%s", method_names[m],
+                         dk_gauss_boundary_name((dk_boundary)b), t ? "f64" : "f32");
+                c->name = names[i];
+                c->dtype = t ? DK_F64 : DK_F32;
+                c->ndim = shapes[sh].ndim;
+                memcpy(c->shape, shapes[sh].shape, sizeof c->shape);
+                c->axes = shapes[sh].axes;
+                memcpy(c->sigma, shapes[sh].sigma, sizeof c->sigma);
+                c->K = 3;
+                c->boundary = (dk_boundary)b;
+                c->mode = EX;
+                c->inplace = (i % 3) == 0;
+                c->quick = 1;
+                c->method = m == 0 ? RF : m == 1 ? DE : VY;
+                c->poles = m == 3 ? 3 : 5;
+                c->cval = b == V ? 1.5 : 0;
+            }
+}
+
 static struct {
     void *in, *ref, *out;
+    double amplification; /* deriche / vyv: the reference's float32 rounding error, in units */
 } prepared[NCASES];
+
+/* deriche and vyv are not convex combinations: a section with poles near 1
+ * (large sigma) amplifies rounding by far more than rf's passes do, so
+ * their tolerance is measured, not derived: the float32 reference against
+ * the float64 one on the same values gives the algorithm's own rounding
+ * error A (in units of float32 roundoff times max|x|). Two correct
+ * evaluations in another order are each that far from the exact result,
+ * so they differ by up to 2A; the tolerance is 4 A units of the case's
+ * dtype, never less than rf's formula. */
+static void desc_of(const gauss_case *c, dk_gauss_desc *d);
+static size_t count_of(const gauss_case *c);
+
+static double measure_amplification(const gauss_case *c, const void *in)
+{
+    dk_gauss_desc d;
+    desc_of(c, &d);
+    size_t n = count_of(c);
+    float *x32 = malloc(n * sizeof *x32), *y32 = malloc(n * sizeof *y32);
+    double *x64 = malloc(n * sizeof *x64), *y64 = malloc(n * sizeof *y64);
+    double amp = INFINITY;
+    if (x32 && y32 && x64 && y64) {
+        double maxin = 0, maxdiff = 0;
+        for (size_t k = 0; k < n; k++) {
+            x32[k] = (float)(c->dtype == DK_F32 ? ((const float *)in)[k] : ((const double *)in)[k]);
+            x64[k] = x32[k];
+            maxin = fmax(maxin, fabs(x64[k]));
+        }
+        d.dtype = DK_F32;
+        dk_status st = dk_gauss_reference(&d, x32, y32);
+        d.dtype = DK_F64;
+        if (st == DK_OK && dk_gauss_reference(&d, x64, y64) == DK_OK) {
+            for (size_t k = 0; k < n; k++)
+                maxdiff = fmax(maxdiff, fabs((double)y32[k] - y64[k]));
+            amp = maxin > 0 ? maxdiff / maxin / 0x1p-24 : 0;
+        }
+    }
+    free(x32);
+    free(y32);
+    free(x64);
+    free(y64);
+    return amp;
+}
 
 static int gauss_count(void)
 {
-    if (!cases[FIRST_RANDOM].name)
+    if (!cases[FIRST_RANDOM].name) {
         draw_random_cases();
+        draw_matrix_cases();
+    }
     return NCASES;
 }
 static const char *gauss_name(int i) { return cases[i].name; }
@@ -126,11 +241,14 @@ static void desc_of(const gauss_case *c, dk_gauss_desc *d)
         d->sigma[a] = c->sigma[a];
     }
     d->axes = c->axes;
-    d->K = c->K;
+    d->K = c->K ? c->K : d->K; /* deriche and vyv cases leave K alone */
     d->boundary = c->boundary;
     d->mode = c->mode;
     d->overlap = c->overlap;
     d->blocks = c->blocks;
+    d->method = c->method;
+    d->order_poles = c->method == DK_GAUSS_VYV ? c->poles : 5;
+    d->cval = c->cval;
 }
 
 static size_t count_of(const gauss_case *c)
@@ -158,6 +276,8 @@ static dk_status gauss_prepare(int i, char *err, size_t len)
     dk_status st = dk_gauss_reference(&d, prepared[i].in, prepared[i].ref);
     if (st != DK_OK)
         snprintf(err, len, "%s", dk_last_error(NULL));
+    else if (c->method != DK_GAUSS_RF)
+        prepared[i].amplification = measure_amplification(c, prepared[i].in);
     return st;
 }
 
@@ -183,7 +303,9 @@ static void gauss_run(dk_context *ctx, const char *variant, int i, conform_resul
     d.variant = variant;
     double eps = c->dtype == DK_F64 ? 0x1p-53 : 0x1p-24;
     int naxes = __builtin_popcount(c->axes);
-    r->tolerance = (2.0 * c->K * naxes + 4.0) * 2.0 * eps;
+    r->tolerance = c->method == DK_GAUSS_RF ? (2.0 * c->K * naxes + 4.0) * 2.0 * eps
+                                            : fmax((2.0 * naxes + 4.0) * 2.0 * eps,
+                                                   4.0 * prepared[i].amplification * eps);
     r->error = INFINITY;
     r->passed = 0;
 

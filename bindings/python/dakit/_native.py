@@ -75,7 +75,10 @@ class GaussDesc(Structure):
                 ("mode", c_int),
                 ("overlap", c_size_t),
                 ("blocks", c_size_t),
-                ("variant", c_char_p)]
+                ("variant", c_char_p),
+                ("method", c_int),
+                ("order_poles", c_int),
+                ("cval", c_double)]
 
 
 class KMeansDesc(Structure):

@@ -19,13 +19,35 @@ extern "C" {
 
 #define DK_MAX_DIMS 3
 #define DK_GAUSS_MAX_SIGMA 1e7 /* grid units */
+/* deriche and vyv: the sigma they are made for (grid units) */
+#define DK_GAUSS_IIR_MIN_SIGMA 0.5
+#define DK_GAUSS_IIR_MAX_SIGMA 1e4
 
+/* How a line is continued past its ends. ZERO and CONSTANT are the seed's
+ * per-pass rules of the rf method (kept as they were); the others are
+ * scipy.ndimage's modes, applied to the input itself, for every method.
+ * For deriche and vyv (one causal and one anti-causal pass) ZERO is CVAL
+ * with cval 0 and CONSTANT is NEAREST. */
 typedef enum dk_boundary {
-    DK_BOUNDARY_ZERO = 0,    /* each pass starts from zero: p_{-1} = 0, s_N = 0 */
-    DK_BOUNDARY_CONSTANT = 1 /* steady state of the edge value extended outward:
-                                p_{-1} = s_0; s_{N-1} = u + (p_{N-1} - u)/(1 + alpha),
-                                u the last input of the advancing pass */
+    DK_BOUNDARY_ZERO = 0,     /* each pass starts from zero: p_{-1} = 0, s_N = 0 */
+    DK_BOUNDARY_CONSTANT = 1, /* steady state of the edge value extended outward:
+                                 p_{-1} = s_0; s_{N-1} = u + (p_{N-1} - u)/(1 + alpha),
+                                 u the last input of the advancing pass (for K = 1
+                                 this is NEAREST) */
+    DK_BOUNDARY_REFLECT = 2,  /* scipy 'reflect' (its default): d c b a | a b c d | d c b a */
+    DK_BOUNDARY_MIRROR = 3,   /* scipy 'mirror': d c b | a b c d | c b a */
+    DK_BOUNDARY_NEAREST = 4,  /* scipy 'nearest': a a a | a b c d | d d d */
+    DK_BOUNDARY_WRAP = 5,     /* scipy 'wrap': a b c d | a b c d | a b c d */
+    DK_BOUNDARY_CVAL = 6      /* scipy 'constant': k k k | a b c d | k k k, k = desc.cval */
 } dk_boundary;
+#define DK_BOUNDARY_COUNT 7
+
+/* What approximates the Gaussian along each axis. */
+typedef enum dk_gauss_method {
+    DK_GAUSS_RF = 0,      /* the seed's K-iterated first-order filter (alpha, K) */
+    DK_GAUSS_DERICHE = 1, /* Deriche's fourth-order recursive Gaussian (1993) */
+    DK_GAUSS_VYV = 2      /* Young / van Vliet / Verbeek poles, order_poles 3..5 (1998) */
+} dk_gauss_method;
 
 typedef enum dk_gauss_mode {
     DK_GAUSS_EXACT = 0,  /* equals the serial reference to rounding */
@@ -50,11 +72,15 @@ typedef struct dk_gauss_desc {
     size_t blocks;             /* overlap mode: blocks per line (clamped to the line length) */
     const char *variant;       /* NULL: the backend's default; else one of
                                   dk_gauss_variants() */
+    /* Appended after the seed's fields; dk_gauss_desc_init gives rf. */
+    dk_gauss_method method;
+    int order_poles;           /* vyv: 3, 4 or 5 poles (read only for vyv) */
+    double cval;               /* DK_BOUNDARY_CVAL: the value outside the field */
 } dk_gauss_desc;
 
-/* Defaults: float32, K = 4, zero boundary, exact mode, overlap 5, 3072 blocks
- * (the GPU RF paper's best configuration); the caller sets ndim, shape, axes,
- * sigma. */
+/* Defaults: float32, rf, K = 4, zero boundary, exact mode, overlap 5, 3072
+ * blocks (the GPU RF paper's best configuration), order_poles 5, cval 0;
+ * the caller sets ndim, shape, axes, sigma. */
 void dk_gauss_desc_init(dk_gauss_desc *desc);
 
 dk_status dk_gauss_plan_create(dk_context *ctx, const dk_gauss_desc *desc, dk_plan **plan);
@@ -72,6 +98,17 @@ const char *const *dk_gauss_variants(const dk_context *ctx);
  * allowed). Errors go to dk_last_error(NULL). */
 dk_status dk_gauss_reference(const dk_gauss_desc *desc, const void *in, void *out);
 
+/* Direct convolution with the sampled Gaussian, exp(-i^2 / (2 sigma^2))
+ * normalized to sum 1 over |i| <= ceil(12 sigma) (the rest is below 1e-31),
+ * in double whatever the dtype, with the description's boundary (ZERO is
+ * CVAL 0, CONSTANT is NEAREST). The yardstick the methods' accuracy is
+ * measured against; O(sigma) work per value. Errors go to dk_last_error(NULL). */
+dk_status dk_gauss_direct(const dk_gauss_desc *desc, const void *in, void *out);
+
+/* The name of a method or a boundary ("rf", "reflect", ...), or "?". */
+const char *dk_gauss_method_name(dk_gauss_method method);
+const char *dk_gauss_boundary_name(dk_boundary boundary);
+
 /* The RF coefficient alpha for sigma and K (unit spacing). */
 double dk_gauss_alpha(double sigma, int K);
 
@@ -80,6 +117,57 @@ double dk_gauss_alpha(double sigma, int K);
 size_t dk_gauss_exact_halo(double alpha, int K, dk_dtype dtype);
 
 /* ---- plugin ops: what a backend implements (docs/plugins.md) ---- */
+
+/* deriche and vyv along one axis, in parallel form: y = y+ + y-, each the
+ * sum over `count` sections s of a causal and an anti-causal recursion
+ *   y+_s[i] = b0 x[i] + b1 x[i-1] - a1 y+_s[i-1] - a2 y+_s[i-2]
+ *   y-_s[i] = c1 x[i+1] + c2 x[i+2] - a1 y-_s[i+1] - a2 y-_s[i+2]
+ * (a first-order section has b1 = c2 = a2 = 0). The input x is the line
+ * continued by the boundary mode (dk_gauss_extend); the causal recursion
+ * starts from zero `reach` values before the first value it keeps, the
+ * anti-causal one `reach` values after the last, and the part of the
+ * response that start leaves out is under a quarter of the dtype's rounding
+ * unit. So any stretch [k0, k1) of a line is computed alone from
+ * x[k0 - reach .. k1 + reach), and equals the whole line's result to
+ * rounding. */
+#define DK_GAUSS_MAX_SECTIONS 3
+typedef struct dk_gauss_iir {
+    int count;
+    double b0[DK_GAUSS_MAX_SECTIONS], b1[DK_GAUSS_MAX_SECTIONS];
+    double a1[DK_GAUSS_MAX_SECTIONS], a2[DK_GAUSS_MAX_SECTIONS];
+    double c1[DK_GAUSS_MAX_SECTIONS], c2[DK_GAUSS_MAX_SECTIONS];
+} dk_gauss_iir;
+
+/* Index of x[j] in a line of n values continued by `boundary` (ZERO and
+ * CVAL: -1, the value is cval or 0; CONSTANT: as NEAREST). Any j. */
+static inline long long dk_gauss_extend(long long j, long long n, int boundary)
+{
+    if (j >= 0 && j < n)
+        return j;
+    switch (boundary) {
+    case DK_BOUNDARY_REFLECT: {
+        long long m = j % (2 * n);
+        m = m < 0 ? m + 2 * n : m;
+        return m < n ? m : 2 * n - 1 - m;
+    }
+    case DK_BOUNDARY_MIRROR: {
+        if (n == 1)
+            return 0;
+        long long m = j % (2 * n - 2);
+        m = m < 0 ? m + 2 * n - 2 : m;
+        return m < n ? m : 2 * n - 2 - m;
+    }
+    case DK_BOUNDARY_WRAP: {
+        long long m = j % n;
+        return m < 0 ? m + n : m;
+    }
+    case DK_BOUNDARY_NEAREST:
+    case DK_BOUNDARY_CONSTANT:
+        return j < 0 ? 0 : n - 1;
+    default:
+        return -1;
+    }
+}
 
 struct dk_msg; /* dakit/plugin.h */
 
@@ -93,6 +181,15 @@ typedef struct dk_gauss_setup {
     size_t halo[DK_MAX_DIMS];    /* exact mode: the least overlap per side that a
                                     window needs (dk_gauss_exact_halo) */
     size_t count;                /* elements in the field */
+    /* Appended with the methods and modes of docs/gauss.md. */
+    int extended[DK_MAX_DIMS];   /* this axis reads its input continued by the
+                                    boundary mode over `reach` values past each
+                                    end of whatever it computes: deriche and
+                                    vyv always; rf with the scipy modes, whose
+                                    window is then filtered with the zero rule */
+    size_t reach[DK_MAX_DIMS];   /* extended axes: values per side (not clipped
+                                    to the line; the continuation repeats) */
+    dk_gauss_iir iir[DK_MAX_DIMS]; /* deriche and vyv: the sections */
 } dk_gauss_setup;
 
 typedef struct dk_gauss_ops {
