@@ -5,13 +5,17 @@
  * the box (consecutive such axes share one plan). An axis that is split is
  * first widened: each rank receives, from whichever ranks own them, the h
  * values beyond each end of its box along that axis (h from
- * dk_gauss_exact_halo, clipped at the field's ends), filters the widened
+ * dk_gauss_window_halo, for every method, clipped at the field's ends),
+ * filters the widened
  * box along the axis with a local plan and keeps its own part. The plugin
  * applies the boundary rule at the widened box's ends; where those are
  * the field's ends that is the true rule, elsewhere the halo puts the
  * artificial ends out of reach at the dtype's rounding (docs/plugins.md,
  * "exact mode"), so the result equals the single-process one to rounding
- * whatever the number of ranks. */
+ * whatever the number of ranks. Every boundary mode but wrap works so: a
+ * mode continues a true end from values next to it, which the window holds
+ * (h reaches as far as the continuation is read); wrap would need the far
+ * end's values and is refused on a split axis. */
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -303,13 +307,11 @@ DK_MPI_API dk_status dk_mpi_gauss_plan_create(dk_context *ctx, MPI_Comm comm, co
                           CREATE, a);
             goto fail;
         }
-        if (split && (global->method != DK_GAUSS_RF ||
-                      (global->boundary != DK_BOUNDARY_ZERO && global->boundary != DK_BOUNDARY_CONSTANT))) {
+        if (split && global->boundary == DK_BOUNDARY_WRAP) {
             st = dkm_fail(DK_ERR_NOT_IMPLEMENTED,
-                          "%s: method %s with boundary %s is not distributed yet: the filtered axis %d is split "
-                          "between ranks; use rf with boundary zero or constant, or keep every filtered axis whole "
-                          "on every rank", CREATE, dk_gauss_method_name(global->method),
-                          dk_gauss_boundary_name(global->boundary), a);
+                          "%s: boundary wrap is not distributed: the filtered axis %d is split between ranks, and "
+                          "wrap continues each end with the values of the other end, which another rank holds; "
+                          "keep every filtered axis whole on every rank, or use another boundary", CREATE, a);
             goto fail;
         }
         if (split) {
@@ -330,8 +332,7 @@ DK_MPI_API dk_status dk_mpi_gauss_plan_create(dk_context *ctx, MPI_Comm comm, co
             make_local_plan(p, sg, global, &p->own, &o);
             continue;
         }
-        double alpha = dk_gauss_alpha(global->sigma[sg->axis], global->K);
-        size_t h = dk_gauss_exact_halo(alpha, global->K, global->dtype), sends = 0, recvs = 0;
+        size_t h = dk_gauss_window_halo(global, sg->axis), sends = 0, recvs = 0;
         plan_exchange(p, sg, boxes, h, &o, &sends, &recvs);
         size_t e = dkm_box_count(&sg->ext);
         ext_max = e > ext_max ? e : ext_max;

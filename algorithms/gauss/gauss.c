@@ -24,6 +24,19 @@ DK_API void dk_gauss_desc_init(dk_gauss_desc *desc)
     desc->cval = 0.0;
 }
 
+DK_API size_t dk_gauss_window_halo(const dk_gauss_desc *d, int axis)
+{
+    if (!d || axis < 0 || axis >= d->ndim || axis >= DK_MAX_DIMS || !(d->axes & (1u << axis)))
+        return 0;
+    if (d->method == DK_GAUSS_RF)
+        return d->K >= 1 ? dk_gauss_exact_halo(dk_gauss_alpha(d->sigma[axis], d->K), d->K, d->dtype) : 0;
+    dk_gauss_iir iir;
+    size_t reach = 0;
+    if (dk_gauss_iir_make(d->method, d->order_poles, d->sigma[axis], d->dtype, &iir, &reach) != DK_OK)
+        return 0;
+    return reach;
+}
+
 DK_API const char *dk_gauss_method_name(dk_gauss_method method)
 {
     static const char *const names[] = {"rf", "deriche", "vyv"};

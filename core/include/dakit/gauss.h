@@ -115,6 +115,12 @@ double dk_gauss_alpha(double sigma, int K);
 /* Exact mode: the overlap (elements on each side) beyond which a window's
  * artificial ends no longer change the result at the dtype's rounding. */
 size_t dk_gauss_exact_halo(double alpha, int K, dk_dtype dtype);
+/* The same for any method and boundary of a description, along `axis`:
+ * the values per side a window of the field needs so that its artificial
+ * ends change nothing at the dtype's rounding (rf: dk_gauss_exact_halo;
+ * deriche and vyv: how far their recursions reach). Not clipped to the
+ * line; 0 for an axis that is not filtered or an invalid description. */
+size_t dk_gauss_window_halo(const dk_gauss_desc *desc, int axis);
 
 /* ---- plugin ops: what a backend implements (docs/plugins.md) ---- */
 
