@@ -10,7 +10,7 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
-#include "cli/image.h"
+#include "cli/plot.h"
 #include "cli/npy.h"
 #include "cli/output.h"
 #include "kmeans/radar.h"
@@ -32,8 +32,9 @@ static void usage(FILE *f)
             "from the reflectivity range cut into K equal intervals (each centroid the mean of\n"
             "its interval's pixels) and clusters with the contiguity-weighted cost. The labels\n"
             "are an int32 rows x cols array in the file's row order (row 0 at the south edge),\n"
-            "-1 where masked; the PNG shows the reflectivity beside the cluster map, north up,\n"
-            "with a legend.\n"
+            "-1 where masked; the picture shows the reflectivity beside the cluster map, north\n"
+            "up, in km, with a colour bar and a legend (--png FILE: PNG, or SVG or PDF by the\n"
+            "name's extension).\n"
             "  --k K              clusters, 1 to 256 (radar default 6)\n"
             "  --lambda L         weight of the feature distance against contiguity, 0 to 1; 1: no\n"
             "                     contiguity (default 0.7)\n"
@@ -134,7 +135,7 @@ int cmd_kmeans(int argc, char **argv)
     /* outputs first: a typo in a path costs no computation */
     const char *outs[3] = {labels_path, centroids_path, png_path};
     for (int o = 0; o < 3; o++)
-        if (outs[o] && output_check(outs[o], err, sizeof err) != 0)
+        if (outs[o] && (o == 2 ? plot_check_path(outs[o], err, sizeof err) : output_check(outs[o], err, sizeof err)))
             return cli_error(cmd, 1, "%s", err);
     dk_context *ctx = NULL;
     if (!use_reference && dk_context_create(backend, &ctx) != DK_OK)
@@ -164,7 +165,8 @@ int cmd_kmeans(int argc, char **argv)
             rc = 0;
             if (labels_path && npy_write_typed(labels_path, "<i4", 4, 2, shape, out.labels, err, sizeof err))
                 rc = cli_error(cmd, 1, "%s", err);
-            if (png_path && radar_png(&r, &out, png_path, err, sizeof err))
+            const char *base = strrchr(radolan_path, '/');
+            if (png_path && radar_picture(&r, &out, &o, base ? base + 1 : radolan_path, png_path, err, sizeof err))
                 rc = cli_error(cmd, 1, "%s", err);
             else if (png_path)
                 printf("wrote %s\n", png_path);

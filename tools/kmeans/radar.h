@@ -48,7 +48,11 @@ void radar_pipeline_destroy(radar_pipeline *p);
 dk_status radar_cluster(dk_context *ctx, const radolan *r, const radar_options *o, radar_result *out,
                         char *err, size_t len);
 void radar_result_free(radar_result *r);
-/* Reflectivity beside the cluster map, north up, with a legend. 0 on success. */
-int radar_png(const radolan *r, const radar_result *res, const char *path, char *err, size_t len);
+/* The picture (PNG, SVG or PDF by path's extension): the reflectivity with
+ * its colour bar beside the cluster map with its legend (each cluster's
+ * mean and share, and what the greys mean), in km, north up; source names
+ * the input in the subtitle. 0, or -1 with a sentence in err. */
+int radar_picture(const radolan *r, const radar_result *res, const radar_options *o, const char *source,
+                  const char *path, char *err, size_t len);
 
 #endif
