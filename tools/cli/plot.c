@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "cli/output.h"
 
@@ -72,17 +71,6 @@ uint32_t plot_pack(plot_rgb c)
     uint32_t r = (uint32_t)lround(fmin(fmax(c.r, 0), 1) * 255), g = (uint32_t)lround(fmin(fmax(c.g, 0), 1) * 255),
              b = (uint32_t)lround(fmin(fmax(c.b, 0), 1) * 255);
     return r << 16 | g << 8 | b;
-}
-
-/* The format a path asks for by its extension: 0 png, 1 svg, 2 pdf, -1 none. */
-static int format_of(const char *path)
-{
-    static const char *ext[3] = {".png", ".svg", ".pdf"};
-    size_t n = strlen(path);
-    for (int k = 0; k < 3; k++)
-        if (n > 4 && !strcasecmp(path + n - 4, ext[k]))
-            return k;
-    return -1;
 }
 
 #ifndef DK_TOOLS_CAIRO
@@ -157,6 +145,21 @@ void plot_box(plot *p, double x, double y, double w, double h, plot_rgb c)
 #include <cairo-pdf.h>
 #include <cairo-svg.h>
 #include <cairo.h>
+#include <strings.h>
+#include <sys/stat.h>
+
+/* The format a path asks for by its extension: 0 png, 1 svg, 2 pdf, -1
+ * none. Something other than a regular file (/dev/stdout, a pipe) gets PNG. */
+static int format_of(const char *path)
+{
+    static const char *ext[3] = {".png", ".svg", ".pdf"};
+    size_t n = strlen(path);
+    for (int k = 0; k < 3; k++)
+        if (n > 4 && !strcasecmp(path + n - 4, ext[k]))
+            return k;
+    struct stat st;
+    return stat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode) ? 0 : -1;
+}
 
 struct plot {
     cairo_surface_t *surface;
