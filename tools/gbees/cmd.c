@@ -291,9 +291,9 @@ static void variable_name(const char *model, int dim, int k, char *s, size_t len
     else if (!strcmp(model, "pcr3bp") && dim == 4)
         snprintf(s, len, "%s (%s)", pcr3bp[k], k < 2 ? "LU" : "LU/TU");
     else if (!strcmp(model, "lorenz63") && dim == 3)
-        snprintf(s, len, "%s (dimensionless)", l63[k]);
+        snprintf(s, len, "%s", l63[k]);
     else if (!strcmp(model, "lorenz96"))
-        snprintf(s, len, "x%d (dimensionless)", k + 1);
+        snprintf(s, len, "x%d", k + 1);
     else
         snprintf(s, len, "axis %d", k + 1);
 }
@@ -316,7 +316,8 @@ static int draw_snapshot(const char *cmd, const char *npy_path, const char *stem
             t = ri->t[k];
     const char *model = ri->model[0] ? ri->model : "";
     int cr3bp = !strcmp(model, "cr3bp") || !strcmp(model, "pcr3bp");
-    char tstr[64];
+    char tstr[64], tshort[48];
+    snprintf(tshort, sizeof tshort, "t = %.4g%s", t, cr3bp ? " TU" : "");
     if (isfinite(t))
         snprintf(tstr, sizeof tstr, "t = %.4g %s", t, cr3bp ? "TU" : "(model time)");
     else
@@ -335,8 +336,9 @@ static int draw_snapshot(const char *cmd, const char *npy_path, const char *stem
     char title[256], sub[512];
     snprintf(title, sizeof title, "GBEES marginal densities, %s%s%s, %s", model[0] ? "model " : "", model,
              model[0] ? "" : "unknown model", tstr);
-    snprintf(sub, sizeof sub, "%s: %zu cells, %d dimensions%s", stem, snap.cells, d,
-             cr3bp ? "; LU = Earth-Moon distance, TU = 1/(mean motion)" : "");
+    snprintf(sub, sizeof sub, "%s: %zu cells, %d dimensions; %s", stem, snap.cells, d,
+             cr3bp ? "LU = Earth-Moon distance, TU = 1/(mean motion)"
+                   : !strncmp(model, "lorenz", 6) ? "the Lorenz variables and time are dimensionless" : "");
     plot_title(p, title, sub);
     uint32_t *px = malloc((size_t)panel * (size_t)panel * sizeof *px);
     int rc = px ? 0 : cli_error(cmd, 1, "out of memory for the picture");
@@ -362,7 +364,7 @@ static int draw_snapshot(const char *cmd, const char *npy_path, const char *stem
             char xs[32], ys[32];
             sscanf(xn, "%31s", xs);
             sscanf(yn, "%31s", ys);
-            snprintf(pt, sizeof pt, "(%s, %s) at %s", xs, ys, isfinite(t) ? tstr : "t unknown");
+            snprintf(pt, sizeof pt, "(%s, %s) at %s", xs, ys, isfinite(t) ? tshort : "t unknown");
             plot_axes(p, &a, pt, xn, yn);
             gbees_marginal_free(&m);
         }
