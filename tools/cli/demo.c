@@ -125,6 +125,7 @@ static int draw_picture(const char *path, const float *field, const float *smoot
 int cmd_demo(int argc, char **argv)
 {
     const char *cmd = "demo", *out_path = "demo.png", *backend = NULL;
+    int out_given = 0;
     int size = 2048;
     double sigma = 12;
     for (int i = 1; i < argc; i++) {
@@ -136,7 +137,7 @@ int cmd_demo(int argc, char **argv)
         if (!(v = cli_value(cmd, argc, argv, &i)))
             return 2;
         if (!strcmp(a, "--out"))
-            out_path = v;
+            out_path = v, out_given = 1;
         else if (!strcmp(a, "--backend"))
             backend = v;
         else if (!strcmp(a, "--size")) {
@@ -151,7 +152,7 @@ int cmd_demo(int argc, char **argv)
     if (cli_options_only)
         return 0;
     char err[4200];
-    if (!strcmp(out_path, "demo.png") && !plot_built()) {
+    if (!out_given && !plot_built()) {
         printf("no picture: dakit was built without cairo\n");
         out_path = "";
     }
