@@ -166,7 +166,7 @@ int cmd_kmeans(int argc, char **argv)
             if (labels_path && npy_write_typed(labels_path, "<i4", 4, 2, shape, out.labels, err, sizeof err))
                 rc = cli_error(cmd, 1, "%s", err);
             const char *base = strrchr(radolan_path, '/');
-            if (png_path && radar_picture(&r, &out, &o, base ? base + 1 : radolan_path, png_path, err, sizeof err))
+            if (png_path && radar_picture(&r, &out, &o, NULL, base ? base + 1 : radolan_path, png_path, err, sizeof err))
                 rc = cli_error(cmd, 1, "%s", err);
             else if (png_path)
                 printf("wrote %s\n", png_path);

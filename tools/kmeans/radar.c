@@ -262,9 +262,12 @@ void radar_result_free(radar_result *r)
 
 /* ---- the picture ---- */
 
-int radar_picture(const radolan *r, const radar_result *res, const radar_options *o, const char *source,
-                  const char *path, char *err, size_t len)
+int radar_picture(const radolan *r, const radar_result *res, const radar_options *o, const radar_frame *frame,
+                  const char *source, const char *path, char *err, size_t len)
 {
+    static const radar_frame radolan_grid = {0, 0, 1, "km east of the grid's south-west corner",
+                                             "km north of the south-west corner", NULL};
+    const radar_frame *f = frame ? frame : &radolan_grid;
     const int W = (int)r->cols, H = (int)r->rows;
     const double side = 450, pw = side * W / (W > H ? W : H), ph = side * H / (W > H ? W : H);
     const double left = 80, top = 92, gap = 185, legend = 330;
@@ -280,12 +283,16 @@ int radar_picture(const radolan *r, const radar_result *res, const radar_options
         free(px);
         return -1;
     }
-    char title[256], sub[512], below_label[96];
-    snprintf(title, sizeof title, "RADOLAN %s composite%s%s: %s and its %d k-means clusters", r->product,
-             r->time[0] ? ", " : "", r->time, dbz ? "reflectivity" : "values", res->k);
+    char title[256], sub[512], below_label[96], product[96];
+    if (f->product)
+        snprintf(product, sizeof product, "%s", f->product);
+    else
+        snprintf(product, sizeof product, "RADOLAN %s composite", r->product);
+    snprintf(title, sizeof title, "%s%s%s: %s and its %d k-means clusters", product, r->time[0] ? ", " : "",
+             r->time, dbz ? "reflectivity" : "values", res->k);
     snprintf(sub, sizeof sub, "%s; contiguity-weighted k-means, lambda %g, window %d px, texture sigma %g px, %d "
-             "iterations; north up, 1 km pixels", source, o->lambda, o->window, o->texture_sigma,
-             res->kmeans.iterations);
+             "iterations; north up, %.3g km pixels", source, o->lambda, o->window, o->texture_sigma,
+             res->kmeans.iterations, f->pixel_km);
     plot_title(p, title, sub);
 
     /* reflectivity, row 0 (south) at the bottom; grey where there is no data */
@@ -295,8 +302,9 @@ int radar_picture(const radolan *r, const radar_result *res, const radar_options
             px[(size_t)(H - 1 - row) * W + x] = r->has_data[i] ? plot_pack(plot_cmap_color(cm, (r->value[i] - lo) / (hi - lo)))
                                                                : plot_pack(nodata);
         }
-    const char *xname = "km east of the grid's south-west corner", *yname = "km north of the south-west corner";
-    plot_panel a = {left, top, pw, ph, 0, W, 0, H};
+    const char *xname = f->xname, *yname = f->yname;
+    const double x1 = f->x0_km + W * f->pixel_km, y1 = f->y0_km + H * f->pixel_km;
+    plot_panel a = {left, top, pw, ph, f->x0_km, x1, f->y0_km, y1};
     plot_raster(p, &a, px, W, H, 0);
     char name[64];
     snprintf(name, sizeof name, "%s (%s)", dbz ? "reflectivity" : "value", r->unit);
@@ -314,7 +322,7 @@ int radar_picture(const radolan *r, const radar_result *res, const radar_options
             px[(size_t)(H - 1 - row) * W + x] = l >= 0 ? plot_pack(plot_category_color(l))
                                                 : plot_pack(r->has_data[i] ? below : nodata);
         }
-    plot_panel b = {left + pw + gap, top, pw, ph, 0, W, 0, H};
+    plot_panel b = {left + pw + gap, top, pw, ph, f->x0_km, x1, f->y0_km, y1};
     plot_raster(p, &b, px, W, H, 1);
     free(px);
     plot_axes(p, &b, "k-means clusters", xname, yname);
