@@ -164,7 +164,7 @@ int main(int argc, char **argv)
         {"gauss --in x.npy --out o.npy --sigma 2 --axes 2", "axis 2 is out of range"},
         {"gauss --in x.npy --out o.npy --sigma 1,2,3", "one per filtered axis"},
         {"gauss --in x.npy --out o.npy --sigma 2 --backend quantum", "Available backends"},
-        {"gauss --in x.npy --out o.npy --sigma 2 --boundary reflect", "--boundary"},
+        {"gauss --in x.npy --out o.npy --sigma 2 --boundary sideways", "--boundary"},
         {"gauss --in x.npy --out o.npy --sigma 2 --mode fast", "--mode"},
         {"gauss --in x.npy --out o.npy --sigma 2 --variant nope --backend cpu", "no variant"},
         {"gauss --in x.npy --out o.npy", "required"},

@@ -6,7 +6,7 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
-#include "cli/image.h"
+#include "cli/plot.h"
 #include "cli/output.h"
 #include "harness/accuracy.h"
 
@@ -20,15 +20,112 @@ static void usage(FILE *f)
             "filter approaches the exact Gaussian as K grows, and draws a picture: the input,\n"
             "the smoothed field, and impulse responses.\n"
             "\n"
-            "  --out FILE      the picture, PNG (default demo.png)\n"
+            "  --out FILE      the picture: PNG, or SVG or PDF by the name's extension (default\n"
+            "                  demo.png; '' for none)\n"
             "  --backend NAME  cuda, opencl, cpu, auto or a comma list (default: DAKIT_BACKEND/auto)\n"
             "  --size N        side of the field in points, 16 to 16384 (default 2048)\n"
             "  --sigma S       standard deviation in grid points, between 0 and 1000 (default 12)\n");
 }
 
+/* The field shrunk to at most `side` pixels a side, each pixel the value of
+ * largest magnitude in its cell (so that no source is lost), coloured on the
+ * diverging map over -scale .. scale. */
+static uint32_t *thumbnail(const float *field, int size, int side, double scale, int *shown)
+{
+    int step = size > side ? (size + side - 1) / side : 1, n = size / step;
+    uint32_t *px = malloc((size_t)n * (size_t)n * sizeof *px);
+    if (!px)
+        return NULL;
+    for (int y = 0; y < n; y++)
+        for (int x = 0; x < n; x++) {
+            float keep = 0;
+            for (int dy = 0; dy < step; dy++)
+                for (int dx = 0; dx < step; dx++) {
+                    float v = field[(size_t)(y * step + dy) * size + (size_t)(x * step + dx)];
+                    keep = fabsf(v) > fabsf(keep) ? v : keep;
+                }
+            /* row 0 of the field at the bottom, as the y axis counts up */
+            px[(size_t)(n - 1 - y) * n + x] = plot_pack(plot_cmap_color(PLOT_CMAP_DIVERGING, 0.5 + 0.5 * keep / scale));
+        }
+    *shown = n;
+    return px;
+}
+
+static int draw_picture(const char *path, const float *field, const float *smooth, int size, double sigma, int K,
+                        double maxin, double maxout, double *const resp[4], const int shown_K[4], size_t m,
+                        const char *backend, char *err, size_t len)
+{
+    const double W = 1620, H = 560, side = 380, top = 100;
+    plot *p = plot_open(path, W, H, 1, err, len);
+    if (!p)
+        return -1;
+    char title[256], sub[256];
+    snprintf(title, sizeof title, "dakit demo: Gaussian smoothing by the recursive filter (sigma %g, K %d)",
+             sigma, K);
+    snprintf(sub, sizeof sub, "a %d x %d float32 field of 60 point sources in weak noise, smoothed on backend %s",
+             size, size, backend);
+    plot_title(p, title, sub);
+    const float *src[2] = {field, smooth};
+    double scale[2] = {0.5 * maxin, 0.7 * maxout};
+    const char *names[2] = {"input: point sources in noise", "smoothed along both axes"};
+    for (int k = 0; k < 2; k++) {
+        int n;
+        uint32_t *px = thumbnail(src[k], size, (int)side, scale[k], &n);
+        if (!px) {
+            plot_discard(p);
+            snprintf(err, len, "out of memory for the picture");
+            return -1;
+        }
+        plot_panel a = {90 + k * 560, top, side, side, 0, size, 0, size};
+        plot_raster(p, &a, px, n, n, 0);
+        free(px);
+        plot_axes(p, &a, names[k], "x (grid points)", "y (grid points)");
+        plot_colorbar(p, a.x + side + 12, a.y, 14, side, PLOT_CMAP_DIVERGING, -scale[k], scale[k],
+                      "value (arbitrary units)");
+    }
+    /* impulse responses against the exact Gaussian, x in units of sigma */
+    double peak = 1.0 / (sqrt(2 * M_PI) * sigma), ymax = peak;
+    for (int j = 0; j < 4; j++)
+        for (size_t i = 0; i < 2 * m + 1; i++)
+            ymax = fmax(ymax, resp[j][i]);
+    plot_panel a = {90 + 2 * 560, top, side, side, -(double)m / sigma, (double)m / sigma, 0, 1.08 * ymax / peak};
+    double *x = malloc((2 * m + 1) * sizeof *x), *y = malloc((2 * m + 1) * sizeof *y);
+    if (!x || !y) {
+        free(x);
+        free(y);
+        plot_discard(p);
+        snprintf(err, len, "out of memory for the picture");
+        return -1;
+    }
+    static const plot_rgb colors[4] = {{230 / 255.0, 159 / 255.0, 0}, {86 / 255.0, 180 / 255.0, 233 / 255.0},
+                                       {0, 158 / 255.0, 115 / 255.0}, {204 / 255.0, 121 / 255.0, 167 / 255.0}};
+    plot_legend_item items[5];
+    char labels[4][48];
+    for (int j = 0; j < 4; j++) {
+        for (size_t i = 0; i < 2 * m + 1; i++) {
+            x[i] = ((double)i - (double)m) / sigma;
+            y[i] = resp[j][i] / peak;
+        }
+        plot_line(p, &a, x, y, 2 * m + 1, colors[j], 2, 0);
+        snprintf(labels[j], sizeof labels[j], "K = %d", shown_K[j]);
+        items[j] = (plot_legend_item){labels[j], colors[j], PLOT_MARK_LINE};
+    }
+    for (size_t i = 0; i < 2 * m + 1; i++)
+        y[i] = exp(-0.5 * x[i] * x[i]);
+    plot_line(p, &a, x, y, 2 * m + 1, (plot_rgb){0, 0, 0}, 1.5, 1);
+    items[4] = (plot_legend_item){"exact Gaussian", (plot_rgb){0, 0, 0}, PLOT_MARK_DASHED};
+    free(x);
+    free(y);
+    plot_axes(p, &a, "impulse response of the recursive filter", "distance from the impulse (sigma)",
+              "response / peak of the exact Gaussian");
+    plot_legend(p, a.x + a.w - 8 - plot_legend_width(p, items, 5), a.y + 8, items, 5);
+    return plot_close(p, err, len);
+}
+
 int cmd_demo(int argc, char **argv)
 {
     const char *cmd = "demo", *out_path = "demo.png", *backend = NULL;
+    int out_given = 0;
     int size = 2048;
     double sigma = 12;
     for (int i = 1; i < argc; i++) {
@@ -40,7 +137,7 @@ int cmd_demo(int argc, char **argv)
         if (!(v = cli_value(cmd, argc, argv, &i)))
             return 2;
         if (!strcmp(a, "--out"))
-            out_path = v;
+            out_path = v, out_given = 1;
         else if (!strcmp(a, "--backend"))
             backend = v;
         else if (!strcmp(a, "--size")) {
@@ -55,7 +152,11 @@ int cmd_demo(int argc, char **argv)
     if (cli_options_only)
         return 0;
     char err[4200];
-    if (output_check(out_path, err, sizeof err) != 0)
+    if (!out_given && !plot_built()) {
+        printf("no picture: dakit was built without cairo\n");
+        out_path = "";
+    }
+    if (*out_path && plot_check_path(out_path, err, sizeof err) != 0)
         return cli_error(cmd, 1, "%s", err);
 
     dk_context *ctx;
@@ -146,67 +247,21 @@ int cmd_demo(int argc, char **argv)
         printf("   %5d  %.2e\n", Ks[k], gauss_error_vs_exact(sigma, Ks[k], m, keep));
     }
 
-    /* picture: input | smoothed | impulse responses */
-    int panel = 512, gap = 16, step = size > panel ? (size + panel - 1) / panel : 1;
-    int shown_px = size / step;
-    image img;
-    if (image_create(&img, 3 * panel + 4 * gap, panel + 2 * gap, 235) != 0) {
-        cli_error(cmd, 1, "out of memory");
-        goto done;
-    }
-    float *thumb = malloc((size_t)shown_px * (size_t)shown_px * sizeof(float));
-    float *sources[2] = {field, smooth};
-    double scales[2] = {0.5 * maxin, 0.7 * maxout};
-    for (int p = 0; p < 2 && thumb; p++) {
-        /* each pixel shows the largest magnitude in its cell, so no source is lost */
-        for (int y = 0; y < shown_px; y++)
-            for (int x = 0; x < shown_px; x++) {
-                float keep = 0;
-                for (int dy = 0; dy < step; dy++)
-                    for (int dx = 0; dx < step; dx++) {
-                        float v = sources[p][(size_t)(y * step + dy) * size + (size_t)(x * step + dx)];
-                        keep = fabsf(v) > fabsf(keep) ? v : keep;
-                    }
-                thumb[(size_t)y * shown_px + x] = keep;
-            }
-        image_field(&img, gap + p * (panel + gap), gap, thumb, shown_px, shown_px, scales[p]);
-    }
-    free(thumb);
-    int px0 = gap + 2 * (panel + gap), py0 = gap;
-    unsigned char white[3] = {255, 255, 255}, black[3] = {0, 0, 0};
-    for (int y = 0; y < panel; y++)
-        for (int x = 0; x < panel; x++)
-            image_set(&img, px0 + x, py0 + y, white);
-    static const unsigned char colors[4][3] = {{230, 97, 1}, {94, 60, 153}, {27, 158, 119}, {31, 120, 180}};
-    double peak = 1.0 / (sqrt(2 * M_PI) * sigma), top = peak;
-    for (int j = 0; j < 4; j++)
-        for (size_t i = 0; i < 2 * m + 1; i++)
-            top = fmax(top, resp[j][i]);
-    for (int j = -1; j < 4; j++) {
-        int prevx = 0, prevy = 0;
-        for (size_t i = 0; i < 2 * m + 1; i++) {
-            double t = ((double)i - (double)m) / sigma;
-            double v = j < 0 ? peak * exp(-0.5 * t * t) : resp[j][i];
-            int x = px0 + (int)((double)i / (double)(2 * m) * (panel - 1));
-            int y = py0 + panel - 20 - (int)(v / (1.05 * top) * (panel - 40));
-            if (i)
-                image_line(&img, prevx, prevy, x, y, j < 0 ? black : colors[j]);
-            prevx = x;
-            prevy = y;
+    if (*out_path) {
+        if (draw_picture(out_path, field, smooth, size, sigma, d.K, maxin, maxout, resp, shown, m,
+                         dk_context_backend(ctx), err, sizeof err) != 0) {
+            for (int k = 0; k < 4; k++)
+                free(resp[k]);
+            cli_error(cmd, 1, "%s", err);
+            goto done;
         }
+        printf("\n3. picture: %s\n   left: the input; middle: the smoothed field (blue negative, red positive);\n"
+               "   right: impulse responses of the recursive filter for K = 1, 2, 4, 16 against the\n"
+               "   exact Gaussian\n",
+               out_path);
     }
     for (int k = 0; k < 4; k++)
         free(resp[k]);
-    if (image_write_png(&img, out_path, err, sizeof err) != 0) {
-        image_free(&img);
-        cli_error(cmd, 1, "%s", err);
-        goto done;
-    }
-    image_free(&img);
-    printf("\n3. picture: %s\n   left: the input; middle: the smoothed field (blue negative, red positive);\n"
-           "   right: impulse responses for K = 1 (orange), 2 (purple), 4 (green), 16 (blue)\n"
-           "   against the exact Gaussian (black)\n",
-           out_path);
     rc = 0;
 done:
     dk_plan_destroy(plan);

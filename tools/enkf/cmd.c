@@ -8,8 +8,8 @@
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "cli/dist.h"
-#include "cli/image.h"
 #include "cli/netcdf.h"
+#include "cli/plot.h"
 #include "cli/npy.h"
 #include "cli/output.h"
 
@@ -60,7 +60,10 @@ static void usage(FILE *f)
             "  --inflation F         factor on the forecast anomalies, > 0 (default 1.03)\n"
             "  --seed S              seeds the start, the observations and the perturbations, 0 to\n"
             "                        2^64-1 (default 1)\n"
-            "  --png FILE            the RMSE per cycle as a picture; '': none (default enkf-l96.png)\n"
+            "  --png FILE            the analysis RMSE and ensemble spread per cycle as a picture,\n"
+            "                        PNG, or SVG or PDF by the name's extension; '': none\n"
+            "                        (default enkf-l96.png)\n"
+            "  --svg FILE / --pdf FILE   the same picture also as SVG / PDF (vector)\n"
             "  --every K             print the RMSE every K cycles, 1 to 10000000 (default 200)\n"
             "  --max-rmse X / --min-rmse X   exit 1 unless the time-mean analysis RMSE is <= / >= X (>= 0)\n"
             "  --backend NAME        as above\n");
@@ -689,36 +692,64 @@ static double gaspari_cohn(double d, double c)
     return 0.0;
 }
 
-static int rmse_png(const char *path, const double *rmse, int n, double mean, int spinup)
+typedef struct l96_run {
+    int members, spinup, cycles;
+    double radius, inflation;
+    uint64_t seed;
+    const char *backend, *device, *variant;
+} l96_run;
+
+/* The analysis RMSE and the ensemble spread per cycle against the
+ * observation error, with the spin-up shaded and the time mean after it. */
+static int rmse_picture(const char *path, const double *rmse, const double *spread, int n, double mean,
+                        const l96_run *r)
 {
-    image img;
-    int W = 900, Hh = 360, x0 = 40, y0 = 20, w = W - 60, h = Hh - 50;
-    if (image_create(&img, W, Hh, 255) != 0)
-        return cli_error(CMD, 1, "out of memory for the picture");
-    double top = 2.0;
-    for (int k = 0; k < n; k++)
-        top = rmse[k] > top ? (rmse[k] < 8 ? rmse[k] : 8) : top;
-    const unsigned char black[3] = {0, 0, 0}, gray[3] = {150, 150, 150}, blue[3] = {30, 90, 200},
-                        red[3] = {210, 40, 40}, green[3] = {20, 150, 60};
-    image_line(&img, x0, y0, x0, y0 + h, black);
-    image_line(&img, x0, y0 + h, x0 + w, y0 + h, black);
-#define YPIX(v) (y0 + h - (int)((v) / top * h))
-    for (int u = 1; u <= (int)top; u++) /* a gray rule at every whole RMSE unit; 1 is the observation error */
-        image_line(&img, x0, YPIX(u), x0 + w, YPIX(u), u == 1 ? red : gray);
-    int xs = x0 + (int)((double)spinup / n * w);
-    image_line(&img, xs, y0, xs, y0 + h, gray); /* end of the spin-up */
-    image_line(&img, xs, YPIX(mean), x0 + w, YPIX(mean), green);
-    int px = x0, py = YPIX(fmin(rmse[0], top));
-    for (int k = 1; k < n; k++) {
-        int x = x0 + (int)((double)k / n * w), y = YPIX(fmin(rmse[k], top));
-        image_line(&img, px, py, x, y, blue);
-        px = x, py = y;
-    }
-#undef YPIX
     char err[4200];
-    int bad = image_write_png(&img, path, err, sizeof err);
-    image_free(&img);
-    return bad ? cli_error(CMD, 1, "%s", err) : 0;
+    const double W = 1000, H = 520;
+    plot *p = plot_open(path, W, H, 1, err, sizeof err);
+    if (!p)
+        return cli_error(CMD, 1, "%s", err);
+    double top = 1.2;
+    for (int k = 0; k < n; k++)
+        top = fmax(top, fmin(fmax(rmse[k], spread[k]) * 1.05, 8.0));
+    char title[256], sub[512], loc[96];
+    snprintf(title, sizeof title, "Lorenz-96 EnKF twin experiment: analysis RMSE and ensemble spread");
+    if (r->radius > 0)
+        snprintf(loc, sizeof loc, "Gaspari-Cohn localization, half-width %.3g points", r->radius);
+    else
+        snprintf(loc, sizeof loc, "no localization");
+    snprintf(sub, sizeof sub, "N = 40, F = 8, %d members, %s, inflation %.3g, seed %llu; %s (%s), variant %s",
+             r->members, loc, r->inflation, (unsigned long long)r->seed, r->backend, r->device, r->variant);
+    plot_title(p, title, sub);
+    plot_panel a = {80, 70, W - 110, H - 145, 0, n, 0, top};
+    static const plot_rgb shade = {0.92, 0.92, 0.92}, blue = {0, 114 / 255.0, 178 / 255.0},
+                          orange = {230 / 255.0, 159 / 255.0, 0}, black = {0, 0, 0},
+                          green = {0, 158 / 255.0, 115 / 255.0};
+    plot_span(p, &a, 0, r->spinup, shade);
+    double *x = malloc((size_t)n * sizeof *x);
+    if (!x) {
+        plot_discard(p);
+        return cli_error(CMD, 1, "out of memory for the picture");
+    }
+    for (int k = 0; k < n; k++)
+        x[k] = k + 1;
+    double ox[2] = {0, n}, oy[2] = {1, 1}, mx[2] = {r->spinup, n}, my[2] = {mean, mean};
+    plot_line(p, &a, ox, oy, 2, black, 1.2, 1);
+    plot_line(p, &a, x, rmse, (size_t)n, blue, 1.0, 0);
+    plot_line(p, &a, x, spread, (size_t)n, orange, 1.5, 0);
+    plot_line(p, &a, mx, my, 2, green, 2.0, 0);
+    free(x);
+    plot_axes(p, &a, NULL, "assimilation cycle (0.05 model time units each)",
+              "error of the ensemble mean (model units)");
+    char mean_label[96];
+    snprintf(mean_label, sizeof mean_label, "time-mean RMSE after spin-up: %.3f", mean);
+    plot_legend_item items[] = {{"analysis RMSE (ensemble mean vs truth)", blue, PLOT_MARK_LINE},
+                                {"ensemble spread (sqrt of mean variance)", orange, PLOT_MARK_LINE},
+                                {"observation error standard deviation (1)", black, PLOT_MARK_DASHED},
+                                {mean_label, green, PLOT_MARK_LINE},
+                                {"spin-up (not averaged)", shade, PLOT_MARK_BOX}};
+    plot_legend(p, a.x + a.w - 8 - plot_legend_width(p, items, 5), a.y + 8, items, 5);
+    return plot_close(p, err, sizeof err) ? cli_error(CMD, 1, "%s", err) : 0;
 }
 
 static int run_l96(int argc, char **argv)
@@ -726,7 +757,8 @@ static int run_l96(int argc, char **argv)
     int members = 20, cycles = 2000, spinup = 500, every = 200;
     double radius = 5, inflation = 1.03, max_rmse = -1, min_rmse = -1;
     uint64_t seed = 1;
-    const char *png = "enkf-l96.png", *backend = NULL;
+    const char *png = "enkf-l96.png", *svg = NULL, *pdf = NULL, *backend = NULL;
+    int png_given = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -755,7 +787,11 @@ static int run_l96(int argc, char **argv)
         else if (!strcmp(a, "--seed"))
             bad = cli_u64(CMD, a, v, &seed);
         else if (!strcmp(a, "--png"))
-            png = v;
+            png = v, png_given = 1;
+        else if (!strcmp(a, "--svg"))
+            svg = v;
+        else if (!strcmp(a, "--pdf"))
+            pdf = v;
         else if (!strcmp(a, "--backend"))
             backend = v;
         else
@@ -765,9 +801,14 @@ static int run_l96(int argc, char **argv)
     }
     if (cli_options_only)
         return 0;
-    if (png && *png) {
+    if (!png_given && !plot_built()) {
+        printf("no picture: dakit was built without cairo\n");
+        png = NULL;
+    }
+    const char *pictures[3] = {png && *png ? png : NULL, svg, pdf};
+    for (int k = 0; k < 3; k++) {
         char err[4200];
-        if (output_check(png, err, sizeof err) != 0)
+        if (pictures[k] && plot_check_path(pictures[k], err, sizeof err) != 0)
             return cli_error(CMD, 1, "%s", err);
     }
     size_t L = (size_t)members, N = L96_N;
@@ -792,8 +833,9 @@ static int run_l96(int argc, char **argv)
     dk_context *ctx = NULL;
     dk_plan *plan = NULL;
     double *X = malloc(N * L * sizeof *X), *rmse = malloc((size_t)(spinup + cycles) * sizeof *rmse);
+    double *spread = malloc((size_t)(spinup + cycles) * sizeof *spread);
     int rc = 1;
-    if (!X || !rmse) {
+    if (!X || !rmse || !spread) {
         cli_error(CMD, 1, "out of memory");
         goto done;
     }
@@ -845,15 +887,19 @@ static int run_l96(int argc, char **argv)
             cli_error(CMD, 1, "cycle %ld: %s", t, dk_last_error(ctx));
             goto done;
         }
-        double se = 0;
+        double se = 0, var = 0;
         for (size_t i = 0; i < N; i++) {
-            double mean = 0;
+            double mean = 0, ss = 0;
             for (size_t l = 0; l < L; l++)
                 mean += X[i * L + l];
             mean /= (double)L;
+            for (size_t l = 0; l < L; l++)
+                ss += (X[i * L + l] - mean) * (X[i * L + l] - mean);
             se += (mean - truth[i]) * (mean - truth[i]);
+            var += ss / (double)(L - 1);
         }
         rmse[t] = sqrt(se / (double)N);
+        spread[t] = sqrt(var / (double)N);
         if (!isfinite(rmse[t])) {
             cli_error(CMD, 1, "cycle %ld: the ensemble diverged (non-finite RMSE)", t);
             goto done;
@@ -871,9 +917,14 @@ static int run_l96(int argc, char **argv)
     double mean = sum / (double)cycles;
     printf("time-mean analysis RMSE over %d cycles after %d of spin-up: %.4f (observation error 1)\n", cycles,
            spinup, mean);
-    if (png && *png && rmse_png(png, rmse, (int)total, mean, (int)spinup) == 0)
-        printf("wrote %s (blue: RMSE per cycle; red: observation error; green: time mean)\n", png);
     rc = 0;
+    l96_run info = {members, spinup, cycles, radius, inflation, seed, dk_context_backend(ctx), dk_context_device(ctx),
+                    dk_enkf_plan_variant(plan)};
+    for (int k = 0; k < 3; k++)
+        if (pictures[k] && (rc = rmse_picture(pictures[k], rmse, spread, (int)total, mean, &info)) == 0)
+            printf("wrote %s (analysis RMSE and ensemble spread per cycle)\n", pictures[k]);
+        else if (pictures[k])
+            goto done;
     if (max_rmse >= 0 && !(mean <= max_rmse)) {
         fprintf(stderr, "dakit enkf l96: the time-mean RMSE %.4f exceeds --max-rmse %.4f\n", mean, max_rmse);
         rc = 1;
@@ -885,6 +936,7 @@ static int run_l96(int argc, char **argv)
 done:
     free(X);
     free(rmse);
+    free(spread);
     dk_plan_destroy(plan);
     dk_context_destroy(ctx);
     return rc;

@@ -11,7 +11,7 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
-#include "cli/image.h"
+#include "cli/plot.h"
 #include "cli/npy.h"
 #include "cli/output.h"
 #include "gbees/snapshot.h"
@@ -25,7 +25,7 @@ static void usage(FILE *f)
             "(sparse-grid finite volumes on the Fokker-Planck advection equation), applying\n"
             "the Bayesian update of each later measurement file at the end of its period.\n"
             "Writes DIR/pdf_<period>_<k>.npy (cells x (d+1): centre, probability) and\n"
-            "DIR/summary.txt.\n"
+            "DIR/summary.txt (the run, and each snapshot's time for gbees-plot).\n"
             "\n"
             "  --model NAME        lorenz63, lorenz96, pcr3bp, cr3bp (--list-models)\n"
             "  --meas DIR          folder of measurement0.txt, measurement1.txt, ...\n"
@@ -154,6 +154,7 @@ int cmd_gbees(int argc, char **argv)
     double t0 = cli_now(), last_print = t0;
     uint64_t last_steps = 0;
     int rc = 0, files = 0;
+    struct { int period, index; double t; } *times = NULL; /* each snapshot's, for summary.txt */
     for (;;) {
         dk_gbees_event ev;
         if (dk_gbees_run(plan, 50, &ev) != DK_OK) {
@@ -176,6 +177,15 @@ int cmd_gbees(int argc, char **argv)
                 rc = cli_error(cmd, 1, "%s", err);
                 break;
             }
+            void *grown = realloc(times, (size_t)(files + 1) * sizeof *times);
+            if (!grown) {
+                rc = cli_error(cmd, 1, "out of memory");
+                break;
+            }
+            times = grown;
+            times[files].period = s.period;
+            times[files].index = s.index;
+            times[files].t = s.t;
             files++;
         }
         double now = cli_now();
@@ -204,6 +214,8 @@ int cmd_gbees(int argc, char **argv)
                 d.model->name, meas[0].dim, engine, d.variant ? d.variant : "default", d.threshold, d.del_step, d.cfl, d.dx_factor, d.update,
                 rc ? "failed" : "completed", st.t, files, (unsigned long long)st.steps,
                 (unsigned long long)st.cell_steps, st.cells, wall, wall > 0 ? st.cell_steps / wall : 0.0);
+        for (int k = 0; k < files; k++)
+            fprintf(f, "snapshot pdf_%d_%d t %.10g\n", times[k].period, times[k].index, times[k].t);
         if (output_commit(&o, err, sizeof err) != 0)
             rc = cli_error(cmd, 1, "%s", err);
     }
@@ -211,6 +223,7 @@ int cmd_gbees(int argc, char **argv)
         printf("gbees: %s on %s: t = %g, %llu steps, %llu cell-steps in %.3f s (%.3g cell-steps/s), %d snapshots in %s\n",
                d.model->name, engine, st.t, (unsigned long long)st.steps, (unsigned long long)st.cell_steps,
                wall, wall > 0 ? st.cell_steps / wall : 0.0, files, out_dir);
+    free(times);
     dk_plan_destroy(plan);
     dk_context_destroy(ctx);
     free(meas);
@@ -221,33 +234,157 @@ int cmd_gbees(int argc, char **argv)
 
 static void plot_usage(FILE *f)
 {
-    fprintf(f, "usage: dakit gbees-plot RUN_DIR [--size PIXELS]\n"
+    fprintf(f, "usage: dakit gbees-plot RUN_DIR [--size POINTS] [--format png|svg|pdf]\n"
                "\n"
-               "Draws the 2-D marginals of every pdf_<period>_<k>.npy in RUN_DIR (all pairs of\n"
-               "axes, a grid of panels, darker = more probable) as pdf_<period>_<k>.png there.\n"
+               "Draws the 2-D marginals of every pdf_<period>_<k>.npy in RUN_DIR as\n"
+               "pdf_<period>_<k>.png there: one panel per pair of state variables (named as\n"
+               "the model names them, from RUN_DIR/summary.txt), the probability per bin on a\n"
+               "log scale relative to the panel's largest bin, the snapshot's time in the title.\n"
                "\n"
-               "  --size PIXELS   side of each panel, 20 to 2000 (default 200)\n");
+               "  --size POINTS   side of each panel, 20 to 2000 (default 200)\n"
+               "  --format F      png (default), svg or pdf\n");
 }
 
-static int draw_snapshot(const char *cmd, const char *npy_path, const char *png_path, int panel)
+/* What summary.txt says of the run: the model and each snapshot's time. */
+typedef struct run_info {
+    char model[64];
+    char (*names)[32]; /* "pdf_P_K" */
+    double *t;
+    int snapshots;
+} run_info;
+
+static void run_info_read(const char *dir, run_info *ri)
+{
+    memset(ri, 0, sizeof *ri);
+    char path[4200], line[512];
+    snprintf(path, sizeof path, "%s/summary.txt", dir);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    while (fgets(line, sizeof line, f)) {
+        char name[32];
+        double t;
+        if (sscanf(line, "model %63s", ri->model) == 1)
+            continue;
+        if (sscanf(line, "snapshot %31s t %lf", name, &t) == 2) {
+            void *n = realloc(ri->names, (size_t)(ri->snapshots + 1) * sizeof *ri->names);
+            if (n)
+                ri->names = n;
+            void *tt = n ? realloc(ri->t, (size_t)(ri->snapshots + 1) * sizeof *ri->t) : NULL;
+            if (!tt)
+                break;
+            ri->t = tt;
+            snprintf(ri->names[ri->snapshots], sizeof ri->names[0], "%s", name);
+            ri->t[ri->snapshots++] = t;
+        }
+    }
+    fclose(f);
+}
+
+/* The name and unit of state variable k of the model, for an axis. */
+static void variable_name(const char *model, int dim, int k, char *s, size_t len)
+{
+    static const char *cr3bp[6] = {"x", "y", "z", "vx", "vy", "vz"}, *pcr3bp[4] = {"x", "y", "vx", "vy"};
+    static const char *l63[3] = {"x", "y", "z"};
+    if (!strcmp(model, "cr3bp") && dim == 6)
+        snprintf(s, len, "%s (%s)", cr3bp[k], k < 3 ? "LU" : "LU/TU");
+    else if (!strcmp(model, "pcr3bp") && dim == 4)
+        snprintf(s, len, "%s (%s)", pcr3bp[k], k < 2 ? "LU" : "LU/TU");
+    else if (!strcmp(model, "lorenz63") && dim == 3)
+        snprintf(s, len, "%s", l63[k]);
+    else if (!strcmp(model, "lorenz96"))
+        snprintf(s, len, "x%d", k + 1);
+    else
+        snprintf(s, len, "axis %d", k + 1);
+}
+
+static int draw_snapshot(const char *cmd, const char *npy_path, const char *stem, const char *out_path, int panel,
+                         const run_info *ri)
 {
     char err[4200];
     gbees_snap snap;
     if (gbees_snap_read(npy_path, &snap, err, sizeof err) != DK_OK)
         return cli_error(cmd, 1, "%s", err);
-    image img;
-    int rc = gbees_snap_draw(&snap, panel, &img, err, sizeof err);
+    int d = snap.dim;
+    if (d < 2) {
+        gbees_snap_free(&snap);
+        return cli_error(cmd, 1, "%s: one-dimensional, no 2-D marginal to draw", npy_path);
+    }
+    double t = NAN;
+    for (int k = 0; k < ri->snapshots; k++)
+        if (!strcmp(ri->names[k], stem))
+            t = ri->t[k];
+    const char *model = ri->model[0] ? ri->model : "";
+    int cr3bp = !strcmp(model, "cr3bp") || !strcmp(model, "pcr3bp");
+    char tstr[64], tshort[48];
+    snprintf(tshort, sizeof tshort, "t = %.4g%s", t, cr3bp ? " TU" : "");
+    if (isfinite(t))
+        snprintf(tstr, sizeof tstr, "t = %.4g %s", t, cr3bp ? "TU" : "(model time)");
+    else
+        snprintf(tstr, sizeof tstr, "time unknown (no summary.txt line)");
+
+    /* corner layout: the panel of (x = var i, y = var j), i < j, in column i, row j - 1 */
+    const double left = 78, bottom = 52, top = 30, right = 14, head = 62, bar = 110;
+    int cols = d - 1;
+    double cell_w = left + panel + right, cell_h = top + panel + bottom;
+    double W = cols * cell_w + bar, H = head + cols * cell_h + 20;
+    plot *p = plot_open(out_path, W, H, 1, err, sizeof err);
+    if (!p) {
+        gbees_snap_free(&snap);
+        return cli_error(cmd, 1, "%s", err);
+    }
+    char title[256], sub[512];
+    snprintf(title, sizeof title, "GBEES marginal densities, %s%s%s, %s", model[0] ? "model " : "", model,
+             model[0] ? "" : "unknown model", tstr);
+    snprintf(sub, sizeof sub, "%s: %zu cells, %d dimensions; %s", stem, snap.cells, d,
+             cr3bp ? "LU = Earth-Moon distance, TU = 1/(mean motion)"
+                   : !strncmp(model, "lorenz", 6) ? "the Lorenz variables and time are dimensionless" : "");
+    plot_title(p, title, sub);
+    uint32_t *px = malloc((size_t)panel * (size_t)panel * sizeof *px);
+    int rc = px ? 0 : cli_error(cmd, 1, "out of memory for the picture");
+    for (int i = 0; i < d && !rc; i++)
+        for (int j = i + 1; j < d && !rc; j++) {
+            gbees_marginal m;
+            if (gbees_snap_marginal(&snap, i, j, panel, &m, err, sizeof err) != 0) {
+                rc = cli_error(cmd, 1, "%s: %s", npy_path, err);
+                break;
+            }
+            for (int y = 0; y < m.ny; y++)
+                for (int x = 0; x < m.nx; x++) {
+                    double v = m.top_p > 0 ? m.p[(size_t)y * m.nx + x] / m.top_p : 0;
+                    double c = v > 0 ? (log10(v) + 4) / 4 : 0;
+                    px[(size_t)(m.ny - 1 - y) * m.nx + x] = plot_pack(plot_cmap_color(PLOT_CMAP_SEQUENTIAL, c));
+                }
+            plot_panel a = {i * cell_w + left, head + (j - 1) * cell_h + top, panel, panel,
+                            m.left, m.right, m.bottom, m.top};
+            plot_raster(p, &a, px, m.nx, m.ny, 1);
+            char xn[64], yn[64], pt[160];
+            variable_name(model, d, i, xn, sizeof xn);
+            variable_name(model, d, j, yn, sizeof yn);
+            char xs[32], ys[32];
+            sscanf(xn, "%31s", xs);
+            sscanf(yn, "%31s", ys);
+            snprintf(pt, sizeof pt, "(%s, %s) at %s", xs, ys, isfinite(t) ? tshort : "t unknown");
+            plot_axes(p, &a, pt, xn, yn);
+            gbees_marginal_free(&m);
+        }
+    free(px);
     gbees_snap_free(&snap);
-    if (rc != 0)
-        return cli_error(cmd, 1, "%s: %s", npy_path, err);
-    rc = image_write_png(&img, png_path, err, sizeof err);
-    image_free(&img);
-    return rc ? cli_error(cmd, 1, "%s", err) : 0;
+    double bh = fmin(300, cols * cell_h - top - bottom);
+    plot_colorbar(p, W - bar + 10, head + top, 18, bh, PLOT_CMAP_SEQUENTIAL, -4, 0,
+                  "log10(probability per bin / panel's largest)");
+    plot_text(p, W - bar + 4, head + top + bh + 24, 10, -1, 0, "white: no cells,");
+    plot_text(p, W - bar + 4, head + top + bh + 37, 10, -1, 0, "or below 1e-4");
+    if (rc) {
+        plot_discard(p);
+        return rc;
+    }
+    return plot_close(p, err, sizeof err) ? cli_error(cmd, 1, "%s", err) : 0;
 }
 
 int cmd_gbees_plot(int argc, char **argv)
 {
-    const char *cmd = "gbees-plot", *dir = NULL;
+    const char *cmd = "gbees-plot", *dir = NULL, *format = "png";
     int panel = 200;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -261,6 +398,13 @@ int cmd_gbees_plot(int argc, char **argv)
             int bad = cli_int(cmd, "--size", v, 20, 2000, &panel);
             if (bad)
                 return bad;
+        } else if (!strcmp(argv[i], "--format")) {
+            const char *v = cli_value(cmd, argc, argv, &i);
+            if (!v)
+                return 2;
+            if (strcmp(v, "png") && strcmp(v, "svg") && strcmp(v, "pdf"))
+                return cli_error(cmd, 2, "--format must be png, svg or pdf, not '%s'", v);
+            format = v;
         } else if (argv[i][0] == '-') {
             return cli_error(cmd, 2, "unknown option '%s'", argv[i]);
         } else {
@@ -271,25 +415,35 @@ int cmd_gbees_plot(int argc, char **argv)
         return cli_error(cmd, 2, "a run folder is required (dakit gbees-plot --help)");
     if (cli_options_only)
         return 0;
+    if (!plot_built()) {
+        char err[512];
+        plot_check_path("x.png", err, sizeof err);
+        return cli_error(cmd, 1, "%s", err);
+    }
     DIR *dp = opendir(dir);
     if (!dp)
         return cli_error(cmd, 1, "cannot open %s: %s", dir, strerror(errno));
+    run_info ri;
+    run_info_read(dir, &ri);
     int drawn = 0, rc = 0;
     struct dirent *e;
     while ((e = readdir(dp)) && !rc) {
         size_t len = strlen(e->d_name);
         if (strncmp(e->d_name, "pdf_", 4) != 0 || len < 8 || strcmp(e->d_name + len - 4, ".npy") != 0)
             continue;
-        char in[4096], out[4096];
+        char in[4096], out[4096], stem[256];
         if (snprintf(in, sizeof in, "%s/%s", dir, e->d_name) >= (int)sizeof in ||
-            snprintf(out, sizeof out, "%s/%.*s.png", dir, (int)(len - 4), e->d_name) >= (int)sizeof out) {
+            snprintf(out, sizeof out, "%s/%.*s.%s", dir, (int)(len - 4), e->d_name, format) >= (int)sizeof out) {
             rc = cli_error(cmd, 1, "%s/%s: the path is too long", dir, e->d_name);
             break;
         }
-        rc = draw_snapshot(cmd, in, out, panel);
+        snprintf(stem, sizeof stem, "%.*s", (int)(len - 4), e->d_name);
+        rc = draw_snapshot(cmd, in, stem, out, panel, &ri);
         drawn += !rc;
     }
     closedir(dp);
+    free(ri.names);
+    free(ri.t);
     if (!rc && drawn == 0)
         return cli_error(cmd, 1, "no pdf_*.npy snapshots in %s", dir);
     if (!rc)

@@ -60,78 +60,83 @@ static double lattice(double x, double lo, double step)
     return isfinite(i) && i > 0 ? i : (i > 0 ? INFINITY : 0.0);
 }
 
-int gbees_snap_draw(const gbees_snap *s, int panel, image *img, char *err, size_t len)
+/* The data values at the edges of n lattice points from lo with step,
+ * finite and increasing whatever the coordinates. */
+static void edges(double lo, double hi, double step, double n, double *a, double *b)
 {
-    memset(img, 0, sizeof *img);
+    *a = lo - 0.5 * step;
+    *b = lo + (n - 0.5) * step;
+    if (!isfinite(*a) || !isfinite(*b) || !(*b > *a)) {
+        *a = lo;
+        *b = hi;
+    }
+    if (!(*b > *a)) { /* one value: a small span around it, finite at the ends of the doubles too */
+        double w = fabs(lo) > 1 ? fabs(lo) * 1e-3 : 1;
+        *a = isfinite(lo - w) ? lo - w : lo;
+        *b = isfinite(lo + w) ? lo + w : lo;
+        if (!(*b > *a))
+            *a = nextafter(lo, -INFINITY), *b = lo;
+    }
+}
+
+int gbees_snap_marginal(const gbees_snap *s, int i, int j, int bins, gbees_marginal *m, char *err, size_t len)
+{
+    memset(m, 0, sizeof *m);
     int d = s->dim;
     size_t n = s->cells;
     const double *rows = s->rows;
-    if (d < 2 || d > DK_GBEES_MAX_DIM) {
-        snprintf(err, len, "%s, no 2-D marginal to draw", d < 2 ? "one-dimensional" : "too many dimensions");
+    if (i < 0 || j < 0 || i >= d || j >= d || i == j) {
+        snprintf(err, len, "axes %d and %d of a %d-dimensional snapshot: no 2-D marginal", i, j, d);
         return -1;
     }
-    if (panel < 20 || panel > 2000) {
-        snprintf(err, len, "a panel of %d pixels; 20 to 2000 are drawn", panel);
+    if (bins < 1 || bins > 4096) {
+        snprintf(err, len, "%d bins across; 1 to 4096 are drawn", bins);
         return -1;
     }
-    double lo[DK_GBEES_MAX_DIM], hi[DK_GBEES_MAX_DIM], step[DK_GBEES_MAX_DIM];
-    for (int i = 0; i < d; i++) {
-        lo[i] = INFINITY;
-        hi[i] = -INFINITY;
-        step[i] = INFINITY;
-    }
+    int ax[2] = {i, j};
+    double lo[2] = {INFINITY, INFINITY}, hi[2] = {-INFINITY, -INFINITY}, step[2] = {INFINITY, INFINITY};
     for (size_t c = 0; c < n; c++)
-        for (int i = 0; i < d; i++) {
-            lo[i] = fmin(lo[i], rows[c * (d + 1) + i]);
-            hi[i] = fmax(hi[i], rows[c * (d + 1) + i]);
+        for (int a = 0; a < 2; a++) {
+            lo[a] = fmin(lo[a], rows[c * (d + 1) + ax[a]]);
+            hi[a] = fmax(hi[a], rows[c * (d + 1) + ax[a]]);
         }
     /* cell size: the smallest non-zero gap to the lowest coordinate */
     for (size_t c = 0; c < n; c++)
-        for (int i = 0; i < d; i++) {
-            double gap = rows[c * (d + 1) + i] - lo[i];
-            if (gap > 1e-12 * (1 + fabs(lo[i])) && gap < step[i])
-                step[i] = gap;
+        for (int a = 0; a < 2; a++) {
+            double gap = rows[c * (d + 1) + ax[a]] - lo[a];
+            if (gap > 1e-12 * (1 + fabs(lo[a])) && gap < step[a])
+                step[a] = gap;
         }
-    int cols = d - 1, border = 4;
-    if (image_create(img, cols * (panel + border) + border, cols * (panel + border) + border, 255) != 0) {
-        snprintf(err, len, "out of memory for the picture");
+    double points[2], per_bin[2];
+    int nb[2];
+    for (int a = 0; a < 2; a++) {
+        points[a] = lattice(hi[a], lo[a], step[a]) + 1;
+        per_bin[a] = points[a] > bins ? points[a] / bins : 1.0; /* lattice points per bin */
+        nb[a] = points[a] > bins ? bins : (int)points[a];
+    }
+    m->nx = nb[0];
+    m->ny = nb[1];
+    m->p = calloc((size_t)m->nx * (size_t)m->ny, sizeof *m->p);
+    if (!m->p) {
+        snprintf(err, len, "out of memory for the marginal");
         return -1;
     }
-    double *bins = malloc((size_t)panel * panel * sizeof *bins);
-    if (!bins) {
-        image_free(img);
-        snprintf(err, len, "out of memory for the picture");
-        return -1;
+    for (size_t c = 0; c < n; c++) {
+        double fx = floor(lattice(rows[c * (d + 1) + i], lo[0], step[0]) / per_bin[0]);
+        double fy = floor(lattice(rows[c * (d + 1) + j], lo[1], step[1]) / per_bin[1]);
+        if (!(fx < m->nx) || !(fy < m->ny))
+            continue;
+        double *b = &m->p[(size_t)fy * (size_t)m->nx + (size_t)fx];
+        *b += fmax(rows[c * (d + 1) + d], 0.0);
+        m->top_p = fmax(m->top_p, *b);
     }
-    for (int i = 0; i < d; i++)
-        for (int j = i + 1; j < d; j++) {
-            /* lattice points along each axis; at most `panel` bins across */
-            double nx = lattice(hi[i], lo[i], step[i]) + 1, ny = lattice(hi[j], lo[j], step[j]) + 1;
-            double span = fmax(nx, ny);
-            double per_bin = span > panel ? span / panel : 1.0; /* lattice points per bin */
-            int scale = span > panel ? 1 : (int)(panel / span);  /* pixels per bin */
-            memset(bins, 0, (size_t)panel * panel * sizeof *bins);
-            double top = 0.0;
-            for (size_t c = 0; c < n; c++) {
-                double fx = floor(lattice(rows[c * (d + 1) + i], lo[i], step[i]) / per_bin);
-                double fy = floor(lattice(rows[c * (d + 1) + j], lo[j], step[j]) / per_bin);
-                if (!(fx * scale < panel) || !(fy * scale < panel))
-                    continue;
-                double *b = &bins[(size_t)fy * panel + (size_t)fx];
-                *b += fmax(rows[c * (d + 1) + d], 0.0);
-                top = fmax(top, *b);
-            }
-            int x0 = border + (j - 1) * (panel + border), y0 = border + i * (panel + border);
-            for (int y = 0; y < panel; y++)
-                for (int x = 0; x < panel; x++) {
-                    int bx = x / scale, by = (panel - 1 - y) / scale;
-                    double v = top > 0 ? bins[(size_t)by * panel + bx] / top : 0;
-                    v = v < 0 ? 0 : v > 1 ? 1 : v;
-                    unsigned char shade = (unsigned char)lround(255.0 * (1.0 - sqrt(v)));
-                    unsigned char rgb[3] = {shade, shade, (unsigned char)(v > 0 ? 255 : shade)};
-                    image_set(img, x0 + x, y0 + y, rgb);
-                }
-        }
-    free(bins);
+    edges(lo[0], hi[0], isfinite(step[0]) ? step[0] : 1.0, isfinite(step[0]) ? points[0] : 1, &m->left, &m->right);
+    edges(lo[1], hi[1], isfinite(step[1]) ? step[1] : 1.0, isfinite(step[1]) ? points[1] : 1, &m->bottom, &m->top);
     return 0;
+}
+
+void gbees_marginal_free(gbees_marginal *m)
+{
+    free(m->p);
+    m->p = NULL;
 }

@@ -8,7 +8,6 @@
 
 #include <dakit/dakit.h>
 
-#include "cli/image.h"
 #include "cli/npy.h"
 
 typedef struct gbees_snap {
@@ -24,11 +23,21 @@ typedef struct gbees_snap {
 dk_status gbees_snap_read(const char *path, gbees_snap *s, char *err, size_t len);
 void gbees_snap_free(gbees_snap *s);
 
-/* The picture of every pair of axes' marginal (d >= 2): a grid of panels of
- * panel x panel pixels (20 .. 2000), darker = more probable. Cells lie on a
- * lattice whose step each axis's smallest gap gives; where a marginal spans
- * more cells than pixels, each pixel sums several. 0, or -1 with a sentence
- * in err (img is then empty). */
-int gbees_snap_draw(const gbees_snap *s, int panel, image *img, char *err, size_t len);
+/* The 2-D marginal of axes i and j (i != j) on at most bins x bins bins:
+ * cells lie on a lattice whose step each axis's smallest gap gives; where
+ * an axis spans more lattice points than bins, each bin sums several. p
+ * holds ny rows of nx bins (row 0 at the lowest j), each the probability
+ * summed over the cells that fall in it (negative probabilities count as
+ * 0); left..right and bottom..top are the data values at the edges (finite,
+ * right > left, top > bottom), top_p the largest bin. */
+typedef struct gbees_marginal {
+    int nx, ny;
+    double *p;
+    double left, right, bottom, top;
+    double top_p;
+} gbees_marginal;
+/* 0, or -1 with a sentence in err (m is then empty). bins 1 .. 4096. */
+int gbees_snap_marginal(const gbees_snap *s, int i, int j, int bins, gbees_marginal *m, char *err, size_t len);
+void gbees_marginal_free(gbees_marginal *m);
 
 #endif

@@ -11,8 +11,8 @@
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "cli/dist.h"
-#include "cli/image.h"
 #include "cli/netcdf.h"
+#include "cli/plot.h"
 #include "cli/npy.h"
 #include "cli/output.h"
 #include "kmeans/labels_nc.h"
@@ -39,14 +39,15 @@ static void usage(FILE *f)
             "from the reflectivity range cut into K equal intervals (each centroid the mean of\n"
             "its interval's pixels) and clusters with the contiguity-weighted cost. The labels\n"
             "are an int32 rows x cols array in the file's row order (row 0 at the south edge),\n"
-            "-1 where masked; the PNG shows the reflectivity beside the cluster map, north up,\n"
-            "with a legend. --labels L.nc writes CF netCDF on DWD's polar-stereographic grid\n"
-            "(x/y in km, lat/lon per pixel, product, time and unit as attributes).\n"
+            "-1 where masked; the picture shows the reflectivity beside the cluster map, north\n"
+            "up, in km, with a colour bar and a legend (--png FILE: PNG, or SVG or PDF by the\n"
+            "name's extension). --labels L.nc writes CF netCDF on DWD's polar-stereographic\n"
+            "grid (x/y in km, lat/lon per pixel, product, time and unit as attributes).\n"
             "\n"
             "odim: one sweep of an ODIM_H5 polar volume (OPERA) clustered on its polar grid,\n"
             "rays x bins, the contiguity window and the texture wrapping in azimuth\n"
             "(docs/formats.md); labels int32 nrays x nbins (.nc: with azimuth, range and\n"
-            "lat/lon), the PNG a PPI, north up.\n"
+            "lat/lon), the picture a PPI, north up.\n"
             "  --quantity Q       the ODIM quantity (default DBZH)\n"
             "  --sweep N          the sweep, /datasetN, from 1 (default 1)\n"
             "  --k K              clusters, 1 to 256 (radar default 6)\n"
@@ -185,7 +186,7 @@ int cmd_kmeans(int argc, char **argv)
     /* outputs first: a typo in a path costs no computation */
     const char *outs[3] = {labels_path, centroids_path, png_path};
     for (int o = 0; o < 3; o++)
-        if (outs[o] && output_check(outs[o], err, sizeof err) != 0)
+        if (outs[o] && (o == 2 ? plot_check_path(outs[o], err, sizeof err) : output_check(outs[o], err, sizeof err)))
             return cli_error(cmd, 1, "%s", err);
     dk_context *ctx = NULL;
     if (!use_reference && dk_context_create(backend, &ctx) != DK_OK)
@@ -220,7 +221,8 @@ int cmd_kmeans(int argc, char **argv)
             rc = 0;
             if (labels_path && radolan_labels_write(labels_path, radolan_path, &r, &out, &o, err, sizeof err))
                 rc = cli_error(cmd, 1, "%s", err);
-            if (png_path && radar_png(&r, &out, png_path, err, sizeof err))
+            const char *base = strrchr(radolan_path, '/');
+            if (png_path && radar_picture(&r, &out, &o, NULL, base ? base + 1 : radolan_path, png_path, err, sizeof err))
                 rc = cli_error(cmd, 1, "%s", err);
             else if (png_path)
                 printf("wrote %s\n", png_path);

@@ -30,8 +30,8 @@ int polar_wrap_rays(const radar_options *o, size_t nrays)
 
 /* The PPI: the sweep resampled onto a north-up Cartesian grid of side
  * 2 * max ground range (nearest bin), as a radolan-shaped picture input. */
-static int draw_ppi(const odim_sweep *s, const int32_t *labels, const radar_result *res, const char *path, char *err,
-                    size_t len)
+static int draw_ppi(const odim_sweep *s, const int32_t *labels, const radar_result *res, const radar_options *o,
+                    const char *source, const char *path, char *err, size_t len)
 {
     const double cosel = cos(s->elangle * M_PI / 180.0);
     const double max_ground = (s->rstart_km * 1000.0 + (double)s->nbins * s->rscale_m) * cosel;
@@ -77,7 +77,14 @@ static int draw_ppi(const odim_sweep *s, const int32_t *labels, const radar_resu
             pic.value[at] = s->state[k] == 2 ? s->value[k] : -32.0f; /* undetect: below any threshold */
             r.labels[at] = labels[k];
         }
-    rc = radar_png(&pic, &r, path, err, len);
+    char product[96];
+    snprintf(product, sizeof product, "ODIM_H5 PPI, %s at %.2f deg", s->quantity, s->elangle);
+    if (strlen(s->date) >= 8 && strlen(s->time) >= 4) /* ODIM: YYYYMMDD, HHMMSS */
+        snprintf(pic.time, sizeof pic.time, "%.4s-%.2s-%.2s %.2s:%.2s UTC", s->date, s->date + 4, s->date + 6,
+                 s->time, s->time + 2);
+    radar_frame f = {-max_ground / 1000, -max_ground / 1000, pix / 1000, "km east of the radar",
+                     "km north of the radar", product};
+    rc = radar_picture(&pic, &r, o, &f, source, path, err, len);
 done:
     free(pic.value);
     free(pic.has_data);
@@ -142,7 +149,8 @@ int polar_kmeans(dk_context *ctx, const char *path, const char *quantity, int sw
     rc = 0;
     if (labels_path && odim_labels_write(labels_path, path, &s, sweep, labels, &out, o, err, sizeof err) != DK_OK)
         rc = cli_error(cmd, 1, "%s", err);
-    if (png_path && draw_ppi(&s, labels, &out, png_path, err, sizeof err) != 0)
+    const char *base = strrchr(path, '/');
+    if (png_path && draw_ppi(&s, labels, &out, o, base ? base + 1 : path, png_path, err, sizeof err) != 0)
         rc = cli_error(cmd, 1, "%s", err);
     else if (png_path)
         printf("wrote %s (PPI, north up)\n", png_path);

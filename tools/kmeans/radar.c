@@ -17,7 +17,7 @@
 #include <dakit/kmeans.h>
 
 #include "cli/cli.h"
-#include "cli/image.h"
+#include "cli/plot.h"
 
 struct radar_pipeline {
     dk_context *ctx;
@@ -262,126 +262,93 @@ void radar_result_free(radar_result *r)
 
 /* ---- the picture ---- */
 
-/* 3 x 5 glyphs, rows top to bottom, 3 bits each (4 = left column). */
-static const struct {
-    char c;
-    unsigned char rows[5];
-} glyphs[] = {
-    {'0', {7, 5, 5, 5, 7}}, {'1', {2, 6, 2, 2, 7}}, {'2', {7, 1, 7, 4, 7}}, {'3', {7, 1, 3, 1, 7}},
-    {'4', {5, 5, 7, 1, 1}}, {'5', {7, 4, 7, 1, 7}}, {'6', {7, 4, 7, 5, 7}}, {'7', {7, 1, 1, 2, 2}},
-    {'8', {7, 5, 7, 5, 7}}, {'9', {7, 5, 7, 1, 7}}, {'.', {0, 0, 0, 0, 2}}, {'-', {0, 0, 7, 0, 0}},
-    {'N', {5, 7, 7, 7, 5}}, {'d', {1, 1, 7, 5, 7}}, {'B', {6, 5, 6, 5, 6}}, {'Z', {7, 1, 2, 4, 7}},
-    {'k', {4, 5, 6, 5, 5}}, {'m', {0, 7, 7, 5, 5}}, {':', {0, 2, 0, 2, 0}}, {'%', {5, 1, 2, 4, 5}},
-};
-
-static void draw_text(image *img, int x, int y, int scale, const char *s, const unsigned char rgb[3])
+int radar_picture(const radolan *r, const radar_result *res, const radar_options *o, const radar_frame *frame,
+                  const char *source, const char *path, char *err, size_t len)
 {
-    for (; *s; s++, x += 4 * scale) {
-        for (size_t g = 0; g < sizeof glyphs / sizeof glyphs[0]; g++) {
-            if (glyphs[g].c != *s)
-                continue;
-            for (int r = 0; r < 5; r++)
-                for (int c = 0; c < 3; c++)
-                    if (glyphs[g].rows[r] & (4 >> c))
-                        for (int dy = 0; dy < scale; dy++)
-                            for (int dx = 0; dx < scale; dx++)
-                                image_set(img, x + c * scale + dx, y + r * scale + dy, rgb);
-        }
-    }
-}
-
-static void fill(image *img, int x0, int y0, int w, int h, const unsigned char rgb[3])
-{
-    for (int y = y0; y < y0 + h; y++)
-        for (int x = x0; x < x0 + w; x++)
-            image_set(img, x, y, rgb);
-}
-
-/* Reflectivity colours: dark blue at 5 dBZ through green and yellow to red and
- * magenta at 60. */
-static void reflectivity_color(double v, unsigned char rgb[3])
-{
-    static const double stops[][4] = {{-10, 220, 230, 240}, {5, 40, 70, 200},  {20, 40, 180, 80},
-                                      {35, 250, 220, 30},   {45, 240, 60, 30}, {60, 200, 30, 200}};
-    int ns = (int)(sizeof stops / sizeof stops[0]);
-    if (v <= stops[0][0]) {
-        for (int c = 0; c < 3; c++)
-            rgb[c] = (unsigned char)stops[0][c + 1];
-        return;
-    }
-    for (int s = 1; s < ns; s++)
-        if (v <= stops[s][0] || s == ns - 1) {
-            double t = (v - stops[s - 1][0]) / (stops[s][0] - stops[s - 1][0]);
-            t = t < 0 ? 0 : t > 1 ? 1 : t;
-            for (int c = 0; c < 3; c++)
-                rgb[c] = (unsigned char)(stops[s - 1][c + 1] + t * (stops[s][c + 1] - stops[s - 1][c + 1]));
-            return;
-        }
-}
-
-int radar_png(const radolan *r, const radar_result *res, const char *path, char *err, size_t len)
-{
-    const int W = (int)r->cols, H = (int)r->rows, margin = 20, legend = 230;
-    image img;
-    if (image_create(&img, 2 * W + 3 * margin + legend, H + 2 * margin, 255)) {
-        snprintf(err, len, "out of memory for the picture");
+    static const radar_frame radolan_grid = {0, 0, 1, "km east of the grid's south-west corner",
+                                             "km north of the south-west corner", NULL};
+    const radar_frame *f = frame ? frame : &radolan_grid;
+    const int W = (int)r->cols, H = (int)r->rows;
+    const double side = 450, pw = side * W / (W > H ? W : H), ph = side * H / (W > H ? W : H);
+    const double left = 80, top = 92, gap = 185, legend = 330;
+    const int dbz = !strcmp(r->unit, "dBZ");
+    double lo = dbz ? -10 : 0, hi = dbz ? 60 : (r->max_value > 0 ? r->max_value : 1);
+    plot_cmap cm = dbz ? PLOT_CMAP_REFLECTIVITY : PLOT_CMAP_SEQUENTIAL;
+    const plot_rgb nodata = {0.55, 0.55, 0.55}, below = {0.88, 0.88, 0.88};
+    uint32_t *px = malloc((size_t)W * (size_t)H * sizeof *px);
+    plot *p = px ? plot_open(path, left + 2 * pw + gap + legend, top + ph + 70, 2, err, len) : NULL;
+    if (!p) {
+        if (!px)
+            snprintf(err, len, "out of memory for the picture");
+        free(px);
         return -1;
     }
-    /* cluster colours by rank of mean reflectivity, on the same scale */
-    unsigned char ccol[DK_KMEANS_MAX_K][3];
-    for (int c = 0; c < res->k; c++)
-        reflectivity_color(res->sizes && res->sizes[c] ? res->mean_value[c] : -20, ccol[c]);
-    const unsigned char nodata[3] = {150, 150, 150}, below[3] = {235, 235, 235}, black[3] = {0, 0, 0};
-    for (int row = 0; row < H; row++) {
-        int y = margin + (H - 1 - row); /* row 0 is the south edge: north up */
+    char title[256], sub[512], below_label[96], product[96];
+    if (f->product)
+        snprintf(product, sizeof product, "%s", f->product);
+    else
+        snprintf(product, sizeof product, "RADOLAN %s composite", r->product);
+    snprintf(title, sizeof title, "%s%s%s: %s and its %d k-means clusters", product, r->time[0] ? ", " : "",
+             r->time, dbz ? "reflectivity" : "values", res->k);
+    snprintf(sub, sizeof sub, "%s; contiguity-weighted k-means, lambda %g, window %d px, texture sigma %g px, %d "
+             "iterations; north up, %.3g km pixels", source, o->lambda, o->window, o->texture_sigma,
+             res->kmeans.iterations, f->pixel_km);
+    plot_title(p, title, sub);
+
+    /* reflectivity, row 0 (south) at the bottom; grey where there is no data */
+    for (int row = 0; row < H; row++)
         for (int x = 0; x < W; x++) {
             size_t i = (size_t)row * r->cols + (size_t)x;
-            unsigned char c[3];
-            if (!r->has_data[i])
-                memcpy(c, nodata, 3);
-            else
-                reflectivity_color(r->value[i], c);
-            image_set(&img, margin + x, y, c);
-            int32_t l = res->labels[i];
-            image_set(&img, 2 * margin + W + x, y, l >= 0 ? ccol[l] : r->has_data[i] ? below : nodata);
+            px[(size_t)(H - 1 - row) * W + x] = r->has_data[i] ? plot_pack(plot_cmap_color(cm, (r->value[i] - lo) / (hi - lo)))
+                                                               : plot_pack(nodata);
         }
-    }
-    /* frames and north arrows */
-    for (int p = 0; p < 2; p++) {
-        int x0 = margin + p * (W + margin);
-        image_line(&img, x0 - 1, margin - 1, x0 + W, margin - 1, black);
-        image_line(&img, x0 - 1, margin + H, x0 + W, margin + H, black);
-        image_line(&img, x0 - 1, margin - 1, x0 - 1, margin + H, black);
-        image_line(&img, x0 + W, margin - 1, x0 + W, margin + H, black);
-        image_line(&img, x0 + 20, margin + 50, x0 + 20, margin + 15, black);
-        image_line(&img, x0 + 20, margin + 15, x0 + 14, margin + 25, black);
-        image_line(&img, x0 + 20, margin + 15, x0 + 26, margin + 25, black);
-        draw_text(&img, x0 + 15, margin + 55, 3, "N", black);
-    }
-    /* legend: the dBZ scale, then each cluster's colour, mean dBZ and share */
-    int lx = 3 * margin + 2 * W, ly = margin;
-    draw_text(&img, lx, ly, 3, "dBZ", black);
-    for (int v = 60, j = 0; v >= 0; v -= 10, j++) {
-        unsigned char c[3];
-        reflectivity_color(v, c);
-        fill(&img, lx, ly + 25 + j * 28, 30, 24, c);
-        char t[16];
-        snprintf(t, sizeof t, "%d", v);
-        draw_text(&img, lx + 40, ly + 30 + j * 28, 3, t, black);
-    }
-    ly += 25 + 7 * 28 + 30;
-    draw_text(&img, lx, ly, 3, "k dBZ %", black);
+    const char *xname = f->xname, *yname = f->yname;
+    const double x1 = f->x0_km + W * f->pixel_km, y1 = f->y0_km + H * f->pixel_km;
+    plot_panel a = {left, top, pw, ph, f->x0_km, x1, f->y0_km, y1};
+    plot_raster(p, &a, px, W, H, 0);
+    char name[64];
+    snprintf(name, sizeof name, "%s (%s)", dbz ? "reflectivity" : "value", r->unit);
+    plot_axes(p, &a, name, xname, yname);
+    snprintf(name, sizeof name, "%s (%s)", dbz ? "reflectivity" : r->product, r->unit);
+    plot_colorbar(p, left + pw + 12, top, 16, ph * 0.75, cm, lo, hi, name);
+    plot_box(p, left + pw + 12, top + ph * 0.75 + 22, 16, 12, nodata);
+    plot_text(p, left + pw + 32, top + ph * 0.75 + 32, 11, -1, 0, "no data");
+
+    /* clusters, in a qualitative palette; the two greys are what was not clustered */
+    for (int row = 0; row < H; row++)
+        for (int x = 0; x < W; x++) {
+            size_t i = (size_t)row * r->cols + (size_t)x;
+            int32_t l = res->labels[i];
+            px[(size_t)(H - 1 - row) * W + x] = l >= 0 ? plot_pack(plot_category_color(l))
+                                                : plot_pack(r->has_data[i] ? below : nodata);
+        }
+    plot_panel b = {left + pw + gap, top, pw, ph, f->x0_km, x1, f->y0_km, y1};
+    plot_raster(p, &b, px, W, H, 1);
+    free(px);
+    plot_axes(p, &b, "k-means clusters", xname, yname);
+
     size_t total = 0;
     for (int c = 0; c < res->k; c++)
         total += res->sizes ? res->sizes[c] : 0;
-    for (int c = 0; c < res->k && ly + 30 + c * 28 < H; c++) {
-        fill(&img, lx, ly + 25 + c * 28, 30, 24, ccol[c]);
-        char t[48];
-        snprintf(t, sizeof t, "%d %.1f %.0f", c, res->sizes && res->sizes[c] ? res->mean_value[c] : 0.0,
-                 total ? 100.0 * (double)(res->sizes ? res->sizes[c] : 0) / (double)total : 0.0);
-        draw_text(&img, lx + 40, ly + 30 + c * 28, 3, t, black);
+    int rows_fit = (int)((ph - 60) / 18), shown = res->k < rows_fit ? res->k : rows_fit - 1;
+    plot_legend_item items[DK_KMEANS_MAX_K + 3];
+    char labels[DK_KMEANS_MAX_K + 1][96];
+    int n = 0;
+    for (int c = 0; c < shown; c++) {
+        size_t sz = res->sizes ? res->sizes[c] : 0;
+        snprintf(labels[c], sizeof labels[c], "cluster %d: mean %.1f %s, %.1f %%", c,
+                 sz ? res->mean_value[c] : 0.0, r->unit, total ? 100.0 * (double)sz / (double)total : 0.0);
+        items[n++] = (plot_legend_item){labels[c], plot_category_color(c), PLOT_MARK_BOX};
     }
-    int rc = image_write_png(&img, path, err, len);
-    image_free(&img);
-    return rc;
+    if (shown < res->k) {
+        snprintf(labels[shown], sizeof labels[shown], "(%d more clusters not listed)", res->k - shown);
+        items[n++] = (plot_legend_item){labels[shown], {1, 1, 1}, PLOT_MARK_BOX};
+    }
+    snprintf(below_label, sizeof below_label, "below %g %s: not clustered", o->min_value, r->unit);
+    items[n++] = (plot_legend_item){below_label, below, PLOT_MARK_BOX};
+    items[n++] = (plot_legend_item){"no data (outside coverage, clutter)", nodata, PLOT_MARK_BOX};
+    double lh = plot_legend(p, b.x + pw + 14, top, items, n);
+    plot_text(p, b.x + pw + 14, top + lh + 16, 11, -1, 0, "mean: the cluster's mean reflectivity;");
+    plot_text(p, b.x + pw + 14, top + lh + 30, 11, -1, 0, "%: its share of the clustered pixels");
+    return plot_close(p, err, len);
 }

@@ -48,7 +48,21 @@ void radar_pipeline_destroy(radar_pipeline *p);
 dk_status radar_cluster(dk_context *ctx, const radolan *r, const radar_options *o, radar_result *out,
                         char *err, size_t len);
 void radar_result_free(radar_result *r);
-/* Reflectivity beside the cluster map, north up, with a legend. 0 on success. */
-int radar_png(const radolan *r, const radar_result *res, const char *path, char *err, size_t len);
+/* Where a picture's pixels lie: column 0's west edge and row 0's south edge
+ * in km, the pixel's side in km, the axis names that say from where, and
+ * what the data are for the title ("ODIM_H5 PPI, DBZH, 0.5 deg"); the time
+ * is the radolan's. */
+typedef struct radar_frame {
+    double x0_km, y0_km, pixel_km;
+    const char *xname, *yname;
+    const char *product;
+} radar_frame;
+/* The picture (PNG, SVG or PDF by path's extension): the reflectivity with
+ * its colour bar beside the cluster map with its legend (each cluster's
+ * mean and share, and what the greys mean), in km, north up; source names
+ * the input in the subtitle. frame NULL: a RADOLAN grid, 1 km pixels from
+ * its south-west corner. 0, or -1 with a sentence in err. */
+int radar_picture(const radolan *r, const radar_result *res, const radar_options *o, const radar_frame *frame,
+                  const char *source, const char *path, char *err, size_t len);
 
 #endif

@@ -82,6 +82,11 @@ static dk_status parse_header(const unsigned char *bytes, size_t size, radolan *
         memset(lt, ' ', (size_t)(gt - lt + 1));
     }
     memcpy(out->product, header, 2);
+    /* DDhhmm after the product, then the 5-digit WMO number and MMYY */
+    unsigned D, h, mi, mo, y;
+    if (text >= 17 && sscanf(header + 2, "%2u%2u%2u%*5c%2u%2u", &D, &h, &mi, &mo, &y) == 5 && D >= 1 && D <= 31 &&
+        h < 24 && mi < 60 && mo >= 1 && mo <= 12)
+        snprintf(out->time, sizeof out->time, "20%02u-%02u-%02u %02u:%02u UTC", y, mo, D, h, mi);
     if (in_list(one_byte, header))
         out->bytes_per_pixel = 1;
     else if (in_list(two_byte, header))

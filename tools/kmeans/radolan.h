@@ -10,6 +10,7 @@
 
 typedef struct radolan {
     char product[3];      /* "RX" */
+    char time[24];        /* "2014-08-10 20:50 UTC" from the header; "" when unreadable */
     size_t rows, cols;    /* GP token: rows x columns */
     int bytes_per_pixel;  /* 1 (RX-style) or 2 */
     char unit[8];         /* "dBZ" for one-byte products, "mm" for two-byte ones */
