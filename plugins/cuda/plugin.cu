@@ -219,9 +219,8 @@ static dk_status cuda_buffer_wrap(void *device, int kind, void *memory, size_t b
         dk_msg_set(msg, "cuda: only CUDA device memory can be wrapped; copy host memory in with dk_buffer_write");
         return DK_ERR_NOT_IMPLEMENTED;
     }
-    dk_status st = dk_cuda_enter(dev, msg);
-    if (st != DK_OK)
-        return st;
+    /* wrapping queues no work: nothing to order with the caller's stream */
+    CUDA_TRY(cudaSetDevice(dev->ordinal), "cudaSetDevice");
     cudaPointerAttributes a;
     CUDA_TRY(cudaPointerGetAttributes(&a, memory), "cudaPointerGetAttributes on the memory to wrap");
     if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged) {

@@ -11,6 +11,7 @@ checked here: the dtype and layout the buffer is read with, and which kind of
 memory an object is.
 """
 import ctypes
+import math
 
 import numpy as np
 
@@ -30,7 +31,7 @@ class Operand:
         self.ptr = ptr or None        # None for an empty array
         self.shape = tuple(int(s) for s in shape)
         self.dtype = np.dtype(dtype)
-        self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        self.nbytes = math.prod(self.shape) * self.dtype.itemsize
         self.readonly = readonly
         self.stream = stream
         self.name = name
@@ -131,7 +132,7 @@ def _dlpack_host_view(obj, name, who):
     if not contiguous:
         raise invalid("%s: %s is not C-contiguous; dakit reads arrays in C order without strides"
                       % (who, name))
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    nbytes = math.prod(shape) * dtype.itemsize
     if nbytes == 0 or not ptr:
         return np.empty(shape, dtype=dtype)
     raw = (ctypes.c_char * nbytes).from_address(ptr)
@@ -269,11 +270,16 @@ class Buffers:
         self.stream = how if isinstance(how, Stream) else None
 
     def __enter__(self):
-        if self.stream is not None:
-            # the queue is the context's: one call at a time sets it
+        if self.ctx.takes_queues:
+            # the queue is the context's: one call at a time sets it, and it
+            # stays set while successive calls name the same stream
             self.ctx._queue_lock.acquire()
             try:
-                check(C.dk_context_set_queue(self.ctx.handle, int(self.stream), DK_QUEUE_ASYNC), self.ctx.handle)
+                if self.ctx._queue != self.stream:
+                    self.ctx._queue = None
+                    check(C.dk_context_set_queue(self.ctx.handle, self.stream and int(self.stream),
+                                                 DK_QUEUE_ASYNC if self.stream else 0), self.ctx.handle)
+                    self.ctx._queue = self.stream
             except BaseException:
                 self.ctx._queue_lock.release()
                 raise
@@ -283,8 +289,12 @@ class Buffers:
         for h in reversed(self.handles):
             C.dk_buffer_destroy(h)
         self.handles.clear()
-        if self.stream is not None:
-            C.dk_context_set_queue(self.ctx.handle, None, 0)
+        if self.ctx.takes_queues:
+            # only the default streams (1 legacy, 2 per-thread) outlive any
+            # array: a stream the caller made may be destroyed after this call
+            if self.ctx._queue not in (None, 1, 2):
+                self.ctx._queue = None
+                C.dk_context_set_queue(self.ctx.handle, None, 0)
             self.ctx._queue_lock.release()
         return False
 

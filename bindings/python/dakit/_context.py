@@ -48,6 +48,7 @@ class Context:
         # CUDA arrays' streams are taken as the context's queue where the
         # backend can order its work with one (dk_context_set_queue)
         self._queue_lock = threading.Lock()
+        self._queue = None  # the stream the context's work is ordered with now
         self.takes_queues = self.memory == DK_MEMORY_CUDA and \
             C.dk_context_set_queue(handle, None, 0) == 0 and self._probe_queue(handle)
 

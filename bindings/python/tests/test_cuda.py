@@ -186,3 +186,21 @@ def test_cupy_gauss_in_place_is_zero_copy(calls, rng):
     assert plan(x, out=x) is x
     assert calls.wrapped_pointers() == [x.data.ptr]
     np.testing.assert_allclose(cp.asnumpy(x), dakit.gauss(host, 3.0, backend="cpu"), rtol=0, atol=1e-6)
+
+
+def test_cupy_on_its_own_stream(rng):
+    """Arrays made on a non-default CuPy stream: the call is queued on that
+    stream (no host wait) and its result is ordered with later work there;
+    once the stream is gone the context works on as before."""
+    cp = pytest.importorskip("cupy")
+    x = rng.normal(size=(512, 512)).astype(np.float32)
+    expected = dakit.gauss(x, 2.0, backend="cuda")
+    with cp.cuda.Stream(non_blocking=True) as s:
+        dx = cp.asarray(x)
+        dy = dakit.gauss(dx, 2.0, backend="cuda")
+        total = float(dy.sum())  # queued on s after dakit's work
+        s.synchronize()
+    np.testing.assert_allclose(cp.asnumpy(dy), expected, rtol=0, atol=1e-6)
+    assert total == pytest.approx(float(expected.sum()), rel=1e-5)
+    del s
+    np.testing.assert_allclose(dakit.gauss(x, 2.0, backend="cuda"), expected, rtol=0, atol=0)
