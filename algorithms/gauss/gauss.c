@@ -293,6 +293,15 @@ DK_API dk_status dk_gauss_plan_create(dk_context *ctx, const dk_gauss_desc *desc
     dk_status st = dk_gauss_setup_make(desc, &setup);
     if (st != DK_OK)
         return dk_fail(ctx, st, "%s", dk_last_error(NULL));
+    unsigned has = ctx->backend->plugin->gauss_features;
+    if (desc->method != DK_GAUSS_RF && !(has & DK_GAUSS_FEATURE_RECURSIVE))
+        return dk_fail(ctx, DK_ERR_NOT_IMPLEMENTED,
+                       "gauss: backend '%s' does not implement method %s (only rf); `dakit info` lists the backends",
+                       ctx->backend->plugin->name, dk_gauss_method_name(desc->method));
+    if (desc->boundary >= DK_BOUNDARY_REFLECT && !(has & DK_GAUSS_FEATURE_MODES))
+        return dk_fail(ctx, DK_ERR_NOT_IMPLEMENTED,
+                       "gauss: backend '%s' does not implement boundary %s (only zero and constant); `dakit info` "
+                       "lists the backends", ctx->backend->plugin->name, dk_gauss_boundary_name(desc->boundary));
     if (!(setup.desc.variant = dk_pick_variant(ctx, DK_ALGO_GAUSS, ops->variants, desc->variant)))
         return DK_ERR_NOT_IMPLEMENTED;
     dk_plan *p = calloc(1, sizeof *p);

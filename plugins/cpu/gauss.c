@@ -178,8 +178,8 @@ static void choose_extended_segments(cpu_gauss_plan *p, int axis)
         segments = v.n / shortest;
     if (segments < 1)
         segments = 1;
-    p->segments[axis] = segments;
     p->keep[axis] = div_up(v.n, segments);
+    p->segments[axis] = div_up(v.n, p->keep[axis]); /* every segment holds values: none starts past the end */
 }
 
 /* The longest window along `axis`. */

@@ -696,10 +696,10 @@ void plan_extended(Plan *p, int axis, Pass *ps)
     ExtGeo &g = ps->eg;
     g.n = (i64)v.n;
     g.inner = (i64)v.inner;
-    g.segments = segments;
     g.keep = ceil_div(g.n, segments);
+    g.segments = ceil_div(g.n, g.keep); /* every segment holds values: none starts past the end */
     g.reach = reach;
-    g.items = lines * segments;
+    g.items = lines * g.segments;
     g.boundary = (int)s->desc.boundary;
     ps->batch = g.items;
     if (s->desc.method == DK_GAUSS_RF) {

@@ -383,6 +383,7 @@ static const dk_plugin cuda_plugin = {
 #ifdef DK_CUDA_HAVE_NCCL
     .comm = &dk_cuda_comm_ops,
 #endif
+    .gauss_features = DK_GAUSS_FEATURE_RECURSIVE | DK_GAUSS_FEATURE_MODES,
 };
 
 extern "C" DK_PLUGIN_EXPORT const dk_plugin *DK_PLUGIN_ENTRY(void)

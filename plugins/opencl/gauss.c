@@ -98,10 +98,10 @@ static dk_status plan_extended(gauss_plan *plan, const dk_gauss_setup *setup, in
     p->extended = 1;
     p->view = v;
     p->alpha = setup->alpha[a];
-    p->segments = segments;
     p->keep = (v.n + segments - 1) / segments;
+    p->segments = (v.n + p->keep - 1) / p->keep; /* every segment holds values: none starts past the end */
     p->reach = reach;
-    p->items = (cl_ulong)lines * segments;
+    p->items = (cl_ulong)lines * p->segments;
     p->groups = p->items;
     p->batch = p->groups;
     if (plan->rf) {

@@ -467,6 +467,7 @@ static const dk_plugin opencl_plugin = {
     .buffer_unwrap = opencl_buffer_free, /* releases the retain of buffer_wrap */
     .device_native = opencl_device_native,
     .gauss = &dk_opencl_gauss_ops,
+    .gauss_features = DK_GAUSS_FEATURE_RECURSIVE | DK_GAUSS_FEATURE_MODES,
     .kmeans = &dk_opencl_kmeans_ops,
     .gbees = &dk_opencl_gbees_ops,
 #ifdef DK_OPENCL_ENKF

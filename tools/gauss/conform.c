@@ -323,6 +323,9 @@ static void gauss_run(dk_context *ctx, const char *variant, int i, conform_resul
         (st = dk_buffer_create(ctx, bytes, &bin)) != DK_OK ||
         (!c->inplace && (st = dk_buffer_create(ctx, bytes, &bout)) != DK_OK)) {
         snprintf(r->detail, sizeof r->detail, "%s", dk_last_error(ctx));
+        /* an optional method or mode the backend says it lacks (gauss_features) */
+        r->not_implemented = !plan && st == DK_ERR_NOT_IMPLEMENTED &&
+                             (c->method != DK_GAUSS_RF || c->boundary >= DK_BOUNDARY_REFLECT);
         goto done;
     }
     /* poison the output so an element the backend never wrote shows up */

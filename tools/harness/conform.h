@@ -10,6 +10,7 @@ typedef struct conform_result {
     double tolerance;  /* pass when error <= tolerance */
     int passed;
     char detail[256];  /* why it failed, or what was measured */
+    int not_implemented; /* an optional feature the backend does not offer: neither pass nor fail */
 } conform_result;
 
 typedef struct conform_suite {

@@ -124,6 +124,11 @@ size_t dk_gauss_window_halo(const dk_gauss_desc *desc, int axis);
 
 /* ---- plugin ops: what a backend implements (docs/plugins.md) ---- */
 
+/* dk_plugin.gauss_features: what a backend's gauss implements besides rf
+ * with the zero and constant boundaries. */
+#define DK_GAUSS_FEATURE_RECURSIVE 1u /* methods deriche and vyv */
+#define DK_GAUSS_FEATURE_MODES 2u     /* boundaries reflect, mirror, nearest, wrap, cval */
+
 /* deriche and vyv along one axis, in parallel form: y = y+ + y-, each the
  * sum over `count` sections s of a causal and an anti-causal recursion
  *   y+_s[i] = b0 x[i] + b1 x[i-1] - a1 y+_s[i-1] - a2 y+_s[i-2]

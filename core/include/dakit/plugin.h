@@ -220,6 +220,10 @@ typedef struct dk_plugin {
     /* Optional: device-side communication for libdakit-mpi (above); NULL:
      * the layer stages through host memory and MPI. */
     const dk_comm_ops *comm;
+    /* Optional: what the gauss table implements beyond rf with the zero and
+     * constant boundaries (DK_GAUSS_FEATURE_* of gauss.h); 0: only that,
+     * and the core refuses the rest with a sentence naming the backend. */
+    unsigned gauss_features;
 } dk_plugin;
 
 #define DK_PLUGIN_SIZE ((uint32_t)sizeof(dk_plugin))
