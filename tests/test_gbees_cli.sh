@@ -62,9 +62,12 @@ summary = dict(l.split(" ", 1) for l in open(os.path.join(out, "summary.txt")).r
 check(summary.get("status") == "completed" and summary.get("model") == "lorenz63" and
       int(summary.get("steps", "0")) > 0 and int(summary.get("cell_steps", "0")) > 0,
       "summary.txt: completed, steps and cell-steps", str(summary))
-p = subprocess.run([dakit, "gbees-plot", out], capture_output=True, text=True)
-pngs = [n for n in os.listdir(out) if n.endswith(".png")] if os.path.isdir(out) else []
-check(p.returncode == 0 and len(pngs) == 6, "gbees-plot draws one PNG per snapshot", p.stderr.strip()[:300])
+if os.environ.get("DAKIT_TEST_PICTURES", "1") == "1":
+    p = subprocess.run([dakit, "gbees-plot", out], capture_output=True, text=True)
+    pngs = [n for n in os.listdir(out) if n.endswith(".png")] if os.path.isdir(out) else []
+    check(p.returncode == 0 and len(pngs) == 6, "gbees-plot draws one PNG per snapshot", p.stderr.strip()[:300])
+else:
+    print("skip (dakit was built without cairo, no pictures): gbees-plot draws one PNG per snapshot")
 
 # bad input
 base = ["--out", os.path.join(tmp, "bad"), "--backend", "cpu"]

@@ -32,8 +32,13 @@ def limits(mem_mb=None, fsize=None):
             resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
     return apply
 
+pictures = os.environ.get("DAKIT_TEST_PICTURES", "1") == "1"
+
 def run(args, code, what, needle=None, mem_mb=None, fsize=None, extra_env=None, timeout=120):
     """Runs dakit; code is the exit status wanted (a signal is never one)."""
+    if args[0] == "gbees-plot" and not pictures:
+        print(f"skip (dakit was built without cairo, no pictures): {what}")
+        return None
     e = dict(env, **(extra_env or {}))
     p = subprocess.run([dakit] + args, capture_output=True, text=True, env=e, timeout=timeout, cwd=tmp,
                        preexec_fn=limits(mem_mb, fsize))
