@@ -259,6 +259,22 @@ def to_host(op):
     raise invalid("dakit: cannot copy the CUDA array of type %s to the host" % type(obj).__name__)
 
 
+def _wrap_key(ctx, op):
+    """Device memory whose owner names its GPU (CuPy, PyTorch): the context
+    keeps its wrapper for later calls, since a wrapper holds only the address
+    and size, and an address range of one GPU is that GPU's memory whatever
+    allocation holds it now. None: wrap for this call only."""
+    if not op.device or not op.ptr:
+        return None
+    dev = getattr(op.obj, "device", None)
+    ordinal = getattr(dev, "id", None)
+    if ordinal is None:
+        ordinal = getattr(dev, "index", None)
+    if not isinstance(ordinal, int) or ordinal != ctx.native_device:
+        return None
+    return (op.ptr, op.nbytes)
+
+
 class Buffers:
     """dakit buffers made for one call: the caller's memory wrapped, or new
     device memory; all destroyed at the end of the with block."""
@@ -306,10 +322,14 @@ class Buffers:
         for other, h in self.wrapped:
             if other.same_memory(op):
                 return h
-        kind = DK_MEMORY_CUDA if op.device else DK_MEMORY_HOST
-        h = ctypes.c_void_p()
-        check(C.dk_buffer_wrap(self.ctx.handle, kind, op.ptr, op.nbytes, ctypes.byref(h)), self.ctx.handle)
-        self.handles.append(h)
+        key = _wrap_key(self.ctx, op)
+        h = self.ctx._wraps.get(key) if key else None
+        if h is None:
+            kind = DK_MEMORY_CUDA if op.device else DK_MEMORY_HOST
+            h = ctypes.c_void_p()
+            check(C.dk_buffer_wrap(self.ctx.handle, kind, op.ptr, op.nbytes, ctypes.byref(h)), self.ctx.handle)
+            if not (key and self.ctx.keep_wrap(key, h)):
+                self.handles.append(h)
         self.wrapped.append((op, h))
         return h
 

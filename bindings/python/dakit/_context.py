@@ -49,6 +49,7 @@ class Context:
         # backend can order its work with one (dk_context_set_queue)
         self._queue_lock = threading.Lock()
         self._queue = None  # the stream the context's work is ordered with now
+        self._wraps = {}    # (address, bytes) -> dk_buffer over device memory (_arrays._wrap_key)
         self.takes_queues = self.memory == DK_MEMORY_CUDA and \
             C.dk_context_set_queue(handle, None, 0) == 0 and self._probe_queue(handle)
 
@@ -58,6 +59,23 @@ class Context:
         ok = C.dk_context_set_queue(handle, 1, 0) == 0
         C.dk_context_set_queue(handle, None, 0)
         return ok
+
+    def keep_wrap(self, key, handle):
+        """Keeps a wrapper of device memory for later calls; False when 64
+        are kept already (the caller then releases it after its call)."""
+        with self._lock:
+            if len(self._wraps) >= 64:
+                return False
+            self._wraps[key] = handle
+            return True
+
+    def drop_wraps(self):
+        """Releases the wrappers kept for device memory (not while calls run
+        on this context from other threads)."""
+        with self._lock:
+            wraps, self._wraps = self._wraps, {}
+        for h in wraps.values():
+            C.dk_buffer_destroy(h)
 
     def wait(self):
         """Returns when every call on this context has finished its device work."""
@@ -94,7 +112,10 @@ class Context:
             for plan in list(self._plans):
                 plan.close()
             if self._pid == os.getpid():
+                for h in self._wraps.values():
+                    C.dk_buffer_destroy(h)
                 C.dk_context_destroy(self._handle)
+            self._wraps = {}
             self._handle = None
 
     def __enter__(self):
