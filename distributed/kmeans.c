@@ -46,6 +46,7 @@ typedef struct dkm_kmeans {
     size_t per;          /* points per unit of the part: cols or 1 */
     size_t npts;         /* this rank's points */
     int have_local;      /* stages[0].plan is a local kmeans plan */
+    int whole;           /* one rank: that plan is the caller's whole problem, run as one call */
     size_t band[]; /* size x 2: every rank's [lo, hi) in units (rows or points) */
 } dkm_kmeans;
 
@@ -180,10 +181,21 @@ DK_MPI_API dk_status dk_mpi_kmeans_plan_create(dk_context *ctx, MPI_Comm comm, c
         k->per = per;
         k->npts = k->count * per;
         k->have_local = 0;
+        k->whole = 0;
         for (int j = 0; j < size; j++)
             k->band[2 * j] = boxes[j].lo[2], k->band[2 * j + 1] = boxes[j].hi[2];
+        /* one rank, plain cost: libdakit's own plan of the whole problem,
+         * so the layer adds nothing but its checks */
+        if (size == 1 && !contiguity && k->npts >= (size_t)d.k) {
+            dk_plan *lp = NULL;
+            dk_status ls = dk_kmeans_plan_create(ctx, &d, &lp);
+            if (ls != DK_OK)
+                dkm_note(o, ls, "%s", dk_last_error(ctx));
+            else
+                p->stages[0].plan = lp, k->have_local = 1, k->whole = 1;
+        }
         /* a local plan for the plain cost where k fits this rank's points */
-        if (!contiguity && k->npts >= (size_t)d.k) {
+        else if (!contiguity && k->npts >= (size_t)d.k) {
             dk_kmeans_desc l = d;
             l.n = k->npts;
             l.max_iters = 1;
@@ -352,6 +364,17 @@ DK_MPI_API dk_status dk_mpi_kmeans_execute_host(dk_mpi_plan *plan, const float *
     DKM_COMM(p->comm, MPI_Allreduce(&vs, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, p->comm));
     if (oc.status == DK_OK && total < (unsigned long long)d->k)
         BAD("only %llu points are unmasked over all ranks, fewer than k = %d", total, d->k);
+
+    if (k->whole) { /* one rank: libdakit's call, after the same checks */
+        dk_status st = dkm_agree(p->comm, o, EXEC);
+        if (st != DK_OK)
+            return st;
+        st = dk_kmeans_execute_host(p->stages[0].plan, points_local, mask_local, init, labels_local, centroids,
+                                    result);
+        if (st != DK_OK)
+            dkm_note(o, st, "%s", dk_last_error(p->ctx));
+        return dkm_agree(p->comm, o, EXEC);
+    }
 
     /* scratch */
     const size_t r = k->contiguity ? (size_t)d->window / 2 : 0;
