@@ -17,6 +17,7 @@
 #include <dakit/dakit.h>
 
 #include "check.h"
+#include "cudart.h"
 
 static void refuses_what_it_must(const char *backend, int takes_queues)
 {
@@ -51,18 +52,9 @@ typedef int (*stream_fn)(void *);
 static void cuda(void)
 {
     dk_context *ctx;
-    if (dk_context_create("cuda", &ctx) != DK_OK) {
-        printf("cuda absent: %s\n", dk_last_error(NULL));
-        return;
-    }
-    void *rt = dlopen("libcudart.so", RTLD_NOW | RTLD_LOCAL);
+    void *rt = cudart_open(&ctx);
     if (!rt)
-        rt = dlopen("libcudart.so.13", RTLD_NOW | RTLD_LOCAL);
-    if (!rt) {
-        printf("cuda: no libcudart to allocate with; the cuda part is skipped\n");
-        dk_context_destroy(ctx);
         return;
-    }
     malloc_fn cuda_malloc = (malloc_fn)dlsym(rt, "cudaMalloc");
     free_fn cuda_free = (free_fn)dlsym(rt, "cudaFree");
     memcpy_fn cuda_memcpy = (memcpy_fn)dlsym(rt, "cudaMemcpy");

@@ -18,6 +18,7 @@
 #endif
 
 #include "check.h"
+#include "cudart.h"
 
 #define N 4096
 
@@ -117,18 +118,9 @@ static void opencl(void)
 static void cuda(void)
 {
     dk_context *ctx;
-    if (dk_context_create("cuda", &ctx) != DK_OK) {
-        printf("cuda absent: %s\n", dk_last_error(NULL));
-        return;
-    }
-    void *rt = dlopen("libcudart.so", RTLD_NOW | RTLD_LOCAL);
+    void *rt = cudart_open(&ctx);
     if (!rt)
-        rt = dlopen("libcudart.so.13", RTLD_NOW | RTLD_LOCAL);
-    if (!rt) {
-        printf("cuda: no libcudart to allocate with; the cuda part is skipped\n");
-        dk_context_destroy(ctx);
         return;
-    }
     int (*cuda_malloc)(void **, size_t) = (int (*)(void **, size_t))dlsym(rt, "cudaMalloc");
     int (*cuda_free)(void *) = (int (*)(void *))dlsym(rt, "cudaFree");
     int (*cuda_memcpy)(void *, const void *, size_t, int) = (int (*)(void *, const void *, size_t, int))dlsym(rt, "cudaMemcpy");
