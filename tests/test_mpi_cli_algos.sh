@@ -1,24 +1,28 @@
 #!/usr/bin/env bash
-# dakit enkf cov, enkf analysis and kmeans --in under mpirun -n 1..4
-# (docs/distributed.md, "Command line") on one backend, each rank reading and
+# dakit enkf cov, enkf analysis, kmeans --in and kmeans --radolan (the radar
+# pipeline on row bands) under mpirun -n 1..4 (docs/distributed.md,
+# "Command line") on one backend, each rank reading and
 # writing only its rows, checked against the same command in one process:
 # the same header bytes, integer outputs (labels) byte for byte, float
 # outputs within the layer's tolerance (enkf float64 1e-12 of the largest
-# value, float32 64 eps; kmeans centroids 1e-5 of max(1, |c|)), and whether
+# value, float32 64 eps; kmeans centroids 1e-5 of max(1, |c|); the radar
+# labels byte for byte, no tolerance), and whether
 # the bytes are all equal is printed; then a bad input visible to the last
 # rank only (each rank runs in its own folder, the inputs named relative to
 # it) giving every rank the same sentence, exit status 1, and no output.
 # Arguments: the dakit command, mpirun ("" if none), "yes" when libdakit-mpi
-# was built, the backend. Skips (77) without MPI or the backend.
+# was built, the backend. Skips (77) without MPI or the backend. The RADOLAN
+# composite is tests/data's, found beside this script.
 dakit=$1 mpirun=$2 have_mpi=$3 backend=$4
 if [ "$have_mpi" != yes ]; then echo "skip: libdakit-mpi was not built"; exit 77; fi
 if [ -z "$mpirun" ] || ! [ -x "$mpirun" ]; then echo "skip: no mpirun or mpiexec was found"; exit 77; fi
 if ! "$dakit" info 2>/dev/null | grep -A30 "^$backend " | grep -q "^  device 0:"; then
     echo "skip: backend $backend has no usable device here (dakit info says why)"; exit 77
 fi
-exec python3 - "$dakit" "$mpirun" "$backend" <<'PY'
+radolan=$(cd "$(dirname "$0")" && pwd)/data/raa01-rx_10000-1408102050-dwd---bin.gz
+exec python3 - "$dakit" "$mpirun" "$backend" "$radolan" <<'PY'
 import math, os, random, shutil, struct, subprocess, sys, tempfile
-dakit, mpirun, backend = sys.argv[1:4]
+dakit, mpirun, backend, radolan = sys.argv[1:5]
 tmp = tempfile.mkdtemp(prefix="mpi-cli-algos-")
 fails = 0
 env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1")
@@ -95,6 +99,7 @@ for i in range(npts):
     X += [cl * 2.0 + rnd.gauss(0, 0.4), rnd.gauss(cl, 0.5), rnd.uniform(-1, 1)]
 npy(G("X.npy"), (npts, d), X, "<f4")
 npy(G("C0.npy"), (4, d), [X[i * d + f] for i in (0, 1, 2, 3) for f in range(d)], "<f4")
+shutil.copy(radolan, G("radar.gz"))
 
 # ---- results against one process ----
 b = ["--backend", backend]
@@ -116,6 +121,11 @@ cases = [
                      "--centroids", "OUT2"], "kmeans", [1, 2, 3, 4], [None]),
     ("kmeans --in --init", ["kmeans", "--in", "X.npy", "--k", "4", "--init", "C0.npy", "--tol", "1e-6",
                             "--labels", "OUT", "--centroids", "OUT2"], "kmeans", [2, 4], [None]),
+    # the 900 x 900 composite; bands of 900 / P rows, halos of the texture's gauss and the window
+    ("kmeans --radolan", ["kmeans", "--radolan", "radar.gz", "--labels", "OUT"], "kmeans", [1, 2, 3], [None]),
+    ("kmeans --radolan, window 11", ["kmeans", "--radolan", "radar.gz", "--k", "9", "--window", "11", "--lambda",
+                                     "0.5", "--texture-sigma", "1.3", "--iters", "30", "--labels", "OUT"],
+     "kmeans", [2, 4], [None]),
 ]
 for ci, (name, args, kind, ranks, decomps) in enumerate(cases):
     outs = [a for a in args if a in ("OUT", "OUT2")]
@@ -171,6 +181,8 @@ vals[(N - 1) * L + 2] = float("nan")
 npy(P("bad", "E.npy"), (N, L), vals)
 raw = open(G("X.npy"), "rb").read()
 open(P("bad", "X.npy"), "wb").write(raw[:len(raw) - 40])
+raw = open(G("radar.gz"), "rb").read()
+open(P("bad", "radar.gz"), "wb").write(raw[:len(raw) // 2])
 bad = [
     ("enkf cov, a NaN in the last rank's rows",
      ["enkf", "cov", "--ens", "E.npy", "--loc", "c.npy", "--H", "H.mtx"], "is not finite", "dakit enkf: "),
@@ -179,12 +191,14 @@ bad = [
       "r.npy", "--seed", "1"], "is not finite", "dakit enkf: "),
     ("kmeans, X.npy cut short on the last rank", ["kmeans", "--in", "X.npy", "--k", "4", "--centroids", "OUT2"],
      "X.npy", "dakit kmeans: "),
+    ("kmeans --radolan, the file cut short on the last rank",
+     ["kmeans", "--radolan", "radar.gz", "--labels", "OUT2"], "radar.gz is corrupt or truncated", "dakit kmeans: "),
 ]
 for j, (what, args, needle, prefix) in enumerate(bad):
     for np in (2, 3):
         out, out2 = P(f"bad{j}_{np}.npy"), P(f"bad{j}_{np}_b.npy")
         a = [out2 if x == "OUT2" else x for x in args]
-        if "--centroids" not in a:
+        if "OUT2" not in args:
             a += ["--out", out]
         rc, texts, rcs = run_mpi(np, a + b, f"bad{j}_{np}", P("bad"))
         lines = [t.strip().splitlines()[-1] if t.strip() else "" for t in texts]

@@ -70,14 +70,19 @@ static void usage(FILE *f)
             "  --variant NAME     one of the backend's variants (`dakit info` lists them; default: the first)\n"
             "  --reference        the serial reference instead of a backend\n"
             "\n"
-            "Under mpirun with more than one rank (--in only): each rank reads and writes only its\n"
-            "contiguous range of points; the iterations reduce the per-cluster sums over the ranks.\n");
+            "Under mpirun with more than one rank (--in and --radolan): with --in each rank reads\n"
+            "and writes only its contiguous range of points; with --radolan every rank reads the\n"
+            "file and computes the features of its band of rows (standardized by statistics summed\n"
+            "over the ranks), and rank 0 writes the labels and the picture. The iterations reduce\n"
+            "the per-cluster sums over the ranks.\n");
 }
 
 #ifdef DK_TOOLS_MPI
 static int run_distributed(const char *in_path, const char *init_path, const char *labels_path,
                            const char *centroids_path, const char *backend, const char *variant, int k, int iters,
                            double tol, int use_reference);
+static int run_radar_distributed(const char *path, const char *labels_path, const char *png_path,
+                                 const char *backend, const radar_options *o, int use_reference);
 #endif
 
 static void report(const dk_kmeans_result *r, double seconds, const char *where)
@@ -172,9 +177,11 @@ int cmd_kmeans(int argc, char **argv)
     {
         int own;
         if (dist_begin(&own)) {
-            int rc = radolan_path ? cli_error(cmd, 2, "--radolan runs in one process; under mpirun give the "
-                                                      "points with --in")
-                                  : run_distributed(in_path, init_path, labels_path, centroids_path, backend, variant,
+            radar_options o = {k, lambda, window, min_dbz, tsigma, iters, tol, variant};
+            int rc = odim_path ? cli_error(cmd, 2, "--odim runs in one process; under mpirun give --radolan or --in")
+                     : radolan_path ? run_radar_distributed(radolan_path, labels_path, png_path, backend, &o,
+                                                            use_reference)
+                                    : run_distributed(in_path, init_path, labels_path, centroids_path, backend, variant,
                                                     k, iters, tol, use_reference);
             dist_end(own);
             return rc;
@@ -332,13 +339,17 @@ out:
 #define FAILED(...) (snprintf(msg, sizeof msg, __VA_ARGS__), 1)
 
 /* The paper's initial centroids (dk_kmeans_initial_centroids on feature 0)
- * from every rank's points: the range by a min and max over the ranks, the
- * interval sums (float64) and counts added over the ranks. */
-static void initial_centroids(const dk_kmeans_desc *d, const float *x, size_t npts, float *init)
+ * from every rank's points (mask NULL: all count): the range by a min and max
+ * over the ranks, the interval sums (float64) and counts added over the
+ * ranks. */
+static void initial_centroids(const dk_kmeans_desc *d, const float *x, const uint8_t *mask, size_t npts,
+                              float *init)
 {
     size_t kd = (size_t)d->k * d->d;
     float lohi[2] = {INFINITY, INFINITY}, r[2]; /* lo and -hi */
     for (size_t i = 0; i < npts; i++) {
+        if (mask && !mask[i])
+            continue;
         float v = x[i * d->d];
         lohi[0] = v < lohi[0] ? v : lohi[0];
         lohi[1] = -v < lohi[1] ? -v : lohi[1];
@@ -348,6 +359,8 @@ static void initial_centroids(const dk_kmeans_desc *d, const float *x, size_t np
     double width = ((double)hi - (double)lo) / d->k;
     double *sum = calloc(kd + (size_t)d->d + (size_t)d->k, sizeof *sum); /* sums, all points, counts */
     for (size_t i = 0; i < npts; i++) {
+        if (mask && !mask[i])
+            continue;
         double v = x[i * d->d];
         int c = width > 0 ? (int)((v - lo) / width) : 0;
         c = c < 0 ? 0 : c >= d->k ? d->k - 1 : c;
@@ -456,7 +469,7 @@ static int run_distributed(const char *in_path, const char *init_path, const cha
     if (dist_agree(failed, msg, sizeof msg))
         goto done;
     if (!init_path)
-        initial_centroids(&d, pts, npts, init);
+        initial_centroids(&d, pts, NULL, npts, init);
 
     dk_kmeans_result res;
     double t0 = cli_now();
@@ -490,6 +503,198 @@ done:
     free(labels);
     free(init);
     free(cent);
+    return rc;
+}
+
+/* kmeans --radolan with every rank on a band of image rows: each reads the
+ * (small) file, computes the features of its band (radar_band_features),
+ * standardizes them with the statistics of the whole grid (the band sums
+ * added over the ranks in float64, then kmeans.h's formulas), and clusters
+ * with the contiguity cost in the layer; rank 0 gathers the labels and
+ * writes them and the picture as one process would. */
+static int run_radar_distributed(const char *path, const char *labels_path, const char *png_path,
+                                 const char *backend, const radar_options *o, int use_reference)
+{
+    const char *cmd = "kmeans";
+    const size_t F = RADAR_FEATURES;
+    int rank, size, failed = 0, rc = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (use_reference)
+        return cli_error(cmd, 2, "--reference runs in one process; under mpirun (%d ranks) each rank clusters its "
+                                 "band on a backend", size);
+    char msg[4400] = "", err[4200];
+    radolan r;
+    int have_r = 0;
+    float *feat = NULL;
+    uint8_t *mask = NULL;
+    int *counts = NULL, *displs = NULL;
+    dk_context *ctx = NULL;
+    dk_mpi_plan *plan = NULL;
+    radar_result out;
+    memset(&out, 0, sizeof out);
+    out.k = o->k;
+    if (labels_path && output_check(labels_path, err, sizeof err) != 0)
+        failed = FAILED("%s", err);
+    else if (png_path && plot_check_path(png_path, err, sizeof err) != 0)
+        failed = FAILED("%s", err);
+    else if (radolan_read(path, &r, err, sizeof err) != DK_OK)
+        failed = FAILED("%s", err);
+    else
+        have_r = 1;
+    if (!failed && (r.rows * r.cols > (size_t)INT32_MAX))
+        failed = FAILED("%s: a %zu x %zu grid is too large to gather on rank 0", path, r.rows, r.cols);
+    if (dist_agree(failed, msg, sizeof msg))
+        goto done;
+    /* the same file on every rank (agreed above), so the grid is the same */
+    const size_t rows = r.rows, cols = r.cols, n = rows * cols, kf = (size_t)o->k * F;
+    dk_mpi_part rpart;
+    if (dist_decompose(cmd, path, 1, &rows, NULL, 0, &rpart)) {
+        rc = 2;
+        msg[0] = '\0';
+        goto done;
+    }
+    const size_t row0 = rpart.offset[0], nrows = rpart.extent[0], nb = nrows * cols;
+    if (rank == 0)
+        printf("%s: RADOLAN %s, %zu x %zu, %zu pixels with data, %zu clutter, max %.1f %s; %d ranks, bands of %zu "
+               "rows\n", path, r.product, rows, cols, r.data_pixels, r.clutter_pixels, (double)r.max_value, r.unit,
+               size, (rows + (size_t)size - 1) / (size_t)size);
+    dist_choose_device(backend);
+    double sums[1 + 2 * RADAR_FEATURES];
+    double t0 = cli_now();
+    if (dk_context_create(backend, &ctx) != DK_OK)
+        failed = FAILED("rank %d of %d: %s", rank, size, dk_last_error(NULL));
+    else if (!(feat = malloc(nb ? nb * F * sizeof *feat : 1)) || !(mask = malloc(nb ? nb : 1)) ||
+             !(out.labels = malloc((rank == 0 ? n : nb ? nb : 1) * sizeof *out.labels)) ||
+             !(out.centroids = malloc(kf * sizeof *out.centroids)) ||
+             !(counts = malloc((size_t)size * sizeof *counts)) || !(displs = malloc((size_t)size * sizeof *displs)))
+        failed = FAILED("rank %d of %d: out of memory for its %zu rows", rank, size, nrows);
+    else if (radar_band_features(ctx, r.value, rows, cols, row0, nrows, o, feat, mask, sums, err, sizeof err) !=
+             DK_OK)
+        failed = FAILED("rank %d of %d: %s", rank, size, err);
+    if (dist_agree(failed, msg, sizeof msg))
+        goto done;
+
+    /* kmeans.h's standardization with the statistics of the whole grid */
+    MPI_Allreduce(MPI_IN_PLACE, sums, (int)(1 + 2 * F), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    dk_kmeans_texture_stats stats;
+    stats.valid = (size_t)sums[0];
+    for (size_t j = 0; j < F; j++) {
+        stats.mean[j] = stats.valid ? sums[1 + j] / (double)stats.valid : 0.0;
+        double var = stats.valid ? sums[1 + F + j] / (double)stats.valid - stats.mean[j] * stats.mean[j] : 0.0;
+        stats.sd[j] = var > 1e-12 ? sqrt(var) : 1.0;
+    }
+    if (stats.valid < (size_t)o->k) { /* the same sums everywhere: every rank says it */
+        failed = FAILED("only %zu pixel(s) have data at or above %g; --k %d needs at least as many", stats.valid,
+                        o->min_value, o->k);
+        goto done;
+    }
+    for (size_t i = 0; i < nb; i++)
+        for (size_t j = 0; j < F; j++) {
+            float *p = &feat[i * F + j];
+            *p = mask[i] ? (float)((*p - stats.mean[j]) / stats.sd[j]) : 0.0f;
+        }
+    dk_kmeans_desc d;
+    dk_kmeans_desc_init(&d);
+    d.n = n;
+    d.d = (int)F;
+    d.k = o->k;
+    d.max_iters = o->iters;
+    d.tol = o->tol;
+    d.variant = o->variant;
+    d.rows = rows;
+    d.cols = cols;
+    d.lambda = o->lambda;
+    d.window = o->window;
+    float *init = out.centroids; /* init, then the centroids in place */
+    initial_centroids(&d, feat, mask, nb, init);
+    double t1 = cli_now();
+    /* the layer's parts: image rows with the contiguity cost, else points */
+    dk_mpi_part part = rpart;
+    if (!(o->lambda < 1)) {
+        part.offset[0] = row0 * cols;
+        part.extent[0] = nb;
+    }
+    dk_status st = dk_mpi_kmeans_plan_create(ctx, MPI_COMM_WORLD, &d, &part, &plan);
+    if (st == DK_OK)
+        st = dk_mpi_kmeans_execute_host(plan, feat, mask, init, out.labels, out.centroids, &out.kmeans);
+    if (st != DK_OK)
+        failed = FAILED("%s", dk_mpi_last_error());
+    if (dist_agree(failed, msg, sizeof msg))
+        goto done;
+    double t2 = cli_now();
+
+    /* per-cluster sizes and means in physical units, added over the ranks */
+    double *acc = calloc((size_t)o->k * (1 + F), sizeof *acc);
+    out.sizes = calloc((size_t)o->k, sizeof *out.sizes);
+    out.mean_value = calloc((size_t)o->k, sizeof(double));
+    out.mean_local = calloc((size_t)o->k, sizeof(double));
+    out.mean_std = calloc((size_t)o->k, sizeof(double));
+    failed = !acc || !out.sizes || !out.mean_value || !out.mean_local || !out.mean_std;
+    if (!failed) {
+        for (size_t i = 0; i < nb; i++) {
+            int l = out.labels[i];
+            if (l < 0)
+                continue;
+            acc[(size_t)l * (1 + F)] += 1;
+            for (size_t f = 0; f < F; f++)
+                acc[(size_t)l * (1 + F) + 1 + f] += feat[i * F + f] * stats.sd[f] + stats.mean[f];
+        }
+    }
+    if (dist_agree(failed ? FAILED("rank %d of %d: out of memory", rank, size) : 0, msg, sizeof msg)) {
+        free(acc);
+        goto done;
+    }
+    MPI_Allreduce(MPI_IN_PLACE, acc, (int)((size_t)o->k * (1 + F)), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    double *mean[RADAR_FEATURES] = {out.mean_value, out.mean_local, out.mean_std};
+    for (int c = 0; c < o->k; c++) {
+        double cnt = acc[(size_t)c * (1 + F)];
+        out.sizes[c] = (size_t)cnt;
+        for (size_t f = 0; f < F; f++)
+            mean[f][c] = cnt > 0 ? acc[(size_t)c * (1 + F) + 1 + f] / cnt : 0.0;
+    }
+    free(acc);
+
+    /* rank 0 gathers the labels (in place: its band comes first) */
+    int myband = (int)nb;
+    MPI_Gather(&myband, 1, MPI_INT, counts, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    for (int j = 0, at = 0; rank == 0 && j < size; j++) {
+        displs[j] = at;
+        at += counts[j];
+    }
+    MPI_Gatherv(rank == 0 ? MPI_IN_PLACE : out.labels, myband, MPI_INT32_T, out.labels, counts, displs, MPI_INT32_T,
+                0, MPI_COMM_WORLD);
+    if (rank == 0) {
+        char where[300];
+        snprintf(where, sizeof where, "%d ranks (rank 0: %s)", size, dk_context_device(ctx));
+        report(&out.kmeans, t2 - t0, where);
+        printf("texture features %.3f ms, clustering %.3f ms (rank 0)\n", (t1 - t0) * 1e3, (t2 - t1) * 1e3);
+        for (int c = 0; c < out.k; c++)
+            printf("  cluster %d: %zu pixels, mean %.1f dBZ, local mean %.1f, local std %.2f\n", c, out.sizes[c],
+                   out.mean_value[c], out.mean_local[c], out.mean_std[c]);
+        const char *base = strrchr(path, '/');
+        if (labels_path && radolan_labels_write(labels_path, path, &r, &out, o, err, sizeof err) != DK_OK)
+            failed = FAILED("%s", err);
+        else if (png_path && radar_picture(&r, &out, o, NULL, base ? base + 1 : path, png_path, err, sizeof err))
+            failed = FAILED("%s", err);
+        else if (png_path)
+            printf("wrote %s\n", png_path);
+    }
+    if (dist_agree(failed, msg, sizeof msg))
+        goto done;
+    rc = 0;
+done:
+    if (rc && msg[0])
+        cli_error(cmd, 1, "%s", msg);
+    dk_mpi_plan_destroy(plan);
+    dk_context_destroy(ctx);
+    if (have_r)
+        radolan_free(&r);
+    radar_result_free(&out);
+    free(feat);
+    free(mask);
+    free(counts);
+    free(displs);
     return rc;
 }
 #endif

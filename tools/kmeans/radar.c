@@ -19,6 +19,14 @@
 #include "cli/cli.h"
 #include "cli/plot.h"
 
+/* radar_band_features rounds each float operation as the texture reference
+ * does (no FMA contraction), so its features are the reference's. */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
 struct radar_pipeline {
     dk_context *ctx;
     radar_options o;
@@ -223,6 +231,72 @@ static dk_status cluster_statistics(radar_pipeline *p, radar_result *res, char *
                 mean[f][c] /= (double)res->sizes[c];
     if (feat != p->h_feat)
         free(feat);
+    return DK_OK;
+}
+
+dk_status radar_band_features(dk_context *ctx, const float *value, size_t rows, size_t cols, size_t row0,
+                              size_t nrows, const radar_options *o, float *feat, uint8_t *mask,
+                              double sums[1 + 2 * RADAR_FEATURES], char *err, size_t len)
+{
+    const size_t F = RADAR_FEATURES;
+    memset(sums, 0, (1 + 2 * F) * sizeof *sums);
+    if (!nrows)
+        return DK_OK;
+    dk_gauss_desc gd;
+    dk_gauss_desc_init(&gd);
+    gd.ndim = 3;
+    gd.shape[0] = F;
+    gd.shape[1] = rows;
+    gd.shape[2] = cols;
+    gd.axes = 0x6;
+    gd.sigma[1] = gd.sigma[2] = o->texture_sigma;
+    /* the rows the smoothing of the band reaches, clipped at the grid's edges */
+    size_t h = dk_gauss_window_halo(&gd, 1);
+    size_t w0 = row0 > h ? row0 - h : 0, w1 = row0 + nrows + h < rows ? row0 + nrows + h : rows;
+    size_t nw = (w1 - w0) * cols, n = nrows * cols, skip = (row0 - w0) * cols;
+    gd.shape[1] = w1 - w0;
+    float *planes = malloc(F * nw * sizeof *planes);
+    if (!planes) {
+        snprintf(err, len, "out of memory for the texture planes of %zu rows", w1 - w0);
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    const float *v = value + w0 * cols;
+    for (size_t i = 0; i < nw; i++) { /* dk_kmeans_texture_planes */
+        int has = isfinite(v[i]);
+        float z = has ? v[i] : 0.0f;
+        planes[i] = z;
+        planes[nw + i] = z * z;
+        planes[2 * nw + i] = (float)has;
+    }
+    dk_plan *plan = NULL;
+    dk_status st = ctx ? dk_gauss_plan_create(ctx, &gd, &plan) : DK_OK;
+    if (st == DK_OK)
+        st = ctx ? dk_gauss_execute_host(plan, planes, planes) : dk_gauss_reference(&gd, planes, planes);
+    dk_plan_destroy(plan);
+    if (st != DK_OK) {
+        snprintf(err, len, "texture features: %s", dk_last_error(ctx));
+        free(planes);
+        return st;
+    }
+    const float *a = planes + skip, *b = planes + nw + skip, *w = planes + 2 * nw + skip;
+    v = value + row0 * cols;
+    for (size_t i = 0; i < n; i++) { /* dk_kmeans_texture_features_reference before the standardization */
+        int has = isfinite(v[i]);
+        float z = has ? v[i] : 0.0f;
+        float mean = w[i] > 1e-6f ? a[i] / w[i] : z;
+        float var = w[i] > 1e-6f ? b[i] / w[i] - mean * mean : 0.0f;
+        float f[RADAR_FEATURES] = {z, mean, var > 0 ? sqrtf(var) : 0.0f};
+        mask[i] = has && z >= o->min_value;
+        for (size_t j = 0; j < F; j++) {
+            feat[i * F + j] = f[j];
+            if (mask[i]) {
+                sums[1 + j] += f[j];
+                sums[1 + F + j] += (double)f[j] * f[j];
+            }
+        }
+        sums[0] += mask[i];
+    }
+    free(planes);
     return DK_OK;
 }
 

@@ -44,6 +44,18 @@ dk_status radar_pipeline_run(radar_pipeline *p, const float *value, int32_t *lab
                              radar_result *result, char *err, size_t len);
 void radar_pipeline_destroy(radar_pipeline *p);
 
+/* One rank's share of the pipeline under mpirun (kmeans/cmd.c): the
+ * features of rows [row0, row0 + nrows) of the rows x cols grid `value`
+ * (every rank holds the whole grid), before standardization, point-major
+ * (nrows * cols x RADAR_FEATURES), with the mask, and the band's unmasked
+ * count and per-feature sums and sums of squares (double, pixel order) in
+ * sums[0], sums[1 ..] and sums[1 + RADAR_FEATURES ..]. The planes are
+ * smoothed over the band widened by the gauss halo (dk_gauss_window_halo),
+ * so the values are those of the whole grid to rounding; the arithmetic is
+ * dk_kmeans_texture_features_reference's. ctx NULL: the gauss reference. */
+dk_status radar_band_features(dk_context *ctx, const float *value, size_t rows, size_t cols, size_t row0,
+                              size_t nrows, const radar_options *o, float *feat, uint8_t *mask,
+                              double sums[1 + 2 * RADAR_FEATURES], char *err, size_t len);
 /* One call: pipeline, statistics per cluster. */
 dk_status radar_cluster(dk_context *ctx, const radolan *r, const radar_options *o, radar_result *out,
                         char *err, size_t len);
