@@ -30,7 +30,11 @@ module dakit
     enumerator :: DK_MEMORY_HOST = 0, DK_MEMORY_CUDA = 1, DK_MEMORY_OPENCL = 2
   end enum
   enum, bind(c)
-    enumerator :: DK_BOUNDARY_ZERO = 0, DK_BOUNDARY_CONSTANT = 1
+    enumerator :: DK_BOUNDARY_ZERO = 0, DK_BOUNDARY_CONSTANT = 1, DK_BOUNDARY_REFLECT = 2, &
+                  DK_BOUNDARY_MIRROR = 3, DK_BOUNDARY_NEAREST = 4, DK_BOUNDARY_WRAP = 5, DK_BOUNDARY_CVAL = 6
+  end enum
+  enum, bind(c)
+    enumerator :: DK_GAUSS_RF = 0, DK_GAUSS_DERICHE = 1, DK_GAUSS_VYV = 2
   end enum
   enum, bind(c)
     enumerator :: DK_GAUSS_EXACT = 0, DK_GAUSS_OVERLAP = 1
@@ -43,7 +47,9 @@ module dakit
   public :: DK_OK, DK_ERR_INVALID_ARGUMENT, DK_ERR_NO_BACKEND, DK_ERR_NOT_IMPLEMENTED, DK_ERR_BACKEND, &
             DK_ERR_OUT_OF_MEMORY, DK_ERR_IO, DK_ERR_FORMAT, DK_F32, DK_F64, &
             DK_MEMORY_HOST, DK_MEMORY_CUDA, DK_MEMORY_OPENCL, DK_BOUNDARY_ZERO, DK_BOUNDARY_CONSTANT, &
-            DK_GAUSS_EXACT, DK_GAUSS_OVERLAP, DK_KMEANS_POINT_MAJOR, DK_KMEANS_FEATURE_MAJOR
+            DK_BOUNDARY_REFLECT, DK_BOUNDARY_MIRROR, DK_BOUNDARY_NEAREST, DK_BOUNDARY_WRAP, &
+            DK_BOUNDARY_CVAL, DK_GAUSS_RF, DK_GAUSS_DERICHE, DK_GAUSS_VYV, DK_GAUSS_EXACT, DK_GAUSS_OVERLAP, &
+            DK_KMEANS_POINT_MAJOR, DK_KMEANS_FEATURE_MAJOR
 
   ! ---- the C structures, field by field (C order; enums are C int) ----
 
@@ -66,6 +72,9 @@ module dakit
     integer(c_size_t) :: overlap
     integer(c_size_t) :: blocks
     type(c_ptr) :: variant                   ! c_null_ptr: the backend's default
+    integer(c_int) :: method                 ! DK_GAUSS_RF (default), DK_GAUSS_DERICHE, DK_GAUSS_VYV
+    integer(c_int) :: order_poles            ! vyv: 3, 4 or 5
+    real(c_double) :: cval                   ! DK_BOUNDARY_CVAL: the value outside the field
   end type
 
   ! H in compressed sparse rows, 0-based, as C's dk_csr

@@ -155,7 +155,8 @@ contains
     call compare_layout(0, 'dk_gauss_desc', [offset(b, c_loc(g%dtype)), offset(b, c_loc(g%ndim)), &
       offset(b, c_loc(g%shape)), offset(b, c_loc(g%axes)), offset(b, c_loc(g%sigma)), offset(b, c_loc(g%K)), &
       offset(b, c_loc(g%boundary)), offset(b, c_loc(g%mode)), offset(b, c_loc(g%overlap)), &
-      offset(b, c_loc(g%blocks)), offset(b, c_loc(g%variant)), c_sizeof(g)])
+      offset(b, c_loc(g%blocks)), offset(b, c_loc(g%variant)), offset(b, c_loc(g%method)), &
+      offset(b, c_loc(g%order_poles)), offset(b, c_loc(g%cval)), c_sizeof(g)])
     b = c_loc(e)
     call compare_layout(1, 'dk_enkf_desc', [offset(b, c_loc(e%dtype)), offset(b, c_loc(e%n)), &
       offset(b, c_loc(e%members)), offset(b, c_loc(e%loc_ndim)), offset(b, c_loc(e%nx)), offset(b, c_loc(e%ny)), &
