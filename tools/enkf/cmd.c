@@ -885,6 +885,7 @@ static int run_l96(int argc, char **argv)
     double sum = 0, window = 0;
     long total = (long)spinup + cycles;
     progress_start(&prog);
+    progress_stage(&prog, "%ld cycles (%d of spin-up), %zu members", total, spinup, L);
     for (long t = 0; t < total; t++) {
         l96_step(truth, 1);
         for (size_t l = 0; l < L; l++)
@@ -926,6 +927,7 @@ static int run_l96(int argc, char **argv)
             window = 0;
         }
     }
+    progress_stage(&prog, "%ld cycles done", total);
     progress_clear(&prog);
     double mean = sum / (double)cycles;
     printf("time-mean analysis RMSE over %d cycles after %d of spin-up: %.4f (observation error 1)\n", cycles,
