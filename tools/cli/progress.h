@@ -7,12 +7,6 @@
 
 #define PROGRESS_EVERY 5.0 /* seconds between lines that are not stages, in a log */
 
-/* Each command's --help lists these two lines. */
-#define PROGRESS_HELP                                                                                       \
-    "  --progress            progress on stderr even when it is no terminal (a batch job's log):\n"        \
-    "                        a line per stage and at least every 5 seconds, with the elapsed time\n"      \
-    "  --quiet               no progress (default: progress only when stderr is a terminal)\n"
-
 typedef struct progress {
     int mode;   /* -1 default, 0 --quiet, 1 --progress: the last given wins */
     int on;     /* print at all */
