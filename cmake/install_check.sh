@@ -29,6 +29,15 @@ echo "$info" | grep -q "$tmp/root.*dakit-cpu.so" || {
   echo "$info"; echo "the installed dakit did not load the installed cpu plugin"; exit 1; }
 echo "$info" | grep "dakit-cpu.so"
 
+echo "== the installed data: dakit bench finds it from any folder"
+radar=raa01-rx_10000-1408102050-dwd---bin.gz
+[ -s "$prefix/share/dakit/$radar" ] || { echo "no $prefix/share/dakit/$radar"; exit 1; }
+bench=$(cd "$tmp" && env -u DAKIT_DATA -u DAKIT_RADOLAN "$prefix/bin/dakit" bench --case radar_900 \
+  --backend cpu --max-runs 3 --min-time 0 2>&1) || { echo "$bench"; echo "dakit bench radar_900 failed"; exit 1; }
+echo "$bench" | grep -q "radar_900: data $tmp/root.*/share/dakit/$radar" || {
+  echo "$bench"; echo "the installed dakit did not read the installed data file"; exit 1; }
+echo "$bench" | grep "radar_900: data" | head -1
+
 if [ "$man" = man ]; then
   echo "== man pages"
   for page in dakit dakit-gauss dakit-enkf dakit-kmeans; do

@@ -10,6 +10,7 @@
 #include "cli/dist.h"
 #include "cli/netcdf.h"
 #include "cli/plot.h"
+#include "cli/progress.h"
 #include "cli/npy.h"
 #include "cli/output.h"
 
@@ -66,6 +67,9 @@ static void usage(FILE *f)
             "  --svg FILE / --pdf FILE   the same picture also as SVG / PDF (vector)\n"
             "  --every K             print the RMSE every K cycles, 1 to 10000000 (default 200)\n"
             "  --max-rmse X / --min-rmse X   exit 1 unless the time-mean analysis RMSE is <= / >= X (>= 0)\n"
+            "  --progress            on stderr the cycle reached, even when it is no terminal (a batch\n"
+            "                        job's log): a line at least every 5 seconds, with the elapsed time\n"
+            "  --quiet               no progress (default: progress only when stderr is a terminal)\n"
             "  --backend NAME        as above\n");
 }
 
@@ -759,12 +763,16 @@ static int run_l96(int argc, char **argv)
     uint64_t seed = 1;
     const char *png = "enkf-l96.png", *svg = NULL, *pdf = NULL, *backend = NULL;
     int png_given = 0;
+    progress prog;
+    progress_init(&prog, "enkf l96");
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
         }
+        if (progress_option(&prog, a))
+            continue;
         if (!(v = cli_value(CMD, argc, argv, &i)))
             return 2;
         int bad = 0;
@@ -876,6 +884,8 @@ static int run_l96(int argc, char **argv)
         printf("localization half-width %.3g grid points (zero beyond %.3g)\n", radius, 2 * radius);
     double sum = 0, window = 0;
     long total = (long)spinup + cycles;
+    progress_start(&prog);
+    progress_stage(&prog, "%ld cycles (%d of spin-up), %zu members", total, spinup, L);
     for (long t = 0; t < total; t++) {
         l96_step(truth, 1);
         for (size_t l = 0; l < L; l++)
@@ -907,13 +917,18 @@ static int run_l96(int argc, char **argv)
         window += rmse[t];
         if (t >= spinup)
             sum += rmse[t];
+        progress_tick(&prog, "cycle %ld of %ld%s, analysis RMSE %.4f", t + 1, total, t < spinup ? " (spin-up)" : "",
+                      rmse[t]);
         if ((t + 1) % every == 0) {
+            progress_clear(&prog);
             printf("cycle %6ld%s  analysis RMSE %.4f  (mean of the last %d: %.4f)\n", t + 1,
                    t < spinup ? " (spin-up)" : "", rmse[t], every, window / (double)every);
             fflush(stdout);
             window = 0;
         }
     }
+    progress_stage(&prog, "%ld cycles done", total);
+    progress_clear(&prog);
     double mean = sum / (double)cycles;
     printf("time-mean analysis RMSE over %d cycles after %d of spin-up: %.4f (observation error 1)\n", cycles,
            spinup, mean);

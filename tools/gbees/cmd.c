@@ -12,6 +12,7 @@
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "cli/plot.h"
+#include "cli/progress.h"
 #include "cli/npy.h"
 #include "cli/output.h"
 #include "gbees/snapshot.h"
@@ -43,7 +44,10 @@ static void usage(FILE *f)
             "  --variant NAME      one of the backend's variants (cuda: auto, coop, dp, host;\n"
             "                      opencl: count-first, one-wait; default: the backend's first)\n"
             "  --reference         use the serial reference instead of a backend\n"
-            "  --quiet             no progress even on a terminal\n");
+            "  --progress          progress on stderr even when it is no terminal (a batch job's\n"
+            "                      log): a line per snapshot and at least every 5 seconds, with\n"
+            "                      the elapsed time\n"
+            "  --quiet             no progress (default: progress only when stderr is a terminal)\n");
 }
 
 static int make_dir(const char *path)
@@ -61,7 +65,9 @@ int cmd_gbees(int argc, char **argv)
     const char *model_s = NULL, *meas_dir = NULL, *out_dir = NULL, *backend = NULL;
     dk_gbees_desc d;
     dk_gbees_desc_init(&d);
-    int use_reference = 0, quiet = 0;
+    int use_reference = 0;
+    progress prog;
+    progress_init(&prog, cmd);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -81,10 +87,8 @@ int cmd_gbees(int argc, char **argv)
             use_reference = 1;
             continue;
         }
-        if (!strcmp(a, "--quiet")) {
-            quiet = 1;
+        if (progress_option(&prog, a))
             continue;
-        }
         const char *v = cli_value(cmd, argc, argv, &i);
         if (!v)
             return 2;
@@ -149,17 +153,15 @@ int cmd_gbees(int argc, char **argv)
         free(meas);
         return rc;
     }
-    int progress = !quiet && isatty(2);
     const char *engine = use_reference ? "the serial reference" : dk_context_backend(ctx);
-    double t0 = cli_now(), last_print = t0;
-    uint64_t last_steps = 0;
+    double t0 = cli_now();
+    progress_start(&prog);
     int rc = 0, files = 0;
     struct { int period, index; double t; } *times = NULL; /* each snapshot's, for summary.txt */
     for (;;) {
         dk_gbees_event ev;
         if (dk_gbees_run(plan, 50, &ev) != DK_OK) {
-            if (progress)
-                fprintf(stderr, "\n");
+            progress_clear(&prog);
             rc = cli_error(cmd, 1, "%s (the %d snapshots written so far are kept)", dk_last_error(ctx), files);
             break;
         }
@@ -187,17 +189,13 @@ int cmd_gbees(int argc, char **argv)
             times[files].index = s.index;
             times[files].t = s.t;
             files++;
+            progress_stage(&prog, "snapshot %d of period %d at t = %.4f: %zu cells, %llu steps", s.index, s.period,
+                           s.t, s.cells, (unsigned long long)st.steps);
         }
-        double now = cli_now();
-        if (progress && now - last_print > 0.25) {
-            fprintf(stderr, "\rgbees: t = %.4f  cells %zu  steps %llu  (%.0f steps/s)   ", st.t, st.cells,
-                    (unsigned long long)st.steps, (st.steps - last_steps) / (now - last_print));
-            last_print = now;
-            last_steps = st.steps;
-        }
+        progress_tick(&prog, "t = %.4f  cells %zu  steps %llu  (%.0f steps/s)", st.t, st.cells,
+                      (unsigned long long)st.steps, st.steps / (cli_now() - t0 + 1e-9));
     }
-    if (progress)
-        fprintf(stderr, "\r%70s\r", "");
+    progress_clear(&prog);
     double wall = cli_now() - t0;
     dk_gbees_stats st;
     dk_gbees_stats_get(plan, &st);

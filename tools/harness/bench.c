@@ -9,7 +9,9 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
+#include "cli/datafile.h"
 #include "cli/output.h"
+#include "cli/progress.h"
 #include "harness/bench.h"
 
 #define MAX_BACKENDS 16
@@ -18,11 +20,40 @@
 static const bench_suite *const suites[] = {&bench_gauss, &bench_enkf, &bench_kmeans, &bench_gbees};
 #define NSUITES ((int)(sizeof suites / sizeof suites[0]))
 
+/* The data files cases read, found by cli_data_file; the case takes the
+ * path from its environment variable (kmeans/bench.c reads DAKIT_RADOLAN),
+ * which, when the caller set it, wins. */
+static const struct {
+    const char *algo, *name, *file, *env;
+} case_data[] = {
+    {"kmeans", "radar_900", "raa01-rx_10000-1408102050-dwd---bin.gz", "DAKIT_RADOLAN"},
+};
+#define NDATA ((int)(sizeof case_data / sizeof case_data[0]))
+
+/* 0 when the case's data is found (or it needs none), else -1 with why. */
+static int find_case_data(const char *algo, const char *name, char *why, size_t len)
+{
+    for (int d = 0; d < NDATA; d++) {
+        if (strcmp(case_data[d].algo, algo) || strcmp(case_data[d].name, name))
+            continue;
+        const char *given = getenv(case_data[d].env);
+        char path[4200];
+        if (given && *given)
+            snprintf(path, sizeof path, "%s", given);
+        else if (cli_data_file(case_data[d].file, path, sizeof path, why, len) != 0)
+            return -1;
+        else
+            setenv(case_data[d].env, path, 1);
+        fprintf(stderr, "%s %s: data %s\n", algo, name, path);
+    }
+    return 0;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f,
             "usage: dakit bench [[--algo] ALGO[,ALGO...]] [--backend NAME[,NAME...]|all] [--case NAME[,...]]\n"
-            "                   [--csv FILE] [--min-time SECONDS] [--max-runs N]\n"
+            "                   [--csv FILE] [--min-time SECONDS] [--max-runs N] [--progress|--quiet]\n"
             "       dakit bench --ranks P [--backend NAME] [--case NAME[,...]] [--min-time S] [--max-runs N]\n"
             "\n"
             "Times each benchmark case on each backend and variant: one warm-up, then repeated\n"
@@ -38,6 +69,9 @@ static void usage(FILE *f)
             "  --csv FILE                 also write one row per case, backend and variant\n"
             "  --min-time SECONDS         keep repeating a case this long, 0 to 86400 (default 1)\n"
             "  --max-runs N               timed runs per case at most, 3 to 200 (default 50)\n"
+            "  --progress                 on stderr the case being timed, even when it is no terminal\n"
+            "                             (a batch job's log), with the elapsed time\n"
+            "  --quiet                    no progress (default: progress only when stderr is a terminal)\n"
             "  --ranks P                  the distributed cases below over P MPI ranks (libdakit-mpi):\n"
             "                             per case the median time from a barrier to the slowest rank,\n"
             "                             and per rank its execute time and the part spent in MPI\n"
@@ -45,6 +79,16 @@ static void usage(FILE *f)
             "                             the layer's overhead. Started without mpirun, it starts itself\n"
             "                             under $DAKIT_MPIRUN (default mpirun) -n P. One backend\n"
             "                             (default: auto).\n"
+            "\n"
+            "A case that cannot run here (its data file is not found, the backend refuses it) is\n"
+            "reported as skipped with the reason, in the table and in the CSV's last column,\n"
+            "`skipped` (empty for a case that ran; its numbers are then empty). The RADOLAN case\n"
+            "reads its file from $DAKIT_RADOLAN, else from the folder $DAKIT_DATA when set, else\n"
+            "from the installed data folder (DATADIR/dakit), else from tests/data of the source\n"
+            "tree of the build that made this dakit.\n"
+            "\n"
+            "exit status: 0 at least one case ran and none failed; 1 a case failed, or nothing\n"
+            "ran (every case skipped); 2 bad usage. Skipped cases alone change nothing.\n"
             "\n"
             "cases:\n");
     for (int s = 0; s < NSUITES; s++)
@@ -122,16 +166,43 @@ static int known_case(const char *p, size_t len)
     return 0;
 }
 
+/* A CSV field: quoted, its quotes doubled, its line breaks made blanks. */
+static void csv_text(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; *s; s++)
+        if (*s == '"')
+            fputs("\"\"", f);
+        else
+            fputc(*s == '\n' || *s == '\r' ? ' ' : *s, f);
+    fputc('"', f);
+}
+
+/* A skipped case's CSV row: the same columns, the numbers empty, the reason last. */
+static void csv_skipped(FILE *csv, const char *algo, const char *name, const char *backend, const char *variant,
+                        const char *device, double bw, const char *why)
+{
+    fprintf(csv, "%s,%s,%s,%s,", algo, name, backend, variant);
+    csv_text(csv, device);
+    fprintf(csv, ",,,,,%.3f,,,", bw / 1e9);
+    csv_text(csv, why);
+    fputc('\n', csv);
+}
+
 int cmd_bench(int argc, char **argv)
 {
     const char *cmd = "bench", *backend_s = "all", *csv_path = NULL, *case_s = NULL, *algo_s = NULL;
     double min_time = 1.0;
     int max_runs = 50, ranks = 0;
+    progress prog;
+    progress_init(&prog, cmd);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
             return 0;
+        } else if (progress_option(&prog, a)) {
+            continue;
         } else if (a[0] != '-') {
             algo_s = a;
         } else if (!strcmp(a, "--algo")) {
@@ -185,11 +256,12 @@ int cmd_bench(int argc, char **argv)
             return cli_error(cmd, 1, "%s", err);
         csv = out.f;
         fprintf(csv, "algo,case,backend,variant,device,median_ms,min_ms,runs,gb_per_s,copy_gb_per_s,floor_ms,"
-                     "ratio_to_floor\n");
+                     "ratio_to_floor,skipped\n");
     }
     char names[MAX_BACKENDS][64];
     int nb = cli_select_backends(backend_s, names, MAX_BACKENDS);
-    int ran = 0;
+    int ran = 0, failures = 0;
+    progress_start(&prog);
     printf("%-6s %-15s %-16s %10s %10s %6s %9s %9s %7s\n", "algo", "case", "backend", "median ms", "min ms",
            "runs", "GB/s", "floor ms", "ratio");
     for (int b = 0; b < nb; b++) {
@@ -212,9 +284,17 @@ int cmd_bench(int argc, char **argv)
                 for (const char *const *v = variants; v && *v; v++) {
                     char label[96];
                     snprintf(label, sizeof label, "%s/%s", names[b], *v);
-                    void *st = su->setup(ctx, c, *v, err, sizeof err);
+                    void *st = NULL;
+                    int have_data = find_case_data(su->algo, su->name(c), err, sizeof err) == 0;
+                    progress_stage(&prog, "%s %s on %s", su->algo, su->name(c), label);
+                    if (have_data)
+                        st = su->setup(ctx, c, *v, err, sizeof err);
+                    progress_clear(&prog);
                     if (!st) {
                         printf("%-6s %-15s %-16s skipped: %s\n", su->algo, su->name(c), label, err);
+                        fflush(stdout);
+                        if (csv)
+                            csv_skipped(csv, su->algo, su->name(c), names[b], *v, dk_context_device(ctx), bw, err);
                         continue;
                     }
                     double t[MAX_RUNS];
@@ -224,10 +304,13 @@ int cmd_bench(int argc, char **argv)
                         double t0 = cli_now();
                         failed = su->run(st) != DK_OK;
                         t[n++] = cli_now() - t0;
+                        progress_tick(&prog, "%s %s on %s: %d runs", su->algo, su->name(c), label, n);
                     }
+                    progress_clear(&prog); /* teardown may print */
                     su->teardown(st);
                     if (failed) {
                         printf("%-6s %-15s %-16s failed: %s\n", su->algo, su->name(c), label, dk_last_error(ctx));
+                        failures++;
                         continue;
                     }
                     double med = median(t, n), mn = t[0], moved = su->bytes(c);
@@ -236,7 +319,7 @@ int cmd_bench(int argc, char **argv)
                            med * 1e3, mn * 1e3, n, moved / med / 1e9, floor_s * 1e3, med / floor_s);
                     fflush(stdout);
                     if (csv)
-                        fprintf(csv, "%s,%s,%s,%s,\"%s\",%.6f,%.6f,%d,%.3f,%.3f,%.6f,%.4f\n", su->algo, su->name(c),
+                        fprintf(csv, "%s,%s,%s,%s,\"%s\",%.6f,%.6f,%d,%.3f,%.3f,%.6f,%.4f,\n", su->algo, su->name(c),
                                 names[b], *v, dk_context_device(ctx), med * 1e3, mn * 1e3, n, moved / med / 1e9,
                                 bw / 1e9, floor_s * 1e3, med / floor_s);
                     ran++;
@@ -245,7 +328,10 @@ int cmd_bench(int argc, char **argv)
         }
         dk_context_destroy(ctx);
     }
+    progress_clear(&prog);
     if (csv && output_commit(&out, err, sizeof err) != 0)
         return cli_error(cmd, 1, "%s", err);
-    return ran ? 0 : 1;
+    if (!ran)
+        fprintf(stderr, "dakit bench: no case ran\n");
+    return ran && !failures ? 0 : 1;
 }

@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/dist.h"
 #include "cli/output.h"
+#include "cli/progress.h"
 #include "harness/conform.h"
 
 #define MAX_BACKENDS 16
@@ -31,7 +32,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: dakit conform [--backend NAME[,NAME...]|all] [--algo gauss] [--quick] [--junit FILE]\n"
-            "                     [--ranks P]\n"
+            "                     [--ranks P] [--progress|--quiet]\n"
             "\n"
             "Runs the shared conformance cases on each selected backend (every variant it offers)\n"
             "against the serial reference and prints a table and one verdict per backend.\n"
@@ -46,6 +47,9 @@ static void usage(FILE *f)
             "                             reference and tolerances; started without mpirun, it starts\n"
             "                             itself under $DAKIT_MPIRUN (default mpirun) -n P; under\n"
             "                             mpirun, P must be the number of ranks. Rank 0 prints.\n"
+            "  --progress                 on stderr the case being run, even when it is no terminal\n"
+            "                             (a batch job's log), with the elapsed time\n"
+            "  --quiet                    no progress (default: progress only when stderr is a terminal)\n"
             "\n"
             "exit status: 0 every case passed on every selected backend; 1 a case failed;\n"
             "4 some selected backend is absent or lacks a selected algorithm; 77 nothing could\n"
@@ -240,10 +244,14 @@ int cmd_conform(int argc, char **argv)
 {
     const char *cmd = "conform", *backend_s = "all", *algo_s = NULL, *junit = NULL;
     int quick = 0, ranks = 0;
+    progress prog;
+    progress_init(&prog, cmd);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
             return 0;
+        } else if (progress_option(&prog, argv[i])) {
+            continue;
         } else if (!strcmp(argv[i], "--ranks")) {
             const char *v = cli_value(cmd, argc, argv, &i);
             if (!v || cli_int(cmd, "--ranks", v, 1, 1 << 20, &ranks))
@@ -340,6 +348,7 @@ int cmd_conform(int argc, char **argv)
 
     static row rows[MAX_ROWS];
     int nrows = 0, failed_total = 0, lacking = 0;
+    progress_start(&prog);
     char missing[MAX_BACKENDS][128] = {{0}}; /* algorithms a present backend lacks */
     int optional[MAX_BACKENDS] = {0};         /* cases of optional features a backend lacks */
     printf("\n%-8s %-24s %-16s %-24s %12s %12s  %s\n", "algo", "case", "backend", "device", "error", "tolerance",
@@ -384,11 +393,14 @@ int cmd_conform(int argc, char **argv)
                     rw->case_index = i;
                     rw->backend = b;
                     snprintf(rw->variant, sizeof rw->variant, "%s", *v ? *v : "");
+                    progress_stage(&prog, "%s %s on %s%s%s", su->algo, su->name(i), names[b], *v ? "/" : "",
+                                   *v ? *v : "");
                     double t0 = cli_now();
                     su->run(ctx[b], *v, i, &rw->r);
                     rw->seconds = cli_now() - t0;
                     char label[96];
                     snprintf(label, sizeof label, "%s%s%s", names[b], rw->variant[0] ? "/" : "", rw->variant);
+                    progress_clear(&prog);
                     if (rw->r.not_implemented) {
                         printf("%-8s %-24s %-16s not implemented: %s\n", su->algo, su->name(i), label, rw->r.detail);
                         optional[b]++;
@@ -410,6 +422,7 @@ int cmd_conform(int argc, char **argv)
         }
     }
 
+    progress_clear(&prog);
     printf("\n");
     for (int b = 0; b < nb; b++) {
         int pass = 0, fail = 0;
