@@ -188,8 +188,8 @@ def test_cupy_gauss_in_place_is_zero_copy(calls, rng):
     assert calls.wrapped_pointers() == [x.data.ptr]
     once = dakit.gauss(host, 3.0, backend="cpu")
     np.testing.assert_allclose(cp.asnumpy(x), once, rtol=0, atol=1e-6)
-    assert plan(x, out=x) is x  # the wrapper is kept for the next call
-    assert calls.wrapped_pointers() == [x.data.ptr]
+    assert plan(x, out=x) is x  # the wrapper is kept for the next call (the cpu calls wrap host memory)
+    assert calls.wrapped_pointers().count(x.data.ptr) == 1
     # twice filtered on each side: each side's float32 rounding twice
     np.testing.assert_allclose(cp.asnumpy(x), dakit.gauss(once, 3.0, backend="cpu"), rtol=0, atol=3e-6)
 
