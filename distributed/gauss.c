@@ -300,13 +300,6 @@ DK_MPI_API dk_status dk_mpi_gauss_plan_create(dk_context *ctx, MPI_Comm comm, co
         for (int j = 0; j < size; j++)
             if (dkm_box_count(&boxes[j]) && boxes[j].hi[i] - boxes[j].lo[i] < global->shape[a])
                 split = 1;
-        if (split && global->mode == DK_GAUSS_OVERLAP) {
-            st = dkm_fail(DK_ERR_NOT_IMPLEMENTED,
-                          "%s: overlap mode is not distributed: the filtered axis %d is split between ranks; use "
-                          "exact mode, or keep every filtered axis whole on every rank",
-                          CREATE, a);
-            goto fail;
-        }
         if (split && global->boundary == DK_BOUNDARY_WRAP) {
             st = dkm_fail(DK_ERR_NOT_IMPLEMENTED,
                           "%s: boundary wrap is not distributed: the filtered axis %d is split between ranks, and "
@@ -332,7 +325,11 @@ DK_MPI_API dk_status dk_mpi_gauss_plan_create(dk_context *ctx, MPI_Comm comm, co
             make_local_plan(p, sg, global, &p->own, &o);
             continue;
         }
-        size_t h = dk_gauss_window_halo(global, sg->axis), sends = 0, recvs = 0;
+        /* overlap mode cuts its blocks on the whole line: a split axis is
+         * gathered whole (h = the line), so the blocks are the single
+         * process's */
+        size_t h = global->mode == DK_GAUSS_OVERLAP ? global->shape[sg->axis] : dk_gauss_window_halo(global, sg->axis),
+               sends = 0, recvs = 0;
         plan_exchange(p, sg, boxes, h, &o, &sends, &recvs);
         size_t e = dkm_box_count(&sg->ext);
         ext_max = e > ext_max ? e : ext_max;

@@ -80,6 +80,8 @@ cases = [
     ("3d_f64", ["--sigma", "1.5"], 3, None),
     ("3d_f64", ["--sigma", "1,2,0.7", "--dtype", "f32"], 3, "1x1x3"),
     ("3d_f64", ["--sigma", "1.5", "--axes", "0,2"], 2, "1x2x1"),
+    ("2d_f32", ["--sigma", "2", "--mode", "overlap"], 3, "3x1"),
+    ("2d_f32", ["--sigma", "2", "--method", "deriche", "--boundary", "reflect"], 2, "2x1"),
 ]
 for i, (name, opts, np, decomp) in enumerate(cases):
     src = os.path.join(tmp, name + ".npy")
@@ -116,8 +118,8 @@ bad = [
     ("an unknown backend", ["--in", src2, "--sigma", "2", "--backend", "nosuch"], "", "nosuch", "1"),
     ("--decomp whose product is not the ranks", ["--in", src2, "--sigma", "2", "--decomp", "2x2"], "",
      "--decomp", "2"),
-    ("overlap mode on a split filtered axis", ["--in", src2, "--sigma", "2", "--mode", "overlap"], "",
-     "overlap", "1"),
+    ("wrap on a split filtered axis", ["--in", src2, "--sigma", "2", "--boundary", "wrap"], "",
+     "wrap", "1"),
     ("a device the last rank does not have", ["--in", src2, "--sigma", "2"], "DAKIT_DEVICE=9",
      "DAKIT_DEVICE=9", "1"),
 ]

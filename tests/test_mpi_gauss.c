@@ -299,10 +299,6 @@ static void bad_input(dk_context *ctx)
         dk_mpi_plan_destroy(make_or_report(ctx, &d, &q, &st));
         expect_failure("parts overlap", st, DK_ERR_INVALID_ARGUMENT, "overlaps the part of rank 1");
 
-        dk_gauss_desc o = d;
-        o.mode = DK_GAUSS_OVERLAP;
-        dk_mpi_plan_destroy(make_or_report(ctx, &o, &part, &st));
-        expect_failure("overlap mode on a split axis", st, DK_ERR_NOT_IMPLEMENTED, "overlap mode is not distributed");
     }
     dk_mpi_part q = part;
     if (last)
@@ -357,6 +353,14 @@ static void bad_input(dk_context *ctx)
     od.blocks = 7;
     part_of(&og, &part);
     check_case(ctx, "overlap_split0_filter1", &od, &part, 0);
+    /* overlap mode on split filtered axes: each split axis is gathered
+     * whole, so the blocks are the single process's */
+    od.axes = 3;
+    od.sigma[0] = 2;
+    check_case(ctx, "overlap_split0_filter01", &od, &part, 0);
+    od.overlap = 3;
+    od.blocks = 3072; /* more blocks than values: one value a block */
+    check_case(ctx, "overlap_split0_many_blocks", &od, &part, 1);
 
     /* a backend that fails on one rank: no gauss at all (plan creation),
      * then a device that fails at every execute */
