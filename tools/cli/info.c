@@ -58,5 +58,11 @@ int cmd_info(int argc, char **argv)
         printf("\nauto selection picks: %s (%s)\n", backend, device);
     else
         printf("\nauto selection fails: %s\n", why);
+#ifdef DK_TOOLS_MPI
+    printf("distributed (libdakit-mpi, under mpirun): gauss, enkf cov and analysis, kmeans; gbees runs on one "
+           "device\n");
+#else
+    printf("distributed: not built (no MPI when dakit was configured); gbees runs on one device in any case\n");
+#endif
     return usable ? 0 : 1;
 }
