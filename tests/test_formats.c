@@ -295,6 +295,7 @@ int main(int argc, char **argv)
         for (int l = 0; l < 6; l++)
             ((double *)E.data)[i * 6 + l] = ens_float(l, i / 5, i % 5);
     CHECK(npy_write(at("e.npy"), &E, err, sizeof err) == DK_OK, "%s", err);
+    free(E.data);
     npy_array c = {.dtype = DK_F64, .ndim = 1, .shape = {20}, .count = 20};
     double cv[20], yv[3] = {0.5, -0.2, 1.0}, rv[3] = {0.5, 0.5, 0.5};
     for (int i = 0; i < 20; i++)
