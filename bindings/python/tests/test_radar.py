@@ -60,7 +60,7 @@ def test_read_radolan_errors(tmp_path):
         dakit.radar.read_radolan(str(tmp_path / "text.txt"))
 
 
-@pytest.mark.parametrize("backend", backends("kmeans"))
+@pytest.mark.parametrize("backend", backends("kmeans", ("cpu", "opencl", "cuda")))
 @pytest.mark.parametrize("options", [{}, {"k": 4, "lam": 0.5, "window": 3, "texture_sigma": 1.5, "min_dbz": 10.0,
                                           "max_iter": 7}], ids=["defaults", "options"])
 def test_cluster_equals_the_command(backend, options, tmp_path):
