@@ -8,7 +8,7 @@
 #include <dakit/kmeans.h>
 
 #include "check.h"
-#include "kmeans/radolan.h"
+#include <dakit/radolan.h>
 
 /* stops the test where going on would only crash */
 #define REQUIRE(cond)                                                                                      \
@@ -93,10 +93,6 @@ static void blobs(dk_context *ctx)
 
 static unsigned char *slurp_gz(const char *path, size_t *size)
 {
-    radolan r;
-    char err[512];
-    (void)r;
-    (void)err;
     char cmd[1200];
     snprintf(cmd, sizeof cmd, "gzip -dc '%s'", path);
     FILE *p = popen(cmd, "r");
@@ -118,9 +114,10 @@ static void write_file(const char *path, const unsigned char *b, size_t n)
 
 static void reader(const char *path, const char *tmpdir)
 {
-    radolan r;
-    char err[512], p[1024];
-    REQUIRE(radolan_read(path, &r, err, sizeof err) == DK_OK);
+    dk_radolan r;
+    char p[1024];
+#define err dk_last_error(NULL)
+    REQUIRE(dk_radolan_read(path, &r) == DK_OK);
     CHECK(!strcmp(r.product, "RX") && r.rows == 900 && r.cols == 900, "%s %zu x %zu", r.product, r.rows, r.cols);
     CHECK(r.data_pixels == 633455, "pixels with data %zu", r.data_pixels);
     CHECK(fabsf(r.max_value - 56.5f) < 1e-6f, "max %g", (double)r.max_value);
@@ -128,7 +125,7 @@ static void reader(const char *path, const char *tmpdir)
     for (size_t i = 0; i < r.rows * r.cols; i++)
         ge5 += r.has_data[i] && r.value[i] >= 5;
     CHECK(ge5 == 149569, "pixels >= 5 dBZ %zu", ge5);
-    radolan_free(&r);
+    dk_radolan_free(&r);
 
     size_t size = 0;
     unsigned char *b = slurp_gz(path, &size);
@@ -136,28 +133,28 @@ static void reader(const char *path, const char *tmpdir)
     /* the plain (uncompressed) file reads the same */
     snprintf(p, sizeof p, "%s/plain.bin", tmpdir);
     write_file(p, b, size);
-    CHECK(radolan_read(p, &r, err, sizeof err) == DK_OK && r.data_pixels == 633455, "plain file: %s", err);
-    radolan_free(&r);
+    CHECK(dk_radolan_read(p, &r) == DK_OK && r.data_pixels == 633455, "plain file: %s", err);
+    dk_radolan_free(&r);
     /* truncated */
-    CHECK(radolan_parse(b, size - 1000, &r, err, sizeof err) == DK_ERR_FORMAT && strstr(err, "truncated"),
+    CHECK(dk_radolan_parse(b, size - 1000, &r) == DK_ERR_FORMAT && strstr(err, "truncated"),
            "truncated: %s", err);
     /* a grid that disagrees with the byte count (BY removed so the size check speaks) */
     unsigned char *c = malloc(size);
     memcpy(c, b, size);
     memcpy(strstr((char *)c, "BY"), "XX", 2);
-    CHECK(radolan_parse(c, size - 900, &r, err, sizeof err) == DK_ERR_FORMAT && strstr(err, "truncated"),
+    CHECK(dk_radolan_parse(c, size - 900, &r) == DK_ERR_FORMAT && strstr(err, "truncated"),
            "short data: %s", err);
     memcpy(strstr((char *)c, "GP") + 3, "899", 3);
-    CHECK(radolan_parse(c, size, &r, err, sizeof err) == DK_ERR_FORMAT && strstr(err, "needs"), "grid: %s", err);
+    CHECK(dk_radolan_parse(c, size, &r) == DK_ERR_FORMAT && strstr(err, "needs"), "grid: %s", err);
     /* unknown product */
     memcpy(c, b, size);
     c[0] = 'Q';
     c[1] = 'Q';
-    CHECK(radolan_parse(c, size, &r, err, sizeof err) == DK_ERR_FORMAT && strstr(err, "unknown"), "product: %s",
+    CHECK(dk_radolan_parse(c, size, &r) == DK_ERR_FORMAT && strstr(err, "unknown"), "product: %s",
            err);
     /* no header end */
     memset(c, 'A', 9000);
-    CHECK(radolan_parse(c, 9000, &r, err, sizeof err) == DK_ERR_FORMAT, "no header: %s", err);
+    CHECK(dk_radolan_parse(c, 9000, &r) == DK_ERR_FORMAT, "no header: %s", err);
     /* a corrupt gzip stream */
     FILE *f = fopen(path, "rb");
     unsigned char gz[4096];
@@ -167,7 +164,17 @@ static void reader(const char *path, const char *tmpdir)
         gz[i] ^= 0x5a;
     snprintf(p, sizeof p, "%s/corrupt.gz", tmpdir);
     write_file(p, gz, gn);
-    CHECK(radolan_read(p, &r, err, sizeof err) == DK_ERR_FORMAT, "corrupt gzip: %s", err);
+    CHECK(dk_radolan_read(p, &r) == DK_ERR_FORMAT, "corrupt gzip: %s", err);
+    CHECK(dk_radolan_read(p, &r) == DK_ERR_FORMAT && strstr(err, "corrupt") && strstr(err, "corrupt.gz"),
+          "corrupt gzip sentence: %s", err);
+    snprintf(p, sizeof p, "%s/absent.gz", tmpdir);
+    CHECK(dk_radolan_read(p, &r) == DK_ERR_IO && strstr(err, "cannot open") && strstr(err, "absent.gz"),
+          "missing file: %s", err);
+    double x0 = 0, y0 = 0;
+    CHECK(dk_radolan_grid_origin(900, 900, &x0, &y0) == DK_OK && x0 == -523.4622 && y0 == -4658.645,
+          "900 x 900 origin %g %g", x0, y0);
+    CHECK(dk_radolan_grid_origin(1, 3, &x0, &y0) == DK_ERR_INVALID_ARGUMENT && strstr(err, "1 x 3"),
+          "unknown grid: %s", err);
     /* a two-byte product: RW, precision 0.1, one value, one no-data, one clutter */
     const char *fmt = "RW102050100000814BY%7zuVS 3SW   2.13.1PR E-01INT  60GP   1x   3MS 10<boo,ros> \x03";
     char hdr[200];
@@ -177,12 +184,13 @@ static void reader(const char *path, const char *tmpdir)
     memcpy(two, hdr, hl);
     unsigned short px[3] = {123, 0x2000 | 29, 0x8000 | 5};
     memcpy(two + hl, px, sizeof px);
-    CHECK(radolan_parse(two, hl + 6, &r, err, sizeof err) == DK_OK && r.bytes_per_pixel == 2 && r.cols == 3 &&
+    CHECK(dk_radolan_parse(two, hl + 6, &r) == DK_OK && r.bytes_per_pixel == 2 && r.cols == 3 &&
                fabsf(r.value[0] - 12.3f) < 1e-5f && r.data_pixels == 1 && r.clutter_pixels == 1,
            "two-byte product: %s", err);
-    radolan_free(&r);
+    dk_radolan_free(&r);
     free(c);
     free(b);
+#undef err
 }
 
 int main(int argc, char **argv)

@@ -1,22 +1,24 @@
-/* libFuzzer target: DWD RADOLAN composites (radolan_read, tools/kmeans/
- * radolan.c), gzip or plain: zlib tells them apart, so one input may be
+/* libFuzzer target: DWD RADOLAN composites (dk_radolan_read, algorithms/
+ * kmeans/radolan.c), gzip or plain: zlib tells them apart, so one input may be
  * either. Any input is read or refused with a sentence; a result's grid is
  * within the reader's limit and its pixels agree with their flags. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
-#include "kmeans/radolan.h"
+#include <dakit/radolan.h>
 
 #include "fuzz_input.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    char path[64], err[1024];
+    char path[64];
     if (fuzz_input_file(data, size, path))
         return 0;
-    radolan r;
-    err[0] = '\0';
-    if (radolan_read(path, &r, err, sizeof err) == DK_OK) {
+    dk_radolan r;
+    dk_status st = dk_radolan_read(path, &r);
+    const char *err = dk_last_error(NULL);
+    if (st == DK_OK) {
         size_t n = r.rows * r.cols, with = 0;
         if (!r.rows || !r.cols || r.rows > 10000 || r.cols > 10000 || (r.bytes_per_pixel != 1 && r.bytes_per_pixel != 2))
             abort();
@@ -27,8 +29,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         if (with != r.data_pixels || r.data_pixels + r.clutter_pixels > n)
             abort();
-        radolan_free(&r);
-    } else if (!err[0] || r.value || r.has_data) {
+        dk_radolan_free(&r);
+    } else if (!err[0] || !strcmp(err, "no error") || r.value || r.has_data) {
         abort();
     }
     unlink(path);

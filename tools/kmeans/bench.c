@@ -27,7 +27,7 @@
 #include "cli/cli.h"
 #include "harness/bench.h"
 #include "kmeans/radar.h"
-#include "kmeans/radolan.h"
+#include <dakit/radolan.h>
 
 #define RADAR_FILE "tests/data/raa01-rx_10000-1408102050-dwd---bin.gz"
 
@@ -48,7 +48,7 @@ typedef struct state {
     dk_kmeans_desc desc;
     float *h_points, *h_init; /* kept for DAKIT_BENCH_KMEANS_CHECK */
     double feature_seconds, cluster_seconds;
-    radolan r;
+    dk_radolan r;
     radar_pipeline *radar;
     int32_t *h_labels;
     float h_cent[6 * RADAR_FEATURES];
@@ -118,7 +118,7 @@ static void teardown(void *p)
     dk_buffer_destroy(s->labels);
     dk_buffer_destroy(s->cent);
     radar_pipeline_destroy(s->radar);
-    radolan_free(&s->r);
+    dk_radolan_free(&s->r);
     free(s->h_labels);
     free(s->h_points);
     free(s->h_init);
@@ -137,8 +137,12 @@ static void *setup(dk_context *ctx, int i, const char *variant, char *err, size_
     if (i == 1) {
         const char *path = getenv("DAKIT_RADOLAN") ? getenv("DAKIT_RADOLAN") : RADAR_FILE;
         radar_options o = {6, 0.7, 5, 5.0, 2.0, 20, 0.0, variant};
-        if (radolan_read(path, &s->r, err, len) != DK_OK ||
-            radar_pipeline_create(ctx, s->r.rows, s->r.cols, &o, &s->radar, err, len) != DK_OK) {
+        if (dk_radolan_read(path, &s->r) != DK_OK) {
+            snprintf(err, len, "%s", dk_last_error(NULL));
+            teardown(s);
+            return NULL;
+        }
+        if (radar_pipeline_create(ctx, s->r.rows, s->r.cols, &o, &s->radar, err, len) != DK_OK) {
             teardown(s);
             return NULL;
         }

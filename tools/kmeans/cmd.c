@@ -19,7 +19,7 @@
 #include "kmeans/odim.h"
 #include "kmeans/polar.h"
 #include "kmeans/radar.h"
-#include "kmeans/radolan.h"
+#include <dakit/radolan.h>
 
 static void usage(FILE *f)
 {
@@ -207,8 +207,9 @@ int cmd_kmeans(int argc, char **argv)
         return rc;
     }
     if (radolan_path) {
-        radolan r;
-        if (radolan_read(radolan_path, &r, err, sizeof err) != DK_OK) {
+        dk_radolan r;
+        if (dk_radolan_read(radolan_path, &r) != DK_OK) {
+            snprintf(err, sizeof err, "%s", dk_last_error(NULL));
             dk_context_destroy(ctx);
             return cli_error(cmd, 1, "%s", err);
         }
@@ -235,7 +236,7 @@ int cmd_kmeans(int argc, char **argv)
                 printf("wrote %s\n", png_path);
             radar_result_free(&out);
         }
-        radolan_free(&r);
+        dk_radolan_free(&r);
         dk_context_destroy(ctx);
         return rc;
     }
@@ -524,7 +525,7 @@ static int run_radar_distributed(const char *path, const char *labels_path, cons
         return cli_error(cmd, 2, "--reference runs in one process; under mpirun (%d ranks) each rank clusters its "
                                  "band on a backend", size);
     char msg[4400] = "", err[4200];
-    radolan r;
+    dk_radolan r;
     int have_r = 0;
     float *feat = NULL;
     uint8_t *mask = NULL;
@@ -538,8 +539,8 @@ static int run_radar_distributed(const char *path, const char *labels_path, cons
         failed = FAILED("%s", err);
     else if (png_path && plot_check_path(png_path, err, sizeof err) != 0)
         failed = FAILED("%s", err);
-    else if (radolan_read(path, &r, err, sizeof err) != DK_OK)
-        failed = FAILED("%s", err);
+    else if (dk_radolan_read(path, &r) != DK_OK)
+        failed = FAILED("%s", dk_last_error(NULL));
     else
         have_r = 1;
     if (!failed && (r.rows * r.cols > (size_t)INT32_MAX))
@@ -689,7 +690,7 @@ done:
     dk_mpi_plan_destroy(plan);
     dk_context_destroy(ctx);
     if (have_r)
-        radolan_free(&r);
+        dk_radolan_free(&r);
     radar_result_free(&out);
     free(feat);
     free(mask);

@@ -17,24 +17,6 @@
 #define RADOLAN_LAT_TS 60.0
 #define RADOLAN_LON_0 10.0
 
-int radolan_grid_origin(size_t rows, size_t cols, double *x0, double *y0)
-{
-    /* DWD, RADOLAN/RADVOR-OP Kompositformat: the national 900 x 900 grid
-     * (corners 46.9526N 3.5889E and 54.7405N 15.7208E) and the extended
-     * 1100 x 900 one (rows x cols) */
-    static const struct {
-        size_t rows, cols;
-        double x0, y0;
-    } grids[] = {{900, 900, -523.4622, -4658.645}, {1100, 900, -443.4622, -4758.645}};
-    for (size_t g = 0; g < sizeof grids / sizeof grids[0]; g++)
-        if (grids[g].rows == rows && grids[g].cols == cols) {
-            *x0 = grids[g].x0;
-            *y0 = grids[g].y0;
-            return 0;
-        }
-    return -1;
-}
-
 void radolan_latlon(double x, double y, double *lat, double *lon)
 {
     /* the inverse of x = R M cos(phi) sin(lam - lam0), y = -R M cos(phi) cos(lam - lam0),
@@ -109,7 +91,7 @@ static int label_attrs(int id, int var, const radar_result *res, const radar_opt
     return NC_NOERR;
 }
 
-dk_status radolan_labels_write(const char *path, const char *source, const radolan *r, const radar_result *res,
+dk_status radolan_labels_write(const char *path, const char *source, const dk_radolan *r, const radar_result *res,
                                const radar_options *o, char *err, size_t len)
 {
     if (!array_is_netcdf_name(path)) {
@@ -117,7 +99,7 @@ dk_status radolan_labels_write(const char *path, const char *source, const radol
         return npy_write_typed(path, "<i4", 4, 2, shape, res->labels, err, len);
     }
     double x0, y0;
-    if (radolan_grid_origin(r->rows, r->cols, &x0, &y0) != 0)
+    if (dk_radolan_grid_origin(r->rows, r->cols, &x0, &y0) != DK_OK)
         return FAIL(DK_ERR_FORMAT, "%s: the RADOLAN grid %zu x %zu is not one whose geolocation dakit knows "
                     "(900 x 900, 1100 x 900); write the labels as .npy", source, r->rows, r->cols);
     char when[32] = "";
@@ -296,7 +278,7 @@ done:
 
 #else
 
-dk_status radolan_labels_write(const char *path, const char *source, const radolan *r, const radar_result *res,
+dk_status radolan_labels_write(const char *path, const char *source, const dk_radolan *r, const radar_result *res,
                                const radar_options *o, char *err, size_t len)
 {
     (void)source, (void)o;

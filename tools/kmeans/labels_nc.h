@@ -12,20 +12,18 @@
 
 #include "kmeans/odim.h"
 #include "kmeans/radar.h"
-#include "kmeans/radolan.h"
+#include <dakit/radolan.h>
 
 /* The DWD RADOLAN grid: polar stereographic on a sphere of radius 6370.04
- * km, true at 60 N, central meridian 10 E, 1 km pixels; the lower-left
- * corner of the grid (x0, y0) in km for the grid sizes DWD publishes.
- * 0, or -1 for an unknown size. */
-int radolan_grid_origin(size_t rows, size_t cols, double *x0, double *y0);
+ * km, true at 60 N, central meridian 10 E, 1 km pixels; its lower-left
+ * corner is dk_radolan_grid_origin (dakit/radolan.h). */
 /* Latitude and longitude (degrees) of the projection point (x, y) in km. */
 void radolan_latlon(double x, double y, double *lat, double *lon);
 /* The time in the header of the composite at path (gzip or plain) as ISO
  * 8601 "YYYY-MM-DDThh:mmZ"; 0, or -1 when it cannot be read. */
 int radolan_time(const char *path, char *iso, size_t n);
 
-dk_status radolan_labels_write(const char *path, const char *source, const radolan *r, const radar_result *res,
+dk_status radolan_labels_write(const char *path, const char *source, const dk_radolan *r, const radar_result *res,
                                const radar_options *o, char *err, size_t len);
 dk_status odim_labels_write(const char *path, const char *source, const odim_sweep *s, int sweep,
                             const int32_t *labels, const radar_result *res, const radar_options *o, char *err,

@@ -41,7 +41,7 @@ static int draw_ppi(const odim_sweep *s, const int32_t *labels, const radar_resu
     if (P < 480) /* room for the legend beside it */
         P = 480;
     const double pix = 2 * max_ground / P; /* metres per pixel */
-    radolan pic;
+    dk_radolan pic;
     memset(&pic, 0, sizeof pic);
     memcpy(pic.product, "PP", 2);
     pic.rows = pic.cols = (size_t)P;
@@ -106,7 +106,7 @@ int polar_kmeans(dk_context *ctx, const char *path, const char *quantity, int sw
            (double)(s.values ? s.max_value : NAN));
     const size_t nr = s.nrays, nb = s.nbins;
     const int G = polar_wrap_rays(o, nr);
-    radolan padded;
+    dk_radolan padded;
     memset(&padded, 0, sizeof padded);
     padded.rows = nr + 2 * (size_t)G;
     padded.cols = nb;

@@ -300,7 +300,7 @@ dk_status radar_band_features(dk_context *ctx, const float *value, size_t rows, 
     return DK_OK;
 }
 
-dk_status radar_cluster(dk_context *ctx, const radolan *r, const radar_options *o, radar_result *out,
+dk_status radar_cluster(dk_context *ctx, const dk_radolan *r, const radar_options *o, radar_result *out,
                         char *err, size_t len)
 {
     memset(out, 0, sizeof *out);
@@ -336,7 +336,7 @@ void radar_result_free(radar_result *r)
 
 /* ---- the picture ---- */
 
-int radar_picture(const radolan *r, const radar_result *res, const radar_options *o, const radar_frame *frame,
+int radar_picture(const dk_radolan *r, const radar_result *res, const radar_options *o, const radar_frame *frame,
                   const char *source, const char *path, char *err, size_t len)
 {
     static const radar_frame radolan_grid = {0, 0, 1, "km east of the grid's south-west corner",

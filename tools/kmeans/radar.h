@@ -6,7 +6,7 @@
 
 #include <dakit/dakit.h>
 
-#include "kmeans/radolan.h"
+#include <dakit/radolan.h>
 
 typedef struct radar_options {
     int k;
@@ -57,7 +57,7 @@ dk_status radar_band_features(dk_context *ctx, const float *value, size_t rows, 
                               size_t nrows, const radar_options *o, float *feat, uint8_t *mask,
                               double sums[1 + 2 * RADAR_FEATURES], char *err, size_t len);
 /* One call: pipeline, statistics per cluster. */
-dk_status radar_cluster(dk_context *ctx, const radolan *r, const radar_options *o, radar_result *out,
+dk_status radar_cluster(dk_context *ctx, const dk_radolan *r, const radar_options *o, radar_result *out,
                         char *err, size_t len);
 void radar_result_free(radar_result *r);
 /* Where a picture's pixels lie: column 0's west edge and row 0's south edge
@@ -74,7 +74,7 @@ typedef struct radar_frame {
  * mean and share, and what the greys mean), in km, north up; source names
  * the input in the subtitle. frame NULL: a RADOLAN grid, 1 km pixels from
  * its south-west corner. 0, or -1 with a sentence in err. */
-int radar_picture(const radolan *r, const radar_result *res, const radar_options *o, const radar_frame *frame,
+int radar_picture(const dk_radolan *r, const radar_result *res, const radar_options *o, const radar_frame *frame,
                   const char *source, const char *path, char *err, size_t len);
 
 #endif

@@ -10,6 +10,8 @@ package translates arrays and raises those sentences as exceptions.
     km = dakit.KMeans(4).fit(points)         # scikit-learn's estimator shape
     pht = dakit.enkf.cov(e, loc, H)          # H: scipy.sparse
     run = dakit.gbees.propagate("lorenz63", "measurements/")   # snapshots of the density
+    data, meta = dakit.radar.read_radolan("raa01-rx...gz")     # a DWD RADOLAN composite
+    labels, centroids = dakit.radar.cluster(data, k=6)         # dakit kmeans --radolan
 
 See docs/python.md in the dakit repository.
 """
@@ -19,7 +21,7 @@ from ._errors import (BackendError, Error, FileError, FormatError, InvalidArgume
 from ._context import Backend, Context, Device, Info, default_context, info
 from ._gauss import GaussPlan, gauss, gauss_alpha
 from ._kmeans import KMeans
-from . import enkf, gbees
+from . import enkf, gbees, radar
 
 try:
     from ._version import version as __version__
@@ -28,7 +30,7 @@ except ImportError:  # the sources, not an install
 
 __all__ = [
     "info", "Info", "Backend", "Device", "Context", "default_context",
-    "gauss", "GaussPlan", "gauss_alpha", "KMeans", "enkf", "gbees",
+    "gauss", "GaussPlan", "gauss_alpha", "KMeans", "enkf", "gbees", "radar",
     "Error", "InvalidArgumentError", "NoBackendError", "NotImplementedByBackendError", "BackendError",
     "OutOfMemoryError", "FileError", "FormatError", "library_path",
 ]

@@ -10,8 +10,8 @@ import ctypes
 import glob
 import os
 import sys
-from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_int, c_size_t, c_uint,
-                    c_uint64, c_void_p)
+from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_float, c_int, c_size_t, c_uint,
+                    c_uint8, c_uint64, c_void_p)
 
 from ._errors import raise_status
 
@@ -102,6 +102,27 @@ class KMeansResult(Structure):
                 ("valid", c_size_t),
                 ("assign_seconds", c_double),
                 ("update_seconds", c_double)]
+
+
+class TextureStats(Structure):
+    _fields_ = [("valid", c_size_t),
+                ("mean", c_double * 3),
+                ("sd", c_double * 3)]
+
+
+class Radolan(Structure):
+    _fields_ = [("product", c_char * 3),
+                ("time", c_char * 24),
+                ("rows", c_size_t),
+                ("cols", c_size_t),
+                ("bytes_per_pixel", c_int),
+                ("unit", c_char * 8),
+                ("header_bytes", c_size_t),
+                ("value", POINTER(c_float)),
+                ("has_data", POINTER(c_uint8)),
+                ("data_pixels", c_size_t),
+                ("clutter_pixels", c_size_t),
+                ("max_value", c_float)]
 
 
 class CSR(Structure):
@@ -226,6 +247,13 @@ for _name, _res, _args in [
                                        POINTER(KMeansResult)]),
     ("dk_kmeans_check_points", c_int, [POINTER(KMeansDesc), c_void_p, c_void_p, POINTER(c_size_t)]),
     ("dk_kmeans_initial_centroids", c_int, [POINTER(KMeansDesc), c_void_p, c_void_p, c_int, c_void_p]),
+    ("dk_kmeans_texture_planes", c_int, [_plan, _buf, _buf]),
+    ("dk_kmeans_texture_features", c_int, [_plan, _buf, _buf, c_double, _buf, _buf, _buf,
+                                           POINTER(TextureStats)]),
+    # RADOLAN
+    ("dk_radolan_read", c_int, [c_char_p, POINTER(Radolan)]),
+    ("dk_radolan_free", None, [POINTER(Radolan)]),
+    ("dk_radolan_grid_origin", c_int, [c_size_t, c_size_t, POINTER(c_double), POINTER(c_double)]),
     # enkf
     ("dk_enkf_desc_init", None, [POINTER(EnkfDesc)]),
     ("dk_enkf_plan_create", c_int, [_ctx, POINTER(EnkfDesc), _pplan]),

@@ -22,6 +22,8 @@ STRUCTS = {
     "dk_kmeans_result": _native.KMeansResult,
     "dk_csr": _native.CSR,
     "dk_enkf_desc": _native.EnkfDesc,
+    "dk_kmeans_texture_stats": _native.TextureStats,
+    "dk_radolan": _native.Radolan,
 }
 RENAMED = {"lambda_": "lambda"}  # a Python keyword
 

@@ -168,5 +168,6 @@ dk_status dk_backend_get(int index, dk_backend_info *info);
 #include <dakit/enkf.h>
 #include <dakit/kmeans.h>
 #include <dakit/gbees.h>
+#include <dakit/radolan.h>
 
 #endif

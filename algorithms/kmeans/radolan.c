@@ -7,7 +7,7 @@
  * clutter. Two-byte products (RW, RY, ...): little-endian, value in the low
  * 12 bits times the PR precision; bit 0x2000 no data, 0x8000 clutter, 0x4000
  * negative. */
-#include "kmeans/radolan.h"
+#include <dakit/radolan.h>
 
 #include <ctype.h>
 #include <errno.h>
@@ -17,6 +17,8 @@
 #include <string.h>
 
 #include <zlib.h>
+
+#include "../../core/internal.h"
 
 #define HEADER_MAX 8192
 /* No DWD composite has a side near this; a header that claims more is not
@@ -54,7 +56,7 @@ static const char *find_token(const char *header, const char *name)
  * bytes_per_pixel, header_bytes; *need: the bytes of data the grid takes.
  * Needs only the bytes up to the ETX, so a reader can check it before it
  * reads (or inflates) any data. */
-static dk_status parse_header(const unsigned char *bytes, size_t size, radolan *out, double *precision,
+static dk_status parse_header(const unsigned char *bytes, size_t size, dk_radolan *out, double *precision,
                               size_t *need, char *err, size_t len)
 {
     memset(out, 0, sizeof *out);
@@ -142,7 +144,7 @@ static dk_status parse_header(const unsigned char *bytes, size_t size, radolan *
     return DK_OK;
 }
 
-dk_status radolan_parse(const unsigned char *bytes, size_t size, radolan *out, char *err, size_t len)
+static dk_status parse(const unsigned char *bytes, size_t size, dk_radolan *out, char *err, size_t len)
 {
     double precision;
     size_t need;
@@ -165,9 +167,9 @@ dk_status radolan_parse(const unsigned char *bytes, size_t size, radolan *out, c
     out->value = malloc(n * sizeof *out->value);
     out->has_data = malloc(n);
     if (!out->value || !out->has_data) {
-        radolan_free(out);
+        dk_radolan_free(out);
         snprintf(err, len, "out of memory for a %zu x %zu grid", out->rows, out->cols);
-        return DK_ERR_IO;
+        return DK_ERR_OUT_OF_MEMORY;
     }
     const unsigned char *px = bytes + out->header_bytes;
     out->max_value = -INFINITY;
@@ -223,7 +225,7 @@ static long read_more(gzFile gz, unsigned char **buf, size_t *cap, size_t *size,
     return got;
 }
 
-dk_status radolan_read(const char *path, radolan *out, char *err, size_t len)
+static dk_status read_file(const char *path, dk_radolan *out, char *err, size_t len)
 {
     memset(out, 0, sizeof *out);
     /* gzread reads gzip and plain files alike */
@@ -275,20 +277,62 @@ dk_status radolan_read(const char *path, radolan *out, char *err, size_t len)
         goto done;
     }
     /* 3. decode (a short file is refused here with what it lacks) */
-    if ((st = radolan_parse(buf, size, out, inner, sizeof inner)) != DK_OK)
+    if ((st = parse(buf, size, out, inner, sizeof inner)) != DK_OK)
         snprintf(err, len, "%s: %s", path, inner);
 done:
     if (st != DK_OK)
-        radolan_free(out);
+        dk_radolan_free(out);
     free(buf);
     gzclose(gz);
     return st;
 }
 
-void radolan_free(radolan *r)
+DK_API void dk_radolan_free(dk_radolan *r)
 {
     free(r->value);
     free(r->has_data);
     r->value = NULL;
     r->has_data = NULL;
+}
+
+/* The reader's sentences are built in a buffer (they nest: the file name
+ * around the header's complaint) and become the thread's error here. */
+DK_API dk_status dk_radolan_read(const char *path, dk_radolan *out)
+{
+    if (!path || !out)
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "dk_radolan_read: path and out must not be NULL");
+    char err[DK_MSG_LEN];
+    dk_status st = read_file(path, out, err, sizeof err);
+    return st == DK_OK ? DK_OK : dk_fail(NULL, st, "%s", err);
+}
+
+DK_API dk_status dk_radolan_parse(const unsigned char *bytes, size_t size, dk_radolan *out)
+{
+    if (!bytes || !out)
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "dk_radolan_parse: bytes and out must not be NULL");
+    char err[DK_MSG_LEN];
+    dk_status st = parse(bytes, size, out, err, sizeof err);
+    return st == DK_OK ? DK_OK : dk_fail(NULL, st, "%s", err);
+}
+
+DK_API dk_status dk_radolan_grid_origin(size_t rows, size_t cols, double *x0, double *y0)
+{
+    /* DWD, RADOLAN/RADVOR-OP Kompositformat: the national 900 x 900 grid
+     * (corners 46.9526N 3.5889E and 54.7405N 15.7208E) and the extended
+     * 1100 x 900 one (rows x cols) */
+    static const struct {
+        size_t rows, cols;
+        double x0, y0;
+    } grids[] = {{900, 900, -523.4622, -4658.645}, {1100, 900, -443.4622, -4758.645}};
+    if (!x0 || !y0)
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "dk_radolan_grid_origin: x0 and y0 must not be NULL");
+    for (size_t g = 0; g < sizeof grids / sizeof grids[0]; g++)
+        if (grids[g].rows == rows && grids[g].cols == cols) {
+            *x0 = grids[g].x0;
+            *y0 = grids[g].y0;
+            return DK_OK;
+        }
+    return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT,
+                   "the RADOLAN grid %zu x %zu is not one whose geolocation dakit knows (900 x 900, 1100 x 900)",
+                   rows, cols);
 }
