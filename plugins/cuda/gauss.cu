@@ -823,7 +823,8 @@ int forced_window(void)
 }
 
 /* deriche and vyv through k_ext_tile, unless DAKIT_GAUSS_CUDA_EXTENDED=simple
- * asks for k_extended or the rows do not fit in shared memory. Segments of
+ * (every axis) or =contiguous (the strided axes) asks for k_extended, or the
+ * rows do not fit in shared memory. Segments of
  * `keep` values (DAKIT_GAUSS_CUDA_EXTENDED_KEEP, else as many as leave a
  * block's buffers within 48 KB, at least 64): the window is keep + 2 reach +
  * 3 values, so a longer segment reads less twice but fits fewer blocks. */
@@ -831,9 +832,11 @@ bool plan_ext_tile(Plan *p, Pass *ps, i64 lines)
 {
     const dk_gauss_setup *s = &p->setup;
     const char *kernel = dk_tuning_string("DAKIT_GAUSS_CUDA_EXTENDED");
+    ExtGeo &g = ps->eg;
     if ((kernel && strcmp(kernel, "simple") == 0) || s->desc.method == DK_GAUSS_RF)
         return false;
-    ExtGeo &g = ps->eg;
+    if (kernel && strcmp(kernel, "contiguous") == 0 && g.inner > 1)
+        return false; /* tiled on the contiguous axis only */
     const i64 R = g.reach, esize = (i64)p->esize;
     if (R > INT_MAX / 4 || g.n < 1)
         return false;
