@@ -29,6 +29,9 @@
  *   k_gen   any window length (large sigma, long overlap blocks): the window
  *           lives in shared memory laid out [i][thread], or, when that does
  *           not fit, in a global scratch buffer laid out [i][slot].
+ *   k_extended / k_ext_tile  deriche, vyv and rf with scipy's modes: a
+ *           segment of a line per thread, straight from global memory or
+ *           (k_ext_tile, deriche and vyv) staged through shared memory.
  * Variant "dp" (dynamic parallelism): the host launches a parent
  * grid; each parent thread launches, on the device, the child grid that
  * filters its slice of the blocks of the same kernel (k_tile's children
