@@ -29,6 +29,9 @@
  *   k_gen   any window length (large sigma, long overlap blocks): the window
  *           lives in shared memory laid out [i][thread], or, when that does
  *           not fit, in a global scratch buffer laid out [i][slot].
+ *   k_extended / k_ext_tile  deriche, vyv and rf with scipy's modes: a
+ *           segment of a line per thread, straight from global memory or
+ *           (k_ext_tile, deriche and vyv) staged through shared memory.
  * Variant "dp" (dynamic parallelism): the host launches a parent
  * grid; each parent thread launches, on the device, the child grid that
  * filters its slice of the blocks of the same kernel (k_tile's children
@@ -614,6 +617,150 @@ __global__ void k_extended(const T *__restrict__ src, T *__restrict__ dst, T *sc
     }
 }
 
+/* ---- extended axes, tiled (deriche, vyv): a block of EXT_ROWS threads
+ * filters EXT_ROWS rows, one (line, segment) each, from shared memory. The
+ * block copies the rows' windows x[k0 - R - 1 .. k0 + keep + R + 2) in with
+ * asynchronous copies (the values past the line's ends from extend_index),
+ * runs k_extended's recursions with the same operations in the same order,
+ * keeps the causal sums in a second buffer and writes the kept values back.
+ * Contiguous axis: a row's window is one run of memory, copied and written
+ * by the whole block along it, laid out [row][i] with an odd row length (no
+ * bank conflicts); the rows are consecutive items, segments of a line
+ * fastest. Strided axis: the rows are adjacent lines on one segment, laid
+ * out [i][row], so every copy and store of a warp is one run of lines. ---- */
+
+enum { EXT_ROWS = 32 };
+
+__device__ __forceinline__ void cp_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+/* The line's value at position p (extended past its ends) into *to. */
+template <typename T>
+__device__ __forceinline__ void ext_stage(T *to, const T *line, i64 p, const ExtGeo &g, T cval)
+{
+    if (p >= 0 && p < g.n) {
+        cp_async_small<sizeof(T)>(to, line + p * g.inner);
+        return;
+    }
+    i64 k = extend_index(p, g.n, g.boundary);
+    *to = k >= 0 ? line[k * g.inner] : g.boundary == DK_BOUNDARY_CVAL ? cval : T(0);
+}
+
+/* The recursions of one row: x(i) = window value i (line position ws + i,
+ * ws = k0 - R - 1), o(i) = kept value i (position k0 + i), len kept values. */
+template <typename T>
+__device__ __forceinline__ void ext_row(const T *x, int xs, T *o, int os, int len, int R,
+                                        const Iir<T> &f)
+{
+    T s1[DK_GAUSS_MAX_SECTIONS] = {}, s2[DK_GAUSS_MAX_SECTIONS] = {};
+    T prev = x[0];
+    for (int i = 1; i <= R + len; i++) {
+        T cur = x[i * xs], sum = T(0);
+#pragma unroll
+        for (int k = 0; k < DK_GAUSS_MAX_SECTIONS; k++) {
+            if (k < f.count) {
+                T v = f.b0[k] * cur + f.b1[k] * prev - f.a1[k] * s1[k] - f.a2[k] * s2[k];
+                s2[k] = s1[k];
+                s1[k] = v;
+                sum += v;
+            }
+        }
+        prev = cur;
+        if (i > R)
+            o[(i - R - 1) * os] = sum;
+    }
+#pragma unroll
+    for (int k = 0; k < DK_GAUSS_MAX_SECTIONS; k++)
+        s1[k] = s2[k] = T(0);
+    T next = x[(len + 2 * R + 1) * xs], after = x[(len + 2 * R + 2) * xs];
+    for (int i = len + 2 * R; i > R; i--) {
+        T sum = T(0);
+#pragma unroll
+        for (int k = 0; k < DK_GAUSS_MAX_SECTIONS; k++) {
+            if (k < f.count) {
+                T v = f.c1[k] * next + f.c2[k] * after - f.a1[k] * s1[k] - f.a2[k] * s2[k];
+                s2[k] = s1[k];
+                s1[k] = v;
+                sum += v;
+            }
+        }
+        after = next;
+        next = x[i * xs];
+        if (i < len + R + 1)
+            o[(i - R - 1) * os] = o[(i - R - 1) * os] + sum;
+    }
+}
+
+/* Block block0 + blockIdx.x. S, So: the row lengths of the window and kept
+ * buffers (contiguous axis). */
+template <typename T, bool STRIDED>
+__global__ void __launch_bounds__(EXT_ROWS)
+    k_ext_tile(const T *__restrict__ src, T *__restrict__ dst, ExtGeo g, Iir<T> f, T cval, int S,
+               int So, i64 block0)
+{
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    __shared__ i64 row_base[EXT_ROWS], row_k0[EXT_ROWS];
+    __shared__ int row_len[EXT_ROWS];
+    const int r = (int)threadIdx.x, R = (int)g.reach;
+    const int W = (int)g.keep + 2 * R + 3;
+    const i64 b = block0 + blockIdx.x, lines = g.items / g.segments;
+    T *win = reinterpret_cast<T *>(smem_raw);
+    T *kept = win + (STRIDED ? (i64)EXT_ROWS * W : (i64)EXT_ROWS * S);
+
+    /* this thread's row: its line's first value and its kept span */
+    i64 line, seg;
+    if (STRIDED) {
+        seg = b % g.segments;
+        line = (b / g.segments) * EXT_ROWS + r;
+    } else {
+        i64 t = b * EXT_ROWS + r;
+        seg = t % g.segments;
+        line = t / g.segments;
+    }
+    const bool valid = line < lines;
+    const i64 k0 = seg * g.keep, k1 = k0 + g.keep < g.n ? k0 + g.keep : g.n;
+    const i64 base = (line / g.inner) * g.n * g.inner + line % g.inner;
+    const int len = valid ? (int)(k1 - k0) : 0;
+    const i64 ws = k0 - R - 1;
+
+    if (STRIDED) {
+        /* each thread copies and filters its own line: no barrier needed */
+        if (!valid)
+            return;
+        const T *x = src + base;
+        for (int i = 0; i < W; i++)
+            ext_stage(win + i * EXT_ROWS + r, x, ws + i, g, cval);
+        cp_wait_all();
+        ext_row(win + r, EXT_ROWS, kept + r, EXT_ROWS, len, R, f);
+        T *y = dst + base + k0 * g.inner;
+        for (int i = 0; i < len; i++)
+            y[i * g.inner] = kept[i * EXT_ROWS + r];
+        return;
+    }
+
+    row_base[r] = base;
+    row_k0[r] = k0;
+    row_len[r] = len;
+    __syncthreads();
+    for (int q = 0; q < EXT_ROWS; q++) {
+        if (row_len[q] == 0)
+            continue;
+        const T *x = src + row_base[q];
+        const i64 qs = row_k0[q] - R - 1;
+        for (int i = r; i < W; i += EXT_ROWS)
+            ext_stage(win + q * S + i, x, qs + i, g, cval);
+    }
+    cp_wait_all();
+    __syncthreads();
+    if (valid)
+        ext_row(win + r * S, 1, kept + r * So, 1, len, R, f);
+    __syncthreads();
+    for (int q = 0; q < EXT_ROWS; q++) {
+        T *y = dst + row_base[q] + row_k0[q];
+        for (int i = r; i < row_len[q]; i += EXT_ROWS)
+            y[i] = kept[q * So + i];
+    }
+}
+
 /* ---- host side ---- */
 
 /* Compile-time window lengths, odd (so that k_tile's contiguous chunks are odd:
@@ -638,6 +785,9 @@ struct Pass {
     bool extended;   /* k_extended instead of the rf schemes */
     ExtGeo eg;
     i64 batch;       /* extended: items per launch (rf: bounded by scratch) */
+    bool ext_tile;   /* extended: k_ext_tile (ntiles blocks, smem bytes) */
+    bool ext_strided;
+    int ext_S, ext_So; /* k_ext_tile: row lengths of its buffers */
 };
 
 struct Plan {
@@ -675,6 +825,56 @@ int forced_window(void)
     return (int)dk_tuning_long("DAKIT_CUDA_WINDOW", 0, 1, INT_MAX);
 }
 
+/* deriche and vyv through k_ext_tile, unless DAKIT_GAUSS_CUDA_EXTENDED=simple
+ * (every axis) or =contiguous (the strided axes) asks for k_extended, or the
+ * rows do not fit in shared memory. Segments of
+ * `keep` values (DAKIT_GAUSS_CUDA_EXTENDED_KEEP, else as many as leave a
+ * block's buffers within 48 KB, at least 64): the window is keep + 2 reach +
+ * 3 values, so a longer segment reads less twice but fits fewer blocks. */
+bool plan_ext_tile(Plan *p, Pass *ps, i64 lines)
+{
+    const dk_gauss_setup *s = &p->setup;
+    const char *kernel = dk_tuning_string("DAKIT_GAUSS_CUDA_EXTENDED");
+    ExtGeo &g = ps->eg;
+    if ((kernel && strcmp(kernel, "simple") == 0) || s->desc.method == DK_GAUSS_RF)
+        return false;
+    if (kernel && strcmp(kernel, "contiguous") == 0 && g.inner > 1)
+        return false; /* tiled on the contiguous axis only */
+    const i64 R = g.reach, esize = (i64)p->esize;
+    if (R > INT_MAX / 4 || g.n < 1)
+        return false;
+    i64 keep = dk_tuning_long("DAKIT_GAUSS_CUDA_EXTENDED_KEEP", 0, 1, 1 << 20);
+    if (keep == 0) {
+        i64 values = (48 << 10) / (EXT_ROWS * esize); /* per row, both buffers */
+        keep = (values - 2 * R - 5) / 2;
+        if (keep < 64)
+            keep = 64;
+    }
+    if (keep > g.n)
+        keep = g.n;
+    i64 segments = ceil_div(g.n, keep);
+    keep = ceil_div(g.n, segments); /* even segments */
+    segments = ceil_div(g.n, keep);
+    const i64 W = keep + 2 * R + 3;
+    const i64 S = W | 1, So = keep | 1; /* odd: rows read free of bank conflicts */
+    const i64 smem = (i64)EXT_ROWS * (S + So) * esize;
+    /* past 96 KB a block runs alone on its SM: k_extended, unless asked */
+    const i64 cap = dk_tuning_string("DAKIT_GAUSS_CUDA_EXTENDED_KEEP") ? (i64)p->dev->smem_optin : (i64)96 << 10;
+    if (smem > cap || smem > (i64)p->dev->smem_optin)
+        return false;
+    g.keep = keep;
+    g.segments = segments;
+    g.items = lines * segments;
+    ps->ext_tile = true;
+    ps->ext_strided = g.inner > 1;
+    ps->ext_S = (int)S;
+    ps->ext_So = (int)So;
+    ps->smem = (size_t)smem;
+    ps->ntiles = ps->ext_strided ? ceil_div(lines, EXT_ROWS) * segments : ceil_div(g.items, EXT_ROWS);
+    ps->batch = g.items;
+    return true;
+}
+
 /* An extended axis: segments of `keep` values, several per line only when
  * the lines are too few to fill the GPU, each at least four reaches long. */
 void plan_extended(Plan *p, int axis, Pass *ps)
@@ -702,6 +902,8 @@ void plan_extended(Plan *p, int axis, Pass *ps)
     g.items = lines * g.segments;
     g.boundary = (int)s->desc.boundary;
     ps->batch = g.items;
+    if (plan_ext_tile(p, ps, lines))
+        return;
     if (s->desc.method == DK_GAUSS_RF) {
         i64 window = g.keep + 2 * reach;
         i64 budget = (i64)(s->count * p->esize) > ((i64)64 << 20) ? (i64)(s->count * p->esize) : ((i64)64 << 20);
@@ -964,6 +1166,17 @@ template <typename T> dk_status prepare_pass(Pass &ps, int sm_count, dk_msg *msg
     }
 }
 
+/* k_ext_tile: raises its shared-memory limit. */
+template <typename T> dk_status prepare_ext_tile(const Pass &ps, dk_msg *msg)
+{
+    const char *what = "setting a kernel's shared-memory limit";
+    if (ps.ext_strided)
+        CUDA_TRY(allow_smem(k_ext_tile<T, true>, ps.smem), what);
+    else
+        CUDA_TRY(allow_smem(k_ext_tile<T, false>, ps.smem), what);
+    return DK_OK;
+}
+
 template <typename T> cudaError_t launch_pass(const Launch<T> &l)
 {
     const Pass &ps = l.ps;
@@ -1055,6 +1268,12 @@ dk_status cuda_gauss_plan_create(void *device, const dk_gauss_setup *setup, void
         Pass *ps = &p->pass[p->npass];
         if (setup->extended[a]) {
             plan_extended(p, a, ps);
+            if (ps->ext_tile) {
+                st = d->dtype == DK_F32 ? prepare_ext_tile<float>(*ps, msg)
+                                        : prepare_ext_tile<double>(*ps, msg);
+                if (st != DK_OK)
+                    goto fail;
+            }
             if (ps->scratch_bytes > scratch_bytes)
                 scratch_bytes = ps->scratch_bytes;
             p->npass++;
@@ -1108,6 +1327,22 @@ cudaError_t launch_extended(const Plan *p, const Pass &ps, const T *src, T *dst,
     }
     int rf = p->setup.desc.method == DK_GAUSS_RF;
     T cval = (T)p->setup.desc.cval;
+    if (ps.ext_tile) {
+        const i64 most = (i64)1 << 30; /* blocks of one launch */
+        for (i64 b0 = 0; b0 < ps.ntiles; b0 += most) {
+            unsigned blocks = (unsigned)(ps.ntiles - b0 < most ? ps.ntiles - b0 : most);
+            if (ps.ext_strided)
+                k_ext_tile<T, true><<<blocks, EXT_ROWS, ps.smem, stream>>>(
+                    src, dst, ps.eg, f, cval, ps.ext_S, ps.ext_So, b0);
+            else
+                k_ext_tile<T, false><<<blocks, EXT_ROWS, ps.smem, stream>>>(
+                    src, dst, ps.eg, f, cval, ps.ext_S, ps.ext_So, b0);
+            cudaError_t e = cudaGetLastError();
+            if (e != cudaSuccess)
+                return e;
+        }
+        return cudaSuccess;
+    }
     const unsigned threads = 128;
     for (i64 first = 0; first < ps.eg.items; first += ps.batch) {
         i64 count = ps.eg.items - first < ps.batch ? ps.eg.items - first : ps.batch;
