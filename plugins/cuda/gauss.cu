@@ -845,7 +845,9 @@ bool plan_ext_tile(Plan *p, Pass *ps, i64 lines)
         return false;
     i64 keep = dk_tuning_long("DAKIT_GAUSS_CUDA_EXTENDED_KEEP", 0, 1, 1 << 20);
     if (keep == 0) {
-        i64 values = (48 << 10) / (EXT_ROWS * esize); /* per row, both buffers */
+        /* per row, both buffers, within the default 48 KB less the kernel's
+         * static shared memory (the rows' bases and lengths) */
+        i64 values = ((48 << 10) - 1024) / (EXT_ROWS * esize);
         keep = (values - 2 * R - 5) / 2;
         if (keep < 64)
             keep = 64;
@@ -1169,11 +1171,13 @@ template <typename T> dk_status prepare_pass(Pass &ps, int sm_count, dk_msg *msg
 /* k_ext_tile: raises its shared-memory limit. */
 template <typename T> dk_status prepare_ext_tile(const Pass &ps, dk_msg *msg)
 {
+    /* always: its static shared memory counts against the limit too */
     const char *what = "setting a kernel's shared-memory limit";
+    const cudaFuncAttribute a = cudaFuncAttributeMaxDynamicSharedMemorySize;
     if (ps.ext_strided)
-        CUDA_TRY(allow_smem(k_ext_tile<T, true>, ps.smem), what);
+        CUDA_TRY(cudaFuncSetAttribute(k_ext_tile<T, true>, a, (int)ps.smem), what);
     else
-        CUDA_TRY(allow_smem(k_ext_tile<T, false>, ps.smem), what);
+        CUDA_TRY(cudaFuncSetAttribute(k_ext_tile<T, false>, a, (int)ps.smem), what);
     return DK_OK;
 }
 
