@@ -240,7 +240,7 @@ dk_status dk_gauss_setup_make(const dk_gauss_desc *desc, dk_gauss_setup *setup)
                        (int)d->mode);
     if (d->mode == DK_GAUSS_OVERLAP && d->boundary != DK_BOUNDARY_ZERO && d->boundary != DK_BOUNDARY_CONSTANT)
         return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT,
-                       "gauss: overlap mode filters each block with the seed's zero or constant rule; "
+                       "gauss: overlap mode filters each block with the RF paper's zero or constant rule; "
                        "boundary %s needs exact mode", dk_gauss_boundary_name(d->boundary));
     if (d->mode == DK_GAUSS_OVERLAP && d->blocks < 1)
         return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "gauss: overlap mode needs blocks >= 1");

@@ -30,7 +30,7 @@ typedef struct gauss_case {
     size_t overlap, blocks;
     int inplace;
     int quick;
-    dk_gauss_method method; /* after the seed's fields: the rf cases leave it 0 */
+    dk_gauss_method method; /* last, so the rf cases leave it 0 (rf) */
     int poles;
     double cval;
 } gauss_case;

@@ -177,7 +177,7 @@ def test_dlpack_in_place(calls, rng):
 
 
 def test_cupy_gauss_in_place_is_zero_copy(calls, rng):
-    """The issue's five lines: smooth a CuPy array in place on the GPU."""
+    """Smoothing a CuPy array in place on the GPU in a few lines, as docs/python.md shows."""
     cp = pytest.importorskip("cupy")
     x = cp.asarray(rng.normal(size=(256, 256)).astype(np.float32))
     host = cp.asnumpy(x)

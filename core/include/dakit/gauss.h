@@ -23,8 +23,8 @@ extern "C" {
 #define DK_GAUSS_IIR_MIN_SIGMA 0.5
 #define DK_GAUSS_IIR_MAX_SIGMA 1e4
 
-/* How a line is continued past its ends. ZERO and CONSTANT are the seed's
- * per-pass rules of the rf method (kept as they were); the others are
+/* How a line is continued past its ends. ZERO and CONSTANT are the GPU RF
+ * paper's per-pass rules of the rf method (kept as they were); the others are
  * scipy.ndimage's modes, applied to the input itself, for every method.
  * For deriche and vyv (one causal and one anti-causal pass) ZERO is CVAL
  * with cval 0 and CONSTANT is NEAREST. */
@@ -44,7 +44,7 @@ typedef enum dk_boundary {
 
 /* What approximates the Gaussian along each axis. */
 typedef enum dk_gauss_method {
-    DK_GAUSS_RF = 0,      /* the seed's K-iterated first-order filter (alpha, K) */
+    DK_GAUSS_RF = 0,      /* the GPU RF paper's K-iterated first-order filter (alpha, K) */
     DK_GAUSS_DERICHE = 1, /* Deriche's fourth-order recursive Gaussian (1993) */
     DK_GAUSS_VYV = 2      /* Young / van Vliet / Verbeek poles, order_poles 3..5 (1998) */
 } dk_gauss_method;
@@ -72,7 +72,7 @@ typedef struct dk_gauss_desc {
     size_t blocks;             /* overlap mode: blocks per line (clamped to the line length) */
     const char *variant;       /* NULL: the backend's default; else one of
                                   dk_gauss_variants() */
-    /* Appended after the seed's fields; dk_gauss_desc_init gives rf. */
+    /* Appended after the rf fields (ABI order); dk_gauss_desc_init gives rf. */
     dk_gauss_method method;
     int order_poles;           /* vyv: 3, 4 or 5 poles (read only for vyv) */
     double cval;               /* DK_BOUNDARY_CVAL: the value outside the field */
