@@ -531,6 +531,26 @@ __device__ __forceinline__ i64 extend_index(i64 j, i64 n, int boundary)
     }
 }
 
+/* One step of every section of a recursion (causal: b0, b1 on the input
+ * and the one before; anti-causal: c1, c2 on the two after), the sections'
+ * states s1, s2 advanced; returns the sum of the sections' outputs. */
+template <typename T>
+__device__ __forceinline__ T section_step(const T *u, const T *w, const Iir<T> &f, T in0, T in1,
+                                          T *s1, T *s2)
+{
+    T sum = T(0);
+#pragma unroll
+    for (int k = 0; k < DK_GAUSS_MAX_SECTIONS; k++) {
+        if (k < f.count) {
+            T v = u[k] * in0 + w[k] * in1 - f.a1[k] * s1[k] - f.a2[k] * s2[k];
+            s2[k] = s1[k];
+            s1[k] = v;
+            sum += v;
+        }
+    }
+    return sum;
+}
+
 template <typename T>
 __device__ __forceinline__ T extended_value(const T *x, i64 j, const ExtGeo &g, T cval)
 {
@@ -581,16 +601,8 @@ __global__ void k_extended(const T *__restrict__ src, T *__restrict__ dst, T *sc
     T s1[DK_GAUSS_MAX_SECTIONS] = {}, s2[DK_GAUSS_MAX_SECTIONS] = {};
     T prev = extended_value(x, k0 - R - 1, g, cval);
     for (i64 i = k0 - R; i < k1; i++) {
-        T cur = extended_value(x, i, g, cval), sum = T(0);
-#pragma unroll
-        for (int k = 0; k < DK_GAUSS_MAX_SECTIONS; k++) {
-            if (k < f.count) {
-                T v = f.b0[k] * cur + f.b1[k] * prev - f.a1[k] * s1[k] - f.a2[k] * s2[k];
-                s2[k] = s1[k];
-                s1[k] = v;
-                sum += v;
-            }
-        }
+        T cur = extended_value(x, i, g, cval);
+        T sum = section_step(f.b0, f.b1, f, cur, prev, s1, s2);
         prev = cur;
         if (i >= k0)
             y[i * g.inner] = sum;
@@ -600,16 +612,7 @@ __global__ void k_extended(const T *__restrict__ src, T *__restrict__ dst, T *sc
         s1[k] = s2[k] = T(0);
     T next = extended_value(x, k1 + R, g, cval), after = extended_value(x, k1 + R + 1, g, cval);
     for (i64 i = k1 - 1 + R; i >= k0; i--) {
-        T sum = T(0);
-#pragma unroll
-        for (int k = 0; k < DK_GAUSS_MAX_SECTIONS; k++) {
-            if (k < f.count) {
-                T v = f.c1[k] * next + f.c2[k] * after - f.a1[k] * s1[k] - f.a2[k] * s2[k];
-                s2[k] = s1[k];
-                s1[k] = v;
-                sum += v;
-            }
-        }
+        T sum = section_step(f.c1, f.c2, f, next, after, s1, s2);
         after = next;
         next = extended_value(x, i, g, cval);
         if (i < k1)
@@ -654,16 +657,8 @@ __device__ __forceinline__ void ext_row(const T *x, int xs, T *o, int os, int le
     T s1[DK_GAUSS_MAX_SECTIONS] = {}, s2[DK_GAUSS_MAX_SECTIONS] = {};
     T prev = x[0];
     for (int i = 1; i <= R + len; i++) {
-        T cur = x[i * xs], sum = T(0);
-#pragma unroll
-        for (int k = 0; k < DK_GAUSS_MAX_SECTIONS; k++) {
-            if (k < f.count) {
-                T v = f.b0[k] * cur + f.b1[k] * prev - f.a1[k] * s1[k] - f.a2[k] * s2[k];
-                s2[k] = s1[k];
-                s1[k] = v;
-                sum += v;
-            }
-        }
+        T cur = x[i * xs];
+        T sum = section_step(f.b0, f.b1, f, cur, prev, s1, s2);
         prev = cur;
         if (i > R)
             o[(i - R - 1) * os] = sum;
@@ -673,16 +668,7 @@ __device__ __forceinline__ void ext_row(const T *x, int xs, T *o, int os, int le
         s1[k] = s2[k] = T(0);
     T next = x[(len + 2 * R + 1) * xs], after = x[(len + 2 * R + 2) * xs];
     for (int i = len + 2 * R; i > R; i--) {
-        T sum = T(0);
-#pragma unroll
-        for (int k = 0; k < DK_GAUSS_MAX_SECTIONS; k++) {
-            if (k < f.count) {
-                T v = f.c1[k] * next + f.c2[k] * after - f.a1[k] * s1[k] - f.a2[k] * s2[k];
-                s2[k] = s1[k];
-                s1[k] = v;
-                sum += v;
-            }
-        }
+        T sum = section_step(f.c1, f.c2, f, next, after, s1, s2);
         after = next;
         next = x[i * xs];
         if (i < len + R + 1)
