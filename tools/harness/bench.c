@@ -9,7 +9,6 @@
 
 #include "cli/cli.h"
 #include "cli/commands.h"
-#include "cli/datafile.h"
 #include "cli/output.h"
 #include "cli/progress.h"
 #include "harness/bench.h"
@@ -19,35 +18,6 @@
 
 static const bench_suite *const suites[] = {&bench_gauss, &bench_enkf, &bench_kmeans, &bench_gbees};
 #define NSUITES ((int)(sizeof suites / sizeof suites[0]))
-
-/* The data files cases read, found by cli_data_file; the case takes the
- * path from its environment variable (kmeans/bench.c reads DAKIT_RADOLAN),
- * which, when the caller set it, wins. */
-static const struct {
-    const char *algo, *name, *file, *env;
-} case_data[] = {
-    {"kmeans", "radar_900", "raa01-rx_10000-1408102050-dwd---bin.gz", "DAKIT_RADOLAN"},
-};
-#define NDATA ((int)(sizeof case_data / sizeof case_data[0]))
-
-/* 0 when the case's data is found (or it needs none), else -1 with why. */
-static int find_case_data(const char *algo, const char *name, char *why, size_t len)
-{
-    for (int d = 0; d < NDATA; d++) {
-        if (strcmp(case_data[d].algo, algo) || strcmp(case_data[d].name, name))
-            continue;
-        const char *given = getenv(case_data[d].env);
-        char path[4200];
-        if (given && *given)
-            snprintf(path, sizeof path, "%s", given);
-        else if (cli_data_file(case_data[d].file, path, sizeof path, why, len) != 0)
-            return -1;
-        else
-            setenv(case_data[d].env, path, 1);
-        fprintf(stderr, "%s %s: data %s\n", algo, name, path);
-    }
-    return 0;
-}
 
 static void usage(FILE *f)
 {
@@ -285,10 +255,8 @@ int cmd_bench(int argc, char **argv)
                     char label[96];
                     snprintf(label, sizeof label, "%s/%s", names[b], *v);
                     void *st = NULL;
-                    int have_data = find_case_data(su->algo, su->name(c), err, sizeof err) == 0;
                     progress_stage(&prog, "%s %s on %s", su->algo, su->name(c), label);
-                    if (have_data)
-                        st = su->setup(ctx, c, *v, err, sizeof err);
+                    st = su->setup(ctx, c, *v, err, sizeof err);
                     progress_clear(&prog);
                     if (!st) {
                         printf("%-6s %-15s %-16s skipped: %s\n", su->algo, su->name(c), label, err);

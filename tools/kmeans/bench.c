@@ -2,7 +2,7 @@
  *   points_3e6_d8_k16  n = 3e6, d = 8, k = 16, 20 iterations, tol 0: labels
  *                      and centroids from points already on the device. The
  *                      floor is reading the points 20 times.
- *   radar_900          the RADOLAN composite (tests/data, or $DAKIT_RADOLAN),
+ *   radar_900          the RADOLAN composite ($DAKIT_RADOLAN, else cli_data_file),
  *                      k = 6, lambda 0.7, window 5, 20 iterations. Timed: from
  *                      the decoded reflectivity in host memory (900 x 900
  *                      float32, NaN = no data) to the labels (int32) and
@@ -25,11 +25,12 @@
 #include <dakit/kmeans.h>
 
 #include "cli/cli.h"
+#include "cli/datafile.h"
 #include "harness/bench.h"
 #include "kmeans/radar.h"
 #include <dakit/radolan.h>
 
-#define RADAR_FILE "tests/data/raa01-rx_10000-1408102050-dwd---bin.gz"
+#define RADAR_FILE "raa01-rx_10000-1408102050-dwd---bin.gz"
 
 static const struct {
     const char *name, *what;
@@ -135,7 +136,18 @@ static void *setup(dk_context *ctx, int i, const char *variant, char *err, size_
     s->which = i;
     snprintf(s->backend, sizeof s->backend, "%s", dk_context_backend(ctx));
     if (i == 1) {
-        const char *path = getenv("DAKIT_RADOLAN") ? getenv("DAKIT_RADOLAN") : RADAR_FILE;
+        /* $DAKIT_RADOLAN, else the data folders of cli_data_file; a file
+         * not found makes the case skipped with the sentence */
+        char found[4200];
+        const char *path = getenv("DAKIT_RADOLAN");
+        if (!path || !*path) {
+            if (cli_data_file(RADAR_FILE, found, sizeof found, err, len) != 0) {
+                teardown(s);
+                return NULL;
+            }
+            path = found;
+        }
+        fprintf(stderr, "kmeans radar_900: data %s\n", path);
         radar_options o = {6, 0.7, 5, 5.0, 2.0, 20, 0.0, variant};
         if (dk_radolan_read(path, &s->r) != DK_OK) {
             snprintf(err, len, "%s", dk_last_error(NULL));
