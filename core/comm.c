@@ -1,6 +1,7 @@
 /* Device-side communication for libdakit-mpi (core/comm.h): the context's
  * dk_comm_ops behind the device lock, with dk_buffer turned into the
  * plugin's handles and the plugin's sentence into the context's error. */
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "comm.h"
@@ -142,4 +143,46 @@ DK_API dk_status dk_comm_exchange(dk_comm *comm, const dk_comm_move *moves, int 
     dk_device_leave(ctx);
     free(t);
     return st == DK_OK ? DK_OK : dk_fail_msg(ctx, st, &msg, "a device exchange");
+}
+
+/* Elements of the 3-D array `shape` reached by the box's last element, or
+ * SIZE_MAX when the box leaves the array or a product overflows. */
+static size_t box_reach(const size_t shape[3], const size_t lo[3], const size_t count[3])
+{
+    size_t total = 1, last = 0;
+    for (int a = 0; a < 3; a++) {
+        if (lo[a] > shape[a] || count[a] > shape[a] - lo[a] || (shape[a] && total > SIZE_MAX / shape[a]))
+            return SIZE_MAX;
+        last = last * shape[a] + lo[a] + count[a] - 1;
+        total *= shape[a];
+    }
+    return last + 1;
+}
+
+DK_API dk_status dk_buffer_copy_box(dk_buffer *dst, const dk_buffer *src, const dk_box_copy *box)
+{
+    dk_context *ctx = dst ? dst->ctx : NULL;
+    if (!dst || !src || !box || src->ctx != ctx || dst == src || box->esize == 0)
+        return dk_fail(ctx, DK_ERR_INVALID_ARGUMENT,
+                       "dk_buffer_copy_box: two distinct buffers of one context, a box and an element size are "
+                       "needed");
+    if (!box->count[0] || !box->count[1] || !box->count[2])
+        return DK_OK;
+    size_t rs = box_reach(box->src_shape, box->src_lo, box->count),
+           rd = box_reach(box->dst_shape, box->dst_lo, box->count);
+    if (rs == SIZE_MAX || rd == SIZE_MAX || box->src_offset > src->bytes || box->dst_offset > dst->bytes ||
+        rs > (src->bytes - box->src_offset) / box->esize || rd > (dst->bytes - box->dst_offset) / box->esize)
+        return dk_fail(ctx, DK_ERR_INVALID_ARGUMENT,
+                       "dk_buffer_copy_box: the box of %zu x %zu x %zu elements leaves an array or a buffer "
+                       "(buffers of %zu and %zu bytes)",
+                       box->count[0], box->count[1], box->count[2], src->bytes, dst->bytes);
+    const dk_plugin *pl = ctx->backend->plugin;
+    if (!pl->buffer_copy_box)
+        return dk_fail(ctx, DK_ERR_NOT_IMPLEMENTED, "backend '%s' cannot copy a box between its buffers "
+                       "(no buffer_copy_box)", pl->name);
+    dk_msg msg = {{0}};
+    dk_device_enter(ctx);
+    dk_status st = pl->buffer_copy_box(ctx->device, dst->handle, src->handle, box, &msg);
+    dk_device_leave(ctx);
+    return st == DK_OK ? DK_OK : dk_fail_msg(ctx, st, &msg, "copying a box between device buffers");
 }

@@ -1,5 +1,6 @@
 /* Device-side communication, between libdakit and libdakit-mpi only: the
- * layer reaches a context's dk_comm_ops (dakit/plugin.h) through these.
+ * layer reaches a context's dk_comm_ops (dakit/plugin.h), and the box copy
+ * its halo exchange packs and unpacks with, through these.
  * Not installed and not public API; both libraries are built together.
  * Each call takes the context's device lock and, on failure, sets the
  * context's last error (dk_last_error) like every libdakit call. */
@@ -32,5 +33,10 @@ void dk_comm_destroy(dk_comm *comm);
 dk_status dk_comm_all_reduce_sum(dk_comm *comm, dk_buffer *buf, size_t offset, size_t count, dk_dtype dtype);
 /* Collective between the peers named: the n transfers as one group. */
 dk_status dk_comm_exchange(dk_comm *comm, const dk_comm_move *moves, int n);
+
+/* Copies a box between two buffers of one context on the device
+ * (dk_box_copy in dakit/plugin.h); dst and src distinct.
+ * DK_ERR_NOT_IMPLEMENTED where the plugin has no buffer_copy_box. */
+dk_status dk_buffer_copy_box(dk_buffer *dst, const dk_buffer *src, const dk_box_copy *box);
 
 #endif

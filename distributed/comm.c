@@ -192,6 +192,11 @@ void dkm_comm_free(dk_mpi_plan *p)
     p->xfer = NULL;
 }
 
+dk_comm *dkm_device_comm(const dk_mpi_plan *p)
+{
+    return p && p->xfer ? p->xfer->dev : NULL;
+}
+
 static void sum_host(dk_mpi_plan *p, double *buf, size_t n, int root)
 {
     for (size_t off = 0; off < n; off += CHUNK) {

@@ -22,12 +22,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/comm.h"
 #include "internal.h"
 
 _Static_assert(sizeof(size_t) == sizeof(uint64_t), "boxes travel as MPI_UINT64_T");
 
 static const char *const CREATE = "dk_mpi_gauss_plan_create";
 static const char *const EXECUTE = "dk_mpi_gauss_execute_host";
+static const char *const EXECUTE_DEV = "dk_mpi_gauss_execute";
 
 /* ---- the global description, compared between ranks ---- */
 
@@ -164,6 +166,10 @@ void dkm_gauss_plan_free(dk_mpi_plan *p)
         free(p->stages[s].send);
         free(p->stages[s].recv);
     }
+    dk_buffer_destroy(p->dwork);
+    dk_buffer_destroy(p->dext);
+    dk_buffer_destroy(p->dsend);
+    dk_buffer_destroy(p->drecv);
     free(p->work);
     free(p->ext);
     free(p->sendbuf);
@@ -348,6 +354,9 @@ DK_MPI_API dk_status dk_mpi_gauss_plan_create(dk_context *ctx, MPI_Comm comm, co
         p->sendbuf = malloc((send_max ? send_max : 1) * p->esize);
         p->recvbuf = malloc((recv_max ? recv_max : 1) * p->esize);
         p->requests = malloc((size_t)(req_max ? req_max : 1) * sizeof *p->requests);
+        p->ext_max = ext_max;
+        p->send_max = send_max;
+        p->recv_max = recv_max;
         if (!p->work || !p->ext || !p->sendbuf || !p->recvbuf || !p->requests)
             dkm_note(&o, DK_ERR_OUT_OF_MEMORY, "out of host memory for the halo buffers");
     }
@@ -425,4 +434,171 @@ DK_MPI_API dk_status dk_mpi_gauss_execute_host(dk_mpi_plan *plan, const void *in
         cur = dst;
     }
     return dkm_agree(p->comm, &o, EXECUTE);
+}
+
+/* ---- device buffers ---- */
+
+/* The copy of box b (global coordinates) from an array holding box `from`
+ * at byte from_off of its buffer to one holding box `to` at to_off. */
+static dk_box_copy box_copy(const dkm_box *b, const dkm_box *from, size_t from_off, const dkm_box *to, size_t to_off,
+                            size_t esize)
+{
+    dk_box_copy c = {.esize = esize, .src_offset = from_off, .dst_offset = to_off};
+    for (int i = 0; i < 3; i++) {
+        c.count[i] = b->hi[i] - b->lo[i];
+        c.src_shape[i] = from->hi[i] - from->lo[i];
+        c.src_lo[i] = b->lo[i] - from->lo[i];
+        c.dst_shape[i] = to->hi[i] - to->lo[i];
+        c.dst_lo[i] = b->lo[i] - to->lo[i];
+    }
+    return c;
+}
+
+static void copy_box(dk_mpi_plan *p, dkm_outcome *o, dk_buffer *dst, const dk_buffer *src, const dk_box_copy *c)
+{
+    dk_status st = dk_buffer_copy_box(dst, src, c);
+    if (st != DK_OK)
+        dkm_note(o, st, "%s", dk_last_error(p->ctx));
+}
+
+/* Collective, on the first dk_mpi_gauss_execute: the device scratch (the
+ * sizes of the host scratch) and, where every rank has a device of its own
+ * with device-side communication, the device communicator. */
+static dk_status device_setup(dk_mpi_plan *p)
+{
+    dkm_outcome o = {DK_OK, ""};
+    size_t es = p->esize;
+    int need_work = p->nstages > 1 || p->stages[0].axis >= 0;
+    struct {
+        dk_buffer **buf;
+        size_t count;
+    } want[4] = {{&p->dwork, need_work ? p->own_count : 0}, {&p->dext, p->ext_max},
+                 {&p->dsend, p->send_max}, {&p->drecv, p->recv_max}};
+    for (int i = 0; i < 4 && o.status == DK_OK; i++) {
+        dk_status st = dk_buffer_create(p->ctx, (want[i].count ? want[i].count : 1) * es, want[i].buf);
+        if (st != DK_OK)
+            dkm_note(&o, st, "%s", dk_last_error(p->ctx));
+    }
+    dk_status st = dkm_agree(p->comm, &o, EXECUTE_DEV);
+    if (st != DK_OK)
+        return st;
+    int halos = 0;
+    for (int s = 0; s < p->nstages; s++)
+        halos |= p->stages[s].axis >= 0;
+    if (halos && !p->xfer)
+        dkm_comm_setup(p, 0);
+    p->dev_ready = 1;
+    return DK_OK;
+}
+
+/* exchange() on device buffers: the boxes others need are packed into
+ * dsend, travel to the peers' drecv (device to device through the plan's
+ * communicator, else staged through host memory and MPI) and are unpacked
+ * into dext around this rank's own box. Every rank makes every transfer
+ * call whatever failed before it. */
+static void exchange_device(dk_mpi_plan *p, const dkm_stage *s, const dk_buffer *cur, dkm_outcome *o)
+{
+    size_t es = p->esize;
+    for (int k = 0; k < s->nsend; k++) {
+        const dkm_peer *q = &s->send[k];
+        dk_box_copy c = box_copy(&q->box, &p->own, 0, &q->box, q->offset * es, es);
+        copy_box(p, o, p->dsend, cur, &c);
+    }
+    dk_comm *dev = dkm_device_comm(p);
+    if (dev) {
+        int n = 0;
+        dk_comm_move *m = malloc((size_t)(s->nsend + s->nrecv + 1) * sizeof *m);
+        if (!m) {
+            dkm_note(o, DK_ERR_OUT_OF_MEMORY, "out of host memory");
+            return; /* the peers' NCCL calls end at the communicator's time limit */
+        }
+        for (int k = 0; k < s->nrecv; k++)
+            m[n++] = (dk_comm_move){s->recv[k].rank, 1, p->drecv, s->recv[k].offset * es,
+                                    dkm_box_count(&s->recv[k].box) * es};
+        for (int k = 0; k < s->nsend; k++)
+            m[n++] = (dk_comm_move){s->send[k].rank, 0, p->dsend, s->send[k].offset * es,
+                                    dkm_box_count(&s->send[k].box) * es};
+        dk_status st;
+        DKM_COMM(p->comm, st = dk_comm_exchange(dev, m, n));
+        free(m);
+        if (st != DK_OK)
+            dkm_note(o, st, "%s", dk_last_error(p->ctx));
+    } else {
+        size_t sends = 0, recvs = 0;
+        for (int k = 0; k < s->nsend; k++)
+            sends += dkm_box_count(&s->send[k].box);
+        for (int k = 0; k < s->nrecv; k++)
+            recvs += dkm_box_count(&s->recv[k].box);
+        dk_status st = sends ? dk_buffer_read(p->dsend, p->sendbuf, sends * es) : DK_OK;
+        if (st != DK_OK)
+            dkm_note(o, st, "%s", dk_last_error(p->ctx));
+        int n = 0;
+        char *rb = p->recvbuf, *sb = p->sendbuf;
+        for (int k = 0; k < s->nrecv; k++) {
+            const dkm_peer *q = &s->recv[k];
+            DKM_COMM(p->comm, MPI_Irecv(rb + q->offset * es, (int)dkm_box_count(&q->box), p->mtype, q->rank, s->axis,
+                                        p->comm, &p->requests[n++]));
+        }
+        for (int k = 0; k < s->nsend; k++) {
+            const dkm_peer *q = &s->send[k];
+            DKM_COMM(p->comm, MPI_Isend(sb + q->offset * es, (int)dkm_box_count(&q->box), p->mtype, q->rank, s->axis,
+                                        p->comm, &p->requests[n++]));
+        }
+        DKM_COMM(p->comm, MPI_Waitall(n, p->requests, MPI_STATUSES_IGNORE));
+        st = recvs ? dk_buffer_write(p->drecv, p->recvbuf, recvs * es) : DK_OK;
+        if (st != DK_OK)
+            dkm_note(o, st, "%s", dk_last_error(p->ctx));
+    }
+    dk_box_copy c = box_copy(&p->own, &p->own, 0, &s->ext, 0, es);
+    copy_box(p, o, p->dext, cur, &c);
+    for (int k = 0; k < s->nrecv; k++) {
+        const dkm_peer *q = &s->recv[k];
+        c = box_copy(&q->box, &q->box, q->offset * es, &s->ext, 0, es);
+        copy_box(p, o, p->dext, p->drecv, &c);
+    }
+}
+
+DK_MPI_API dk_status dk_mpi_gauss_execute(dk_mpi_plan *plan, const dk_buffer *in_local, dk_buffer *out_local)
+{
+    if (!plan)
+        return dkm_fail(DK_ERR_INVALID_ARGUMENT,
+                        "%s: plan must not be NULL (this rank returned at once: without a plan there is no "
+                        "communicator to tell the others)",
+                        EXECUTE_DEV);
+    dk_mpi_plan *p = plan;
+    if (p->enkf || p->kmeans)
+        return dkm_fail(DK_ERR_INVALID_ARGUMENT, "%s: the plan is %s plan (dk_mpi_%s_plan_create)", EXECUTE_DEV,
+                        p->enkf ? "an enkf" : "a kmeans", p->enkf ? "enkf" : "kmeans");
+    dk_status st;
+    if (!p->dev_ready && (st = device_setup(p)) != DK_OK)
+        return st;
+    dkm_outcome o = {DK_OK, ""};
+    size_t bytes = p->own_count * p->esize;
+    if (p->own_count && (!in_local || !out_local))
+        dkm_note(&o, DK_ERR_INVALID_ARGUMENT, "in_local and out_local must not be NULL (its part holds %zu values)",
+                 p->own_count);
+    else if (p->own_count && (dk_buffer_size(in_local) < bytes || dk_buffer_size(out_local) < bytes))
+        dkm_note(&o, DK_ERR_INVALID_ARGUMENT,
+                 "its part holds %zu bytes, but in_local holds %zu and out_local %zu", bytes,
+                 dk_buffer_size(in_local), dk_buffer_size(out_local));
+    /* A rank that failed goes on exchanging (its scratch, not the caller's
+     * buffers) so that no other rank waits for it. */
+    const dk_buffer *cur = o.status == DK_OK ? in_local : p->dwork;
+    for (int s = 0; s < p->nstages; s++) {
+        dkm_stage *sg = &p->stages[s];
+        dk_buffer *dst = s == p->nstages - 1 && o.status == DK_OK ? out_local : p->dwork;
+        if (sg->axis >= 0)
+            exchange_device(p, sg, cur, &o);
+        if (sg->plan && o.status == DK_OK) {
+            st = sg->axis < 0 ? dk_gauss_execute(sg->plan, cur, dst) : dk_gauss_execute(sg->plan, p->dext, p->dext);
+            if (st != DK_OK)
+                dkm_note(&o, st, "%s", dk_last_error(p->ctx));
+        }
+        if (sg->axis >= 0 && o.status == DK_OK && p->own_count) {
+            dk_box_copy c = box_copy(&p->own, &sg->ext, 0, &p->own, 0, p->esize);
+            copy_box(p, &o, dst, p->dext, &c);
+        }
+        cur = dst;
+    }
+    return dkm_agree(p->comm, &o, EXECUTE_DEV);
 }

@@ -110,6 +110,10 @@ struct dk_mpi_plan {
     int nstages;
     dkm_stage stages[DK_MAX_DIMS];
     void *work, *ext, *sendbuf, *recvbuf; /* host scratch */
+    size_t ext_max, send_max, recv_max;   /* elements of ext, sendbuf, recvbuf */
+    /* device scratch of dk_mpi_gauss_execute, made on its first call */
+    int dev_ready;
+    struct dk_buffer *dwork, *dext, *dsend, *drecv;
     MPI_Request *requests;
     int nrequests;
     struct dkm_comm *xfer; /* how reductions cross ranks (distributed/comm.c); NULL: MPI */
@@ -123,6 +127,8 @@ struct dk_mpi_plan {
  * longest reduction the plan will make. */
 void dkm_comm_setup(struct dk_mpi_plan *p, size_t max_doubles);
 void dkm_comm_free(struct dk_mpi_plan *p); /* local */
+/* The plan's device communicator, NULL where it stages through the host. */
+struct dk_comm *dkm_device_comm(const struct dk_mpi_plan *p);
 /* Collective: sums n doubles over the ranks, in place, on the plan's device
  * communicator or through MPI; root < 0: the sum on every rank, else on
  * root (others' buf then unspecified). */

@@ -192,6 +192,44 @@ static double tolerance_of(const dk_gauss_desc *d)
     return (2.0 * d->K * __builtin_popcount(d->axes) + 4.0) * 2.0 * eps;
 }
 
+/* dk_mpi_gauss_execute on device buffers holding this rank's part of x
+ * (out of place from `in`, or in place when in is NULL): 1 when its result
+ * has the bits of `expect`, the host path's. */
+static int device_matches(dk_context *ctx, dk_mpi_plan *plan, const void *in, const void *expect, const void *x,
+                          const dk_gauss_desc *d, const dk_mpi_part *part, char *why, size_t len)
+{
+    size_t es = dk_dtype_size(d->dtype), local = count_of(d->ndim, part->extent), bytes = local * es;
+    void *host = malloc(bytes ? bytes : 1);
+    dk_buffer *bin = NULL, *bout = NULL;
+    int ok = host && dk_buffer_create(ctx, bytes ? bytes : 1, &bout) == DK_OK &&
+             (!in || dk_buffer_create(ctx, bytes ? bytes : 1, &bin) == DK_OK);
+    if (ok) {
+        if (in)
+            memcpy(host, in, bytes);
+        else
+            box_copy(host, x, d, part, 1);
+        ok = dk_buffer_write(in ? bin : bout, host, bytes) == DK_OK;
+    }
+    if (!ok)
+        snprintf(why, len, "device buffers: %s", dk_last_error(ctx));
+    /* every rank calls execute, whatever failed on it: it is collective */
+    dk_status st = dk_mpi_gauss_execute(plan, in ? bin : bout, bout);
+    if (ok && st != DK_OK) {
+        snprintf(why, len, "dk_mpi_gauss_execute: %s", dk_mpi_last_error());
+        ok = 0;
+    }
+    if (ok) {
+        memset(host, 0xff, bytes);
+        ok = dk_buffer_read(bout, host, bytes) == DK_OK && memcmp(host, expect, bytes) == 0;
+        if (!ok)
+            snprintf(why, len, "dk_mpi_gauss_execute on device buffers differs from the host path");
+    }
+    dk_buffer_destroy(bin);
+    dk_buffer_destroy(bout);
+    free(host);
+    return ok;
+}
+
 /* Runs the distributed filter on d with this rank's part and compares with
  * the reference on the whole field; reports on rank 0. */
 static void check_case(dk_context *ctx, const char *name, const dk_gauss_desc *d, const dk_mpi_part *part,
@@ -227,6 +265,9 @@ static void check_case(dk_context *ctx, const char *name, const dk_gauss_desc *d
                 ok = 0;
             }
         }
+        /* the same plan on device buffers: the same bits as on host memory */
+        if (ok && !device_matches(ctx, plan, inplace ? NULL : in, out, x, d, part, why, sizeof why))
+            ok = 0;
         if (ok) {
             void *mine = malloc(local ? local * es : 1);
             box_copy(mine, ref, d, part, 1);
@@ -340,6 +381,25 @@ static void bad_input(dk_context *ctx)
     if (rank == 0)
         printf("%-4s the same plan executes again afterwards\n", ok ? "ok" : "FAIL");
     failures += !ok;
+
+    /* the same on device buffers: one too small on the last rank, then fine */
+    size_t bytes = part.extent[0] * sizeof *buf;
+    dk_buffer *dbuf = NULL;
+    if (dk_buffer_create(ctx, bytes + sizeof *buf, &dbuf) != DK_OK)
+        dbuf = NULL;
+    dk_buffer *small = NULL;
+    if (last && dk_buffer_create(ctx, bytes > 4 ? bytes - 4 : 1, &small) != DK_OK)
+        small = NULL;
+    st = dk_mpi_gauss_execute(plan, last && small ? small : dbuf, dbuf);
+    expect_failure("device execute with a buffer too small on the last rank", st, DK_ERR_INVALID_ARGUMENT,
+                   "holds");
+    st = dk_mpi_gauss_execute(plan, dbuf, dbuf);
+    ok = all_ranks(st == DK_OK);
+    if (rank == 0)
+        printf("%-4s the same plan executes on device buffers afterwards\n", ok ? "ok" : "FAIL");
+    failures += !ok;
+    dk_buffer_destroy(small);
+    dk_buffer_destroy(dbuf);
     dk_mpi_plan_destroy(plan);
     plan = NULL;
 

@@ -202,6 +202,21 @@ static dk_status cpu_buffer_copy(void *device, void *dst, const void *src, size_
     return DK_OK;
 }
 
+/* Row by row: each row of the box is contiguous in both arrays. */
+static dk_status cpu_buffer_copy_box(void *device, void *dst, const void *src, const dk_box_copy *b, dk_msg *msg)
+{
+    (void)device;
+    (void)msg;
+    size_t row = b->count[2] * b->esize;
+    for (size_t i = 0; i < b->count[0]; i++)
+        for (size_t j = 0; j < b->count[1]; j++) {
+            size_t s = ((b->src_lo[0] + i) * b->src_shape[1] + b->src_lo[1] + j) * b->src_shape[2] + b->src_lo[2];
+            size_t d = ((b->dst_lo[0] + i) * b->dst_shape[1] + b->dst_lo[1] + j) * b->dst_shape[2] + b->dst_lo[2];
+            memcpy((char *)dst + b->dst_offset + d * b->esize, (const char *)src + b->src_offset + s * b->esize, row);
+        }
+    return DK_OK;
+}
+
 static const dk_plugin cpu_plugin = {
     .abi_version = DK_PLUGIN_ABI_VERSION,
     .size = DK_PLUGIN_SIZE,
@@ -221,6 +236,7 @@ static const dk_plugin cpu_plugin = {
     .device_native = cpu_device_native,
     .gauss = &dk_cpu_gauss_ops,
     .gauss_features = DK_GAUSS_FEATURE_RECURSIVE | DK_GAUSS_FEATURE_MODES,
+    .buffer_copy_box = cpu_buffer_copy_box,
     .gbees = &dk_cpu_gbees_ops,
 #ifdef DK_CPU_ENKF
     .enkf = &dk_cpu_enkf_ops,

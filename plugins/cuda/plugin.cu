@@ -350,6 +350,29 @@ static dk_status cuda_buffer_copy(void *device, void *dst, const void *src, size
                      "a device-to-device copy", msg);
 }
 
+/* One cudaMemcpy3DAsync: a C-order array is a pitched one whose pitch is
+ * its row; the array's byte offset goes into the base pointer. */
+static dk_status cuda_buffer_copy_box(void *device, void *dst, const void *src, const dk_box_copy *b, dk_msg *msg)
+{
+    dk_cuda_device *dev = (dk_cuda_device *)device;
+    dk_status st = dk_cuda_enter(dev, msg);
+    if (st != DK_OK)
+        return st;
+    size_t es = b->esize;
+    cudaMemcpy3DParms p = {};
+    p.srcPtr = make_cudaPitchedPtr((char *)((const dk_cuda_buffer *)src)->ptr + b->src_offset, b->src_shape[2] * es,
+                                   b->src_shape[2] * es, b->src_shape[1]);
+    p.dstPtr = make_cudaPitchedPtr((char *)((dk_cuda_buffer *)dst)->ptr + b->dst_offset, b->dst_shape[2] * es,
+                                   b->dst_shape[2] * es, b->dst_shape[1]);
+    p.srcPos = make_cudaPos(b->src_lo[2] * es, b->src_lo[1], b->src_lo[0]);
+    p.dstPos = make_cudaPos(b->dst_lo[2] * es, b->dst_lo[1], b->dst_lo[0]);
+    p.extent = make_cudaExtent(b->count[2] * es, b->count[1], b->count[0]);
+    p.kind = cudaMemcpyDeviceToDevice;
+    CUDA_TRY(cudaMemcpy3DAsync(&p, dev->stream), "a box copy on the device");
+    CUDA_TRY(cudaStreamSynchronize(dev->stream), "a box copy on the device");
+    return DK_OK;
+}
+
 extern "C" const dk_enkf_ops dk_cuda_enkf_ops;     /* enkf/plan.cu */
 extern "C" const dk_kmeans_ops dk_cuda_kmeans_ops; /* kmeans.cu */
 extern "C" const dk_gbees_ops dk_cuda_gbees_ops;   /* gbees.cu */
@@ -384,6 +407,7 @@ static const dk_plugin cuda_plugin = {
     .comm = &dk_cuda_comm_ops,
 #endif
     .gauss_features = DK_GAUSS_FEATURE_RECURSIVE | DK_GAUSS_FEATURE_MODES,
+    .buffer_copy_box = cuda_buffer_copy_box,
 };
 
 extern "C" DK_PLUGIN_EXPORT const dk_plugin *DK_PLUGIN_ENTRY(void)

@@ -73,6 +73,17 @@ dk_status dk_mpi_gauss_plan_create(dk_context *ctx, MPI_Comm comm, const dk_gaus
  * filters in place. Returns when this rank's result is in out_local. */
 dk_status dk_mpi_gauss_execute_host(dk_mpi_plan *plan, const void *in_local, void *out_local);
 
+/* Collective. The same on device buffers of the plan's context, where the
+ * field already lives: in_local and out_local hold this rank's box in C
+ * order (at least the part's volume); in_local == out_local filters in
+ * place. Halos go device to device through the plan's device communicator
+ * where there is one (dk_mpi_plan_transport), else through host memory and
+ * MPI. The first call makes the plan's device scratch (about its part's
+ * volume, twice where an axis is exchanged) and, collectively, the device
+ * communicator. Needs a backend that copies boxes between its buffers
+ * (every one in dakit does). */
+dk_status dk_mpi_gauss_execute(dk_mpi_plan *plan, const dk_buffer *in_local, dk_buffer *out_local);
+
 /* How the plan's reductions cross ranks: "device (nccl)" where every rank's
  * backend offers device-side communication on a device of its own, else
  * "host (MPI): " and the reason (docs/distributed.md, "Device-side

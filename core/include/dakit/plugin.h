@@ -141,6 +141,19 @@ typedef struct dk_comm_ops {
     dk_status (*exchange)(void *device, void *comm, const dk_comm_transfer *t, int n, dk_msg *msg);
 } dk_comm_ops;
 
+/* A box of a 3-D array in C order copied between two buffers of a device
+ * (buffer_copy_box): `count` elements along each axis ([2] the fastest),
+ * from the array of src_shape that starts src_offset bytes into the source
+ * at element src_lo, to the array of dst_shape at dst_offset, element
+ * dst_lo. A 1-D or 2-D array has leading axes of extent 1. The box lies
+ * inside both arrays, and both arrays inside their buffers. */
+typedef struct dk_box_copy {
+    size_t esize;
+    size_t count[3];
+    size_t src_offset, src_shape[3], src_lo[3];
+    size_t dst_offset, dst_shape[3], dst_lo[3];
+} dk_box_copy;
+
 /* ---- the descriptor ---- */
 
 struct dk_gauss_ops;  /* dakit/gauss.h */
@@ -224,6 +237,11 @@ typedef struct dk_plugin {
      * constant boundaries (DK_GAUSS_FEATURE_* of gauss.h); 0: only that,
      * and the core refuses the rest with a sentence naming the backend. */
     unsigned gauss_features;
+    /* Optional: copies a box between two buffers of the device (one call:
+     * cudaMemcpy3D, clEnqueueCopyBufferRect), finished when it returns; the
+     * buffers never overlap. libdakit-mpi needs it to exchange halos of
+     * device buffers (dk_mpi_gauss_execute); NULL: it refuses them. */
+    dk_status (*buffer_copy_box)(void *device, void *dst, const void *src, const dk_box_copy *box, dk_msg *msg);
 } dk_plugin;
 
 #define DK_PLUGIN_SIZE ((uint32_t)sizeof(dk_plugin))
