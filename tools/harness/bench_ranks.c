@@ -2,7 +2,14 @@
  * the time of each rank's execute and, inside it, its communication
  * (dk_mpi_plan_stats); at one rank also the plain single-process call on the
  * same problem, the two alternating run by run, and the layer's overhead as
- * the median of the per-run differences. */
+ * the median of the per-run differences.
+ *
+ * The scaling cases (_weak: a fixed share per rank; _strong: a fixed
+ * field) time at every P, alternating with the distributed runs, the plain
+ * single-device call on device buffers: on one rank's share (weak) or on the
+ * whole problem (strong), each rank on its own device. Their last column is
+ * plain / distributed: the weak-scaling efficiency, or the speedup over one
+ * device. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +34,16 @@ static const ranks_case cases[] = {
     {"enkf_cov", "enkf cov, n 100000, L 20, M 256, compact C (radius 50), float64, slabs of rows"},
     {"enkf_analysis", "enkf analysis, the same problem, float64"},
     {"kmeans", "kmeans 1000000 points, d 3, k 8, 10 iterations, float32, slabs of points"},
+    {"gauss_weak", "gauss 8192 x 8192 float32 per rank (a field of 8192 P x 8192 in slabs), sigma 2, K 4, exact, "
+                   "both axes, on device buffers (dk_mpi_gauss_execute)"},
+    {"gauss_strong", "gauss 32768 x 32768 float32 (4 GiB) in slabs along axis 0, sigma 2, K 4, exact, both axes, "
+                     "on device buffers"},
+    {"kmeans_weak", "kmeans 3e6 points per rank, d 8, k 16, 20 iterations, tol 0, float32, from host memory "
+                    "(dk_mpi_kmeans_execute_host); plain: the points on the device"},
+    {"enkf_weak", "enkf cov, N 10^6 per rank, L 10, M 32, H density 0.05, compact C (radius 200), float64, from "
+                  "host memory (dk_mpi_enkf_cov_host); plain: on the device"},
 };
+#define FIRST_SCALING 4
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
 /* One case's problem on this rank: the distributed plan over its part and,
@@ -43,6 +59,8 @@ typedef struct state {
     float *init, *cent;
     int32_t *labels;
     dk_kmeans_desc kd;
+    dk_buffer *din, *dout; /* the distributed call's device buffers (gauss) */
+    dk_buffer *pb[5];      /* the plain call's device buffers */
 } state;
 
 static void release(state *s)
@@ -52,6 +70,164 @@ static void release(state *s)
     free(s->in), free(s->out), free(s->aux), free(s->x0);
     free(s->c), free(s->values), free(s->y), free(s->r), free(s->indptr), free(s->indices);
     free(s->init), free(s->cent), free(s->labels);
+    dk_buffer_destroy(s->din), dk_buffer_destroy(s->dout);
+    for (int b = 0; b < 5; b++)
+        dk_buffer_destroy(s->pb[b]);
+}
+
+/* The plain call's device buffers: bytes[b] each (0: none), the first
+ * written from `first`. */
+static dk_status plain_buffers(dk_context *ctx, state *s, const size_t bytes[5], const void *first)
+{
+    for (int b = 0; b < 5; b++)
+        if (bytes[b] && dk_buffer_create(ctx, bytes[b], &s->pb[b]) != DK_OK)
+            return DK_ERR_OUT_OF_MEMORY;
+    return dk_buffer_write(s->pb[0], first, bytes[0]);
+}
+
+/* gauss_weak and gauss_strong: the field in slabs along axis 0, on device
+ * buffers; the plain plan over one rank's share or the whole field. */
+static dk_status setup_gauss_scaling(dk_context *ctx, state *s, int weak, int size)
+{
+    dk_gauss_desc g;
+    dk_gauss_desc_init(&g);
+    g.dtype = DK_F32;
+    g.ndim = 2;
+    g.shape[0] = weak ? 8192 * (size_t)size : 32768;
+    g.shape[1] = weak ? 8192 : 32768;
+    g.axes = 3;
+    g.sigma[0] = g.sigma[1] = 2;
+    g.K = 4;
+    dk_mpi_part part;
+    int pieces[3] = {size, 1, 1};
+    dk_status st = dk_mpi_decompose(MPI_COMM_WORLD, 2, g.shape, pieces, &part);
+    if (st != DK_OK)
+        return st;
+    s->local = part.extent[0] * part.extent[1];
+    dk_gauss_desc one = g;
+    if (weak)
+        one.shape[0] = part.extent[0];
+    size_t whole = one.shape[0] * one.shape[1], fill = s->local > whole ? s->local : whole;
+    s->in = malloc(fill * 4 + 1);
+    if (!s->in)
+        return DK_ERR_OUT_OF_MEMORY;
+    cli_fill_random(s->in, DK_F32, fill, 41);
+    size_t bytes[5] = {whole * 4, whole * 4, 0, 0, 0};
+    if ((st = dk_mpi_gauss_plan_create(ctx, MPI_COMM_WORLD, &g, &part, &s->mplan)) != DK_OK)
+        return st;
+    if (dk_buffer_create(ctx, s->local * 4 + 1, &s->din) != DK_OK ||
+        dk_buffer_create(ctx, s->local * 4 + 1, &s->dout) != DK_OK ||
+        dk_buffer_write(s->din, s->in, s->local * 4) != DK_OK || dk_gauss_plan_create(ctx, &one, &s->plan) != DK_OK ||
+        plain_buffers(ctx, s, bytes, s->in) != DK_OK)
+        return DK_ERR_BACKEND;
+    return DK_OK;
+}
+
+/* kmeans_weak: 3e6 points per rank from host memory; plain: one rank's
+ * points on the device. */
+static dk_status setup_kmeans_weak(dk_context *ctx, state *s, int size)
+{
+    dk_kmeans_desc *d = &s->kd;
+    dk_kmeans_desc_init(d);
+    d->n = 3000000 * (size_t)size;
+    d->d = 8;
+    d->k = 16;
+    d->max_iters = 20;
+    d->tol = 0;
+    dk_mpi_part part;
+    dk_status st = dk_mpi_decompose(MPI_COMM_WORLD, 1, &d->n, NULL, &part);
+    if (st != DK_OK)
+        return st;
+    s->local = part.extent[0];
+    s->in = malloc(s->local * 8 * sizeof(float) + 1);
+    s->labels = malloc(s->local * sizeof *s->labels + 1);
+    s->init = malloc(16 * 8 * sizeof *s->init);
+    s->cent = malloc(16 * 8 * sizeof *s->cent);
+    if (!s->in || !s->labels || !s->init || !s->cent)
+        return DK_ERR_OUT_OF_MEMORY;
+    cli_fill_random(s->in, DK_F32, s->local * 8, 51 + part.offset[0]);
+    memcpy(s->init, s->in, 16 * 8 * sizeof *s->init); /* rank 0's first points on every rank */
+    MPI_Bcast(s->init, 16 * 8, MPI_FLOAT, 0, MPI_COMM_WORLD);
+    if ((st = dk_mpi_kmeans_plan_create(ctx, MPI_COMM_WORLD, d, &part, &s->mplan)) != DK_OK)
+        return st;
+    dk_kmeans_desc one = *d;
+    one.n = s->local;
+    size_t bytes[5] = {s->local * 8 * sizeof(float), 0, 16 * 8 * sizeof(float), s->local * sizeof(int32_t),
+                       16 * 8 * sizeof(float)};
+    if (dk_kmeans_plan_create(ctx, &one, &s->plan) != DK_OK || plain_buffers(ctx, s, bytes, s->in) != DK_OK ||
+        dk_buffer_write(s->pb[2], s->init, bytes[2]) != DK_OK)
+        return DK_ERR_BACKEND;
+    return DK_OK;
+}
+
+/* enkf_weak: N 10^6 per rank; H's M rows each pick 5 % of the global
+ * states at random; plain: one rank's share on the device. */
+static dk_status setup_enkf_weak(dk_context *ctx, state *s, int size)
+{
+    size_t per = 1000000, n = per * (size_t)size, L = 10, M = 32, per_row = n / 20, nnz = per_row * M;
+    s->width = M;
+    s->c = malloc(n * sizeof *s->c);
+    s->values = malloc(nnz * sizeof *s->values);
+    s->indptr = malloc((M + 1) * sizeof *s->indptr);
+    s->indices = malloc(nnz * sizeof *s->indices);
+    if (!s->c || !s->values || !s->indptr || !s->indices)
+        return DK_ERR_OUT_OF_MEMORY;
+    for (size_t k = 0; k < n; k++)
+        s->c[k] = fmax(0.0, 1.0 - (double)k / 200.0);
+    uint64_t rng = 0xbe7c4ull;
+    for (size_t j = 0; j <= M; j++)
+        s->indptr[j] = (int64_t)(j * per_row);
+    for (size_t t = 0; t < nnz; t++) {
+        s->indices[t] = (int64_t)((size_t)((cli_random(&rng) + 1) / 2 * (double)n) % n);
+        s->values[t] = 1.0;
+    }
+    dk_enkf_desc d;
+    dk_enkf_desc_init(&d);
+    d.n = n;
+    d.members = L;
+    d.loc = s->c;
+    d.H = (dk_csr){M, n, s->indptr, s->indices, s->values};
+    dk_mpi_part part;
+    dk_status st = dk_mpi_decompose(MPI_COMM_WORLD, 1, &n, NULL, &part);
+    if (st != DK_OK)
+        return st;
+    s->local = part.extent[0];
+    s->x0 = malloc(s->local * L * 8 + 1);
+    s->out = malloc(s->local * M * 8 + 1);
+    s->aux = malloc(M * M * 8);
+    if (!s->x0 || !s->out || !s->aux)
+        return DK_ERR_OUT_OF_MEMORY;
+    cli_fill_random(s->x0, DK_F64, s->local * L, 61 + part.offset[0]);
+    if ((st = dk_mpi_enkf_plan_create(ctx, MPI_COMM_WORLD, &d, &part, &s->mplan)) != DK_OK)
+        return st;
+    /* one rank's share alone: its own H columns, renumbered */
+    dk_enkf_desc one = d;
+    one.n = s->local;
+    size_t keep = 0;
+    for (size_t t = 0; t < nnz; t++)
+        if ((size_t)s->indices[t] >= part.offset[0] && (size_t)s->indices[t] < part.offset[0] + s->local)
+            keep++;
+    int64_t *ip = malloc((M + 1) * sizeof *ip), *ix = malloc((keep + 1) * sizeof *ix);
+    double *v = malloc((keep + 1) * sizeof *v);
+    if (!ip || !ix || !v) {
+        free(ip), free(ix), free(v);
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    size_t at = 0;
+    ip[0] = 0;
+    for (size_t j = 0; j < M; j++) {
+        for (int64_t t = s->indptr[j]; t < s->indptr[j + 1]; t++)
+            if ((size_t)s->indices[t] >= part.offset[0] && (size_t)s->indices[t] < part.offset[0] + s->local)
+                ix[at] = s->indices[t] - (int64_t)part.offset[0], v[at++] = 1.0;
+        ip[j + 1] = (int64_t)at;
+    }
+    one.H = (dk_csr){M, s->local, ip, ix, v};
+    size_t bytes[5] = {s->local * L * 8, s->local * M * 8, M * M * 8, 0, 0};
+    st = dk_enkf_plan_create(ctx, &one, &s->plan) != DK_OK || plain_buffers(ctx, s, bytes, s->x0) != DK_OK
+             ? DK_ERR_BACKEND
+             : DK_OK;
+    free(ip), free(ix), free(v);
+    return st;
 }
 
 /* Collective. 0, or 1 with the sentence in err (the same on every rank). */
@@ -63,7 +239,13 @@ static int setup(dk_context *ctx, int which, state *s, char *err, size_t len)
     s->which = which;
     dk_mpi_part part;
     dk_status st;
-    if (which == 0) {
+    if (which >= FIRST_SCALING) {
+        st = which == 4 || which == 5 ? setup_gauss_scaling(ctx, s, which == 4, size)
+             : which == 6             ? setup_kmeans_weak(ctx, s, size)
+                                      : setup_enkf_weak(ctx, s, size);
+        if (st != DK_OK)
+            snprintf(err, len, "%s", dk_mpi_last_error()[0] ? dk_mpi_last_error() : dk_last_error(ctx));
+    } else if (which == 0) {
         dk_gauss_desc g;
         dk_gauss_desc_init(&g);
         g.dtype = DK_F32;
@@ -166,9 +348,19 @@ static dk_status run(state *s, int distributed)
     case 2:
         return distributed ? dk_mpi_enkf_analysis_host(s->mplan, s->in, s->y, s->r, 7, 1.0)
                            : dk_enkf_analysis_host(s->plan, s->in, s->y, s->r, 7, 1.0);
-    default:
+    case 3:
         return distributed ? dk_mpi_kmeans_execute_host(s->mplan, s->in, NULL, s->init, s->labels, s->cent, NULL)
                            : dk_kmeans_execute_host(s->plan, s->in, NULL, s->init, s->labels, s->cent, NULL);
+    case 4:
+    case 5:
+        return distributed ? dk_mpi_gauss_execute(s->mplan, s->din, s->dout)
+                           : dk_gauss_execute(s->plan, s->pb[0], s->pb[1]);
+    case 6:
+        return distributed ? dk_mpi_kmeans_execute_host(s->mplan, s->in, NULL, s->init, s->labels, s->cent, NULL)
+                           : dk_kmeans_execute(s->plan, s->pb[0], NULL, s->pb[2], s->pb[3], s->pb[4], NULL);
+    default:
+        return distributed ? dk_mpi_enkf_cov_host(s->mplan, s->x0, s->out, s->aux)
+                           : dk_enkf_cov(s->plan, s->pb[0], s->pb[1], s->pb[2]);
     }
 }
 
@@ -217,7 +409,8 @@ static int bench_under_mpi(const char *backend, const char *case_s, double min_t
     }
     int ran = 0;
     for (int c = 0; c < NCASES; c++) {
-        if (!cli_in_list(case_s, cases[c].name))
+        /* the scaling cases are large: they run when named */
+        if (!cli_in_list(case_s, cases[c].name) || (c >= FIRST_SCALING && !case_s))
             continue;
         state s;
         if (setup(ctx, c, &s, err, sizeof err)) {
@@ -231,9 +424,10 @@ static int bench_under_mpi(const char *backend, const char *case_s, double min_t
         double start = 0;
         dk_mpi_stats stats = {0, 0};
         for (int r = -1; !stop; r++) {
-            for (int k = 0; k < (size == 1 ? 2 : 1); k++) {
-                /* at one rank the two calls alternate, which goes first too */
-                int distributed = size > 1 || (k == 0) == (r % 2 == 0);
+            int plain_too = size == 1 || c >= FIRST_SCALING;
+            for (int k = 0; k < (plain_too ? 2 : 1); k++) {
+                /* the two calls alternate, which goes first too */
+                int distributed = !plain_too || (k == 0) == (r % 2 == 0);
                 if (s.which == 2)
                     memcpy(s.in, s.x0, s.local * 20 * 8);
                 MPI_Barrier(MPI_COMM_WORLD);
@@ -251,7 +445,7 @@ static int bench_under_mpi(const char *backend, const char *case_s, double min_t
                 dk_mpi_plan_stats_reset(s.mplan);
                 start = MPI_Wtime();
             } else {
-                td[r] = size == 1 ? tm[r] - tp[r] : 0;
+                td[r] = plain_too ? tm[r] - tp[r] : 0;
                 n = r + 1;
             }
             /* rank 0 decides when to stop, so every rank runs as often */
@@ -275,12 +469,17 @@ static int bench_under_mpi(const char *backend, const char *case_s, double min_t
             double med = median(tm, n), commax = 0;
             for (int q = 0; q < size; q++)
                 commax = fmax(commax, all[3 * q + 1]);
-            if (size == 1) {
+            if (c >= FIRST_SCALING) {
+                double plain = median(tp, n);
+                printf("%-14s %5d %11.3f %11.3f %11.3f %8.3f %s\n", cases[c].name, size, med * 1e3, commax * 1e3,
+                       plain * 1e3, plain / med, c == 5 ? "speedup" : "efficiency");
+            } else if (size == 1) {
                 double plain = median(tp, n), diff = median(td, n);
                 printf("%-14s %5d %11.3f %11.3f %11.3f %+8.2f%%\n", cases[c].name, size, med * 1e3, commax * 1e3,
                        plain * 1e3, 100.0 * diff / plain);
             } else
                 printf("%-14s %5d %11.3f %11.3f %11s %9s\n", cases[c].name, size, med * 1e3, commax * 1e3, "-", "-");
+            printf("  crossing ranks: %s\n", dk_mpi_plan_transport(s.mplan));
             for (int q = 0; q < size; q++)
                 printf("  rank %-3d execute %9.3f ms, of which communication %9.3f ms (%.0f MPI calls), %d runs\n", q,
                        all[3 * q] * 1e3, all[3 * q + 1] * 1e3, all[3 * q + 2], n);
@@ -291,7 +490,8 @@ static int bench_under_mpi(const char *backend, const char *case_s, double min_t
         ran++;
     }
     if (rank == 0)
-        printf("%s\n", "overhead (one rank): the median over runs of (distributed - plain) / the plain median");
+        printf("%s\n", "overhead (one rank): the median over runs of (distributed - plain) / the plain median; "
+                       "scaling cases: plain / distributed");
     dk_context_destroy(ctx);
     if (own)
         MPI_Finalize();
