@@ -12,7 +12,10 @@
  * mean by one float rounding unit, 6e-8 relative, when it lies near a
  * rounding boundary; 1e-5 is the conformance tolerance of the single-
  * process backends. The labels are compared exactly: in these data no
- * point lies within a float rounding unit of a tie.
+ * point lies within a float rounding unit of a tie. The objective agrees to
+ * 1e-9 where the layer iterates; at one rank the layer hands the whole
+ * problem to the backend's own kmeans, which may sum in float on a GPU, and
+ * the single-process conformance tolerance, 1e-4, applies.
  *
  * Then bad input on one rank must give every rank the same status and the
  * same sentence, without a hang (an alarm ends a rank that waits too long;
@@ -172,7 +175,8 @@ static void run_case(dk_context *ctx, const tcase *c)
         MPI_Allreduce(&oerr, &oerrmax, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
         MPI_Allreduce(&b, &bsum, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
         /* the far centroid's cluster stayed empty, and kept it */
-        int pass = (!c->far || cref[kd - 1] == 1000.0f) && bsum == 0 && errmax <= 1e-5 && oerrmax <= 1e-9 && all_ranks(rm.iterations == rref.iterations) &&
+        int pass = (!c->far || cref[kd - 1] == 1000.0f) && bsum == 0 && errmax <= 1e-5 &&
+                   oerrmax <= (size == 1 ? 1e-4 : 1e-9) && all_ranks(rm.iterations == rref.iterations) &&
                    all_ranks(rm.valid == rref.valid);
         /* centroids bit-identical across ranks */
         float *c0 = malloc(kd * sizeof *c0);
