@@ -241,8 +241,29 @@ static void scan_build_tree(const char *selfdir)
         free(names);
 }
 
+/* OpenMP threads that spin while they wait take their core from the other
+ * processes of a shared node, and a plugin's parallel loop then waits for
+ * the thread that lost its core (docs/tuning.md). Unless the user chose,
+ * the OpenMP runtime the cpu plugin loads waits passively; the runtime
+ * reads the variable once, when it loads, so a process that loaded it
+ * before (an OpenMP program of its own) keeps its own setting. */
+static void choose_omp_wait_policy(void)
+{
+    if (getenv("OMP_WAIT_POLICY"))
+        return;
+    void *omp = dlopen("libgomp.so.1", RTLD_LAZY | RTLD_NOLOAD);
+    if (!omp)
+        omp = dlopen("libomp.so", RTLD_LAZY | RTLD_NOLOAD);
+    if (omp) {
+        dlclose(omp);
+        return;
+    }
+    setenv("OMP_WAIT_POLICY", "passive", 0);
+}
+
 static void discover(void)
 {
+    choose_omp_wait_policy();
     const char *env = getenv("DAKIT_PLUGIN_PATH");
     if (env && *env) {
         char *copy = strdup(env), *save = NULL;

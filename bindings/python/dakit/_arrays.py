@@ -60,6 +60,19 @@ def cuda_interface(obj):
         return None
 
 
+def cuda_key(obj):
+    """What identifies a CUDA operand's memory and layout for a repeated call
+    (type, address, read-only flag, shape, strides, dtype, stream), or None
+    for anything else. Equal keys mean that the checks of operand() and the
+    wrapping of a first call hold again."""
+    try:
+        cai = obj.__cuda_array_interface__
+    except Exception:  # noqa: BLE001 - not a CUDA array
+        return None
+    return (type(obj), cai["data"], cai["shape"], cai.get("strides"), cai["typestr"], cai.get("stream"),
+            cai.get("mask"))
+
+
 # DLPack (dlpack.h, the unversioned DLManagedTensor that __dlpack__() returns
 # when no max_version is asked for)
 _KDLCPU, _KDLCUDA, _KDLCUDAHOST = 1, 2, 3

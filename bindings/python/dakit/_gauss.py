@@ -5,7 +5,7 @@ import operator
 
 import numpy as np
 
-from ._arrays import Buffers, empty_like, operand, usable_here, zero_copy
+from ._arrays import Buffers, Stream, cuda_key, empty_like, operand, usable_here, zero_copy
 from ._context import Plan
 from ._errors import invalid
 from ._native import BOUNDARIES, C, DK_F32, DK_F64, DK_MAX_DIMS, GAUSS_MODES, GaussDesc, check
@@ -150,11 +150,22 @@ class GaussPlan(Plan):
         check(C.dk_gauss_plan_create(self._ctx.handle, ctypes.byref(d), ctypes.byref(h)), self._ctx.handle)
         self._adopt(h)
         self.variant = variant if variant is not None else (self._ctx.variants("gauss") or ("",))[0]
+        self._last = None  # the last call on CUDA memory, when it can be repeated
 
     def __call__(self, x, out=None):
         """Filters x (a NumPy or CUDA array of the plan's shape and dtype) into
         out, a new array of the same kind when None; out may be x (in place).
         Returns out."""
+        # a call repeated on the same CUDA memory (the loop of an assimilation
+        # cycle) skips what the first one checked and wrapped
+        last = self._last
+        if last is not None and out is not None and last[2] is self._ctx._wraps:
+            kx = cuda_key(x)
+            if kx is not None and kx == last[0] and cuda_key(out) == last[1]:
+                with self._lock:
+                    with Buffers(self._ctx, last[3]):
+                        check(C.dk_gauss_execute(self.handle, last[4], last[5]), self._ctx.handle)
+                return out
         who = "dakit.gauss"
         xo = operand(x, "x", who, (self.dtype,))
         if xo.shape != self.shape:
@@ -176,7 +187,12 @@ class GaussPlan(Plan):
                         tmp = b.create(xo.nbytes)
                         b.copy(tmp, src, xo.nbytes)
                         src = tmp
-                    check(C.dk_gauss_execute(handle, src, b.wrap(oo)), ctx.handle)
+                    dst = b.wrap(oo)
+                    check(C.dk_gauss_execute(handle, src, dst), ctx.handle)
+                    # repeatable where both wrappers outlive the call (kept by
+                    # the context) and the call only orders itself on a stream
+                    if not b.handles and isinstance(how, Stream):
+                        self._last = (cuda_key(x), cuda_key(out), ctx._wraps, how, src, dst)
             else:
                 check(C.dk_gauss_execute_host(handle, xo.ptr, oo.ptr), ctx.handle)
         return oo.obj

@@ -194,6 +194,34 @@ def test_cupy_gauss_in_place_is_zero_copy(calls, rng):
     np.testing.assert_allclose(cp.asnumpy(x), dakit.gauss(once, 3.0, backend="cpu"), rtol=0, atol=3e-6)
 
 
+def test_cupy_repeated_calls(calls, rng):
+    """A plan called again on the same CuPy arrays (the assimilation loop)
+    takes its short path; other arrays, a wrong shape and released wrappers
+    still get the full checks."""
+    cp = pytest.importorskip("cupy")
+    host = rng.normal(size=(128, 96)).astype(np.float32)
+    expected = dakit.gauss(host, 2.0, backend="cpu")
+    x, y = cp.asarray(host), cp.empty((128, 96), np.float32)
+    plan = dakit.GaussPlan(x.shape, np.float32, 2.0, backend="cuda")
+    plan(x, out=y)
+    assert plan._last is not None
+    calls.record("dk_buffer_wrap")
+    for _ in range(3):
+        y.fill(0)
+        assert plan(x, out=y) is y
+        np.testing.assert_allclose(cp.asnumpy(y), expected, rtol=0, atol=1e-6)
+    assert calls.named("dk_buffer_wrap") == []
+    z = cp.empty_like(y)
+    assert plan(x, out=z) is z
+    np.testing.assert_allclose(cp.asnumpy(z), expected, rtol=0, atol=1e-6)
+    with raises(dakit.InvalidArgumentError, "shape"):
+        plan(x[:64], out=y[:64])
+    dakit._context.context_for("cuda").drop_wraps()
+    y.fill(0)
+    assert plan(x, out=y) is y
+    np.testing.assert_allclose(cp.asnumpy(y), expected, rtol=0, atol=1e-6)
+
+
 def test_cupy_on_its_own_stream(rng):
     """Arrays made on a non-default CuPy stream: the call is queued on that
     stream (no host wait) and its result is ordered with later work there;
