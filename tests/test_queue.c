@@ -3,6 +3,7 @@
  * Every backend: flags other than DK_QUEUE_ASYNC are refused; NULL is always
  * accepted; a backend without queues refuses a non-NULL one with a sentence
  * and waits for nothing.
+ * (The opencl backend's queue: test_queue_opencl.c.)
  * cuda (skipped without a GPU): on the caller's stream, a 512 MB device copy
  * writes the field, dakit filters it in place with DK_QUEUE_ASYNC, and a
  * second copy reads the result, all queued without the host waiting: dakit
@@ -125,7 +126,7 @@ static void cuda(void)
 int main(void)
 {
     refuses_what_it_must("cpu", 0);
-    refuses_what_it_must("opencl", 0);
+    refuses_what_it_must("opencl", 1);
     refuses_what_it_must("cuda", 1);
     cuda();
     return failures ? 1 : 0;

@@ -273,6 +273,10 @@ static dk_status make_fft(enkf_plan *p, cl_program prog, dk_msg *msg)
             col[a * p->n1 + b] = embedded(p, a, b);
     cl_command_queue q = p->dev->queue;
     const double zero = 0.0;
+    if ((st = dk_opencl_enter(dev, msg)) != DK_OK) {
+        free(col);
+        return st;
+    }
     cl_int err = clEnqueueFillBuffer(q, p->buf, &zero, sizeof zero, 0, batch * p->P * sizeof(double), 0, NULL, NULL);
     if (err == CL_SUCCESS)
         err = clEnqueueWriteBuffer(q, p->buf, CL_TRUE, 0, p->P * sizeof *col, col, 0, NULL, NULL);
@@ -288,10 +292,8 @@ static dk_status make_fft(enkf_plan *p, cl_program prog, dk_msg *msg)
         err = launch(p, p->scale, (size_t)count, 1);
     if (err == CL_SUCCESS)
         err = clEnqueueCopyBuffer(q, p->freq, p->spectrum, 0, 0, p->Pc * 2 * sizeof(double), 0, NULL, NULL);
-    if (err == CL_SUCCESS)
-        err = clFinish(q);
     CL_TRY(err, "enkf: the spectrum of C");
-    return DK_OK;
+    return dk_opencl_finish(dev, DK_OPENCL_BLOCK, msg, "enkf: the spectrum of C");
 }
 
 /* pht64 from the weighted anomalies in p->G, a batch of columns at a time:
@@ -499,7 +501,9 @@ static dk_status cov(void *handle, const void *e_, void *pht_, void *hpht_, dk_m
     const dk_enkf_setup *s = p->s;
     size_t N = s->desc.n, L = s->desc.members, M = s->desc.H.rows;
     cl_mem e = (cl_mem)e_, pht = (cl_mem)pht_, hpht = (cl_mem)hpht_;
-    dk_status st;
+    dk_status st = dk_opencl_enter(dev, msg);
+    if (st != DK_OK)
+        return st;
     cl_int err;
     if (s->desc.dtype == DK_F64) {
         err = cov64(p, e, pht, hpht);
@@ -515,10 +519,8 @@ static dk_status cov(void *handle, const void *e_, void *pht_, void *hpht_, dk_m
         if (err == CL_SUCCESS && hpht)
             err = convert(p, p->narrow, p->hpht64, hpht, M * M);
     }
-    if (err == CL_SUCCESS)
-        err = clFinish(dev->queue);
     CL_TRY(err, "enkf: the covariance product");
-    return DK_OK;
+    return dk_opencl_finish(dev, DK_OPENCL_MAY_QUEUE, msg, "enkf: the covariance product");
 }
 
 static dk_status analysis(void *handle, void *x_, const double *d, const double *r, double inflation,
@@ -531,7 +533,8 @@ static dk_status analysis(void *handle, void *x_, const double *d, const double 
     cl_command_queue q = dev->queue;
     cl_mem x = (cl_mem)x_;
     dk_status st;
-    if ((st = lazy(p, &p->e64, N * L * sizeof(double), "anomalies", msg)) != DK_OK ||
+    if ((st = dk_opencl_enter(dev, msg)) != DK_OK ||
+        (st = lazy(p, &p->e64, N * L * sizeof(double), "anomalies", msg)) != DK_OK ||
         (st = lazy(p, &p->pht64, N * M * sizeof(double), "PHT", msg)) != DK_OK ||
         (st = lazy(p, &p->X64, N * L * sizeof(double), "float64 ensemble", msg)) != DK_OK)
         return st;
@@ -594,10 +597,8 @@ static dk_status analysis(void *handle, void *x_, const double *d, const double 
         err = s->desc.dtype == DK_F64
                   ? clEnqueueCopyBuffer(q, p->X64, x, 0, 0, N * L * sizeof(double), 0, NULL, NULL)
                   : convert(p, p->narrow, p->X64, x, N * L);
-    if (err == CL_SUCCESS)
-        err = clFinish(q);
     CL_TRY_GOTO(err, done, "enkf: the analysis update");
-    st = DK_OK;
+    st = dk_opencl_finish(dev, DK_OPENCL_BLOCK, msg, "enkf: the analysis update");
 done:
     free(A);
     free(D);

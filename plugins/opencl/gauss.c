@@ -374,7 +374,9 @@ static dk_status gauss_execute(void *handle, const void *in_handle, void *out_ha
     dk_opencl_device *dev = plan->dev;
     cl_mem in = (cl_mem)in_handle, out = (cl_mem)out_handle;
     size_t bytes = plan->count * (plan->dtype == DK_F64 ? sizeof(double) : sizeof(float));
-    dk_status st;
+    dk_status st = dk_opencl_enter(dev, msg);
+    if (st != DK_OK)
+        return st;
 
     /* Pass i writes into out or temp, alternating so that the last pass
      * writes out and no pass writes the buffer it reads. Only when in is out
@@ -395,8 +397,7 @@ static dk_status gauss_execute(void *handle, const void *in_handle, void *out_ha
                     "gauss: launching the gauss kernel (pass %d of %d)", i + 1, plan->npasses);
         src = dst;
     }
-    CL_TRY_GOTO(clFinish(dev->queue), fail, "gauss: finishing the gauss kernels");
-    return DK_OK;
+    return dk_opencl_finish(dev, DK_OPENCL_MAY_QUEUE, msg, "gauss: finishing the gauss kernels");
 fail:
     clFinish(dev->queue); /* nothing may still touch in or out */
     return st;

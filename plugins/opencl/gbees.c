@@ -409,9 +409,8 @@ static dk_status check_pending(gb_ocl *g, dk_msg *msg)
 
 static dk_status finish(gb_ocl *g, dk_msg *msg)
 {
-    dk_opencl_device *dev = g->dev;
-    CL_TRY(clFinish(dev->queue), "gbees: running the step kernels");
-    return check_pending(g, msg);
+    dk_status st = dk_opencl_finish(g->dev, DK_OPENCL_BLOCK, msg, "gbees: running the step kernels");
+    return st != DK_OK ? st : check_pending(g, msg);
 }
 
 /* Enqueues the insertion of the candidates the last candidate-making
@@ -535,6 +534,7 @@ static dk_status plan_create(void *device, const dk_gbees_setup *setup, void **o
             DK_OK ||
         (st = dk_opencl_alloc(dev, MAX_REDUCE_GROUPS * sizeof(double), NULL, &g->partial, msg,
                               "gbees: allocating the reduction partials")) != DK_OK ||
+        (st = dk_opencl_enter(dev, msg)) != DK_OK ||
         (st = reserve_cells(g, 4096, msg)) != DK_OK || (st = reserve_index(g, 4096, msg)) != DK_OK ||
         (st = reserve_candidates(g, 4096, msg)) != DK_OK)
         goto fail;
@@ -565,6 +565,9 @@ static dk_status init(void *handle, const double *mean, const double *inv, doubl
     g->t = 0.0;
     g->pending_what = NULL;
     cl_command_queue q = g->dev->queue;
+    dk_status st = dk_opencl_enter(dev, msg);
+    if (st != DK_OK)
+        return st;
     cl_int err = clEnqueueWriteBuffer(q, g->gauss, CL_TRUE, 0, (d + (size_t)d * d) * sizeof(double), gauss, 0,
                                       NULL, NULL);
     if (err == CL_SUCCESS)
@@ -586,7 +589,7 @@ static dk_status init(void *handle, const double *mean, const double *inv, doubl
               ARG(k, 5, g->key) | ARG(k, 6, g->p) | ARG(k, 7, g->slot) | ARG(k, 8, mask);
         CL_TRY(err, "gbees: setting the initialization's arguments");
         size_t ncand;
-        dk_status st = find_candidates(g, k, 9, to - from, &ncand, msg);
+        st = find_candidates(g, k, 9, to - from, &ncand, msg);
         if (st != DK_OK)
             return st;
         if (ncand > 0) {
@@ -620,7 +623,7 @@ static dk_status init(void *handle, const double *mean, const double *inv, doubl
     if (err == CL_SUCCESS)
         err = normalize_async(g, "the initial density has no mass on the grid (t = %g)");
     CL_TRY(err, "gbees: linking the initial grid");
-    dk_status st = finish(g, msg);
+    st = finish(g, msg);
     if (st != DK_OK)
         return st;
     g->t = 0.0;
@@ -813,7 +816,9 @@ static dk_status advance(void *handle, double t_target, int max_steps, dk_msg *m
 {
     gb_ocl *g = handle;
     dk_opencl_device *dev = g->dev;
-    dk_status st;
+    dk_status st = dk_opencl_enter(dev, msg);
+    if (st != DK_OK)
+        return st;
     for (int done = 0; g->t < t_target && (max_steps <= 0 || done < max_steps); done++) {
         if ((st = grow(g, msg)) != DK_OK)
             return st;
@@ -845,7 +850,9 @@ static dk_status update(void *handle, const double *y, const double *r_inv, int 
 {
     gb_ocl *g = handle;
     dk_opencl_device *dev = g->dev;
-    dk_status st = finish(g, msg);
+    dk_status st = dk_opencl_enter(dev, msg);
+    if (st == DK_OK)
+        st = finish(g, msg);
     if (st != DK_OK)
         return st;
     double gauss[DK_GBEES_MAX_DIM + DK_GBEES_MAX_DIM * DK_GBEES_MAX_DIM];
@@ -870,7 +877,9 @@ static dk_status snapshot(void *handle, double *out, size_t max, size_t *cells, 
 {
     gb_ocl *g = handle;
     dk_opencl_device *dev = g->dev;
-    dk_status st = finish(g, msg);
+    dk_status st = dk_opencl_enter(dev, msg);
+    if (st == DK_OK)
+        st = finish(g, msg);
     if (st != DK_OK)
         return st;
     *cells = g->n;

@@ -155,7 +155,8 @@ static dk_status plan_create(void *device, const dk_kmeans_setup *setup, void **
                           (cl_ulong)d->d, (cl_ulong)d->k, (cl_ulong)d->window,
                           (cl_ulong)setup->contiguity, lambda_bits};
     if ((st = dk_opencl_alloc(dev, sizeof shape, NULL, &p->shape, msg,
-                              "kmeans: allocating the plan's shape")) != DK_OK)
+                              "kmeans: allocating the plan's shape")) != DK_OK ||
+        (st = dk_opencl_enter(dev, msg)) != DK_OK)
         goto fail;
     CL_TRY_GOTO(clEnqueueWriteBuffer(dev->queue, p->shape, CL_TRUE, 0, sizeof shape, shape, 0, NULL,
                                      NULL),
@@ -181,6 +182,9 @@ static dk_status execute(void *handle, const void *points, const void *mask_, co
     const cl_int pairs = d->k * (d->d + 1);
     const size_t G = p->group;
     const size_t wide = p->groups * G; /* global size of the point kernels */
+    dk_status st = dk_opencl_enter(dev, msg);
+    if (st != DK_OK)
+        return st;
     cl_int err = clEnqueueCopyBuffer(q, (cl_mem)init, p->C, 0, 0, kd * sizeof(float), 0, NULL, NULL);
     cl_int zero[2] = {0, 0};
     if (err == CL_SUCCESS)

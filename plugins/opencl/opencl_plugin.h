@@ -16,6 +16,11 @@ typedef struct dk_opencl_device {
     cl_device_id id;
     cl_context context;
     cl_command_queue queue;
+    /* dk_context_set_queue: the caller's queue (NULL: none; retained while
+     * set) and whether gauss execute and enkf cov may return before their
+     * work is done */
+    cl_command_queue caller;
+    int async;
     int is_cpu;            /* CPU devices want each work-item's data contiguous */
     int fp64;              /* cl_khr_fp64: the float64 kernels (enkf, gbees, gauss's f64) build */
     cl_uint compute_units;
@@ -52,6 +57,23 @@ dk_status dk_opencl_fail(dk_msg *msg, const dk_opencl_device *dev, cl_int err, c
  * failure *out is NULL, msg names what, bytes and the CL error: DK_ERR_OUT_OF_MEMORY. */
 dk_status dk_opencl_alloc(const dk_opencl_device *dev, size_t bytes, const void *src, cl_mem *out,
                           dk_msg *msg, const char *fmt, ...) DK_OPENCL_PRINTF(6, 7);
+
+/* The start of an entry that queues work: with a caller's queue, the
+ * device's queue waits on the device for what the caller queued before
+ * (a marker there, a barrier here). */
+dk_status dk_opencl_enter(const dk_opencl_device *dev, dk_msg *msg);
+
+/* How an entry may end: every entry waits on the host for its work, except
+ * those whose results all lie in device buffers (gauss execute, enkf cov),
+ * which return at once when the caller asked for DK_QUEUE_ASYNC. */
+typedef enum { DK_OPENCL_BLOCK, DK_OPENCL_MAY_QUEUE } dk_opencl_ending;
+
+/* The end of an entry: clFinish on the device's queue, or, for
+ * DK_OPENCL_MAY_QUEUE with an asynchronous caller's queue, a marker here and
+ * a barrier on the caller's queue, both flushed, and no wait. On failure msg
+ * names what (from fmt) and the CL error. */
+dk_status dk_opencl_finish(const dk_opencl_device *dev, dk_opencl_ending ending, dk_msg *msg, const char *fmt, ...)
+    DK_OPENCL_PRINTF(4, 5);
 
 /* Builds a program from `count` sources; on failure msg names what, the options
  * and the CL error, and quotes the compiler's log from its first error on. */

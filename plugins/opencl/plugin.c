@@ -104,6 +104,48 @@ dk_status dk_opencl_alloc(const dk_opencl_device *dev, size_t bytes, const void 
     return DK_ERR_OUT_OF_MEMORY;
 }
 
+dk_status dk_opencl_enter(const dk_opencl_device *dev, dk_msg *msg)
+{
+    if (!dev->caller)
+        return DK_OK;
+    cl_event ready;
+    CL_TRY(clEnqueueMarkerWithWaitList(dev->caller, 0, NULL, &ready), "ordering after the caller's queue");
+    cl_int err = clEnqueueBarrierWithWaitList(dev->queue, 1, &ready, NULL);
+    if (err == CL_SUCCESS)
+        err = clFlush(dev->caller); /* the marker must be submitted before anything waits for it */
+    clReleaseEvent(ready);
+    CL_TRY(err, "ordering after the caller's queue");
+    return DK_OK;
+}
+
+dk_status dk_opencl_finish(const dk_opencl_device *dev, dk_opencl_ending ending, dk_msg *msg, const char *fmt, ...)
+{
+    cl_int err;
+    if (ending == DK_OPENCL_BLOCK || !dev->async) {
+        err = clFinish(dev->queue);
+    } else {
+        cl_event done;
+        err = clEnqueueMarkerWithWaitList(dev->queue, 0, NULL, &done);
+        if (err == CL_SUCCESS) {
+            err = clEnqueueBarrierWithWaitList(dev->caller, 1, &done, NULL);
+            /* both submitted, so that a wait on the caller's queue ends */
+            if (err == CL_SUCCESS)
+                err = clFlush(dev->queue);
+            if (err == CL_SUCCESS)
+                err = clFlush(dev->caller);
+            clReleaseEvent(done);
+        }
+    }
+    if (err == CL_SUCCESS)
+        return DK_OK;
+    char what[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    return dk_opencl_fail(msg, dev, err, "%s", what);
+}
+
 dk_status dk_opencl_build(const dk_opencl_device *dev, cl_uint count, const char **sources,
                           const char *options, cl_program *out, dk_msg *msg, const char *fmt, ...)
 {
@@ -284,8 +326,12 @@ static void opencl_device_close(void *handle)
     for (int i = 0; i < DK_OPENCL_GBEES_PROGRAMS; i++)
         if (dev->gbees[i].program)
             clReleaseProgram(dev->gbees[i].program);
-    if (dev->queue)
+    if (dev->caller)
+        clReleaseCommandQueue(dev->caller);
+    if (dev->queue) {
+        clFinish(dev->queue); /* work an asynchronous call left queued */
         clReleaseCommandQueue(dev->queue);
+    }
     if (dev->context)
         clReleaseContext(dev->context);
     free(dev);
@@ -408,6 +454,37 @@ static dk_status opencl_device_native(void *handle, dk_native *native, dk_msg *m
     return DK_OK;
 }
 
+/* The caller's cl_command_queue must belong to this cl_context: events
+ * order queues of one context only. */
+static dk_status opencl_device_set_queue(void *handle, void *queue, unsigned flags, dk_msg *msg)
+{
+    dk_opencl_device *dev = handle;
+    cl_command_queue q = queue;
+    if (q) {
+        cl_context owner = NULL;
+        CL_TRY(clGetCommandQueueInfo(q, CL_QUEUE_CONTEXT, sizeof owner, &owner, NULL),
+               "reading the caller's queue (is it a cl_command_queue?)");
+        if (owner != dev->context) {
+            dk_msg_set(msg, "opencl: the caller's cl_command_queue belongs to another cl_context; "
+                            "make it in the one dk_context_native gives");
+            return DK_ERR_INVALID_ARGUMENT;
+        }
+        CL_TRY(clRetainCommandQueue(q), "retaining the caller's queue");
+    }
+    if (dev->caller)
+        clReleaseCommandQueue(dev->caller);
+    dev->caller = q;
+    dev->async = q && (flags & DK_QUEUE_ASYNC);
+    return DK_OK;
+}
+
+static dk_status opencl_device_wait(void *handle, dk_msg *msg)
+{
+    dk_opencl_device *dev = handle;
+    CL_TRY(clFinish(dev->queue), "waiting for the device's work");
+    return DK_OK;
+}
+
 static void opencl_buffer_free(void *handle, void *buffer)
 {
     (void)handle;
@@ -421,6 +498,9 @@ static dk_status opencl_buffer_write(void *handle, void *buffer, const void *src
     dk_opencl_device *dev = handle;
     if (bytes == 0)
         return DK_OK;
+    dk_status st = dk_opencl_enter(dev, msg);
+    if (st != DK_OK)
+        return st;
     CL_TRY(clEnqueueWriteBuffer(dev->queue, (cl_mem)buffer, CL_TRUE, 0, bytes, src, 0, NULL, NULL),
            "buffer write of %zu bytes to the device", bytes);
     return DK_OK;
@@ -432,6 +512,9 @@ static dk_status opencl_buffer_read(void *handle, const void *buffer, void *dst,
     dk_opencl_device *dev = handle;
     if (bytes == 0)
         return DK_OK;
+    dk_status st = dk_opencl_enter(dev, msg);
+    if (st != DK_OK)
+        return st;
     CL_TRY(clEnqueueReadBuffer(dev->queue, (cl_mem)buffer, CL_TRUE, 0, bytes, dst, 0, NULL, NULL),
            "buffer read of %zu bytes from the device", bytes);
     return DK_OK;
@@ -443,10 +526,12 @@ static dk_status opencl_buffer_copy(void *handle, void *dst, const void *src, si
     dk_opencl_device *dev = handle;
     if (bytes == 0 || dst == src)
         return DK_OK;
+    dk_status st = dk_opencl_enter(dev, msg);
+    if (st != DK_OK)
+        return st;
     CL_TRY(clEnqueueCopyBuffer(dev->queue, (cl_mem)src, (cl_mem)dst, 0, 0, bytes, 0, NULL, NULL),
            "buffer copy of %zu bytes on the device", bytes);
-    CL_TRY(clFinish(dev->queue), "buffer copy of %zu bytes on the device", bytes);
-    return DK_OK;
+    return dk_opencl_finish(dev, DK_OPENCL_BLOCK, msg, "buffer copy of %zu bytes on the device", bytes);
 }
 
 /* clEnqueueCopyBufferRect takes no base offset: the array's offset goes into
@@ -459,11 +544,13 @@ static dk_status opencl_buffer_copy_box(void *handle, void *dst, const void *src
     size_t dso[3] = {b->dst_offset + b->dst_lo[2] * es, b->dst_lo[1], b->dst_lo[0]};
     size_t region[3] = {b->count[2] * es, b->count[1], b->count[0]};
     size_t sp = b->src_shape[2] * es, dp = b->dst_shape[2] * es;
+    dk_status st = dk_opencl_enter(dev, msg);
+    if (st != DK_OK)
+        return st;
     CL_TRY(clEnqueueCopyBufferRect(dev->queue, (cl_mem)src, (cl_mem)dst, so, dso, region, sp, sp * b->src_shape[1], dp,
                                    dp * b->dst_shape[1], 0, NULL, NULL),
            "a box copy of %zu x %zu x %zu elements on the device", b->count[0], b->count[1], b->count[2]);
-    CL_TRY(clFinish(dev->queue), "a box copy on the device");
-    return DK_OK;
+    return dk_opencl_finish(dev, DK_OPENCL_BLOCK, msg, "a box copy on the device");
 }
 
 static const dk_plugin opencl_plugin = {
@@ -483,6 +570,8 @@ static const dk_plugin opencl_plugin = {
     .buffer_wrap = opencl_buffer_wrap,
     .buffer_unwrap = opencl_buffer_free, /* releases the retain of buffer_wrap */
     .device_native = opencl_device_native,
+    .device_set_queue = opencl_device_set_queue,
+    .device_wait = opencl_device_wait,
     .gauss = &dk_opencl_gauss_ops,
     .gauss_features = DK_GAUSS_FEATURE_RECURSIVE | DK_GAUSS_FEATURE_MODES,
     .buffer_copy_box = opencl_buffer_copy_box,
