@@ -4,12 +4,13 @@
 # (install rpath, plugins found beside libdakit), its man pages, and small
 # programs built against it with pkg-config and with CMake's
 # find_package(dakit), the Fortran example among them where built.
-# usage: install_check.sh BUILD_DIR SOURCE_DIR man|no-man fortran|no-fortran
+# usage: install_check.sh BUILD_DIR SOURCE_DIR man|no-man fortran|no-fortran [fortran-mpi]
 set -eu
 build=$1
 src=$2
 man=$3
 fortran=$4
+fortran_mpi=${5:-no-fortran-mpi}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 unset LD_LIBRARY_PATH DAKIT_PLUGIN_PATH DAKIT_BACKEND
@@ -62,6 +63,16 @@ if [ "$fortran" = fortran ]; then
   LD_LIBRARY_PATH="$libdir" "$tmp/smooth-fortran-pc"
   cmake_args="-DDAKIT_FORTRAN_EXAMPLE=$src/bindings/fortran/example/smooth.f90"
 fi
+mpirun="mpirun -n 2 --oversubscribe"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+if [ "$fortran_mpi" = fortran-mpi ]; then
+  echo "== the Fortran MPI example with pkg-config (mpifort), 2 ranks"
+  [ -f "$($pcx --variable=includedir dakit-fortran-mpi)/dakit_mpi.mod" ] || { echo "dakit_mpi.mod is not in the include folder"; exit 1; }
+  (cd "$tmp" && mpifort -std=f2008 -Wall "$src/bindings/fortran/example/mpi_smooth.f90" \
+     $($pcx --cflags --libs dakit-fortran-mpi) -o "$tmp/mpi-smooth-fortran-pc")
+  LD_LIBRARY_PATH="$libdir" $mpirun "$tmp/mpi-smooth-fortran-pc"
+  cmake_args="$cmake_args -DDAKIT_FORTRAN_MPI_EXAMPLE=$src/bindings/fortran/example/mpi_smooth.f90"
+fi
 
 if command -v cmake >/dev/null; then
   echo "== CMake find_package(dakit)"
@@ -73,6 +84,9 @@ if command -v cmake >/dev/null; then
   "$tmp/cmake/smooth"
   if [ "$fortran" = fortran ]; then
     "$tmp/cmake/smooth_fortran"
+  fi
+  if [ "$fortran_mpi" = fortran-mpi ]; then
+    $mpirun "$tmp/cmake/mpi_smooth_fortran"
   fi
   if [ -f "$(dirname "$pc")/dakit-mpi.pc" ]; then
     [ -x "$tmp/cmake/mpi_hello" ] || { echo "libdakit-mpi is installed but dakit::mpi was not found"; exit 1; }

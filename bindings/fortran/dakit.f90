@@ -42,14 +42,18 @@ module dakit
   enum, bind(c)
     enumerator :: DK_KMEANS_POINT_MAJOR = 0, DK_KMEANS_FEATURE_MAJOR = 1
   end enum
-  integer, parameter, public :: DK_MAX_DIMS = 3
+  ! dk_gbees_event
+  enum, bind(c)
+    enumerator :: DK_GBEES_PROGRESS = 0, DK_GBEES_SNAPSHOT = 1, DK_GBEES_DONE = 2
+  end enum
+  integer, parameter, public :: DK_MAX_DIMS = 3, DK_GBEES_MAX_DIM = 8
 
   public :: DK_OK, DK_ERR_INVALID_ARGUMENT, DK_ERR_NO_BACKEND, DK_ERR_NOT_IMPLEMENTED, DK_ERR_BACKEND, &
             DK_ERR_OUT_OF_MEMORY, DK_ERR_IO, DK_ERR_FORMAT, DK_F32, DK_F64, &
             DK_MEMORY_HOST, DK_MEMORY_CUDA, DK_MEMORY_OPENCL, DK_BOUNDARY_ZERO, DK_BOUNDARY_CONSTANT, &
             DK_BOUNDARY_REFLECT, DK_BOUNDARY_MIRROR, DK_BOUNDARY_NEAREST, DK_BOUNDARY_WRAP, &
             DK_BOUNDARY_CVAL, DK_GAUSS_RF, DK_GAUSS_DERICHE, DK_GAUSS_VYV, DK_GAUSS_EXACT, DK_GAUSS_OVERLAP, &
-            DK_KMEANS_POINT_MAJOR, DK_KMEANS_FEATURE_MAJOR
+            DK_KMEANS_POINT_MAJOR, DK_KMEANS_FEATURE_MAJOR, DK_GBEES_PROGRESS, DK_GBEES_SNAPSHOT, DK_GBEES_DONE
 
   ! ---- the C structures, field by field (C order; enums are C int) ----
 
@@ -113,6 +117,43 @@ module dakit
     real(c_double) :: assign_seconds, update_seconds
   end type
 
+  ! A Gaussian N(mean, cov) and the time to propagate after it (one GBEES
+  ! measurement file); dk_gbees_meas_set fills it from Fortran arrays.
+  type, bind(c), public :: dk_gbees_meas
+    integer(c_int) :: dim
+    real(c_double) :: mean(DK_GBEES_MAX_DIM)
+    real(c_double) :: cov(DK_GBEES_MAX_DIM * DK_GBEES_MAX_DIM)  ! C row-major dim x dim
+    real(c_double) :: period
+  end type
+
+  type, bind(c), public :: dk_gbees_desc
+    type(c_ptr) :: model          ! dk_gbees_desc_set_model(desc, 'lorenz63')
+    real(c_double) :: threshold
+    integer(c_int) :: del_step
+    real(c_double) :: cfl
+    real(c_double) :: dx_factor
+    integer(c_int) :: snapshots   ! per measurement period, its start and end included
+    integer(c_int) :: update      ! 1: apply the measurement updates, 0: propagate only
+    real(c_double) :: t_end       ! <= 0: the end of the last period
+    type(c_ptr) :: variant
+  end type
+
+  type, bind(c), public :: dk_gbees_snapshot_info   ! C's dk_gbees_snapshot (Fortran names ignore case)
+    integer(c_int) :: period, index
+    real(c_double) :: t
+    integer(c_int) :: dim
+    integer(c_size_t) :: cells
+    type(c_ptr) :: data           ! cells rows of dim + 1 doubles, owned by the plan
+  end type
+
+  type, bind(c), public :: dk_gbees_stats
+    real(c_double) :: t
+    integer(c_int64_t) :: steps, cell_steps   ! C's uint64_t
+    integer(c_size_t) :: cells
+    integer(c_int) :: period
+    real(c_double) :: dt
+  end type
+
   ! ---- handles ----
 
   type, public :: dk_context
@@ -124,6 +165,10 @@ module dakit
     private
     type(c_ptr) :: ptr = c_null_ptr
   end type
+
+  ! The null context: given to dk_gbees_plan_create, the serial reference
+  ! (which defines the result) instead of a backend.
+  type(dk_context), parameter, public :: DK_SERIAL_REFERENCE = dk_context(c_null_ptr)
 
   ! A plan keeps what it was made for, so that an array of the wrong kind or
   ! shape is refused with a sentence before C reads it.
@@ -141,16 +186,21 @@ module dakit
     integer(c_int) :: layout = 0
   end type
 
-  integer, parameter :: ALGO_GAUSS = 1, ALGO_ENKF = 2, ALGO_KMEANS = 3
-  character(len=*), parameter :: ALGO_NAME(3) = [character(len=6) :: 'gauss', 'enkf', 'kmeans']
+  integer, parameter :: ALGO_GAUSS = 1, ALGO_ENKF = 2, ALGO_KMEANS = 3, ALGO_GBEES = 4
+  character(len=*), parameter :: ALGO_NAME(4) = [character(len=6) :: 'gauss', 'enkf', 'kmeans', 'gbees']
+
+  ! what an empty snapshot's rows point at
+  real(c_double), target, save :: no_rows(DK_GBEES_MAX_DIM + 1, 0)
 
   public :: dk_context_create, dk_context_destroy, dk_context_backend, dk_context_device, dk_context_native
-  public :: dk_last_error, dk_status_string
+  public :: dk_last_error, dk_status_string, dk_context_handle, dk_buffer_handle
   public :: dk_buffer_create, dk_buffer_wrap, dk_buffer_destroy, dk_buffer_write, dk_buffer_read
   public :: dk_plan_destroy
   public :: dk_gauss_desc_init, dk_gauss_desc_set_array, dk_gauss_plan_create, dk_gauss_execute
   public :: dk_enkf_desc_init, dk_enkf_plan_create, dk_enkf_cov, dk_enkf_analysis
   public :: dk_kmeans_desc_init, dk_kmeans_plan_create, dk_kmeans_execute
+  public :: dk_gbees_desc_init, dk_gbees_desc_set_model, dk_gbees_models, dk_gbees_meas_set, dk_gbees_meas_read_dir
+  public :: dk_gbees_plan_create, dk_gbees_run, dk_gbees_snapshot_get, dk_gbees_stats_get
 
   ! Filters in, writing out (3 arguments), or in place (2): Fortran arrays
   ! real(c_float) or real(c_double) of rank 1 (the whole field flattened) or of
@@ -341,6 +391,61 @@ module dakit
       integer(c_int) :: s
     end function
 
+    ! Defaults: threshold 5e-6, del_step 20, cfl 1, dx_factor 1, 5 snapshots,
+    ! updates on, t_end 0 (all periods); the caller sets the model.
+    subroutine dk_gbees_desc_init(desc) bind(c, name='dk_gbees_desc_init')
+      import :: dk_gbees_desc
+      type(dk_gbees_desc), intent(out) :: desc
+    end subroutine
+    function c_gbees_models() bind(c, name='dk_gbees_models') result(p)
+      import :: c_ptr
+      type(c_ptr) :: p
+    end function
+    function c_gbees_model_find(name) bind(c, name='dk_gbees_model_find') result(p)
+      import :: c_ptr, c_char
+      character(kind=c_char), intent(in) :: name(*)
+      type(c_ptr) :: p
+    end function
+    function c_gbees_meas_read_dir(dir, list, count) bind(c, name='dk_gbees_meas_read_dir') result(s)
+      import :: c_ptr, c_int, c_char
+      character(kind=c_char), intent(in) :: dir(*)
+      type(c_ptr), intent(out) :: list
+      integer(c_int), intent(out) :: count
+      integer(c_int) :: s
+    end function
+    function c_gbees_plan_create(ctx, desc, meas, nmeas, plan) bind(c, name='dk_gbees_plan_create') result(s)
+      import :: c_ptr, c_int, dk_gbees_desc, dk_gbees_meas
+      type(c_ptr), value :: ctx
+      type(dk_gbees_desc), intent(in) :: desc
+      type(dk_gbees_meas), intent(in) :: meas(*)
+      integer(c_int), value :: nmeas
+      type(c_ptr), intent(out) :: plan
+      integer(c_int) :: s
+    end function
+    function c_gbees_run(plan, max_steps, event) bind(c, name='dk_gbees_run') result(s)
+      import :: c_ptr, c_int
+      type(c_ptr), value :: plan
+      integer(c_int), value :: max_steps
+      integer(c_int), intent(out) :: event
+      integer(c_int) :: s
+    end function
+    function c_gbees_snapshot_get(plan, snap) bind(c, name='dk_gbees_snapshot_get') result(s)
+      import :: c_ptr, c_int, dk_gbees_snapshot_info
+      type(c_ptr), value :: plan
+      type(dk_gbees_snapshot_info), intent(out) :: snap
+      integer(c_int) :: s
+    end function
+    function c_gbees_stats_get(plan, stats) bind(c, name='dk_gbees_stats_get') result(s)
+      import :: c_ptr, c_int, dk_gbees_stats
+      type(c_ptr), value :: plan
+      type(dk_gbees_stats), intent(out) :: stats
+      integer(c_int) :: s
+    end function
+    subroutine c_free(p) bind(c, name='free')
+      import :: c_ptr
+      type(c_ptr), value :: p
+    end subroutine
+
     function c_strlen(s) bind(c, name='strlen') result(n)
       import :: c_ptr, c_size_t
       type(c_ptr), value :: s
@@ -483,6 +588,20 @@ contains
     end if
   end function
 
+  ! The C handles, for calling libdakit's C functions directly (and for the
+  ! module dakit_mpi).
+  function dk_context_handle(ctx) result(p)
+    type(dk_context), intent(in) :: ctx
+    type(c_ptr) :: p
+    p = ctx%ptr
+  end function
+
+  function dk_buffer_handle(buf) result(p)
+    type(dk_buffer), intent(in) :: buf
+    type(c_ptr) :: p
+    p = buf%ptr
+  end function
+
   function dk_status_string(status) result(text)
     integer(c_int), intent(in) :: status
     character(len=:), allocatable :: text
@@ -554,6 +673,8 @@ contains
     plan%ctx = ctx%ptr
     plan%algo = algo
     plan%dtype = dtype
+    status = DK_OK
+    if (.not. c_associated(ctx%ptr)) return   ! the serial reference: host memory
     status = c_context_native(ctx%ptr, native)
     plan%memory = native%memory
   end function
@@ -1081,6 +1202,162 @@ contains
     if (status /= DK_OK) return
     status = c_kmeans_execute(plan%ptr, bufs(1), bufs(2), bufs(3), bufs(4), bufs(5), res)
     call unwrap_all(ptrs, bufs)
+  end function
+
+  ! ---- gbees ----
+
+  ! The built-in models' names, comma separated ('lorenz63, lorenz96, ...').
+  function dk_gbees_models() result(names)
+    character(len=:), allocatable :: names
+    type(c_ptr), pointer :: table(:)
+    type(c_ptr), pointer :: name
+    integer :: i
+    names = ''
+    call c_f_pointer(c_gbees_models(), table, [64])
+    do i = 1, size(table)
+      if (.not. c_associated(table(i))) exit
+      call c_f_pointer(table(i), name)   ! a model starts with its name
+      if (i > 1) names = names // ', '
+      names = names // from_c(name)
+    end do
+  end function
+
+  ! desc%model = the built-in model `name` (dk_gbees_models() lists them).
+  function dk_gbees_desc_set_model(desc, name) result(status)
+    type(dk_gbees_desc), intent(inout) :: desc
+    character(len=*), intent(in) :: name
+    integer(c_int) :: status
+    character(kind=c_char), allocatable :: chars(:)
+    call dkf_error_clear()
+    call to_c(name, chars)
+    desc%model = c_gbees_model_find(chars)
+    status = DK_OK
+    if (.not. c_associated(desc%model)) &
+      status = fail(c_null_ptr, 'dk_gbees_desc_set_model: unknown model ''' // trim(name) // &
+                    '''; the built-in models are ' // dk_gbees_models())
+  end function
+
+  ! meas = N(mean, cov) followed by `period` time units of propagation;
+  ! mean(dim), cov(dim, dim) (dim <= DK_GBEES_MAX_DIM).
+  function dk_gbees_meas_set(meas, mean, cov, period) result(status)
+    type(dk_gbees_meas), intent(out) :: meas
+    real(c_double), intent(in) :: mean(:), cov(:, :), period
+    integer(c_int) :: status
+    integer :: dim, i, j
+    character(len=*), parameter :: who = 'dk_gbees_meas_set'
+    call dkf_error_clear()
+    dim = size(mean)
+    meas%dim = dim
+    meas%mean = 0
+    meas%cov = 0
+    meas%period = period
+    status = DK_OK
+    if (dim < 1 .or. dim > DK_GBEES_MAX_DIM) then
+      status = fail(c_null_ptr, who // ': mean has ' // itoa(int(dim, c_size_t)) // &
+                    ' values; between 1 and 8 are allowed')
+      return
+    end if
+    if (size(cov, 1) /= dim .or. size(cov, 2) /= dim) then
+      status = fail(c_null_ptr, who // ': cov has shape ' // shape_text(shape(cov, c_size_t)) // &
+                    '; a mean of ' // itoa(int(dim, c_size_t)) // ' values needs ' // &
+                    shape_text([integer(c_size_t) :: dim, dim]))
+      return
+    end if
+    meas%mean(1:dim) = mean
+    do i = 1, dim
+      do j = 1, dim
+        meas%cov((i - 1) * dim + j) = cov(i, j)
+      end do
+    end do
+  end function
+
+  ! Reads measurement0.txt, measurement1.txt, ... from dir (the published
+  ! GBEES text format) into meas.
+  function dk_gbees_meas_read_dir(dir, meas) result(status)
+    character(len=*), intent(in) :: dir
+    type(dk_gbees_meas), allocatable, intent(out) :: meas(:)
+    integer(c_int) :: status
+    character(kind=c_char), allocatable :: chars(:)
+    type(c_ptr) :: list
+    integer(c_int) :: count
+    type(dk_gbees_meas), pointer :: read(:)
+    call dkf_error_clear()
+    call to_c(dir, chars)
+    list = c_null_ptr
+    count = 0
+    status = c_gbees_meas_read_dir(chars, list, count)
+    if (status == DK_OK) then
+      call c_f_pointer(list, read, [count])
+      meas = read
+    else
+      allocate(meas(0))
+    end if
+    if (c_associated(list)) call c_free(list)
+  end function
+
+  ! ctx: a backend's context, or DK_SERIAL_REFERENCE; meas(1) is the initial
+  ! Gaussian, the others measurements (copied by the plan).
+  function dk_gbees_plan_create(ctx, desc, meas, plan, variant) result(status)
+    type(dk_context), intent(in) :: ctx
+    type(dk_gbees_desc), intent(in) :: desc
+    type(dk_gbees_meas), intent(in) :: meas(:)
+    type(dk_plan), intent(out) :: plan
+    character(len=*), intent(in), optional :: variant
+    integer(c_int) :: status
+    type(dk_gbees_desc) :: d
+    character(kind=c_char), allocatable, target :: name(:)
+    call dkf_error_clear()
+    d = desc
+    if (present(variant)) then
+      call to_c(variant, name)
+      d%variant = c_loc(name)
+    end if
+    status = c_gbees_plan_create(ctx%ptr, d, meas, int(size(meas), c_int), plan%ptr)
+    if (status /= DK_OK) return
+    status = plan_opened(plan, ctx, ALGO_GBEES, DK_F64)
+  end function
+
+  ! Runs at most max_steps steps (absent or <= 0: no limit) or up to the next
+  ! snapshot; event is DK_GBEES_PROGRESS, DK_GBEES_SNAPSHOT or DK_GBEES_DONE.
+  ! The first call reports the snapshot of the initial density.
+  function dk_gbees_run(plan, event, max_steps) result(status)
+    type(dk_plan), intent(in) :: plan
+    integer(c_int), intent(out) :: event
+    integer, intent(in), optional :: max_steps
+    integer(c_int) :: status
+    integer(c_int) :: steps
+    event = DK_GBEES_DONE
+    steps = 0
+    if (present(max_steps)) steps = int(max_steps, c_int)
+    status = check_plan(plan, ALGO_GBEES, -1_c_int, 'dk_gbees_run')
+    if (status == DK_OK) status = c_gbees_run(plan%ptr, steps, event)
+  end function
+
+  ! The snapshot just reported; rows (optional) points at its cells without
+  ! a copy, rows(dim + 1, cells): rows(1:dim, c) the centre of cell c,
+  ! rows(dim + 1, c) its probability; valid until the next dk_gbees_run.
+  function dk_gbees_snapshot_get(plan, snap, rows) result(status)
+    type(dk_plan), intent(in) :: plan
+    type(dk_gbees_snapshot_info), intent(out) :: snap
+    real(c_double), pointer, intent(out), optional :: rows(:, :)
+    integer(c_int) :: status
+    if (present(rows)) rows => no_rows
+    status = check_plan(plan, ALGO_GBEES, -1_c_int, 'dk_gbees_snapshot_get')
+    if (status == DK_OK) status = c_gbees_snapshot_get(plan%ptr, snap)
+    if (status /= DK_OK .or. .not. present(rows)) return
+    if (snap%cells > 0 .and. c_associated(snap%data)) then
+      call c_f_pointer(snap%data, rows, [int(snap%dim + 1, c_size_t), snap%cells])
+    else
+      rows => no_rows(1:snap%dim + 1, :)
+    end if
+  end function
+
+  function dk_gbees_stats_get(plan, stats) result(status)
+    type(dk_plan), intent(in) :: plan
+    type(dk_gbees_stats), intent(out) :: stats
+    integer(c_int) :: status
+    status = check_plan(plan, ALGO_GBEES, -1_c_int, 'dk_gbees_stats_get')
+    if (status == DK_OK) status = c_gbees_stats_get(plan%ptr, stats)
   end function
 
 end module dakit

@@ -2,8 +2,10 @@
  * the serial references run on it, so that the Fortran module's results
  * (and its Fortran-to-C order mapping) are checked against C's; and the
  * structure layouts as the C compiler sees them. */
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <dakit/dakit.h>
@@ -54,6 +56,26 @@ size_t c_layout(int which, size_t *offsets)
     case 4:
         AT(dk_native, memory); AT(dk_native, device); AT(dk_native, context); AT(dk_native, queue);
         offsets[n++] = sizeof(dk_native);
+        break;
+    case 5:
+        AT(dk_gbees_meas, dim); AT(dk_gbees_meas, mean); AT(dk_gbees_meas, cov); AT(dk_gbees_meas, period);
+        offsets[n++] = sizeof(dk_gbees_meas);
+        break;
+    case 6:
+        AT(dk_gbees_desc, model); AT(dk_gbees_desc, threshold); AT(dk_gbees_desc, del_step);
+        AT(dk_gbees_desc, cfl); AT(dk_gbees_desc, dx_factor); AT(dk_gbees_desc, snapshots);
+        AT(dk_gbees_desc, update); AT(dk_gbees_desc, t_end); AT(dk_gbees_desc, variant);
+        offsets[n++] = sizeof(dk_gbees_desc);
+        break;
+    case 7:
+        AT(dk_gbees_snapshot, period); AT(dk_gbees_snapshot, index); AT(dk_gbees_snapshot, t);
+        AT(dk_gbees_snapshot, dim); AT(dk_gbees_snapshot, cells); AT(dk_gbees_snapshot, data);
+        offsets[n++] = sizeof(dk_gbees_snapshot);
+        break;
+    case 8:
+        AT(dk_gbees_stats, t); AT(dk_gbees_stats, steps); AT(dk_gbees_stats, cell_steps);
+        AT(dk_gbees_stats, cells); AT(dk_gbees_stats, period); AT(dk_gbees_stats, dt);
+        offsets[n++] = sizeof(dk_gbees_stats);
         break;
     }
 #undef AT
@@ -173,4 +195,122 @@ int c_kmeans(size_t n, int d, int k, int max_iters, float *init, int32_t *labels
     if (rc != DK_OK)
         return rc;
     return dk_kmeans_reference(&desc, points, NULL, init, labels, centroids, NULL);
+}
+
+/* gbees: lorenz63 from N((-11.5, -10, 9.5), I), a measurement of z = -8
+ * (variance 1) at t = 0.15, to t = 0.3, threshold 5e-6, del_step 5, two
+ * snapshots a period (the conformance case lorenz63-update), run by the
+ * serial reference; its snapshots are kept for the Fortran side. */
+enum { GB_MAX_SNAP = 8, GB_DIM = 3 };
+static int gb_nsnap;
+static size_t gb_cells[GB_MAX_SNAP];
+static double gb_t[GB_MAX_SNAP], *gb_rows[GB_MAX_SNAP];
+
+int c_gbees_reference(void)
+{
+    dk_gbees_meas z[2];
+    memset(z, 0, sizeof z);
+    z[0].dim = GB_DIM;
+    z[0].mean[0] = -11.5;
+    z[0].mean[1] = -10.0;
+    z[0].mean[2] = 9.5;
+    for (int k = 0; k < GB_DIM; k++)
+        z[0].cov[k * GB_DIM + k] = 1.0;
+    z[0].period = 0.15;
+    z[1].dim = 1;
+    z[1].mean[0] = -8.0;
+    z[1].cov[0] = 1.0;
+    z[1].period = 0.15;
+    dk_gbees_desc d;
+    dk_gbees_desc_init(&d);
+    d.model = dk_gbees_model_find("lorenz63");
+    d.threshold = 5e-6;
+    d.del_step = 5;
+    d.snapshots = 2;
+    d.t_end = 0.3;
+    dk_plan *plan = NULL;
+    dk_status st = dk_gbees_plan_create(NULL, &d, z, 2, &plan);
+    dk_gbees_event ev = DK_GBEES_PROGRESS;
+    while (st == DK_OK && (st = dk_gbees_run(plan, 0, &ev)) == DK_OK && ev != DK_GBEES_DONE) {
+        if (ev != DK_GBEES_SNAPSHOT)
+            continue;
+        dk_gbees_snapshot s;
+        if ((st = dk_gbees_snapshot_get(plan, &s)) != DK_OK)
+            break;
+        if (gb_nsnap == GB_MAX_SNAP) {
+            st = DK_ERR_INVALID_ARGUMENT;
+            break;
+        }
+        size_t bytes = s.cells * (GB_DIM + 1) * sizeof(double);
+        if (!(gb_rows[gb_nsnap] = malloc(bytes ? bytes : 1))) {
+            st = DK_ERR_OUT_OF_MEMORY;
+            break;
+        }
+        memcpy(gb_rows[gb_nsnap], s.data, bytes);
+        gb_cells[gb_nsnap] = s.cells;
+        gb_t[gb_nsnap++] = s.t;
+    }
+    dk_plan_destroy(plan);
+    return st;
+}
+
+/* Snapshot k (0-based) of the reference; -1 past the last. */
+int c_gbees_snapshot(int k, size_t *cells, double *t, const double **rows)
+{
+    if (k < 0 || k >= gb_nsnap)
+        return -1;
+    *cells = gb_cells[k];
+    *t = gb_t[k];
+    *rows = gb_rows[k];
+    return 0;
+}
+
+/* A backend's snapshot k against the reference's, cells matched by their
+ * place on the lattice (cell width 0.5 = sqrt(1) / 2, origin the initial
+ * mean, which is a cell centre): the Bhattacharyya coefficient and the L1
+ * distance, a cell missing on one side counting its whole mass. */
+static int64_t gb_key(const double *row, int j)
+{
+    static const double origin[GB_DIM] = {-11.5, -10.0, 9.5};
+    return llround((row[j] - origin[j]) / 0.5);
+}
+
+static int gb_cmp(const void *a, const void *b)
+{
+    const double *x = a, *y = b;
+    for (int j = 0; j < GB_DIM; j++) {
+        int64_t p = gb_key(x, j), q = gb_key(y, j);
+        if (p != q)
+            return (p > q) - (p < q);
+    }
+    return 0;
+}
+
+int c_gbees_compare(int k, size_t cells, const double *rows, double *bc, double *l1)
+{
+    if (k < 0 || k >= gb_nsnap)
+        return -1;
+    size_t nref = gb_cells[k], row = GB_DIM + 1;
+    double *ref = malloc((nref ? nref : 1) * row * sizeof *ref);
+    if (!ref)
+        return -1;
+    memcpy(ref, gb_rows[k], nref * row * sizeof *ref);
+    qsort(ref, nref, row * sizeof *ref, gb_cmp);
+    double sum_bc = 0.0, sum_l1 = 0.0, matched = 0.0, total = 0.0;
+    for (size_t c = 0; c < cells; c++) {
+        const double *g = rows + c * row, *m = bsearch(g, ref, nref, row * sizeof *ref, gb_cmp);
+        if (m) {
+            sum_bc += sqrt(fmax(m[GB_DIM], 0.0) * fmax(g[GB_DIM], 0.0));
+            sum_l1 += fabs(m[GB_DIM] - g[GB_DIM]);
+            matched += m[GB_DIM];
+        } else {
+            sum_l1 += fabs(g[GB_DIM]);
+        }
+    }
+    for (size_t c = 0; c < nref; c++)
+        total += ref[c * row + GB_DIM];
+    free(ref);
+    *bc = sum_bc;
+    *l1 = sum_l1 + fmax(total - matched, 0.0); /* the difference of two sums of the same masses can round below 0 */
+    return 0;
 }

@@ -1,8 +1,10 @@
 ! The Fortran module against C: the structure layouts, gauss (2-D and 3-D,
 ! float64 and float32, rank-1 views, in place, device pointers), enkf cov and
-! analysis, kmeans, each compared with the serial reference run by C code on
+! analysis, kmeans, gbees (through the backend and through the serial
+! reference), each compared with the serial reference run by C code on
 ! the same data built in C order (c_side.c); and the refusals with their
-! sentences. usage: test_fortran BACKEND (exit 77: no such backend here).
+! sentences. usage: test_fortran BACKEND [GBEES_DATA_DIR] (exit 77: no such
+! backend here).
 program test_fortran
   use dakit
   use, intrinsic :: iso_c_binding
@@ -45,15 +47,37 @@ program test_fortran
       integer(c_int32_t), intent(out) :: labels(*)
       integer(c_int) :: s
     end function
+    function c_gbees_reference() bind(c) result(s)
+      import :: c_int
+      integer(c_int) :: s
+    end function
+    function c_gbees_snapshot(k, cells, t, rows) bind(c) result(s)
+      import :: c_int, c_size_t, c_double, c_ptr
+      integer(c_int), value :: k
+      integer(c_size_t), intent(out) :: cells
+      real(c_double), intent(out) :: t
+      type(c_ptr), intent(out) :: rows
+      integer(c_int) :: s
+    end function
+    function c_gbees_compare(k, cells, rows, bc, l1) bind(c) result(s)
+      import :: c_int, c_size_t, c_double
+      integer(c_int), value :: k
+      integer(c_size_t), value :: cells
+      real(c_double), intent(in) :: rows(*)
+      real(c_double), intent(out) :: bc, l1
+      integer(c_int) :: s
+    end function
   end interface
 
   character(len=32) :: backend
+  character(len=4096) :: gbees_dir
   type(dk_context) :: ctx
   type(dk_native) :: native
   integer :: failures = 0
 
   call get_command_argument(1, backend)
   if (len_trim(backend) == 0) backend = 'cpu'
+  call get_command_argument(2, gbees_dir)
   if (dk_context_create(trim(backend), ctx) /= DK_OK) then
     print '(a)', 'skipped: ' // dk_last_error()
     stop 77
@@ -67,6 +91,7 @@ program test_fortran
   call test_refusals()
   call test_enkf()
   call test_kmeans()
+  call test_gbees()
 
   call dk_context_destroy(ctx)
   if (failures > 0) then
@@ -96,11 +121,13 @@ contains
   end subroutine
 
   ! Refused with status, and a sentence containing `words`.
-  subroutine expect_refusal(status, want, words, what)
+  subroutine expect_refusal(status, want, words, what, no_context)
     integer(c_int), intent(in) :: status, want
     character(len=*), intent(in) :: words, what
+    logical, intent(in), optional :: no_context
     character(len=:), allocatable :: text
     text = dk_last_error(ctx)
+    if (present(no_context)) text = dk_last_error()
     print '(a)', '  ' // what // ' -> ' // text
     call expect(status == want, what // ': status ' // dk_status_string(status) // ', wanted ' // &
                 dk_status_string(want))
@@ -150,6 +177,10 @@ contains
     type(dk_kmeans_desc), target :: k
     type(dk_kmeans_result), target :: r
     type(dk_native), target :: nat
+    type(dk_gbees_meas), target :: gm
+    type(dk_gbees_desc), target :: gd
+    type(dk_gbees_snapshot_info), target :: gs
+    type(dk_gbees_stats), target :: gt
     type(c_ptr) :: b
     b = c_loc(g)
     call compare_layout(0, 'dk_gauss_desc', [offset(b, c_loc(g%dtype)), offset(b, c_loc(g%ndim)), &
@@ -175,6 +206,25 @@ contains
     b = c_loc(nat)
     call compare_layout(4, 'dk_native', [offset(b, c_loc(nat%memory)), offset(b, c_loc(nat%device)), &
       offset(b, c_loc(nat%context)), offset(b, c_loc(nat%queue)), c_sizeof(nat)])
+    b = c_loc(gm)
+    call compare_layout(5, 'dk_gbees_meas', [offset(b, c_loc(gm%dim)), offset(b, c_loc(gm%mean)), &
+      offset(b, c_loc(gm%cov)), offset(b, c_loc(gm%period)), c_sizeof(gm)])
+    b = c_loc(gd)
+    call compare_layout(6, 'dk_gbees_desc', [offset(b, c_loc(gd%model)), offset(b, c_loc(gd%threshold)), &
+      offset(b, c_loc(gd%del_step)), offset(b, c_loc(gd%cfl)), offset(b, c_loc(gd%dx_factor)), &
+      offset(b, c_loc(gd%snapshots)), offset(b, c_loc(gd%update)), offset(b, c_loc(gd%t_end)), &
+      offset(b, c_loc(gd%variant)), c_sizeof(gd)])
+    b = c_loc(gs)
+    call compare_layout(7, 'dk_gbees_snapshot', [offset(b, c_loc(gs%period)), offset(b, c_loc(gs%index)), &
+      offset(b, c_loc(gs%t)), offset(b, c_loc(gs%dim)), offset(b, c_loc(gs%cells)), offset(b, c_loc(gs%data)), &
+      c_sizeof(gs)])
+    b = c_loc(gt)
+    call compare_layout(8, 'dk_gbees_stats', [offset(b, c_loc(gt%t)), offset(b, c_loc(gt%steps)), &
+      offset(b, c_loc(gt%cell_steps)), offset(b, c_loc(gt%cells)), offset(b, c_loc(gt%period)), &
+      offset(b, c_loc(gt%dt)), c_sizeof(gt)])
+    call dk_gbees_desc_init(gd)
+    call expect(same_bits([gd%threshold], [5e-6_c_double]) .and. gd%del_step == 20 .and. gd%snapshots == 5 .and. &
+                gd%update == 1 .and. .not. c_associated(gd%model), 'dk_gbees_desc_init defaults as gbees.h says')
     ! the C defaults, read through the Fortran structures
     call dk_gauss_desc_init(g)
     call expect(g%dtype == DK_F32 .and. g%K == 4 .and. g%boundary == DK_BOUNDARY_ZERO .and. &
@@ -385,6 +435,140 @@ contains
                       c_double), 1e-5_c_double, 'kmeans centroids')
     call expect(result%iterations >= 1 .and. result%valid == n, 'kmeans result filled')
     call dk_plan_destroy(plan)
+  end subroutine
+
+  ! gbees: c_side.c's case (lorenz63, a measurement of z at t = 0.15, to
+  ! t = 0.3) built here in Fortran, run on the backend and on the serial
+  ! reference through the module. The reference run must equal C's bit for
+  ! bit; the backend's must too on cpu (it shares the engine), elsewhere
+  ! it is held to the conformance suite's measures (tools/gbees/conform.c:
+  ! Bhattacharyya coefficient >= 0.999, L1 <= 1e-3, cell count within 1%).
+  subroutine test_gbees()
+    type(dk_gbees_desc) :: desc
+    type(dk_gbees_meas) :: meas(2)
+    type(dk_gbees_meas), allocatable :: from_files(:)
+    type(dk_plan) :: plan, gplan
+    type(dk_gauss_desc) :: gdesc
+    type(dk_gbees_stats) :: stats
+    integer :: which, nsnap
+    real(c_double) :: eye(3, 3)
+    integer(c_int) :: event
+    eye = 0
+    eye(1, 1) = 1
+    eye(2, 2) = 1
+    eye(3, 3) = 1
+    call expect_ok(c_gbees_reference(), 'C reference, gbees')
+    call dk_gbees_desc_init(desc)
+    call expect_ok(dk_gbees_desc_set_model(desc, 'lorenz63'), 'gbees model lorenz63')
+    desc%threshold = 5e-6_c_double
+    desc%del_step = 5
+    desc%snapshots = 2
+    desc%t_end = 0.3_c_double
+    call expect_ok(dk_gbees_meas_set(meas(1), [-11.5_c_double, -10.0_c_double, 9.5_c_double], eye, &
+                                     0.15_c_double), 'gbees initial density')
+    call expect_ok(dk_gbees_meas_set(meas(2), [-8.0_c_double], reshape([1.0_c_double], [1, 1]), &
+                                     0.15_c_double), 'gbees measurement')
+    do which = 1, 2
+      if (which == 1) then
+        call expect_ok(dk_gbees_plan_create(DK_SERIAL_REFERENCE, desc, meas, plan), 'gbees plan, reference')
+      else
+        call expect_ok(dk_gbees_plan_create(ctx, desc, meas, plan), 'gbees plan, ' // trim(backend))
+      end if
+      nsnap = 0
+      do
+        if (dk_gbees_run(plan, event, max_steps=50) /= DK_OK) then
+          call expect_ok(DK_ERR_BACKEND, 'gbees run')
+          exit
+        end if
+        if (event == DK_GBEES_DONE) exit
+        if (event == DK_GBEES_SNAPSHOT) then
+          call compare_snapshot(plan, nsnap, which == 1 .or. trim(backend) == 'cpu')
+          nsnap = nsnap + 1
+        end if
+      end do
+      call expect(nsnap == 4, 'gbees: 4 snapshots (t = 0, 0.15 before and after the update, 0.3)')
+      call expect_ok(dk_gbees_stats_get(plan, stats), 'gbees stats')
+      call expect(abs(stats%t - 0.3_c_double) < 1e-12_c_double .and. stats%steps > 0 .and. &
+                  stats%period == 1, 'gbees stats at the end')
+      print '(a, i0, a, i0, a)', '  gbees ' // merge('reference', 'backend  ', which == 1) // ': ', &
+        stats%steps, ' steps, ', stats%cells, ' cells at t = 0.3'
+      call dk_plan_destroy(plan)
+    end do
+    ! the same measurements from the published text files
+    if (len_trim(gbees_dir) > 0) then
+      call expect_ok(dk_gbees_meas_read_dir(trim(gbees_dir), from_files), 'gbees measurement files')
+      if (allocated(from_files)) then
+        call expect(size(from_files) == 2, 'gbees: two measurement files')
+        if (size(from_files) == 2) &
+          call expect(from_files(1)%dim == 3 .and. same_bits(from_files(1)%mean, meas(1)%mean) .and. &
+                      same_bits(from_files(1)%cov, meas(1)%cov) .and. from_files(2)%dim == 1 .and. &
+                      same_bits(from_files(2)%mean, meas(2)%mean) .and. same_bits(from_files(2)%cov, meas(2)%cov), &
+                      'gbees files read as dk_gbees_meas_set builds them')
+      end if
+    end if
+    ! refusals
+    call expect_refusal(dk_gbees_desc_set_model(desc, 'lorenz64'), DK_ERR_INVALID_ARGUMENT, 'lorenz63', &
+                        'an unknown gbees model')
+    call expect_refusal(dk_gbees_meas_set(meas(1), [1.0_c_double, 2.0_c_double], eye, 1.0_c_double), &
+                        DK_ERR_INVALID_ARGUMENT, 'needs (2, 2)', 'a gbees covariance of the wrong shape')
+    ! calls without a context leave their sentence for dk_last_error()
+    call expect_refusal(dk_gbees_meas_read_dir('/nonexistent-gbees-dir', from_files), DK_ERR_IO, &
+                        'nonexistent-gbees-dir', 'a missing gbees measurement folder', no_context=.true.)
+    call dk_gbees_desc_init(desc)
+    call expect_refusal(dk_gbees_plan_create(DK_SERIAL_REFERENCE, desc, meas, plan), DK_ERR_INVALID_ARGUMENT, &
+                        'model', 'a gbees reference plan without a model', no_context=.true.)
+    call dk_gauss_desc_init(gdesc)
+    call dk_gauss_desc_set_array(gdesc, [10], [1.0_c_double])
+    call expect_ok(dk_gauss_plan_create(ctx, gdesc, gplan), 'gauss plan for the gbees refusals')
+    call expect_refusal(dk_gbees_run(gplan, event), DK_ERR_INVALID_ARGUMENT, 'gauss plan', &
+                        'a gauss plan given to gbees')
+    call dk_plan_destroy(gplan)
+    call expect_refusal(dk_gbees_run(plan, event), DK_ERR_INVALID_ARGUMENT, 'destroyed', &
+                        'a destroyed gbees plan')
+  end subroutine
+
+  ! The same bits (a real comparison would let -0 equal 0).
+  function same_bits(a, b) result(same)
+    real(c_double), intent(in) :: a(:), b(:)
+    logical :: same
+    same = size(a) == size(b)
+    if (same) same = all(transfer(a, 0_c_int64_t, size(a)) == transfer(b, 0_c_int64_t, size(b)))
+  end function
+
+  ! The plan's current snapshot against C's snapshot k (0-based).
+  subroutine compare_snapshot(plan, k, identical)
+    type(dk_plan), intent(in) :: plan
+    integer, intent(in) :: k
+    logical, intent(in) :: identical
+    type(dk_gbees_snapshot_info) :: snap
+    real(c_double), pointer :: rows(:, :), ref(:, :)
+    type(c_ptr) :: ref_ptr
+    integer(c_size_t) :: ref_cells
+    real(c_double) :: t, bc, l1
+    character(len=16) :: at
+    write (at, '(a, i0)') 'snapshot ', k
+    call expect_ok(dk_gbees_snapshot_get(plan, snap, rows), 'gbees ' // trim(at))
+    if (c_gbees_snapshot(int(k, c_int), ref_cells, t, ref_ptr) /= 0) then
+      call expect(.false., 'gbees: more snapshots than C''s')
+      return
+    end if
+    call c_f_pointer(ref_ptr, ref, [4_c_size_t, ref_cells])
+    call expect(snap%dim == 3 .and. size(rows, 1) == 4 .and. size(rows, 2, c_size_t) == snap%cells, &
+                'gbees ' // trim(at) // ': rows(dim + 1, cells)')
+    call expect(abs(snap%t - t) <= 1e-12_c_double * max(1.0_c_double, t), 'gbees ' // trim(at) // ': time')
+    if (identical) then
+      call expect(snap%cells == ref_cells, 'gbees ' // trim(at) // ': cell count equals C''s')
+      if (snap%cells == ref_cells) call expect(same_bits(reshape(rows, [size(rows)]), reshape(ref, [size(ref)])), &
+                                               'gbees ' // trim(at) // ': bit for bit C''s')
+      print '(a, i0, a)', '  gbees ' // trim(at) // ': ', snap%cells, ' cells, compared bit for bit with C''s'
+    else
+      call expect(c_gbees_compare(int(k, c_int), snap%cells, rows, bc, l1) == 0, 'gbees compare')
+      print '(a, i0, a, i0, a, f9.6, a, es9.2)', '  gbees ' // trim(at) // ': ', snap%cells, ' cells (C ', &
+        ref_cells, '), Bhattacharyya ', bc, ', L1 ', l1
+      call expect(bc >= 0.999_c_double .and. l1 <= 1e-3_c_double .and. &
+                  abs(real(snap%cells, c_double) - real(ref_cells, c_double)) <= 0.01_c_double * ref_cells, &
+                  'gbees ' // trim(at) // ': within the conformance measures of C''s')
+    end if
   end subroutine
 
 end program test_fortran
