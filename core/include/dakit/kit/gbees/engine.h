@@ -235,7 +235,7 @@ static int gb_cand_merge(gb_grid *g, size_t nblocks)
 static void gb_link_new(gb_grid *g, size_t from)
 {
     int d = g->d;
-    GB_OMP(omp parallel for schedule(guided))
+    GB_OMP(omp parallel for schedule(dynamic, 64))
     for (size_t c = from; c < g->n; c++) {
         int32_t k[DK_GBEES_MAX_DIM];
         memcpy(k, g->key + c * d, d * sizeof *k);
@@ -251,7 +251,7 @@ static void gb_link_new(gb_grid *g, size_t from)
     /* old cells learn of new neighbours: a new cell's back neighbour, if
      * old, points forward to it. Each old cell's face slot is written only
      * by the one cell across that face, so no two writes meet. */
-    GB_OMP(omp parallel for schedule(guided))
+    GB_OMP(omp parallel for schedule(dynamic, 64))
     for (size_t c = from; c < g->n; c++)
         for (int i = 0; i < d; i++) {
             int32_t b = g->nb[c * 2 * d + 2 * i], f = g->nb[c * 2 * d + 2 * i + 1];
@@ -265,7 +265,7 @@ static void gb_link_new(gb_grid *g, size_t from)
 static double gb_sum(gb_grid *g)
 {
     size_t chunks = (g->n + GB_CHUNK - 1) / GB_CHUNK;
-    GB_OMP(omp parallel for schedule(guided))
+    GB_OMP(omp parallel for schedule(dynamic, 64))
     for (size_t b = 0; b < chunks; b++) {
         size_t end = (b + 1) * GB_CHUNK < g->n ? (b + 1) * GB_CHUNK : g->n;
         double s = 0.0;
@@ -285,7 +285,7 @@ static int gb_normalize(gb_grid *g)
     if (!(total > 0.0) || !isfinite(total))
         return -1;
     double scale = 1.0 / total;
-    GB_OMP(omp parallel for schedule(guided))
+    GB_OMP(omp parallel for schedule(dynamic, 64))
     for (size_t c = 0; c < g->n; c++)
         g->p[c] *= scale;
     return 0;
@@ -438,7 +438,7 @@ static void gb_fluxes(gb_grid *g)
     double dt = g->dt, *wave = g->wave, *back = g->back;
     /* each face's wave once (the loop below reads every one up to
      * 4 (d - 1) + 1 times), and beside it what the back face brings in */
-    GB_OMP(omp parallel for schedule(guided))
+    GB_OMP(omp parallel for schedule(dynamic, 64))
     for (size_t c = 0; c < g->n; c++)
         for (int i = 0; i < d; i++) {
             int32_t fwd = nbs[c * 2 * d + 2 * i + 1], a = nbs[c * 2 * d + 2 * i];
@@ -446,7 +446,7 @@ static void gb_fluxes(gb_grid *g)
             back[c * 2 * d + 2 * i] = a >= 0 ? gb_pos(vv[(size_t)a * d + i]) : 0.0;
             back[c * 2 * d + 2 * i + 1] = a >= 0 ? gb_wave(g, a, (int32_t)c, i) : 0.0;
         }
-    GB_OMP(omp parallel for schedule(guided))
+    GB_OMP(omp parallel for schedule(dynamic, 64))
     for (size_t c = 0; c < g->n; c++) {
         const double *v = vv + c * d;
         const int32_t *nb = nbs + c * 2 * d;
@@ -501,7 +501,7 @@ static void gb_fluxes(gb_grid *g)
 static void gb_apply(gb_grid *g)
 {
     int d = g->d;
-    GB_OMP(omp parallel for schedule(guided))
+    GB_OMP(omp parallel for schedule(dynamic, 64))
     for (size_t c = 0; c < g->n; c++) {
         double q = g->p[c];
         const int32_t *nb = g->nb + c * 2 * d;
@@ -516,7 +516,7 @@ static void gb_apply(gb_grid *g)
 static double gb_max_rate(gb_grid *g)
 {
     size_t chunks = (g->n + GB_CHUNK - 1) / GB_CHUNK;
-    GB_OMP(omp parallel for schedule(guided))
+    GB_OMP(omp parallel for schedule(dynamic, 64))
     for (size_t b = 0; b < chunks; b++) {
         size_t end = (b + 1) * GB_CHUNK < g->n ? (b + 1) * GB_CHUNK : g->n;
         double m = 0.0;
@@ -571,7 +571,7 @@ static dk_status gb_prune(gb_grid *g, dk_msg *msg)
 {
     int d = g->d;
     double thr = g->s.threshold;
-    GB_OMP(omp parallel for schedule(guided))
+    GB_OMP(omp parallel for schedule(dynamic, 64))
     for (size_t c = 0; c < g->n; c++)
         g->mark[c] = g->p[c] < thr && !gb_fed(g, c);
     size_t w = 0;
@@ -597,7 +597,7 @@ static dk_status gb_prune(gb_grid *g, dk_msg *msg)
     }
     g->n = w;
     gb_hash_clear(&g->ht);
-    GB_OMP(omp parallel for schedule(guided))
+    GB_OMP(omp parallel for schedule(dynamic, 64))
     for (size_t c = 0; c < g->n; c++)
         gb_hash_place_shared(&g->ht, g->key, (int32_t)c);
     g->ht.count = g->n;
@@ -645,7 +645,7 @@ static dk_status gb_update(gb_grid *g, const double *y, const double *r_inv, int
 {
     int d = g->d;
     const dk_gbees_model *model = g->s.model;
-    GB_OMP(omp parallel for schedule(guided))
+    GB_OMP(omp parallel for schedule(dynamic, 64))
     for (size_t c = 0; c < g->n; c++) {
         double x[DK_GBEES_MAX_DIM], hx[DK_GBEES_MAX_DIM];
         gb_center(g, c, x);
@@ -665,7 +665,7 @@ static dk_status gb_snapshot(gb_grid *g, double *out, size_t max, size_t *cells,
     int d = g->d;
     *cells = g->n;
     size_t rows = max < g->n ? max : g->n;
-    GB_OMP(omp parallel for schedule(guided))
+    GB_OMP(omp parallel for schedule(dynamic, 64))
     for (size_t c = 0; c < rows; c++) {
         gb_center(g, c, out + c * (d + 1));
         out[c * (d + 1) + d] = g->p[c];
