@@ -107,14 +107,40 @@ static void check_backend(const char *name)
     CHECK(dk_gauss_execute(plan, big, NULL) == DK_ERR_INVALID_ARGUMENT, "NULL output refused");
     CHECK(dk_buffer_write(small, "0123456789abcdefXYZ", 19) == DK_ERR_INVALID_ARGUMENT, "overlong write refused");
 
-    /* NaN in the data propagates and the call returns */
-    float x[600];
+    /* NaN: refused by default, with where it is, and the data untouched */
+    float x[600], keep[600], plain[600], y[600];
     for (int i = 0; i < 600; i++)
         x[i] = (float)(i % 7);
+    CHECK(dk_gauss_execute_host(plan, x, plain) == DK_OK, "plain: %s", dk_last_error(ctx));
     x[20 * 15 + 10] = NAN;
+    memcpy(keep, x, sizeof x);
+    CHECK(dk_gauss_execute_host(plan, x, x) == DK_ERR_INVALID_ARGUMENT, "NaN refused by default");
+    CHECK(strstr(dk_last_error(ctx), "1 NaN value (the first at [10, 10])"), "%s", dk_last_error(ctx));
+    CHECK(!memcmp(keep, x, sizeof x), "a refused call leaves the data as it was");
+    CHECK(dk_gauss_plan_set_nan(plan, (dk_gauss_nan)7) == DK_ERR_INVALID_ARGUMENT, "policy 7 refused");
+    /* ignore: every point has an estimate, and a field without NaN comes out
+     * as the plain filter gives it */
+    CHECK(dk_gauss_plan_set_nan(plan, DK_GAUSS_NAN_IGNORE) == DK_OK, "ignore: %s", dk_last_error(ctx));
+    CHECK(dk_gauss_execute(plan, big, big) == DK_ERR_NOT_IMPLEMENTED, "ignore on device buffers refused");
+    CHECK(dk_gauss_execute_host(plan, x, y) == DK_OK, "ignore: %s", dk_last_error(ctx));
+    int finite = 1;
+    for (int i = 0; i < 600; i++)
+        finite &= isfinite(y[i]) != 0;
+    CHECK(finite, "ignore leaves no NaN");
+    CHECK(fabsf(y[20 * 15 + 10] - plain[20 * 15 + 10]) < 1.0f, "the gap filled from its neighbours: %g vs %g",
+          y[20 * 15 + 10], plain[20 * 15 + 10]);
+    for (int i = 0; i < 600; i++)
+        y[i] = (float)(i % 7);
+    CHECK(dk_gauss_execute_host(plan, y, y) == DK_OK, "ignore without NaN: %s", dk_last_error(ctx));
+    float worst = 0;
+    for (int i = 0; i < 600; i++)
+        worst = fmaxf(worst, fabsf(y[i] - plain[i]));
+    CHECK(worst <= 4e-6f, "ignore without NaN is the plain filter (to %g)", worst);
+    /* propagate: NaN in, NaN out; how far it spreads differs (the serial
+     * recursion carries it to the whole line, windowed backends to the
+     * halo) */
+    CHECK(dk_gauss_plan_set_nan(plan, DK_GAUSS_NAN_PROPAGATE) == DK_OK, "propagate: %s", dk_last_error(ctx));
     CHECK(dk_gauss_execute_host(plan, x, x) == DK_OK, "NaN data: %s", dk_last_error(ctx));
-    /* how far it spreads differs (the serial recursion carries it to the
-     * whole line, windowed backends to the halo): both are NaN-in, NaN-out */
     CHECK(isnan(x[20 * 15 + 10]) && isnan(x[20 * 15 + 11]) && isnan(x[21 * 15 + 10]),
           "NaN propagates to its neighbours");
     dk_buffer_destroy(small);

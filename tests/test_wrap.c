@@ -139,6 +139,26 @@ static void cuda(void)
     dk_buffer_destroy(b);
     CHECK(cuda_memcpy(x, dev, sizeof x, 2) == 0, "the device memory is still the caller's");
     compare("cuda", x, &d);
+    /* memory 4 bytes past an aligned address (an OpenACC data region packs
+     * its arrays so), in place and out of place onto an aligned one */
+    void *odd = NULL;
+    field(x);
+    CHECK(cuda_malloc(&odd, sizeof x + 4) == 0 && cuda_memcpy((char *)odd + 4, x, sizeof x, 1) == 0,
+          "cudaMalloc/cudaMemcpy");
+    CHECK(dk_buffer_wrap(ctx, DK_MEMORY_CUDA, (char *)odd + 4, sizeof x, &b) == DK_OK, "wrap: %s", dk_last_error(ctx));
+    CHECK(dk_gauss_execute(plan, b, b) == DK_OK, "in place, 4-byte aligned: %s", dk_last_error(ctx));
+    CHECK(cuda_memcpy(x, (char *)odd + 4, sizeof x, 2) == 0, "read back");
+    compare("cuda, 4-byte aligned, in place", x, &d);
+    field(x);
+    CHECK(cuda_memcpy((char *)odd + 4, x, sizeof x, 1) == 0, "rewrite");
+    dk_buffer *aligned = NULL;
+    CHECK(dk_buffer_wrap(ctx, DK_MEMORY_CUDA, dev, sizeof x, &aligned) == DK_OK, "wrap: %s", dk_last_error(ctx));
+    CHECK(dk_gauss_execute(plan, b, aligned) == DK_OK, "out of place from 4-byte aligned: %s", dk_last_error(ctx));
+    CHECK(cuda_memcpy(x, dev, sizeof x, 2) == 0, "read back");
+    compare("cuda, from 4-byte aligned", x, &d);
+    dk_buffer_destroy(b);
+    dk_buffer_destroy(aligned);
+    cuda_free(odd);
     CHECK(dk_buffer_wrap(ctx, DK_MEMORY_CUDA, x, sizeof x, &b) == DK_ERR_INVALID_ARGUMENT &&
               strstr(dk_last_error(ctx), "not CUDA device memory"),
           "a host pointer claimed as device memory is refused: %s", dk_last_error(ctx));

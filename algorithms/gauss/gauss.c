@@ -310,15 +310,17 @@ DK_API dk_status dk_gauss_plan_create(dk_context *ctx, const dk_gauss_desc *desc
     p->ctx = ctx;
     p->algo = DK_ALGO_GAUSS;
     p->impl_destroy = ops->plan_destroy;
-    p->state = malloc(sizeof setup);
-    if (!p->state) {
+    dk_gauss_state *state = malloc(sizeof *state);
+    if (!state) {
         free(p);
         return dk_fail(ctx, DK_ERR_OUT_OF_MEMORY, "gauss: out of host memory");
     }
-    memcpy(p->state, &setup, sizeof setup);
+    state->setup = setup;
+    state->nan = DK_GAUSS_NAN_ERROR;
+    p->state = state;
     dk_msg msg = {{0}};
     dk_device_enter(ctx);
-    st = ops->plan_create(ctx->device, p->state, &p->impl, &msg);
+    st = ops->plan_create(ctx->device, &state->setup, &p->impl, &msg);
     dk_device_leave(ctx);
     if (st != DK_OK) {
         p->impl = NULL;
@@ -339,12 +341,29 @@ static dk_status check_plan(dk_plan *plan, const char *what)
     return DK_OK;
 }
 
+DK_API dk_status dk_gauss_plan_set_nan(dk_plan *plan, dk_gauss_nan policy)
+{
+    dk_status st = check_plan(plan, "dk_gauss_plan_set_nan");
+    if (st != DK_OK)
+        return st;
+    if (policy != DK_GAUSS_NAN_ERROR && policy != DK_GAUSS_NAN_PROPAGATE && policy != DK_GAUSS_NAN_IGNORE)
+        return dk_fail(plan->ctx, DK_ERR_INVALID_ARGUMENT,
+                       "dk_gauss_plan_set_nan: policy %d is not one of error (0), propagate (1), ignore (2)",
+                       (int)policy);
+    ((dk_gauss_state *)plan->state)->nan = policy;
+    return DK_OK;
+}
+
 DK_API dk_status dk_gauss_execute(dk_plan *plan, const dk_buffer *in, dk_buffer *out)
 {
     dk_status st = check_plan(plan, "dk_gauss_execute");
     if (st != DK_OK)
         return st;
     const dk_gauss_setup *setup = plan->state;
+    if (((const dk_gauss_state *)plan->state)->nan == DK_GAUSS_NAN_IGNORE)
+        return dk_fail(plan->ctx, DK_ERR_NOT_IMPLEMENTED,
+                       "dk_gauss_execute: nan policy ignore needs the data in host memory "
+                       "(dk_gauss_execute_host); on device buffers NaN propagates");
     size_t bytes = setup->count * dk_dtype_size(setup->desc.dtype);
     if (!in || !out)
         return dk_fail(plan->ctx, DK_ERR_INVALID_ARGUMENT, "dk_gauss_execute: buffers must not be NULL");
@@ -363,6 +382,31 @@ DK_API dk_status dk_gauss_execute(dk_plan *plan, const dk_buffer *in, dk_buffer 
     return st == DK_OK ? DK_OK : dk_fail_msg(plan->ctx, st, &msg, "gauss: execution failed");
 }
 
+/* One pass of the plan over host memory, through its staging buffer. */
+static dk_status staged(dk_plan *plan, const void *in, void *out)
+{
+    const dk_gauss_setup *setup = plan->state;
+    size_t bytes = setup->count * dk_dtype_size(setup->desc.dtype);
+    dk_status st;
+    if (!plan->staging && (st = dk_buffer_create(plan->ctx, bytes, &plan->staging)) != DK_OK)
+        return st;
+    dk_msg msg = {{0}};
+    const dk_gauss_ops *ops = plan->ctx->backend->plugin->gauss;
+    if ((st = dk_buffer_write(plan->staging, in, bytes)) != DK_OK)
+        return st;
+    dk_device_enter(plan->ctx);
+    st = ops->execute(plan->impl, plan->staging->handle, plan->staging->handle, &msg);
+    dk_device_leave(plan->ctx);
+    if (st != DK_OK)
+        return dk_fail_msg(plan->ctx, st, &msg, "gauss: execution failed");
+    return dk_buffer_read(plan->staging, out, bytes);
+}
+
+static dk_status staged_in_place(void *plan, void *field)
+{
+    return staged(plan, field, field);
+}
+
 DK_API dk_status dk_gauss_execute_host(dk_plan *plan, const void *in, void *out)
 {
     dk_status st = check_plan(plan, "dk_gauss_execute_host");
@@ -370,12 +414,16 @@ DK_API dk_status dk_gauss_execute_host(dk_plan *plan, const void *in, void *out)
         return st;
     if (!in || !out)
         return dk_fail(plan->ctx, DK_ERR_INVALID_ARGUMENT, "dk_gauss_execute_host: in and out must not be NULL");
-    const dk_gauss_setup *setup = plan->state;
-    size_t bytes = setup->count * dk_dtype_size(setup->desc.dtype);
-    if (!plan->staging && (st = dk_buffer_create(plan->ctx, bytes, &plan->staging)) != DK_OK)
-        return st;
-    if ((st = dk_buffer_write(plan->staging, in, bytes)) != DK_OK ||
-        (st = dk_gauss_execute(plan, plan->staging, plan->staging)) != DK_OK)
-        return st;
-    return dk_buffer_read(plan->staging, out, bytes);
+    const dk_gauss_state *state = plan->state;
+    switch (state->nan) {
+    case DK_GAUSS_NAN_IGNORE:
+        return dk_gauss_smooth_missing(plan->ctx, &state->setup, in, out, staged_in_place, plan);
+    case DK_GAUSS_NAN_ERROR:
+        if ((st = dk_gauss_refuse_nan(plan->ctx, &state->setup, in, "dk_gauss_execute_host")) != DK_OK)
+            return st;
+        break;
+    default:
+        break;
+    }
+    return staged(plan, in, out);
 }

@@ -14,4 +14,22 @@ dk_status dk_gauss_setup_make(const dk_gauss_desc *desc, dk_gauss_setup *setup);
 dk_status dk_gauss_iir_make(dk_gauss_method method, int order_poles, double sigma, dk_dtype dtype,
                             dk_gauss_iir *iir, size_t *reach);
 
+/* missing.c. The plan's own state: the setup the plugin sees (first, so
+ * that its address is the setup's) and what the core keeps beside it. */
+typedef struct dk_gauss_state {
+    dk_gauss_setup setup;
+    dk_gauss_nan nan;
+} dk_gauss_state;
+
+/* DK_ERR_INVALID_ARGUMENT with how many NaN `in` holds and where the first
+ * is, or DK_OK when there is none; `what` begins the sentence. */
+dk_status dk_gauss_refuse_nan(dk_context *ctx, const dk_gauss_setup *s, const void *in, const char *what);
+
+/* Filters a whole field of s's shape and dtype in host memory, in place. */
+typedef dk_status (*dk_gauss_filter_fn)(void *arg, void *field);
+/* Normalized convolution of `in` into `out` (host memory, in == out
+ * allowed) with `filter` (DK_GAUSS_NAN_IGNORE). */
+dk_status dk_gauss_smooth_missing(dk_context *ctx, const dk_gauss_setup *s, const void *in, void *out,
+                                  dk_gauss_filter_fn filter, void *arg);
+
 #endif

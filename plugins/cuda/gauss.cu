@@ -784,6 +784,7 @@ struct Plan {
     Pass pass[DK_MAX_DIMS];
     void *tmp;     /* one field */
     void *scratch; /* k_gen's global windows */
+    void *aligned; /* one field, made for the first caller's memory that is not 16-byte aligned */
     size_t esize;
 };
 
@@ -1232,6 +1233,8 @@ void plan_free(Plan *p)
             cudaFree(p->tmp);
         if (p->scratch)
             cudaFree(p->scratch);
+        if (p->aligned)
+            cudaFree(p->aligned);
     }
     (void)cudaGetLastError();
     free(p);
@@ -1407,9 +1410,30 @@ dk_status cuda_gauss_execute(void *plan, const void *in, void *out, dk_msg *msg)
     }
     if (need == 0)
         return DK_OK;
-    if (p->setup.desc.dtype == DK_F32)
-        return execute_t<float>(p, (const float *)bi->ptr, (float *)bo->ptr, msg);
-    return execute_t<double>(p, (const double *)bi->ptr, (double *)bo->ptr, msg);
+    const void *src = bi->ptr;
+    void *dst = bo->ptr;
+    /* the kernels move 16 bytes at a time: memory the caller wrapped at
+     * another alignment (an OpenACC data region packs its arrays at their
+     * element size) is filtered in an aligned copy */
+    bool misaligned = ((uintptr_t)src | (uintptr_t)dst) % 16 != 0;
+    if (misaligned) {
+        if (!p->aligned && dk_cuda_failed(cudaMalloc(&p->aligned, need))) {
+            p->aligned = NULL;
+            dk_msg_set(msg, "cuda gauss: out of device memory for an aligned copy of the field (%zu bytes): the "
+                            "buffers are not 16-byte aligned", need);
+            return DK_ERR_OUT_OF_MEMORY;
+        }
+        CUDA_TRY(cudaMemcpyAsync(p->aligned, src, need, cudaMemcpyDeviceToDevice, p->dev->stream),
+                 "copying the field to aligned memory");
+        src = dst = p->aligned;
+    }
+    st = p->setup.desc.dtype == DK_F32 ? execute_t<float>(p, (const float *)src, (float *)dst, msg)
+                                       : execute_t<double>(p, (const double *)src, (double *)dst, msg);
+    if (st != DK_OK || !misaligned)
+        return st;
+    CUDA_TRY(cudaMemcpyAsync(bo->ptr, p->aligned, need, cudaMemcpyDeviceToDevice, p->dev->stream),
+             "copying the field from aligned memory");
+    return dk_cuda_finish(p->dev, "the gauss kernels", msg);
 }
 
 void cuda_gauss_plan_destroy(void *plan)

@@ -90,6 +90,25 @@ dk_status dk_gauss_execute(dk_plan *plan, const dk_buffer *in, dk_buffer *out);
 /* The same on host memory; the plan copies through buffers it owns. */
 dk_status dk_gauss_execute_host(dk_plan *plan, const void *in, void *out);
 
+/* Missing values (docs/gauss.md, "Missing data"): what a plan does with NaN
+ * in its input on host memory. A plan starts with DK_GAUSS_NAN_ERROR. */
+typedef enum dk_gauss_nan {
+    DK_GAUSS_NAN_ERROR = 0,     /* refused: DK_ERR_INVALID_ARGUMENT, with how many and where the first is */
+    DK_GAUSS_NAN_PROPAGATE = 1, /* filtered as numbers: each NaN spreads over the filter's reach */
+    DK_GAUSS_NAN_IGNORE = 2     /* normalized convolution: the data with NaN as 0 and the weights
+                                   (1 where valid) filtered alike and divided, each point scaled by
+                                   the filter's response to a field of ones, so that a field without
+                                   NaN comes out as the plain filter gives it; NaN where less than
+                                   1e-6 of the filter's weight falls on valid values */
+} dk_gauss_nan;
+/* Sets the plan's NaN policy. dk_gauss_execute_host applies it;
+ * dk_gauss_execute does not read device data back, so there NaN propagates
+ * under ERROR, and IGNORE is refused (DK_ERR_NOT_IMPLEMENTED). */
+dk_status dk_gauss_plan_set_nan(dk_plan *plan, dk_gauss_nan policy);
+/* The serial reference with a NaN policy (dk_gauss_reference is
+ * DK_GAUSS_NAN_PROPAGATE). Errors go to dk_last_error(NULL). */
+dk_status dk_gauss_reference_nan(const dk_gauss_desc *desc, dk_gauss_nan policy, const void *in, void *out);
+
 /* Variant names the context's backend offers (NULL-terminated, the first is
  * the default), or NULL when it has no gauss. */
 const char *const *dk_gauss_variants(const dk_context *ctx);
