@@ -187,10 +187,17 @@ static dk_status low_gram(void *self, const double *A, size_t a, const double *B
 #pragma omp parallel for schedule(dynamic, 1) collapse(2) if (a * b * N > PARALLEL_MIN_WORK)
     for (size_t i = 0; i < a; i++)
         for (size_t j = 0; j < b; j++) {
-            double sum = 0;
-            for (size_t k = 0; k < N; k++)
-                sum += A[i * N + k] * B[j * N + k];
-            S[i * b + j] = sum;
+            /* compensated (Ogita, Rump & Oishi's Dot2): a plain sum of N
+             * products errs by ~eps sqrt(N) of the norms, which at N = 10^6
+             * is above the 1e-12 the rank test must see */
+            double sum = 0, err = 0;
+            for (size_t k = 0; k < N; k++) {
+                double x = A[i * N + k], y = B[j * N + k], p = x * y, pe = fma(x, y, -p);
+                double t = sum + p, z = t - sum;
+                err += (sum - (t - z)) + (p - z) + pe;
+                sum = t;
+            }
+            S[i * b + j] = sum + err;
         }
     return DK_OK;
 }

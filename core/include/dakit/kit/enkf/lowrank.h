@@ -119,13 +119,26 @@ static inline double dk_lowrank_norm(const double *T, size_t R)
     return best;
 }
 
+/* The tolerance: DK_LOWRANK_TOL, or DAKIT_ENKF_LOWRANK_TOL (tuning: a
+ * number in [1e-15, 1e-3]). */
+static inline double dk_lowrank_tolerance(void)
+{
+    const char *v = dk_tuning_string("DAKIT_ENKF_LOWRANK_TOL");
+    char *end = NULL;
+    double t = v ? strtod(v, &end) : 0;
+    return v && end != v && *end == 0 && t >= 1e-15 && t <= 1e-3 ? t : DK_LOWRANK_TOL;
+}
+
 /* Q and T for C, as the top of this file says; DK_ERR_NOT_IMPLEMENTED with
- * the sentence when C is not low-rank within DK_LOWRANK_MAX_RANK. */
+ * the sentence when C is not low-rank within DK_LOWRANK_MAX_RANK, or when
+ * the new directions are all below float64's noise (the range is
+ * exhausted: another block could only break Q's orthogonality) before the
+ * estimate reaches the tolerance. */
 static inline dk_status dk_lowrank_make(const dk_lowrank_ops *o, dk_lowrank *out, dk_msg *msg)
 {
     const size_t N = o->n, P = DK_LOWRANK_PROBES, B = DK_LOWRANK_BLOCK;
     const size_t cap = N < DK_LOWRANK_MAX_RANK ? N : DK_LOWRANK_MAX_RANK;
-    const double factor = 10.0 * sqrt(2.0 / 3.14159265358979323846);
+    const double factor = 10.0 * sqrt(2.0 / 3.14159265358979323846), tol = dk_lowrank_tolerance();
     memset(out, 0, sizeof *out);
     double *Q = o->alloc(o->self, cap), *Y = o->alloc(o->self, B), *Z = o->alloc(o->self, B),
            *W = o->alloc(o->self, P);
@@ -152,12 +165,54 @@ static inline dk_status dk_lowrank_make(const dk_lowrank_ops *o, dk_lowrank *out
             goto done;
         /* twice: the second pass, on unit vectors, restores orthogonality
          * that the first loses when C Omega is nearly inside span(Q) */
+        double kept = 1; /* the most of a column's norm left after the first projection */
         for (int pass = 0; pass < 2; pass++) {
-            if (R && ((st = o->gram(o->self, Q, R, Y, b, S, msg)) != DK_OK ||
-                      (st = o->subtract(o->self, Q, R, S, Y, b, msg)) != DK_OK))
+            if (R && pass == 0) {
+                double before[DK_LOWRANK_BLOCK];
+                if ((st = o->gram(o->self, Y, b, Y, b, S, msg)) != DK_OK)
+                    goto done;
+                for (size_t c = 0; c < b; c++)
+                    before[c] = S[c * b + c];
+                if ((st = o->gram(o->self, Q, R, Y, b, S, msg)) != DK_OK ||
+                    (st = o->subtract(o->self, Q, R, S, Y, b, msg)) != DK_OK ||
+                    (st = o->gram(o->self, Y, b, Y, b, S, msg)) != DK_OK)
+                    goto done;
+                kept = 0;
+                for (size_t c = 0; c < b; c++)
+                    kept = fmax(kept, before[c] > 0 ? sqrt(fmax(S[c * b + c], 0.0) / before[c]) : 0.0);
+                if (kept < 64 * 0x1p-52) {
+                    dk_msg_set(msg,
+                               "C is not numerically low-rank to the tolerance: at rank %zu the new directions "
+                               "are at float64's noise while ||C - Q T Q^T||_2 is estimated at %.2g ||C||_2, above "
+                               "the %.0e it needs; variant \"fft\" applies any C exactly",
+                               R, norm > 0 ? 2 * est / norm : INFINITY, tol);
+                    st = DK_ERR_NOT_IMPLEMENTED;
+                    goto done;
+                }
+            } else if (R && ((st = o->gram(o->self, Q, R, Y, b, S, msg)) != DK_OK ||
+                             (st = o->subtract(o->self, Q, R, S, Y, b, msg)) != DK_OK))
                 goto done;
             if ((st = o->orthonormalize(o->self, Y, b, msg)) != DK_OK)
                 goto done;
+        }
+        /* twice is enough unless the block was almost inside span(Q):
+         * verify, and stop where float64 cannot add a direction */
+        if (R) {
+            double worst = 0;
+            if ((st = o->gram(o->self, Q, R, Y, b, S, msg)) != DK_OK)
+                goto done;
+            for (size_t k = 0; k < R * b; k++)
+                worst = fmax(worst, fabs(S[k]));
+            if (worst > 1e-10) {
+                dk_msg_set(msg,
+                           "C is not numerically low-rank to the tolerance: at rank %zu new directions are no "
+                           "longer orthogonal to the basis (%.1e) in float64, while ||C - Q T Q^T||_2 is "
+                           "estimated at %.2g ||C||_2, above the %.0e it needs; variant \"fft\" applies any C "
+                           "exactly",
+                           R, worst, norm > 0 ? 2 * est / norm : INFINITY, tol);
+                st = DK_ERR_NOT_IMPLEMENTED;
+                goto done;
+            }
         }
         double *Qn = Q + R * N;
         if ((st = o->copy(o->self, Y, Qn, b, msg)) != DK_OK || (st = o->apply_c(o->self, Qn, Z, b, msg)) != DK_OK ||
@@ -186,14 +241,14 @@ static inline dk_status dk_lowrank_make(const dk_lowrank_ops *o, dk_lowrank *out
             memcpy(packed + i * R, T + i * cap, R * sizeof *packed);
         norm = dk_lowrank_norm(packed, R);
         free(packed);
-        if (2 * est <= DK_LOWRANK_TOL * norm || R == N)
+        if (2 * est <= tol * norm || R == N)
             break;
         if (R == cap) {
             dk_msg_set(msg,
                        "C is not numerically low-rank: at rank %zu (the most the lowrank variant takes) "
                        "||C - Q T Q^T||_2 is estimated at %.2g ||C||_2, above the %.0e it needs; "
                        "variant \"fft\" applies any C exactly",
-                       R, norm > 0 ? 2 * est / norm : INFINITY, DK_LOWRANK_TOL);
+                       R, norm > 0 ? 2 * est / norm : INFINITY, tol);
             st = DK_ERR_NOT_IMPLEMENTED;
             goto done;
         }
