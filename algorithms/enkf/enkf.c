@@ -8,14 +8,14 @@
 
 #include "enkf_internal.h"
 
-static const char *const scheme_names[] = {"", "tiled", "banded", "fft"};
+static const char *const scheme_names[] = {"", "tiled", "banded", "fft", "lowrank"};
 
 /* The scheme a variant name performs ("banded-simt": banded), or 0. */
 dk_enkf_scheme dk_enkf_scheme_of(const char *variant)
 {
     if (!variant)
         return (dk_enkf_scheme)0;
-    for (int k = DK_ENKF_TILED; k <= DK_ENKF_FFT; k++) {
+    for (int k = DK_ENKF_TILED; k <= DK_ENKF_LOWRANK; k++) {
         size_t n = strlen(scheme_names[k]);
         if (!strncmp(variant, scheme_names[k], n) && (variant[n] == 0 || variant[n] == '-'))
             return (dk_enkf_scheme)k;
@@ -113,7 +113,7 @@ dk_status dk_enkf_setup_make(const dk_enkf_desc *d, dk_enkf_setup *s)
         if (!isfinite(d->loc[t]))
             return FAIL("enkf: the localization value %zu is not finite (%g)", t, d->loc[t]);
     if (d->variant && !dk_enkf_scheme_of(d->variant))
-        return FAIL("enkf: variant '%s' names none of the schemes tiled, banded, fft", d->variant);
+        return FAIL("enkf: variant '%s' names none of the schemes tiled, banded, fft, lowrank", d->variant);
 
     s->desc = *d;
     s->scheme = dk_enkf_scheme_of(d->variant);
@@ -187,7 +187,10 @@ static const char *offers(const char *const *offered, dk_enkf_scheme s)
  * pairs inside C's support plus a bisection per (point, observation), FFT
  * does L*M forward and inverse transforms of the circulant embedding
  * (about 2.5 P log2 P flops each), all weighted alike. Returns the first
- * offered variant of the cheapest scheme, or NULL when none applies. */
+ * offered variant of the cheapest scheme, or NULL when none applies.
+ * lowrank is never picked here: whether C is low-rank, and at what rank,
+ * is known only after its plan-time factorisation, which costs about 2R+10
+ * applications of C by FFT; a caller names it. */
 const char *dk_enkf_pick_variant(const dk_enkf_setup *s, const char *const *offered)
 {
     double N = (double)s->desc.n, L = (double)s->desc.members, M = (double)s->desc.H.rows;

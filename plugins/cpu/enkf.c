@@ -1,6 +1,8 @@
-/* enkf on the host's cores (OpenMP): the three schemes in float64 (float32
+/* enkf on the host's cores (OpenMP): the four schemes in float64 (float32
  * data is widened on the way in and rounded on the way out), FFTW for the
- * fft scheme, LAPACKE (dposv) for the M x M solve of the analysis. */
+ * fft scheme and for applying C while the lowrank plan factors it, LAPACKE
+ * for the lowrank basis's QR (dgeqrf, dorgqr) and the M x M solve of the
+ * analysis (dposv). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +11,7 @@
 
 #include <dakit/plugin.h>
 
+#include <dakit/kit/enkf/lowrank.h>
 #include <dakit/kit/enkf/solve_host.h>
 
 /* Below this much work a loop runs on the calling thread: waking and
@@ -23,9 +26,10 @@ typedef struct cpu_enkf {
     size_t Pc;               /* complex outputs of the r2c transform */
     fftw_complex *spectrum;  /* of C's circulant embedding, / P */
     fftw_plan forward, backward;
+    dk_lowrank low;          /* lowrank: C ~= Q T Q^T, Q column-major N x R */
 } cpu_enkf;
 
-static const char *const variants[] = {"tiled", "banded", "fft", NULL};
+static const char *const variants[] = {"tiled", "banded", "fft", "lowrank", NULL};
 
 static void cpu_enkf_destroy(void *p)
 {
@@ -40,6 +44,8 @@ static void cpu_enkf_destroy(void *p)
         }
     }
     fftw_free(q->spectrum);
+    free(q->low.Q);
+    free(q->low.T);
     free(q);
 }
 
@@ -101,6 +107,153 @@ static dk_status make_fft(cpu_enkf *q, dk_msg *msg)
     return DK_OK;
 }
 
+/* State point i's place in the embedding. */
+static size_t embed_at(const dk_enkf_setup *s, size_t i)
+{
+    size_t ny = s->desc.ny;
+    return s->desc.loc_ndim == 2 ? (i / ny) * 2 * ny + i % ny : i;
+}
+
+/* v <- C v on the embedding's P points (V: Pc values of scratch). */
+static void circulant_apply(const cpu_enkf *q, double *v, fftw_complex *V)
+{
+    fftw_execute_dft_r2c(q->forward, v, V);
+    for (size_t t = 0; t < q->Pc; t++) {
+        double re = V[t][0] * q->spectrum[t][0] - V[t][1] * q->spectrum[t][1];
+        double im = V[t][0] * q->spectrum[t][1] + V[t][1] * q->spectrum[t][0];
+        V[t][0] = re;
+        V[t][1] = im;
+    }
+    fftw_execute_dft_c2r(q->backward, V, v);
+}
+
+/* ---- lowrank: the linear algebra dk_lowrank_make runs on (host memory) ---- */
+
+static double *low_alloc(void *self, size_t columns)
+{
+    const cpu_enkf *q = self;
+    return malloc((columns ? columns : 1) * q->s->desc.n * sizeof(double));
+}
+
+static void low_release(void *self, double *a)
+{
+    (void)self;
+    free(a);
+}
+
+static dk_status low_copy(void *self, const double *src, double *dst, size_t columns, dk_msg *msg)
+{
+    (void)msg;
+    memcpy(dst, src, columns * ((const cpu_enkf *)self)->s->desc.n * sizeof *dst);
+    return DK_OK;
+}
+
+static dk_status low_apply(void *self, const double *w, double *y, size_t columns, dk_msg *msg)
+{
+    const cpu_enkf *q = self;
+    size_t N = q->s->desc.n;
+    int failed = 0;
+#pragma omp parallel if (columns > 1 && q->P > 4096)
+    {
+        double *v = fftw_malloc(q->P * sizeof *v);
+        fftw_complex *V = fftw_malloc(q->Pc * sizeof *V);
+        if (!v || !V)
+            failed = 1;
+#pragma omp for schedule(dynamic, 1)
+        for (size_t c = 0; c < columns; c++) {
+            if (!v || !V)
+                continue;
+            memset(v, 0, q->P * sizeof *v);
+            for (size_t i = 0; i < N; i++)
+                v[embed_at(q->s, i)] = w[c * N + i];
+            circulant_apply(q, v, V);
+            for (size_t i = 0; i < N; i++)
+                y[c * N + i] = v[embed_at(q->s, i)];
+        }
+        fftw_free(v);
+        fftw_free(V);
+    }
+    if (failed) {
+        dk_msg_set(msg, "out of host memory for the FFT work arrays");
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    return DK_OK;
+}
+
+static dk_status low_gram(void *self, const double *A, size_t a, const double *B, size_t b, double *S, dk_msg *msg)
+{
+    (void)msg;
+    size_t N = ((const cpu_enkf *)self)->s->desc.n;
+#pragma omp parallel for schedule(dynamic, 1) collapse(2) if (a * b * N > PARALLEL_MIN_WORK)
+    for (size_t i = 0; i < a; i++)
+        for (size_t j = 0; j < b; j++) {
+            /* compensated (Ogita, Rump & Oishi's Dot2): a plain sum of N
+             * products errs by ~eps sqrt(N) of the norms, which at N = 10^6
+             * is above the 1e-12 the rank test must see */
+            double sum = 0, err = 0;
+            for (size_t k = 0; k < N; k++) {
+                double x = A[i * N + k], y = B[j * N + k], p = x * y, pe = fma(x, y, -p);
+                double t = sum + p, z = t - sum;
+                err += (sum - (t - z)) + (p - z) + pe;
+                sum = t;
+            }
+            S[i * b + j] = sum + err;
+        }
+    return DK_OK;
+}
+
+static dk_status low_subtract(void *self, const double *A, size_t a, const double *S, double *B, size_t b,
+                              dk_msg *msg)
+{
+    (void)msg;
+    size_t N = ((const cpu_enkf *)self)->s->desc.n;
+#pragma omp parallel for schedule(static) if (a * b * N > PARALLEL_MIN_WORK)
+    for (size_t k0 = 0; k0 < N; k0 += 256) {
+        size_t k1 = k0 + 256 < N ? k0 + 256 : N;
+        for (size_t j = 0; j < b; j++)
+            for (size_t i = 0; i < a; i++) {
+                double f = S[i * b + j];
+                for (size_t k = k0; k < k1; k++)
+                    B[j * N + k] -= f * A[i * N + k];
+            }
+    }
+    return DK_OK;
+}
+
+static dk_status low_orthonormalize(void *self, double *B, size_t b, dk_msg *msg)
+{
+    lapack_int N = (lapack_int)((const cpu_enkf *)self)->s->desc.n, info;
+    double tau[DK_LOWRANK_BLOCK];
+    if ((info = LAPACKE_dgeqrf(LAPACK_COL_MAJOR, N, (lapack_int)b, B, N, tau)) != 0 ||
+        (info = LAPACKE_dorgqr(LAPACK_COL_MAJOR, N, (lapack_int)b, (lapack_int)b, B, N, tau)) != 0) {
+        dk_msg_set(msg, "LAPACKE's QR of the low-rank basis failed (info %d)", (int)info);
+        return info == LAPACK_WORK_MEMORY_ERROR ? DK_ERR_OUT_OF_MEMORY : DK_ERR_BACKEND;
+    }
+    return DK_OK;
+}
+
+/* Q and T (dakit/kit/enkf/lowrank.h), C applied through the fft scheme's
+ * embedding. */
+static dk_status make_lowrank(cpu_enkf *q, dk_msg *msg)
+{
+    dk_status rc = make_fft(q, msg);
+    if (rc != DK_OK)
+        return rc;
+    dk_lowrank_ops ops = {
+        .self = q,
+        .n = q->s->desc.n,
+        .alloc = low_alloc,
+        .release = low_release,
+        .upload = low_copy,
+        .copy = low_copy,
+        .apply_c = low_apply,
+        .gram = low_gram,
+        .subtract = low_subtract,
+        .orthonormalize = low_orthonormalize,
+    };
+    return dk_lowrank_make(&ops, &q->low, msg);
+}
+
 static dk_status cpu_enkf_create(void *device, const dk_enkf_setup *s, void **plan, dk_msg *msg)
 {
     (void)device;
@@ -110,8 +263,8 @@ static dk_status cpu_enkf_create(void *device, const dk_enkf_setup *s, void **pl
         return DK_ERR_OUT_OF_MEMORY;
     }
     q->s = s;
-    if (s->scheme == DK_ENKF_FFT) {
-        dk_status rc = make_fft(q, msg);
+    if (s->scheme == DK_ENKF_FFT || s->scheme == DK_ENKF_LOWRANK) {
+        dk_status rc = s->scheme == DK_ENKF_FFT ? make_fft(q, msg) : make_lowrank(q, msg);
         if (rc != DK_OK) {
             cpu_enkf_destroy(q);
             return rc;
@@ -207,8 +360,6 @@ static dk_status fft(const cpu_enkf *q, const double *e, const double *G, double
 {
     const dk_enkf_setup *s = q->s;
     size_t N = s->desc.n, L = s->desc.members, M = s->desc.H.rows;
-    int two_d = s->desc.loc_ndim == 2;
-    size_t ny = s->desc.ny, n1 = two_d ? 2 * ny : 1;
     int failed = 0;
 #pragma omp parallel if (q->P * M * L > PARALLEL_MIN_WORK)
     {
@@ -223,23 +374,11 @@ static dk_status fft(const cpu_enkf *q, const double *e, const double *G, double
             memset(col, 0, N * sizeof *col);
             for (size_t l = 0; l < L; l++) {
                 memset(v, 0, q->P * sizeof *v);
-                for (int64_t t = s->indptr[j]; t < s->indptr[j + 1]; t++) {
-                    size_t k = (size_t)s->indices[t];
-                    size_t at = two_d ? (k / ny) * n1 + k % ny : k;
-                    v[at] += G[(size_t)t * L + l];
-                }
-                fftw_execute_dft_r2c(q->forward, v, V);
-                for (size_t t = 0; t < q->Pc; t++) {
-                    double re = V[t][0] * q->spectrum[t][0] - V[t][1] * q->spectrum[t][1];
-                    double im = V[t][0] * q->spectrum[t][1] + V[t][1] * q->spectrum[t][0];
-                    V[t][0] = re;
-                    V[t][1] = im;
-                }
-                fftw_execute_dft_c2r(q->backward, V, v);
-                for (size_t i = 0; i < N; i++) {
-                    size_t at = two_d ? (i / ny) * n1 + i % ny : i;
-                    col[i] += e[i * L + l] * v[at];
-                }
+                for (int64_t t = s->indptr[j]; t < s->indptr[j + 1]; t++)
+                    v[embed_at(s, (size_t)s->indices[t])] += G[(size_t)t * L + l];
+                circulant_apply(q, v, V);
+                for (size_t i = 0; i < N; i++)
+                    col[i] += e[i * L + l] * v[embed_at(s, i)];
             }
             for (size_t i = 0; i < N; i++)
                 pht[i * M + j] = col[i] / (double)(L - 1);
@@ -248,6 +387,84 @@ static dk_status fft(const cpu_enkf *q, const double *e, const double *G, double
         fftw_free(V);
         free(col);
     }
+    return failed ? DK_ERR_OUT_OF_MEMORY : DK_OK;
+}
+
+/* With C ~= Q T Q^T, column m of PHT is
+ *   1/(L-1) sum_l e_l o Q T Q^T (e_l o h_m):
+ * U[m][r][l] = sum_t Q[k_t, r] G[t, l] over row m of H, G2 = T U, then
+ * PHT[i, m] = 1/(L-1) sum_r Q[i, r] sum_l e[i, l] G2[m][r][l]: about
+ * nnz L R + M R^2 L + N M R L multiply-adds, no transform. Observations go
+ * in chunks that keep U within 64 MiB.
+ * Error: with ||C - Q T Q^T||_2 <= d ||C||_2 (d = DK_LOWRANK_TOL, the plan's
+ * guarantee), |PHT[i,m] - exact| <= d ||C||_2 1/(L-1) sum_l |e_il|
+ * ||e_l o h_m||_2, beside the rounding of the sums. */
+static dk_status lowrank(const cpu_enkf *q, const double *e, const double *G, double *pht)
+{
+    const dk_enkf_setup *s = q->s;
+    size_t N = s->desc.n, L = s->desc.members, M = s->desc.H.rows, R = q->low.rank;
+    const double *Q = q->low.Q, *T = q->low.T;
+    size_t chunk = ((size_t)64 << 20) / (R * L * sizeof(double));
+    chunk = chunk < 1 ? 1 : chunk > M ? M : chunk;
+    int failed = 0;
+    double *U = malloc(chunk * R * L * sizeof *U), *G2 = malloc(chunk * R * L * sizeof *G2);
+    if (!U || !G2) {
+        free(U);
+        free(G2);
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    for (size_t m0 = 0; m0 < M; m0 += chunk) {
+        size_t mc = M - m0 < chunk ? M - m0 : chunk;
+#pragma omp parallel for schedule(dynamic, 1) if (s->nnz * R * L > PARALLEL_MIN_WORK)
+        for (size_t m = m0; m < m0 + mc; m++) {
+            double *u = U + (m - m0) * R * L, *g2 = G2 + (m - m0) * R * L;
+            memset(u, 0, R * L * sizeof *u);
+            for (int64_t t = s->indptr[m]; t < s->indptr[m + 1]; t++) {
+                size_t k = (size_t)s->indices[t];
+                const double *g = G + (size_t)t * L;
+                for (size_t r = 0; r < R; r++) {
+                    double qk = Q[r * N + k];
+                    for (size_t l = 0; l < L; l++)
+                        u[r * L + l] += qk * g[l];
+                }
+            }
+            for (size_t r = 0; r < R; r++)
+                for (size_t l = 0; l < L; l++) {
+                    double sum = 0;
+                    for (size_t a = 0; a < R; a++)
+                        sum += T[r * R + a] * u[a * L + l];
+                    g2[r * L + l] = sum;
+                }
+        }
+#pragma omp parallel if (N * mc * R * L > PARALLEL_MIN_WORK)
+        {
+            double *qi = malloc(R * sizeof *qi);
+            if (!qi)
+                failed = 1;
+#pragma omp for schedule(static)
+            for (size_t i = 0; i < N; i++) {
+                if (!qi)
+                    continue;
+                const double *ei = e + i * L;
+                for (size_t r = 0; r < R; r++)
+                    qi[r] = Q[r * N + i];
+                for (size_t m = m0; m < m0 + mc; m++) {
+                    const double *g2 = G2 + (m - m0) * R * L;
+                    double sum = 0;
+                    for (size_t r = 0; r < R; r++) {
+                        double dot = 0;
+                        for (size_t l = 0; l < L; l++)
+                            dot += ei[l] * g2[r * L + l];
+                        sum += qi[r] * dot;
+                    }
+                    pht[i * M + m] = sum / (double)(L - 1);
+                }
+            }
+            free(qi);
+        }
+    }
+    free(U);
+    free(G2);
     return failed ? DK_ERR_OUT_OF_MEMORY : DK_OK;
 }
 
@@ -279,11 +496,13 @@ static dk_status cov64(const cpu_enkf *q, const double *e, double *pht, double *
         tiled(s, e, G, pht);
     else if (s->scheme == DK_ENKF_BANDED)
         banded(s, e, G, pht);
+    else if (s->scheme == DK_ENKF_LOWRANK)
+        rc = lowrank(q, e, G, pht);
     else
         rc = fft(q, e, G, pht);
     free(G);
     if (rc != DK_OK) {
-        dk_msg_set(msg, "out of host memory for the FFT work arrays");
+        dk_msg_set(msg, "out of host memory for the %s work arrays", s->scheme == DK_ENKF_LOWRANK ? "lowrank" : "FFT");
         return rc;
     }
     if (hpht)

@@ -1,7 +1,12 @@
 /* The enkf benchmark cases: N = 25,000 with a full-support C, N = 10^6 with
  * a compact-support and with a full-support C, and a CPU-sized case
  * (N = 10^4) to set beside the dense NumPy computation of enkf/bench-numpy.
- * All float64, L = 10 members, M = 32 observations, H density 0.05. */
+ * All float64, L = 10 members, M = 32 observations, H density 0.05.
+ * For a lowrank variant, setup (not timed) prints how long its plan took
+ * (the factorisation of C) and, unless DAKIT_BENCH_ENKF_CHECK=0, how far
+ * its PHT and HPHT are from the fft variant's on the same data (the fft
+ * scheme is exact to rounding; the dense reference is out of reach at
+ * N = 10^6). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,6 +77,47 @@ static void teardown(void *p)
     free(s);
 }
 
+/* max |a - b| / max |b| over n values */
+static double rel_diff(const double *a, const double *b, size_t n)
+{
+    double diff = 0, top = 0;
+    for (size_t k = 0; k < n; k++) {
+        double d = fabs(a[k] - b[k]);
+        diff = d > diff || isnan(d) ? d : diff;
+        top = fmax(top, fabs(b[k]));
+    }
+    return top > 0 ? diff / top : diff;
+}
+
+/* The lowrank plan's products against the fft variant's on the same e. */
+static void check_lowrank(dk_context *ctx, const enkf_bench_case *c, const state *s, dk_enkf_desc d)
+{
+    size_t N = d.n, M = d.H.rows;
+    dk_plan *fft = NULL;
+    dk_buffer *pht = NULL, *hpht = NULL;
+    double *a = malloc(N * M * sizeof *a), *b = malloc(N * M * sizeof *b), *ha = malloc(M * M * sizeof *ha),
+           *hb = malloc(M * M * sizeof *hb);
+    d.variant = "fft";
+    if (!a || !b || !ha || !hb || dk_enkf_plan_create(ctx, &d, &fft) != DK_OK ||
+        dk_buffer_create(ctx, N * M * sizeof(double), &pht) != DK_OK ||
+        dk_buffer_create(ctx, M * M * sizeof(double), &hpht) != DK_OK ||
+        dk_enkf_cov(s->plan, s->e, s->pht, s->hpht) != DK_OK || dk_enkf_cov(fft, s->e, pht, hpht) != DK_OK ||
+        dk_buffer_read(s->pht, a, N * M * sizeof *a) != DK_OK || dk_buffer_read(pht, b, N * M * sizeof *b) != DK_OK ||
+        dk_buffer_read(s->hpht, ha, M * M * sizeof *ha) != DK_OK ||
+        dk_buffer_read(hpht, hb, M * M * sizeof *hb) != DK_OK)
+        printf("enkf %s on %s/%s: the check against the fft variant could not run: %s\n", c->name,
+               dk_context_backend(ctx), dk_enkf_plan_variant(s->plan), dk_last_error(ctx));
+    else
+        printf("enkf %s on %s/%s: against the fft variant on the same data: max |PHT - PHT_fft| / max |PHT_fft| "
+               "%.2e, HPHT %.2e\n",
+               c->name, dk_context_backend(ctx), dk_enkf_plan_variant(s->plan), rel_diff(a, b, N * M),
+               rel_diff(ha, hb, M * M));
+    dk_plan_destroy(fft);
+    dk_buffer_destroy(pht);
+    dk_buffer_destroy(hpht);
+    free(a), free(b), free(ha), free(hb);
+}
+
 static void *setup(dk_context *ctx, int i, const char *variant, char *err, size_t len)
 {
     const enkf_bench_case *c = &cases[i];
@@ -102,13 +148,25 @@ static void *setup(dk_context *ctx, int i, const char *variant, char *err, size_
     d.loc = loc;
     d.H = (dk_csr){M_, N, indptr, indices, values};
     d.variant = variant;
-    if (dk_enkf_plan_create(ctx, &d, &s->plan) != DK_OK ||
-        dk_buffer_create(ctx, N * L_ * sizeof(double), &s->e) != DK_OK ||
+    double t0 = cli_now();
+    if (dk_enkf_plan_create(ctx, &d, &s->plan) != DK_OK) {
+        snprintf(err, len, "%s", dk_last_error(ctx));
+        goto fail;
+    }
+    double plan_seconds = cli_now() - t0;
+    if (dk_buffer_create(ctx, N * L_ * sizeof(double), &s->e) != DK_OK ||
         dk_buffer_create(ctx, N * M_ * sizeof(double), &s->pht) != DK_OK ||
         dk_buffer_create(ctx, M_ * M_ * sizeof(double), &s->hpht) != DK_OK ||
         dk_buffer_write(s->e, e, N * L_ * sizeof(double)) != DK_OK) {
         snprintf(err, len, "%s", dk_last_error(ctx));
         goto fail;
+    }
+    if (!strncmp(dk_enkf_plan_variant(s->plan), "lowrank", 7)) {
+        const char *check = getenv("DAKIT_BENCH_ENKF_CHECK");
+        printf("enkf %s on %s/%s: plan (the factorisation of C) %.3f s\n", c->name, dk_context_backend(ctx),
+               dk_enkf_plan_variant(s->plan), plan_seconds);
+        if (!check || strcmp(check, "0"))
+            check_lowrank(ctx, c, s, d);
     }
     free(loc), free(values), free(e), free(indptr), free(indices);
     return s;

@@ -42,8 +42,9 @@ static void usage(FILE *f)
             "                        from 0 to 2^64-1 (required)\n"
             "  --inflation F         analysis: factor on the forecast anomalies, > 0 (default 1.0)\n"
             "  --variant NAME        one of the backend's variants (`dakit info` lists them:\n"
-            "                        tiled, banded, fft, ...); default: the cost model picks\n"
-            "  --scheme auto|tiled|banded|fft   the same as --variant (auto: the cost model)\n"
+            "                        tiled, banded, fft, lowrank, ...); default: the cost model\n"
+            "                        picks (never lowrank: for a smooth c, ask for it)\n"
+            "  --scheme auto|tiled|banded|fft|lowrank   the same as --variant (auto: the cost model)\n"
             "  --dtype f64|f32       compute precision (default f64)\n"
             "  --backend NAME        cuda, opencl, cpu, auto or a comma list (default: DAKIT_BACKEND/auto)\n"
             "  --reference           use the serial reference instead of a backend\n"
@@ -75,11 +76,11 @@ static void usage(FILE *f)
 
 static int parse_scheme(const char *v, const char **variant)
 {
-    static const char *names[] = {"tiled", "banded", "fft"};
+    static const char *names[] = {"tiled", "banded", "fft", "lowrank"};
     *variant = NULL;
     if (!strcmp(v, "auto"))
         return 0;
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < 4; k++)
         if (!strcmp(v, names[k])) {
             *variant = names[k];
             return 0;
@@ -167,7 +168,7 @@ static int parse(int argc, char **argv, inputs *in, int analysis)
                 return 2;
         } else if (!strcmp(a, "--scheme")) {
             if (parse_scheme(v, &in->variant))
-                return cli_error(CMD, 2, "--scheme must be auto, tiled, banded or fft, not '%s'", v);
+                return cli_error(CMD, 2, "--scheme must be auto, tiled, banded, fft or lowrank, not '%s'", v);
         } else if (!strcmp(a, "--dtype")) {
             if (!strcmp(v, "f64"))
                 in->dtype = DK_F64;

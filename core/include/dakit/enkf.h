@@ -55,7 +55,11 @@ typedef struct dk_enkf_desc {
                               "tiled" (every state point against every
                               nonzero of H), "banded" (only pairs within C's
                               support: compact c), "fft" (C applied by
-                              circulant embedding: full c, large N) */
+                              circulant embedding: full c, large N),
+                              "lowrank" (C ~= Q T Q^T of rank R found at
+                              plan time, ||C - QTQ^T||_2 <= 1e-12 ||C||_2:
+                              smooth full c; only when asked for by name;
+                              refused when C is not low-rank) */
 } dk_enkf_desc;
 
 /* Defaults: float64, 1-D localization, variant NULL (the cost model). */
@@ -109,7 +113,9 @@ struct dk_msg; /* dakit/plugin.h */
 typedef enum dk_enkf_scheme {
     DK_ENKF_TILED = 1,  /* every (i, nonzero of H) pair */
     DK_ENKF_BANDED = 2, /* only pairs within C's support */
-    DK_ENKF_FFT = 3     /* C applied by circulant embedding and FFT */
+    DK_ENKF_FFT = 3,    /* C applied by circulant embedding and FFT */
+    DK_ENKF_LOWRANK = 4 /* C ~= Q T Q^T (Q: N x R orthonormal, from a
+                           randomized range finder; dakit/kit/enkf/lowrank.h) */
 } dk_enkf_scheme;
 
 /* What an enkf plan receives: the validated description, with its own
@@ -140,11 +146,13 @@ static inline double dk_enkf_c(const dk_enkf_setup *s, size_t i, size_t k)
 }
 
 typedef struct dk_enkf_ops {
-    /* Required. NULL-terminated variant names, each "tiled", "banded" or
-     * "fft", optionally followed by "-" and a suffix of the plugin's
-     * ("banded-simt"): the part before the dash is the scheme, which the
-     * core's cost model uses. The first is the default where the cost model
-     * has no preference. */
+    /* Required. NULL-terminated variant names, each "tiled", "banded",
+     * "fft" or "lowrank", optionally followed by "-" and a suffix of the
+     * plugin's ("banded-simt"): the part before the dash is the scheme,
+     * which the core's cost model uses (it never picks lowrank itself). The
+     * first is the default where the cost model has no preference. A plugin
+     * refuses a lowrank plan whose C is not low-rank with
+     * DK_ERR_NOT_IMPLEMENTED. */
     const char *const *variants;
     /* Required. Called once per plan. `setup` stays valid until plan_destroy
      * returns: the plugin may keep the pointer. */

@@ -11,7 +11,9 @@
  *              "banded-simt", which ask for the vector kernels);
  *   direct.cu  k_band (banded, 1-D C with a short support) and k_direct
  *              (tiled and banded, any C) on the vector units;
- *   fft.cu     C applied by circulant embedding and cuFFT.
+ *   fft.cu     C applied by circulant embedding and cuFFT;
+ *   lowrank.cu C ~= Q T Q^T (dakit/kit/enkf/lowrank.h), found at plan time
+ *              with fft.cu's transforms, cuBLAS and cuSOLVER.
  * plan.cu lists them and picks, for the variant the core passed, the first
  * that applies; hpht.cu forms HPHT from PHT for every solver; analysis.cu
  * holds the entries that run a plan (cov, analysis). */
@@ -69,6 +71,14 @@ struct Plan {
     /* mma: the tile and c's window (see mma.cu) */
     int mma_mt, mma_rx, mma_seg_len, mma_wcap, mma_nseg;
     double *mma_partial;
+    /* lowrank: Q row-major (N x R), T (R x R), U and G2 = T U (R x M L,
+     * column (m L + l)), the U kernel's segments of H's rows and partial sums */
+    long long R, nseg;
+    double *lr_Q, *lr_T, *lr_U, *lr_G2, *lr_part;
+    int *lr_seg; /* nseg x 3: row, first, end nonzero */
+    int *lr_row_seg; /* M + 1: row m's segments [lr_row_seg[m], lr_row_seg[m + 1]) */
+    cublasHandle_t lr_blas;
+    cusolverDnHandle_t lr_solver;
     /* analysis */
     cusolverDnHandle_t cusolver;
     cublasHandle_t blas;
@@ -97,6 +107,14 @@ extern const Solver solver_mma;    /* mma.cu */
 extern const Solver solver_band;   /* direct.cu */
 extern const Solver solver_direct; /* direct.cu */
 extern const Solver solver_fft;    /* fft.cu */
+extern const Solver solver_lowrank; /* lowrank.cu */
+
+/* fft.cu, for the lowrank solver: C times `count` dense vectors of N points
+ * (vector c at w + c N) with the transforms make_fft set up, and the
+ * release of what make_fft allocated. */
+dk_status fft_make(Plan *p, dk_msg *msg);
+dk_status fft_apply(Plan *p, const double *w, double *y, long long count, dk_msg *msg);
+void fft_release(Plan *p);
 
 /* HPHT (hpht.cu): its segments and partial sums at plan time; the product
  * from PHT on the plan's stream. */

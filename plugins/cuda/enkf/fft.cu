@@ -6,7 +6,8 @@
  * of <= 4096 points (1-D C) are embedded block by block, C as a 16 x 16
  * block Toeplitz product of the blocks' spectra (k_block_toeplitz):
  * transforms of one cuFFT pass each. Longer states and 2-D C (block
- * Toeplitz) take one embedding of the whole signal. */
+ * Toeplitz) take one embedding of the whole signal. fft_apply runs the
+ * same transforms on dense vectors: the lowrank solver's C at plan time. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -496,6 +497,58 @@ dk_status make_fft(Plan *p, dk_msg *msg)
     return DK_OK;
 }
 
+/* The chunk's signals, scattered into `in`, times C: forward, C's spectrum
+ * (block Toeplitz or pointwise), inverse, into p->buf. */
+dk_status convolve_chunk(Plan *p, cufftDoubleComplex *in, int whole, long long signals, dk_msg *msg)
+{
+    cudaStream_t st = p->dev->stream;
+    cufftHandle inverse = whole ? p->whole : p->last;
+    cufftHandle forward = p->blk ? (whole ? p->fwd_whole : p->fwd_last) : inverse;
+    CUFFT_TRY(cufftExecZ2Z(forward, in, p->buf, CUFFT_FORWARD), "forward transform");
+    if (p->blk) {
+        const long long F = 2 * p->blk;
+        /* two signals a thread: the spectra of C it holds in
+         * registers serve both */
+        const int per_thread = 2;
+        dim3 grid(blocks_for(F, 128), (unsigned)((signals + per_thread - 1) / per_thread));
+        k_block_toeplitz<BLOCKS_MAX><<<grid, 128, 0, st>>>(p->buf, p->blk_spectrum, F, (int)p->nb, signals,
+                                                           per_thread);
+        CUDA_TRY(cudaGetLastError(), "the block Toeplitz kernel");
+    } else {
+        k_spectrum_multiply<<<blocks_for(signals * p->P, THREADS), THREADS, 0, st>>>(p->buf, p->spectrum, p->P,
+                                                                                   signals * p->P);
+        CUDA_TRY(cudaGetLastError(), "the spectrum kernel");
+    }
+    CUFFT_TRY(cufftExecZ2Z(inverse, p->buf, p->buf, CUFFT_INVERSE), "inverse transform");
+    return DK_OK;
+}
+
+/* Dense vector c0 + v (N points) into vector v of the chunk's input, as
+ * k_scatter places them. */
+__global__ void k_scatter_dense(const double *w, double *in, long long N, long long count, long long c0, long long ny,
+                                long long P1, long long in_len, int two_d)
+{
+    for (long long q = blockIdx.x * (long long)blockDim.x + threadIdx.x; q < count * N;
+         q += (long long)gridDim.x * blockDim.x) {
+        long long v = q / N, i = q % N;
+        long long at = two_d ? (i / ny) * P1 + i % ny : i;
+        in[(v / 2) * 2 * in_len + 2 * at + (v & 1)] = w[(c0 + v) * N + i];
+    }
+}
+
+/* Vector v of the transformed chunk back to dense vector c0 + v, as
+ * k_gather reads them. */
+__global__ void k_gather_dense(const double *buf, double *y, long long N, long long count, long long c0, long long ny,
+                               long long P1, long long P, int two_d, long long blk)
+{
+    for (long long q = blockIdx.x * (long long)blockDim.x + threadIdx.x; q < count * N;
+         q += (long long)gridDim.x * blockDim.x) {
+        long long v = q / N, i = q % N;
+        long long at = two_d ? (i / ny) * P1 + i % ny : blk ? i + (i / blk) * blk : i;
+        y[(c0 + v) * N + i] = buf[(v / 2) * 2 * P + 2 * at + (v & 1)];
+    }
+}
+
 dk_status fft_cov(Plan *p, const double *e, double *pht, dk_msg *msg)
 {
     cudaStream_t st = p->dev->stream;
@@ -506,8 +559,6 @@ dk_status fft_cov(Plan *p, const double *e, double *pht, dk_msg *msg)
         long long nj = p->M - j0 < p->rows_per_chunk ? p->M - j0 : p->rows_per_chunk;
         long long signals = (nj * p->L + 1) / 2;
         int whole = nj == p->rows_per_chunk;
-        cufftHandle inverse = whole ? p->whole : p->last;
-        cufftHandle forward = p->blk ? (whole ? p->fwd_whole : p->fwd_last) : inverse;
         long long t_begin = p->s->indptr[j0], t_end = p->s->indptr[j0 + nj];
         CUDA_TRY(cudaMemsetAsync(in, 0, (size_t)(signals * in_len) * sizeof(cufftDoubleComplex), st),
                  "clearing the FFT input");
@@ -517,22 +568,9 @@ dk_status fft_cov(Plan *p, const double *e, double *pht, dk_msg *msg)
                 p->two_d);
             CUDA_TRY(cudaGetLastError(), "the scatter kernel");
         }
-        CUFFT_TRY(cufftExecZ2Z(forward, in, p->buf, CUFFT_FORWARD), "forward transform");
-        if (p->blk) {
-            const long long F = 2 * p->blk;
-            /* two signals a thread: the spectra of C it holds in
-             * registers serve both */
-            const int per_thread = 2;
-            dim3 grid(blocks_for(F, 128), (unsigned)((signals + per_thread - 1) / per_thread));
-            k_block_toeplitz<BLOCKS_MAX><<<grid, 128, 0, st>>>(p->buf, p->blk_spectrum, F, (int)p->nb, signals,
-                                                               per_thread);
-            CUDA_TRY(cudaGetLastError(), "the block Toeplitz kernel");
-        } else {
-            k_spectrum_multiply<<<blocks_for(signals * p->P, THREADS), THREADS, 0, st>>>(p->buf, p->spectrum, p->P,
-                                                                                       signals * p->P);
-            CUDA_TRY(cudaGetLastError(), "the spectrum kernel");
-        }
-        CUFFT_TRY(cufftExecZ2Z(inverse, p->buf, p->buf, CUFFT_INVERSE), "inverse transform");
+        dk_status rc = convolve_chunk(p, in, whole, signals, msg);
+        if (rc != DK_OK)
+            return rc;
         k_gather<<<dim3(blocks_for(p->N, 32), (unsigned)((nj + 31) / 32)), dim3(32, 8), 0, st>>>(
             e, (const double *)p->buf, pht, p->N, p->L, p->M, j0, nj, p->ny, p->P1, p->P, p->two_d, p->blk,
             1.0 / (double)(p->L - 1));
@@ -547,6 +585,54 @@ bool applicable(const dk_enkf_setup *s, const dk_cuda_device *)
 }
 
 } // namespace
+
+/* y_c = C w_c for `count` dense vectors of N points (device, vector c at
+ * w + c N), through full chunks of the plan's transforms (a short last
+ * chunk is padded with zero vectors). */
+dk_status dk_cuda_enkf::fft_apply(Plan *p, const double *w, double *y, long long count, dk_msg *msg)
+{
+    cudaStream_t st = p->dev->stream;
+    cufftDoubleComplex *in = p->blk ? p->blocks : p->buf;
+    long long in_len = p->blk ? (p->nb + 1) * p->blk : p->P;
+    long long signals = (p->rows_per_chunk * p->L + 1) / 2, per_chunk = 2 * signals;
+    for (long long c0 = 0; c0 < count; c0 += per_chunk) {
+        long long n = count - c0 < per_chunk ? count - c0 : per_chunk;
+        CUDA_TRY(cudaMemsetAsync(in, 0, (size_t)(signals * in_len) * sizeof(cufftDoubleComplex), st),
+                 "clearing the FFT input");
+        k_scatter_dense<<<blocks_for(n * p->N, THREADS), THREADS, 0, st>>>(w, (double *)in, p->N, n, c0, p->ny, p->P1,
+                                                                          in_len, p->two_d);
+        CUDA_TRY(cudaGetLastError(), "the dense scatter kernel");
+        dk_status rc = convolve_chunk(p, in, 1, signals, msg);
+        if (rc != DK_OK)
+            return rc;
+        k_gather_dense<<<blocks_for(n * p->N, THREADS), THREADS, 0, st>>>((const double *)p->buf, y, p->N, n, c0,
+                                                                         p->ny, p->P1, p->P, p->two_d, p->blk);
+        CUDA_TRY(cudaGetLastError(), "the dense gather kernel");
+    }
+    return DK_OK;
+}
+
+dk_status dk_cuda_enkf::fft_make(Plan *p, dk_msg *msg) { return make_fft(p, msg); }
+
+/* What make_fft allocated, released once the lowrank solver is done with it. */
+void dk_cuda_enkf::fft_release(Plan *p)
+{
+    cufftDoubleComplex *arrays[] = {p->buf, p->blocks, p->blk_spectrum};
+    for (cufftDoubleComplex *a : arrays)
+        if (a)
+            cudaFree(a);
+    if (p->spectrum)
+        cudaFree(p->spectrum);
+    p->buf = p->blocks = p->blk_spectrum = nullptr;
+    p->spectrum = nullptr;
+    cufftHandle *plans[] = {&p->whole, &p->last, &p->fwd_whole, &p->fwd_last};
+    int *have[] = {&p->have_whole, &p->have_last, &p->have_fwd_whole, &p->have_fwd_last};
+    for (int k = 0; k < 4; k++)
+        if (*have[k]) {
+            cufftDestroy(*plans[k]);
+            *have[k] = 0;
+        }
+}
 
 const Solver dk_cuda_enkf::solver_fft = {
     .name = "fft",

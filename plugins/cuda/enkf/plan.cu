@@ -12,11 +12,11 @@ namespace {
 /* "tiled" and "banded" run on the tensor cores where k_mma applies, else
  * on the vector kernels; "-simt" forces the vector kernels (for comparison
  * and where the tensor-core kernel is not wanted). */
-const char *const variants[] = {"tiled", "banded", "fft", "tiled-simt", "banded-simt", NULL};
+const char *const variants[] = {"tiled", "banded", "fft", "tiled-simt", "banded-simt", "lowrank", NULL};
 
 /* Every solver, in the order the chooser tries them: the tensor cores
  * first, then the vector kernels from the narrowest to the most general. */
-const Solver *const solvers[] = {&solver_mma, &solver_band, &solver_direct, &solver_fft};
+const Solver *const solvers[] = {&solver_mma, &solver_band, &solver_direct, &solver_fft, &solver_lowrank};
 
 /* The first solver that applies to the setup's variant, or NULL. */
 const Solver *choose(const dk_enkf_setup *s, const dk_cuda_device *dev)
@@ -34,7 +34,8 @@ void plan_free(Plan *p)
     if (cudaSetDevice(p->dev->ordinal) == cudaSuccess) {
         void *ptrs[] = {p->loc,    p->indptr, p->indices,  p->row_of, p->values, p->G,    p->e64,
                         p->pht64,  p->hpht64, p->x64,      p->spectrum, p->buf, p->blocks, p->blk_spectrum, p->partial, p->A,
-                        p->D,      p->d_host_copy, p->r_dev, p->work,  p->info, p->range_lo, p->range_hi, p->mma_partial, p->hpht_seg};
+                        p->D,      p->d_host_copy, p->r_dev, p->work,  p->info, p->range_lo, p->range_hi, p->mma_partial, p->hpht_seg,
+                        p->lr_Q, p->lr_T, p->lr_U, p->lr_G2, p->lr_part, p->lr_seg, p->lr_row_seg};
         for (void *q : ptrs)
             if (q)
                 cudaFree(q);
@@ -48,6 +49,10 @@ void plan_free(Plan *p)
             cufftDestroy(p->fwd_last);
         if (p->cusolver)
             cusolverDnDestroy(p->cusolver);
+        if (p->lr_solver)
+            cusolverDnDestroy(p->lr_solver);
+        if (p->lr_blas)
+            cublasDestroy(p->lr_blas);
         if (p->blas)
             cublasDestroy(p->blas);
     }
