@@ -242,7 +242,12 @@ static void make_local_plan(dk_mpi_plan *p, dkm_stage *s, const dk_gauss_desc *g
     }
     d.axes = s->axes;
     dk_status st = dk_gauss_plan_create(p->ctx, &d, &s->plan);
+    /* NaN is the layer's to refuse (with global indices); the stages filter
+     * what they are given */
+    if (st == DK_OK)
+        st = dk_gauss_plan_set_nan(s->plan, DK_GAUSS_NAN_PROPAGATE);
     if (st != DK_OK) {
+        dk_plan_destroy(s->plan);
         s->plan = NULL;
         dkm_note(o, st, "%s", dk_last_error(p->ctx));
     }
@@ -400,6 +405,47 @@ static void exchange(dk_mpi_plan *p, const dkm_stage *s, const void *cur)
     }
 }
 
+DK_MPI_API dk_status dk_mpi_gauss_plan_set_nan(dk_mpi_plan *plan, dk_gauss_nan policy)
+{
+    if (!plan || plan->enkf || plan->kmeans)
+        return dkm_fail(DK_ERR_INVALID_ARGUMENT, "dk_mpi_gauss_plan_set_nan: a distributed gauss plan is needed");
+    if (policy == DK_GAUSS_NAN_IGNORE)
+        return dkm_fail(DK_ERR_NOT_IMPLEMENTED,
+                        "dk_mpi_gauss_plan_set_nan: nan policy ignore (normalized convolution) is not distributed; "
+                        "error and propagate are");
+    if (policy != DK_GAUSS_NAN_ERROR && policy != DK_GAUSS_NAN_PROPAGATE)
+        return dkm_fail(DK_ERR_INVALID_ARGUMENT, "dk_mpi_gauss_plan_set_nan: policy %d is not one of error (0), "
+                        "propagate (1), ignore (2)", (int)policy);
+    plan->nan = policy;
+    return DK_OK;
+}
+
+/* DK_GAUSS_NAN_ERROR: this rank's NaN, named by their global index. */
+static void refuse_nan(dk_mpi_plan *p, const void *in, dkm_outcome *o)
+{
+    size_t count = 0, first = 0;
+    for (size_t i = 0; i < p->own_count; i++) {
+        double v = p->desc.dtype == DK_F64 ? ((const double *)in)[i] : (double)((const float *)in)[i];
+        if (v != v && count++ == 0)
+            first = i;
+    }
+    if (!count)
+        return;
+    char where[96];
+    int n = 0, ndim = p->desc.ndim;
+    size_t index[3];
+    for (int i = 2; i >= 0; i--) {
+        size_t extent = p->own.hi[i] - p->own.lo[i];
+        index[i] = p->own.lo[i] + first % extent;
+        first /= extent;
+    }
+    for (int a = 0; a < ndim && n < (int)sizeof where; a++)
+        n += snprintf(where + n, sizeof where - (size_t)n, "%s%zu", a ? ", " : "", index[dkm_axis(ndim, a)]);
+    dkm_note(o, DK_ERR_INVALID_ARGUMENT,
+             "its part holds %zu NaN value%s (the first at [%s] of the global field); let them spread with nan "
+             "policy propagate (dk_mpi_gauss_plan_set_nan)", count, count == 1 ? "" : "s", where);
+}
+
 DK_MPI_API dk_status dk_mpi_gauss_execute_host(dk_mpi_plan *plan, const void *in_local, void *out_local)
 {
     if (!plan)
@@ -415,6 +461,8 @@ DK_MPI_API dk_status dk_mpi_gauss_execute_host(dk_mpi_plan *plan, const void *in
     if (p->own_count && (!in_local || !out_local))
         dkm_note(&o, DK_ERR_INVALID_ARGUMENT, "in_local and out_local must not be NULL (its part holds %zu values)",
                  p->own_count);
+    else if (p->nan == DK_GAUSS_NAN_ERROR)
+        refuse_nan(p, in_local, &o);
     /* A rank that failed goes on exchanging (its scratch, not the caller's
      * memory) so that no other rank waits for it. */
     const void *cur = o.status == DK_OK ? in_local : p->work;

@@ -103,6 +103,7 @@ struct dk_mpi_plan {
     int rank, size;
     dk_context *ctx;
     dk_gauss_desc desc; /* the global description (variant not kept) */
+    dk_gauss_nan nan;   /* dk_mpi_gauss_execute_host refuses NaN under DK_GAUSS_NAN_ERROR (0, the start) */
     size_t esize;
     MPI_Datatype mtype;
     dkm_box own;

@@ -382,6 +382,30 @@ static void bad_input(dk_context *ctx)
         printf("%-4s the same plan executes again afterwards\n", ok ? "ok" : "FAIL");
     failures += !ok;
 
+    /* NaN on the last rank: refused on every rank with its global index;
+     * under propagate the call goes through */
+    for (size_t k = 0; k < part.extent[0]; k++)
+        buf[k] = 1.0f;
+    if (last)
+        buf[part.extent[0] - 1] = NAN;
+    char nan_at[64];
+    /* every rank's copy of the expected text names the last rank's index */
+    size_t last_index = part.offset[0] + part.extent[0] - 1;
+    MPI_Bcast(&last_index, 1, MPI_UINT64_T, size - 1, MPI_COMM_WORLD);
+    snprintf(nan_at, sizeof nan_at, "1 NaN value (the first at [%zu]", last_index);
+    st = dk_mpi_gauss_execute_host(plan, buf, buf);
+    expect_failure("NaN on the last rank", st, DK_ERR_INVALID_ARGUMENT, nan_at);
+    ok = all_ranks(dk_mpi_gauss_plan_set_nan(plan, DK_GAUSS_NAN_IGNORE) == DK_ERR_NOT_IMPLEMENTED &&
+                   dk_mpi_gauss_plan_set_nan(plan, DK_GAUSS_NAN_PROPAGATE) == DK_OK);
+    st = dk_mpi_gauss_execute_host(plan, buf, buf);
+    ok = all_ranks(ok && st == DK_OK);
+    if (rank == 0)
+        printf("%-4s nan policy: ignore is not distributed, propagate goes through\n", ok ? "ok" : "FAIL");
+    failures += !ok;
+    dk_mpi_gauss_plan_set_nan(plan, DK_GAUSS_NAN_ERROR);
+    for (size_t k = 0; k < part.extent[0]; k++)
+        buf[k] = 0.0f;
+
     /* the same on device buffers: one too small on the last rank, then fine */
     size_t bytes = part.extent[0] * sizeof *buf;
     dk_buffer *dbuf = NULL;

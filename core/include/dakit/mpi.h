@@ -84,6 +84,15 @@ dk_status dk_mpi_gauss_execute_host(dk_mpi_plan *plan, const void *in_local, voi
  * (every one in dakit does). */
 dk_status dk_mpi_gauss_execute(dk_mpi_plan *plan, const dk_buffer *in_local, dk_buffer *out_local);
 
+/* The plan's NaN policy (dk_gauss_nan in dakit/gauss.h): a plan starts
+ * with DK_GAUSS_NAN_ERROR, under which dk_mpi_gauss_execute_host refuses
+ * NaN in any rank's part (every rank returns the sentence of the lowest
+ * such rank, with the global index of its first NaN); PROPAGATE filters
+ * them as numbers. IGNORE is not distributed (DK_ERR_NOT_IMPLEMENTED).
+ * dk_mpi_gauss_execute does not read device data back: there NaN
+ * propagates. Local: call it on every rank with the same policy. */
+dk_status dk_mpi_gauss_plan_set_nan(dk_mpi_plan *plan, dk_gauss_nan policy);
+
 /* How the plan's reductions cross ranks: "device (nccl)" where every rank's
  * backend offers device-side communication on a device of its own, else
  * "host (MPI): " and the reason (docs/distributed.md, "Device-side
