@@ -274,6 +274,44 @@ run(["conform", "--backend", "cpu", "--algo", "gauss", "--quick"], 0,
 run(["conform", "--backend", "cpu", "--algo", "gauss", "--quick", "--junit", "/dev/full"], 1,
     "conform --junit /dev/full: the write error is reported", "No space left on device", timeout=600)
 
+# ---- NaN in gauss's input: refused by default, smoothed around on request ----
+print("# gauss --nan and --mask")
+vals = [float(i % 5) for i in range(64 * 48)]
+vals[10 * 48 + 7] = float("nan")
+npy(P("nan.npy"), (64, 48), vals, dtype="<f4")
+npy(P("mask.npy"), (64, 48), [0.0 if i == 3 * 48 + 3 else 1.0 for i in range(64 * 48)], dtype="<f4")
+npy(P("clean.npy"), (64, 48), [float(i % 5) for i in range(64 * 48)], dtype="<f4")
+run(["gauss", "--in", P("nan.npy"), "--out", P("n1.npy"), "--sigma", "2", "--backend", "cpu"], 1,
+    "gauss refuses NaN by default, naming how many and where", "1 NaN value (the first at [10, 7])")
+check(not os.path.exists(P("n1.npy")), "a refused gauss writes no output")
+def floats(path):
+    raw = open(path, "rb").read()
+    hl = struct.unpack("<H", raw[8:10])[0]
+    body = raw[10 + hl:]
+    return struct.unpack("<%df" % (len(body) // 4), body)
+for backend in ("cpu", "reference"):
+    extra = ["--reference"] if backend == "reference" else ["--backend", "cpu"]
+    if run(["gauss", "--in", P("nan.npy"), "--out", P("n2.npy"), "--sigma", "2", "--nan", "ignore"] + extra, 0,
+           f"gauss --nan ignore ({backend})") is not None:
+        out = floats(P("n2.npy"))
+        check(all(v == v for v in out), f"--nan ignore ({backend}) leaves no NaN")
+    run(["gauss", "--in", P("nan.npy"), "--out", P("n3.npy"), "--sigma", "2", "--nan", "propagate"] + extra, 0,
+        f"gauss --nan propagate ({backend})")
+    check(floats(P("n3.npy"))[10 * 48 + 7] != floats(P("n3.npy"))[10 * 48 + 7], f"--nan propagate ({backend}) keeps the NaN")
+run(["gauss", "--in", P("clean.npy"), "--out", P("m1.npy"), "--sigma", "2", "--mask", P("mask.npy"), "--backend", "cpu"],
+    0, "gauss --mask")
+run(["gauss", "--in", P("clean.npy"), "--out", P("m0.npy"), "--sigma", "2", "--nan", "ignore", "--backend", "cpu"],
+    0, "gauss --nan ignore without NaN")
+run(["gauss", "--in", P("clean.npy"), "--out", P("m2.npy"), "--sigma", "2", "--backend", "cpu"], 0, "gauss plain")
+m0, m1, m2 = floats(P("m0.npy")), floats(P("m1.npy")), floats(P("m2.npy"))
+check(max(abs(a - b) for a, b in zip(m0, m2)) < 1e-5, "--nan ignore without NaN is the plain filter")
+check(m1[3 * 48 + 3] == m1[3 * 48 + 3] and abs(m1[3 * 48 + 3] - m2[3 * 48 + 3]) < 0.5 and m1 != m2,
+      "--mask fills the masked value from its neighbours")
+run(["gauss", "--in", P("clean.npy"), "--out", P("m3.npy"), "--sigma", "2", "--mask", P("mask.npy"), "--nan",
+     "propagate"], 2, "--mask with --nan propagate is refused", "only --nan ignore")
+run(["gauss", "--in", P("clean.npy"), "--out", P("m3.npy"), "--sigma", "2", "--nan", "maybe"], 2,
+    "--nan maybe is refused", "--nan must be error, ignore or propagate")
+
 print(f"{fails} failure(s)")
 subprocess.run(["rm", "-rf", tmp])
 sys.exit(1 if fails else 0)

@@ -19,6 +19,10 @@ static int run_distributed(const char *cmd, const char *in_path, const char *out
                            int use_reference);
 #endif
 
+/* --nan and --mask (docs/gauss.md, "Missing data") */
+static dk_gauss_nan nan_policy = DK_GAUSS_NAN_ERROR;
+static const char *const nan_names[] = {"error", "propagate", "ignore"};
+
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -63,6 +67,12 @@ static void usage(FILE *f)
             "  --overlap M           overlap mode: values beyond a block on each side, 0 to 1e9\n"
             "                        (default 5)\n"
             "  --blocks B            overlap mode: blocks per line, 1 to 1e9 (default 3072)\n"
+            "  --nan error|ignore|propagate   NaN in the input (default error: refused, naming how\n"
+            "                        many and where the first is); ignore smooths around them\n"
+            "                        (normalized convolution: NaN where under 1e-6 of the filter's\n"
+            "                        weight falls on valid values); propagate lets them spread\n"
+            "  --mask M.npy          missing values where M is 0 (X's shape, float32 or float64:\n"
+            "                        np.save('M.npy', valid.astype('f4'))); implies --nan ignore\n"
             "  --dtype f32|f64       compute precision (default: the input's)\n"
             "  --variant NAME        one of the backend's variants (`dakit info` lists them;\n"
             "                        default: the first)\n"
@@ -73,11 +83,37 @@ static void usage(FILE *f)
             "                        slabs along axis 0); each rank reads and writes only its box\n");
 }
 
+/* --mask: the values of x where the mask is 0 become NaN (missing). */
+static int apply_mask(const char *cmd, const char *path, npy_array *x, const char *in_path)
+{
+    char err[4200];
+    npy_array m;
+    if (npy_read(path, &m, err, sizeof err) != DK_OK)
+        return cli_error(cmd, 1, "%s", err);
+    int same = m.ndim == x->ndim;
+    for (int a = 0; same && a < x->ndim; a++)
+        same = m.shape[a] == x->shape[a];
+    if (!same) {
+        npy_free(&m);
+        return cli_error(cmd, 1, "the mask %s does not have the shape of %s", path, in_path);
+    }
+    for (size_t i = 0; i < x->count; i++)
+        if ((m.dtype == DK_F64 ? ((double *)m.data)[i] : ((float *)m.data)[i]) == 0.0) {
+            if (x->dtype == DK_F64)
+                ((double *)x->data)[i] = NAN;
+            else
+                ((float *)x->data)[i] = NAN;
+        }
+    npy_free(&m);
+    return 0;
+}
+
 int cmd_gauss(int argc, char **argv)
 {
     const char *cmd = "gauss";
     const char *in_path = NULL, *out_path = NULL, *sigma_s = NULL, *axes_s = NULL, *backend = NULL;
-    const char *dtype_s = NULL, *var = NULL;
+    const char *dtype_s = NULL, *var = NULL, *mask_path = NULL;
+    int nan_given = 0;
     dk_gauss_desc d;
     dk_gauss_desc_init(&d);
     int use_reference = 0;
@@ -110,6 +146,17 @@ int cmd_gauss(int argc, char **argv)
             d.variant = v;
         else if (!strcmp(a, "--dtype"))
             dtype_s = v;
+        else if (!strcmp(a, "--mask"))
+            mask_path = v;
+        else if (!strcmp(a, "--nan")) {
+            int k;
+            for (k = 0; k < 3 && strcmp(v, nan_names[k]); k++)
+                ;
+            if (k == 3)
+                return cli_error(cmd, 2, "--nan must be error, ignore or propagate, not '%s'", v);
+            nan_policy = (dk_gauss_nan)k;
+            nan_given = 1;
+        }
         else if (!strcmp(a, "--decomp"))
             decomp_s = v;
         else if (!strcmp(a, "--K"))
@@ -152,6 +199,11 @@ int cmd_gauss(int argc, char **argv)
     }
     if (!in_path || !out_path || !sigma_s)
         return cli_error(cmd, 2, "--in, --out and --sigma are required (dakit gauss --help)");
+    if (mask_path && nan_given && nan_policy != DK_GAUSS_NAN_IGNORE)
+        return cli_error(cmd, 2, "--mask marks missing values, which only --nan ignore smooths around (the "
+                                 "default with --mask), not --nan %s", nan_names[nan_policy]);
+    if (mask_path)
+        nan_policy = DK_GAUSS_NAN_IGNORE;
     if (dtype_s && strcmp(dtype_s, "f32") && strcmp(dtype_s, "f64"))
         return cli_error(cmd, 2, "--dtype must be f32 or f64, not '%s'", dtype_s);
     double sig[DK_MAX_DIMS];
@@ -246,9 +298,12 @@ int cmd_gauss(int argc, char **argv)
         x.dtype = d.dtype;
     }
 
+    if (mask_path && apply_mask(cmd, mask_path, &x, in_path) != 0)
+        goto done;
+
     double t0 = cli_now();
     if (use_reference) {
-        if (dk_gauss_reference(&d, x.data, x.data) != DK_OK) {
+        if (dk_gauss_reference_nan(&d, nan_policy, x.data, x.data) != DK_OK) {
             cli_error(cmd, 1, "%s", dk_last_error(NULL));
             goto done;
         }
@@ -257,7 +312,7 @@ int cmd_gauss(int argc, char **argv)
             cli_error(cmd, 1, "%s", dk_last_error(NULL));
             goto done;
         }
-        if (dk_gauss_plan_create(ctx, &d, &plan) != DK_OK ||
+        if (dk_gauss_plan_create(ctx, &d, &plan) != DK_OK || dk_gauss_plan_set_nan(plan, nan_policy) != DK_OK ||
             dk_gauss_execute_host(plan, x.data, x.data) != DK_OK) {
             cli_error(cmd, 1, "%s", dk_last_error(ctx));
             goto done;
@@ -304,6 +359,9 @@ static int run_distributed(const char *cmd, const char *in_path, const char *out
     if (use_reference)
         return cli_error(cmd, 2, "--reference runs in one process; under mpirun (%d ranks) each rank filters "
                                  "its part on a backend", size);
+    if (nan_policy == DK_GAUSS_NAN_IGNORE)
+        return cli_error(cmd, 2, "--nan ignore and --mask run in one process (normalized convolution is not "
+                                 "distributed); under mpirun (%d ranks) --nan error or propagate", size);
     if (output_check(out_path, err, sizeof err) != 0)
         failed = FAILED("%s", err);
     else if (npy_read_header(in_path, &x, &in_offset, err, sizeof err) != DK_OK)
@@ -363,7 +421,7 @@ static int run_distributed(const char *cmd, const char *in_path, const char *out
     double t0 = cli_now();
     /* collective: on failure every rank has the same sentence */
     if (dk_mpi_gauss_plan_create(ctx, MPI_COMM_WORLD, d, &part, &plan) != DK_OK ||
-        dk_mpi_gauss_execute_host(plan, box, box) != DK_OK)
+        dk_mpi_gauss_plan_set_nan(plan, nan_policy) != DK_OK || dk_mpi_gauss_execute_host(plan, box, box) != DK_OK)
         failed = FAILED("%s", dk_mpi_last_error());
     if (dist_agree(failed, msg, sizeof msg))
         goto done;
