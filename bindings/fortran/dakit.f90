@@ -39,6 +39,10 @@ module dakit
   enum, bind(c)
     enumerator :: DK_GAUSS_EXACT = 0, DK_GAUSS_OVERLAP = 1
   end enum
+  ! dk_gauss_nan: what dk_gauss_execute on host arrays does with NaN
+  enum, bind(c)
+    enumerator :: DK_GAUSS_NAN_ERROR = 0, DK_GAUSS_NAN_PROPAGATE = 1, DK_GAUSS_NAN_IGNORE = 2
+  end enum
   enum, bind(c)
     enumerator :: DK_KMEANS_POINT_MAJOR = 0, DK_KMEANS_FEATURE_MAJOR = 1
   end enum
@@ -53,6 +57,7 @@ module dakit
             DK_MEMORY_HOST, DK_MEMORY_CUDA, DK_MEMORY_OPENCL, DK_BOUNDARY_ZERO, DK_BOUNDARY_CONSTANT, &
             DK_BOUNDARY_REFLECT, DK_BOUNDARY_MIRROR, DK_BOUNDARY_NEAREST, DK_BOUNDARY_WRAP, &
             DK_BOUNDARY_CVAL, DK_GAUSS_RF, DK_GAUSS_DERICHE, DK_GAUSS_VYV, DK_GAUSS_EXACT, DK_GAUSS_OVERLAP, &
+            DK_GAUSS_NAN_ERROR, DK_GAUSS_NAN_PROPAGATE, DK_GAUSS_NAN_IGNORE, &
             DK_KMEANS_POINT_MAJOR, DK_KMEANS_FEATURE_MAJOR, DK_GBEES_PROGRESS, DK_GBEES_SNAPSHOT, DK_GBEES_DONE
 
   ! ---- the C structures, field by field (C order; enums are C int) ----
@@ -196,7 +201,8 @@ module dakit
   public :: dk_last_error, dk_status_string, dk_context_handle, dk_buffer_handle
   public :: dk_buffer_create, dk_buffer_wrap, dk_buffer_destroy, dk_buffer_write, dk_buffer_read
   public :: dk_plan_destroy
-  public :: dk_gauss_desc_init, dk_gauss_desc_set_array, dk_gauss_plan_create, dk_gauss_execute
+  public :: dk_gauss_desc_init, dk_gauss_desc_set_array, dk_gauss_plan_create, dk_gauss_execute, &
+            dk_gauss_plan_set_nan
   public :: dk_enkf_desc_init, dk_enkf_plan_create, dk_enkf_cov, dk_enkf_analysis
   public :: dk_kmeans_desc_init, dk_kmeans_plan_create, dk_kmeans_execute
   public :: dk_gbees_desc_init, dk_gbees_desc_set_model, dk_gbees_models, dk_gbees_meas_set, dk_gbees_meas_read_dir
@@ -315,6 +321,12 @@ module dakit
       type(c_ptr), value :: ctx
       type(dk_gauss_desc), intent(in) :: desc
       type(c_ptr), intent(out) :: plan
+      integer(c_int) :: s
+    end function
+    function c_gauss_plan_set_nan(plan, policy) bind(c, name='dk_gauss_plan_set_nan') result(s)
+      import :: c_ptr, c_int
+      type(c_ptr), value :: plan
+      integer(c_int), value :: policy
       integer(c_int) :: s
     end function
     function c_gauss_execute(plan, in, out) bind(c, name='dk_gauss_execute') result(s)
@@ -816,6 +828,16 @@ contains
     do i = 1, d%ndim
       plan%shape(i) = d%shape(d%ndim + 1 - i)
     end do
+  end function
+
+  ! The plan's NaN policy (DK_GAUSS_NAN_ERROR at the start): applied to
+  ! host arrays; device pointers and buffers are not read back.
+  function dk_gauss_plan_set_nan(plan, policy) result(status)
+    type(dk_plan), intent(in) :: plan
+    integer(c_int), intent(in) :: policy
+    integer(c_int) :: status
+    call dkf_error_clear()
+    status = c_gauss_plan_set_nan(plan%ptr, policy)
   end function
 
   function check_gauss(plan, dtype, sin, sout) result(status)

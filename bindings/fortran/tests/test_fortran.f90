@@ -8,6 +8,7 @@
 program test_fortran
   use dakit
   use, intrinsic :: iso_c_binding
+  use, intrinsic :: ieee_arithmetic, only: ieee_value, ieee_quiet_nan, ieee_is_finite
   implicit none
 
   interface
@@ -338,6 +339,15 @@ contains
                         'a transposed array')
     call expect_refusal(dk_gauss_execute(plan, f), DK_ERR_INVALID_ARGUMENT, 'float64', 'a float32 array')
     call expect_ok(dk_gauss_execute(plan, a), 'a good call after refusals')
+    ! NaN: refused by default (C's sentence, with the C index of the first),
+    ! smoothed around under DK_GAUSS_NAN_IGNORE
+    a = 1
+    a(2, 3) = ieee_value(a(2, 3), ieee_quiet_nan)
+    call expect_refusal(dk_gauss_execute(plan, a), DK_ERR_INVALID_ARGUMENT, '1 NaN value (the first at [2, 1])', &
+                        'NaN in the input')
+    call expect_ok(dk_gauss_plan_set_nan(plan, DK_GAUSS_NAN_IGNORE), 'nan policy ignore')
+    call expect_ok(dk_gauss_execute(plan, a), 'NaN smoothed around')
+    call expect(all(ieee_is_finite(a)), 'no NaN left under DK_GAUSS_NAN_IGNORE')
     call dk_kmeans_desc_init(kd)
     kd%n = 15
     kd%d = 1

@@ -1,4 +1,4 @@
-"""gauss: the K-iterated recursive filter along axes of a 1-D to 3-D array."""
+"""gauss: recursive Gaussian filters (rf, deriche, vyv) along axes of a 1-D to 3-D array."""
 import ctypes
 import numbers
 import operator
@@ -8,7 +8,8 @@ import numpy as np
 from ._arrays import Buffers, Stream, cuda_key, empty_like, operand, usable_here, zero_copy
 from ._context import Plan
 from ._errors import invalid
-from ._native import BOUNDARIES, C, DK_F32, DK_F64, DK_MAX_DIMS, GAUSS_MODES, GaussDesc, check
+from ._native import (BOUNDARIES, C, DK_F32, DK_F64, DK_MAX_DIMS, GAUSS_METHODS, GAUSS_MODES, GAUSS_NAN,
+                      GaussDesc, check)
 
 _DTYPES = (np.float32, np.float64)
 _INT_MAX = 2 ** 31 - 1
@@ -55,6 +56,13 @@ def _cstr(value, name, who):
     return value.encode()
 
 
+def _may_hold_nan(x):
+    """False when x surely holds no NaN: its sum is a number (one pass, no
+    temporary array)."""
+    with np.errstate(all="ignore"):
+        return bool(np.isnan(np.add.reduce(np.asarray(x), axis=None)))
+
+
 def _choice(value, table, name, who):
     if value not in table:
         raise invalid("%s: %s is %r; it must be one of %s" % (who, name, value, ", ".join(repr(k) for k in table)))
@@ -99,15 +107,22 @@ class GaussPlan(Plan):
     many times: plan = GaussPlan(x.shape, x.dtype, sigma=3); y = plan(x).
 
     sigma: one number, or one per filtered axis (in the order of `axes`), in
-    grid units. axes: None (every axis), an int or a sequence. boundary:
-    "zero" or "constant". mode: "exact" (equals the serial reference to
-    rounding) or "overlap" (the GPU paper's blocks, with `overlap` and
-    `blocks`). variant: one of Context.variants("gauss"). backend: None (the
-    default context), a name, or a dakit.Context.
+    grid units. axes: None (every axis), an int or a sequence. method: "rf"
+    (the K-iterated first-order filter), "deriche" or "vyv" (recursive
+    Gaussians within 5e-4 and 3e-3 of the sampled one; order_poles 3 to 5 for
+    vyv). boundary: scipy's "reflect", "mirror", "nearest", "wrap" and "cval"
+    (scipy's "constant", with `cval`), or dakit's "zero" and "constant"
+    (docs/gauss.md). mode: "exact" (equals the serial reference to rounding)
+    or "overlap" (the GPU paper's blocks, with `overlap` and `blocks`). nan:
+    "error" (NaN in host input is refused), "ignore" (smoothed around by
+    normalized convolution; host arrays only) or "propagate"; on CUDA arrays
+    the data are not read back, so NaN propagates under "error". variant: one
+    of Context.variants("gauss"). backend: None (the default context), a
+    name, or a dakit.Context.
     """
 
     def __init__(self, shape, dtype, sigma, K=4, axes=None, boundary="zero", mode="exact", variant=None,
-                 backend=None, overlap=None, blocks=None):
+                 backend=None, overlap=None, blocks=None, method="rf", order_poles=5, cval=0.0, nan="error"):
         who = "dakit.GaussPlan"
         super().__init__(backend)
         if isinstance(shape, numbers.Integral):
@@ -139,6 +154,14 @@ class GaussPlan(Plan):
         d.K = self.K
         d.boundary = _choice(boundary, BOUNDARIES, "boundary", who)
         d.mode = _choice(mode, GAUSS_MODES, "mode", who)
+        d.method = _choice(method, GAUSS_METHODS, "method", who)
+        d.order_poles = _c_int(order_poles, "order_poles", who)
+        try:
+            d.cval = float(cval)
+        except (TypeError, ValueError):
+            raise invalid("%s: cval must be a number, not %r" % (who, cval)) from None
+        nan_policy = _choice(nan, GAUSS_NAN, "nan", who)
+        self.method, self.order_poles, self.cval, self.nan = method, d.order_poles, d.cval, nan
         if overlap is not None:
             d.overlap = _size(overlap, "overlap", who)
         if blocks is not None:
@@ -149,6 +172,7 @@ class GaussPlan(Plan):
         h = ctypes.c_void_p()
         check(C.dk_gauss_plan_create(self._ctx.handle, ctypes.byref(d), ctypes.byref(h)), self._ctx.handle)
         self._adopt(h)
+        check(C.dk_gauss_plan_set_nan(self.handle, nan_policy), self._ctx.handle)
         self.variant = variant if variant is not None else (self._ctx.variants("gauss") or ("",))[0]
         self._last = None  # the last call on CUDA memory, when it can be repeated
 
@@ -179,6 +203,8 @@ class GaussPlan(Plan):
         with self._lock:
             handle, ctx = self.handle, self._ctx
             how = zero_copy(ctx, who, xo, oo)
+            if how and not xo.device and (self.nan == "ignore" or (self.nan == "error" and _may_hold_nan(xo.obj))):
+                how = False  # the host call applies the nan policy (and words its refusal)
             if how:
                 with Buffers(ctx, how) as b:
                     src = b.wrap(xo)
@@ -198,14 +224,15 @@ class GaussPlan(Plan):
         return oo.obj
 
     def __repr__(self):
-        return ("dakit.GaussPlan(shape=%s, dtype=%s, sigma=%s, K=%d, axes=%s, boundary=%r, mode=%r, variant=%r, "
-                "backend=%r)" % (self.shape, self.dtype.name, self.sigma, self.K, self.axes, self.boundary,
-                                 self.mode, self.variant, self.backend))
+        return ("dakit.GaussPlan(shape=%s, dtype=%s, sigma=%s, K=%d, axes=%s, boundary=%r, mode=%r, method=%r, "
+                "nan=%r, variant=%r, backend=%r)" % (self.shape, self.dtype.name, self.sigma, self.K, self.axes,
+                                                     self.boundary, self.mode, self.method, self.nan, self.variant,
+                                                     self.backend))
 
 
 def gauss(x, sigma, K=4, axes=None, boundary="zero", mode="exact", variant=None, backend=None, out=None,
-          overlap=None, blocks=None):
-    """Gaussian smoothing of x by the K-iterated recursive filter.
+          overlap=None, blocks=None, method="rf", order_poles=5, cval=0.0, nan="error"):
+    """Gaussian smoothing of x by a recursive filter (rf by default).
 
     x: a float32 or float64 array of 1 to 3 dimensions in C order (NumPy, or
     a CUDA array on the cuda backend). Returns an array of the same kind
@@ -214,5 +241,6 @@ def gauss(x, sigma, K=4, axes=None, boundary="zero", mode="exact", variant=None,
     """
     xo = operand(x, "x", "dakit.gauss", _DTYPES)
     with GaussPlan(xo.shape, xo.dtype, sigma, K=K, axes=axes, boundary=boundary, mode=mode, variant=variant,
-                   backend=backend, overlap=overlap, blocks=blocks) as plan:
+                   backend=backend, overlap=overlap, blocks=blocks, method=method, order_poles=order_poles, cval=cval,
+                   nan=nan) as plan:
         return plan(x, out=out)

@@ -27,7 +27,10 @@ DK_MEMORY_HOST, DK_MEMORY_CUDA, DK_MEMORY_OPENCL = 0, 1, 2
 # dk_context_set_queue's flag
 DK_QUEUE_ASYNC = 1
 # dk_boundary, dk_gauss_mode
-BOUNDARIES = {"zero": 0, "constant": 1}
+BOUNDARIES = {"zero": 0, "constant": 1, "reflect": 2, "mirror": 3, "nearest": 4, "wrap": 5, "cval": 6}
+# dk_gauss_method, dk_gauss_nan
+GAUSS_METHODS = {"rf": 0, "deriche": 1, "vyv": 2}
+GAUSS_NAN = {"error": 0, "propagate": 1, "ignore": 2}
 GAUSS_MODES = {"exact": 0, "overlap": 1}
 # dk_kmeans_layout
 DK_KMEANS_POINT_MAJOR, DK_KMEANS_FEATURE_MAJOR = 0, 1
@@ -233,6 +236,7 @@ for _name, _res, _args in [
     ("dk_backend_get", c_int, [c_int, POINTER(BackendInfo)]),
     # gauss
     ("dk_gauss_desc_init", None, [POINTER(GaussDesc)]),
+    ("dk_gauss_plan_set_nan", c_int, [_plan, c_int]),
     ("dk_gauss_plan_create", c_int, [_ctx, POINTER(GaussDesc), _pplan]),
     ("dk_gauss_execute", c_int, [_plan, _buf, _buf]),
     ("dk_gauss_execute_host", c_int, [_plan, c_void_p, c_void_p]),
