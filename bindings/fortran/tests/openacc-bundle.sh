@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Packs test_openacc to run on a GPU machine that has the NVIDIA driver and
+# Packs test_openacc (and test_fortran, when built) to run on a GPU machine that has the NVIDIA driver and
 # the CUDA toolkit's libraries (/usr/local/cuda/lib64) but no gfortran and no
 # libgomp-plugin-nvptx: the test, libdakit, libdakit-fortran, the cuda and
 # cpu plugins, and every library they and libgomp's nvptx plugin load that
-# is neither glibc nor CUDA's. OUT/run.sh runs it from wherever OUT lies.
+# is neither glibc nor CUDA's. OUT/run.sh runs it from wherever OUT lies;
+# OUT/run.sh test_fortran cuda DIR runs the module's own test.
 # usage: openacc-bundle.sh BUILD_DIR OUT_DIR
 set -euo pipefail
 if [ $# -ne 2 ]; then
@@ -31,13 +32,15 @@ nvptx=$(realpath -e "$(gfortran -print-file-name=libgomp-plugin-nvptx.so.1)" 2>/
 rm -rf "$out"
 mkdir -p "$out/lib" "$out/plugins"
 cp "$exe" "$out/"
+more=$build/bindings/fortran/tests/test_fortran
+[ -f "$more" ] && cp "$more" "$out/" || more=
 cp "${plugins[@]}" "$out/plugins/"
 cp -L "$nvptx" "$out/lib/libgomp-plugin-nvptx.so.1"
 
 # ldd lists every library loaded, dependencies of dependencies included.
 # Left out: glibc's (the machine's own C library must be used) and the
 # driver's and CUDA toolkit's (the GPU machine has those, matching its driver)
-ldd "$exe" "${plugins[@]}" "$nvptx" | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }' | sort -u |
+ldd "$exe" $more "${plugins[@]}" "$nvptx" | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }' | sort -u |
 while read -r name path; do
   case "$name" in
     ld-linux*|libc.so.*|libm.so.*|libdl.so.*|libpthread.so.*|librt.so.*|libresolv.so.*) continue ;;
@@ -51,12 +54,17 @@ done
 
 cat > "$out/run.sh" <<'EOF'
 #!/bin/sh
-# Runs test_openacc with the libraries and plugins beside this script.
+# Runs test_openacc (or the test named first: test_fortran BACKEND DIR) with
+# the libraries and plugins beside this script.
 here=$(cd "$(dirname "$0")" && pwd)
 LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 DAKIT_PLUGIN_PATH="$here/plugins"
 export LD_LIBRARY_PATH DAKIT_PLUGIN_PATH
-exec "$here/test_openacc" "$@"
+case "$1" in
+  test_*) test=$1; shift ;;
+  *) test=test_openacc ;;
+esac
+exec "$here/$test" "$@"
 EOF
 chmod +x "$out/run.sh"
 echo "$out: $(du -sh "$out" | cut -f1); libraries: $(cd "$out/lib" && ls | tr '\n' ' ')"
