@@ -74,10 +74,14 @@ dk_status cov64(Plan *p, const double *e, double *pht, double *hpht, dk_msg *msg
     if (p->nnz > 0 && p->solver->reads_g) {
         k_weigh<<<blocks_for(p->nnz * p->L, THREADS), THREADS, 0, st>>>(e, p->indices, p->values, p->G, p->nnz, p->L);
         CUDA_TRY(cudaGetLastError(), "the weighting kernel");
+        prof_mark(p, "weigh (G = H o e)");
     }
     dk_status rc = p->solver->cov(p, e, pht, msg);
-    if (rc == DK_OK && hpht)
-        rc = hpht_cov(p, pht, hpht, msg);
+    prof_mark(p, "PHT");
+    if (rc == DK_OK && hpht) {
+        rc = p->solver->hpht ? p->solver->hpht(p, hpht, msg) : hpht_cov(p, pht, hpht, msg);
+        prof_mark(p, "HPHT");
+    }
     return rc;
 }
 
@@ -90,6 +94,7 @@ dk_status dk_cuda_enkf::cov(void *plan, const void *e, void *pht, void *hpht, dk
     if (rc != DK_OK)
         return rc;
     cudaStream_t st = p->dev->stream;
+    prof_begin(p);
     const void *ep = ((const dk_cuda_buffer *)e)->ptr;
     void *pp = ((dk_cuda_buffer *)pht)->ptr;
     void *hp = hpht ? ((dk_cuda_buffer *)hpht)->ptr : NULL;
@@ -102,10 +107,12 @@ dk_status dk_cuda_enkf::cov(void *plan, const void *e, void *pht, void *hpht, dk
             (rc = ensure(&p->hpht64, MM, "allocating float64 work arrays", msg)) != DK_OK)
             return rc;
         k_widen<float><<<blocks_for(NL, THREADS), THREADS, 0, st>>>((const float *)ep, p->e64, NL);
+        prof_mark(p, "widen float32 e");
         if ((rc = cov64(p, p->e64, p->pht64, hp ? p->hpht64 : NULL, msg)) == DK_OK) {
             k_narrow<float><<<blocks_for(NM, THREADS), THREADS, 0, st>>>(p->pht64, (float *)pp, NM);
             if (hp)
                 k_narrow<float><<<blocks_for(MM, THREADS), THREADS, 0, st>>>(p->hpht64, (float *)hp, MM);
+            prof_mark(p, "round to float32");
         }
     }
     if (rc != DK_OK)
@@ -144,6 +151,7 @@ dk_status dk_cuda_enkf::analysis(void *plan, void *x, const double *d, const dou
         CUBLAS_TRY(cublasCreate(&p->blas), "cublasCreate");
         CUBLAS_TRY(cublasSetStream(p->blas, st), "cublasSetStream");
     }
+    prof_begin(p);
     CUDA_TRY(cudaMemcpyAsync(p->d_host_copy, d, (size_t)(M * L) * sizeof(double), cudaMemcpyHostToDevice, st),
              "copying the observations");
     CUDA_TRY(cudaMemcpyAsync(p->r_dev, r, (size_t)M * sizeof(double), cudaMemcpyHostToDevice, st),
@@ -156,6 +164,7 @@ dk_status dk_cuda_enkf::analysis(void *plan, void *x, const double *d, const dou
         k_inflate<double><<<blocks_for(N, THREADS), THREADS, 0, st>>>((const double *)xp, p->x64, p->e64, N, L,
                                                                        inflation);
     CUDA_TRY(cudaGetLastError(), "the inflation kernel");
+    prof_mark(p, "copies in, inflate");
     if ((rc = cov64(p, p->e64, p->pht64, p->A, msg)) != DK_OK)
         return rc;
     k_innovation<<<blocks_for(M * L, THREADS), THREADS, 0, st>>>(p->x64, p->indptr, p->indices, p->values,
@@ -173,6 +182,7 @@ dk_status dk_cuda_enkf::analysis(void *plan, void *x, const double *d, const dou
                    info > 0 ? info : -info);
         return info > 0 ? DK_ERR_INVALID_ARGUMENT : DK_ERR_BACKEND;
     }
+    prof_mark(p, "innovation, potrf");
     CUSOLVER_TRY(cusolverDnDpotrs(p->cusolver, CUBLAS_FILL_MODE_LOWER, (int)M, (int)L, p->A, (int)M, p->D, (int)M, p->info),
                "potrs");
     /* X (column-major L x N) += Z^T (L x M) PHT^T (M x N) */
@@ -186,6 +196,7 @@ dk_status dk_cuda_enkf::analysis(void *plan, void *x, const double *d, const dou
         CUDA_TRY(cudaMemcpyAsync(xp, p->x64, (size_t)NL * sizeof(double), cudaMemcpyDeviceToDevice, st),
                  "writing the analysis");
     CUDA_TRY(cudaGetLastError(), "the conversion kernel");
+    prof_mark(p, "potrs, X += PHT Z");
     CUDA_TRY(cudaMemcpyAsync(&info, p->info, sizeof info, cudaMemcpyDeviceToHost, st), "reading the solver status");
     CUDA_TRY(cudaStreamSynchronize(st), "the analysis");
     if (info != 0) {

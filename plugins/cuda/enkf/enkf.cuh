@@ -13,9 +13,10 @@
  *              (tiled and banded, any C) on the vector units;
  *   fft.cu     C applied by circulant embedding and cuFFT;
  *   lowrank.cu C ~= Q T Q^T (dakit/kit/enkf/lowrank.h), found at plan time
- *              with fft.cu's transforms, cuBLAS and cuSOLVER.
+ *              with fft.cu's transforms, cuBLAS and cuSOLVER; its products
+ *              on the float64 tensor cores, HPHT from its own factors.
  * plan.cu lists them and picks, for the variant the core passed, the first
- * that applies; hpht.cu forms HPHT from PHT for every solver; analysis.cu
+ * that applies; hpht.cu forms HPHT from PHT for the others; analysis.cu
  * holds the entries that run a plan (cov, analysis). */
 #ifndef DAKIT_CUDA_ENKF_CUH
 #define DAKIT_CUDA_ENKF_CUH
@@ -33,6 +34,20 @@ namespace dk_cuda_enkf {
 const int THREADS = 256; /* the element-wise kernels' blocks */
 
 struct Solver;
+
+/* DAKIT_ENKF_CUDA_PROFILE=1: events recorded between the phases of each
+ * product (prof_mark), read once the next product starts or the plan goes
+ * (never an extra wait), and printed per phase to stderr when the plan is
+ * destroyed: a developer's tool. */
+const int PROF_MARKS = 16, PROF_PHASES = 16;
+struct Profile {
+    int on, marks, pending;
+    cudaEvent_t ev[PROF_MARKS];
+    const char *label[PROF_MARKS]; /* ev[k]: the end of phase label[k] */
+    const char *phase[PROF_PHASES];
+    double total_ms[PROF_PHASES], min_ms[PROF_PHASES];
+    long long count[PROF_PHASES], products;
+};
 
 struct Plan {
     dk_cuda_device *dev;
@@ -71,10 +86,12 @@ struct Plan {
     /* mma: the tile and c's window (see mma.cu) */
     int mma_mt, mma_rx, mma_seg_len, mma_wcap, mma_nseg;
     double *mma_partial;
-    /* lowrank: Q row-major (N x R), T (R x R), U and G2 = T U (R x M L,
-     * column (m L + l)), the U kernel's segments of H's rows and partial sums */
-    long long R, nseg;
-    double *lr_Q, *lr_T, *lr_U, *lr_G2, *lr_part;
+    /* lowrank: Q row-major (N x RP, R columns and zeros up to RP, a multiple
+     * of 16), T (R x R), U and G2 = T U (R x M L, column (m L + l)), HPHT
+     * before its mirroring (M x M), the U kernel's segments of H's rows and
+     * partial sums */
+    long long R, RP, nseg;
+    double *lr_Q, *lr_T, *lr_U, *lr_G2, *lr_S, *lr_part;
     int *lr_seg; /* nseg x 3: row, first, end nonzero */
     int *lr_row_seg; /* M + 1: row m's segments [lr_row_seg[m], lr_row_seg[m + 1]) */
     cublasHandle_t lr_blas;
@@ -85,6 +102,7 @@ struct Plan {
     double *A, *D, *d_host_copy, *r_dev, *work;
     int *info;
     int lwork;
+    Profile prof;
 };
 
 /* One way of computing PHT (FFTW's solver): whether it applies to a
@@ -101,6 +119,9 @@ struct Solver {
     /* cov reads G, the weighted anomalies (k_weigh); the others weigh as
      * they stage. */
     bool reads_g;
+    /* HPHT from what cov left in the plan, on the plan's stream; NULL: H
+     * times PHT (hpht_cov). */
+    dk_status (*hpht)(Plan *p, double *hpht, dk_msg *msg);
 };
 
 extern const Solver solver_mma;    /* mma.cu */
@@ -127,6 +148,13 @@ dk_status analysis(void *plan, void *x, const double *d, const double *r, double
 
 /* ---- helpers (plan.cu) ---- */
 
+/* The profile (DAKIT_ENKF_CUDA_PROFILE): prof_begin at the start of a
+ * product, prof_mark(p, "phase") after each phase's launches, prof_report
+ * when the plan goes. Nothing when the knob is off. */
+void prof_begin(Plan *p);
+void prof_mark(Plan *p, const char *phase);
+void prof_report(Plan *p);
+
 /* Blocks of `threads` for n items, at least 1 and at most 2^30 (the
  * kernels stride over the rest). */
 unsigned blocks_for(long long n, int threads);
@@ -149,6 +177,27 @@ dk_status upload(T **dst, const T *src, size_t count, const char *what, dk_msg *
     if (count)
         CUDA_TRY(cudaMemcpy(*dst, src, count * sizeof(T), cudaMemcpyHostToDevice), what);
     return DK_OK;
+}
+
+/* D (16 x 8) += A (16 x 4) B (4 x 8) across the warp on the float64 tensor
+ * cores, in mma.m16n8k4's fragment layout: lane (g, q) = (lane / 4,
+ * lane % 4) holds A[g][q], A[g+8][q], B[q][g] and D[g][2q], D[g][2q+1],
+ * D[g+8][2q], D[g+8][2q+1]. On sm_80 (-Dnvcc_arch=80) two m8n8k4 products
+ * give the same layout. */
+static __device__ __forceinline__ void dmma(double (&d)[4], const double (&a)[2], double b)
+{
+#if __CUDA_ARCH__ >= 900
+    asm("mma.sync.aligned.m16n8k4.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+        : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
+        : "d"(a[0]), "d"(a[1]), "d"(b));
+#else /* sm_80 (the plugin needs cp.async, so nothing older) */
+    asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
+        : "+d"(d[0]), "+d"(d[1])
+        : "d"(a[0]), "d"(b));
+    asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
+        : "+d"(d[2]), "+d"(d[3])
+        : "d"(a[1]), "d"(b));
+#endif
 }
 
 /* The first of keys[b, e) not below key (keys ascending). */

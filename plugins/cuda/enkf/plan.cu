@@ -1,7 +1,9 @@
 /* dakit cuda plugin, enkf: the plan (what every solver shares: H, c, G and
  * HPHT's tables), the list of solvers and the chooser, the ops table. */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "enkf.cuh"
 
@@ -32,10 +34,14 @@ void plan_free(Plan *p)
     if (!p)
         return;
     if (cudaSetDevice(p->dev->ordinal) == cudaSuccess) {
+        prof_report(p);
+        for (int k = 0; k < PROF_MARKS; k++)
+            if (p->prof.ev[k])
+                cudaEventDestroy(p->prof.ev[k]);
         void *ptrs[] = {p->loc,    p->indptr, p->indices,  p->row_of, p->values, p->G,    p->e64,
                         p->pht64,  p->hpht64, p->x64,      p->spectrum, p->buf, p->blocks, p->blk_spectrum, p->partial, p->A,
                         p->D,      p->d_host_copy, p->r_dev, p->work,  p->info, p->range_lo, p->range_hi, p->mma_partial, p->hpht_seg,
-                        p->lr_Q, p->lr_T, p->lr_U, p->lr_G2, p->lr_part, p->lr_seg, p->lr_row_seg};
+                        p->lr_Q, p->lr_T, p->lr_U, p->lr_G2, p->lr_S, p->lr_part, p->lr_seg, p->lr_row_seg};
         for (void *q : ptrs)
             if (q)
                 cudaFree(q);
@@ -119,6 +125,8 @@ dk_status plan_create(void *device, const dk_enkf_setup *s, void **plan, dk_msg 
     p->rx = (long long)s->rx;
     p->ry = (long long)s->ry;
     p->window = (long long)s->window;
+    const char *profile = dk_tuning_string("DAKIT_ENKF_CUDA_PROFILE");
+    p->prof.on = profile && strcmp(profile, "0");
     if ((st = plan_fill(p, msg)) == DK_OK && (st = hpht_make(p, msg)) == DK_OK)
         st = solver->make(p, msg);
     if (st != DK_OK) {
@@ -137,6 +145,83 @@ unsigned dk_cuda_enkf::blocks_for(long long n, int threads)
 {
     long long b = (n + threads - 1) / threads;
     return (unsigned)(b < 1 ? 1 : (b > (1ll << 30) ? (1ll << 30) : b));
+}
+
+/* The last product's phase times into the totals (its events are done:
+ * the product waited for them, or waits now where the caller's stream is
+ * asynchronous). */
+static void prof_collect(Plan *p)
+{
+    Profile *f = &p->prof;
+    if (!f->pending || cudaEventSynchronize(f->ev[f->marks - 1]) != cudaSuccess) {
+        (void)cudaGetLastError();
+        f->pending = 0;
+        return;
+    }
+    for (int k = 1; k < f->marks; k++) {
+        float ms = 0;
+        if (cudaEventElapsedTime(&ms, f->ev[k - 1], f->ev[k]) != cudaSuccess)
+            break;
+        int x = 0;
+        while (x < PROF_PHASES && f->phase[x] && strcmp(f->phase[x], f->label[k]))
+            x++;
+        if (x == PROF_PHASES)
+            continue;
+        if (!f->phase[x]) {
+            f->phase[x] = f->label[k];
+            f->min_ms[x] = ms;
+        }
+        f->total_ms[x] += ms;
+        f->min_ms[x] = ms < f->min_ms[x] ? ms : f->min_ms[x];
+        f->count[x]++;
+    }
+    (void)cudaGetLastError();
+    f->products++;
+    f->pending = 0;
+}
+
+void dk_cuda_enkf::prof_begin(Plan *p)
+{
+    Profile *f = &p->prof;
+    if (!f->on)
+        return;
+    prof_collect(p);
+    for (int k = 0; k < PROF_MARKS; k++)
+        if (!f->ev[k] && cudaEventCreate(&f->ev[k]) != cudaSuccess) {
+            (void)cudaGetLastError();
+            f->on = 0;
+            return;
+        }
+    f->marks = 0;
+    prof_mark(p, "start");
+    f->pending = 1;
+}
+
+void dk_cuda_enkf::prof_mark(Plan *p, const char *phase)
+{
+    Profile *f = &p->prof;
+    if (!f->on || f->marks == PROF_MARKS || cudaEventRecord(f->ev[f->marks], p->dev->stream) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return;
+    }
+    f->label[f->marks++] = phase;
+}
+
+void dk_cuda_enkf::prof_report(Plan *p)
+{
+    Profile *f = &p->prof;
+    if (!f->on)
+        return;
+    prof_collect(p);
+    fprintf(stderr, "dakit cuda enkf profile: variant %s, N %lld, L %lld, M %lld, %lld calls (cudaEvent ms, mean / min (times))\n",
+            p->solver->name, p->N, p->L, p->M, f->products);
+    double sum = 0;
+    for (int x = 0; x < PROF_PHASES && f->phase[x]; x++) {
+        double mean = f->total_ms[x] / (double)f->count[x];
+        sum += mean;
+        fprintf(stderr, "  %-22s %9.4f / %9.4f ms (%lld)\n", f->phase[x], mean, f->min_ms[x], f->count[x]);
+    }
+    fprintf(stderr, "  %-22s %9.4f ms\n", "sum of means", sum);
 }
 
 dk_status dk_cuda_enkf::ensure(double **ptr, long long count, const char *what, dk_msg *msg)
