@@ -40,9 +40,12 @@
  * DAKIT_CUDA_WINDOW=W (31, 47, 63, 95, 127) forces the register window of
  * exact mode's chunked schemes, for tuning; an unusable W falls back to k_gen.
  *
- * Passes (one per filtered axis, increasing order) ping-pong between the
- * caller's out and a buffer the plan owns, so that in == out works and no
- * pass reads what it writes. */
+ * Passes (one per filtered axis, increasing order) run in place on out where
+ * their kernel allows it: k_tile through k_edges + k_tile_ip (the values a
+ * run of tiles reads beyond what it writes are kept in a small scratch
+ * first), k_reg, k_gen and the extended kernels where a thread's window is
+ * its whole line. Only a plan with another pass owns a field-sized buffer to
+ * ping-pong through, so that no such pass reads what it writes. */
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
@@ -78,8 +81,8 @@ template <typename T> struct Coef {
 
 /* The item's kept span [ks, ke) and window [ws, we) on its line. W > 0: the
  * fixed window length of GEO_CHUNK. */
-__device__ __forceinline__ void item_span(const Geo &g, i64 k, int W, i64 &ks, i64 &ke, i64 &ws,
-                                          i64 &we)
+__host__ __device__ __forceinline__ void item_span(const Geo &g, i64 k, int W, i64 &ks, i64 &ke,
+                                                   i64 &ws, i64 &we)
 {
     if (g.mode == GEO_BLOCKS) { /* dk_gauss_block + dk_gauss_window */
         i64 d = g.n / g.blocks, r = g.n % g.blocks;
@@ -233,6 +236,7 @@ template <int BYTES> __device__ __forceinline__ void cp_async_small(void *smem, 
 }
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 __device__ __forceinline__ void cp_wait_prev() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
 /* Flat index of the window start of chunk q (exact mode, contiguous axis). */
 __device__ __forceinline__ i64 row_window(const Geo &g, int W, i64 q, i64 *keep_begin,
@@ -260,14 +264,14 @@ struct TileSpan {
 };
 
 template <typename T, int W, bool STRIDED>
-__device__ __forceinline__ TileSpan tile_span(const Geo &g, i64 t)
+__device__ __forceinline__ TileSpan tile_span(const Geo &g, i64 t, i64 tq = blockDim.x)
 {
     constexpr int VEC = (int)(16 / sizeof(T));
     TileSpan s;
     if (!STRIDED) {
         const i64 Q = g.outer * g.ipl;
-        const i64 q0 = t * (i64)blockDim.x;
-        const i64 q1 = (q0 + blockDim.x < Q ? q0 + blockDim.x : Q) - 1;
+        const i64 q0 = t * tq;
+        const i64 q1 = (q0 + tq < Q ? q0 + tq : Q) - 1;
         const i64 G0 = row_window(g, W, q0, &s.K0, NULL);
         s.G1 = row_window(g, W, q1, NULL, &s.K1) + W;
         s.A0 = G0 & ~(i64)(VEC - 1);
@@ -311,6 +315,85 @@ __device__ __forceinline__ void tile_stage(const T *__restrict__ src, const Geo 
     }
 }
 
+/* Filters tile t, staged in sm, and writes its kept values to dst. drain:
+ * first wait for this thread's pending copies (the next tile's staging may
+ * read what this tile is about to overwrite). */
+template <typename T, int W, bool STRIDED>
+__device__ __forceinline__ void tile_filter(T *__restrict__ dst, const Geo &g, const Coef<T> &c,
+                                            i64 t, T *sm, bool drain)
+{
+    typedef typename Vec<T>::type V;
+    constexpr int VEC = (int)(sizeof(V) / sizeof(T));
+    const TileSpan s = tile_span<T, W, STRIDED>(g, t);
+    T x[W];
+    i64 off = 0; /* the window's first element in sm */
+    i64 step = 1;
+    int a = 0, e = 0;
+    bool active;
+    if (!STRIDED) {
+        const i64 q = t * (i64)blockDim.x + threadIdx.x;
+        active = q < g.outer * g.ipl;
+        if (active) {
+            i64 kb, kend;
+            off = row_window(g, W, q, &kb, &kend) - s.A0;
+            a = (int)(kb - s.A0 - off);
+            e = (int)(kend - s.A0 - off);
+        }
+    } else {
+        const int jl = (int)threadIdx.x % 32;
+        const i64 k = (t / g.nj % g.nk) * g.KT + (int)threadIdx.x / 32;
+        active = k < g.ipl;
+        if (active) {
+            i64 ks, ke, ws, we;
+            item_span(g, k, W, ks, ke, ws, we);
+            off = (ws - s.A0) * 32 + jl;
+            step = 32;
+            a = (int)(ks - ws);
+            e = (int)(ke - ws);
+        }
+    }
+    if (active) {
+#pragma unroll
+        for (int i = 0; i < W; i++)
+            x[i] = sm[off + i * step];
+        rf_regs<T, W, true>(x, W, c);
+    }
+    __syncthreads();
+    if (active) {
+#pragma unroll
+        for (int i = 0; i < W; i++)
+            if (i >= a && i < e)
+                sm[off + i * step] = x[i];
+    }
+    if (drain)
+        cp_wait_all();
+    __syncthreads();
+
+    if (!STRIDED) { /* [K0, K1): head, 16-byte body, tail */
+        i64 h1 = (s.K0 + VEC - 1) & ~(i64)(VEC - 1);
+        if (h1 > s.K1)
+            h1 = s.K1;
+        for (i64 i = s.K0 + threadIdx.x; i < h1; i += blockDim.x)
+            dst[i] = sm[i - s.A0];
+        const i64 nbody = (s.K1 - h1) / VEC;
+        V *vd = reinterpret_cast<V *>(dst + h1);
+        const V *vs = reinterpret_cast<const V *>(sm + (h1 - s.A0));
+        for (i64 v = threadIdx.x; v < nbody; v += blockDim.x)
+            vd[v] = vs[v];
+        for (i64 i = h1 + nbody * VEC + threadIdx.x; i < s.K1; i += blockDim.x)
+            dst[i] = sm[i - s.A0];
+    } else { /* rows [K0, K1) x 32 columns */
+        constexpr int PER_ROW = 32 / VEC;
+        const i64 nvec = (s.K1 - s.K0) * PER_ROW;
+        for (i64 v = threadIdx.x; v < nvec; v += blockDim.x) {
+            i64 r = s.K0 + v / PER_ROW;
+            int cc = (int)(v % PER_ROW) * VEC;
+            *reinterpret_cast<V *>(dst + s.base + r * g.inner + cc) =
+                *reinterpret_cast<const V *>(sm + (r - s.A0) * 32 + cc);
+        }
+    }
+}
+
 /* Exact mode, full windows of W: persistent blocks loop over tiles
  * [t_begin, t_end) with stride gridDim.x, two shared-memory buffers of `buf`
  * elements each, the next tile staged while the current one is filtered. */
@@ -318,8 +401,6 @@ template <typename T, int W, bool STRIDED>
 __global__ void __launch_bounds__(128) k_tile(const T *__restrict__ src, T *__restrict__ dst,
                                              Geo g, Coef<T> c, i64 t_begin, i64 t_end, i64 buf)
 {
-    typedef typename Vec<T>::type V;
-    constexpr int VEC = (int)(sizeof(V) / sizeof(T));
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T *bufs[2] = {reinterpret_cast<T *>(smem_raw), reinterpret_cast<T *>(smem_raw) + buf};
 
@@ -336,75 +417,156 @@ __global__ void __launch_bounds__(128) k_tile(const T *__restrict__ src, T *__re
         cp_wait_prev();
         __syncthreads();
 
-        T *sm = bufs[cur];
-        const TileSpan s = tile_span<T, W, STRIDED>(g, t);
-        T x[W];
-        i64 off = 0; /* the window's first element in sm */
-        i64 step = 1;
-        int a = 0, e = 0;
-        bool active;
-        if (!STRIDED) {
-            const i64 q = t * (i64)blockDim.x + threadIdx.x;
-            active = q < g.outer * g.ipl;
-            if (active) {
-                i64 kb, kend;
-                off = row_window(g, W, q, &kb, &kend) - s.A0;
-                a = (int)(kb - s.A0 - off);
-                e = (int)(kend - s.A0 - off);
-            }
-        } else {
-            const int jl = (int)threadIdx.x % 32;
-            const i64 k = (t / g.nj % g.nk) * g.KT + (int)threadIdx.x / 32;
-            active = k < g.ipl;
-            if (active) {
-                i64 ks, ke, ws, we;
-                item_span(g, k, W, ks, ke, ws, we);
-                off = (ws - s.A0) * 32 + jl;
-                step = 32;
-                a = (int)(ks - ws);
-                e = (int)(ke - ws);
-            }
-        }
-        if (active) {
-#pragma unroll
-            for (int i = 0; i < W; i++)
-                x[i] = sm[off + i * step];
-            rf_regs<T, W, true>(x, W, c);
-        }
-        __syncthreads();
-        if (active) {
-#pragma unroll
-            for (int i = 0; i < W; i++)
-                if (i >= a && i < e)
-                    sm[off + i * step] = x[i];
-        }
-        __syncthreads();
-
-        if (!STRIDED) { /* [K0, K1): head, 16-byte body, tail */
-            i64 h1 = (s.K0 + VEC - 1) & ~(i64)(VEC - 1);
-            if (h1 > s.K1)
-                h1 = s.K1;
-            for (i64 i = s.K0 + threadIdx.x; i < h1; i += blockDim.x)
-                dst[i] = sm[i - s.A0];
-            const i64 nbody = (s.K1 - h1) / VEC;
-            V *vd = reinterpret_cast<V *>(dst + h1);
-            const V *vs = reinterpret_cast<const V *>(sm + (h1 - s.A0));
-            for (i64 v = threadIdx.x; v < nbody; v += blockDim.x)
-                vd[v] = vs[v];
-            for (i64 i = h1 + nbody * VEC + threadIdx.x; i < s.K1; i += blockDim.x)
-                dst[i] = sm[i - s.A0];
-        } else { /* rows [K0, K1) x 32 columns */
-            constexpr int PER_ROW = 32 / VEC;
-            const i64 nvec = (s.K1 - s.K0) * PER_ROW;
-            for (i64 v = threadIdx.x; v < nvec; v += blockDim.x) {
-                i64 r = s.K0 + v / PER_ROW;
-                int cc = (int)(v % PER_ROW) * VEC;
-                *reinterpret_cast<V *>(dst + s.base + r * g.inner + cc) =
-                    *reinterpret_cast<const V *>(sm + (r - s.A0) * 32 + cc);
-            }
-        }
+        tile_filter<T, W, STRIDED>(dst, g, c, t, bufs[cur], false);
         __syncthreads();
         cur ^= 1;
+    }
+}
+
+/* ---- k_tile in place. A run is M tiles one after another along the axis
+ * (strided axis: t, t + nj, ...; contiguous axis: M = 1), filtered in order by
+ * one block. What a run's windows read outside its own kept values (its
+ * edges: before its first tile, after its last) is kept by k_edges in a
+ * small scratch before any block writes; inside a run, the next tile's
+ * staging reads the current tile's values before the current tile
+ * overwrites them (tile_filter's drain). ---- */
+
+struct Runs {
+    i64 M;      /* tiles a run */
+    i64 nruns;  /* runs of the pass */
+    i64 rps;    /* strided: runs a strip of 32 lines */
+    i64 ntiles; /* contiguous: tiles of the pass */
+    i64 EL, E;  /* elements of a run's left edge, of both (the run's stride in scratch) */
+};
+
+/* Tile m of run ru, or -1 past the run's end. */
+__device__ __forceinline__ i64 run_tile(const Geo &g, const Runs &r, bool strided, i64 ru, i64 m)
+{
+    if (m >= r.M)
+        return -1;
+    if (!strided) {
+        i64 t = ru * r.M + m;
+        return t < r.ntiles ? t : -1;
+    }
+    i64 jb = ru % g.nj, rest = ru / g.nj;
+    i64 kb = (rest % r.rps) * r.M + m, o = rest / r.rps;
+    return kb < g.nk ? (o * g.nk + kb) * g.nj + jb : -1;
+}
+
+/* tile_stage for a tile of a run: the values before K0 come from eleft, those
+ * from K1 on from eright, where not NULL (the run's edges in scratch). */
+template <typename T, int W, bool STRIDED>
+__device__ __forceinline__ void tile_stage_ip(const T *src, const Geo &g, const TileSpan &s, T *sm,
+                                              const T *eleft, const T *eright)
+{
+    constexpr int VEC = (int)(16 / sizeof(T));
+    if (!STRIDED) {
+        const i64 nvec = (s.G1 - s.A0) / VEC;
+        for (i64 v = threadIdx.x; v < nvec; v += blockDim.x) {
+            const i64 p = s.A0 + v * VEC;
+            if ((!eleft || p >= s.K0) && (!eright || p + VEC <= s.K1)) {
+                cp_async16(sm + v * VEC, src + p);
+                continue;
+            }
+            for (int e = 0; e < VEC; e++) {
+                const i64 i = p + e;
+                const T *from = eleft && i < s.K0 ? eleft + (i - s.A0)
+                                : eright && i >= s.K1 ? eright + (i - s.K1) : src + i;
+                cp_async_small<sizeof(T)>(sm + (i - s.A0), from);
+            }
+        }
+        for (i64 i = s.A0 + nvec * VEC + threadIdx.x; i < s.G1; i += blockDim.x) {
+            const T *from = eleft && i < s.K0 ? eleft + (i - s.A0)
+                            : eright && i >= s.K1 ? eright + (i - s.K1) : src + i;
+            cp_async_small<sizeof(T)>(sm + (i - s.A0), from);
+        }
+    } else {
+        constexpr int PER_ROW = 32 / VEC;
+        const i64 nvec = (s.G1 - s.A0) * PER_ROW;
+        for (i64 v = threadIdx.x; v < nvec; v += blockDim.x) {
+            const i64 r = s.A0 + v / PER_ROW;
+            const int c = (int)(v % PER_ROW) * VEC;
+            const T *row = eleft && r < s.K0 ? eleft + (r - s.A0) * 32
+                           : eright && r >= s.K1 ? eright + (r - s.K1) * 32
+                                                 : src + s.base + r * g.inner;
+            cp_async16(sm + (r - s.A0) * 32 + c, row + c);
+        }
+    }
+}
+
+/* Keeps the edges of runs [ru0, nruns): one warp a run. */
+template <typename T, int W, bool STRIDED>
+__global__ void __launch_bounds__(128) k_edges(const T *__restrict__ src, T *__restrict__ edges,
+                                              Geo g, Runs r, i64 tq, i64 ru0)
+{
+    const i64 ru = ru0 + ((i64)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    const int lane = (int)threadIdx.x % 32;
+    if (ru >= r.nruns)
+        return;
+    i64 last = 0;
+    while (last + 1 < r.M && run_tile(g, r, STRIDED, ru, last + 1) >= 0)
+        last++;
+    const TileSpan a = tile_span<T, W, STRIDED>(g, run_tile(g, r, STRIDED, ru, 0), tq);
+    const TileSpan b = tile_span<T, W, STRIDED>(g, run_tile(g, r, STRIDED, ru, last), tq);
+    T *el = edges + ru * r.E, *er = el + r.EL;
+    if (!STRIDED) {
+        for (i64 i = a.A0 + lane; i < a.K0; i += 32)
+            el[i - a.A0] = src[i];
+        for (i64 i = b.K1 + lane; i < b.G1; i += 32)
+            er[i - b.K1] = src[i];
+    } else {
+        for (i64 row = a.A0; row < a.K0; row++)
+            el[(row - a.A0) * 32 + lane] = src[a.base + row * g.inner + lane];
+        for (i64 row = b.K1; row < b.G1; row++)
+            er[(row - b.K1) * 32 + lane] = src[b.base + row * g.inner + lane];
+    }
+}
+
+/* k_tile on f in place: persistent blocks loop over runs [ru_begin, ru_end)
+ * with stride gridDim.x, and over each run's tiles in order, staging the next
+ * tile while filtering the current one. */
+template <typename T, int W, bool STRIDED>
+__global__ void __launch_bounds__(128) k_tile_ip(T *f, const T *__restrict__ edges, Geo g,
+                                                Coef<T> c, Runs r, i64 ru_begin, i64 ru_end,
+                                                i64 buf)
+{
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T *bufs[2] = {reinterpret_cast<T *>(smem_raw), reinterpret_cast<T *>(smem_raw) + buf};
+
+    i64 ru = ru_begin + blockIdx.x, m = 0;
+    i64 t = ru < ru_end ? run_tile(g, r, STRIDED, ru, 0) : -1;
+    i64 tn_run = ru, tn_m = 1;
+    /* stages tile t (m of run ru) into sm: its edges from scratch at the run's ends */
+    auto stage = [&](i64 tt, i64 rr, i64 mm, T *sm) {
+        const T *el = mm == 0 ? edges + rr * r.E : NULL;
+        const T *er = run_tile(g, r, STRIDED, rr, mm + 1) < 0 ? edges + rr * r.E + r.EL : NULL;
+        tile_stage_ip<T, W, STRIDED>(f, g, tile_span<T, W, STRIDED>(g, tt), sm, el, er);
+    };
+    int cur = 0;
+    if (t >= 0)
+        stage(t, ru, 0, bufs[0]);
+    cp_commit();
+    while (t >= 0) {
+        tn_run = ru;
+        tn_m = m + 1;
+        i64 tn = run_tile(g, r, STRIDED, tn_run, tn_m);
+        if (tn < 0) {
+            tn_run = ru + gridDim.x;
+            tn_m = 0;
+            tn = tn_run < ru_end ? run_tile(g, r, STRIDED, tn_run, 0) : -1;
+        }
+        if (tn >= 0)
+            stage(tn, tn_run, tn_m, bufs[cur ^ 1]);
+        cp_commit();
+        cp_wait_prev();
+        __syncthreads();
+
+        tile_filter<T, W, STRIDED>(f, g, c, t, bufs[cur], tn >= 0 && tn_run == ru);
+        __syncthreads();
+        cur ^= 1;
+        t = tn;
+        ru = tn_run;
+        m = tn_m;
     }
 }
 
@@ -476,6 +638,17 @@ __global__ void p_tile(const T *src, T *dst, Geo g, Coef<T> c, i64 ntiles, i64 p
     if (dp_slice(ntiles, per, b0, cnt))
         k_tile<T, W, STRIDED><<<cnt, threads, smem, cudaStreamFireAndForget>>>(src, dst, g, c, b0,
                                                                                b0 + cnt, buf);
+}
+
+template <typename T, int W, bool STRIDED>
+__global__ void p_tile_ip(T *f, const T *edges, Geo g, Coef<T> c, Runs r, i64 per,
+                          unsigned threads, unsigned smem, i64 buf)
+{
+    i64 b0;
+    unsigned cnt;
+    if (dp_slice(r.nruns, per, b0, cnt))
+        k_tile_ip<T, W, STRIDED><<<cnt, threads, smem, cudaStreamFireAndForget>>>(
+            f, edges, g, c, r, b0, b0 + cnt, buf);
 }
 
 template <typename T, bool SMEM>
@@ -634,8 +807,6 @@ __global__ void k_extended(const T *__restrict__ src, T *__restrict__ dst, T *sc
 
 enum { EXT_ROWS = 32 };
 
-__device__ __forceinline__ void cp_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
-
 /* The line's value at position p (extended past its ends) into *to. */
 template <typename T>
 __device__ __forceinline__ void ext_stage(T *to, const T *line, i64 p, const ExtGeo &g, T cval)
@@ -774,6 +945,10 @@ struct Pass {
     bool ext_tile;   /* extended: k_ext_tile (ntiles blocks, smem bytes) */
     bool ext_strided;
     int ext_S, ext_So; /* k_ext_tile: row lengths of its buffers */
+    bool ip;         /* may run in place (src == dst) */
+    Runs runs;       /* k_tile in place: its runs and their edges */
+    i64 ip_grid;     /* k_tile_ip: persistent blocks */
+    size_t edge_bytes; /* k_tile in place: the runs' edges in scratch */
 };
 
 struct Plan {
@@ -782,8 +957,9 @@ struct Plan {
     bool dp;
     int npass;
     Pass pass[DK_MAX_DIMS];
-    void *tmp;     /* one field */
-    void *scratch; /* k_gen's global windows */
+    void *tmp;     /* one field, only for passes that cannot run in place */
+    void *scratch; /* k_gen's global windows, k_tile's edges in place */
+    size_t work_bytes; /* device memory the plan holds (tmp and scratch) */
     void *aligned; /* one field, made for the first caller's memory that is not 16-byte aligned */
     size_t esize;
 };
@@ -1056,6 +1232,62 @@ dk_status plan_pass(Plan *p, int axis, Pass *ps, dk_msg *msg)
     return DK_OK;
 }
 
+/* k_tile in place: the runs of a k_tile pass and the scratch their edges
+ * take. Contiguous axis: a run is one tile (its edges are a few windows
+ * beside 128 chunks). Strided axis: a tile is only KT chunks tall, so runs of
+ * M tiles cut the edges M-fold; M is the longest (up to 16) that still
+ * leaves 8 runs a resident block, DAKIT_GAUSS_CUDA_RUN forces it, and dp
+ * (one run a child block) takes 1. A run's windows must reach no further
+ * than its neighbouring tiles: W <= KT * L. */
+void plan_runs(Pass &ps, i64 esize, i64 resident, bool dp)
+{
+    const Geo &g = ps.g;
+    Runs &r = ps.runs;
+    const i64 W = ps.W, VEC = 16 / esize;
+    i64 ks, ke, ws, we;
+    memset(&r, 0, sizeof r);
+    if (ps.path == PATH_ROW) {
+        /* any chunk may begin or end a tile: the widest reach on each side
+         * (interior chunks reach h; those near a line's ends differ) */
+        i64 left = g.h, right = g.h, near = ceil_div(W, g.L) + 2;
+        for (i64 k = 0; k < g.ipl; k++) {
+            if (k == near && g.ipl - near > k)
+                k = g.ipl - near;
+            item_span(g, k, (int)W, ks, ke, ws, we);
+            left = ks - ws > left ? ks - ws : left;
+            right = we - ke > right ? we - ke : right;
+        }
+        r.M = 1;
+        r.ntiles = ps.ntiles;
+        r.nruns = ps.ntiles;
+        r.EL = ceil_div(left + VEC - 1, VEC) * VEC;
+        r.E = r.EL + ceil_div(right, VEC) * VEC;
+    } else {
+        const i64 strips = g.nj * g.outer;
+        i64 M = dk_tuning_long("DAKIT_GAUSS_CUDA_RUN", 0, 1, 64);
+        if (M == 0)
+            for (M = 16; M > 1 && strips * ceil_div(g.nk, M) < 8 * resident; M /= 2)
+                ;
+        if (dp || W > g.KT * g.L)
+            M = 1;
+        r.M = M;
+        r.rps = ceil_div(g.nk, M);
+        r.nruns = strips * r.rps;
+        i64 left = 0, right = 0;
+        for (i64 rr = 0; rr < r.rps; rr++) {
+            i64 kb0 = rr * M, kb1 = (kb0 + M < g.nk ? kb0 + M : g.nk) - 1;
+            item_span(g, kb0 * g.KT, (int)W, ks, ke, ws, we);
+            left = ks - ws > left ? ks - ws : left;
+            i64 k1 = (kb1 * g.KT + g.KT < g.ipl ? kb1 * g.KT + g.KT : g.ipl) - 1;
+            item_span(g, k1, (int)W, ks, ke, ws, we);
+            right = we - ke > right ? we - ke : right;
+        }
+        r.EL = left * 32;
+        r.E = r.EL + right * 32;
+    }
+    ps.edge_bytes = (size_t)(r.nruns * r.E * esize);
+}
+
 /* ---- launching one pass: the template instance for (T, path, W) ---- */
 
 template <typename T> struct Launch {
@@ -1079,6 +1311,18 @@ template <typename T> struct Launch {
     }
     template <int W, bool STRIDED> void tile() const
     {
+        if (src == dst) { /* in place: the runs' edges first, then the runs */
+            const Runs &r = ps.runs;
+            k_edges<T, W, STRIDED><<<(unsigned)ceil_div(r.nruns, 4), 128, 0, st>>>(
+                src, scratch, ps.g, r, ps.threads, 0);
+            if (dp)
+                p_tile_ip<T, W, STRIDED><<<parent_grid(), 32, 0, st>>>( /* nruns == ntiles */
+                    dst, scratch, ps.g, c, r, ps.dp_per, ps.threads, (unsigned)ps.smem, ps.buf);
+            else
+                k_tile_ip<T, W, STRIDED><<<(unsigned)ps.ip_grid, ps.threads, ps.smem, st>>>(
+                    dst, scratch, ps.g, c, r, 0, r.nruns, ps.buf);
+            return;
+        }
         if (dp)
             p_tile<T, W, STRIDED><<<parent_grid(), 32, 0, st>>>(
                 src, dst, ps.g, c, ps.ntiles, ps.dp_per, ps.threads, (unsigned)ps.smem, ps.buf);
@@ -1117,24 +1361,31 @@ template <typename T> constexpr bool w_built(int W)
 
 /* k_tile: raises the shared-memory limit and sizes the persistent grid to
  * the blocks that fit on the device at once. */
-template <typename T, int W, bool STRIDED> dk_status prepare_tile(Pass &ps, int sm_count, dk_msg *msg)
+template <typename T, int W, bool STRIDED> dk_status prepare_tile(Pass &ps, int sm_count, bool dp, dk_msg *msg)
 {
     auto kernel = k_tile<T, W, STRIDED>;
+    auto kernel_ip = k_tile_ip<T, W, STRIDED>;
     const char *what = "setting a kernel's shared-memory limit";
     CUDA_TRY(allow_smem(kernel, ps.smem), what);
-    int per_sm = 0;
+    CUDA_TRY(allow_smem(kernel_ip, ps.smem), what);
+    int per_sm = 0, per_sm_ip = 0;
     CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, (int)ps.threads, ps.smem),
              what);
-    if (per_sm < 1)
+    CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_ip, kernel_ip, (int)ps.threads,
+                                                           ps.smem),
+             what);
+    if (per_sm < 1 || per_sm_ip < 1)
         return dk_cuda_fail(msg, cudaErrorInvalidConfiguration, what);
     i64 resident = (i64)per_sm * sm_count;
     ps.grid = ps.ntiles < resident ? ps.ntiles : resident;
+    plan_runs(ps, (i64)sizeof(T), (i64)per_sm_ip * sm_count, dp);
+    ps.ip_grid = ps.runs.nruns < (i64)per_sm_ip * sm_count ? ps.runs.nruns : (i64)per_sm_ip * sm_count;
     return DK_OK;
 }
 
 /* Prepares the pass's kernel: its shared-memory limit and, for k_tile, its
  * persistent grid. */
-template <typename T> dk_status prepare_pass(Pass &ps, int sm_count, dk_msg *msg)
+template <typename T> dk_status prepare_pass(Pass &ps, int sm_count, bool dp, dk_msg *msg)
 {
     switch (ps.path) {
     case PATH_ROW:
@@ -1145,8 +1396,8 @@ template <typename T> dk_status prepare_pass(Pass &ps, int sm_count, dk_msg *msg
         if (!w_built<T>(W))                                                                    \
             break;                                                                             \
         if (ps.path == PATH_TILE)                                                              \
-            return prepare_tile<T, (w_built<T>(W) ? W : 31), true>(ps, sm_count, msg);        \
-        return prepare_tile<T, (w_built<T>(W) ? W : 31), false>(ps, sm_count, msg);
+            return prepare_tile<T, (w_built<T>(W) ? W : 31), true>(ps, sm_count, dp, msg);    \
+        return prepare_tile<T, (w_built<T>(W) ? W : 31), false>(ps, sm_count, dp, msg);
             DK_W_CASES(X)
 #undef X
         }
@@ -1259,6 +1510,7 @@ dk_status cuda_gauss_plan_create(void *device, const dk_gauss_setup *setup, void
     p->esize = setup->desc.dtype == DK_F32 ? sizeof(float) : sizeof(double);
     const dk_gauss_desc *d = &setup->desc;
     size_t scratch_bytes = 0;
+    bool need_tmp = false;
     for (int a = 0; a < d->ndim; a++) {
         if (!(d->axes & (1u << a)))
             continue;
@@ -1273,21 +1525,31 @@ dk_status cuda_gauss_plan_create(void *device, const dk_gauss_setup *setup, void
             }
             if (ps->scratch_bytes > scratch_bytes)
                 scratch_bytes = ps->scratch_bytes;
+            /* a whole line a thread, read before it is written */
+            ps->ip = ps->eg.segments == 1 && (ps->ext_tile || d->method == DK_GAUSS_RF);
+            need_tmp = need_tmp || !ps->ip;
             p->npass++;
             continue;
         }
         st = plan_pass(p, a, ps, msg);
         if (st != DK_OK)
             goto fail;
-        if (ps->scratch_bytes > scratch_bytes)
-            scratch_bytes = ps->scratch_bytes; /* one scratch serves every pass */
-        st = d->dtype == DK_F32 ? prepare_pass<float>(*ps, dev->sm_count, msg)
-                                : prepare_pass<double>(*ps, dev->sm_count, msg);
+        st = d->dtype == DK_F32 ? prepare_pass<float>(*ps, dev->sm_count, p->dp, msg)
+                                : prepare_pass<double>(*ps, dev->sm_count, p->dp, msg);
         if (st != DK_OK)
             goto fail;
+        /* k_tile through k_edges and k_tile_ip; k_reg and k_gen when a
+         * thread's window is its whole line */
+        ps->ip = ps->path == PATH_ROW || ps->path == PATH_TILE ||
+                 (ps->g.mode == GEO_BLOCKS && ps->g.blocks == 1);
+        need_tmp = need_tmp || !ps->ip;
+        if (ps->scratch_bytes > scratch_bytes)
+            scratch_bytes = ps->scratch_bytes; /* one scratch serves every pass */
+        if (ps->edge_bytes > scratch_bytes)
+            scratch_bytes = ps->edge_bytes;
         p->npass++;
     }
-    if (setup->count > 0 && dk_cuda_failed(cudaMalloc(&p->tmp, setup->count * p->esize))) {
+    if (need_tmp && setup->count > 0 && dk_cuda_failed(cudaMalloc(&p->tmp, setup->count * p->esize))) {
         p->tmp = NULL;
         dk_msg_set(msg, "cuda gauss: cannot allocate the plan's %zu-byte work buffer",
                    setup->count * p->esize);
@@ -1301,6 +1563,7 @@ dk_status cuda_gauss_plan_create(void *device, const dk_gauss_setup *setup, void
         st = DK_ERR_OUT_OF_MEMORY;
         goto fail;
     }
+    p->work_bytes = (p->tmp ? setup->count * p->esize : 0) + scratch_bytes;
     *plan = p;
     return DK_OK;
 fail:
@@ -1308,7 +1571,7 @@ fail:
     return st;
 }
 
-/* An extended pass from src into dst (distinct), in batches. */
+/* An extended pass from src into dst (the same only where the pass may run in place), in batches. */
 template <typename T>
 cudaError_t launch_extended(const Plan *p, const Pass &ps, const T *src, T *dst, const Coef<T> &c,
                             cudaStream_t stream)
@@ -1356,7 +1619,7 @@ template <typename T>
 dk_status execute_t(Plan *p, const T *in, T *out, dk_msg *msg)
 {
     cudaStream_t stream = p->dev->stream;
-    T *tmp = (T *)p->tmp;
+    T *tmp = (T *)p->tmp; /* NULL when every pass can run in place */
     const int P = p->npass;
     const size_t bytes = p->setup.count * sizeof(T);
     const char *what = p->dp ? "the gauss kernels (dp)" : "the gauss kernels";
@@ -1364,15 +1627,21 @@ dk_status execute_t(Plan *p, const T *in, T *out, dk_msg *msg)
         if (in != out)
             CUDA_TRY(cudaMemcpyAsync(out, in, bytes, cudaMemcpyDeviceToDevice, stream), what);
     } else {
-        /* destinations from the last backwards: out, tmp, out, ...; when the
-         * first pass would write in itself (in == out, P odd), all go to
-         * out/tmp shifted by one and a copy ends. */
-        bool shifted = (in == out) && (P % 2 == 1);
+        /* Each pass goes to out when an even number of the passes after it
+         * cannot run in place, else to tmp: a pass that can run in place
+         * stays where the field is or moves it; one that cannot moves it to
+         * the other buffer. Only when no pass can run in place, in == out
+         * and P is odd does the field end in tmp and a copy end the call. */
+        int stuck_after = 0;
+        for (int i = 0; i < P; i++)
+            stuck_after += !p->pass[i].ip;
         const T *src = in;
         for (int i = 0; i < P; i++) {
-            int from_end = P - 1 - i;
-            T *dst = ((from_end % 2 == 0) != shifted) ? out : tmp;
             const Pass &ps = p->pass[i];
+            stuck_after -= !ps.ip;
+            T *dst = stuck_after % 2 == 0 ? out : tmp;
+            if (!ps.ip && dst == src)
+                dst = dst == out ? tmp : out;
             const dk_gauss_desc *d = &p->setup.desc;
             Coef<T> c;
             c.alpha = (T)ps.alpha;
@@ -1389,8 +1658,8 @@ dk_status execute_t(Plan *p, const T *in, T *out, dk_msg *msg)
             CUDA_TRY(launch_pass<T>(l), what);
             src = dst;
         }
-        if (shifted)
-            CUDA_TRY(cudaMemcpyAsync(out, tmp, bytes, cudaMemcpyDeviceToDevice, stream), what);
+        if (src != out)
+            CUDA_TRY(cudaMemcpyAsync(out, src, bytes, cudaMemcpyDeviceToDevice, stream), what);
     }
     return dk_cuda_finish(p->dev, what, msg);
 }
