@@ -54,6 +54,18 @@ def test_gauss(tmp_path):
     assert out.endswith("gauss example: all parts agree with their references\n"), out
 
 
+@pytest.mark.skipif("cuda" not in USABLE, reason="the cuda backend is not usable here")
+def test_gauss_on_the_gpu_with_cupy(tmp_path):
+    """The script's CuPy part: a CuPy array filtered in place, equal to the cpu result."""
+    if importlib.util.find_spec("cupy") is None or importlib.util.find_spec("scipy") is None:
+        pytest.skip("gauss.py's GPU part needs CuPy (and SciPy for its other parts)")
+    p = run("gauss.py", "--backend", "cuda", cwd=tmp_path)
+    assert p.returncode == 0, "gauss.py exited %d\n%s%s" % (p.returncode, p.stdout, p.stderr)
+    assert re.search(r"^GaussPlan on cuda ", p.stdout, re.M), p.stdout
+    assert re.search(r"^cupy: in place on .*: same array True, max \|gpu - cpu\| = \S+, ", p.stdout, re.M), p.stdout
+    assert p.stdout.endswith("gauss example: all parts agree with their references\n"), p.stdout
+
+
 def test_radar(tmp_path):
     out = run_cpu("radar.py", tmp_path)
     head = re.search(r"^radar: RX 2014-08-10 20:50 UTC, 900 x 900 pixels, (\d+) with data, (\d+) clustered$", out,
