@@ -181,7 +181,7 @@ static int conform_distributed(const char *backend_s, const char *algo_s, int qu
                     char label[96];
                     snprintf(label, sizeof label, "%s/%s", names[b], *v);
                     if (skipped) {
-                        fprintf(out, "%-8s %-24s %-16s %6d not distributed: %s\n", su->algo, su->name(i), label, size,
+                        fprintf(out, "%-8s %-24s %-16s %6d not run: %s\n", su->algo, su->name(i), label, size,
                                 rw->r.detail);
                         continue;
                     }
