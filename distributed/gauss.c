@@ -382,7 +382,9 @@ fail:
 
 /* Widens the current box along the stage's axis into p->ext: sends what
  * others need of cur (this rank's box), receives what it needs of theirs. */
-static void exchange(dk_mpi_plan *p, const dkm_stage *s, const void *cur)
+/* Posts the stage's halo messages: receives into p->recvbuf, sends of
+ * what is packed in p->sendbuf; returns the requests made. */
+static int post_halos(dk_mpi_plan *p, const dkm_stage *s)
 {
     int n = 0;
     char *rb = p->recvbuf, *sb = p->sendbuf;
@@ -393,16 +395,41 @@ static void exchange(dk_mpi_plan *p, const dkm_stage *s, const void *cur)
     }
     for (int k = 0; k < s->nsend; k++) {
         const dkm_peer *q = &s->send[k];
-        dkm_box_copy(sb + q->offset * p->esize, &q->box, cur, &p->own, &q->box, p->esize);
         DKM_COMM(p->comm, MPI_Isend(sb + q->offset * p->esize, (int)dkm_box_count(&q->box), p->mtype, q->rank, s->axis,
                                     p->comm, &p->requests[n++]));
     }
-    dkm_box_copy(p->ext, &s->ext, cur, &p->own, &p->own, p->esize);
+    return n;
+}
+
+static void exchange(dk_mpi_plan *p, const dkm_stage *s, const void *cur)
+{
+    char *sb = p->sendbuf;
+    for (int k = 0; k < s->nsend; k++) {
+        const dkm_peer *q = &s->send[k];
+        dkm_box_copy(sb + q->offset * p->esize, &q->box, cur, &p->own, &q->box, p->esize);
+    }
+    int n = post_halos(p, s);
+    dkm_box_copy(p->ext, &s->ext, cur, &p->own, &p->own, p->esize); /* while the messages travel */
     DKM_COMM(p->comm, MPI_Waitall(n, p->requests, MPI_STATUSES_IGNORE));
     for (int k = 0; k < s->nrecv; k++) {
         const dkm_peer *q = &s->recv[k];
-        dkm_box_copy(p->ext, &s->ext, rb + q->offset * p->esize, &q->box, &q->box, p->esize);
+        dkm_box_copy(p->ext, &s->ext, (char *)p->recvbuf + q->offset * p->esize, &q->box, &q->box, p->esize);
     }
+}
+
+/* Both execute calls: a distributed gauss plan, or a sentence (local: there
+ * is no communicator to tell the others). */
+static dk_status check_gauss_plan(const dk_mpi_plan *p, const char *what)
+{
+    if (!p)
+        return dkm_fail(DK_ERR_INVALID_ARGUMENT,
+                        "%s: plan must not be NULL (this rank returned at once: without a plan there is no "
+                        "communicator to tell the others)",
+                        what);
+    if (p->enkf || p->kmeans)
+        return dkm_fail(DK_ERR_INVALID_ARGUMENT, "%s: the plan is %s plan (dk_mpi_%s_plan_create)", what,
+                        p->enkf ? "an enkf" : "a kmeans", p->enkf ? "enkf" : "kmeans");
+    return DK_OK;
 }
 
 DK_MPI_API dk_status dk_mpi_gauss_plan_set_nan(dk_mpi_plan *plan, dk_gauss_nan policy)
@@ -448,15 +475,10 @@ static void refuse_nan(dk_mpi_plan *p, const void *in, dkm_outcome *o)
 
 DK_MPI_API dk_status dk_mpi_gauss_execute_host(dk_mpi_plan *plan, const void *in_local, void *out_local)
 {
-    if (!plan)
-        return dkm_fail(DK_ERR_INVALID_ARGUMENT,
-                        "%s: plan must not be NULL (this rank returned at once: without a plan there is no "
-                        "communicator to tell the others)",
-                        EXECUTE);
+    dk_status st = check_gauss_plan(plan, EXECUTE);
+    if (st != DK_OK)
+        return st;
     dk_mpi_plan *p = plan;
-    if (p->enkf || p->kmeans)
-        return dkm_fail(DK_ERR_INVALID_ARGUMENT, "%s: the plan is %s plan (dk_mpi_%s_plan_create)", EXECUTE,
-                        p->enkf ? "an enkf" : "a kmeans", p->enkf ? "enkf" : "kmeans");
     dkm_outcome o = {DK_OK, ""};
     if (p->own_count && (!in_local || !out_local))
         dkm_note(&o, DK_ERR_INVALID_ARGUMENT, "in_local and out_local must not be NULL (its part holds %zu values)",
@@ -472,8 +494,8 @@ DK_MPI_API dk_status dk_mpi_gauss_execute_host(dk_mpi_plan *plan, const void *in
         if (sg->axis >= 0)
             exchange(p, sg, cur);
         if (sg->plan && o.status == DK_OK) {
-            dk_status st = sg->axis < 0 ? dk_gauss_execute_host(sg->plan, cur, dst)
-                                        : dk_gauss_execute_host(sg->plan, p->ext, p->ext);
+            st = sg->axis < 0 ? dk_gauss_execute_host(sg->plan, cur, dst)
+                              : dk_gauss_execute_host(sg->plan, p->ext, p->ext);
             if (st != DK_OK)
                 dkm_note(&o, st, "%s", dk_last_error(p->ctx));
         }
@@ -580,18 +602,7 @@ static void exchange_device(dk_mpi_plan *p, const dkm_stage *s, const dk_buffer 
         dk_status st = sends ? dk_buffer_read(p->dsend, p->sendbuf, sends * es) : DK_OK;
         if (st != DK_OK)
             dkm_note(o, st, "%s", dk_last_error(p->ctx));
-        int n = 0;
-        char *rb = p->recvbuf, *sb = p->sendbuf;
-        for (int k = 0; k < s->nrecv; k++) {
-            const dkm_peer *q = &s->recv[k];
-            DKM_COMM(p->comm, MPI_Irecv(rb + q->offset * es, (int)dkm_box_count(&q->box), p->mtype, q->rank, s->axis,
-                                        p->comm, &p->requests[n++]));
-        }
-        for (int k = 0; k < s->nsend; k++) {
-            const dkm_peer *q = &s->send[k];
-            DKM_COMM(p->comm, MPI_Isend(sb + q->offset * es, (int)dkm_box_count(&q->box), p->mtype, q->rank, s->axis,
-                                        p->comm, &p->requests[n++]));
-        }
+        int n = post_halos(p, s);
         DKM_COMM(p->comm, MPI_Waitall(n, p->requests, MPI_STATUSES_IGNORE));
         st = recvs ? dk_buffer_write(p->drecv, p->recvbuf, recvs * es) : DK_OK;
         if (st != DK_OK)
@@ -608,16 +619,10 @@ static void exchange_device(dk_mpi_plan *p, const dkm_stage *s, const dk_buffer 
 
 DK_MPI_API dk_status dk_mpi_gauss_execute(dk_mpi_plan *plan, const dk_buffer *in_local, dk_buffer *out_local)
 {
-    if (!plan)
-        return dkm_fail(DK_ERR_INVALID_ARGUMENT,
-                        "%s: plan must not be NULL (this rank returned at once: without a plan there is no "
-                        "communicator to tell the others)",
-                        EXECUTE_DEV);
+    dk_status st = check_gauss_plan(plan, EXECUTE_DEV);
+    if (st != DK_OK)
+        return st;
     dk_mpi_plan *p = plan;
-    if (p->enkf || p->kmeans)
-        return dkm_fail(DK_ERR_INVALID_ARGUMENT, "%s: the plan is %s plan (dk_mpi_%s_plan_create)", EXECUTE_DEV,
-                        p->enkf ? "an enkf" : "a kmeans", p->enkf ? "enkf" : "kmeans");
-    dk_status st;
     if (!p->dev_ready && (st = device_setup(p)) != DK_OK)
         return st;
     dkm_outcome o = {DK_OK, ""};

@@ -341,6 +341,17 @@ static dk_status check_plan(dk_plan *plan, const char *what)
     return DK_OK;
 }
 
+/* The plugin's execute on two buffer handles, behind the device lock. */
+static dk_status run_plugin(dk_plan *plan, const void *in, void *out)
+{
+    dk_msg msg = {{0}};
+    const dk_gauss_ops *ops = plan->ctx->backend->plugin->gauss;
+    dk_device_enter(plan->ctx);
+    dk_status st = ops->execute(plan->impl, in, out, &msg);
+    dk_device_leave(plan->ctx);
+    return st == DK_OK ? DK_OK : dk_fail_msg(plan->ctx, st, &msg, "gauss: execution failed");
+}
+
 DK_API dk_status dk_gauss_plan_set_nan(dk_plan *plan, dk_gauss_nan policy)
 {
     dk_status st = check_plan(plan, "dk_gauss_plan_set_nan");
@@ -374,12 +385,7 @@ DK_API dk_status dk_gauss_execute(dk_plan *plan, const dk_buffer *in, dk_buffer 
         return dk_fail(plan->ctx, DK_ERR_INVALID_ARGUMENT,
                        "dk_gauss_execute: the field needs %zu bytes, the buffers hold %zu and %zu", bytes,
                        in->bytes, out->bytes);
-    dk_msg msg = {{0}};
-    const dk_gauss_ops *ops = plan->ctx->backend->plugin->gauss;
-    dk_device_enter(plan->ctx);
-    st = ops->execute(plan->impl, in->handle, out->handle, &msg);
-    dk_device_leave(plan->ctx);
-    return st == DK_OK ? DK_OK : dk_fail_msg(plan->ctx, st, &msg, "gauss: execution failed");
+    return run_plugin(plan, in->handle, out->handle);
 }
 
 /* One pass of the plan over host memory, through its staging buffer. */
@@ -390,15 +396,9 @@ static dk_status staged(dk_plan *plan, const void *in, void *out)
     dk_status st;
     if (!plan->staging && (st = dk_buffer_create(plan->ctx, bytes, &plan->staging)) != DK_OK)
         return st;
-    dk_msg msg = {{0}};
-    const dk_gauss_ops *ops = plan->ctx->backend->plugin->gauss;
-    if ((st = dk_buffer_write(plan->staging, in, bytes)) != DK_OK)
+    if ((st = dk_buffer_write(plan->staging, in, bytes)) != DK_OK ||
+        (st = run_plugin(plan, plan->staging->handle, plan->staging->handle)) != DK_OK)
         return st;
-    dk_device_enter(plan->ctx);
-    st = ops->execute(plan->impl, plan->staging->handle, plan->staging->handle, &msg);
-    dk_device_leave(plan->ctx);
-    if (st != DK_OK)
-        return dk_fail_msg(plan->ctx, st, &msg, "gauss: execution failed");
     return dk_buffer_read(plan->staging, out, bytes);
 }
 

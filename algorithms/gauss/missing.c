@@ -93,14 +93,14 @@ static dk_status reference_filter(void *arg, void *field)
 
 DK_API dk_status dk_gauss_reference_nan(const dk_gauss_desc *desc, dk_gauss_nan policy, const void *in, void *out)
 {
+    if (policy == DK_GAUSS_NAN_PROPAGATE)
+        return dk_gauss_reference(desc, in, out);
     dk_gauss_setup setup;
     dk_status st = dk_gauss_setup_make(desc, &setup);
     if (st != DK_OK)
         return st;
     if (!in || !out)
         return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "gauss reference: in and out must not be NULL");
-    if (policy == DK_GAUSS_NAN_PROPAGATE)
-        return dk_gauss_reference(desc, in, out);
     if (policy == DK_GAUSS_NAN_ERROR)
         return (st = dk_gauss_refuse_nan(NULL, &setup, in, "gauss reference")) != DK_OK
                    ? st
