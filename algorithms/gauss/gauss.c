@@ -32,7 +32,8 @@ DK_API size_t dk_gauss_window_halo(const dk_gauss_desc *d, int axis)
         return d->K >= 1 ? dk_gauss_exact_halo(dk_gauss_alpha(d->sigma[axis], d->K), d->K, d->dtype) : 0;
     dk_gauss_iir iir;
     size_t reach = 0;
-    if (dk_gauss_iir_make(d->method, d->order_poles, d->sigma[axis], d->dtype, &iir, &reach) != DK_OK)
+    if (dk_gauss_iir_make(d->method, d->order_poles, d->order[axis], d->sigma[axis], d->dtype, &iir,
+                          &reach) != DK_OK)
         return 0;
     return reach;
 }
@@ -221,6 +222,18 @@ dk_status dk_gauss_setup_make(const dk_gauss_desc *desc, dk_gauss_setup *setup)
         return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT,
                        "gauss: vyv has %d poles; van Vliet, Young and Verbeek give poles for 3, 4 or 5",
                        d->order_poles);
+    for (int a = 0; a < d->ndim; a++) {
+        if (!(d->axes & (1u << a)))
+            continue;
+        if (d->order[a] < 0 || d->order[a] > 2)
+            return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT,
+                           "gauss: order for axis %d is %d; it must be 0 (smooth), 1 or 2 (derivatives)", a,
+                           d->order[a]);
+        if (d->order[a] != 0 && d->method == DK_GAUSS_RF)
+            return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT,
+                           "gauss: order %d on axis %d needs method deriche or vyv; rf only smooths",
+                           d->order[a], a);
+    }
     if (d->method != DK_GAUSS_RF) {
         if (d->mode != DK_GAUSS_EXACT)
             return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT,
@@ -252,8 +265,8 @@ dk_status dk_gauss_setup_make(const dk_gauss_desc *desc, dk_gauss_setup *setup)
         if (!(d->axes & (1u << a)))
             continue;
         if (d->method != DK_GAUSS_RF) {
-            dk_status st = dk_gauss_iir_make(d->method, d->order_poles, d->sigma[a], d->dtype,
-                                             &setup->iir[a], &setup->reach[a]);
+            dk_status st = dk_gauss_iir_make(d->method, d->order_poles, d->order[a], d->sigma[a],
+                                             d->dtype, &setup->iir[a], &setup->reach[a]);
             if (st != DK_OK)
                 return st;
             setup->extended[a] = 1;
@@ -361,6 +374,12 @@ DK_API dk_status dk_gauss_plan_set_nan(dk_plan *plan, dk_gauss_nan policy)
         return dk_fail(plan->ctx, DK_ERR_INVALID_ARGUMENT,
                        "dk_gauss_plan_set_nan: policy %d is not one of error (0), propagate (1), ignore (2)",
                        (int)policy);
+    int axis = dk_gauss_derivative_axis(&((dk_gauss_state *)plan->state)->setup.desc);
+    if (policy == DK_GAUSS_NAN_IGNORE && axis >= 0)
+        return dk_fail(plan->ctx, DK_ERR_INVALID_ARGUMENT,
+                       "dk_gauss_plan_set_nan: nan policy ignore normalizes a smoothing; axis %d takes "
+                       "derivative order %d, which it cannot normalize", axis,
+                       ((dk_gauss_state *)plan->state)->setup.desc.order[axis]);
     ((dk_gauss_state *)plan->state)->nan = policy;
     return DK_OK;
 }

@@ -9,10 +9,19 @@
  * thread's error and returns its status. */
 dk_status dk_gauss_setup_make(const dk_gauss_desc *desc, dk_gauss_setup *setup);
 
-/* deriche and vyv: the sections for sigma and the reach their starts need
+/* deriche and vyv: the sections for sigma and the derivative order, and the reach their starts need
  * in dtype (recursive.c). */
-dk_status dk_gauss_iir_make(dk_gauss_method method, int order_poles, double sigma, dk_dtype dtype,
-                            dk_gauss_iir *iir, size_t *reach);
+dk_status dk_gauss_iir_make(dk_gauss_method method, int order_poles, int order, double sigma,
+                            dk_dtype dtype, dk_gauss_iir *iir, size_t *reach);
+
+/* The first filtered axis with a derivative order, or -1. */
+static inline int dk_gauss_derivative_axis(const dk_gauss_desc *d)
+{
+    for (int a = 0; a < d->ndim && a < DK_MAX_DIMS; a++)
+        if ((d->axes & (1u << a)) && d->order[a] != 0)
+            return a;
+    return -1;
+}
 
 /* missing.c. The plan's own state: the setup the plugin sees (first, so
  * that its address is the setup's) and what the core keeps beside it. */

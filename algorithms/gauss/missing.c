@@ -53,6 +53,12 @@ dk_status dk_gauss_refuse_nan(dk_context *ctx, const dk_gauss_setup *s, const vo
 dk_status dk_gauss_smooth_missing(dk_context *ctx, const dk_gauss_setup *s, const void *in, void *out,
                                   dk_gauss_filter_fn filter, void *arg)
 {
+    int axis = dk_gauss_derivative_axis(&s->desc);
+    if (axis >= 0)
+        return dk_fail(ctx, DK_ERR_INVALID_ARGUMENT,
+                       "gauss: nan policy ignore normalizes a smoothing; axis %d takes derivative order %d, "
+                       "which it cannot normalize (fill the gaps first, or use nan policy propagate)",
+                       axis, s->desc.order[axis]);
     dk_dtype t = s->desc.dtype;
     size_t n = s->count, es = dk_dtype_size(t);
     void *weight = malloc(n * es), *ones = malloc(n * es);

@@ -249,7 +249,15 @@ DK_API dk_status dk_gauss_direct(const dk_gauss_desc *desc, const void *in, void
     if (!desc || !in || !out)
         return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "gauss direct: desc, in and out must not be NULL");
     d = *desc;
-    d.method = DK_GAUSS_RF; /* only shape, sigma, dtype and boundary matter here */
+    int order[DK_MAX_DIMS];
+    for (int a = 0; a < DK_MAX_DIMS; a++) {
+        order[a] = d.order[a];
+        if ((d.axes & (1u << a)) && (order[a] < 0 || order[a] > 2))
+            return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT,
+                           "gauss direct: order for axis %d is %d; it must be 0, 1 or 2", a, order[a]);
+        d.order[a] = 0;
+    }
+    d.method = DK_GAUSS_RF; /* only shape, sigma, dtype, boundary and order matter here */
     d.mode = DK_GAUSS_EXACT;
     dk_gauss_setup setup;
     dk_status st = dk_gauss_setup_make(&d, &setup);
@@ -279,8 +287,13 @@ DK_API dk_status dk_gauss_direct(const dk_gauss_desc *desc, const void *in, void
         }
         for (long long m = -radius; m <= radius; m++)
             sum += g[m + radius] = exp(-0.5 * (double)m * (double)m / (d.sigma[a] * d.sigma[a]));
-        for (long long m = -radius; m <= radius; m++)
-            g[m + radius] /= sum;
+        /* derivatives as scipy.ndimage: the normalized Gaussian times the
+         * polynomial its derivative brings, -m/s^2 or m^2/s^4 - 1/s^2 */
+        double s2 = d.sigma[a] * d.sigma[a];
+        for (long long m = -radius; m <= radius; m++) {
+            double x = (double)m, poly = order[a] == 1 ? -x / s2 : order[a] == 2 ? x * x / (s2 * s2) - 1.0 / s2 : 1.0;
+            g[m + radius] = g[m + radius] / sum * poly;
+        }
         dk_axis_view v = dk_axis_view_of(&d, a);
         for (size_t o = 0; o < v.outer; o++)
             for (size_t j = 0; j < v.inner; j++) {

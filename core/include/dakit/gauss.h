@@ -76,10 +76,14 @@ typedef struct dk_gauss_desc {
     dk_gauss_method method;
     int order_poles;           /* vyv: 3, 4 or 5 poles (read only for vyv) */
     double cval;               /* DK_BOUNDARY_CVAL: the value outside the field */
+    int order[DK_MAX_DIMS];    /* per axis: 0 smooths, 1 and 2 give the first and second
+                                  derivative of the smoothed field, as scipy.ndimage's
+                                  gaussian_filter(order=...) (deriche and vyv only) */
 } dk_gauss_desc;
 
 /* Defaults: float32, rf, K = 4, zero boundary, exact mode, overlap 5, 3072
- * blocks (the GPU RF paper's best configuration), order_poles 5, cval 0;
+ * blocks (the GPU RF paper's best configuration), order_poles 5, cval 0,
+ * order 0 (smoothing) on every axis;
  * the caller sets ndim, shape, axes, sigma. */
 void dk_gauss_desc_init(dk_gauss_desc *desc);
 
@@ -120,8 +124,9 @@ dk_status dk_gauss_reference(const dk_gauss_desc *desc, const void *in, void *ou
 /* Direct convolution with the sampled Gaussian, exp(-i^2 / (2 sigma^2))
  * normalized to sum 1 over |i| <= ceil(12 sigma) (the rest is below 1e-31),
  * in double whatever the dtype, with the description's boundary (ZERO is
- * CVAL 0, CONSTANT is NEAREST). The yardstick the methods' accuracy is
- * measured against; O(sigma) work per value. Errors go to dk_last_error(NULL). */
+ * CVAL 0, CONSTANT is NEAREST); with desc.order 1 or 2 the kernel is the
+ * Gaussian's derivative, sampled the same way (scipy.ndimage's kernel). The
+ * yardstick the methods' accuracy is measured against; O(sigma) work per value. Errors go to dk_last_error(NULL). */
 dk_status dk_gauss_direct(const dk_gauss_desc *desc, const void *in, void *out);
 
 /* The name of a method or a boundary ("rf", "reflect", ...), or "?". */

@@ -37,7 +37,7 @@
 extern "C" {
 #endif
 
-#define DK_PLUGIN_ABI_VERSION 2u
+#define DK_PLUGIN_ABI_VERSION 3u
 #define DK_PLUGIN_ENTRY dakit_plugin_entry
 #define DK_PLUGIN_ENTRY_NAME "dakit_plugin_entry"
 #define DK_PLUGIN_MAX_DEVICES DK_MAX_DEVICES
