@@ -84,6 +84,8 @@ module dakit
     integer(c_int) :: method                 ! DK_GAUSS_RF (default), DK_GAUSS_DERICHE, DK_GAUSS_VYV
     integer(c_int) :: order_poles            ! vyv: 3, 4 or 5
     real(c_double) :: cval                   ! DK_BOUNDARY_CVAL: the value outside the field
+    integer(c_int) :: order(DK_MAX_DIMS)     ! per C axis: 0 smooths, 1 and 2 the first and second
+                                             ! derivative (deriche and vyv)
   end type
 
   ! H in compressed sparse rows, 0-based, as C's dk_csr
@@ -783,16 +785,20 @@ contains
 
   ! Describes a Fortran array of shape `shape` (Fortran order, rank 1 to 3)
   ! filtered along dimension i with sigma(i) grid units; sigma(i) = 0 leaves
-  ! dimension i unfiltered. Fills desc's C-order ndim, shape, axes and sigma.
-  subroutine dk_gauss_desc_set_array(desc, shape, sigma)
+  ! dimension i unfiltered; order(i) (optional, default 0) takes the first or
+  ! second derivative along dimension i (deriche and vyv). Fills desc's
+  ! C-order ndim, shape, axes, sigma and order.
+  subroutine dk_gauss_desc_set_array(desc, shape, sigma, order)
     type(dk_gauss_desc), intent(inout) :: desc
     integer, intent(in) :: shape(:)
     real(c_double), intent(in) :: sigma(:)
+    integer, intent(in), optional :: order(:)
     integer :: i, a
     desc%ndim = size(shape)
     desc%shape = 0
     desc%sigma = 0
     desc%axes = 0
+    desc%order = 0
     do i = 1, min(size(shape), DK_MAX_DIMS)
       a = size(shape) - i   ! the C axis of Fortran dimension i
       desc%shape(a + 1) = shape(i)
@@ -801,6 +807,9 @@ contains
           desc%sigma(a + 1) = sigma(i)
           desc%axes = ior(desc%axes, ishft(1, a))
         end if
+      end if
+      if (present(order)) then
+        if (i <= size(order)) desc%order(a + 1) = order(i)
       end if
     end do
   end subroutine

@@ -22,6 +22,34 @@ static int run_distributed(const char *cmd, const char *in_path, const char *out
 /* --nan and --mask (docs/gauss.md, "Missing data") */
 static dk_gauss_nan nan_policy = DK_GAUSS_NAN_ERROR;
 static const char *const nan_names[] = {"error", "propagate", "ignore"};
+/* --order: one value for every filtered axis, or one per filtered axis */
+static long orders[DK_MAX_DIMS];
+static int norders;
+
+/* Sets d's axes, sigma and order from the filtered axes (all of a field of
+ * ndim axes when --axes was not given); 0, or the exit status after saying
+ * what is wrong. */
+static int place_axes(const char *cmd, dk_gauss_desc *d, const char *axes_s, long *axes, int naxes,
+                      const double *sig, int nsig, const char *sigma_s, const char *in_path, int ndim)
+{
+    if (!axes_s) {
+        naxes = ndim;
+        for (int a = 0; a < naxes; a++)
+            axes[a] = a;
+    }
+    if (nsig != 1 && nsig != naxes)
+        return cli_error(cmd, 2, "--sigma takes one value or one per filtered axis (%d), not '%s'", naxes, sigma_s);
+    if (norders > 1 && norders != naxes)
+        return cli_error(cmd, 2, "--order takes one value or one per filtered axis (%d), not %d", naxes, norders);
+    for (int k = 0; k < naxes; k++) {
+        if (axes[k] >= ndim)
+            return cli_error(cmd, 2, "axis %ld is out of range: %s has %d axes", axes[k], in_path, ndim);
+        d->axes |= 1u << axes[k];
+        d->sigma[axes[k]] = sig[nsig == 1 ? 0 : k];
+        d->order[axes[k]] = norders ? (int)orders[norders == 1 ? 0 : k] : 0;
+    }
+    return 0;
+}
 
 static void usage(FILE *f)
 {
@@ -45,6 +73,10 @@ static void usage(FILE *f)
             "                        poles, within 3e-3 for sigma 2 to 100 (docs/gauss.md);\n"
             "                        deriche and vyv: sigma 0.5 to 1e4, exact mode\n"
             "  --order-poles 3|4|5   vyv: the number of poles (default 5, the most accurate)\n"
+            "  --order O[,O...]      deriche and vyv: 0 smooths (default), 1 and 2 give the first\n"
+            "                        and second derivative of the smoothed field along the axis, as\n"
+            "                        scipy's gaussian_filter(order=...); one for all filtered axes\n"
+            "                        or one per filtered axis\n"
             "  --K N                 rf: filter iterations per axis, each a forward and a backward\n"
             "                        pass, 1 to 1000000; more come closer to the Gaussian (default 4)\n"
             "  --axes A[,A...]       axes to filter, numbered from 0 (default: all)\n"
@@ -161,7 +193,14 @@ int cmd_gauss(int argc, char **argv)
             decomp_s = v;
         else if (!strcmp(a, "--K"))
             bad = cli_int(cmd, a, v, 1, 1000000, &d.K);
-        else if (!strcmp(a, "--order-poles"))
+        else if (!strcmp(a, "--order")) {
+            norders = cli_parse_ints(v, orders, DK_MAX_DIMS);
+            for (int k = 0; k < norders; k++)
+                bad |= orders[k] < 0 || orders[k] > 2;
+            if (norders < 1 || bad)
+                return cli_error(cmd, 2, "--order must be 0, 1 or 2, or a comma list of them, one per "
+                                         "filtered axis, not '%s'", v);
+        } else if (!strcmp(a, "--order-poles"))
             bad = cli_int(cmd, a, v, 3, 5, &d.order_poles);
         else if (!strcmp(a, "--cval"))
             bad = cli_double(cmd, a, v, -1e308, 1e308, 0, &d.cval);
@@ -260,25 +299,9 @@ int cmd_gauss(int argc, char **argv)
     d.dtype = x.dtype;
     if (dtype_s)
         d.dtype = strcmp(dtype_s, "f64") ? DK_F32 : DK_F64;
-    if (!axes_s) {
-        naxes = x.ndim;
-        for (int a = 0; a < naxes; a++)
-            axes[a] = a;
-    }
-    if (nsig != 1 && nsig != naxes) {
-        cli_error(cmd, 2, "--sigma takes one value or one per filtered axis (%d), not '%s'", naxes, sigma_s);
-        rc = 2;
+    if ((rc = place_axes(cmd, &d, axes_s, axes, naxes, sig, nsig, sigma_s, in_path, x.ndim)) != 0)
         goto done;
-    }
-    for (int k = 0; k < naxes; k++) {
-        if (axes[k] >= x.ndim) {
-            cli_error(cmd, 2, "axis %ld is out of range: %s has %d axes", axes[k], in_path, x.ndim);
-            rc = 2;
-            goto done;
-        }
-        d.axes |= 1u << axes[k];
-        d.sigma[axes[k]] = sig[nsig == 1 ? 0 : k];
-    }
+    rc = 1;
     if (d.dtype != x.dtype) {
         size_t esize = dk_dtype_size(d.dtype);
         converted = malloc(x.count * esize);
@@ -378,19 +401,9 @@ static int run_distributed(const char *cmd, const char *in_path, const char *out
     d->dtype = x.dtype;
     if (dtype_s)
         d->dtype = strcmp(dtype_s, "f64") ? DK_F32 : DK_F64;
-    if (!axes_s) {
-        naxes = x.ndim;
-        for (int a = 0; a < naxes; a++)
-            axes[a] = a;
-    }
-    if (nsig != 1 && nsig != naxes)
-        return cli_error(cmd, 2, "--sigma takes one value or one per filtered axis (%d), not '%s'", naxes, sigma_s);
-    for (int k = 0; k < naxes; k++) {
-        if (axes[k] >= x.ndim)
-            return cli_error(cmd, 2, "axis %ld is out of range: %s has %d axes", axes[k], in_path, x.ndim);
-        d->axes |= 1u << axes[k];
-        d->sigma[axes[k]] = sig[nsig == 1 ? 0 : k];
-    }
+    int bad_axes = place_axes(cmd, d, axes_s, axes, naxes, sig, nsig, sigma_s, in_path, x.ndim);
+    if (bad_axes)
+        return bad_axes;
     dk_mpi_part part;
     if (dist_decompose(cmd, in_path, x.ndim, x.shape, decomp, ndecomp, &part))
         return 2;

@@ -34,6 +34,7 @@ typedef struct gauss_case {
     int poles;
     double cval;
     int missing; /* NaN at every 13th value, filtered with nan policy ignore (host memory) */
+    int order[3]; /* derivative order per axis */
 } gauss_case;
 
 #define Z DK_BOUNDARY_ZERO
@@ -51,56 +52,60 @@ typedef struct gauss_case {
 #define FIRST_MATRIX 53
 #define MATRIX_METHODS 4
 #define MATRIX_CASES (MATRIX_METHODS * DK_BOUNDARY_COUNT * 2)
+#define FIRST_DERIVATIVE (FIRST_MATRIX + MATRIX_CASES + 4)
+#define DERIVATIVE_CASES (2 * DK_BOUNDARY_COUNT * 2)
 
 static gauss_case cases[] = {
     /* name                 dtype  nd shape              axes sigma          K   bnd mode ov  blk  inpl quick */
-    {"1d_n1",               DK_F32, 1, {1},              1, {2},             4,   Z, EX, 0, 0,    0, 1, RF, 0, 0, 0},
-    {"1d_n2_constant",      DK_F64, 1, {2},              1, {0.5},           1,   C, EX, 0, 0,    0, 1, RF, 0, 0, 0},
-    {"1d_odd_constant",     DK_F32, 1, {1001},           1, {3.3},           3,   C, EX, 0, 0,    0, 1, RF, 0, 0, 0},
-    {"1d_prime_sigma50",    DK_F64, 1, {7919},           1, {50},            8,   Z, EX, 0, 0,    0, 1, RF, 0, 0, 0},
-    {"1d_sigma0.5_K2",      DK_F64, 1, {4099},           1, {0.5},           2,   C, EX, 0, 0,    1, 1, RF, 0, 0, 0},
-    {"1d_short_wide",       DK_F32, 1, {10},             1, {30},            2,   C, EX, 0, 0,    0, 1, RF, 0, 0, 0},
-    {"1d_1e6",              DK_F32, 1, {1000000},        1, {2},             4,   Z, EX, 0, 0,    0, 1, RF, 0, 0, 0},
-    {"1d_1e6_f64_constant", DK_F64, 1, {1000003},        1, {5},             4,   C, EX, 0, 0,    1, 0, RF, 0, 0, 0},
-    {"1d_K1000",            DK_F32, 1, {20011},          1, {2},             1000, C, EX, 0, 0,   0, 1, RF, 0, 0, 0},
-    {"1d_K1000_f64",        DK_F64, 1, {5003},           1, {10},            1000, Z, EX, 0, 0,   0, 0, RF, 0, 0, 0},
-    {"1d_2e6_sigma50",      DK_F32, 1, {2000000},        1, {50},            4,   C, EX, 0, 0,    0, 0, RF, 0, 0, 0},
-    {"1d_sigma500_K1000",   DK_F64, 1, {30011},          1, {500},           1000, C, EX, 0, 0,   0, 0, RF, 0, 0, 0},
-    {"2d_both",             DK_F32, 2, {257, 311},       3, {2, 5},          4,   Z, EX, 0, 0,    0, 1, RF, 0, 0, 0},
-    {"2d_axis0_f64",        DK_F64, 2, {300, 200},       1, {7},             3,   C, EX, 0, 0,    0, 1, RF, 0, 0, 0},
-    {"2d_axis1",            DK_F32, 2, {128, 1000},      2, {0, 1.5},        6,   Z, EX, 0, 0,    1, 1, RF, 0, 0, 0},
-    {"2d_1024_both",        DK_F32, 2, {1024, 1024},     3, {2, 2},          4,   Z, EX, 0, 0,    0, 1, RF, 0, 0, 0},
-    {"2d_tall_thin",        DK_F64, 2, {5000, 3},        3, {4, 1},          5,   C, EX, 0, 0,    0, 1, RF, 0, 0, 0},
-    {"3d_all_f64",          DK_F64, 3, {17, 33, 65},     7, {1, 2, 3},       4,   C, EX, 0, 0,    0, 1, RF, 0, 0, 0},
-    {"3d_axes02",           DK_F32, 3, {40, 30, 50},     5, {3, 0, 2},       5,   Z, EX, 0, 0,    0, 1, RF, 0, 0, 0},
-    {"3d_axis1_constant",   DK_F32, 3, {9, 100, 31},     2, {0, 20, 0},      2,   C, EX, 0, 0,    1, 1, RF, 0, 0, 0},
-    {"3d_64cube_K1",        DK_F32, 3, {64, 64, 64},     7, {0.7, 0.7, 0.7}, 1,   Z, EX, 0, 0,    0, 0, RF, 0, 0, 0},
-    {"overlap_seed_table2", DK_F32, 1, {100000},         1, {2},             500, Z, OV, 5, 3072, 0, 0, RF, 0, 0, 0},
-    {"overlap_1d_small",    DK_F64, 1, {10007},          1, {2},             50,  C, OV, 5, 300,  0, 1, RF, 0, 0, 0},
-    {"overlap_2d_axis1",    DK_F64, 2, {64, 5000},       2, {0, 3},          4,   C, OV, 10, 7,   0, 1, RF, 0, 0, 0},
-    {"overlap_3d_axis0",    DK_F32, 3, {300, 7, 40},     1, {4},             3,   Z, OV, 8, 5,    1, 1, RF, 0, 0, 0},
-    {"overlap_m0_single",   DK_F32, 1, {50},             1, {2},             4,   Z, OV, 0, 50,   0, 1, RF, 0, 0, 0},
-    {"overlap_blocks1",     DK_F64, 1, {999},            1, {3},             4,   C, OV, 5, 1,    0, 1, RF, 0, 0, 0},
+    {"1d_n1",               DK_F32, 1, {1},              1, {2},             4,   Z, EX, 0, 0,    0, 1, RF, 0, 0, 0, {0}},
+    {"1d_n2_constant",      DK_F64, 1, {2},              1, {0.5},           1,   C, EX, 0, 0,    0, 1, RF, 0, 0, 0, {0}},
+    {"1d_odd_constant",     DK_F32, 1, {1001},           1, {3.3},           3,   C, EX, 0, 0,    0, 1, RF, 0, 0, 0, {0}},
+    {"1d_prime_sigma50",    DK_F64, 1, {7919},           1, {50},            8,   Z, EX, 0, 0,    0, 1, RF, 0, 0, 0, {0}},
+    {"1d_sigma0.5_K2",      DK_F64, 1, {4099},           1, {0.5},           2,   C, EX, 0, 0,    1, 1, RF, 0, 0, 0, {0}},
+    {"1d_short_wide",       DK_F32, 1, {10},             1, {30},            2,   C, EX, 0, 0,    0, 1, RF, 0, 0, 0, {0}},
+    {"1d_1e6",              DK_F32, 1, {1000000},        1, {2},             4,   Z, EX, 0, 0,    0, 1, RF, 0, 0, 0, {0}},
+    {"1d_1e6_f64_constant", DK_F64, 1, {1000003},        1, {5},             4,   C, EX, 0, 0,    1, 0, RF, 0, 0, 0, {0}},
+    {"1d_K1000",            DK_F32, 1, {20011},          1, {2},             1000, C, EX, 0, 0,   0, 1, RF, 0, 0, 0, {0}},
+    {"1d_K1000_f64",        DK_F64, 1, {5003},           1, {10},            1000, Z, EX, 0, 0,   0, 0, RF, 0, 0, 0, {0}},
+    {"1d_2e6_sigma50",      DK_F32, 1, {2000000},        1, {50},            4,   C, EX, 0, 0,    0, 0, RF, 0, 0, 0, {0}},
+    {"1d_sigma500_K1000",   DK_F64, 1, {30011},          1, {500},           1000, C, EX, 0, 0,   0, 0, RF, 0, 0, 0, {0}},
+    {"2d_both",             DK_F32, 2, {257, 311},       3, {2, 5},          4,   Z, EX, 0, 0,    0, 1, RF, 0, 0, 0, {0}},
+    {"2d_axis0_f64",        DK_F64, 2, {300, 200},       1, {7},             3,   C, EX, 0, 0,    0, 1, RF, 0, 0, 0, {0}},
+    {"2d_axis1",            DK_F32, 2, {128, 1000},      2, {0, 1.5},        6,   Z, EX, 0, 0,    1, 1, RF, 0, 0, 0, {0}},
+    {"2d_1024_both",        DK_F32, 2, {1024, 1024},     3, {2, 2},          4,   Z, EX, 0, 0,    0, 1, RF, 0, 0, 0, {0}},
+    {"2d_tall_thin",        DK_F64, 2, {5000, 3},        3, {4, 1},          5,   C, EX, 0, 0,    0, 1, RF, 0, 0, 0, {0}},
+    {"3d_all_f64",          DK_F64, 3, {17, 33, 65},     7, {1, 2, 3},       4,   C, EX, 0, 0,    0, 1, RF, 0, 0, 0, {0}},
+    {"3d_axes02",           DK_F32, 3, {40, 30, 50},     5, {3, 0, 2},       5,   Z, EX, 0, 0,    0, 1, RF, 0, 0, 0, {0}},
+    {"3d_axis1_constant",   DK_F32, 3, {9, 100, 31},     2, {0, 20, 0},      2,   C, EX, 0, 0,    1, 1, RF, 0, 0, 0, {0}},
+    {"3d_64cube_K1",        DK_F32, 3, {64, 64, 64},     7, {0.7, 0.7, 0.7}, 1,   Z, EX, 0, 0,    0, 0, RF, 0, 0, 0, {0}},
+    {"overlap_seed_table2", DK_F32, 1, {100000},         1, {2},             500, Z, OV, 5, 3072, 0, 0, RF, 0, 0, 0, {0}},
+    {"overlap_1d_small",    DK_F64, 1, {10007},          1, {2},             50,  C, OV, 5, 300,  0, 1, RF, 0, 0, 0, {0}},
+    {"overlap_2d_axis1",    DK_F64, 2, {64, 5000},       2, {0, 3},          4,   C, OV, 10, 7,   0, 1, RF, 0, 0, 0, {0}},
+    {"overlap_3d_axis0",    DK_F32, 3, {300, 7, 40},     1, {4},             3,   Z, OV, 8, 5,    1, 1, RF, 0, 0, 0, {0}},
+    {"overlap_m0_single",   DK_F32, 1, {50},             1, {2},             4,   Z, OV, 0, 50,   0, 1, RF, 0, 0, 0, {0}},
+    {"overlap_blocks1",     DK_F64, 1, {999},            1, {3},             4,   C, OV, 5, 1,    0, 1, RF, 0, 0, 0, {0}},
     /* parameters drawn at random (fixed seed, so every run and backend sees the same) */
-    [27 ... 42] = {NULL, DK_F32, 0, {0}, 0, {0}, 0, Z, EX, 0, 0, 0, 1, RF, 0, 0, 0},
+    [27 ... 42] = {NULL, DK_F32, 0, {0}, 0, {0}, 0, Z, EX, 0, 0, 0, 1, RF, 0, 0, 0, {0}},
     /* deriche and vyv where their segments and continuations are stressed */
-    {"deriche_1d_long",     DK_F32, 1, {300007},         1, {20},            0,  R, EX, 0, 0,    0, 1, DE, 5, 0, 0},
-    {"vyv_1d_long_f64",     DK_F64, 1, {200003},         1, {3},             0,  W, EX, 0, 0,    1, 1, VY, 5, 0, 0},
-    {"vyv_short_wide",      DK_F64, 1, {7},              1, {40},            0,  R, EX, 0, 0,    0, 1, VY, 5, 0, 0},
-    {"deriche_short_mirror",DK_F32, 1, {5},              1, {9},             0,  M, EX, 0, 0,    0, 1, DE, 5, 0, 0},
-    {"deriche_n1_wrap",     DK_F64, 1, {1},              1, {2},             0,  W, EX, 0, 0,    0, 1, DE, 5, 0, 0},
-    {"deriche_sigma1000",   DK_F64, 1, {5000},           1, {1000},          0,  V, EX, 0, 0,    0, 1, DE, 5, 2.5, 0},
-    {"vyv4_2d_cval",        DK_F32, 2, {301, 77},        3, {2, 15},         0,  V, EX, 0, 0,    1, 1, VY, 4, -3, 0},
-    {"rf_reflect_1d_long",  DK_F32, 1, {100003},         1, {4},             3,  R, EX, 0, 0,    0, 1, RF, 5, 0, 0},
-    {"rf_wrap_K1000",       DK_F64, 1, {3001},           1, {2},             1000, W, EX, 0, 0,  0, 1, RF, 5, 0, 0},
-    {"deriche_3d_all",      DK_F64, 3, {17, 33, 65},     7, {1, 2, 3},       0,  N, EX, 0, 0,    0, 1, DE, 5, 0, 0},
+    {"deriche_1d_long",     DK_F32, 1, {300007},         1, {20},            0,  R, EX, 0, 0,    0, 1, DE, 5, 0, 0, {0}},
+    {"vyv_1d_long_f64",     DK_F64, 1, {200003},         1, {3},             0,  W, EX, 0, 0,    1, 1, VY, 5, 0, 0, {0}},
+    {"vyv_short_wide",      DK_F64, 1, {7},              1, {40},            0,  R, EX, 0, 0,    0, 1, VY, 5, 0, 0, {0}},
+    {"deriche_short_mirror",DK_F32, 1, {5},              1, {9},             0,  M, EX, 0, 0,    0, 1, DE, 5, 0, 0, {0}},
+    {"deriche_n1_wrap",     DK_F64, 1, {1},              1, {2},             0,  W, EX, 0, 0,    0, 1, DE, 5, 0, 0, {0}},
+    {"deriche_sigma1000",   DK_F64, 1, {5000},           1, {1000},          0,  V, EX, 0, 0,    0, 1, DE, 5, 2.5, 0, {0}},
+    {"vyv4_2d_cval",        DK_F32, 2, {301, 77},        3, {2, 15},         0,  V, EX, 0, 0,    1, 1, VY, 4, -3, 0, {0}},
+    {"rf_reflect_1d_long",  DK_F32, 1, {100003},         1, {4},             3,  R, EX, 0, 0,    0, 1, RF, 5, 0, 0, {0}},
+    {"rf_wrap_K1000",       DK_F64, 1, {3001},           1, {2},             1000, W, EX, 0, 0,  0, 1, RF, 5, 0, 0, {0}},
+    {"deriche_3d_all",      DK_F64, 3, {17, 33, 65},     7, {1, 2, 3},       0,  N, EX, 0, 0,    0, 1, DE, 5, 0, 0, {0}},
     /* every method x scipy mode x dtype (filled in by draw_matrix_cases) */
-    [FIRST_MATRIX ... FIRST_MATRIX + MATRIX_CASES - 1] = {NULL, DK_F32, 0, {0}, 0, {0}, 0, Z, EX, 0, 0, 0, 1, RF, 0, 0, 0},
+    [FIRST_MATRIX ... FIRST_MATRIX + MATRIX_CASES - 1] = {NULL, DK_F32, 0, {0}, 0, {0}, 0, Z, EX, 0, 0, 0, 1, RF, 0, 0, 0, {0}},
     /* missing values: normalized convolution around NaN (dk_gauss_plan_set_nan) */
-    {"missing_rf_2d",       DK_F32, 2, {200, 150},       3, {3, 2},          4,  Z, EX, 0, 0,    0, 1, RF, 0, 0, 1},
-    {"missing_rf_reflect",  DK_F64, 2, {97, 300},        3, {2, 4},          3,  R, EX, 0, 0,    0, 1, RF, 5, 0, 1},
-    {"missing_deriche_1d",  DK_F64, 1, {5000},           1, {5},             0,  N, EX, 0, 0,    0, 1, DE, 5, 0, 1},
-    {"missing_vyv_cval",    DK_F32, 2, {120, 90},        3, {2, 3},          0,  V, EX, 0, 0,    0, 1, VY, 5, 1.5, 1},
+    {"missing_rf_2d",       DK_F32, 2, {200, 150},       3, {3, 2},          4,  Z, EX, 0, 0,    0, 1, RF, 0, 0, 1, {0}},
+    {"missing_rf_reflect",  DK_F64, 2, {97, 300},        3, {2, 4},          3,  R, EX, 0, 0,    0, 1, RF, 5, 0, 1, {0}},
+    {"missing_deriche_1d",  DK_F64, 1, {5000},           1, {5},             0,  N, EX, 0, 0,    0, 1, DE, 5, 0, 1, {0}},
+    {"missing_vyv_cval",    DK_F32, 2, {120, 90},        3, {2, 3},          0,  V, EX, 0, 0,    0, 1, VY, 5, 1.5, 1, {0}},
+    /* derivatives: deriche and vyv x scipy mode x dtype (filled in by draw_derivative_cases) */
+    [FIRST_DERIVATIVE ... FIRST_DERIVATIVE + DERIVATIVE_CASES - 1] = {NULL, DK_F32, 0, {0}, 0, {0}, 0, Z, EX, 0, 0, 0, 1, RF, 0, 0, 0, {0}},
 };
 
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
@@ -179,6 +184,50 @@ static void draw_matrix_cases(void)
             }
 }
 
+/* Derivatives (order 1 or 2 on some axes, 0 on others) for deriche and vyv
+ * under every boundary and dtype, on shapes that put a derivative on a
+ * strided and on a contiguous axis. */
+static void draw_derivative_cases(void)
+{
+    static char names[DERIVATIVE_CASES][48];
+    static const struct {
+        int ndim;
+        size_t shape[3];
+        unsigned axes;
+        double sigma[3];
+        int order[3];
+    } shapes[] = {
+        {1, {2000}, 1, {4}, {1}},
+        {2, {70, 90}, 3, {3, 2}, {2, 1}},
+        {1, {301}, 1, {25}, {2}},
+        {2, {48, 300}, 3, {1.5, 8}, {0, 1}},
+        {3, {10, 30, 20}, 7, {2, 3, 2}, {1, 0, 2}},
+    };
+    int i = 0;
+    for (int m = 0; m < 2; m++)
+        for (int b = 0; b < DK_BOUNDARY_COUNT; b++)
+            for (int t = 0; t < 2; t++, i++) {
+                gauss_case *c = &cases[FIRST_DERIVATIVE + i];
+                int sh = (3 * m + 2 * b + t) % (int)(sizeof shapes / sizeof shapes[0]);
+                snprintf(names[i], sizeof names[i], "derivative_%s_%s_%s", m ? "vyv" : "deriche",
+                         dk_gauss_boundary_name((dk_boundary)b), t ? "f64" : "f32");
+                c->name = names[i];
+                c->dtype = t ? DK_F64 : DK_F32;
+                c->ndim = shapes[sh].ndim;
+                memcpy(c->shape, shapes[sh].shape, sizeof c->shape);
+                c->axes = shapes[sh].axes;
+                memcpy(c->sigma, shapes[sh].sigma, sizeof c->sigma);
+                memcpy(c->order, shapes[sh].order, sizeof c->order);
+                c->boundary = (dk_boundary)b;
+                c->mode = EX;
+                c->inplace = (i % 4) == 1;
+                c->quick = (i % 2) == 0;
+                c->method = m ? VY : DE;
+                c->poles = 5;
+                c->cval = b == V ? -0.5 : 0;
+            }
+}
+
 static struct {
     void *in, *ref, *out;
     double amplification; /* deriche / vyv: the reference's float32 rounding error, in units */
@@ -231,6 +280,7 @@ static int gauss_count(void)
     if (!cases[FIRST_RANDOM].name) {
         draw_random_cases();
         draw_matrix_cases();
+        draw_derivative_cases();
     }
     return NCASES;
 }
@@ -255,6 +305,8 @@ static void desc_of(const gauss_case *c, dk_gauss_desc *d)
     d->method = c->method;
     d->order_poles = c->method == DK_GAUSS_VYV ? c->poles : 5;
     d->cval = c->cval;
+    for (int a = 0; a < c->ndim; a++)
+        d->order[a] = c->order[a];
 }
 
 static size_t count_of(const gauss_case *c)

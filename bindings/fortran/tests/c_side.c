@@ -30,7 +30,7 @@ size_t c_layout(int which, size_t *offsets)
         AT(dk_gauss_desc, axes); AT(dk_gauss_desc, sigma); AT(dk_gauss_desc, K);
         AT(dk_gauss_desc, boundary); AT(dk_gauss_desc, mode); AT(dk_gauss_desc, overlap);
         AT(dk_gauss_desc, blocks); AT(dk_gauss_desc, variant); AT(dk_gauss_desc, method);
-        AT(dk_gauss_desc, order_poles); AT(dk_gauss_desc, cval);
+        AT(dk_gauss_desc, order_poles); AT(dk_gauss_desc, cval); AT(dk_gauss_desc, order);
         offsets[n++] = sizeof(dk_gauss_desc);
         break;
     case 1:

@@ -89,6 +89,7 @@ program test_fortran
   call test_layout()
   call test_gauss_2d()
   call test_gauss_3d()
+  call test_gauss_derivative()
   call test_refusals()
   call test_enkf()
   call test_kmeans()
@@ -188,7 +189,7 @@ contains
       offset(b, c_loc(g%shape)), offset(b, c_loc(g%axes)), offset(b, c_loc(g%sigma)), offset(b, c_loc(g%K)), &
       offset(b, c_loc(g%boundary)), offset(b, c_loc(g%mode)), offset(b, c_loc(g%overlap)), &
       offset(b, c_loc(g%blocks)), offset(b, c_loc(g%variant)), offset(b, c_loc(g%method)), &
-      offset(b, c_loc(g%order_poles)), offset(b, c_loc(g%cval)), c_sizeof(g)])
+      offset(b, c_loc(g%order_poles)), offset(b, c_loc(g%cval)), offset(b, c_loc(g%order)), c_sizeof(g)])
     b = c_loc(e)
     call compare_layout(1, 'dk_enkf_desc', [offset(b, c_loc(e%dtype)), offset(b, c_loc(e%n)), &
       offset(b, c_loc(e%members)), offset(b, c_loc(e%loc_ndim)), offset(b, c_loc(e%nx)), offset(b, c_loc(e%ny)), &
@@ -294,6 +295,33 @@ contains
     call dk_buffer_destroy(bin)
     call dk_buffer_destroy(bout)
     call dk_plan_destroy(plan)
+  end subroutine
+
+  ! The first derivative of a ramp along Fortran dimension 1 is its slope,
+  ! away from the ends (vyv, nearest), and the second derivative is 0.
+  subroutine test_gauss_derivative()
+    integer, parameter :: n1 = 300, n2 = 4
+    real(c_double) :: a(n1, n2), b(n1, n2)
+    type(dk_gauss_desc) :: desc
+    type(dk_plan) :: plan
+    integer :: i, order
+    do i = 1, n1
+      a(i, :) = 0.25_c_double * i
+    end do
+    do order = 1, 2
+      call dk_gauss_desc_init(desc)
+      desc%dtype = DK_F64
+      desc%method = DK_GAUSS_VYV
+      desc%boundary = DK_BOUNDARY_NEAREST
+      call dk_gauss_desc_set_array(desc, shape(a), [4.0_c_double, 0.0_c_double], order=[order, 0])
+      call expect(desc%order(2) == order .and. desc%order(1) == 0, 'dk_gauss_desc_set_array sets order in C order')
+      call expect_ok(dk_gauss_plan_create(ctx, desc, plan), 'gauss plan, derivative')
+      b = -1
+      call expect_ok(dk_gauss_execute(plan, a, b), 'gauss execute, derivative')
+      call expect(maxval(abs(b(100:200, :) - merge(0.25_c_double, 0.0_c_double, order == 1))) < 1e-9_c_double, &
+                  'gauss derivative of a ramp')
+      call dk_plan_destroy(plan)
+    end do
   end subroutine
 
   ! float32, 3-D, the middle Fortran dimension unfiltered, in place.

@@ -102,6 +102,16 @@ def _sigmas(sigma, axes, who):
     return sigma
 
 
+def _orders(order, axes, who):
+    orders = [order] * len(axes) if isinstance(order, numbers.Integral) else list(order) \
+        if isinstance(order, (list, tuple)) else None
+    if orders is None or len(orders) != len(axes) or \
+            not all(isinstance(o, numbers.Integral) and 0 <= o <= 2 for o in orders):
+        raise invalid("%s: order must be 0, 1 or 2, or a sequence of them, one per filtered axis (%d), not %r"
+                      % (who, len(axes), order))
+    return [int(o) for o in orders]
+
+
 class GaussPlan(Plan):
     """A validated gauss filter for arrays of one shape and dtype, executed
     many times: plan = GaussPlan(x.shape, x.dtype, sigma=3); y = plan(x).
@@ -110,7 +120,9 @@ class GaussPlan(Plan):
     grid units. axes: None (every axis), an int or a sequence. method: "rf"
     (the K-iterated first-order filter), "deriche" or "vyv" (recursive
     Gaussians within 5e-4 and 3e-3 of the sampled one; order_poles 3 to 5 for
-    vyv). boundary: scipy's "reflect", "mirror", "nearest", "wrap" and "cval"
+    vyv). order: 0 (smooth), or 1 and 2 for the first and second derivative
+    of the smoothed field, as scipy.ndimage.gaussian_filter's order (deriche
+    and vyv): one number, or one per filtered axis. boundary: scipy's "reflect", "mirror", "nearest", "wrap" and "cval"
     (scipy's "constant", with `cval`), or dakit's "zero" and "constant"
     (docs/gauss.md). mode: "exact" (equals the serial reference to rounding)
     or "overlap" (the GPU paper's blocks, with `overlap` and `blocks`). nan:
@@ -122,7 +134,8 @@ class GaussPlan(Plan):
     """
 
     def __init__(self, shape, dtype, sigma, K=4, axes=None, boundary="zero", mode="exact", variant=None,
-                 backend=None, overlap=None, blocks=None, method="rf", order_poles=5, cval=0.0, nan="error"):
+                 backend=None, overlap=None, blocks=None, method="rf", order_poles=5, cval=0.0, nan="error",
+                 order=0):
         who = "dakit.GaussPlan"
         super().__init__(backend)
         if isinstance(shape, numbers.Integral):
@@ -137,6 +150,7 @@ class GaussPlan(Plan):
         ndim = len(self.shape)
         self.axes = tuple(_axes(axes, ndim, who))
         self.sigma = tuple(_sigmas(sigma, self.axes, who))
+        self.order = tuple(_orders(order, self.axes, who))
         self.K = _c_int(K, "K", who)
         self.boundary = boundary
         self.mode = mode
@@ -148,9 +162,10 @@ class GaussPlan(Plan):
         if ndim <= DK_MAX_DIMS:  # more axes than C takes: C says so from ndim
             for a, n in enumerate(self.shape):
                 d.shape[a] = n
-            for a, s in zip(self.axes, self.sigma):
+            for a, s, o in zip(self.axes, self.sigma, self.order):
                 d.axes |= 1 << a
                 d.sigma[a] = s
+                d.order[a] = o
         d.K = self.K
         d.boundary = _choice(boundary, BOUNDARIES, "boundary", who)
         d.mode = _choice(mode, GAUSS_MODES, "mode", who)
@@ -225,13 +240,13 @@ class GaussPlan(Plan):
 
     def __repr__(self):
         return ("dakit.GaussPlan(shape=%s, dtype=%s, sigma=%s, K=%d, axes=%s, boundary=%r, mode=%r, method=%r, "
-                "nan=%r, variant=%r, backend=%r)" % (self.shape, self.dtype.name, self.sigma, self.K, self.axes,
-                                                     self.boundary, self.mode, self.method, self.nan, self.variant,
-                                                     self.backend))
+                "order=%s, nan=%r, variant=%r, backend=%r)" % (self.shape, self.dtype.name, self.sigma, self.K,
+                                                               self.axes, self.boundary, self.mode, self.method,
+                                                               self.order, self.nan, self.variant, self.backend))
 
 
 def gauss(x, sigma, K=4, axes=None, boundary="zero", mode="exact", variant=None, backend=None, out=None,
-          overlap=None, blocks=None, method="rf", order_poles=5, cval=0.0, nan="error"):
+          overlap=None, blocks=None, method="rf", order_poles=5, cval=0.0, nan="error", order=0):
     """Gaussian smoothing of x by a recursive filter (rf by default).
 
     x: a float32 or float64 array of 1 to 3 dimensions in C order (NumPy, or
@@ -242,5 +257,5 @@ def gauss(x, sigma, K=4, axes=None, boundary="zero", mode="exact", variant=None,
     xo = operand(x, "x", "dakit.gauss", _DTYPES)
     with GaussPlan(xo.shape, xo.dtype, sigma, K=K, axes=axes, boundary=boundary, mode=mode, variant=variant,
                    backend=backend, overlap=overlap, blocks=blocks, method=method, order_poles=order_poles, cval=cval,
-                   nan=nan) as plan:
+                   nan=nan, order=order) as plan:
         return plan(x, out=out)

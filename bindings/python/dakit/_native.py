@@ -81,7 +81,8 @@ class GaussDesc(Structure):
                 ("variant", c_char_p),
                 ("method", c_int),
                 ("order_poles", c_int),
-                ("cval", c_double)]
+                ("cval", c_double),
+                ("order", c_int * DK_MAX_DIMS)]
 
 
 class KMeansDesc(Structure):

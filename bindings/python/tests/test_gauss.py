@@ -206,6 +206,35 @@ def test_recursive_gaussians_against_scipy(backend, method, bound, mode, rng):
     assert np.abs(y - ref).max() <= bound * peak
 
 
+@pytest.mark.parametrize("backend", GAUSS)
+@pytest.mark.parametrize("method,bounds", [("deriche", (8e-3, 6e-2)), ("vyv", (8e-3, 3e-2))])
+@pytest.mark.parametrize("order", [(1, 0), (0, 2), (2, 1)])
+def test_derivatives_against_scipy(backend, method, bounds, order, rng):
+    """order= as scipy.ndimage.gaussian_filter's, within the bound of each
+    derivative order (docs/gauss.md), relative to the peak of the response;
+    on a ramp along the axis the first derivative is its slope."""
+    ndimage = pytest.importorskip("scipy.ndimage")
+    x = rng.standard_normal((50, 64))
+    y = dakit.gauss(x, (3.0, 4.0), backend=backend, method=method, boundary="reflect", order=order)
+    ref = ndimage.gaussian_filter(x, (3.0, 4.0), order=order, mode="reflect", truncate=12)
+    assert np.abs(y - ref).max() <= 4 * bounds[max(order) - 1] * np.abs(ref).max()
+    ramp = np.tile(0.5 * np.arange(300.0), (5, 1))
+    slope = dakit.gauss(ramp, 4.0, axes=1, backend=backend, method=method, boundary="nearest", order=1)
+    np.testing.assert_allclose(slope[:, 100:200], 0.5, rtol=0, atol=1e-9)
+
+
+def test_derivative_errors():
+    x = np.zeros(10)
+    with raises(dakit.InvalidArgumentError, "order must be 0, 1 or 2", "3"):
+        dakit.gauss(x, 2.0, method="vyv", order=3)
+    with raises(dakit.InvalidArgumentError, "one per filtered axis (1)"):
+        dakit.gauss(x, 2.0, method="vyv", order=(1, 1))
+    with raises(dakit.InvalidArgumentError, "needs method deriche or vyv"):
+        dakit.gauss(x, 2.0, order=1)
+    with raises(dakit.InvalidArgumentError, "cannot normalize"):
+        dakit.gauss(x, 2.0, method="vyv", order=1, nan="ignore")
+
+
 @pytest.mark.parametrize("backend", [b for b in GAUSS if b.id != "cpu"])
 def test_other_backends_copy_through_the_host_call(backend, calls, rng):
     calls.record("dk_gauss_execute_host")
