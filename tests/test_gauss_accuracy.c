@@ -16,7 +16,7 @@ int main(void)
         size_t m = (size_t)(20 * sigmas[s]) + 32;
         printf("sigma %g:", sigmas[s]);
         for (size_t k = 0; k < sizeof Ks / sizeof Ks[0]; k++) {
-            double e = gauss_error_vs_exact(sigmas[s], Ks[k], m, NULL);
+            double e = gauss_error_vs_exact(sigmas[s], DK_GAUSS_RF, Ks[k], m, NULL);
             printf("  K=%d %.2e", Ks[k], e);
             CHECK(e >= 0, "sigma %g K %d failed", sigmas[s], Ks[k]);
             CHECK(e < prev, "sigma %g: error did not fall from K=%d to K=%d (%.3e -> %.3e)", sigmas[s], Ks[k - 1],

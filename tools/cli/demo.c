@@ -107,7 +107,10 @@ static int draw_picture(const char *path, const float *field, const float *smoot
             y[i] = resp[j][i] / peak;
         }
         plot_line(p, &a, x, y, 2 * m + 1, colors[j], 2, 0);
-        snprintf(labels[j], sizeof labels[j], "K = %d", shown_K[j]);
+        if (shown_K[j])
+            snprintf(labels[j], sizeof labels[j], "rf, K = %d", shown_K[j]);
+        else
+            snprintf(labels[j], sizeof labels[j], "deriche");
         items[j] = (plot_legend_item){labels[j], colors[j], PLOT_MARK_LINE};
     }
     for (size_t i = 0; i < 2 * m + 1; i++)
@@ -116,7 +119,7 @@ static int draw_picture(const char *path, const float *field, const float *smoot
     items[4] = (plot_legend_item){"exact Gaussian", (plot_rgb){0, 0, 0}, PLOT_MARK_DASHED};
     free(x);
     free(y);
-    plot_axes(p, &a, "impulse response of the recursive filter", "distance from the impulse (sigma)",
+    plot_axes(p, &a, "impulse responses", "distance from the impulse (sigma)",
               "response / peak of the exact Gaussian");
     plot_legend(p, a.x + a.w - 8 - plot_legend_width(p, items, 5), a.y + 8, items, 5);
     return plot_close(p, err, len);
@@ -236,7 +239,8 @@ int cmd_demo(int argc, char **argv)
     size_t m = (size_t)(8 * sigma) + 8;
     static const int Ks[] = {1, 2, 4, 8, 16, 32, 64};
     double *resp[4] = {0};
-    int shown[4] = {1, 2, 4, 16};
+    int has_deriche = sigma >= DK_GAUSS_IIR_MIN_SIGMA && sigma <= DK_GAUSS_IIR_MAX_SIGMA;
+    int shown[4] = {1, 4, 16, has_deriche ? 0 : 2}; /* 0: deriche */
     for (int k = 0; k < 4; k++)
         resp[k] = malloc((2 * m + 1) * sizeof(double));
     for (size_t k = 0; k < sizeof Ks / sizeof Ks[0]; k++) {
@@ -244,7 +248,13 @@ int cmd_demo(int argc, char **argv)
         for (int j = 0; j < 4; j++)
             if (shown[j] == Ks[k])
                 keep = resp[j];
-        printf("   %5d  %.2e\n", Ks[k], gauss_error_vs_exact(sigma, Ks[k], m, keep));
+        printf("   %5d  %.2e\n", Ks[k], gauss_error_vs_exact(sigma, DK_GAUSS_RF, Ks[k], m, keep));
+    }
+    if (has_deriche) {
+        /* the true-Gaussian recursions, one pass each way (docs/gauss.md) */
+        printf("   the higher-order recursive Gaussians, one pass each way:\n");
+        printf("   %-16s %.2e\n", "--method deriche", gauss_error_vs_exact(sigma, DK_GAUSS_DERICHE, 1, m, resp[3]));
+        printf("   %-16s %.2e\n", "--method vyv", gauss_error_vs_exact(sigma, DK_GAUSS_VYV, 1, m, NULL));
     }
 
     if (*out_path) {
@@ -256,8 +266,8 @@ int cmd_demo(int argc, char **argv)
             goto done;
         }
         printf("\n3. picture: %s\n   left: the input; middle: the smoothed field (blue negative, red positive);\n"
-               "   right: impulse responses of the recursive filter for K = 1, 2, 4, 16 against the\n"
-               "   exact Gaussian\n",
+               "   right: impulse responses of rf for K = 1, 4, 16 and of deriche (rf K = 2 below\n"
+               "   sigma 0.5) against the exact Gaussian\n",
                out_path);
     }
     for (int k = 0; k < 4; k++)

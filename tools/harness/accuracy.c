@@ -6,7 +6,7 @@
 
 #include <dakit/dakit.h>
 
-double gauss_error_vs_exact(double sigma, int K, size_t m, double *response)
+double gauss_error_vs_exact(double sigma, dk_gauss_method method, int K, size_t m, double *response)
 {
     size_t n = 2 * m + 1;
     double *x = calloc(n, sizeof *x);
@@ -21,6 +21,7 @@ double gauss_error_vs_exact(double sigma, int K, size_t m, double *response)
     d.axes = 1;
     d.sigma[0] = sigma;
     d.K = K;
+    d.method = method;
     if (dk_gauss_reference(&d, x, x) != DK_OK) {
         free(x);
         return -1;

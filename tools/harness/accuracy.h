@@ -3,10 +3,13 @@
 
 #include <stddef.h>
 
+#include <dakit/gauss.h>
+
 /* Filters a unit impulse (float64, 2m+1 points, zero boundary) with the
- * serial reference and compares with the exact sampled Gaussian of the same
- * sigma: returns max |rf - g| / max g. When response is not NULL it receives
- * the 2m+1 filtered values. Returns a negative number on failure. */
-double gauss_error_vs_exact(double sigma, int K, size_t m, double *response);
+ * serial reference of `method` (rf with K iterations, deriche, or vyv with 5
+ * poles) and compares with the exact sampled Gaussian of the same sigma:
+ * returns max |y - g| / max g. When response is not NULL it receives the
+ * 2m+1 filtered values. Returns a negative number on failure. */
+double gauss_error_vs_exact(double sigma, dk_gauss_method method, int K, size_t m, double *response);
 
 #endif
