@@ -22,7 +22,7 @@
 #include "opencl_plugin.h"
 
 /* How one axis is filtered. */
-enum { PATH_WINDOWS, PATH_REG_STRIDED, PATH_REG_ROWS, PATH_EXT_ROWS };
+enum { PATH_WINDOWS, PATH_REG_STRIDED, PATH_REG_ROWS, PATH_EXT_ROWS, PATH_EXT_COLS };
 
 typedef struct axis_pass {
     int path;              /* PATH_*; PATH_WINDOWS: rf_windows or extended_segments */
@@ -61,7 +61,7 @@ typedef struct gauss_plan {
     size_t count;
     cl_kernel kernel;
     cl_kernel extended_kernel;
-    cl_kernel reg_strided, reg_rows, ext_rows; /* tiled; NULL where no pass uses them */
+    cl_kernel reg_strided, reg_rows, ext_rows, ext_cols; /* tiled; NULL elsewhere */
     int boundary, rf;
     double cval;
     cl_mem temp;    /* count elements: the other half of the ping-pong */
@@ -175,17 +175,20 @@ static int plan_tiled_rf(gauss_plan *plan, const dk_gauss_setup *setup, int a, a
     return 1;
 }
 
-/* deriche / vyv on a contiguous axis through extended_rows: segments short
- * enough that EXT_ROWS rows of both buffers fit local memory, and at most 96
- * values (cuda's k_ext_tile measured that best on an H100). Returns 0 where
- * they do not fit. Called after plan_extended, which set the rest. */
-static int plan_ext_rows(gauss_plan *plan, axis_pass *p)
+/* deriche / vyv through extended_rows (a contiguous axis) or extended_cols
+ * (a strided one): segments short enough that EXT_ROWS rows of both buffers
+ * fit local memory, and at most 96 values (cuda's k_ext_tile measured that
+ * best on an H100). Returns 0 where they do not fit. Called after
+ * plan_extended, which set the rest. */
+static int plan_ext_tiled(gauss_plan *plan, axis_pass *p)
 {
     dk_opencl_device *dev = plan->dev;
     size_t esize = plan->dtype == DK_F64 ? sizeof(double) : sizeof(float);
     size_t n = p->view.n, R = p->reach, lines = p->view.outer * p->view.inner;
-    size_t rows = kernel_local(dev, plan->ext_rows, EXT_ROWS);
-    size_t room = local_memory(dev, plan->ext_rows);
+    int strided = p->view.inner > 1;
+    cl_kernel kernel = strided ? plan->ext_cols : plan->ext_rows;
+    size_t rows = kernel_local(dev, kernel, EXT_ROWS);
+    size_t room = local_memory(dev, kernel);
     if (rows < 1 || R > (size_t)1 << 20)
         return 0;
     size_t values = room / (rows * esize); /* per row, both buffers */
@@ -202,7 +205,7 @@ static int plan_ext_rows(gauss_plan *plan, axis_pass *p)
     size_t S = (keep + 2 * R + 3) | 1, So = keep | 1;
     if (rows * (S + So) * esize > room)
         return 0;
-    p->path = PATH_EXT_ROWS;
+    p->path = strided ? PATH_EXT_COLS : PATH_EXT_ROWS;
     p->keep = keep;
     p->segments = segments;
     p->items = (cl_ulong)lines * segments;
@@ -210,7 +213,7 @@ static int plan_ext_rows(gauss_plan *plan, axis_pass *p)
     p->S = (int)S;
     p->So = (int)So;
     p->local_bytes = rows * (S + So) * esize;
-    p->ngroups = (p->items + rows - 1) / rows;
+    p->ngroups = strided ? (lines + rows - 1) / rows * segments : (p->items + rows - 1) / rows;
     return 1;
 }
 
@@ -276,8 +279,8 @@ static void gauss_plan_destroy(void *handle)
         clReleaseKernel(plan->kernel);
     if (plan->extended_kernel)
         clReleaseKernel(plan->extended_kernel);
-    cl_kernel tiled[] = {plan->reg_strided, plan->reg_rows, plan->ext_rows};
-    for (int i = 0; i < 3; i++)
+    cl_kernel tiled[] = {plan->reg_strided, plan->reg_rows, plan->ext_rows, plan->ext_cols};
+    for (int i = 0; i < 4; i++)
         if (tiled[i])
             clReleaseKernel(tiled[i]);
     for (int i = 0; i < plan->npasses; i++)
@@ -336,6 +339,8 @@ static dk_status gauss_plan_create(void *device, const dk_gauss_setup *setup, vo
         CL_TRY_GOTO(err, fail, "gauss: creating kernel rf_reg_rows");
         plan->ext_rows = clCreateKernel(program, "extended_rows", &err);
         CL_TRY_GOTO(err, fail, "gauss: creating kernel extended_rows");
+        plan->ext_cols = clCreateKernel(program, "extended_cols", &err);
+        CL_TRY_GOTO(err, fail, "gauss: creating kernel extended_cols");
     }
     for (int a = 0; a < d->ndim; a++) {
         if (!(d->axes & (1u << a)))
@@ -346,8 +351,8 @@ static dk_status gauss_plan_create(void *device, const dk_gauss_setup *setup, vo
             st = plan_extended(plan, setup, a, p, lanes, budget, esize, &scratch_values, msg);
             if (st != DK_OK)
                 goto fail;
-            if (tiled && !plan->rf && v.inner == 1)
-                plan_ext_rows(plan, p);
+            if (tiled && !plan->rf)
+                plan_ext_tiled(plan, p);
             continue;
         }
         if (tiled && d->mode == DK_GAUSS_EXACT && plan_tiled_rf(plan, setup, a, p))
@@ -520,17 +525,37 @@ static cl_int run_reg(gauss_plan *plan, const axis_pass *p, cl_mem src, cl_mem d
     return launch_groups(plan, p, k, 10);
 }
 
-/* extended_rows from src into dst (distinct buffers). */
-static cl_int run_ext_rows(gauss_plan *plan, const axis_pass *p, cl_mem src, cl_mem dst)
+/* extended_rows or extended_cols from src into dst (distinct buffers). */
+static cl_int run_ext_tiled(gauss_plan *plan, const axis_pass *p, cl_mem src, cl_mem dst)
 {
-    cl_kernel k = plan->ext_rows;
-    cl_ulong n = p->view.n;
+    cl_ulong n = p->view.n, inner = p->view.inner, lines = p->view.outer * p->view.inner;
     cl_int sections = p->sections, boundary = plan->boundary, S = p->S, So = p->So;
     float cval32 = (float)plan->cval;
     double cval64 = plan->cval;
     int f64 = plan->dtype == DK_F64;
     size_t esize = f64 ? sizeof(double) : sizeof(float);
     cl_int err = CL_SUCCESS;
+    if (p->path == PATH_EXT_COLS) {
+        cl_kernel k = plan->ext_cols;
+        err |= clSetKernelArg(k, 0, sizeof src, &src);
+        err |= clSetKernelArg(k, 1, sizeof dst, &dst);
+        err |= clSetKernelArg(k, 2, sizeof p->coef, &p->coef);
+        err |= clSetKernelArg(k, 3, sizeof sections, &sections);
+        err |= clSetKernelArg(k, 4, sizeof n, &n);
+        err |= clSetKernelArg(k, 5, sizeof inner, &inner);
+        err |= clSetKernelArg(k, 6, sizeof lines, &lines);
+        err |= clSetKernelArg(k, 7, sizeof p->segments, &p->segments);
+        err |= clSetKernelArg(k, 8, sizeof p->keep, &p->keep);
+        err |= clSetKernelArg(k, 9, sizeof p->reach, &p->reach);
+        err |= clSetKernelArg(k, 10, sizeof boundary, &boundary);
+        err |= f64 ? clSetKernelArg(k, 11, sizeof cval64, &cval64) : clSetKernelArg(k, 11, sizeof cval32, &cval32);
+        err |= clSetKernelArg(k, 13, p->local * (size_t)p->S * esize, NULL);
+        err |= clSetKernelArg(k, 14, p->local * (size_t)p->So * esize, NULL);
+        if (err != CL_SUCCESS)
+            return CL_INVALID_KERNEL_ARGS;
+        return launch_groups(plan, p, k, 12);
+    }
+    cl_kernel k = plan->ext_rows;
     err |= clSetKernelArg(k, 0, sizeof src, &src);
     err |= clSetKernelArg(k, 1, sizeof dst, &dst);
     err |= clSetKernelArg(k, 2, sizeof p->coef, &p->coef);
@@ -643,7 +668,8 @@ static dk_status gauss_execute(void *handle, const void *in_handle, void *out_ha
     for (int i = 0; i < plan->npasses; i++) {
         cl_mem dst = (plan->npasses - 1 - i) % 2 == 0 ? out : plan->temp;
         const axis_pass *p = &plan->pass[i];
-        cl_int err = p->path == PATH_EXT_ROWS   ? run_ext_rows(plan, p, src, dst)
+        cl_int err = p->path == PATH_EXT_ROWS || p->path == PATH_EXT_COLS
+                         ? run_ext_tiled(plan, p, src, dst)
                      : p->path != PATH_WINDOWS  ? run_reg(plan, p, src, dst)
                      : p->extended              ? run_extended(plan, p, src, dst)
                                                 : run_pass(plan, p, src, dst);

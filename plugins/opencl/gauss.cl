@@ -467,6 +467,46 @@ static REAL section_step(const REAL *u, const REAL *w, const REAL *a1, const REA
     return sum;
 }
 
+/* The recursions of one row from local memory: x[i * xs] is the window
+ * value at position k0 - R - 1 + i, y[i * ys] receives kept value i
+ * (position k0 + i), len kept values; extended_segments' operations in its
+ * order. */
+static void ext_row(__local const REAL *x, int xs, __local REAL *y, int ys, int len, int R,
+                    __global const REAL *coef, int sections)
+{
+    REAL b0[3], b1[3], a1[3], a2[3], c1[3], c2[3], s1[3], s2[3];
+#pragma unroll
+    for (int k = 0; k < 3; k++) {
+        int on = k < sections;
+        b0[k] = on ? coef[6 * k] : (REAL)0;
+        b1[k] = on ? coef[6 * k + 1] : (REAL)0;
+        a1[k] = on ? coef[6 * k + 2] : (REAL)0;
+        a2[k] = on ? coef[6 * k + 3] : (REAL)0;
+        c1[k] = on ? coef[6 * k + 4] : (REAL)0;
+        c2[k] = on ? coef[6 * k + 5] : (REAL)0;
+        s1[k] = s2[k] = (REAL)0;
+    }
+    REAL prev = x[0];
+    for (int i = 1; i <= R + len; i++) {
+        REAL cur = x[i * xs];
+        REAL sum = section_step(b0, b1, a1, a2, sections, cur, prev, s1, s2);
+        prev = cur;
+        if (i > R)
+            y[(i - R - 1) * ys] = sum;
+    }
+#pragma unroll
+    for (int k = 0; k < 3; k++)
+        s1[k] = s2[k] = (REAL)0;
+    REAL next = x[(len + 2 * R + 1) * xs], after = x[(len + 2 * R + 2) * xs];
+    for (int i = len + 2 * R; i > R; i--) {
+        REAL sum = section_step(c1, c2, a1, a2, sections, next, after, s1, s2);
+        after = next;
+        next = x[i * xs];
+        if (i < len + R + 1)
+            y[(i - R - 1) * ys] = y[(i - R - 1) * ys] + sum;
+    }
+}
+
 __kernel void extended_rows(__global const REAL *src, __global REAL *dst, __global const REAL *coef,
                             int sections, ulong n, ulong items, ulong segments, ulong keep,
                             ulong reach, int boundary, REAL cval, int S, int So,
@@ -492,42 +532,9 @@ __kernel void extended_rows(__global const REAL *src, __global REAL *dst, __glob
 
     const ulong t = first + (ulong)r;
     if (t < items) {
-        REAL b0[3], b1[3], a1[3], a2[3], c1[3], c2[3], s1[3], s2[3];
-#pragma unroll
-        for (int k = 0; k < 3; k++) {
-            int on = k < sections;
-            b0[k] = on ? coef[6 * k] : (REAL)0;
-            b1[k] = on ? coef[6 * k + 1] : (REAL)0;
-            a1[k] = on ? coef[6 * k + 2] : (REAL)0;
-            a2[k] = on ? coef[6 * k + 3] : (REAL)0;
-            c1[k] = on ? coef[6 * k + 4] : (REAL)0;
-            c2[k] = on ? coef[6 * k + 5] : (REAL)0;
-            s1[k] = s2[k] = (REAL)0;
-        }
         const long k0 = (long)((t % segments) * keep);
         const long k1 = k0 + (long)keep < N ? k0 + (long)keep : N;
-        const int len = (int)(k1 - k0), Ri = (int)R;
-        __local const REAL *x = win + r * S; /* x[i]: position k0 - R - 1 + i */
-        __local REAL *y = kept + r * So;      /* y[i]: position k0 + i */
-        REAL prev = x[0];
-        for (int i = 1; i <= Ri + len; i++) {
-            REAL cur = x[i];
-            REAL sum = section_step(b0, b1, a1, a2, sections, cur, prev, s1, s2);
-            prev = cur;
-            if (i > Ri)
-                y[i - Ri - 1] = sum;
-        }
-#pragma unroll
-        for (int k = 0; k < 3; k++)
-            s1[k] = s2[k] = (REAL)0;
-        REAL next = x[len + 2 * Ri + 1], after = x[len + 2 * Ri + 2];
-        for (int i = len + 2 * Ri; i > Ri; i--) {
-            REAL sum = section_step(c1, c2, a1, a2, sections, next, after, s1, s2);
-            after = next;
-            next = x[i];
-            if (i < len + Ri + 1)
-                y[i - Ri - 1] = y[i - Ri - 1] + sum;
-        }
+        ext_row(win + r * S, 1, kept + r * So, 1, (int)(k1 - k0), (int)R, coef, sections);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 
@@ -541,4 +548,37 @@ __kernel void extended_rows(__global const REAL *src, __global REAL *dst, __glob
         for (long i = r; i < k1 - k0; i += rows)
             out[i] = kept[q * So + i];
     }
+}
+
+/* deriche / vyv on a strided axis: work-group b takes `rows` adjacent lines
+ * (lines (b / segments) * rows + r) on segment b % segments; each work-item
+ * copies its own line's window into `win` ([i][row]: the rows of a
+ * position are neighbouring addresses, so every load and store of a warp is
+ * one run of lines), runs its recursions into `kept` ([i][row]) and writes
+ * its kept values once. No work-item reads another's values: no barrier. */
+__kernel void extended_cols(__global const REAL *src, __global REAL *dst, __global const REAL *coef,
+                            int sections, ulong n, ulong inner, ulong lines, ulong segments,
+                            ulong keep, ulong reach, int boundary, REAL cval, ulong group0,
+                            __local REAL *win, __local REAL *kept)
+{
+    const int rows = (int)get_local_size(0), r = (int)get_local_id(0);
+    const ulong b = group0 + get_group_id(0);
+    const ulong line = (b / segments) * (ulong)rows + (ulong)r;
+    if (line >= lines)
+        return;
+    const long N = (long)n, R = (long)reach, W = (long)keep + 2 * R + 3;
+    const long k0 = (long)((b % segments) * keep);
+    const long k1 = k0 + (long)keep < N ? k0 + (long)keep : N;
+    const ulong base = (line / inner) * n * inner + line % inner;
+    __global const REAL *x = src + base;
+    const long ws = k0 - R - 1;
+    for (long i = 0; i < W; i++) {
+        const long p = ws + i;
+        win[i * rows + r] = p >= 0 && p < N ? x[p * (long)inner]
+                                             : extended_value(x, p, N, inner, boundary, cval);
+    }
+    ext_row(win + r, rows, kept + r, rows, (int)(k1 - k0), (int)R, coef, sections);
+    __global REAL *y = dst + base;
+    for (long i = k0; i < k1; i++)
+        y[i * (long)inner] = kept[(i - k0) * rows + r];
 }
