@@ -1,6 +1,12 @@
 /* dakit-opencl gauss: the K-iterated recursive filter, one kernel launch
  * (or a few, see `batch`) per filtered axis, in increasing axis order.
  *
+ * Variants: "windows" is the scheme described below, made for CPU devices;
+ * "tiled" gives GPUs their own kernels where they apply (exact mode's
+ * chunks filtered in registers, deriche / vyv rows staged in local memory,
+ * see gauss.cl) and the windows elsewhere; "auto" (the default) is "tiled"
+ * on GPUs and "windows" on CPUs.
+ *
  * Each axis is cut into (line, block) items; an item's block is filtered
  * over its window and only the block is kept (kernel rf_windows in
  * gauss.cl). A work-item takes `lanes` neighbouring items and filters them
@@ -11,11 +17,15 @@
  * nothing at the dtype's rounding; a line long enough for parallelism alone
  * is one chunk, filtered whole. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "opencl_plugin.h"
 
 /* How one axis is filtered. */
+enum { PATH_WINDOWS, PATH_REG_STRIDED, PATH_REG_ROWS, PATH_EXT_ROWS, PATH_EXT_COLS };
+
 typedef struct axis_pass {
+    int path;              /* PATH_*; PATH_WINDOWS: rf_windows or extended_segments */
     dk_axis_view view;
     double alpha;
     cl_ulong blocks;       /* per line */
@@ -31,6 +41,16 @@ typedef struct axis_pass {
     cl_ulong segments, keep, reach;
     int sections;
     cl_mem coef;           /* sections x (b0, b1, a1, a2, c1, c2) in the dtype */
+    /* tiled paths: chunks of L values a line (ipl of them), halo h;
+     * work-groups of `local` work-items, `ngroups` of them; rf_reg_strided:
+     * JT lines by local / JT chunks a group, nj x nk groups per outer index;
+     * local_bytes: the group's local memory (rf_reg_rows: one buffer;
+     * extended_rows: rows of S then So values) */
+    cl_ulong L, h, ipl, nj, nk;
+    int JT;
+    size_t local, local_bytes;
+    cl_ulong ngroups;
+    int S, So;
 } axis_pass;
 
 typedef struct gauss_plan {
@@ -41,6 +61,7 @@ typedef struct gauss_plan {
     size_t count;
     cl_kernel kernel;
     cl_kernel extended_kernel;
+    cl_kernel reg_strided, reg_rows, ext_rows, ext_cols; /* tiled; NULL elsewhere */
     int boundary, rf;
     double cval;
     cl_mem temp;    /* count elements: the other half of the ping-pong */
@@ -54,7 +75,17 @@ typedef struct gauss_plan {
  * blocks). */
 #define SCRATCH_FLOOR_BYTES ((size_t)64 << 20)
 
-static const char *const gauss_variants[] = {"windows", NULL};
+static const char *const gauss_variants[] = {"auto", "tiled", "windows", NULL};
+
+/* The register window of the tiled rf kernels: RW in gauss.cl. */
+#define REG_WINDOW_F32 95
+#define REG_WINDOW_F64 63
+/* Work-groups of the tiled kernels: 128 work-items (JT lines x chunks on a
+ * strided axis, chunks on a contiguous one); extended_rows: 32 rows. */
+#define TILED_LOCAL 128
+#define EXT_ROWS 32
+/* Launches of the tiled kernels cover at most this many groups each. */
+#define GROUPS_PER_LAUNCH ((cl_ulong)1 << 20)
 
 /* Exact mode: how many chunks a line is cut into. Parallelism comes first
  * from the lines; chunks are added only when lines are too few to fill the
@@ -76,6 +107,115 @@ static size_t exact_chunks(const dk_opencl_device *dev, int lanes, dk_axis_view 
 }
 
 static void gauss_plan_destroy(void *handle);
+
+/* The most work-items a group of `kernel` may have on the device, at most
+ * `wanted`. */
+static size_t kernel_local(const dk_opencl_device *dev, cl_kernel kernel, size_t wanted)
+{
+    size_t most = 0;
+    if (clGetKernelWorkGroupInfo(kernel, dev->id, CL_KERNEL_WORK_GROUP_SIZE, sizeof most, &most,
+                                 NULL) == CL_SUCCESS &&
+        most > 0 && most < wanted)
+        return most;
+    return wanted;
+}
+
+/* The local memory a group of `kernel` may take beside the kernel's own. */
+static size_t local_memory(const dk_opencl_device *dev, cl_kernel kernel)
+{
+    cl_ulong total = 0, used = 0;
+    if (clGetDeviceInfo(dev->id, CL_DEVICE_LOCAL_MEM_SIZE, sizeof total, &total, NULL) != CL_SUCCESS)
+        return 0;
+    clGetKernelWorkGroupInfo(kernel, dev->id, CL_KERNEL_LOCAL_MEM_SIZE, sizeof used, &used, NULL);
+    return total > used ? (size_t)(total - used) : 0;
+}
+
+/* Exact rf on the tiled kernels, where the window fits the registers: chunks
+ * of L = RW - 2 halo values, at least a quarter of the window (else the
+ * windows' overlap costs more than rf_windows), on lines of at least RW.
+ * Returns 0 where they do not apply; the pass then takes rf_windows. */
+static int plan_tiled_rf(gauss_plan *plan, const dk_gauss_setup *setup, int a, axis_pass *p)
+{
+    dk_opencl_device *dev = plan->dev;
+    dk_axis_view v = dk_axis_view_of(&setup->desc, a);
+    size_t rw = plan->dtype == DK_F64 ? REG_WINDOW_F64 : REG_WINDOW_F32;
+    size_t h = setup->halo[a], esize = plan->dtype == DK_F64 ? sizeof(double) : sizeof(float);
+    if (v.n < rw || 2 * h >= rw || 4 * (rw - 2 * h) < rw)
+        return 0;
+    p->view = v;
+    p->alpha = setup->alpha[a];
+    p->h = h;
+    p->L = rw - 2 * h;
+    p->ipl = (v.n + p->L - 1) / p->L;
+    if (v.inner > 1) {
+        size_t local = kernel_local(dev, plan->reg_strided, TILED_LOCAL);
+        int jt = 1;
+        while (jt < 32 && (size_t)jt < v.inner && (size_t)(2 * jt) <= local)
+            jt *= 2;
+        p->path = PATH_REG_STRIDED;
+        p->JT = jt;
+        p->local = local / (size_t)jt * (size_t)jt;
+        p->nj = (v.inner + (size_t)jt - 1) / (size_t)jt;
+        size_t kt = p->local / (size_t)jt;
+        p->nk = (p->ipl + kt - 1) / kt;
+        p->ngroups = p->nj * p->nk * v.outer;
+        return 1;
+    }
+    size_t local = kernel_local(dev, plan->reg_rows, TILED_LOCAL);
+    size_t room = local_memory(dev, plan->reg_rows);
+    while (local > 1 && (local * p->L + 2 * p->L + 4 * h) * esize > room)
+        local /= 2;
+    if ((local * p->L + 2 * p->L + 4 * h) * esize > room)
+        return 0;
+    p->path = PATH_REG_ROWS;
+    p->local = local;
+    p->local_bytes = (local * p->L + 2 * p->L + 4 * h) * esize;
+    p->items = (cl_ulong)v.outer * p->ipl; /* chunks */
+    p->ngroups = (p->items + local - 1) / local;
+    return 1;
+}
+
+/* deriche / vyv through extended_rows (a contiguous axis) or extended_cols
+ * (a strided one): segments short enough that EXT_ROWS rows of both buffers
+ * fit local memory, and at most 96 values (cuda's k_ext_tile measured that
+ * best on an H100). Returns 0 where they do not fit. Called after
+ * plan_extended, which set the rest. */
+static int plan_ext_tiled(gauss_plan *plan, axis_pass *p)
+{
+    dk_opencl_device *dev = plan->dev;
+    size_t esize = plan->dtype == DK_F64 ? sizeof(double) : sizeof(float);
+    size_t n = p->view.n, R = p->reach, lines = p->view.outer * p->view.inner;
+    int strided = p->view.inner > 1;
+    cl_kernel kernel = strided ? plan->ext_cols : plan->ext_rows;
+    size_t rows = kernel_local(dev, kernel, EXT_ROWS);
+    size_t room = local_memory(dev, kernel);
+    if (rows < 1 || R > (size_t)1 << 20)
+        return 0;
+    size_t values = room / (rows * esize); /* per row, both buffers */
+    if (values < 2 * R + 8)
+        return 0;
+    size_t keep = (values - 2 * R - 5) / 2;
+    if (keep > 96)
+        keep = 96;
+    if (keep > n)
+        keep = n;
+    size_t segments = (n + keep - 1) / keep;
+    keep = (n + segments - 1) / segments;
+    segments = (n + keep - 1) / keep;
+    size_t S = (keep + 2 * R + 3) | 1, So = keep | 1;
+    if (rows * (S + So) * esize > room)
+        return 0;
+    p->path = strided ? PATH_EXT_COLS : PATH_EXT_ROWS;
+    p->keep = keep;
+    p->segments = segments;
+    p->items = (cl_ulong)lines * segments;
+    p->local = rows;
+    p->S = (int)S;
+    p->So = (int)So;
+    p->local_bytes = rows * (S + So) * esize;
+    p->ngroups = strided ? (lines + rows - 1) / rows * segments : (p->items + rows - 1) / rows;
+    return 1;
+}
 
 /* An extended axis: segments of `keep` values, several per line only when
  * lines are too few to fill the device, each at least four reaches long;
@@ -139,6 +279,10 @@ static void gauss_plan_destroy(void *handle)
         clReleaseKernel(plan->kernel);
     if (plan->extended_kernel)
         clReleaseKernel(plan->extended_kernel);
+    cl_kernel tiled[] = {plan->reg_strided, plan->reg_rows, plan->ext_rows, plan->ext_cols};
+    for (int i = 0; i < 4; i++)
+        if (tiled[i])
+            clReleaseKernel(tiled[i]);
     for (int i = 0; i < plan->npasses; i++)
         if (plan->pass[i].coef)
             clReleaseMemObject(plan->pass[i].coef);
@@ -185,6 +329,19 @@ static dk_status gauss_plan_create(void *device, const dk_gauss_setup *setup, vo
 
     size_t scratch_values = 0;
     dk_status st = DK_OK;
+    cl_int err;
+    const char *variant = d->variant ? d->variant : "auto";
+    int tiled = strcmp(variant, "tiled") == 0 || (strcmp(variant, "auto") == 0 && !dev->is_cpu);
+    if (tiled) {
+        plan->reg_strided = clCreateKernel(program, "rf_reg_strided", &err);
+        CL_TRY_GOTO(err, fail, "gauss: creating kernel rf_reg_strided");
+        plan->reg_rows = clCreateKernel(program, "rf_reg_rows", &err);
+        CL_TRY_GOTO(err, fail, "gauss: creating kernel rf_reg_rows");
+        plan->ext_rows = clCreateKernel(program, "extended_rows", &err);
+        CL_TRY_GOTO(err, fail, "gauss: creating kernel extended_rows");
+        plan->ext_cols = clCreateKernel(program, "extended_cols", &err);
+        CL_TRY_GOTO(err, fail, "gauss: creating kernel extended_cols");
+    }
     for (int a = 0; a < d->ndim; a++) {
         if (!(d->axes & (1u << a)))
             continue;
@@ -194,8 +351,12 @@ static dk_status gauss_plan_create(void *device, const dk_gauss_setup *setup, vo
             st = plan_extended(plan, setup, a, p, lanes, budget, esize, &scratch_values, msg);
             if (st != DK_OK)
                 goto fail;
+            if (tiled && !plan->rf)
+                plan_ext_tiled(plan, p);
             continue;
         }
+        if (tiled && d->mode == DK_GAUSS_EXACT && plan_tiled_rf(plan, setup, a, p))
+            continue;
         size_t blocks, m;
         if (d->mode == DK_GAUSS_EXACT) {
             m = setup->halo[a];
@@ -235,7 +396,6 @@ static dk_status gauss_plan_create(void *device, const dk_gauss_setup *setup, vo
         }
     }
 
-    cl_int err;
     plan->kernel = clCreateKernel(program, "rf_windows", &err);
     CL_TRY_GOTO(err, fail, "gauss: creating kernel rf_windows");
     plan->extended_kernel = clCreateKernel(program, "extended_segments", &err);
@@ -299,6 +459,121 @@ static cl_int run_extended(gauss_plan *plan, const axis_pass *p, cl_mem src, cl_
             return err;
     }
     return CL_SUCCESS;
+}
+
+/* Launches a tiled kernel whose argument `group0_arg` is the first group's
+ * index, over p->ngroups groups of p->local work-items, in slices. */
+static cl_int launch_groups(gauss_plan *plan, const axis_pass *p, cl_kernel k, cl_uint group0_arg)
+{
+    for (cl_ulong group0 = 0; group0 < p->ngroups; group0 += GROUPS_PER_LAUNCH) {
+        cl_ulong count = p->ngroups - group0 < GROUPS_PER_LAUNCH ? p->ngroups - group0 : GROUPS_PER_LAUNCH;
+        cl_int err = clSetKernelArg(k, group0_arg, sizeof group0, &group0);
+        if (err != CL_SUCCESS)
+            return err;
+        size_t local = p->local, global = (size_t)count * p->local;
+        err = clEnqueueNDRangeKernel(plan->dev->queue, k, 1, NULL, &global, &local, 0, NULL, NULL);
+        if (err != CL_SUCCESS)
+            return err;
+    }
+    return CL_SUCCESS;
+}
+
+/* rf_reg_strided or rf_reg_rows from src into dst (distinct buffers). */
+static cl_int run_reg(gauss_plan *plan, const axis_pass *p, cl_mem src, cl_mem dst)
+{
+    cl_ulong n = p->view.n, inner = p->view.inner;
+    cl_int K = plan->K, constant = plan->constant_boundary, JT = p->JT;
+    float alpha32 = (float)p->alpha;
+    double alpha64 = p->alpha;
+    int f64 = plan->dtype == DK_F64;
+    cl_int err = CL_SUCCESS;
+    if (p->path == PATH_REG_STRIDED) {
+        cl_kernel k = plan->reg_strided;
+        err |= clSetKernelArg(k, 0, sizeof src, &src);
+        err |= clSetKernelArg(k, 1, sizeof dst, &dst);
+        err |= clSetKernelArg(k, 2, sizeof n, &n);
+        err |= clSetKernelArg(k, 3, sizeof inner, &inner);
+        err |= clSetKernelArg(k, 4, sizeof p->L, &p->L);
+        err |= clSetKernelArg(k, 5, sizeof p->h, &p->h);
+        err |= clSetKernelArg(k, 6, sizeof p->ipl, &p->ipl);
+        err |= clSetKernelArg(k, 7, sizeof JT, &JT);
+        err |= clSetKernelArg(k, 8, sizeof p->nj, &p->nj);
+        err |= clSetKernelArg(k, 9, sizeof p->nk, &p->nk);
+        err |= f64 ? clSetKernelArg(k, 10, sizeof alpha64, &alpha64)
+                   : clSetKernelArg(k, 10, sizeof alpha32, &alpha32);
+        err |= clSetKernelArg(k, 11, sizeof K, &K);
+        err |= clSetKernelArg(k, 12, sizeof constant, &constant);
+        if (err != CL_SUCCESS)
+            return CL_INVALID_KERNEL_ARGS;
+        return launch_groups(plan, p, k, 13);
+    }
+    cl_kernel k = plan->reg_rows;
+    err |= clSetKernelArg(k, 0, sizeof src, &src);
+    err |= clSetKernelArg(k, 1, sizeof dst, &dst);
+    err |= clSetKernelArg(k, 2, sizeof n, &n);
+    err |= clSetKernelArg(k, 3, sizeof p->L, &p->L);
+    err |= clSetKernelArg(k, 4, sizeof p->h, &p->h);
+    err |= clSetKernelArg(k, 5, sizeof p->ipl, &p->ipl);
+    err |= clSetKernelArg(k, 6, sizeof p->items, &p->items);
+    err |= f64 ? clSetKernelArg(k, 7, sizeof alpha64, &alpha64)
+               : clSetKernelArg(k, 7, sizeof alpha32, &alpha32);
+    err |= clSetKernelArg(k, 8, sizeof K, &K);
+    err |= clSetKernelArg(k, 9, sizeof constant, &constant);
+    err |= clSetKernelArg(k, 11, p->local_bytes, NULL);
+    if (err != CL_SUCCESS)
+        return CL_INVALID_KERNEL_ARGS;
+    return launch_groups(plan, p, k, 10);
+}
+
+/* extended_rows or extended_cols from src into dst (distinct buffers). */
+static cl_int run_ext_tiled(gauss_plan *plan, const axis_pass *p, cl_mem src, cl_mem dst)
+{
+    cl_ulong n = p->view.n, inner = p->view.inner, lines = p->view.outer * p->view.inner;
+    cl_int sections = p->sections, boundary = plan->boundary, S = p->S, So = p->So;
+    float cval32 = (float)plan->cval;
+    double cval64 = plan->cval;
+    int f64 = plan->dtype == DK_F64;
+    size_t esize = f64 ? sizeof(double) : sizeof(float);
+    cl_int err = CL_SUCCESS;
+    if (p->path == PATH_EXT_COLS) {
+        cl_kernel k = plan->ext_cols;
+        err |= clSetKernelArg(k, 0, sizeof src, &src);
+        err |= clSetKernelArg(k, 1, sizeof dst, &dst);
+        err |= clSetKernelArg(k, 2, sizeof p->coef, &p->coef);
+        err |= clSetKernelArg(k, 3, sizeof sections, &sections);
+        err |= clSetKernelArg(k, 4, sizeof n, &n);
+        err |= clSetKernelArg(k, 5, sizeof inner, &inner);
+        err |= clSetKernelArg(k, 6, sizeof lines, &lines);
+        err |= clSetKernelArg(k, 7, sizeof p->segments, &p->segments);
+        err |= clSetKernelArg(k, 8, sizeof p->keep, &p->keep);
+        err |= clSetKernelArg(k, 9, sizeof p->reach, &p->reach);
+        err |= clSetKernelArg(k, 10, sizeof boundary, &boundary);
+        err |= f64 ? clSetKernelArg(k, 11, sizeof cval64, &cval64) : clSetKernelArg(k, 11, sizeof cval32, &cval32);
+        err |= clSetKernelArg(k, 13, p->local * (size_t)p->S * esize, NULL);
+        err |= clSetKernelArg(k, 14, p->local * (size_t)p->So * esize, NULL);
+        if (err != CL_SUCCESS)
+            return CL_INVALID_KERNEL_ARGS;
+        return launch_groups(plan, p, k, 12);
+    }
+    cl_kernel k = plan->ext_rows;
+    err |= clSetKernelArg(k, 0, sizeof src, &src);
+    err |= clSetKernelArg(k, 1, sizeof dst, &dst);
+    err |= clSetKernelArg(k, 2, sizeof p->coef, &p->coef);
+    err |= clSetKernelArg(k, 3, sizeof sections, &sections);
+    err |= clSetKernelArg(k, 4, sizeof n, &n);
+    err |= clSetKernelArg(k, 5, sizeof p->items, &p->items);
+    err |= clSetKernelArg(k, 6, sizeof p->segments, &p->segments);
+    err |= clSetKernelArg(k, 7, sizeof p->keep, &p->keep);
+    err |= clSetKernelArg(k, 8, sizeof p->reach, &p->reach);
+    err |= clSetKernelArg(k, 9, sizeof boundary, &boundary);
+    err |= f64 ? clSetKernelArg(k, 10, sizeof cval64, &cval64) : clSetKernelArg(k, 10, sizeof cval32, &cval32);
+    err |= clSetKernelArg(k, 11, sizeof S, &S);
+    err |= clSetKernelArg(k, 12, sizeof So, &So);
+    err |= clSetKernelArg(k, 14, p->local * (size_t)S * esize, NULL);
+    err |= clSetKernelArg(k, 15, p->local * (size_t)So * esize, NULL);
+    if (err != CL_SUCCESS)
+        return CL_INVALID_KERNEL_ARGS;
+    return launch_groups(plan, p, k, 13);
 }
 
 /* Filters one axis from src into dst (distinct buffers). */
@@ -393,7 +668,12 @@ static dk_status gauss_execute(void *handle, const void *in_handle, void *out_ha
     for (int i = 0; i < plan->npasses; i++) {
         cl_mem dst = (plan->npasses - 1 - i) % 2 == 0 ? out : plan->temp;
         const axis_pass *p = &plan->pass[i];
-        CL_TRY_GOTO(p->extended ? run_extended(plan, p, src, dst) : run_pass(plan, p, src, dst), fail,
+        cl_int err = p->path == PATH_EXT_ROWS || p->path == PATH_EXT_COLS
+                         ? run_ext_tiled(plan, p, src, dst)
+                     : p->path != PATH_WINDOWS  ? run_reg(plan, p, src, dst)
+                     : p->extended              ? run_extended(plan, p, src, dst)
+                                                : run_pass(plan, p, src, dst);
+        CL_TRY_GOTO(err, fail,
                     "gauss: launching the gauss kernel (pass %d of %d)", i + 1, plan->npasses);
         src = dst;
     }

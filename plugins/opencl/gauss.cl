@@ -299,3 +299,286 @@ __kernel void extended_segments(__global const REAL *src, __global REAL *dst,
             y[i * inner] = y[i * inner] + sum;
     }
 }
+
+/* ---- GPU kernels (variant "tiled"): exact mode's chunks in registers ----
+ * A line is cut into chunks of L values; chunk k keeps [k L, min(k L + L, n))
+ * and is filtered over a window of RW values that reaches at least the halo
+ * h = (RW - L) / 2 past it, shifted inside the line at its ends (so n >= RW;
+ * where the window meets the line's end, the boundary rule is the
+ * reference's own). RW is a compile-time constant so that the window lives
+ * in registers: every loop over it is unrolled. */
+#ifdef DK_FP64
+#define RW 63
+#else
+#define RW 95
+#endif
+
+/* The window's first position on its line for the chunk starting at ks. */
+static long chunk_window(long ks, long h, long n)
+{
+    long ws = ks - h;
+    if (ws > n - RW)
+        ws = n - RW;
+    return ws < 0 ? 0 : ws;
+}
+
+/* rf_span on x[0 .. RW) in registers. */
+static void rf_regs(REAL *x, REAL alpha, int K, int constant_boundary)
+{
+    const REAL beta = (REAL)1 - alpha;
+    for (int k = 0; k < K; k++) {
+        REAL u = x[RW - 1];
+        REAL p = constant_boundary ? x[0] : (REAL)0;
+#pragma unroll
+        for (int i = 0; i < RW; i++) {
+            p = beta * x[i] + alpha * p;
+            x[i] = p;
+        }
+        REAL s = constant_boundary ? u + (p - u) / ((REAL)1 + alpha) : beta * p;
+        x[RW - 1] = s;
+#pragma unroll
+        for (int i = RW - 2; i >= 0; i--) {
+            s = beta * x[i] + alpha * s;
+            x[i] = s;
+        }
+    }
+}
+
+/* A strided axis (inner > 1): work-group b is JT adjacent lines by KT
+ * consecutive chunks of them (JT * KT work-items, line fastest), the groups
+ * nj = ceil(inner / JT) across, then ceil(ipl / KT) along the axis, then
+ * `outer`. Each work-item loads its window straight into registers: the JT
+ * lines of a row are JT neighbouring addresses, so every load and store of a
+ * warp is one contiguous run. */
+__kernel void rf_reg_strided(__global const REAL *src, __global REAL *dst, ulong n, ulong inner,
+                             ulong L, ulong h, ulong ipl, int JT, ulong nj, ulong nk, REAL alpha,
+                             int K, int constant_boundary, ulong group0)
+{
+    const ulong b = group0 + get_group_id(0);
+    const int lid = (int)get_local_id(0);
+    const ulong jb = b % nj, r = b / nj;
+    const ulong kb = r % nk, o = r / nk;
+    const ulong j = jb * JT + lid % JT;
+    const ulong k = kb * (get_local_size(0) / JT) + lid / JT;
+    if (j >= inner || k >= ipl)
+        return;
+    const long N = (long)n;
+    const long ks = (long)(k * L);
+    const long ke = ks + (long)L < N ? ks + (long)L : N;
+    const long ws = chunk_window(ks, (long)h, N);
+    const ulong base = (o * n + (ulong)ws) * inner + j;
+    REAL x[RW];
+#pragma unroll
+    for (int i = 0; i < RW; i++)
+        x[i] = src[base + (ulong)i * inner];
+    rf_regs(x, alpha, K, constant_boundary);
+    const int a = (int)(ks - ws), e = (int)(ke - ws);
+#pragma unroll
+    for (int i = 0; i < RW; i++)
+        if (i >= a && i < e)
+            dst[base + (ulong)i * inner] = x[i];
+}
+
+/* The flat index of the window of chunk q (q = line * ipl + k) of a
+ * contiguous axis, and of its kept span. */
+static long row_window(long q, long n, long L, long h, long ipl, long *keep_begin, long *keep_end)
+{
+    const long o = q / ipl, k = q % ipl;
+    const long ks = k * L;
+    const long ke = ks + L < n ? ks + L : n;
+    *keep_begin = o * n + ks;
+    *keep_end = o * n + ke;
+    return o * n + chunk_window(ks, h, n);
+}
+
+/* A contiguous axis (inner 1): work-group t takes the get_local_size(0)
+ * consecutive chunks from t * that on (across lines, flat). It copies the
+ * flat span their windows cover into `sm` with coalesced loads; each
+ * work-item copies its window into registers (windows start L apart, and L
+ * odd reads them free of bank conflicts), filters it and puts its kept
+ * values back; then the group writes the tile's kept span [K0, K1) with
+ * coalesced stores. sm holds at least local_size * L + 2 L + 4 h values.
+ * Launches may cover a part of the groups: group0 is the first's index. */
+__kernel void rf_reg_rows(__global const REAL *src, __global REAL *dst, ulong n, ulong L,
+                          ulong h, ulong ipl, ulong chunks, REAL alpha, int K,
+                          int constant_boundary, ulong group0, __local REAL *sm)
+{
+    const long tq = (long)get_local_size(0), lid = (long)get_local_id(0);
+    const long q0 = (long)(group0 + get_group_id(0)) * tq;
+    const long Q = (long)chunks;
+    const long q1 = (q0 + tq < Q ? q0 + tq : Q) - 1;
+    const long N = (long)n, Lc = (long)L, H = (long)h, I = (long)ipl;
+    long K0, K1, unused;
+    const long G0 = row_window(q0, N, Lc, H, I, &K0, &unused);
+    const long G1 = row_window(q1, N, Lc, H, I, &unused, &K1) + RW;
+    for (long i = lid; i < G1 - G0; i += tq)
+        sm[i] = src[G0 + i];
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    const long q = q0 + lid;
+    const int active = q <= q1;
+    REAL x[RW];
+    long off = 0;
+    int a = 0, e = 0;
+    if (active) {
+        long kb, kend;
+        off = row_window(q, N, Lc, H, I, &kb, &kend) - G0;
+        a = (int)(kb - G0 - off);
+        e = (int)(kend - G0 - off);
+#pragma unroll
+        for (int i = 0; i < RW; i++)
+            x[i] = sm[off + i];
+        rf_regs(x, alpha, K, constant_boundary);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (active) {
+#pragma unroll
+        for (int i = 0; i < RW; i++)
+            if (i >= a && i < e)
+                sm[off + i] = x[i];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (long i = K0 + lid; i < K1; i += tq)
+        dst[i] = sm[i - G0];
+}
+
+/* ---- GPU kernel (variant "tiled"): deriche / vyv on a contiguous axis ----
+ * One work-group of `rows` work-items filters `rows` consecutive (line,
+ * segment) items, segments of a line fastest, as extended_segments does,
+ * with the same operations in the same order. The group copies each row's
+ * continued window (positions k0 - R - 1 .. k1 + R + 1) into `win`, laid
+ * out [row][S] with S odd (rows read free of bank conflicts), every row with
+ * coalesced loads along the line; each work-item runs its row's recursions,
+ * keeping the causal sums and then the totals in `kept` ([row][So]); the
+ * group writes the kept values back along each line. */
+static REAL section_step(const REAL *u, const REAL *w, const REAL *a1, const REAL *a2,
+                         int sections, REAL in0, REAL in1, REAL *s1, REAL *s2)
+{
+    REAL sum = (REAL)0;
+#pragma unroll
+    for (int k = 0; k < 3; k++) {
+        if (k < sections) {
+            REAL v = u[k] * in0 + w[k] * in1 - a1[k] * s1[k] - a2[k] * s2[k];
+            s2[k] = s1[k];
+            s1[k] = v;
+            sum += v;
+        }
+    }
+    return sum;
+}
+
+/* The recursions of one row from local memory: x[i * xs] is the window
+ * value at position k0 - R - 1 + i, y[i * ys] receives kept value i
+ * (position k0 + i), len kept values; extended_segments' operations in its
+ * order. */
+static void ext_row(__local const REAL *x, int xs, __local REAL *y, int ys, int len, int R,
+                    __global const REAL *coef, int sections)
+{
+    REAL b0[3], b1[3], a1[3], a2[3], c1[3], c2[3], s1[3], s2[3];
+#pragma unroll
+    for (int k = 0; k < 3; k++) {
+        int on = k < sections;
+        b0[k] = on ? coef[6 * k] : (REAL)0;
+        b1[k] = on ? coef[6 * k + 1] : (REAL)0;
+        a1[k] = on ? coef[6 * k + 2] : (REAL)0;
+        a2[k] = on ? coef[6 * k + 3] : (REAL)0;
+        c1[k] = on ? coef[6 * k + 4] : (REAL)0;
+        c2[k] = on ? coef[6 * k + 5] : (REAL)0;
+        s1[k] = s2[k] = (REAL)0;
+    }
+    REAL prev = x[0];
+    for (int i = 1; i <= R + len; i++) {
+        REAL cur = x[i * xs];
+        REAL sum = section_step(b0, b1, a1, a2, sections, cur, prev, s1, s2);
+        prev = cur;
+        if (i > R)
+            y[(i - R - 1) * ys] = sum;
+    }
+#pragma unroll
+    for (int k = 0; k < 3; k++)
+        s1[k] = s2[k] = (REAL)0;
+    REAL next = x[(len + 2 * R + 1) * xs], after = x[(len + 2 * R + 2) * xs];
+    for (int i = len + 2 * R; i > R; i--) {
+        REAL sum = section_step(c1, c2, a1, a2, sections, next, after, s1, s2);
+        after = next;
+        next = x[i * xs];
+        if (i < len + R + 1)
+            y[(i - R - 1) * ys] = y[(i - R - 1) * ys] + sum;
+    }
+}
+
+__kernel void extended_rows(__global const REAL *src, __global REAL *dst, __global const REAL *coef,
+                            int sections, ulong n, ulong items, ulong segments, ulong keep,
+                            ulong reach, int boundary, REAL cval, int S, int So,
+                            ulong group0, __local REAL *win, __local REAL *kept)
+{
+    const int rows = (int)get_local_size(0), r = (int)get_local_id(0);
+    const long N = (long)n, R = (long)reach, W = (long)keep + 2 * R + 3;
+    const ulong first = (group0 + get_group_id(0)) * (ulong)rows;
+
+    for (int q = 0; q < rows; q++) {
+        const ulong t = first + (ulong)q;
+        if (t >= items)
+            break;
+        const long k0 = (long)((t % segments) * keep);
+        __global const REAL *x = src + (t / segments) * n;
+        const long ws = k0 - R - 1;
+        for (long i = r; i < W; i += rows) {
+            const long p = ws + i;
+            win[q * S + i] = p >= 0 && p < N ? x[p] : extended_value(x, p, N, 1, boundary, cval);
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    const ulong t = first + (ulong)r;
+    if (t < items) {
+        const long k0 = (long)((t % segments) * keep);
+        const long k1 = k0 + (long)keep < N ? k0 + (long)keep : N;
+        ext_row(win + r * S, 1, kept + r * So, 1, (int)(k1 - k0), (int)R, coef, sections);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    for (int q = 0; q < rows; q++) {
+        const ulong tq = first + (ulong)q;
+        if (tq >= items)
+            break;
+        const long k0 = (long)((tq % segments) * keep);
+        const long k1 = k0 + (long)keep < N ? k0 + (long)keep : N;
+        __global REAL *out = dst + (tq / segments) * n + k0;
+        for (long i = r; i < k1 - k0; i += rows)
+            out[i] = kept[q * So + i];
+    }
+}
+
+/* deriche / vyv on a strided axis: work-group b takes `rows` adjacent lines
+ * (lines (b / segments) * rows + r) on segment b % segments; each work-item
+ * copies its own line's window into `win` ([i][row]: the rows of a
+ * position are neighbouring addresses, so every load and store of a warp is
+ * one run of lines), runs its recursions into `kept` ([i][row]) and writes
+ * its kept values once. No work-item reads another's values: no barrier. */
+__kernel void extended_cols(__global const REAL *src, __global REAL *dst, __global const REAL *coef,
+                            int sections, ulong n, ulong inner, ulong lines, ulong segments,
+                            ulong keep, ulong reach, int boundary, REAL cval, ulong group0,
+                            __local REAL *win, __local REAL *kept)
+{
+    const int rows = (int)get_local_size(0), r = (int)get_local_id(0);
+    const ulong b = group0 + get_group_id(0);
+    const ulong line = (b / segments) * (ulong)rows + (ulong)r;
+    if (line >= lines)
+        return;
+    const long N = (long)n, R = (long)reach, W = (long)keep + 2 * R + 3;
+    const long k0 = (long)((b % segments) * keep);
+    const long k1 = k0 + (long)keep < N ? k0 + (long)keep : N;
+    const ulong base = (line / inner) * n * inner + line % inner;
+    __global const REAL *x = src + base;
+    const long ws = k0 - R - 1;
+    for (long i = 0; i < W; i++) {
+        const long p = ws + i;
+        win[i * rows + r] = p >= 0 && p < N ? x[p * (long)inner]
+                                             : extended_value(x, p, N, inner, boundary, cval);
+    }
+    ext_row(win + r, rows, kept + r, rows, (int)(k1 - k0), (int)R, coef, sections);
+    __global REAL *y = dst + base;
+    for (long i = k0; i < k1; i++)
+        y[i * (long)inner] = kept[(i - k0) * rows + r];
+}
