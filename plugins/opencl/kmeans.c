@@ -441,7 +441,7 @@ static dk_status texture_features(void *handle, const void *value_, const void *
            init = (cl_mem)init_;
     cl_ulong n = p->s.desc.n, groups = p->tex_groups;
     cl_int k = p->s.desc.k, tile = (cl_int)p->group;
-    const size_t G = p->group, global = p->tex_groups * G, one = 1;
+    const size_t G = p->group, global = p->tex_groups * G;
     /* min_value compared in float, as z is: the float nearest at or above */
     cl_float minf = (cl_float)min_value;
     if ((double)minf < min_value)
@@ -451,24 +451,25 @@ static dk_status texture_features(void *handle, const void *value_, const void *
                  {sizeof n, &n},           {G * sizeof(double), NULL}, {G * sizeof(float), NULL},
                  {G * sizeof(float), NULL}};
     karg sa[] = {{sizeof p->tex_part, &p->tex_part}, {sizeof groups, &groups}, {sizeof k, &k},
-                 {sizeof p->tex_st, &p->tex_st}};
+                 {sizeof p->tex_st, &p->tex_st},       {G * sizeof(double), NULL}, {G * sizeof(float), NULL},
+                 {G * sizeof(float), NULL}};
     karg za[] = {{sizeof points, &points}, {sizeof mask, &mask},  {sizeof p->tex_st, &p->tex_st},
                  {sizeof p->tex_partial, &p->tex_partial}, {sizeof k, &k}, {sizeof n, &n}, {sizeof tile, &tile},
                  {G * 5 * sizeof(float), NULL}, {G * sizeof(cl_int), NULL}, {G * sizeof(double), NULL}};
     karg ia[] = {{sizeof p->tex_partial, &p->tex_partial}, {sizeof groups, &groups}, {sizeof k, &k},
                  {sizeof p->tex_st, &p->tex_st}, {sizeof init, &init}, {sizeof p->tex_out, &p->tex_out},
-                 {4 * sizeof(double), NULL}};
+                 {G * sizeof(double), NULL}, {4 * (size_t)k * sizeof(double), NULL}};
     cl_int err = set_args(p->tex_features, fa, 10);
     if (err == CL_SUCCESS)
-        err = set_args(p->tex_stats, sa, 4);
+        err = set_args(p->tex_stats, sa, 7);
     if (err == CL_SUCCESS)
         err = set_args(p->tex_standardize, za, 10);
     if (err == CL_SUCCESS)
-        err = set_args(p->tex_init, ia, 7);
+        err = set_args(p->tex_init, ia, 8);
     if (err == CL_SUCCESS)
         err = clEnqueueNDRangeKernel(q, p->tex_features, 1, NULL, &global, &G, 0, NULL, NULL);
     if (err == CL_SUCCESS)
-        err = clEnqueueNDRangeKernel(q, p->tex_stats, 1, NULL, &one, &one, 0, NULL, NULL);
+        err = clEnqueueNDRangeKernel(q, p->tex_stats, 1, NULL, &G, &G, 0, NULL, NULL);
     if (err == CL_SUCCESS)
         err = clEnqueueNDRangeKernel(q, p->tex_standardize, 1, NULL, &global, &G, 0, NULL, NULL);
     if (err == CL_SUCCESS)

@@ -31,7 +31,7 @@
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 #pragma OPENCL FP_CONTRACT OFF
 
-#define INLINE static inline __attribute__((always_inline))
+#define INLINE static inline
 /* private arrays are declared this long; only their first DM entries are used */
 #define MAX_DM 32
 
@@ -526,19 +526,36 @@ __kernel void km_tex_features(__global const float *value, __global const float 
     }
 }
 
-/* One work-item: the partials in group order -> st = valid, mu[3], sd[3], lo,
- * width (standardized feature 0, the initial centroids' intervals). */
-__kernel void km_tex_stats(__global const double *part, ulong groups, int k, __global double *st)
+/* One work-group: the partials (strided sums, then a tree: a fixed order)
+ * -> st = valid, mu[3], sd[3], lo, width (standardized feature 0, the
+ * initial centroids' intervals). scratch: a double per work-item; lo, hi: a
+ * float each. */
+__kernel void km_tex_stats(__global const double *part, ulong groups, int k, __global double *st,
+                           __local double *scratch, __local float *lo_s, __local float *hi_s)
 {
-    if (get_global_id(0))
-        return;
-    double t[TEX_STATS] = {0, 0, 0, 0, 0, 0, 0, INFINITY, -INFINITY};
-    for (ulong g = 0; g < groups; g++) {
-        for (int j = 0; j < 7; j++)
-            t[j] += part[g * TEX_STATS + j];
-        t[7] = fmin(t[7], part[g * TEX_STATS + 7]);
-        t[8] = fmax(t[8], part[g * TEX_STATS + 8]);
+    const int l = get_local_id(0);
+    double t[TEX_STATS];
+    for (int j = 0; j < 7; j++) {
+        double v = 0;
+        for (ulong g = l; g < groups; g += get_local_size(0))
+            v += part[g * TEX_STATS + j];
+        barrier(CLK_LOCAL_MEM_FENCE);
+        scratch[l] = v;
+        tree_sum(scratch);
+        t[j] = scratch[0];
     }
+    float lo = INFINITY, hi = -INFINITY;
+    for (ulong g = l; g < groups; g += get_local_size(0)) {
+        lo = fmin(lo, (float)part[g * TEX_STATS + 7]);
+        hi = fmax(hi, (float)part[g * TEX_STATS + 8]);
+    }
+    lo_s[l] = lo;
+    hi_s[l] = hi;
+    tree_min_max(lo_s, hi_s);
+    if (l)
+        return;
+    t[7] = lo_s[0];
+    t[8] = hi_s[0];
     const double valid = t[6];
     st[0] = valid;
     for (int j = 0; j < 3; j++) {
@@ -548,10 +565,10 @@ __kernel void km_tex_stats(__global const double *part, ulong groups, int k, __g
         st[4 + j] = var > 1e-12 ? sqrt(var) : 1.0;
     }
     /* standardizing is monotonic, so the standardized range is the range's */
-    const float lo = valid > 0 ? (float)((t[7] - st[1]) / st[4]) : 0.0f;
-    const float hi = valid > 0 ? (float)((t[8] - st[1]) / st[4]) : 0.0f;
-    st[7] = lo;
-    st[8] = ((double)hi - (double)lo) / k;
+    const float flo = valid > 0 ? (float)((t[7] - st[1]) / st[4]) : 0.0f;
+    const float fhi = valid > 0 ? (float)((t[8] - st[1]) / st[4]) : 0.0f;
+    st[7] = flo;
+    st[8] = ((double)fhi - (double)flo) / k;
 }
 
 /* Standardizes in place and forms, per group, the interval sums of the
@@ -595,30 +612,35 @@ __kernel void km_tex_standardize(__global float *points, __global const uchar *m
     write_partials(4, acc, cnt, k, 3, 1, red, partial, groups);
 }
 
-/* One work-group: the initial centroids from the interval partials (an empty
- * interval: its middle for feature 0, the mean of all points for the
- * others); the statistics for the host go to out = valid, mu[3], sd[3].
- * all: four doubles. */
+/* One work-group: the initial centroids from the interval partials (each
+ * of the 4k sums strided over the groups, then a tree; an empty interval:
+ * its middle for feature 0, the mean of all points for the others); the
+ * statistics for the host go to out = valid, mu[3], sd[3]. scratch: a
+ * double per work-item; sums: 4k doubles. */
 __kernel void km_tex_init(__global const double *partial, ulong groups, int k, __global const double *st,
-                          __global float *init, __global double *out, __local double *all)
+                          __global float *init, __global double *out, __local double *scratch,
+                          __local double *sums)
 {
     const int l = get_local_id(0);
-    if (l < 4) {
-        double t = 0;
-        for (int c = 0; c < k; c++)
-            for (ulong g = 0; g < groups; g++)
-                t += partial[((ulong)c * 4 + (ulong)l) * groups + g];
-        all[l] = t;
+    for (int p = 0; p < 4 * k; p++) {
+        double v = 0;
+        for (ulong g = l; g < groups; g += get_local_size(0))
+            v += partial[(ulong)p * groups + g];
+        barrier(CLK_LOCAL_MEM_FENCE);
+        scratch[l] = v;
+        tree_sum(scratch);
+        if (l == 0)
+            sums[p] = scratch[0];
     }
     barrier(CLK_LOCAL_MEM_FENCE);
+    double all[4] = {0, 0, 0, 0};
+    for (int c = 0; c < k; c++)
+        for (int f = 0; f < 4; f++)
+            all[f] += sums[c * 4 + f];
     const double lo = st[7], width = st[8];
     for (int j = l; j < 3 * k; j += get_local_size(0)) {
         const int c = j / 3, f = j % 3;
-        double s = 0, cnt = 0;
-        for (ulong g = 0; g < groups; g++) {
-            s += partial[((ulong)c * 4 + (ulong)f) * groups + g];
-            cnt += partial[((ulong)c * 4 + 3) * groups + g];
-        }
+        const double s = sums[c * 4 + f], cnt = sums[c * 4 + 3];
         float v;
         if (cnt > 0)
             v = (float)(s / cnt);
