@@ -1,8 +1,10 @@
-/* dakit-opencl kmeans: the Lloyd loop of dakit/kmeans.h as a sequence of
- * kernels per iteration (kmeans.cl says which). The iterations are enqueued
- * in batches without waiting; the kernels of an iteration after convergence
- * see the device's stop flag and return at once, so the host reads the flag
- * only between batches, not after every iteration. */
+/* dakit-opencl kmeans: the Lloyd loop of dakit/kmeans.h as two kernels per
+ * iteration (kmeans.cl says which), and the texture features of the radar
+ * pipeline. The iterations are enqueued without waiting; with tol > 0 the
+ * host looks at the device's stop flag between batches of them (the
+ * kernels of an iteration after convergence do nothing), with tol <= 0 not
+ * at all. One blocking read at the end brings the result. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,23 +12,33 @@
 
 #include "kmeans_cl.h"
 
-/* Iterations enqueued before the host looks at the stop flag. */
+/* Iterations enqueued before the host looks at the stop flag (tol > 0). */
 #define BATCH 8
-/* At most this many assignment groups: their partial sums stay small
- * (groups * k * (d + 1) doubles) while the device stays full. */
-#define MAX_GROUPS 1024
-
+/* Work-group size of the point kernels: at least k (one work-item per
+ * cluster and slice of a tile in the partial sums). */
+#define GROUP 256
+/* Assignment groups per compute unit: enough to hide memory latency, few
+ * enough that the partials stay small (groups * k * (d + 1) doubles). */
+#define GROUPS_PER_CU 8
+#define TEX_GROUPS_PER_CU 4
+#define TEX_STATS 9
 
 typedef struct kmeans_plan {
     dk_opencl_device *dev;
     dk_kmeans_setup s;
     cl_mem shape;          /* see shape_of in kmeans.cl */
-    cl_kernel first, assign, reduce, update, objective;
-    size_t group;          /* work-group size, a power of two */
+    cl_kernel first, assign, update, objective;
+    cl_kernel tex_planes, tex_features, tex_stats, tex_standardize, tex_init; /* texture plans only */
+    int dm;                /* d rounded up to 4, 8, 16 or 32 */
+    size_t group;          /* work-group size, a power of two >= k */
     size_t groups;         /* assignment groups */
-    cl_ulong chunk;        /* points per assignment group */
+    size_t update_group;   /* km_update's work-group size */
+    int tile, tile_w;      /* points per tile; with contiguity its width in pixels */
+    size_t halo_bytes;
+    size_t tex_groups;
     cl_mem lab[2];         /* contiguity: previous and current labels */
-    cl_mem C, partial, total, state, move, obj;
+    cl_mem C, partial, state, move2, obj;
+    cl_mem tex_part, tex_st, tex_partial, tex_out;
 } kmeans_plan;
 
 static void release(cl_mem m)
@@ -40,19 +52,15 @@ static void plan_destroy(void *handle)
     kmeans_plan *p = handle;
     if (!p)
         return;
-    cl_kernel ks[] = {p->first, p->assign, p->reduce, p->update, p->objective};
+    cl_kernel ks[] = {p->first,      p->assign,       p->update,    p->objective,       p->tex_planes,
+                      p->tex_features, p->tex_stats, p->tex_standardize, p->tex_init};
     for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++)
         if (ks[i])
             clReleaseKernel(ks[i]);
-    release(p->lab[0]);
-    release(p->lab[1]);
-    release(p->C);
-    release(p->partial);
-    release(p->total);
-    release(p->state);
-    release(p->move);
-    release(p->obj);
-    release(p->shape);
+    cl_mem ms[] = {p->lab[0],   p->lab[1],  p->C,           p->partial, p->state, p->move2,
+                   p->obj,      p->shape,   p->tex_part,    p->tex_st,  p->tex_partial, p->tex_out};
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
+        release(ms[i]);
     free(p);
 }
 
@@ -82,6 +90,58 @@ static dk_status program(dk_opencl_device *dev, cl_program *out, dk_msg *msg)
     return st;
 }
 
+static size_t pow2_below(size_t v)
+{
+    size_t p = 1;
+    while (p * 2 <= v)
+        p *= 2;
+    return p;
+}
+
+/* Work-group size and tile of the assignment: GROUP work-items (fewer where
+ * the kernels allow fewer, but never fewer than k), and the largest
+ * power-of-two tile whose local memory fits the device. */
+static dk_status size_groups(kmeans_plan *p, cl_kernel *ks, int nk, dk_msg *msg)
+{
+    dk_opencl_device *dev = p->dev;
+    const dk_kmeans_desc *d = &p->s.desc;
+    size_t group = GROUP;
+    for (int i = 0; i < nk; i++) {
+        size_t most = 0;
+        if (clGetKernelWorkGroupInfo(ks[i], dev->id, CL_KERNEL_WORK_GROUP_SIZE, sizeof most, &most, NULL) ==
+                CL_SUCCESS &&
+            most < group)
+            group = most;
+    }
+    group = pow2_below(group);
+    if (group < (size_t)d->k) {
+        dk_msg_set(msg, "opencl kmeans: %s runs work-groups of at most %zu work-items; the partial sums need "
+                        "one per cluster (k = %d); use another backend",
+                   dev->name, group, d->k);
+        return DK_ERR_NOT_IMPLEMENTED;
+    }
+    p->group = group;
+    cl_ulong local = 0;
+    clGetDeviceInfo(dev->id, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local, &local, NULL);
+    const int r = d->window / 2;
+    /* besides the tile: centroids, the reduction, the flag and some slack */
+    const size_t fixed = (size_t)d->k * p->dm * sizeof(float) + group * sizeof(double) + 256;
+    for (size_t t = group; t >= 1; t /= 2) {
+        size_t tw = t < 32 ? t : 32, th = t / tw;
+        size_t halo = p->s.contiguity ? (th + 2 * r) * (tw + 2 * r) * sizeof(cl_short) : 0;
+        size_t need = fixed + t * ((p->dm + 1) * sizeof(float) + sizeof(cl_int)) + halo;
+        if (need <= local) {
+            p->tile = (int)t;
+            p->tile_w = (int)tw;
+            p->halo_bytes = halo ? halo : sizeof(cl_short);
+            return DK_OK;
+        }
+    }
+    dk_msg_set(msg, "opencl kmeans: %s has %llu bytes of local memory, too few for the centroids (k = %d, d = %d)",
+               dev->name, (unsigned long long)local, d->k, d->d);
+    return DK_ERR_NOT_IMPLEMENTED;
+}
+
 static dk_status plan_create(void *device, const dk_kmeans_setup *setup, void **out, dk_msg *msg)
 {
     dk_opencl_device *dev = device;
@@ -97,37 +157,49 @@ static dk_status plan_create(void *device, const dk_kmeans_setup *setup, void **
     p->dev = dev;
     p->s = *setup;
     const dk_kmeans_desc *d = &setup->desc;
+    p->dm = d->d <= 4 ? 4 : d->d <= 8 ? 8 : d->d <= 16 ? 16 : 32;
+    const int texture = d->layout == DK_KMEANS_FEATURE_MAJOR && d->d == DK_KMEANS_TEXTURE_D && d->rows;
 
+    char names[3][32];
+    snprintf(names[0], sizeof names[0], "km_first_labels_%d", p->dm);
+    snprintf(names[1], sizeof names[1], "km_assign_%d", p->dm);
+    snprintf(names[2], sizeof names[2], "km_objective_%d", p->dm);
     struct {
         cl_kernel *k;
         const char *name;
-    } kernels[] = {{&p->first, "km_first_labels"}, {&p->assign, "km_assign"},
-                   {&p->reduce, "km_reduce"},      {&p->update, "km_update"},
-                   {&p->objective, "km_objective"}};
-    size_t group = 256;
-    for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++) {
+    } kernels[] = {{&p->first, names[0]},
+                   {&p->assign, names[1]},
+                   {&p->objective, names[2]},
+                   {&p->update, "km_update"},
+                   {&p->tex_planes, "km_tex_planes"},
+                   {&p->tex_features, "km_tex_features"},
+                   {&p->tex_stats, "km_tex_stats"},
+                   {&p->tex_standardize, "km_tex_standardize"},
+                   {&p->tex_init, "km_tex_init"}};
+    const int nkernels = texture ? 9 : 4;
+    cl_kernel sized[9];
+    for (int i = 0; i < nkernels; i++) {
         cl_int err;
         *kernels[i].k = clCreateKernel(prog, kernels[i].name, &err);
         CL_TRY_GOTO(err, fail, "kmeans: creating kernel %s", kernels[i].name);
-        size_t most = 0;
-        if (clGetKernelWorkGroupInfo(*kernels[i].k, dev->id, CL_KERNEL_WORK_GROUP_SIZE,
-                                     sizeof most, &most, NULL) == CL_SUCCESS &&
-            most < group)
-            group = most;
+        sized[i] = *kernels[i].k;
     }
-    /* the tree sums want a power of two */
-    size_t pow2 = 1;
-    while (pow2 * 2 <= group)
-        pow2 *= 2;
-    p->group = pow2;
+    if ((st = size_groups(p, sized, nkernels, msg)) != DK_OK)
+        goto fail;
 
-    /* a few points per work-item at least, and no more groups than
-     * MAX_GROUPS */
-    size_t chunk = p->group * 4;
-    if ((d->n + chunk - 1) / chunk > MAX_GROUPS)
-        chunk = (d->n + MAX_GROUPS - 1) / MAX_GROUPS;
-    p->chunk = chunk;
-    p->groups = (d->n + chunk - 1) / chunk;
+    size_t tiles;
+    if (setup->contiguity) {
+        size_t th = (size_t)(p->tile / p->tile_w);
+        tiles = ((d->cols + p->tile_w - 1) / p->tile_w) * ((d->rows + th - 1) / th);
+    } else {
+        tiles = (d->n + p->tile - 1) / p->tile;
+    }
+    size_t most = (size_t)(dev->compute_units ? dev->compute_units : 1) * GROUPS_PER_CU;
+    p->groups = tiles < most ? tiles : most;
+    p->update_group = 1;
+    while (p->update_group < p->groups && p->update_group < p->group)
+        p->update_group *= 2;
+    p->tex_groups = (size_t)(dev->compute_units ? dev->compute_units : 1) * TEX_GROUPS_PER_CU;
 
     const size_t kd = (size_t)d->k * d->d, pairs = (size_t)d->k * (d->d + 1);
     struct {
@@ -136,18 +208,26 @@ static dk_status plan_create(void *device, const dk_kmeans_setup *setup, void **
         const char *what;
     } buffers[] = {{&p->C, kd * sizeof(float), "centroids"},
                    {&p->partial, p->groups * pairs * sizeof(double), "partial sums"},
-                   {&p->total, pairs * sizeof(double), "sums"},
                    {&p->state, 2 * sizeof(cl_int), "state"},
-                   {&p->move, sizeof(double), "move"},
+                   {&p->move2, kd * sizeof(double), "moves"},
                    {&p->obj, 2 * p->groups * sizeof(double), "objective partials"},
-                   /* the last two only with contiguity */
+                   /* contiguity only */
                    {&p->lab[0], d->n * sizeof(cl_int), "labels"},
-                   {&p->lab[1], d->n * sizeof(cl_int), "labels"}};
-    size_t nbuffers = sizeof buffers / sizeof buffers[0] - (setup->contiguity ? 0 : 2);
-    for (size_t i = 0; i < nbuffers; i++)
+                   {&p->lab[1], d->n * sizeof(cl_int), "labels"},
+                   /* texture plans only */
+                   {&p->tex_part, p->tex_groups * TEX_STATS * sizeof(double), "texture statistics"},
+                   {&p->tex_st, 16 * sizeof(double), "texture statistics"},
+                   {&p->tex_partial, p->tex_groups * (size_t)d->k * 4 * sizeof(double), "texture interval sums"},
+                   {&p->tex_out, 8 * sizeof(double), "texture statistics"}};
+    for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++) {
+        if ((i == 5 || i == 6) && !setup->contiguity)
+            continue;
+        if (i >= 7 && !texture)
+            continue;
         if ((st = dk_opencl_alloc(dev, buffers[i].bytes, NULL, buffers[i].m, msg,
                                   "kmeans: allocating the plan's %s", buffers[i].what)) != DK_OK)
             goto fail;
+    }
     cl_float lambda = (cl_float)d->lambda;
     cl_uint lambda_bits;
     memcpy(&lambda_bits, &lambda, sizeof lambda_bits);
@@ -168,6 +248,21 @@ fail:
     return st;
 }
 
+/* Sets args[0..count) of k in order; NULL sizes mark local memory of that
+ * many bytes. */
+typedef struct {
+    size_t size;
+    const void *value;
+} karg;
+
+static cl_int set_args(cl_kernel k, const karg *args, int count)
+{
+    cl_int err = CL_SUCCESS;
+    for (int i = 0; i < count && err == CL_SUCCESS; i++)
+        err = clSetKernelArg(k, (cl_uint)i, args[i].size, args[i].value);
+    return err;
+}
+
 static dk_status execute(void *handle, const void *points, const void *mask_, const void *init,
                          void *labels_, void *centroids, dk_kmeans_result *res, dk_msg *msg)
 {
@@ -179,120 +274,123 @@ static dk_status execute(void *handle, const void *points, const void *mask_, co
     cl_mem mask = mask_ ? (cl_mem)mask_ : X; /* never read when has_mask is 0 */
     cl_int has_mask = mask_ != NULL;
     const size_t kd = (size_t)d->k * d->d;
-    const cl_int pairs = d->k * (d->d + 1);
-    const size_t G = p->group;
-    const size_t wide = p->groups * G; /* global size of the point kernels */
+    const size_t G = p->group, UG = p->update_group;
+    const size_t wide = p->groups * G, update_global = kd * UG;
+    /* 16-byte loads: point-major rows of a multiple of 4 floats (buffers
+     * start aligned far beyond 16 bytes) */
+    cl_int vec4 = p->s.stride_feature == 1 && p->s.stride_point % 4 == 0 && d->d % 4 == 0;
+    const cl_ulong groups = p->groups;
+    const size_t cs_bytes = (size_t)d->k * p->dm * sizeof(float);
     dk_status st = dk_opencl_enter(dev, msg);
     if (st != DK_OK)
         return st;
+    cl_int zero = 0;
     cl_int err = clEnqueueCopyBuffer(q, (cl_mem)init, p->C, 0, 0, kd * sizeof(float), 0, NULL, NULL);
-    cl_int zero[2] = {0, 0};
     if (err == CL_SUCCESS)
-        err = clEnqueueWriteBuffer(q, p->state, CL_FALSE, 0, sizeof zero, zero, 0, NULL, NULL);
+        err = clEnqueueFillBuffer(q, p->state, &zero, sizeof zero, 0, 2 * sizeof zero, 0, NULL, NULL);
     CL_TRY(err, "kmeans: setting up the iterations");
 
     if (p->s.contiguity) {
-        cl_kernel k = p->first;
-        err = clSetKernelArg(k, 0, sizeof X, &X);
-        err |= clSetKernelArg(k, 1, sizeof mask, &mask);
-        err |= clSetKernelArg(k, 2, sizeof has_mask, &has_mask);
-        err |= clSetKernelArg(k, 3, sizeof p->C, &p->C);
-        err |= clSetKernelArg(k, 4, sizeof p->lab[0], &p->lab[0]);
-        err |= clSetKernelArg(k, 5, sizeof p->shape, &p->shape);
-        err |= clSetKernelArg(k, 6, kd * sizeof(float), NULL);
+        karg a[] = {{sizeof X, &X},       {sizeof mask, &mask},     {sizeof has_mask, &has_mask},
+                    {sizeof p->C, &p->C}, {sizeof p->lab[0], &p->lab[0]}, {sizeof p->shape, &p->shape},
+                    {sizeof vec4, &vec4}, {cs_bytes, NULL}};
+        err = set_args(p->first, a, 8);
         if (err == CL_SUCCESS)
-            err = clEnqueueNDRangeKernel(q, k, 1, NULL, &wide, &G, 0, NULL, NULL);
+            err = clEnqueueNDRangeKernel(q, p->first, 1, NULL, &wide, &G, 0, NULL, NULL);
         CL_TRY(err, "kmeans: the first labels");
     }
 
-    cl_kernel a = p->assign, r = p->reduce, u = p->update;
-    cl_ulong groups = p->groups;
-    err = clSetKernelArg(a, 0, sizeof X, &X);
-    err |= clSetKernelArg(a, 1, sizeof mask, &mask);
-    err |= clSetKernelArg(a, 2, sizeof has_mask, &has_mask);
-    err |= clSetKernelArg(a, 3, sizeof p->C, &p->C);
-    err |= clSetKernelArg(a, 6, sizeof p->partial, &p->partial);
-    err |= clSetKernelArg(a, 7, sizeof p->state, &p->state);
-    err |= clSetKernelArg(a, 8, sizeof p->shape, &p->shape);
-    err |= clSetKernelArg(a, 9, sizeof p->chunk, &p->chunk);
-    err |= clSetKernelArg(a, 10, kd * sizeof(float), NULL);
-    err |= clSetKernelArg(r, 0, sizeof p->partial, &p->partial);
-    err |= clSetKernelArg(r, 1, sizeof p->total, &p->total);
-    err |= clSetKernelArg(r, 2, sizeof p->state, &p->state);
-    err |= clSetKernelArg(r, 3, sizeof groups, &groups);
-    err |= clSetKernelArg(r, 4, sizeof pairs, &pairs);
-    err |= clSetKernelArg(r, 5, G * sizeof(double), NULL);
-    err |= clSetKernelArg(u, 0, sizeof p->total, &p->total);
-    err |= clSetKernelArg(u, 1, sizeof p->C, &p->C);
-    err |= clSetKernelArg(u, 2, sizeof p->state, &p->state);
-    err |= clSetKernelArg(u, 3, sizeof p->move, &p->move);
-    err |= clSetKernelArg(u, 4, sizeof d->tol, &d->tol);
-    err |= clSetKernelArg(u, 5, sizeof p->shape, &p->shape);
-    err |= clSetKernelArg(u, 6, (size_t)d->k * sizeof(double), NULL);
+    cl_int tile = p->tile, tile_w = p->tile_w, t0 = 0;
+    karg aa[] = {{sizeof X, &X},
+                 {sizeof mask, &mask},
+                 {sizeof has_mask, &has_mask},
+                 {sizeof p->C, &p->C},
+                 {sizeof labels, &labels}, /* prev and cur: set per iteration */
+                 {sizeof labels, &labels},
+                 {sizeof p->partial, &p->partial},
+                 {sizeof p->state, &p->state},
+                 {sizeof p->move2, &p->move2},
+                 {sizeof p->shape, &p->shape},
+                 {sizeof t0, &t0},
+                 {sizeof d->tol, &d->tol},
+                 {sizeof vec4, &vec4},
+                 {sizeof tile, &tile},
+                 {sizeof tile_w, &tile_w},
+                 {cs_bytes, NULL},
+                 {(size_t)tile * (p->dm + 1) * sizeof(float), NULL},
+                 {(size_t)tile * sizeof(cl_int), NULL},
+                 {p->halo_bytes, NULL},
+                 {G * sizeof(double), NULL}};
+    karg ua[] = {{sizeof p->partial, &p->partial}, {sizeof groups, &groups},       {sizeof p->C, &p->C},
+                 {sizeof p->state, &p->state},     {sizeof p->move2, &p->move2},   {sizeof p->shape, &p->shape},
+                 {UG * sizeof(double), NULL},      {UG * sizeof(double), NULL}};
+    err = set_args(p->assign, aa, 20);
+    if (err == CL_SUCCESS)
+        err = set_args(p->update, ua, 8);
     CL_TRY(err, "kmeans: setting the kernels' arguments");
 
-    const size_t reduce_global = (size_t)pairs * G;
     cl_int state[2] = {0, 0};
-    for (int t = 0; t < d->max_iters; t++) {
+    for (cl_int t = 0; t < d->max_iters; t++) {
         cl_mem prev = p->s.contiguity ? p->lab[t & 1] : labels;
         cl_mem cur = p->s.contiguity ? p->lab[(t + 1) & 1] : labels;
-        err = clSetKernelArg(a, 4, sizeof prev, &prev);
-        err |= clSetKernelArg(a, 5, sizeof cur, &cur);
+        err = clSetKernelArg(p->assign, 4, sizeof prev, &prev);
+        err |= clSetKernelArg(p->assign, 5, sizeof cur, &cur);
+        err |= clSetKernelArg(p->assign, 10, sizeof t, &t);
         if (err == CL_SUCCESS)
-            err = clEnqueueNDRangeKernel(q, a, 1, NULL, &wide, &G, 0, NULL, NULL);
+            err = clEnqueueNDRangeKernel(q, p->assign, 1, NULL, &wide, &G, 0, NULL, NULL);
         if (err == CL_SUCCESS)
-            err = clEnqueueNDRangeKernel(q, r, 1, NULL, &reduce_global, &G, 0, NULL, NULL);
-        if (err == CL_SUCCESS)
-            err = clEnqueueNDRangeKernel(q, u, 1, NULL, &G, &G, 0, NULL, NULL);
+            err = clEnqueueNDRangeKernel(q, p->update, 1, NULL, &update_global, &UG, 0, NULL, NULL);
         CL_TRY(err, "kmeans: enqueueing an iteration");
-        if ((t + 1) % BATCH == 0 || t + 1 == d->max_iters) {
+        if (d->tol > 0 && (t + 1) % BATCH == 0 && t + 1 < d->max_iters) {
             err = clEnqueueReadBuffer(q, p->state, CL_TRUE, 0, sizeof state, state, 0, NULL, NULL);
             CL_TRY(err, "kmeans: running the iterations");
             if (state[1])
                 break;
         }
     }
-    const int it = state[0];
 
-    if (p->s.contiguity) {
-        err = clEnqueueCopyBuffer(q, p->lab[it & 1], labels, 0, 0, d->n * sizeof(cl_int), 0, NULL,
-                                  NULL);
-        CL_TRY(err, "kmeans: copying the final labels");
-    }
-    cl_kernel o = p->objective;
-    err = clSetKernelArg(o, 0, sizeof X, &X);
-    err |= clSetKernelArg(o, 1, sizeof labels, &labels);
-    err |= clSetKernelArg(o, 2, sizeof p->C, &p->C);
-    err |= clSetKernelArg(o, 3, sizeof p->obj, &p->obj);
-    err |= clSetKernelArg(o, 4, sizeof p->shape, &p->shape);
-    err |= clSetKernelArg(o, 5, kd * sizeof(float), NULL);
-    err |= clSetKernelArg(o, 6, G * sizeof(double), NULL);
+    cl_mem lab0 = p->s.contiguity ? p->lab[0] : labels, lab1 = p->s.contiguity ? p->lab[1] : labels;
+    karg oa[] = {{sizeof X, &X},           {sizeof lab0, &lab0},       {sizeof lab1, &lab1},
+                 {sizeof labels, &labels}, {sizeof p->C, &p->C},       {sizeof p->obj, &p->obj},
+                 {sizeof p->state, &p->state}, {sizeof p->shape, &p->shape}, {sizeof vec4, &vec4},
+                 {cs_bytes, NULL},         {G * sizeof(double), NULL}};
+    err = set_args(p->objective, oa, 11);
     if (err == CL_SUCCESS)
-        err = clEnqueueNDRangeKernel(q, o, 1, NULL, &wide, &G, 0, NULL, NULL);
+        err = clEnqueueNDRangeKernel(q, p->objective, 1, NULL, &wide, &G, 0, NULL, NULL);
     if (err == CL_SUCCESS)
-        err = clEnqueueCopyBuffer(q, p->C, (cl_mem)centroids, 0, 0, kd * sizeof(float), 0, NULL,
-                                  NULL);
-    double *obj = malloc(2 * p->groups * sizeof *obj);
-    if (!obj) {
+        err = clEnqueueCopyBuffer(q, p->C, (cl_mem)centroids, 0, 0, kd * sizeof(float), 0, NULL, NULL);
+    double *host = malloc((2 * p->groups + kd) * sizeof *host);
+    if (!host) {
+        clFinish(q);
         dk_msg_set(msg, "opencl kmeans: out of host memory");
         return DK_ERR_OUT_OF_MEMORY;
     }
-    double move = 0;
+    double *obj = host, *move2 = host + 2 * p->groups;
+    /* in-order queue: the last, blocking read finds the others done */
     if (err == CL_SUCCESS)
-        err = clEnqueueReadBuffer(q, p->obj, CL_TRUE, 0, 2 * p->groups * sizeof *obj, obj, 0,
-                                  NULL, NULL);
+        err = clEnqueueReadBuffer(q, p->state, CL_FALSE, 0, sizeof state, state, 0, NULL, NULL);
     if (err == CL_SUCCESS)
-        err = clEnqueueReadBuffer(q, p->move, CL_TRUE, 0, sizeof move, &move, 0, NULL, NULL);
-    double total = 0, valid = 0;
+        err = clEnqueueReadBuffer(q, p->move2, CL_FALSE, 0, kd * sizeof *move2, move2, 0, NULL, NULL);
+    if (err == CL_SUCCESS)
+        err = clEnqueueReadBuffer(q, p->obj, CL_TRUE, 0, 2 * p->groups * sizeof *obj, obj, 0, NULL, NULL);
+    else
+        clFinish(q);
+    double total = 0, valid = 0, mx = 0;
     for (size_t g = 0; err == CL_SUCCESS && g < p->groups; g++) {
         total += obj[2 * g];
         valid += obj[2 * g + 1];
     }
-    free(obj);
+    for (int c = 0; err == CL_SUCCESS && c < d->k; c++) {
+        double m2 = 0;
+        for (int f = 0; f < d->d; f++)
+            m2 += move2[(size_t)c * d->d + f];
+        mx = m2 > mx ? m2 : mx;
+    }
+    free(host);
     CL_TRY(err, "kmeans: the objective");
-    res->iterations = it;
+    res->iterations = state[0];
     res->objective = total;
-    res->last_move = move;
+    res->last_move = sqrt(mx);
     res->valid = (size_t)valid;
     /* the kernels run back to back with no timestamps between them: the
      * split is not measured here */
@@ -301,11 +399,100 @@ static dk_status execute(void *handle, const void *points, const void *mask_, co
     return DK_OK;
 }
 
-static const char *const variants[] = {"batched", NULL};
+/* The device entered, for a plan that makes texture features. */
+static dk_status texture_enter(const kmeans_plan *p, dk_msg *msg)
+{
+    if (!p->tex_planes) {
+        dk_msg_set(msg, "opencl kmeans: this plan makes no texture features");
+        return DK_ERR_INVALID_ARGUMENT;
+    }
+    return dk_opencl_enter(p->dev, msg);
+}
+
+static dk_status texture_planes(void *handle, const void *value_, void *planes_, dk_msg *msg)
+{
+    kmeans_plan *p = handle;
+    dk_opencl_device *dev = p->dev;
+    dk_status st = texture_enter(p, msg);
+    if (st != DK_OK)
+        return st;
+    cl_mem value = (cl_mem)value_, planes = (cl_mem)planes_;
+    cl_ulong n = p->s.desc.n;
+    const size_t G = p->group, global = p->tex_groups * G;
+    karg a[] = {{sizeof value, &value}, {sizeof planes, &planes}, {sizeof n, &n}};
+    cl_int err = set_args(p->tex_planes, a, 3);
+    if (err == CL_SUCCESS)
+        err = clEnqueueNDRangeKernel(dev->queue, p->tex_planes, 1, NULL, &global, &G, 0, NULL, NULL);
+    CL_TRY(err, "kmeans: the texture planes");
+    return dk_opencl_finish(dev, DK_OPENCL_MAY_QUEUE, msg, "kmeans: the texture planes");
+}
+
+static dk_status texture_features(void *handle, const void *value_, const void *smoothed_, double min_value,
+                                  void *points_, void *mask_, void *init_, dk_kmeans_texture_stats *stats,
+                                  dk_msg *msg)
+{
+    kmeans_plan *p = handle;
+    dk_opencl_device *dev = p->dev;
+    dk_status st = texture_enter(p, msg);
+    if (st != DK_OK)
+        return st;
+    cl_command_queue q = dev->queue;
+    cl_mem value = (cl_mem)value_, smoothed = (cl_mem)smoothed_, points = (cl_mem)points_, mask = (cl_mem)mask_,
+           init = (cl_mem)init_;
+    cl_ulong n = p->s.desc.n, groups = p->tex_groups;
+    cl_int k = p->s.desc.k, tile = (cl_int)p->group;
+    const size_t G = p->group, global = p->tex_groups * G;
+    /* min_value compared in float, as z is: the float nearest at or above */
+    cl_float minf = (cl_float)min_value;
+    if ((double)minf < min_value)
+        minf = nextafterf(minf, INFINITY);
+    karg fa[] = {{sizeof value, &value}, {sizeof smoothed, &smoothed}, {sizeof minf, &minf},
+                 {sizeof points, &points}, {sizeof mask, &mask},       {sizeof p->tex_part, &p->tex_part},
+                 {sizeof n, &n},           {G * sizeof(double), NULL}, {G * sizeof(float), NULL},
+                 {G * sizeof(float), NULL}};
+    karg sa[] = {{sizeof p->tex_part, &p->tex_part}, {sizeof groups, &groups}, {sizeof k, &k},
+                 {sizeof p->tex_st, &p->tex_st},       {G * sizeof(double), NULL}, {G * sizeof(float), NULL},
+                 {G * sizeof(float), NULL}};
+    karg za[] = {{sizeof points, &points}, {sizeof mask, &mask},  {sizeof p->tex_st, &p->tex_st},
+                 {sizeof p->tex_partial, &p->tex_partial}, {sizeof k, &k}, {sizeof n, &n}, {sizeof tile, &tile},
+                 {G * 5 * sizeof(float), NULL}, {G * sizeof(cl_int), NULL}, {G * sizeof(double), NULL}};
+    karg ia[] = {{sizeof p->tex_partial, &p->tex_partial}, {sizeof groups, &groups}, {sizeof k, &k},
+                 {sizeof p->tex_st, &p->tex_st}, {sizeof init, &init}, {sizeof p->tex_out, &p->tex_out},
+                 {G * sizeof(double), NULL}, {4 * (size_t)k * sizeof(double), NULL}};
+    cl_int err = set_args(p->tex_features, fa, 10);
+    if (err == CL_SUCCESS)
+        err = set_args(p->tex_stats, sa, 7);
+    if (err == CL_SUCCESS)
+        err = set_args(p->tex_standardize, za, 10);
+    if (err == CL_SUCCESS)
+        err = set_args(p->tex_init, ia, 8);
+    if (err == CL_SUCCESS)
+        err = clEnqueueNDRangeKernel(q, p->tex_features, 1, NULL, &global, &G, 0, NULL, NULL);
+    if (err == CL_SUCCESS)
+        err = clEnqueueNDRangeKernel(q, p->tex_stats, 1, NULL, &G, &G, 0, NULL, NULL);
+    if (err == CL_SUCCESS)
+        err = clEnqueueNDRangeKernel(q, p->tex_standardize, 1, NULL, &global, &G, 0, NULL, NULL);
+    if (err == CL_SUCCESS)
+        err = clEnqueueNDRangeKernel(q, p->tex_init, 1, NULL, &G, &G, 0, NULL, NULL);
+    double r[7];
+    if (err == CL_SUCCESS)
+        err = clEnqueueReadBuffer(q, p->tex_out, CL_TRUE, 0, sizeof r, r, 0, NULL, NULL);
+    CL_TRY(err, "kmeans: the texture features");
+    stats->valid = (size_t)r[0];
+    for (int j = 0; j < DK_KMEANS_TEXTURE_D; j++) {
+        stats->mean[j] = r[1 + j];
+        stats->sd[j] = r[4 + j];
+    }
+    return DK_OK;
+}
+
+static const char *const variants[] = {"tiled", NULL};
 
 const dk_kmeans_ops dk_opencl_kmeans_ops = {
     .variants = variants,
     .plan_create = plan_create,
     .execute = execute,
     .plan_destroy = plan_destroy,
+    .texture_planes = texture_planes,
+    .texture_features = texture_features,
 };

@@ -1,25 +1,39 @@
 /* dakit-opencl kmeans kernels: the definition of dakit/kmeans.h.
  *
- * One Lloyd iteration is three launches, enqueued without waiting:
- *   km_assign  a work-group takes a contiguous chunk of points; each
- *              work-item labels points of it (centroids in local memory),
- *              then the group forms its partial sums (double) of every
- *              (cluster, feature) pair and the counts from the labels it
- *              just wrote: one pair per work-item at a time, no atomics, so
- *              the sums do not depend on scheduling;
- *   km_reduce  one work-group per pair sums the groups' partials by a tree
- *              in local memory;
- *   km_update  one work-group forms the new centroids (the old one for an
- *              empty cluster), the largest move and the stop flag.
- * Every kernel first reads state[1] (done) and does nothing when it is
- * set, so the host can enqueue iterations ahead and look at the flag only
- * now and then. (Nothing returns early: every work-item still passes every
- * barrier, which PoCL's work-group loops require.) Distances and costs are float with contraction off, as in the
- * reference. */
+ * One Lloyd iteration is two launches, enqueued without waiting:
+ *   km_assign_DM  each work-group takes tiles of points (T contiguous points,
+ *                 or with contiguity a TH x TW block of pixels whose window
+ *                 labels it stages in local memory first). Each work-item
+ *                 labels one point of the tile (centroids in local memory,
+ *                 rows padded to DM floats with zeros) and leaves its label
+ *                 and features in local memory; then work-item (c, s) adds
+ *                 the points of slice s of the tile that carry label c to
+ *                 its own private sums (double). After its last tile the
+ *                 group sums the slices in a fixed order and writes one
+ *                 partial per (cluster, feature or count) pair: no atomics,
+ *                 so the sums do not depend on scheduling.
+ *   km_update     one work-group per (cluster, feature) sums that pair's
+ *                 partials over the groups (pair-major, read coalesced),
+ *                 writes the new coordinate (the old one for an empty
+ *                 cluster) and its squared move; group 0 counts the
+ *                 iteration (state[0]).
+ * The convergence test of iteration t is made at the start of iteration
+ * t + 1 from the moves, when tol > 0; a group that finds it met sets the stop
+ * flag (state[1]), and every kernel after that does nothing, so the host can
+ * enqueue iterations ahead and look at the flag only now and then. (Nothing
+ * returns early: every work-item still passes every barrier, which PoCL's
+ * work-group loops require.)
+ * DM is the feature count rounded up to 4, 8, 16 or 32; the kernels are
+ * instantiated once per DM so that points and sums live in registers.
+ * Distances and costs are float with contraction off, rounded operation by
+ * operation as the reference rounds them; the zero padding adds exact
+ * zeros. */
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 #pragma OPENCL FP_CONTRACT OFF
 
-#define MAX_D 32
+#define INLINE static inline
+/* private arrays are declared this long; only their first DM entries are used */
+#define MAX_DM 32
 
 typedef struct {
     ulong n, sp, sf, rows, cols;
@@ -30,7 +44,7 @@ typedef struct {
 /* The shape travels in a small buffer of ulongs (n, sp, sf, rows, cols, d,
  * k, window, contig, lambda's bits) rather than as a struct argument, whose
  * passing by value some drivers get wrong. */
-static km_shape shape_of(__global const ulong *v)
+INLINE km_shape shape_of(__global const ulong *v)
 {
     km_shape s;
     s.n = v[0];
@@ -46,64 +60,103 @@ static km_shape shape_of(__global const ulong *v)
     return s;
 }
 
-static float distance2(const float *x, __local const float *c, int d)
+/* Work-item 0's verdict, the same in every work-item. */
+INLINE int broadcast(int v, __local int *slot)
+{
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (get_local_id(0) == 0)
+        *slot = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return *slot;
+}
+
+/* The centroids into local memory, rows padded to DM floats with zeros. */
+INLINE void stage_centroids(const int DM, __global const float *C, __local float *Cs, int k, int d)
+{
+    for (int j = get_local_id(0); j < k * DM; j += get_local_size(0))
+        Cs[j] = j % DM < d ? C[j / DM * d + j % DM] : 0.0f;
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+
+/* Point i's features (zeros past d); 16-byte loads where the rows allow
+ * (vec4: point-major, d and the row stride multiples of 4). */
+INLINE void load_point(const int DM, __global const float *X, ulong i, km_shape s, int vec4, float *x)
+{
+    if (vec4) {
+#pragma unroll
+        for (int q = 0; q < DM / 4; q++) {
+            const float4 v = 4 * q < s.d ? ((__global const float4 *)(X + i * s.sp))[q] : (float4)(0.0f);
+            x[4 * q] = v.x;
+            x[4 * q + 1] = v.y;
+            x[4 * q + 2] = v.z;
+            x[4 * q + 3] = v.w;
+        }
+        return;
+    }
+#pragma unroll
+    for (int f = 0; f < DM; f++)
+        x[f] = f < s.d ? X[i * s.sp + (ulong)f * s.sf] : 0.0f;
+}
+
+/* The reference's squared distance to the padded row c (16-byte reads). */
+INLINE float distance2(const int DM, const float *x, __local const float4 *c)
 {
     float dist = 0.0f;
-    for (int f = 0; f < d; f++) {
-        float diff = x[f] - c[f];
-        dist += diff * diff;
+#pragma unroll
+    for (int q = 0; q < DM / 4; q++) {
+        const float4 v = c[q];
+        float t = x[4 * q] - v.x;
+        dist += t * t;
+        t = x[4 * q + 1] - v.y;
+        dist += t * t;
+        t = x[4 * q + 2] - v.z;
+        dist += t * t;
+        t = x[4 * q + 3] - v.w;
+        dist += t * t;
     }
     return dist;
 }
 
-static void load_point(__global const float *X, ulong i, km_shape s, float *x)
+/* Nearest centroid by the plain cost, ties to the lowest index. */
+INLINE int nearest(const int DM, const float *x, __local const float4 *Cs, int k)
 {
-    for (int f = 0; f < s.d; f++)
-        x[f] = X[i * s.sp + (ulong)f * s.sf];
-}
-
-/* The least-cost label of point i (ties to the lowest index); prev is NULL
- * for the plain cost. */
-static int best_label(km_shape s, ulong i, const float *x, __local const float *C,
-                      __global const int *prev)
-{
-    const long r = s.window / 2;
-    long row = 0, col = 0;
-    int m = 0;
-    if (prev) {
-        row = (long)(i / s.cols);
-        col = (long)(i % s.cols);
-        for (long y = row - r; y <= row + r; y++) {
-            if (y < 0 || y >= (long)s.rows)
-                continue;
-            for (long c = col - r; c <= col + r; c++)
-                if (c >= 0 && c < (long)s.cols && !(y == row && c == col) &&
-                    prev[(ulong)y * s.cols + (ulong)c] >= 0)
-                    m++;
+    int best = 0;
+    float best_dist = 0.0f;
+    for (int c = 0; c < k; c++) {
+        const float dist = distance2(DM, x, Cs + c * (DM / 4));
+        if (c == 0 || dist < best_dist) {
+            best = c;
+            best_dist = dist;
         }
     }
+    return best;
+}
+
+/* The contiguity cost's least-cost label: halo holds the previous labels of
+ * the tile's window (-1 outside the image or masked), hw wide, and (hy, hx)
+ * is this pixel in it. */
+INLINE int contig_label(const int DM, km_shape s, const float *x, __local const float4 *Cs,
+                        __local const short *halo, int hw, int hy, int hx)
+{
+    const int r = s.window / 2;
+    int m = 0;
+    for (int y = -r; y <= r; y++)
+        for (int c = -r; c <= r; c++)
+            m += (y || c) && halo[(hy + y) * hw + hx + c] >= 0;
     const float inv_d = 1.0f / (float)s.d;
     int best = 0;
     float best_cost = 0.0f;
     for (int c = 0; c < s.k; c++) {
-        float dist = distance2(x, C + c * s.d, s.d);
-        float cost = dist;
-        if (prev) {
-            int same = 0;
-            if (m)
-                for (long y = row - r; y <= row + r; y++) {
-                    if (y < 0 || y >= (long)s.rows)
-                        continue;
-                    for (long cx = col - r; cx <= col + r; cx++)
-                        if (cx >= 0 && cx < (long)s.cols && !(y == row && cx == col) &&
-                            prev[(ulong)y * s.cols + (ulong)cx] == c)
-                            same++;
-                }
-            float share = m ? (float)(m - same) / (float)m : 0.0f;
-            float a = s.lambda * (dist * inv_d);
-            float b = (1.0f - s.lambda) * share;
-            cost = a + b;
-        }
+        const float dist = distance2(DM, x, Cs + c * (DM / 4));
+        int same = 0;
+        if (m)
+            for (int y = -r; y <= r; y++)
+                for (int cx = -r; cx <= r; cx++)
+                    same += (y || cx) && halo[(hy + y) * hw + hx + cx] == c;
+        const float share = m ? (float)(m - same) / (float)m : 0.0f;
+        const float a = s.lambda * (dist * inv_d);
+        const float b = (1.0f - s.lambda) * share;
+        const float cost = a + b;
         if (c == 0 || cost < best_cost) {
             best = c;
             best_cost = cost;
@@ -112,65 +165,170 @@ static int best_label(km_shape s, ulong i, const float *x, __local const float *
     return best;
 }
 
-static void stage_centroids(__global const float *C, __local float *Cs, int kd)
+/* Work-item (c, s) = (l % k, l / k) adds the points of slice s of the tile
+ * (T points, labels ls, features xs with rows DM + 1 floats apart) that carry
+ * label c. */
+INLINE void add_tile(const int DM, __local const int *ls, __local const float *xs, int T, int k, double *acc,
+                     uint *cnt)
 {
-    for (int j = get_local_id(0); j < kd; j += get_local_size(0))
-        Cs[j] = C[j];
+    const int l = get_local_id(0), slices = get_local_size(0) / k;
+    const int c = l % k, s = l / k;
+    if (s >= slices)
+        return;
+    const int len = (T + slices - 1) / slices, end = min(T, (s + 1) * len);
+    for (int j = s * len; j < end; j++)
+        if (ls[j] == c) {
+#pragma unroll
+            for (int f = 0; f < DM; f++)
+                acc[f] += (double)xs[j * (DM + 1) + f];
+            *cnt += 1;
+        }
+}
+
+/* The slices' sums in slice order into partial[pair * groups + group],
+ * pair = c * (d + 1) + f, f = d for the count. red holds one double per
+ * work-item. */
+INLINE void write_partials(const int DM, const double *acc, uint cnt, int k, int d, int active,
+                           __local double *red, __global double *partial, ulong groups)
+{
+    const int l = get_local_id(0), slices = get_local_size(0) / k;
+    const ulong g = get_group_id(0);
+#pragma unroll
+    for (int f = 0; f <= DM; f++) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        red[l] = f < DM ? acc[f] : (double)cnt;
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const int col = f < DM ? f : d;
+        if (active && l < k && (f < d || f == DM)) {
+            double t = 0.0;
+            for (int s = 0; s < slices; s++)
+                t += red[s * k + l];
+            partial[((ulong)l * (ulong)(d + 1) + (ulong)col) * groups + g] = t;
+        }
+    }
+}
+
+/* Whether iteration t's test stops the run: the largest move of iteration
+ * t - 1 below tol (each cluster's squared move summed over its features in
+ * order, as the reference); never for tol <= 0, without reading the moves.
+ * Every work-item calls it. */
+INLINE int converged(__global const double *move2, int k, int d, double tol, __local double *red)
+{
+    double mx = 0.0;
+    for (int c = get_local_id(0); tol > 0 && c < k; c += get_local_size(0)) {
+        double m2 = 0.0;
+        for (int f = 0; f < d; f++)
+            m2 += move2[c * d + f];
+        mx = fmax(mx, m2);
+    }
     barrier(CLK_LOCAL_MEM_FENCE);
+    red[get_local_id(0)] = mx;
+    for (uint h = get_local_size(0) / 2; h > 0; h /= 2) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (get_local_id(0) < h)
+            red[get_local_id(0)] = fmax(red[get_local_id(0)], red[get_local_id(0) + h]);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return sqrt(red[0]) < tol;
+}
+
+/* Iteration t: labels under C into cur (prev: the previous labels, with
+ * contiguity) and the group's partial sums. T points per tile (with
+ * contiguity TH x TW = T pixels); Cs k * DM floats, xs T * (DM + 1), ls T,
+ * halo (TH + 2r) x (TW + 2r) with contiguity, red one double per work-item. */
+INLINE void assign(const int DM, __global const float *X, __global const uchar *mask, int has_mask,
+                   __global const float *C, __global const int *prev, __global int *cur, __global double *partial,
+                   __global int *state, __global const double *move2, __global const ulong *shape, int t,
+                   double tol, int vec4, int T, int TW, __local float4 *Cs, __local float *xs, __local int *ls,
+                   __local short *halo, __local double *red, __local int *flag)
+{
+    const km_shape s = shape_of(shape);
+    const int l = get_local_id(0);
+    const ulong g = get_group_id(0), groups = get_num_groups(0);
+    /* stopped before, or this iteration's test says stop */
+    int done = broadcast(l == 0 ? state[1] : 0, flag);
+    const int stop = converged(move2, s.k, s.d, t > 0 && !done ? tol : 0.0, red);
+    if (stop && g == 0 && l == 0)
+        state[1] = 1;
+    done = done || stop;
+    stage_centroids(DM, C, (__local float *)Cs, s.k, s.d);
+    const int r = s.window / 2, TH = T / TW, hw = TW + 2 * r, hh = TH + 2 * r;
+    const ulong tiles_x = (s.cols + TW - 1) / TW;
+    const ulong tiles = done ? 0 : s.contig ? tiles_x * ((s.rows + TH - 1) / TH) : (s.n + T - 1) / T;
+    double acc[MAX_DM];
+#pragma unroll
+    for (int f = 0; f < DM; f++)
+        acc[f] = 0.0;
+    uint cnt = 0;
+    for (ulong tile = g; tile < tiles; tile += groups) {
+        barrier(CLK_LOCAL_MEM_FENCE); /* the last tile's readers are done */
+        ulong row0 = 0, col0 = 0;
+        if (s.contig) {
+            row0 = tile / tiles_x * TH;
+            col0 = tile % tiles_x * TW;
+            for (int j = l; j < hh * hw; j += get_local_size(0)) {
+                const long y = (long)row0 - r + j / hw, c = (long)col0 - r + j % hw;
+                halo[j] = y >= 0 && y < (long)s.rows && c >= 0 && c < (long)s.cols
+                              ? (short)prev[(ulong)y * s.cols + (ulong)c]
+                              : (short)-1;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        if (l < T) {
+            float x[MAX_DM];
+#pragma unroll
+            for (int f = 0; f < DM; f++)
+                x[f] = 0.0f;
+            int label = -1;
+            ulong i;
+            int inside;
+            if (s.contig) {
+                const ulong row = row0 + l / TW, col = col0 + l % TW;
+                i = row * s.cols + col;
+                inside = row < s.rows && col < s.cols;
+            } else {
+                i = tile * T + l;
+                inside = i < s.n;
+            }
+            if (inside && (!has_mask || mask[i])) {
+                load_point(DM, X, i, s, vec4, x);
+                label = s.contig ? contig_label(DM, s, x, Cs, halo, hw, l / TW + r, l % TW + r)
+                                 : nearest(DM, x, Cs, s.k);
+            }
+            if (inside)
+                cur[i] = label;
+            ls[l] = label;
+#pragma unroll
+            for (int f = 0; f < DM; f++)
+                xs[l * (DM + 1) + f] = x[f];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        add_tile(DM, ls, xs, T, s.k, acc, &cnt);
+    }
+    write_partials(DM, acc, cnt, s.k, s.d, !done, red, partial, groups);
 }
 
 /* The labels of iteration 0 under contiguity: plain nearest centroid. */
-__kernel void km_first_labels(__global const float *X, __global const uchar *mask, int has_mask,
-                              __global const float *C, __global int *out, __global const ulong *shape,
-                              __local float *Cs)
+INLINE void first_labels(const int DM, __global const float *X, __global const uchar *mask, int has_mask,
+                         __global const float *C, __global int *out, __global const ulong *shape, int vec4,
+                         __local float4 *Cs)
 {
     const km_shape s = shape_of(shape);
-    stage_centroids(C, Cs, s.k * s.d);
+    stage_centroids(DM, C, (__local float *)Cs, s.k, s.d);
     for (ulong i = get_global_id(0); i < s.n; i += get_global_size(0)) {
         if (has_mask && !mask[i]) {
             out[i] = -1;
             continue;
         }
-        float x[MAX_D];
-        load_point(X, i, s, x);
-        out[i] = best_label(s, i, x, Cs, 0);
-    }
-}
-
-__kernel void km_assign(__global const float *X, __global const uchar *mask, int has_mask,
-                        __global const float *C, __global const int *prev, __global int *cur,
-                        __global double *partial, __global const int *state, __global const ulong *shape,
-                        ulong chunk, __local float *Cs)
-{
-    const km_shape s = shape_of(shape);
-    const int done = state[1];
-    stage_centroids(C, Cs, s.k * s.d);
-    const ulong g = get_group_id(0), L = get_local_size(0), l = get_local_id(0);
-    const ulong begin = g * chunk, end = done ? begin : min(s.n, begin + chunk);
-    for (ulong i = begin + l; i < end; i += L) {
-        if (has_mask && !mask[i]) {
-            cur[i] = -1;
-            continue;
-        }
-        float x[MAX_D];
-        load_point(X, i, s, x);
-        cur[i] = best_label(s, i, x, Cs, s.contig ? prev : 0);
-    }
-    barrier(CLK_GLOBAL_MEM_FENCE);
-    const int stride = s.d + 1, pairs = done ? 0 : s.k * stride;
-    for (int p = (int)l; p < pairs; p += (int)L) {
-        const int c = p / stride, f = p % stride;
-        double sum = 0.0;
-        for (ulong i = begin; i < end; i++)
-            if (cur[i] == c)
-                sum += f < s.d ? (double)X[i * s.sp + (ulong)f * s.sf] : 1.0;
-        partial[g * (ulong)pairs + (ulong)p] = sum;
+        float x[MAX_DM];
+        load_point(DM, X, i, s, vec4, x);
+        out[i] = nearest(DM, x, Cs, s.k);
     }
 }
 
 /* Tree sum of the work-group's values in scratch (the size a power of two);
  * the total ends in scratch[0]. */
-static void tree_sum(__local double *scratch)
+INLINE void tree_sum(__local double *scratch)
 {
     for (uint h = get_local_size(0) / 2; h > 0; h /= 2) {
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -180,68 +338,28 @@ static void tree_sum(__local double *scratch)
     barrier(CLK_LOCAL_MEM_FENCE);
 }
 
-/* Work-group p sums pair p over the groups of km_assign. */
-__kernel void km_reduce(__global const double *partial, __global double *total,
-                        __global const int *state, ulong groups, int pairs,
-                        __local double *scratch)
-{
-    const int done = state[1];
-    const ulong p = get_group_id(0);
-    double sum = 0.0;
-    for (ulong g = get_local_id(0); !done && g < groups; g += get_local_size(0))
-        sum += partial[g * (ulong)pairs + p];
-    scratch[get_local_id(0)] = sum;
-    tree_sum(scratch);
-    if (!done && get_local_id(0) == 0)
-        total[p] = scratch[0];
-}
-
-/* One work-group: work-item c forms centroid c; then the largest move, the
- * iteration count (state[0]) and the stop flag (state[1]). */
-__kernel void km_update(__global const double *total, __global float *C, __global int *state,
-                        __global double *move, double tol, __global const ulong *shape, __local double *move2)
-{
-    const km_shape s = shape_of(shape);
-    const int done = state[1];
-    const int stride = s.d + 1;
-    for (int c = get_local_id(0); !done && c < s.k; c += get_local_size(0)) {
-        double count = total[c * stride + s.d], m2 = 0.0;
-        if (count > 0)
-            for (int f = 0; f < s.d; f++) {
-                float next = (float)(total[c * stride + f] / count);
-                double diff = (double)next - (double)C[c * s.d + f];
-                m2 += diff * diff;
-                C[c * s.d + f] = next;
-            }
-        move2[c] = m2;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (!done && get_local_id(0) == 0) {
-        double mx = 0.0;
-        for (int c = 0; c < s.k; c++)
-            mx = fmax(mx, move2[c]);
-        move[0] = sqrt(mx);
-        state[0] += 1;
-        state[1] = sqrt(mx) < tol;
-    }
-}
-
 /* Per work-group: the objective under the final centroids and the unmasked
- * count, into partial[2 g] and partial[2 g + 1]. */
-__kernel void km_objective(__global const float *X, __global const int *labels,
-                           __global const float *C, __global double *partial, __global const ulong *shape,
-                           __local float *Cs, __local double *scratch)
+ * count, into partial[2 g] and partial[2 g + 1]. The final labels are
+ * lab[0] or lab[1] by the parity of the iterations run; with contiguity they
+ * are copied to labels on the way. */
+INLINE void objective(const int DM, __global const float *X, __global const int *lab0, __global const int *lab1,
+                      __global int *labels, __global const float *C, __global double *partial,
+                      __global const int *state, __global const ulong *shape, int vec4, __local float4 *Cs,
+                      __local double *scratch)
 {
     const km_shape s = shape_of(shape);
-    stage_centroids(C, Cs, s.k * s.d);
+    stage_centroids(DM, C, (__local float *)Cs, s.k, s.d);
+    __global const int *fin = state[0] & 1 ? lab1 : lab0;
     double obj = 0.0, valid = 0.0;
     for (ulong i = get_global_id(0); i < s.n; i += get_global_size(0)) {
-        int l = labels[i];
+        const int l = fin[i];
+        if (s.contig)
+            labels[i] = l;
         if (l < 0)
             continue;
-        float x[MAX_D];
-        load_point(X, i, s, x);
-        obj += (double)distance2(x, Cs + l * s.d, s.d);
+        float x[MAX_DM];
+        load_point(DM, X, i, s, vec4, x);
+        obj += (double)distance2(DM, x, Cs + l * (DM / 4));
         valid += 1.0;
     }
     scratch[get_local_id(0)] = obj;
@@ -255,3 +373,283 @@ __kernel void km_objective(__global const float *X, __global const int *labels,
         partial[2 * get_group_id(0) + 1] = scratch[0];
 }
 
+#define KM_KERNELS(DM)                                                                                             \
+    __kernel void km_assign_##DM(__global const float *X, __global const uchar *mask, int has_mask,              \
+                                 __global const float *C, __global const int *prev, __global int *cur,            \
+                                 __global double *partial, __global int *state, __global const double *move2,     \
+                                 __global const ulong *shape, int t, double tol, int vec4, int T, int TW,         \
+                                 __local float4 *Cs, __local float *xs, __local int *ls, __local short *halo,     \
+                                 __local double *red)                                                             \
+    {                                                                                                             \
+        __local int flag;                                                                                         \
+        assign(DM, X, mask, has_mask, C, prev, cur, partial, state, move2, shape, t, tol, vec4, T, TW, Cs, xs,    \
+               ls, halo, red, &flag);                                                                             \
+    }                                                                                                             \
+    __kernel void km_first_labels_##DM(__global const float *X, __global const uchar *mask, int has_mask,        \
+                                       __global const float *C, __global int *out, __global const ulong *shape,   \
+                                       int vec4, __local float4 *Cs)                                              \
+    {                                                                                                             \
+        first_labels(DM, X, mask, has_mask, C, out, shape, vec4, Cs);                                             \
+    }                                                                                                             \
+    __kernel void km_objective_##DM(__global const float *X, __global const int *lab0, __global const int *lab1, \
+                                    __global int *labels, __global const float *C, __global double *partial,      \
+                                    __global const int *state, __global const ulong *shape, int vec4,             \
+                                    __local float4 *Cs, __local double *scratch)                                  \
+    {                                                                                                             \
+        objective(DM, X, lab0, lab1, labels, C, partial, state, shape, vec4, Cs, scratch);                        \
+    }
+
+KM_KERNELS(4)
+KM_KERNELS(8)
+KM_KERNELS(16)
+KM_KERNELS(32)
+
+/* Work-group w forms coordinate w = (c, f) of the new centroids from the
+ * groups' partials (a fixed order: strided sums, then a tree), its squared
+ * move, and group 0 counts the iteration. scratch: two doubles per
+ * work-item. */
+__kernel void km_update(__global const double *partial, ulong groups, __global float *C, __global int *state,
+                        __global double *move2, __global const ulong *shape, __local double *scratch,
+                        __local double *count)
+{
+    const km_shape s = shape_of(shape);
+    const int done = state[1];
+    const int w = get_group_id(0), c = w / s.d, f = w % s.d, l = get_local_id(0);
+    const ulong at = ((ulong)c * (ulong)(s.d + 1) + (ulong)f) * groups;
+    const ulong at_count = ((ulong)c * (ulong)(s.d + 1) + (ulong)s.d) * groups;
+    double sum = 0.0, cnt = 0.0;
+    for (ulong g = l; !done && g < groups; g += get_local_size(0)) {
+        sum += partial[at + g];
+        cnt += partial[at_count + g];
+    }
+    scratch[l] = sum;
+    count[l] = cnt;
+    for (uint h = get_local_size(0) / 2; h > 0; h /= 2) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (l < h) {
+            scratch[l] += scratch[l + h];
+            count[l] += count[l + h];
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (!done && l == 0) {
+        const float old = C[w];
+        const float next = count[0] > 0 ? (float)(scratch[0] / count[0]) : old;
+        const double diff = (double)next - (double)old;
+        C[w] = next;
+        move2[w] = diff * diff;
+        if (w == 0)
+            state[0] += 1;
+    }
+}
+
+/* ---- texture features (dakit/kmeans.h): the planes; the features with
+ * per-group statistics; the statistics in group order (one work-item); the
+ * standardization with the initial centroids' interval sums per group (as
+ * the assignment's partials, label = interval); the initial centroids. ---- */
+
+#define TEX_STATS 9 /* per group: sum[3], sq[3], count, min z, max z */
+
+__kernel void km_tex_planes(__global const float *value, __global float *planes, ulong n)
+{
+    for (ulong i = get_global_id(0); i < n; i += get_global_size(0)) {
+        const float v = value[i];
+        const int has = isfinite(v);
+        const float z = has ? v : 0.0f;
+        planes[i] = z;
+        planes[n + i] = z * z;
+        planes[2 * n + i] = has ? 1.0f : 0.0f;
+    }
+}
+
+/* Tree min and max of the work-group's values (the size a power of two);
+ * the results end in lo[0] and hi[0]. */
+INLINE void tree_min_max(__local float *lo, __local float *hi)
+{
+    const uint l = get_local_id(0);
+    for (uint h = get_local_size(0) / 2; h > 0; h /= 2) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (l < h) {
+            lo[l] = fmin(lo[l], lo[l + h]);
+            hi[l] = fmax(hi[l], hi[l + h]);
+        }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+}
+
+/* min_value arrives as the float nearest at or above it: z >= that float
+ * exactly when z >= min_value. */
+__kernel void km_tex_features(__global const float *value, __global const float *sm, float min_value,
+                              __global float *points, __global uchar *mask, __global double *part, ulong n,
+                              __local double *scratch, __local float *lo_s, __local float *hi_s)
+{
+    double sum[3] = {0, 0, 0}, sq[3] = {0, 0, 0}, cnt = 0;
+    float lo = INFINITY, hi = -INFINITY;
+    for (ulong i = get_global_id(0); i < n; i += get_global_size(0)) {
+        const float v = value[i];
+        const int has = isfinite(v);
+        const float z = has ? v : 0.0f;
+        const float a = sm[i], b = sm[n + i], w = sm[2 * n + i];
+        const float mean = w > 1e-6f ? a / w : z;
+        const float var = w > 1e-6f ? b / w - mean * mean : 0.0f;
+        const float f[3] = {z, mean, var > 0 ? sqrt(var) : 0.0f};
+        const int in = has && z >= min_value;
+        mask[i] = (uchar)in;
+        for (int j = 0; j < 3; j++) {
+            points[j * n + i] = f[j];
+            if (in) {
+                sum[j] += f[j];
+                sq[j] += (double)f[j] * f[j];
+            }
+        }
+        if (in) {
+            cnt += 1;
+            lo = fmin(lo, z);
+            hi = fmax(hi, z);
+        }
+    }
+    const double vals[7] = {sum[0], sum[1], sum[2], sq[0], sq[1], sq[2], cnt};
+    const ulong g = get_group_id(0);
+    for (int j = 0; j < 7; j++) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        scratch[get_local_id(0)] = vals[j];
+        tree_sum(scratch);
+        if (get_local_id(0) == 0)
+            part[g * TEX_STATS + j] = scratch[0];
+    }
+    lo_s[get_local_id(0)] = lo;
+    hi_s[get_local_id(0)] = hi;
+    tree_min_max(lo_s, hi_s);
+    if (get_local_id(0) == 0) {
+        part[g * TEX_STATS + 7] = lo_s[0];
+        part[g * TEX_STATS + 8] = hi_s[0];
+    }
+}
+
+/* One work-group: the partials (strided sums, then a tree: a fixed order)
+ * -> st = valid, mu[3], sd[3], lo, width (standardized feature 0, the
+ * initial centroids' intervals). scratch: a double per work-item; lo, hi: a
+ * float each. */
+__kernel void km_tex_stats(__global const double *part, ulong groups, int k, __global double *st,
+                           __local double *scratch, __local float *lo_s, __local float *hi_s)
+{
+    const int l = get_local_id(0);
+    double t[TEX_STATS];
+    for (int j = 0; j < 7; j++) {
+        double v = 0;
+        for (ulong g = l; g < groups; g += get_local_size(0))
+            v += part[g * TEX_STATS + j];
+        barrier(CLK_LOCAL_MEM_FENCE);
+        scratch[l] = v;
+        tree_sum(scratch);
+        t[j] = scratch[0];
+    }
+    float lo = INFINITY, hi = -INFINITY;
+    for (ulong g = l; g < groups; g += get_local_size(0)) {
+        lo = fmin(lo, (float)part[g * TEX_STATS + 7]);
+        hi = fmax(hi, (float)part[g * TEX_STATS + 8]);
+    }
+    lo_s[l] = lo;
+    hi_s[l] = hi;
+    tree_min_max(lo_s, hi_s);
+    if (l)
+        return;
+    t[7] = lo_s[0];
+    t[8] = hi_s[0];
+    const double valid = t[6];
+    st[0] = valid;
+    for (int j = 0; j < 3; j++) {
+        const double mu = valid > 0 ? t[j] / valid : 0.0;
+        const double var = valid > 0 ? t[3 + j] / valid - mu * mu : 0.0;
+        st[1 + j] = mu;
+        st[4 + j] = var > 1e-12 ? sqrt(var) : 1.0;
+    }
+    /* standardizing is monotonic, so the standardized range is the range's */
+    const float flo = valid > 0 ? (float)((t[7] - st[1]) / st[4]) : 0.0f;
+    const float fhi = valid > 0 ? (float)((t[8] - st[1]) / st[4]) : 0.0f;
+    st[7] = flo;
+    st[8] = ((double)fhi - (double)flo) / k;
+}
+
+/* Standardizes in place and forms, per group, the interval sums of the
+ * standardized points as km_assign_4 forms its partials (tiles of T points,
+ * one per work-item). */
+__kernel void km_tex_standardize(__global float *points, __global const uchar *mask, __global const double *st,
+                                 __global double *partial, int k, ulong n, int T, __local float *xs,
+                                 __local int *ls, __local double *red)
+{
+    const int l = get_local_id(0);
+    const ulong g = get_group_id(0), groups = get_num_groups(0), tiles = (n + T - 1) / T;
+    const double mu[3] = {st[1], st[2], st[3]}, sd[3] = {st[4], st[5], st[6]};
+    const double lo = st[7], width = st[8];
+    double acc[4] = {0, 0, 0, 0};
+    uint cnt = 0;
+    for (ulong tile = g; tile < tiles; tile += groups) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (l < T) {
+            const ulong i = tile * T + l;
+            float f[3] = {0.0f, 0.0f, 0.0f};
+            int label = -1;
+            if (i < n) {
+                const int in = mask[i];
+                for (int j = 0; j < 3; j++) {
+                    f[j] = in ? (float)(((double)points[j * n + i] - mu[j]) / sd[j]) : 0.0f;
+                    points[j * n + i] = f[j];
+                }
+                if (in) {
+                    const int c = width > 0 ? (int)(((double)f[0] - lo) / width) : 0;
+                    label = c < 0 ? 0 : c >= k ? k - 1 : c;
+                }
+            }
+            ls[l] = label;
+            for (int j = 0; j < 3; j++)
+                xs[l * 5 + j] = f[j];
+            xs[l * 5 + 3] = 0.0f;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        add_tile(4, ls, xs, T, k, acc, &cnt);
+    }
+    write_partials(4, acc, cnt, k, 3, 1, red, partial, groups);
+}
+
+/* One work-group: the initial centroids from the interval partials (each
+ * of the 4k sums strided over the groups, then a tree; an empty interval:
+ * its middle for feature 0, the mean of all points for the others); the
+ * statistics for the host go to out = valid, mu[3], sd[3]. scratch: a
+ * double per work-item; sums: 4k doubles. */
+__kernel void km_tex_init(__global const double *partial, ulong groups, int k, __global const double *st,
+                          __global float *init, __global double *out, __local double *scratch,
+                          __local double *sums)
+{
+    const int l = get_local_id(0);
+    for (int p = 0; p < 4 * k; p++) {
+        double v = 0;
+        for (ulong g = l; g < groups; g += get_local_size(0))
+            v += partial[(ulong)p * groups + g];
+        barrier(CLK_LOCAL_MEM_FENCE);
+        scratch[l] = v;
+        tree_sum(scratch);
+        if (l == 0)
+            sums[p] = scratch[0];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    double all[4] = {0, 0, 0, 0};
+    for (int c = 0; c < k; c++)
+        for (int f = 0; f < 4; f++)
+            all[f] += sums[c * 4 + f];
+    const double lo = st[7], width = st[8];
+    for (int j = l; j < 3 * k; j += get_local_size(0)) {
+        const int c = j / 3, f = j % 3;
+        const double s = sums[c * 4 + f], cnt = sums[c * 4 + 3];
+        float v;
+        if (cnt > 0)
+            v = (float)(s / cnt);
+        else if (f == 0)
+            v = (float)(lo + (c + 0.5) * width);
+        else
+            v = all[3] > 0 ? (float)(all[f] / all[3]) : 0.0f;
+        init[c * 3 + f] = v;
+    }
+    if (l < 7)
+        out[l] = st[l];
+}
