@@ -819,37 +819,64 @@ __device__ __forceinline__ void ext_stage(T *to, const T *line, i64 p, const Ext
     *to = k >= 0 ? line[k * g.inner] : g.boundary == DK_BOUNDARY_CVAL ? cval : T(0);
 }
 
+/* section_step for exactly SC sections, known at compile time: the same
+ * operations in the same order, without the per-section test. */
+template <typename T, int SC>
+__device__ __forceinline__ T sections_step(const T *u, const T *w, const Iir<T> &f, T in0, T in1, T *s1,
+                                           T *s2)
+{
+    T sum = T(0);
+#pragma unroll
+    for (int k = 0; k < SC; k++) {
+        T v = u[k] * in0 + w[k] * in1 - f.a1[k] * s1[k] - f.a2[k] * s2[k];
+        s2[k] = s1[k];
+        s1[k] = v;
+        sum += v;
+    }
+    return sum;
+}
+
 /* The recursions of one row: x(i) = window value i (line position ws + i,
- * ws = k0 - R - 1), o(i) = kept value i (position k0 + i), len kept values. */
-template <typename T>
+ * ws = k0 - R - 1), o(i) = kept value i (position k0 + i), len kept values.
+ * Each recursion first runs over the R values that only warm it up, then
+ * over the kept ones. */
+template <typename T, int SC>
 __device__ __forceinline__ void ext_row(const T *x, int xs, T *o, int os, int len, int R,
                                         const Iir<T> &f)
 {
-    T s1[DK_GAUSS_MAX_SECTIONS] = {}, s2[DK_GAUSS_MAX_SECTIONS] = {};
+    T s1[SC] = {}, s2[SC] = {};
     T prev = x[0];
-    for (int i = 1; i <= R + len; i++) {
+    for (int i = 1; i <= R; i++) {
         T cur = x[i * xs];
-        T sum = section_step(f.b0, f.b1, f, cur, prev, s1, s2);
+        sections_step<T, SC>(f.b0, f.b1, f, cur, prev, s1, s2);
         prev = cur;
-        if (i > R)
-            o[(i - R - 1) * os] = sum;
+    }
+    for (int i = R + 1; i <= R + len; i++) {
+        T cur = x[i * xs];
+        T sum = sections_step<T, SC>(f.b0, f.b1, f, cur, prev, s1, s2);
+        prev = cur;
+        o[(i - R - 1) * os] = sum;
     }
 #pragma unroll
-    for (int k = 0; k < DK_GAUSS_MAX_SECTIONS; k++)
+    for (int k = 0; k < SC; k++)
         s1[k] = s2[k] = T(0);
     T next = x[(len + 2 * R + 1) * xs], after = x[(len + 2 * R + 2) * xs];
-    for (int i = len + 2 * R; i > R; i--) {
-        T sum = section_step(f.c1, f.c2, f, next, after, s1, s2);
+    for (int i = len + 2 * R; i > len + R; i--) {
+        sections_step<T, SC>(f.c1, f.c2, f, next, after, s1, s2);
         after = next;
         next = x[i * xs];
-        if (i < len + R + 1)
-            o[(i - R - 1) * os] = o[(i - R - 1) * os] + sum;
+    }
+    for (int i = len + R; i > R; i--) {
+        T sum = sections_step<T, SC>(f.c1, f.c2, f, next, after, s1, s2);
+        after = next;
+        next = x[i * xs];
+        o[(i - R - 1) * os] = o[(i - R - 1) * os] + sum;
     }
 }
 
 /* Block block0 + blockIdx.x. S, So: the row lengths of the window and kept
  * buffers (contiguous axis). */
-template <typename T, bool STRIDED>
+template <typename T, bool STRIDED, int SC>
 __global__ void __launch_bounds__(EXT_ROWS)
     k_ext_tile(const T *__restrict__ src, T *__restrict__ dst, ExtGeo g, Iir<T> f, T cval, int S,
                int So, i64 block0)
@@ -887,7 +914,7 @@ __global__ void __launch_bounds__(EXT_ROWS)
         for (int i = 0; i < W; i++)
             ext_stage(win + i * EXT_ROWS + r, x, ws + i, g, cval);
         cp_wait_all();
-        ext_row(win + r, EXT_ROWS, kept + r, EXT_ROWS, len, R, f);
+        ext_row<T, SC>(win + r, EXT_ROWS, kept + r, EXT_ROWS, len, R, f);
         T *y = dst + base + k0 * g.inner;
         for (int i = 0; i < len; i++)
             y[i * g.inner] = kept[i * EXT_ROWS + r];
@@ -909,7 +936,7 @@ __global__ void __launch_bounds__(EXT_ROWS)
     cp_wait_all();
     __syncthreads();
     if (valid)
-        ext_row(win + r * S, 1, kept + r * So, 1, len, R, f);
+        ext_row<T, SC>(win + r * S, 1, kept + r * So, 1, len, R, f);
     __syncthreads();
     for (int q = 0; q < EXT_ROWS; q++) {
         T *y = dst + row_base[q] + row_k0[q];
@@ -1416,11 +1443,28 @@ template <typename T> dk_status prepare_ext_tile(const Pass &ps, dk_msg *msg)
     /* always: its static shared memory counts against the limit too */
     const char *what = "setting a kernel's shared-memory limit";
     const cudaFuncAttribute a = cudaFuncAttributeMaxDynamicSharedMemorySize;
-    if (ps.ext_strided)
-        CUDA_TRY(cudaFuncSetAttribute(k_ext_tile<T, true>, a, (int)ps.smem), what);
-    else
-        CUDA_TRY(cudaFuncSetAttribute(k_ext_tile<T, false>, a, (int)ps.smem), what);
+    const void *kernels[2][DK_GAUSS_MAX_SECTIONS] = {
+        {(const void *)k_ext_tile<T, false, 1>, (const void *)k_ext_tile<T, false, 2>,
+         (const void *)k_ext_tile<T, false, 3>},
+        {(const void *)k_ext_tile<T, true, 1>, (const void *)k_ext_tile<T, true, 2>,
+         (const void *)k_ext_tile<T, true, 3>}};
+    for (int k = 0; k < DK_GAUSS_MAX_SECTIONS; k++)
+        CUDA_TRY(cudaFuncSetAttribute(kernels[ps.ext_strided][k], a, (int)ps.smem), what);
     return DK_OK;
+}
+
+static_assert(DK_GAUSS_MAX_SECTIONS == 3, "launch_ext_tile instantiates 1 to 3 sections");
+/* k_ext_tile for the sections' count, 1 to DK_GAUSS_MAX_SECTIONS. */
+template <typename T, bool STRIDED>
+void launch_ext_tile(int sections, unsigned blocks, size_t smem, cudaStream_t stream, const T *src, T *dst,
+                     const ExtGeo &g, const Iir<T> &f, T cval, int S, int So, i64 b0)
+{
+    if (sections == 1)
+        k_ext_tile<T, STRIDED, 1><<<blocks, EXT_ROWS, smem, stream>>>(src, dst, g, f, cval, S, So, b0);
+    else if (sections == 2)
+        k_ext_tile<T, STRIDED, 2><<<blocks, EXT_ROWS, smem, stream>>>(src, dst, g, f, cval, S, So, b0);
+    else
+        k_ext_tile<T, STRIDED, 3><<<blocks, EXT_ROWS, smem, stream>>>(src, dst, g, f, cval, S, So, b0);
 }
 
 template <typename T> cudaError_t launch_pass(const Launch<T> &l)
@@ -1592,11 +1636,11 @@ cudaError_t launch_extended(const Plan *p, const Pass &ps, const T *src, T *dst,
         for (i64 b0 = 0; b0 < ps.ntiles; b0 += most) {
             unsigned blocks = (unsigned)(ps.ntiles - b0 < most ? ps.ntiles - b0 : most);
             if (ps.ext_strided)
-                k_ext_tile<T, true><<<blocks, EXT_ROWS, ps.smem, stream>>>(
-                    src, dst, ps.eg, f, cval, ps.ext_S, ps.ext_So, b0);
+                launch_ext_tile<T, true>(f.count, blocks, ps.smem, stream, src, dst, ps.eg, f, cval, ps.ext_S,
+                                         ps.ext_So, b0);
             else
-                k_ext_tile<T, false><<<blocks, EXT_ROWS, ps.smem, stream>>>(
-                    src, dst, ps.eg, f, cval, ps.ext_S, ps.ext_So, b0);
+                launch_ext_tile<T, false>(f.count, blocks, ps.smem, stream, src, dst, ps.eg, f, cval, ps.ext_S,
+                                          ps.ext_So, b0);
             cudaError_t e = cudaGetLastError();
             if (e != cudaSuccess)
                 return e;
