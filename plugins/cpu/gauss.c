@@ -44,6 +44,10 @@ void dk_cpu_copy(void *dst, const void *src, size_t bytes);
 #define LANE_BUFFER_LIMIT ((size_t)64 << 20)
 /* Exact-mode windows shorter than this spend more time starting than filtering. */
 #define MIN_WINDOW 1024
+/* Exact mode's own path: a window of a row of the lane buffer (ROW_BYTES)
+ * in L1, and a group of adjacent lines' window in L2. */
+#define EXACT_WINDOW_BYTES ((size_t)32 << 10)
+#define EXACT_BLOCK_BYTES ((size_t)128 << 10)
 /* Exact mode: enough segments that each thread gets this many batches. */
 #define BATCHES_PER_THREAD 4
 
@@ -72,6 +76,9 @@ typedef struct cpu_gauss_plan {
     void *buffers;                /* threads * buffer_elems elements */
     void *scratch;                /* setup.count elements, or NULL when no segments overlap */
     size_t keep[DK_MAX_DIMS];     /* extended axes: the values each segment keeps */
+    int exact[DK_MAX_DIMS];       /* exact mode's own path (choose_exact_path) */
+    int rows[DK_MAX_DIMS];        /* on it: groups of adjacent lines, read as rows */
+    size_t width[DK_MAX_DIMS];    /* on it: lane buffer row, in elements */
 } cpu_gauss_plan;
 
 static int max_threads(void)
@@ -182,6 +189,78 @@ static void choose_extended_segments(cpu_gauss_plan *p, int axis)
     p->segments[axis] = div_up(v.n, p->keep[axis]); /* every segment holds values: none starts past the end */
 }
 
+/* Exact mode's own path (rf, one of dakit's boundary rules): a line is cut
+ * into `pieces` of kept values, few (one where the lines alone keep the
+ * threads busy) so that a lane owns its piece and walks it with windows of
+ * one length L, short enough that a window of LANES lines stays in L1 for
+ * all 2K passes. A window keeps only values at least `halo` from its
+ * artificial ends, where their effect is below rounding. The next window
+ * is gathered before this one's kept values are written, so a piece is
+ * filtered in place as well as out of place. */
+typedef struct exact_lane {
+    size_t first;           /* element index of the line's value 0 */
+    size_t begin, end;      /* the piece: values kept */
+    size_t lo, span, count; /* count windows of length L spread over [lo, lo + span) */
+} exact_lane;
+
+static exact_lane exact_lane_of(const cpu_gauss_plan *p, int axis, size_t first, size_t piece)
+{
+    size_t n = p->setup.desc.shape[axis], pieces = p->segments[axis];
+    size_t L = p->window[axis], h = p->setup.halo[axis];
+    exact_lane l = {first, spread(piece, n, pieces), spread(piece + 1, n, pieces), 0, 0, 1};
+    l.lo = l.begin >= h ? l.begin - h : 0;
+    l.span = (n - l.end > h ? l.end + h : n) - l.lo;
+    if (l.span > L)
+        l.count = 1 + div_up(l.span - L, L - 2 * h);
+    return l;
+}
+
+/* Window s of a lane: where it starts and the values it keeps. */
+static void exact_window(const exact_lane *l, size_t s, size_t L, size_t h, size_t *start,
+                         dk_span *keep)
+{
+    size_t last = l->count - 1, gap = l->span - L;
+    *start = l->lo + (last ? spread(s, gap, last) : 0);
+    keep->begin = s == 0 ? l->begin : *start + h;
+    keep->end = s == last ? l->end : l->lo + spread(s + 1, gap, last) + h;
+}
+
+/* Exact mode: where this path applies, and the windows, pieces and lanes
+ * per group along `axis`. Along a strided axis with at least LANES adjacent
+ * lines, a group is `width` adjacent lines (several rows of the lane buffer
+ * side by side: long runs to read); otherwise LANES lines, transposed. */
+static int choose_exact_path(cpu_gauss_plan *p, int axis, size_t esize)
+{
+    dk_axis_view v = dk_axis_view_of(&p->setup.desc, axis);
+    size_t n = v.n, h = p->setup.halo[axis], lanes = p->lanes;
+    size_t L = EXACT_WINDOW_BYTES / ROW_BYTES;
+    if (L < 4 * h)
+        L = 4 * h;
+    if (L >= n)
+        L = n;
+    if (2 * L * lanes * esize > LANE_BUFFER_LIMIT)
+        return 0;
+    size_t width = lanes;
+    p->rows[axis] = v.inner >= lanes;
+    if (p->rows[axis]) {
+        size_t fit = EXACT_BLOCK_BYTES / (L * esize) / lanes * lanes;
+        size_t most = div_up(v.inner, lanes) * lanes;
+        width = fit < lanes ? lanes : fit > most ? most : fit;
+    }
+    size_t lines = v.outer * v.inner, wanted = (size_t)p->threads * BATCHES_PER_THREAD;
+    size_t groups = p->rows[axis] ? v.outer * div_up(v.inner, width) : div_up(lines, lanes);
+    size_t pieces = 1;
+    if (groups < wanted)
+        pieces = p->rows[axis] ? div_up(wanted, groups) : div_up(wanted * lanes, lines);
+    if (pieces > n / (2 * L)) /* a piece is at least two windows long */
+        pieces = n / (2 * L) ? n / (2 * L) : 1;
+    p->exact[axis] = 1;
+    p->window[axis] = L;
+    p->segments[axis] = pieces;
+    p->width[axis] = width;
+    return 1;
+}
+
 /* The longest window along `axis`. */
 static size_t longest_window(const cpu_gauss_plan *p, int axis)
 {
@@ -237,7 +316,7 @@ static dk_status cpu_gauss_plan_create(void *device, const dk_gauss_setup *setup
 #endif
     size_t esize = element_size(d->dtype);
 
-    size_t longest = 0, extended_need = 0;
+    size_t longest = 0, extended_need = 0, exact_need = 0;
     int overlapping = 0;
     for (int a = 0; a < d->ndim; a++) {
         if (!(d->axes & (1u << a)))
@@ -249,6 +328,14 @@ static dk_status cpu_gauss_plan_create(void *device, const dk_gauss_setup *setup
             size_t w = 2 * p->keep[a] + 2 * setup->reach[a] + 4; /* gathered input, causal sums */
             if (w > extended_need)
                 extended_need = w;
+            continue;
+        }
+        if (d->mode == DK_GAUSS_EXACT && choose_exact_path(p, a, esize)) {
+            if (p->segments[a] > 1)
+                overlapping = 1;
+            size_t w = 2 * p->window[a] * p->width[a]; /* two windows' buffers */
+            if (w > exact_need)
+                exact_need = w;
             continue;
         }
         if (d->mode == DK_GAUSS_OVERLAP)
@@ -266,6 +353,8 @@ static dk_status cpu_gauss_plan_create(void *device, const dk_gauss_setup *setup
     p->buffer_elems = p->lockstep ? longest * p->lanes : longest;
     if (p->buffer_elems < extended_need)
         p->buffer_elems = extended_need;
+    if (p->buffer_elems < exact_need)
+        p->buffer_elems = exact_need;
     /* Whole cache lines per thread, so threads never share one. */
     p->buffer_elems = div_up(p->buffer_elems * esize, CACHE_LINE) * CACHE_LINE / esize;
     size_t buffer_bytes = (size_t)p->threads * p->buffer_elems * esize;
@@ -319,16 +408,18 @@ static int lanes_contiguous(const lane *l, size_t count)
     return 1;
 }
 
-/* K iterations of the RF on n rows of ROW bytes, buf[i * lanes + lane], in
+/* K iterations of the RF on n rows of ROW bytes, `stride` elements apart, in
  * the reference's order of operations (FMA contraction aside). A row is R
  * vectors V (or one scalar, for a single lane); `alpha * p + beta * x` keeps
  * one FMA, not a multiply and an FMA, on the recursion's critical path. */
 #define DEFINE_RF(NAME, T, V, ROW, ATTR)                                               \
-    ATTR static void NAME(T *buf, size_t n, T alpha, int K, dk_boundary boundary)      \
+    ATTR static void NAME(T *buf, size_t n, size_t stride, T alpha, int K,             \
+                          dk_boundary boundary)                                        \
     {                                                                                  \
         enum { R = (ROW) / sizeof(V) };                                                \
         const T beta = (T)1 - alpha;                                                   \
-        V *rows = (V *)buf, *last = rows + (n - 1) * R;                                \
+        const size_t S = stride / (sizeof(V) / sizeof(T)); /* row stride in V */       \
+        V *rows = (V *)buf, *last = rows + (n - 1) * S;                                \
         for (int k = 0; k < K; k++) {                                                  \
             V u[R], p[R];                                                              \
             _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) {                     \
@@ -337,7 +428,7 @@ static int lanes_contiguous(const lane *l, size_t count)
                 p[r] = boundary == DK_BOUNDARY_CONSTANT ? rows[r] : zero;              \
             }                                                                          \
             for (size_t i = 0; i < n; i++) {                                           \
-                V *row = rows + i * R;                                                 \
+                V *row = rows + i * S;                                                 \
                 _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) {                 \
                     p[r] = alpha * p[r] + beta * row[r];                               \
                     row[r] = p[r];                                                     \
@@ -351,7 +442,7 @@ static int lanes_contiguous(const lane *l, size_t count)
                 last[r] = s[r];                                                        \
             }                                                                          \
             for (size_t i = n - 1; i-- > 0;) {                                         \
-                V *row = rows + i * R;                                                 \
+                V *row = rows + i * S;                                                 \
                 _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) {                 \
                     s[r] = alpha * s[r] + beta * row[r];                               \
                     row[r] = s[r];                                                     \
@@ -383,7 +474,7 @@ DEFINE_RF(rf_lanes_f64_avx2, double, f64x4, ROW_BYTES, TARGET_AVX2)
 #define DEFINE_FILTER_LANES(NAME, T)                                                   \
     static void NAME(const lane *l, size_t count, size_t width, size_t inner,          \
                      const T *src, T *dst, T *buf, T alpha, const dk_gauss_desc *d,    \
-                     void (*rf)(T *, size_t, T, int, dk_boundary))                     \
+                     void (*rf)(T *, size_t, size_t, T, int, dk_boundary))             \
     {                                                                                  \
         size_t L = l[0].window.end - l[0].window.begin;                                \
         int rows = inner > 1 && lanes_contiguous(l, count);                            \
@@ -398,7 +489,7 @@ DEFINE_RF(rf_lanes_f64_avx2, double, f64x4, ROW_BYTES, TARGET_AVX2)
                     buf[i * width + w] = in[i * inner];                                \
             }                                                                          \
         }                                                                              \
-        rf(buf, L, alpha, d->K, d->boundary);                                          \
+        rf(buf, L, width, alpha, d->K, d->boundary);                                   \
         if (rows) {                                                                    \
             T *out = dst + l[0].first;                                                 \
             size_t shift = l[0].window.begin;                                          \
@@ -464,6 +555,257 @@ DEFINE_FILTER_AXIS(filter_axis_f32, float, LANES_F32, filter_lanes_f32, rf_lanes
 DEFINE_FILTER_AXIS(filter_axis_f64, double, LANES_F64, filter_lanes_f64, rf_lanes_f64_avx2,
                    rf_lanes_f64_base, rf_single_f64)
 
+#ifdef HAVE_AVX2_KERNEL
+#include <immintrin.h>
+
+/* Transposes an 8 x 8 block: r[k] becomes the k-th values of r[0..7]. */
+TARGET_AVX2 static inline void transpose_f32x8(__m256 r[8])
+{
+    __m256 t[8], s[8];
+    for (int k = 0; k < 8; k += 2) {
+        t[k] = _mm256_unpacklo_ps(r[k], r[k + 1]);
+        t[k + 1] = _mm256_unpackhi_ps(r[k], r[k + 1]);
+    }
+    for (int k = 0; k < 8; k += 4) {
+        s[k] = _mm256_shuffle_ps(t[k], t[k + 2], 0x44);
+        s[k + 1] = _mm256_shuffle_ps(t[k], t[k + 2], 0xEE);
+        s[k + 2] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0x44);
+        s[k + 3] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0xEE);
+    }
+    for (int k = 0; k < 4; k++) {
+        r[k] = _mm256_permute2f128_ps(s[k], s[k + 4], 0x20);
+        r[k + 4] = _mm256_permute2f128_ps(s[k], s[k + 4], 0x31);
+    }
+}
+
+/* Transposes a 4 x 4 block of doubles. */
+TARGET_AVX2 static inline void transpose_f64x4(__m256d r[4])
+{
+    __m256d t0 = _mm256_unpacklo_pd(r[0], r[1]), t1 = _mm256_unpackhi_pd(r[0], r[1]);
+    __m256d t2 = _mm256_unpacklo_pd(r[2], r[3]), t3 = _mm256_unpackhi_pd(r[2], r[3]);
+    r[0] = _mm256_permute2f128_pd(t0, t2, 0x20);
+    r[1] = _mm256_permute2f128_pd(t1, t3, 0x20);
+    r[2] = _mm256_permute2f128_pd(t0, t2, 0x31);
+    r[3] = _mm256_permute2f128_pd(t1, t3, 0x31);
+}
+
+/* G contiguous lines, values [0, m) of each, into G lanes of buf's rows
+ * (`stride` apart), and back; blocks of G values, the rest one by one. */
+#define DEFINE_TRANSPOSE(GATHER, SCATTER, T, VT, G, LOAD, STORE, TRANSPOSE)            \
+    TARGET_AVX2 static void GATHER(const T *const *line, size_t m, T *buf, size_t stride) \
+    {                                                                                  \
+        size_t i = 0;                                                                  \
+        for (; i + G <= m; i += G) {                                                   \
+            VT r[G];                                                                   \
+            for (int k = 0; k < G; k++)                                                \
+                r[k] = LOAD(line[k] + i);                                              \
+            TRANSPOSE(r);                                                              \
+            for (int k = 0; k < G; k++)                                                \
+                STORE(buf + (i + k) * stride, r[k]);                                   \
+        }                                                                              \
+        for (; i < m; i++)                                                             \
+            for (int k = 0; k < G; k++)                                                \
+                buf[i * stride + k] = line[k][i];                                      \
+    }                                                                                  \
+    TARGET_AVX2 static void SCATTER(const T *buf, size_t stride, size_t m, T *const *line) \
+    {                                                                                  \
+        size_t i = 0;                                                                  \
+        for (; i + G <= m; i += G) {                                                   \
+            VT r[G];                                                                   \
+            for (int k = 0; k < G; k++)                                                \
+                r[k] = LOAD(buf + (i + k) * stride);                                   \
+            TRANSPOSE(r);                                                              \
+            for (int k = 0; k < G; k++)                                                \
+                STORE(line[k] + i, r[k]);                                              \
+        }                                                                              \
+        for (; i < m; i++)                                                             \
+            for (int k = 0; k < G; k++)                                                \
+                line[k][i] = buf[i * stride + k];                                      \
+    }
+
+DEFINE_TRANSPOSE(gather_f32_avx2, scatter_f32_avx2, float, __m256, 8, _mm256_loadu_ps,
+                 _mm256_storeu_ps, transpose_f32x8)
+DEFINE_TRANSPOSE(gather_f64_avx2, scatter_f64_avx2, double, __m256d, 4, _mm256_loadu_pd,
+                 _mm256_storeu_pd, transpose_f64x4)
+#define TRANSPOSE_F32 8
+#define TRANSPOSE_F64 4
+#else
+#define TRANSPOSE_F32 1 /* unused: no transposing kernel */
+#define TRANSPOSE_F64 1
+#define gather_f32_avx2 NULL
+#define scatter_f32_avx2 NULL
+#define gather_f64_avx2 NULL
+#define scatter_f64_avx2 NULL
+#endif
+
+/* Window s of the lanes l[0, count) into buf (LANES to a row): lanes past
+ * their last window are left as they are. Contiguous lines go through the
+ * AVX2 transpose, G at a time, where all G have a window s. */
+#define DEFINE_EXACT_LANES_IO(GATHER_NAME, SCATTER_NAME, T, LANES, G, GATHER_G, SCATTER_G) \
+    static void GATHER_NAME(const cpu_gauss_plan *p, int axis, const exact_lane *l,    \
+                            size_t count, size_t s, const T *src, T *buf)              \
+    {                                                                                  \
+        size_t L = p->window[axis], h = p->setup.halo[axis];                           \
+        size_t inner = dk_axis_view_of(&p->setup.desc, axis).inner;                    \
+        void (*const gather)(const T *const *, size_t, T *, size_t) = GATHER_G;        \
+        size_t w = 0;                                                                  \
+        if (gather && p->avx2 && inner == 1) {                                         \
+            for (; w + G <= count; w += G) {                                           \
+                const T *line[G];                                                      \
+                int all = 1;                                                           \
+                for (int k = 0; k < G; k++) {                                          \
+                    size_t start;                                                      \
+                    dk_span keep;                                                      \
+                    all &= s < l[w + k].count;                                         \
+                    if (!all)                                                          \
+                        break;                                                         \
+                    exact_window(&l[w + k], s, L, h, &start, &keep);                   \
+                    line[k] = src + l[w + k].first + start;                            \
+                }                                                                      \
+                if (!all)                                                              \
+                    break;                                                             \
+                gather(line, L, buf + w, LANES);                                       \
+            }                                                                          \
+        }                                                                              \
+        for (; w < count; w++) {                                                       \
+            if (s >= l[w].count)                                                       \
+                continue;                                                              \
+            size_t start;                                                              \
+            dk_span keep;                                                              \
+            exact_window(&l[w], s, L, h, &start, &keep);                               \
+            const T *in = src + l[w].first + start * inner;                            \
+            for (size_t i = 0; i < L; i++)                                             \
+                buf[i * LANES + w] = in[i * inner];                                    \
+        }                                                                              \
+    }                                                                                  \
+    static void SCATTER_NAME(const cpu_gauss_plan *p, int axis, const exact_lane *l,   \
+                             size_t count, size_t s, const T *buf, T *dst)             \
+    {                                                                                  \
+        size_t L = p->window[axis], h = p->setup.halo[axis];                           \
+        size_t inner = dk_axis_view_of(&p->setup.desc, axis).inner;                    \
+        void (*const scatter)(const T *, size_t, size_t, T *const *) = SCATTER_G;      \
+        size_t w = 0;                                                                  \
+        if (scatter && p->avx2 && inner == 1) {                                        \
+            for (; w + G <= count; w += G) {                                           \
+                T *line[G];                                                            \
+                size_t from = 0, to = 0;                                               \
+                int same = 1;                                                          \
+                for (int k = 0; k < G && same; k++) {                                  \
+                    size_t start;                                                      \
+                    dk_span keep;                                                      \
+                    same = s < l[w + k].count;                                         \
+                    if (!same)                                                         \
+                        break;                                                         \
+                    exact_window(&l[w + k], s, L, h, &start, &keep);                   \
+                    if (k == 0)                                                        \
+                        from = keep.begin - start, to = keep.end - start;              \
+                    same = keep.begin - start == from && keep.end - start == to;       \
+                    line[k] = dst + l[w + k].first + keep.begin;                       \
+                }                                                                      \
+                if (!same)                                                             \
+                    break;                                                             \
+                scatter(buf + from * LANES + w, LANES, to - from, line);               \
+            }                                                                          \
+        }                                                                              \
+        for (; w < count; w++) {                                                       \
+            if (s >= l[w].count)                                                       \
+                continue;                                                              \
+            size_t start;                                                              \
+            dk_span keep;                                                              \
+            exact_window(&l[w], s, L, h, &start, &keep);                               \
+            T *out = dst + l[w].first;                                                 \
+            for (size_t i = keep.begin; i < keep.end; i++)                             \
+                out[i * inner] = buf[(i - start) * LANES + w];                         \
+        }                                                                              \
+    }
+
+DEFINE_EXACT_LANES_IO(exact_gather_f32, exact_scatter_f32, float, LANES_F32, TRANSPOSE_F32,
+                      gather_f32_avx2, scatter_f32_avx2)
+DEFINE_EXACT_LANES_IO(exact_gather_f64, exact_scatter_f64, double, LANES_F64, TRANSPOSE_F64,
+                      gather_f64_avx2, scatter_f64_avx2)
+
+/* One axis in exact mode: groups of lanes shared among the threads, each
+ * walking its pieces window by window through two buffers (the next window
+ * is read before this one is written). */
+#define DEFINE_EXACT_AXIS(NAME, T, LANES, GATHER, SCATTER, RF_AVX2, RF_BASE)            \
+    static void NAME(const cpu_gauss_plan *p, int axis, const T *src, T *dst)          \
+    {                                                                                  \
+        const dk_gauss_desc *d = &p->setup.desc;                                       \
+        dk_axis_view v = dk_axis_view_of(d, axis);                                     \
+        const T alpha = (T)p->setup.alpha[axis];                                       \
+        const size_t L = p->window[axis], h = p->setup.halo[axis];                     \
+        const size_t pieces = p->segments[axis], width = p->width[axis];               \
+        const int rows = p->rows[axis];                                                \
+        void (*rf)(T *, size_t, size_t, T, int, dk_boundary) = p->avx2 ? RF_AVX2 : RF_BASE; \
+        size_t blocks = div_up(v.inner, width), lanes_total = v.outer * v.inner * pieces; \
+        size_t groups = rows ? v.outer * pieces * blocks : div_up(lanes_total, LANES); \
+        _Pragma("omp parallel num_threads(p->threads)")                                \
+        {                                                                              \
+            T *buf[2];                                                                 \
+            buf[0] = (T *)p->buffers + (size_t)thread_index() * p->buffer_elems;       \
+            buf[1] = buf[0] + L * width;                                               \
+            _Pragma("omp for schedule(dynamic, 1)")                                    \
+            for (size_t g = 0; g < groups; g++) {                                      \
+                if (rows) {                                                            \
+                    /* adjacent lines: window s is L runs of `count` values */        \
+                    size_t cb = g % blocks, rest = g / blocks;                         \
+                    size_t piece = rest % pieces, o = rest / pieces;                   \
+                    size_t count = v.inner - cb * width < width ? v.inner - cb * width : width; \
+                    exact_lane l = exact_lane_of(p, axis, o * v.n * v.inner + cb * width, piece); \
+                    size_t start, next;                                                \
+                    dk_span keep, unused;                                              \
+                    exact_window(&l, 0, L, h, &start, &keep);                          \
+                    for (size_t i = 0; i < L; i++)                                     \
+                        memcpy(buf[0] + i * width, src + l.first + (start + i) * v.inner, \
+                               count * sizeof(T));                                     \
+                    for (size_t s = 0; s < l.count; s++) {                             \
+                        T *cur = buf[s & 1], *other = buf[(s & 1) ^ 1];                \
+                        for (size_t c = 0; c < count; c += LANES)                      \
+                            rf(cur + c, L, width, alpha, d->K, d->boundary);           \
+                        if (s + 1 < l.count) {                                         \
+                            exact_window(&l, s + 1, L, h, &next, &unused);             \
+                            for (size_t i = 0; i < L; i++)                             \
+                                memcpy(other + i * width,                              \
+                                       src + l.first + (next + i) * v.inner,           \
+                                       count * sizeof(T));                             \
+                        }                                                              \
+                        for (size_t i = keep.begin; i < keep.end; i++)                 \
+                            memcpy(dst + l.first + i * v.inner, cur + (i - start) * width, \
+                                   count * sizeof(T));                                 \
+                        if (s + 1 < l.count)                                           \
+                            exact_window(&l, s + 1, L, h, &start, &keep);              \
+                    }                                                                  \
+                    continue;                                                          \
+                }                                                                      \
+                /* LANES lines or pieces, transposed */                               \
+                size_t t0 = g * LANES;                                                 \
+                size_t count = lanes_total - t0 < LANES ? lanes_total - t0 : LANES;    \
+                exact_lane l[LANES];                                                   \
+                size_t windows = 0;                                                    \
+                for (size_t w = 0; w < count; w++) {                                   \
+                    size_t t = t0 + w, line = t / pieces;                              \
+                    size_t o = line / v.inner, j = line % v.inner;                     \
+                    l[w] = exact_lane_of(p, axis, o * v.n * v.inner + j, t % pieces);  \
+                    if (l[w].count > windows)                                          \
+                        windows = l[w].count;                                          \
+                }                                                                      \
+                GATHER(p, axis, l, count, 0, src, buf[0]);                             \
+                for (size_t s = 0; s < windows; s++) {                                 \
+                    T *cur = buf[s & 1], *other = buf[(s & 1) ^ 1];                    \
+                    rf(cur, L, LANES, alpha, d->K, d->boundary);                       \
+                    if (s + 1 < windows)                                               \
+                        GATHER(p, axis, l, count, s + 1, src, other);                  \
+                    SCATTER(p, axis, l, count, s, cur, dst);                           \
+                }                                                                      \
+            }                                                                          \
+        }                                                                              \
+    }
+
+DEFINE_EXACT_AXIS(exact_axis_f32, float, LANES_F32, exact_gather_f32, exact_scatter_f32,
+                  rf_lanes_f32_avx2, rf_lanes_f32_base)
+DEFINE_EXACT_AXIS(exact_axis_f64, double, LANES_F64, exact_gather_f64, exact_scatter_f64,
+                  rf_lanes_f64_avx2, rf_lanes_f64_base)
+
 /* Extended axes, one segment of one line at a time: its stretch of the
  * continued input is gathered into buf, then computed as
  * algorithms/gauss/reference.c does (deriche / vyv: the sections' causal
@@ -505,7 +847,7 @@ DEFINE_FILTER_AXIS(filter_axis_f64, double, LANES_F64, filter_lanes_f64, rf_lane
                     buf[i - g0] = k >= 0 ? x[k * inner] : bnd == DK_BOUNDARY_CVAL ? cval : (T)0; \
                 }                                                              \
                 if (rf) {                                                              \
-                    RF(buf + 1, (size_t)(k1 - k0 + 2 * R), alpha, d->K, DK_BOUNDARY_ZERO); \
+                    RF(buf + 1, (size_t)(k1 - k0 + 2 * R), 1, alpha, d->K, DK_BOUNDARY_ZERO); \
                     for (long long i = k0; i < k1; i++)                                \
                         y[i * inner] = buf[i - g0];                                    \
                     continue;                                                          \
@@ -563,6 +905,10 @@ static dk_status cpu_gauss_execute(void *plan, const void *in, void *out, dk_msg
             extended_axis_f32(p, a, current, target);
         else if (p->setup.extended[a])
             extended_axis_f64(p, a, current, target);
+        else if (p->exact[a] && d->dtype == DK_F32)
+            exact_axis_f32(p, a, current, target);
+        else if (p->exact[a])
+            exact_axis_f64(p, a, current, target);
         else if (d->dtype == DK_F32)
             filter_axis_f32(p, a, current, target);
         else
