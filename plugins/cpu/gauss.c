@@ -48,6 +48,11 @@ void dk_cpu_copy(void *dst, const void *src, size_t bytes);
  * in L1, and a group of adjacent lines' window in L2. */
 #define EXACT_WINDOW_BYTES ((size_t)32 << 10)
 #define EXACT_BLOCK_BYTES ((size_t)128 << 10)
+/* The fused pass's tile: rows of a window, and its bytes (in L2); past the
+ * limit (huge halos) the axes go one at a time. */
+#define FUSED_ROWS 384
+#define FUSED_TILE_BYTES ((size_t)512 << 10)
+#define FUSED_LIMIT ((size_t)4 << 20)
 /* Exact mode: enough segments that each thread gets this many batches. */
 #define BATCHES_PER_THREAD 4
 
@@ -79,6 +84,8 @@ typedef struct cpu_gauss_plan {
     int exact[DK_MAX_DIMS];       /* exact mode's own path (choose_exact_path) */
     int rows[DK_MAX_DIMS];        /* on it: groups of adjacent lines, read as rows */
     size_t width[DK_MAX_DIMS];    /* on it: lane buffer row, in elements */
+    int fused;                    /* the last two axes in one pass (choose_fused) */
+    size_t fuse_pieces, fuse_rows, fuse_tiles, fuse_stride, fuse_need;
 } cpu_gauss_plan;
 
 static int max_threads(void)
@@ -200,29 +207,36 @@ static void choose_extended_segments(cpu_gauss_plan *p, int axis)
 typedef struct exact_lane {
     size_t first;           /* element index of the line's value 0 */
     size_t begin, end;      /* the piece: values kept */
-    size_t lo, span, count; /* count windows of length L spread over [lo, lo + span) */
+    size_t lo, span, count; /* count windows of length len spread over [lo, lo + span) */
+    size_t len, halo;
 } exact_lane;
 
-static exact_lane exact_lane_of(const cpu_gauss_plan *p, int axis, size_t first, size_t piece)
+/* Piece `piece` of `pieces` of a line of n values, in windows of at most L. */
+static exact_lane exact_piece(size_t n, size_t pieces, size_t L, size_t h, size_t first,
+                              size_t piece)
 {
-    size_t n = p->setup.desc.shape[axis], pieces = p->segments[axis];
-    size_t L = p->window[axis], h = p->setup.halo[axis];
-    exact_lane l = {first, spread(piece, n, pieces), spread(piece + 1, n, pieces), 0, 0, 1};
+    exact_lane l = {first, spread(piece, n, pieces), spread(piece + 1, n, pieces), 0, 0, 1, 0, h};
     l.lo = l.begin >= h ? l.begin - h : 0;
     l.span = (n - l.end > h ? l.end + h : n) - l.lo;
-    if (l.span > L)
-        l.count = 1 + div_up(l.span - L, L - 2 * h);
+    l.len = l.span < L ? l.span : L;
+    if (l.span > l.len)
+        l.count = 1 + div_up(l.span - l.len, l.len - 2 * h);
     return l;
 }
 
-/* Window s of a lane: where it starts and the values it keeps. */
-static void exact_window(const exact_lane *l, size_t s, size_t L, size_t h, size_t *start,
-                         dk_span *keep)
+static exact_lane exact_lane_of(const cpu_gauss_plan *p, int axis, size_t first, size_t piece)
 {
-    size_t last = l->count - 1, gap = l->span - L;
+    return exact_piece(p->setup.desc.shape[axis], p->segments[axis], p->window[axis],
+                       p->setup.halo[axis], first, piece);
+}
+
+/* Window s of a lane: where it starts and the values it keeps. */
+static void exact_window(const exact_lane *l, size_t s, size_t *start, dk_span *keep)
+{
+    size_t last = l->count - 1, gap = l->span - l->len;
     *start = l->lo + (last ? spread(s, gap, last) : 0);
-    keep->begin = s == 0 ? l->begin : *start + h;
-    keep->end = s == last ? l->end : l->lo + spread(s + 1, gap, last) + h;
+    keep->begin = s == 0 ? l->begin : *start + l->halo;
+    keep->end = s == last ? l->end : l->lo + spread(s + 1, gap, last) + l->halo;
 }
 
 /* Exact mode: where this path applies, and the windows, pieces and lanes
@@ -258,6 +272,42 @@ static int choose_exact_path(cpu_gauss_plan *p, int axis, size_t esize)
     p->window[axis] = L;
     p->segments[axis] = pieces;
     p->width[axis] = width;
+    return 1;
+}
+
+/* Exact mode, the last two axes filtered and nothing else: the tiles of
+ * the fused pass (DEFINE_FUSED), or 0 where a tile would not fit in L2. */
+static int choose_fused(cpu_gauss_plan *p, size_t esize)
+{
+    const dk_gauss_desc *d = &p->setup.desc;
+    if (d->mode != DK_GAUSS_EXACT || d->ndim < 2)
+        return 0;
+    int a0 = d->ndim - 2, a1 = d->ndim - 1;
+    if (d->axes != ((1u << a0) | (1u << a1)) || p->setup.extended[a0] || p->setup.extended[a1])
+        return 0;
+    size_t n0 = d->shape[a0], n1 = d->shape[a1], h0 = p->setup.halo[a0], h1 = p->setup.halo[a1];
+    size_t outer = p->setup.count / (n0 * n1), lanes = p->lanes;
+    size_t rows = FUSED_ROWS > 4 * h0 ? FUSED_ROWS : 4 * h0;
+    if (rows > n0)
+        rows = n0;
+    size_t width = FUSED_TILE_BYTES / (rows * esize) / lanes * lanes;
+    if (width < 4 * h1)
+        width = 4 * h1;
+    if (width >= n1)
+        width = n1;
+    size_t stride = div_up(width, lanes) * lanes;
+    if ((rows * stride + width * lanes) * esize > FUSED_LIMIT)
+        return 0;
+    /* pieces of rows for the threads, each at least a halo on either side long */
+    size_t pieces = div_up(2 * (size_t)p->threads, outer), most = n0 / (2 * h0 + 1);
+    if (pieces > most)
+        pieces = most ? most : 1;
+    p->fused = 1;
+    p->fuse_pieces = pieces;
+    p->fuse_rows = rows;
+    p->fuse_tiles = width == n1 ? 1 : div_up(n1, width - 2 * h1);
+    p->fuse_stride = stride;
+    p->fuse_need = rows * stride + width * lanes;
     return 1;
 }
 
@@ -355,6 +405,8 @@ static dk_status cpu_gauss_plan_create(void *device, const dk_gauss_setup *setup
         p->buffer_elems = extended_need;
     if (p->buffer_elems < exact_need)
         p->buffer_elems = exact_need;
+    if (choose_fused(p, esize) && p->buffer_elems < p->fuse_need)
+        p->buffer_elems = p->fuse_need;
     /* Whole cache lines per thread, so threads never share one. */
     p->buffer_elems = div_up(p->buffer_elems * esize, CACHE_LINE) * CACHE_LINE / esize;
     size_t buffer_bytes = (size_t)p->threads * p->buffer_elems * esize;
@@ -645,7 +697,7 @@ DEFINE_TRANSPOSE(gather_f64_avx2, scatter_f64_avx2, double, __m256d, 4, _mm256_l
     static void GATHER_NAME(const cpu_gauss_plan *p, int axis, const exact_lane *l,    \
                             size_t count, size_t s, const T *src, T *buf)              \
     {                                                                                  \
-        size_t L = p->window[axis], h = p->setup.halo[axis];                           \
+        size_t L = p->window[axis];                                                    \
         size_t inner = dk_axis_view_of(&p->setup.desc, axis).inner;                    \
         void (*const gather)(const T *const *, size_t, T *, size_t) = GATHER_G;        \
         size_t w = 0;                                                                  \
@@ -659,7 +711,7 @@ DEFINE_TRANSPOSE(gather_f64_avx2, scatter_f64_avx2, double, __m256d, 4, _mm256_l
                     all &= s < l[w + k].count;                                         \
                     if (!all)                                                          \
                         break;                                                         \
-                    exact_window(&l[w + k], s, L, h, &start, &keep);                   \
+                    exact_window(&l[w + k], s, &start, &keep);                   \
                     line[k] = src + l[w + k].first + start;                            \
                 }                                                                      \
                 if (!all)                                                              \
@@ -672,7 +724,7 @@ DEFINE_TRANSPOSE(gather_f64_avx2, scatter_f64_avx2, double, __m256d, 4, _mm256_l
                 continue;                                                              \
             size_t start;                                                              \
             dk_span keep;                                                              \
-            exact_window(&l[w], s, L, h, &start, &keep);                               \
+            exact_window(&l[w], s, &start, &keep);                               \
             const T *in = src + l[w].first + start * inner;                            \
             for (size_t i = 0; i < L; i++)                                             \
                 buf[i * LANES + w] = in[i * inner];                                    \
@@ -681,7 +733,6 @@ DEFINE_TRANSPOSE(gather_f64_avx2, scatter_f64_avx2, double, __m256d, 4, _mm256_l
     static void SCATTER_NAME(const cpu_gauss_plan *p, int axis, const exact_lane *l,   \
                              size_t count, size_t s, const T *buf, T *dst)             \
     {                                                                                  \
-        size_t L = p->window[axis], h = p->setup.halo[axis];                           \
         size_t inner = dk_axis_view_of(&p->setup.desc, axis).inner;                    \
         void (*const scatter)(const T *, size_t, size_t, T *const *) = SCATTER_G;      \
         size_t w = 0;                                                                  \
@@ -696,7 +747,7 @@ DEFINE_TRANSPOSE(gather_f64_avx2, scatter_f64_avx2, double, __m256d, 4, _mm256_l
                     same = s < l[w + k].count;                                         \
                     if (!same)                                                         \
                         break;                                                         \
-                    exact_window(&l[w + k], s, L, h, &start, &keep);                   \
+                    exact_window(&l[w + k], s, &start, &keep);                   \
                     if (k == 0)                                                        \
                         from = keep.begin - start, to = keep.end - start;              \
                     same = keep.begin - start == from && keep.end - start == to;       \
@@ -712,7 +763,7 @@ DEFINE_TRANSPOSE(gather_f64_avx2, scatter_f64_avx2, double, __m256d, 4, _mm256_l
                 continue;                                                              \
             size_t start;                                                              \
             dk_span keep;                                                              \
-            exact_window(&l[w], s, L, h, &start, &keep);                               \
+            exact_window(&l[w], s, &start, &keep);                               \
             T *out = dst + l[w].first;                                                 \
             for (size_t i = keep.begin; i < keep.end; i++)                             \
                 out[i * inner] = buf[(i - start) * LANES + w];                         \
@@ -733,7 +784,7 @@ DEFINE_EXACT_LANES_IO(exact_gather_f64, exact_scatter_f64, double, LANES_F64, TR
         const dk_gauss_desc *d = &p->setup.desc;                                       \
         dk_axis_view v = dk_axis_view_of(d, axis);                                     \
         const T alpha = (T)p->setup.alpha[axis];                                       \
-        const size_t L = p->window[axis], h = p->setup.halo[axis];                     \
+        const size_t L = p->window[axis];                                              \
         const size_t pieces = p->segments[axis], width = p->width[axis];               \
         const int rows = p->rows[axis];                                                \
         void (*rf)(T *, size_t, size_t, T, int, dk_boundary) = p->avx2 ? RF_AVX2 : RF_BASE; \
@@ -754,7 +805,7 @@ DEFINE_EXACT_LANES_IO(exact_gather_f64, exact_scatter_f64, double, LANES_F64, TR
                     exact_lane l = exact_lane_of(p, axis, o * v.n * v.inner + cb * width, piece); \
                     size_t start, next;                                                \
                     dk_span keep, unused;                                              \
-                    exact_window(&l, 0, L, h, &start, &keep);                          \
+                    exact_window(&l, 0, &start, &keep);                          \
                     for (size_t i = 0; i < L; i++)                                     \
                         memcpy(buf[0] + i * width, src + l.first + (start + i) * v.inner, \
                                count * sizeof(T));                                     \
@@ -763,7 +814,7 @@ DEFINE_EXACT_LANES_IO(exact_gather_f64, exact_scatter_f64, double, LANES_F64, TR
                         for (size_t c = 0; c < count; c += LANES)                      \
                             rf(cur + c, L, width, alpha, d->K, d->boundary);           \
                         if (s + 1 < l.count) {                                         \
-                            exact_window(&l, s + 1, L, h, &next, &unused);             \
+                            exact_window(&l, s + 1, &next, &unused);             \
                             for (size_t i = 0; i < L; i++)                             \
                                 memcpy(other + i * width,                              \
                                        src + l.first + (next + i) * v.inner,           \
@@ -773,7 +824,7 @@ DEFINE_EXACT_LANES_IO(exact_gather_f64, exact_scatter_f64, double, LANES_F64, TR
                             memcpy(dst + l.first + i * v.inner, cur + (i - start) * width, \
                                    count * sizeof(T));                                 \
                         if (s + 1 < l.count)                                           \
-                            exact_window(&l, s + 1, L, h, &start, &keep);              \
+                            exact_window(&l, s + 1, &start, &keep);              \
                     }                                                                  \
                     continue;                                                          \
                 }                                                                      \
@@ -805,6 +856,85 @@ DEFINE_EXACT_AXIS(exact_axis_f32, float, LANES_F32, exact_gather_f32, exact_scat
                   rf_lanes_f32_avx2, rf_lanes_f32_base)
 DEFINE_EXACT_AXIS(exact_axis_f64, double, LANES_F64, exact_gather_f64, exact_scatter_f64,
                   rf_lanes_f64_avx2, rf_lanes_f64_base)
+
+/* Exact mode with exactly the last two axes filtered, out of place: both in
+ * one pass over tiles, so the field is read and written once instead of
+ * twice. A tile is a window of rows (axis n-2) by a window of columns (axis
+ * n-1), each with its halo: the rows are filtered down the columns (all of
+ * the tile's columns, adjacent lanes), then its kept rows along themselves
+ * (LANES rows transposed at a time), and its kept part is written. Each
+ * value goes through the reference's two passes in its order; the tile's
+ * artificial ends lie at least a halo away from what it keeps. */
+#define DEFINE_FUSED(NAME, T, LANES, G, GATHER_G, SCATTER_G, RF_AVX2, RF_BASE)         \
+    static void NAME(const cpu_gauss_plan *p, const T *src, T *dst)                    \
+    {                                                                                  \
+        const dk_gauss_desc *d = &p->setup.desc;                                       \
+        const int a0 = d->ndim - 2, a1 = d->ndim - 1;                                  \
+        const size_t n0 = d->shape[a0], n1 = d->shape[a1], h1 = p->setup.halo[a1];     \
+        const size_t pieces = p->fuse_pieces, tiles = p->fuse_tiles;                   \
+        const size_t Ws = p->fuse_stride, units = p->setup.count / (n0 * n1) * pieces; \
+        const T alpha0 = (T)p->setup.alpha[a0], alpha1 = (T)p->setup.alpha[a1];         \
+        void (*rf)(T *, size_t, size_t, T, int, dk_boundary) = p->avx2 ? RF_AVX2 : RF_BASE; \
+        void (*const gather)(const T *const *, size_t, T *, size_t) = p->avx2 ? GATHER_G : NULL; \
+        void (*const scatter)(const T *, size_t, size_t, T *const *) = p->avx2 ? SCATTER_G : NULL; \
+        _Pragma("omp parallel num_threads(p->threads)")                                \
+        {                                                                              \
+            T *tile = (T *)p->buffers + (size_t)thread_index() * p->buffer_elems;      \
+            T *lanes = tile + p->fuse_rows * Ws;                                       \
+            _Pragma("omp for schedule(dynamic, 1)")                                    \
+            for (size_t u = 0; u < units; u++) {                                       \
+                size_t base = u / pieces * n0 * n1;                                    \
+                exact_lane l = exact_piece(n0, pieces, p->fuse_rows, p->setup.halo[a0], \
+                                           base, u % pieces);                          \
+                for (size_t s = 0; s < l.count; s++) {                                 \
+                    size_t start;                                                      \
+                    dk_span keep;                                                      \
+                    exact_window(&l, s, &start, &keep);                                \
+                    for (size_t ct = 0; ct < tiles; ct++) {                            \
+                        size_t c0 = spread(ct, n1, tiles), c1 = spread(ct + 1, n1, tiles); \
+                        size_t w0 = c0 >= h1 ? c0 - h1 : 0;                            \
+                        size_t wt = (n1 - c1 > h1 ? c1 + h1 : n1) - w0;                \
+                        const T *in = src + base + start * n1 + w0;                    \
+                        for (size_t i = 0; i < l.len; i++)                             \
+                            memcpy(tile + i * Ws, in + i * n1, wt * sizeof(T));        \
+                        for (size_t c = 0; c < wt; c += LANES)                         \
+                            rf(tile + c, l.len, Ws, alpha0, d->K, d->boundary);        \
+                        for (size_t r = keep.begin - start; r < keep.end - start; r += LANES) { \
+                            size_t rc = keep.end - start - r < LANES ? keep.end - start - r : LANES; \
+                            size_t k = 0;                                              \
+                            for (; gather && k + G <= rc; k += G) {                    \
+                                const T *line[G];                                      \
+                                for (int j = 0; j < G; j++)                            \
+                                    line[j] = tile + (r + k + j) * Ws;                 \
+                                gather(line, wt, lanes + k, LANES);                    \
+                            }                                                          \
+                            for (; k < rc; k++)                                        \
+                                for (size_t i = 0; i < wt; i++)                        \
+                                    lanes[i * LANES + k] = tile[(r + k) * Ws + i];     \
+                            rf(lanes, wt, LANES, alpha1, d->K, d->boundary);           \
+                            T *out = dst + base + (start + r) * n1 + c0;               \
+                            const T *kept = lanes + (c0 - w0) * LANES;                 \
+                            k = 0;                                                     \
+                            for (; scatter && k + G <= rc; k += G) {                   \
+                                T *line[G];                                            \
+                                for (int j = 0; j < G; j++)                            \
+                                    line[j] = out + (k + j) * n1;                      \
+                                scatter(kept + k, LANES, c1 - c0, line);               \
+                            }                                                          \
+                            for (; k < rc; k++)                                        \
+                                for (size_t i = 0; i < c1 - c0; i++)                   \
+                                    out[k * n1 + i] = kept[i * LANES + k];             \
+                        }                                                              \
+                    }                                                                  \
+                }                                                                      \
+            }                                                                          \
+        }                                                                              \
+    }
+
+DEFINE_FUSED(fused_f32, float, LANES_F32, TRANSPOSE_F32, gather_f32_avx2, scatter_f32_avx2,
+             rf_lanes_f32_avx2, rf_lanes_f32_base)
+DEFINE_FUSED(fused_f64, double, LANES_F64, TRANSPOSE_F64, gather_f64_avx2, scatter_f64_avx2,
+             rf_lanes_f64_avx2, rf_lanes_f64_base)
 
 /* Extended axes, one segment of one line at a time: its stretch of the
  * continued input is gathered into buf, then computed as
@@ -896,6 +1026,13 @@ static dk_status cpu_gauss_execute(void *plan, const void *in, void *out, dk_msg
     /* Axes in increasing order. An axis whose segments overlap must not
      * write over values that another window still reads, so it writes to
      * the scratch buffer when its input is already out. */
+    if (p->fused && in != out) {
+        if (d->dtype == DK_F32)
+            fused_f32(p, in, out);
+        else
+            fused_f64(p, in, out);
+        return DK_OK;
+    }
     const void *current = in;
     for (int a = 0; a < d->ndim; a++) {
         if (!(d->axes & (1u << a)))
