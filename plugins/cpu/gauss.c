@@ -8,16 +8,16 @@
  * lanes are adjacent lines, so a gather reads contiguous rows; along the
  * contiguous axis the gather is a transpose of LANES rows.
  *
- * Each line is cut into segments: a window that is filtered, with the
- * boundary rule at its ends, and the part of it that is kept.
- * - overlap mode: the blocks of dk_gauss_block and dk_gauss_window, as the
- *   reference cuts them;
- * - exact mode: one segment per line, unless the lines are too few to share
- *   among the threads or too long for the buffer to stay in cache; then equal
- *   windows whose kept parts lie at least setup->halo from any artificial end,
- *   where that end's effect is below rounding.
- * Segments of a line overlap, so when they do the result goes to another
- * buffer than the one the windows read (the plan's scratch). */
+ * Exact mode (rf with dakit's boundary rules) cuts a line into few pieces,
+ * one per lane, walked with short windows whose kept values lie at least
+ * setup->halo from any artificial end, where that end's effect is below
+ * rounding (choose_exact_path); with exactly the last two axes filtered and
+ * in != out, both go in one pass over tiles (choose_fused). Overlap mode
+ * cuts lines into the blocks of dk_gauss_block and dk_gauss_window, as the
+ * reference does; scipy's modes and deriche / vyv take the extended path.
+ * Where pieces or blocks of a line overlap and the pass is in place, the
+ * result goes to another buffer than the one the windows read (the plan's
+ * scratch). */
 #include <stdlib.h>
 #include <string.h>
 
