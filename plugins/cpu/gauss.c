@@ -8,16 +8,16 @@
  * lanes are adjacent lines, so a gather reads contiguous rows; along the
  * contiguous axis the gather is a transpose of LANES rows.
  *
- * Each line is cut into segments: a window that is filtered, with the
- * boundary rule at its ends, and the part of it that is kept.
- * - overlap mode: the blocks of dk_gauss_block and dk_gauss_window, as the
- *   reference cuts them;
- * - exact mode: one segment per line, unless the lines are too few to share
- *   among the threads or too long for the buffer to stay in cache; then equal
- *   windows whose kept parts lie at least setup->halo from any artificial end,
- *   where that end's effect is below rounding.
- * Segments of a line overlap, so when they do the result goes to another
- * buffer than the one the windows read (the plan's scratch). */
+ * Exact mode (rf with dakit's boundary rules) cuts a line into few pieces,
+ * one per lane, walked with short windows whose kept values lie at least
+ * setup->halo from any artificial end, where that end's effect is below
+ * rounding (choose_exact_path); with exactly the last two axes filtered and
+ * in != out, both go in one pass over tiles (choose_fused). Overlap mode
+ * cuts lines into the blocks of dk_gauss_block and dk_gauss_window, as the
+ * reference does; scipy's modes and deriche / vyv take the extended path.
+ * Where pieces or blocks of a line overlap and the pass is in place, the
+ * result goes to another buffer than the one the windows read (the plan's
+ * scratch). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,6 +44,15 @@ void dk_cpu_copy(void *dst, const void *src, size_t bytes);
 #define LANE_BUFFER_LIMIT ((size_t)64 << 20)
 /* Exact-mode windows shorter than this spend more time starting than filtering. */
 #define MIN_WINDOW 1024
+/* Exact mode's own path: a window of a row of the lane buffer (ROW_BYTES)
+ * in L1, and a group of adjacent lines' window in L2. */
+#define EXACT_WINDOW_BYTES ((size_t)32 << 10)
+#define EXACT_BLOCK_BYTES ((size_t)128 << 10)
+/* The fused pass's tile: rows of a window, and its bytes (in L2); past the
+ * limit (huge halos) the axes go one at a time. */
+#define FUSED_ROWS 384
+#define FUSED_TILE_BYTES ((size_t)512 << 10)
+#define FUSED_LIMIT ((size_t)4 << 20)
 /* Exact mode: enough segments that each thread gets this many batches. */
 #define BATCHES_PER_THREAD 4
 
@@ -72,6 +81,11 @@ typedef struct cpu_gauss_plan {
     void *buffers;                /* threads * buffer_elems elements */
     void *scratch;                /* setup.count elements, or NULL when no segments overlap */
     size_t keep[DK_MAX_DIMS];     /* extended axes: the values each segment keeps */
+    int exact[DK_MAX_DIMS];       /* exact mode's own path (choose_exact_path) */
+    int rows[DK_MAX_DIMS];        /* on it: groups of adjacent lines, read as rows */
+    size_t width[DK_MAX_DIMS];    /* on it: lane buffer row, in elements */
+    int fused;                    /* the last two axes in one pass (choose_fused) */
+    size_t fuse_pieces, fuse_rows, fuse_tiles, fuse_stride, fuse_need;
 } cpu_gauss_plan;
 
 static int max_threads(void)
@@ -182,6 +196,121 @@ static void choose_extended_segments(cpu_gauss_plan *p, int axis)
     p->segments[axis] = div_up(v.n, p->keep[axis]); /* every segment holds values: none starts past the end */
 }
 
+/* Exact mode's own path (rf, one of dakit's boundary rules): a line is cut
+ * into `pieces` of kept values, few (one where the lines alone keep the
+ * threads busy) so that a lane owns its piece and walks it with windows of
+ * one length L, short enough that a window of LANES lines stays in L1 for
+ * all 2K passes. A window keeps only values at least `halo` from its
+ * artificial ends, where their effect is below rounding. The next window
+ * is gathered before this one's kept values are written, so a piece is
+ * filtered in place as well as out of place. */
+typedef struct exact_lane {
+    size_t first;           /* element index of the line's value 0 */
+    size_t begin, end;      /* the piece: values kept */
+    size_t lo, span, count; /* count windows of length len spread over [lo, lo + span) */
+    size_t len, halo;
+} exact_lane;
+
+/* Piece `piece` of `pieces` of a line of n values, in windows of at most L. */
+static exact_lane exact_piece(size_t n, size_t pieces, size_t L, size_t h, size_t first,
+                              size_t piece)
+{
+    exact_lane l = {first, spread(piece, n, pieces), spread(piece + 1, n, pieces), 0, 0, 1, 0, h};
+    l.lo = l.begin >= h ? l.begin - h : 0;
+    l.span = (n - l.end > h ? l.end + h : n) - l.lo;
+    l.len = l.span < L ? l.span : L;
+    if (l.span > l.len)
+        l.count = 1 + div_up(l.span - l.len, l.len - 2 * h);
+    return l;
+}
+
+static exact_lane exact_lane_of(const cpu_gauss_plan *p, int axis, size_t first, size_t piece)
+{
+    return exact_piece(p->setup.desc.shape[axis], p->segments[axis], p->window[axis],
+                       p->setup.halo[axis], first, piece);
+}
+
+/* Window s of a lane: where it starts and the values it keeps. */
+static void exact_window(const exact_lane *l, size_t s, size_t *start, dk_span *keep)
+{
+    size_t last = l->count - 1, gap = l->span - l->len;
+    *start = l->lo + (last ? spread(s, gap, last) : 0);
+    keep->begin = s == 0 ? l->begin : *start + l->halo;
+    keep->end = s == last ? l->end : l->lo + spread(s + 1, gap, last) + l->halo;
+}
+
+/* Exact mode: where this path applies, and the windows, pieces and lanes
+ * per group along `axis`. Along a strided axis with at least LANES adjacent
+ * lines, a group is `width` adjacent lines (several rows of the lane buffer
+ * side by side: long runs to read); otherwise LANES lines, transposed. */
+static int choose_exact_path(cpu_gauss_plan *p, int axis, size_t esize)
+{
+    dk_axis_view v = dk_axis_view_of(&p->setup.desc, axis);
+    size_t n = v.n, h = p->setup.halo[axis], lanes = p->lanes;
+    size_t L = EXACT_WINDOW_BYTES / ROW_BYTES;
+    if (L < 4 * h)
+        L = 4 * h;
+    if (L >= n)
+        L = n;
+    if (2 * L * lanes * esize > LANE_BUFFER_LIMIT)
+        return 0;
+    size_t width = lanes;
+    p->rows[axis] = v.inner >= lanes;
+    if (p->rows[axis]) {
+        size_t fit = EXACT_BLOCK_BYTES / (L * esize) / lanes * lanes;
+        size_t most = div_up(v.inner, lanes) * lanes;
+        width = fit < lanes ? lanes : fit > most ? most : fit;
+    }
+    size_t lines = v.outer * v.inner, wanted = (size_t)p->threads * BATCHES_PER_THREAD;
+    size_t groups = p->rows[axis] ? v.outer * div_up(v.inner, width) : div_up(lines, lanes);
+    size_t pieces = 1;
+    if (groups < wanted)
+        pieces = p->rows[axis] ? div_up(wanted, groups) : div_up(wanted * lanes, lines);
+    if (pieces > n / (2 * L)) /* a piece is at least two windows long */
+        pieces = n / (2 * L) ? n / (2 * L) : 1;
+    p->exact[axis] = 1;
+    p->window[axis] = L;
+    p->segments[axis] = pieces;
+    p->width[axis] = width;
+    return 1;
+}
+
+/* Exact mode, the last two axes filtered and nothing else: the tiles of
+ * the fused pass (DEFINE_FUSED), or 0 where a tile would not fit in L2. */
+static int choose_fused(cpu_gauss_plan *p, size_t esize)
+{
+    const dk_gauss_desc *d = &p->setup.desc;
+    if (d->mode != DK_GAUSS_EXACT || d->ndim < 2)
+        return 0;
+    int a0 = d->ndim - 2, a1 = d->ndim - 1;
+    if (d->axes != ((1u << a0) | (1u << a1)) || p->setup.extended[a0] || p->setup.extended[a1])
+        return 0;
+    size_t n0 = d->shape[a0], n1 = d->shape[a1], h0 = p->setup.halo[a0], h1 = p->setup.halo[a1];
+    size_t outer = p->setup.count / (n0 * n1), lanes = p->lanes;
+    size_t rows = FUSED_ROWS > 4 * h0 ? FUSED_ROWS : 4 * h0;
+    if (rows > n0)
+        rows = n0;
+    size_t width = FUSED_TILE_BYTES / (rows * esize) / lanes * lanes;
+    if (width < 4 * h1)
+        width = 4 * h1;
+    if (width >= n1)
+        width = n1;
+    size_t stride = div_up(width, lanes) * lanes;
+    if ((rows * stride + width * lanes) * esize > FUSED_LIMIT)
+        return 0;
+    /* pieces of rows for the threads, each at least a halo on either side long */
+    size_t pieces = div_up(2 * (size_t)p->threads, outer), most = n0 / (2 * h0 + 1);
+    if (pieces > most)
+        pieces = most ? most : 1;
+    p->fused = 1;
+    p->fuse_pieces = pieces;
+    p->fuse_rows = rows;
+    p->fuse_tiles = width == n1 ? 1 : div_up(n1, width - 2 * h1);
+    p->fuse_stride = stride;
+    p->fuse_need = rows * stride + width * lanes;
+    return 1;
+}
+
 /* The longest window along `axis`. */
 static size_t longest_window(const cpu_gauss_plan *p, int axis)
 {
@@ -237,7 +366,7 @@ static dk_status cpu_gauss_plan_create(void *device, const dk_gauss_setup *setup
 #endif
     size_t esize = element_size(d->dtype);
 
-    size_t longest = 0, extended_need = 0;
+    size_t longest = 0, extended_need = 0, exact_need = 0;
     int overlapping = 0;
     for (int a = 0; a < d->ndim; a++) {
         if (!(d->axes & (1u << a)))
@@ -249,6 +378,14 @@ static dk_status cpu_gauss_plan_create(void *device, const dk_gauss_setup *setup
             size_t w = 2 * p->keep[a] + 2 * setup->reach[a] + 4; /* gathered input, causal sums */
             if (w > extended_need)
                 extended_need = w;
+            continue;
+        }
+        if (d->mode == DK_GAUSS_EXACT && choose_exact_path(p, a, esize)) {
+            if (p->segments[a] > 1)
+                overlapping = 1;
+            size_t w = 2 * p->window[a] * p->width[a]; /* two windows' buffers */
+            if (w > exact_need)
+                exact_need = w;
             continue;
         }
         if (d->mode == DK_GAUSS_OVERLAP)
@@ -266,6 +403,10 @@ static dk_status cpu_gauss_plan_create(void *device, const dk_gauss_setup *setup
     p->buffer_elems = p->lockstep ? longest * p->lanes : longest;
     if (p->buffer_elems < extended_need)
         p->buffer_elems = extended_need;
+    if (p->buffer_elems < exact_need)
+        p->buffer_elems = exact_need;
+    if (choose_fused(p, esize) && p->buffer_elems < p->fuse_need)
+        p->buffer_elems = p->fuse_need;
     /* Whole cache lines per thread, so threads never share one. */
     p->buffer_elems = div_up(p->buffer_elems * esize, CACHE_LINE) * CACHE_LINE / esize;
     size_t buffer_bytes = (size_t)p->threads * p->buffer_elems * esize;
@@ -319,16 +460,18 @@ static int lanes_contiguous(const lane *l, size_t count)
     return 1;
 }
 
-/* K iterations of the RF on n rows of ROW bytes, buf[i * lanes + lane], in
+/* K iterations of the RF on n rows of ROW bytes, `stride` elements apart, in
  * the reference's order of operations (FMA contraction aside). A row is R
  * vectors V (or one scalar, for a single lane); `alpha * p + beta * x` keeps
  * one FMA, not a multiply and an FMA, on the recursion's critical path. */
 #define DEFINE_RF(NAME, T, V, ROW, ATTR)                                               \
-    ATTR static void NAME(T *buf, size_t n, T alpha, int K, dk_boundary boundary)      \
+    ATTR static void NAME(T *buf, size_t n, size_t stride, T alpha, int K,             \
+                          dk_boundary boundary)                                        \
     {                                                                                  \
         enum { R = (ROW) / sizeof(V) };                                                \
         const T beta = (T)1 - alpha;                                                   \
-        V *rows = (V *)buf, *last = rows + (n - 1) * R;                                \
+        const size_t S = stride / (sizeof(V) / sizeof(T)); /* row stride in V */       \
+        V *rows = (V *)buf, *last = rows + (n - 1) * S;                                \
         for (int k = 0; k < K; k++) {                                                  \
             V u[R], p[R];                                                              \
             _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) {                     \
@@ -337,7 +480,7 @@ static int lanes_contiguous(const lane *l, size_t count)
                 p[r] = boundary == DK_BOUNDARY_CONSTANT ? rows[r] : zero;              \
             }                                                                          \
             for (size_t i = 0; i < n; i++) {                                           \
-                V *row = rows + i * R;                                                 \
+                V *row = rows + i * S;                                                 \
                 _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) {                 \
                     p[r] = alpha * p[r] + beta * row[r];                               \
                     row[r] = p[r];                                                     \
@@ -351,7 +494,7 @@ static int lanes_contiguous(const lane *l, size_t count)
                 last[r] = s[r];                                                        \
             }                                                                          \
             for (size_t i = n - 1; i-- > 0;) {                                         \
-                V *row = rows + i * R;                                                 \
+                V *row = rows + i * S;                                                 \
                 _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) {                 \
                     s[r] = alpha * s[r] + beta * row[r];                               \
                     row[r] = s[r];                                                     \
@@ -383,7 +526,7 @@ DEFINE_RF(rf_lanes_f64_avx2, double, f64x4, ROW_BYTES, TARGET_AVX2)
 #define DEFINE_FILTER_LANES(NAME, T)                                                   \
     static void NAME(const lane *l, size_t count, size_t width, size_t inner,          \
                      const T *src, T *dst, T *buf, T alpha, const dk_gauss_desc *d,    \
-                     void (*rf)(T *, size_t, T, int, dk_boundary))                     \
+                     void (*rf)(T *, size_t, size_t, T, int, dk_boundary))             \
     {                                                                                  \
         size_t L = l[0].window.end - l[0].window.begin;                                \
         int rows = inner > 1 && lanes_contiguous(l, count);                            \
@@ -398,7 +541,7 @@ DEFINE_RF(rf_lanes_f64_avx2, double, f64x4, ROW_BYTES, TARGET_AVX2)
                     buf[i * width + w] = in[i * inner];                                \
             }                                                                          \
         }                                                                              \
-        rf(buf, L, alpha, d->K, d->boundary);                                          \
+        rf(buf, L, width, alpha, d->K, d->boundary);                                   \
         if (rows) {                                                                    \
             T *out = dst + l[0].first;                                                 \
             size_t shift = l[0].window.begin;                                          \
@@ -464,6 +607,335 @@ DEFINE_FILTER_AXIS(filter_axis_f32, float, LANES_F32, filter_lanes_f32, rf_lanes
 DEFINE_FILTER_AXIS(filter_axis_f64, double, LANES_F64, filter_lanes_f64, rf_lanes_f64_avx2,
                    rf_lanes_f64_base, rf_single_f64)
 
+#ifdef HAVE_AVX2_KERNEL
+#include <immintrin.h>
+
+/* Transposes an 8 x 8 block: r[k] becomes the k-th values of r[0..7]. */
+TARGET_AVX2 static inline void transpose_f32x8(__m256 r[8])
+{
+    __m256 t[8], s[8];
+    for (int k = 0; k < 8; k += 2) {
+        t[k] = _mm256_unpacklo_ps(r[k], r[k + 1]);
+        t[k + 1] = _mm256_unpackhi_ps(r[k], r[k + 1]);
+    }
+    for (int k = 0; k < 8; k += 4) {
+        s[k] = _mm256_shuffle_ps(t[k], t[k + 2], 0x44);
+        s[k + 1] = _mm256_shuffle_ps(t[k], t[k + 2], 0xEE);
+        s[k + 2] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0x44);
+        s[k + 3] = _mm256_shuffle_ps(t[k + 1], t[k + 3], 0xEE);
+    }
+    for (int k = 0; k < 4; k++) {
+        r[k] = _mm256_permute2f128_ps(s[k], s[k + 4], 0x20);
+        r[k + 4] = _mm256_permute2f128_ps(s[k], s[k + 4], 0x31);
+    }
+}
+
+/* Transposes a 4 x 4 block of doubles. */
+TARGET_AVX2 static inline void transpose_f64x4(__m256d r[4])
+{
+    __m256d t0 = _mm256_unpacklo_pd(r[0], r[1]), t1 = _mm256_unpackhi_pd(r[0], r[1]);
+    __m256d t2 = _mm256_unpacklo_pd(r[2], r[3]), t3 = _mm256_unpackhi_pd(r[2], r[3]);
+    r[0] = _mm256_permute2f128_pd(t0, t2, 0x20);
+    r[1] = _mm256_permute2f128_pd(t1, t3, 0x20);
+    r[2] = _mm256_permute2f128_pd(t0, t2, 0x31);
+    r[3] = _mm256_permute2f128_pd(t1, t3, 0x31);
+}
+
+/* G contiguous lines, values [0, m) of each, into G lanes of buf's rows
+ * (`stride` apart), and back; blocks of G values, the rest one by one. */
+#define DEFINE_TRANSPOSE(GATHER, SCATTER, T, VT, G, LOAD, STORE, TRANSPOSE)            \
+    TARGET_AVX2 static void GATHER(const T *const *line, size_t m, T *buf, size_t stride) \
+    {                                                                                  \
+        size_t i = 0;                                                                  \
+        for (; i + G <= m; i += G) {                                                   \
+            VT r[G];                                                                   \
+            for (int k = 0; k < G; k++)                                                \
+                r[k] = LOAD(line[k] + i);                                              \
+            TRANSPOSE(r);                                                              \
+            for (int k = 0; k < G; k++)                                                \
+                STORE(buf + (i + k) * stride, r[k]);                                   \
+        }                                                                              \
+        for (; i < m; i++)                                                             \
+            for (int k = 0; k < G; k++)                                                \
+                buf[i * stride + k] = line[k][i];                                      \
+    }                                                                                  \
+    TARGET_AVX2 static void SCATTER(const T *buf, size_t stride, size_t m, T *const *line) \
+    {                                                                                  \
+        size_t i = 0;                                                                  \
+        for (; i + G <= m; i += G) {                                                   \
+            VT r[G];                                                                   \
+            for (int k = 0; k < G; k++)                                                \
+                r[k] = LOAD(buf + (i + k) * stride);                                   \
+            TRANSPOSE(r);                                                              \
+            for (int k = 0; k < G; k++)                                                \
+                STORE(line[k] + i, r[k]);                                              \
+        }                                                                              \
+        for (; i < m; i++)                                                             \
+            for (int k = 0; k < G; k++)                                                \
+                line[k][i] = buf[i * stride + k];                                      \
+    }
+
+DEFINE_TRANSPOSE(gather_f32_avx2, scatter_f32_avx2, float, __m256, 8, _mm256_loadu_ps,
+                 _mm256_storeu_ps, transpose_f32x8)
+DEFINE_TRANSPOSE(gather_f64_avx2, scatter_f64_avx2, double, __m256d, 4, _mm256_loadu_pd,
+                 _mm256_storeu_pd, transpose_f64x4)
+#define TRANSPOSE_F32 8
+#define TRANSPOSE_F64 4
+#else
+#define TRANSPOSE_F32 1 /* unused: no transposing kernel */
+#define TRANSPOSE_F64 1
+#define gather_f32_avx2 NULL
+#define scatter_f32_avx2 NULL
+#define gather_f64_avx2 NULL
+#define scatter_f64_avx2 NULL
+#endif
+
+/* Window s of the lanes l[0, count) into buf (LANES to a row): lanes past
+ * their last window are left as they are. Contiguous lines go through the
+ * AVX2 transpose, G at a time, where all G have a window s. */
+#define DEFINE_EXACT_LANES_IO(GATHER_NAME, SCATTER_NAME, T, LANES, G, GATHER_G, SCATTER_G) \
+    static void GATHER_NAME(const cpu_gauss_plan *p, int axis, const exact_lane *l,    \
+                            size_t count, size_t s, const T *src, T *buf)              \
+    {                                                                                  \
+        size_t L = p->window[axis];                                                    \
+        size_t inner = dk_axis_view_of(&p->setup.desc, axis).inner;                    \
+        void (*const gather)(const T *const *, size_t, T *, size_t) = GATHER_G;        \
+        size_t w = 0;                                                                  \
+        if (gather && p->avx2 && inner == 1) {                                         \
+            for (; w + G <= count; w += G) {                                           \
+                const T *line[G];                                                      \
+                int all = 1;                                                           \
+                for (int k = 0; k < G; k++) {                                          \
+                    size_t start;                                                      \
+                    dk_span keep;                                                      \
+                    all &= s < l[w + k].count;                                         \
+                    if (!all)                                                          \
+                        break;                                                         \
+                    exact_window(&l[w + k], s, &start, &keep);                   \
+                    line[k] = src + l[w + k].first + start;                            \
+                }                                                                      \
+                if (!all)                                                              \
+                    break;                                                             \
+                gather(line, L, buf + w, LANES);                                       \
+            }                                                                          \
+        }                                                                              \
+        for (; w < count; w++) {                                                       \
+            if (s >= l[w].count)                                                       \
+                continue;                                                              \
+            size_t start;                                                              \
+            dk_span keep;                                                              \
+            exact_window(&l[w], s, &start, &keep);                               \
+            const T *in = src + l[w].first + start * inner;                            \
+            for (size_t i = 0; i < L; i++)                                             \
+                buf[i * LANES + w] = in[i * inner];                                    \
+        }                                                                              \
+    }                                                                                  \
+    static void SCATTER_NAME(const cpu_gauss_plan *p, int axis, const exact_lane *l,   \
+                             size_t count, size_t s, const T *buf, T *dst)             \
+    {                                                                                  \
+        size_t inner = dk_axis_view_of(&p->setup.desc, axis).inner;                    \
+        void (*const scatter)(const T *, size_t, size_t, T *const *) = SCATTER_G;      \
+        size_t w = 0;                                                                  \
+        if (scatter && p->avx2 && inner == 1) {                                        \
+            for (; w + G <= count; w += G) {                                           \
+                T *line[G];                                                            \
+                size_t from = 0, to = 0;                                               \
+                int same = 1;                                                          \
+                for (int k = 0; k < G && same; k++) {                                  \
+                    size_t start;                                                      \
+                    dk_span keep;                                                      \
+                    same = s < l[w + k].count;                                         \
+                    if (!same)                                                         \
+                        break;                                                         \
+                    exact_window(&l[w + k], s, &start, &keep);                   \
+                    if (k == 0)                                                        \
+                        from = keep.begin - start, to = keep.end - start;              \
+                    same = keep.begin - start == from && keep.end - start == to;       \
+                    line[k] = dst + l[w + k].first + keep.begin;                       \
+                }                                                                      \
+                if (!same)                                                             \
+                    break;                                                             \
+                scatter(buf + from * LANES + w, LANES, to - from, line);               \
+            }                                                                          \
+        }                                                                              \
+        for (; w < count; w++) {                                                       \
+            if (s >= l[w].count)                                                       \
+                continue;                                                              \
+            size_t start;                                                              \
+            dk_span keep;                                                              \
+            exact_window(&l[w], s, &start, &keep);                               \
+            T *out = dst + l[w].first;                                                 \
+            for (size_t i = keep.begin; i < keep.end; i++)                             \
+                out[i * inner] = buf[(i - start) * LANES + w];                         \
+        }                                                                              \
+    }
+
+DEFINE_EXACT_LANES_IO(exact_gather_f32, exact_scatter_f32, float, LANES_F32, TRANSPOSE_F32,
+                      gather_f32_avx2, scatter_f32_avx2)
+DEFINE_EXACT_LANES_IO(exact_gather_f64, exact_scatter_f64, double, LANES_F64, TRANSPOSE_F64,
+                      gather_f64_avx2, scatter_f64_avx2)
+
+/* One axis in exact mode: groups of lanes shared among the threads, each
+ * walking its pieces window by window through two buffers (the next window
+ * is read before this one is written). */
+#define DEFINE_EXACT_AXIS(NAME, T, LANES, GATHER, SCATTER, RF_AVX2, RF_BASE)            \
+    static void NAME(const cpu_gauss_plan *p, int axis, const T *src, T *dst)          \
+    {                                                                                  \
+        const dk_gauss_desc *d = &p->setup.desc;                                       \
+        dk_axis_view v = dk_axis_view_of(d, axis);                                     \
+        const T alpha = (T)p->setup.alpha[axis];                                       \
+        const size_t L = p->window[axis];                                              \
+        const size_t pieces = p->segments[axis], width = p->width[axis];               \
+        const int rows = p->rows[axis];                                                \
+        void (*rf)(T *, size_t, size_t, T, int, dk_boundary) = p->avx2 ? RF_AVX2 : RF_BASE; \
+        size_t blocks = div_up(v.inner, width), lanes_total = v.outer * v.inner * pieces; \
+        size_t groups = rows ? v.outer * pieces * blocks : div_up(lanes_total, LANES); \
+        _Pragma("omp parallel num_threads(p->threads)")                                \
+        {                                                                              \
+            T *buf[2];                                                                 \
+            buf[0] = (T *)p->buffers + (size_t)thread_index() * p->buffer_elems;       \
+            buf[1] = buf[0] + L * width;                                               \
+            _Pragma("omp for schedule(dynamic, 1)")                                    \
+            for (size_t g = 0; g < groups; g++) {                                      \
+                if (rows) {                                                            \
+                    /* adjacent lines: window s is L runs of `count` values */        \
+                    size_t cb = g % blocks, rest = g / blocks;                         \
+                    size_t piece = rest % pieces, o = rest / pieces;                   \
+                    size_t count = v.inner - cb * width < width ? v.inner - cb * width : width; \
+                    exact_lane l = exact_lane_of(p, axis, o * v.n * v.inner + cb * width, piece); \
+                    size_t start, next;                                                \
+                    dk_span keep, unused;                                              \
+                    exact_window(&l, 0, &start, &keep);                          \
+                    for (size_t i = 0; i < L; i++)                                     \
+                        memcpy(buf[0] + i * width, src + l.first + (start + i) * v.inner, \
+                               count * sizeof(T));                                     \
+                    for (size_t s = 0; s < l.count; s++) {                             \
+                        T *cur = buf[s & 1], *other = buf[(s & 1) ^ 1];                \
+                        for (size_t c = 0; c < count; c += LANES)                      \
+                            rf(cur + c, L, width, alpha, d->K, d->boundary);           \
+                        if (s + 1 < l.count) {                                         \
+                            exact_window(&l, s + 1, &next, &unused);             \
+                            for (size_t i = 0; i < L; i++)                             \
+                                memcpy(other + i * width,                              \
+                                       src + l.first + (next + i) * v.inner,           \
+                                       count * sizeof(T));                             \
+                        }                                                              \
+                        for (size_t i = keep.begin; i < keep.end; i++)                 \
+                            memcpy(dst + l.first + i * v.inner, cur + (i - start) * width, \
+                                   count * sizeof(T));                                 \
+                        if (s + 1 < l.count)                                           \
+                            exact_window(&l, s + 1, &start, &keep);              \
+                    }                                                                  \
+                    continue;                                                          \
+                }                                                                      \
+                /* LANES lines or pieces, transposed */                               \
+                size_t t0 = g * LANES;                                                 \
+                size_t count = lanes_total - t0 < LANES ? lanes_total - t0 : LANES;    \
+                exact_lane l[LANES];                                                   \
+                size_t windows = 0;                                                    \
+                for (size_t w = 0; w < count; w++) {                                   \
+                    size_t t = t0 + w, line = t / pieces;                              \
+                    size_t o = line / v.inner, j = line % v.inner;                     \
+                    l[w] = exact_lane_of(p, axis, o * v.n * v.inner + j, t % pieces);  \
+                    if (l[w].count > windows)                                          \
+                        windows = l[w].count;                                          \
+                }                                                                      \
+                GATHER(p, axis, l, count, 0, src, buf[0]);                             \
+                for (size_t s = 0; s < windows; s++) {                                 \
+                    T *cur = buf[s & 1], *other = buf[(s & 1) ^ 1];                    \
+                    rf(cur, L, LANES, alpha, d->K, d->boundary);                       \
+                    if (s + 1 < windows)                                               \
+                        GATHER(p, axis, l, count, s + 1, src, other);                  \
+                    SCATTER(p, axis, l, count, s, cur, dst);                           \
+                }                                                                      \
+            }                                                                          \
+        }                                                                              \
+    }
+
+DEFINE_EXACT_AXIS(exact_axis_f32, float, LANES_F32, exact_gather_f32, exact_scatter_f32,
+                  rf_lanes_f32_avx2, rf_lanes_f32_base)
+DEFINE_EXACT_AXIS(exact_axis_f64, double, LANES_F64, exact_gather_f64, exact_scatter_f64,
+                  rf_lanes_f64_avx2, rf_lanes_f64_base)
+
+/* Exact mode with exactly the last two axes filtered, out of place: both in
+ * one pass over tiles, so the field is read and written once instead of
+ * twice. A tile is a window of rows (axis n-2) by a window of columns (axis
+ * n-1), each with its halo: the rows are filtered down the columns (all of
+ * the tile's columns, adjacent lanes), then its kept rows along themselves
+ * (LANES rows transposed at a time), and its kept part is written. Each
+ * value goes through the reference's two passes in its order; the tile's
+ * artificial ends lie at least a halo away from what it keeps. */
+#define DEFINE_FUSED(NAME, T, LANES, G, GATHER_G, SCATTER_G, RF_AVX2, RF_BASE)         \
+    static void NAME(const cpu_gauss_plan *p, const T *src, T *dst)                    \
+    {                                                                                  \
+        const dk_gauss_desc *d = &p->setup.desc;                                       \
+        const int a0 = d->ndim - 2, a1 = d->ndim - 1;                                  \
+        const size_t n0 = d->shape[a0], n1 = d->shape[a1], h1 = p->setup.halo[a1];     \
+        const size_t pieces = p->fuse_pieces, tiles = p->fuse_tiles;                   \
+        const size_t Ws = p->fuse_stride, units = p->setup.count / (n0 * n1) * pieces; \
+        const T alpha0 = (T)p->setup.alpha[a0], alpha1 = (T)p->setup.alpha[a1];         \
+        void (*rf)(T *, size_t, size_t, T, int, dk_boundary) = p->avx2 ? RF_AVX2 : RF_BASE; \
+        void (*const gather)(const T *const *, size_t, T *, size_t) = p->avx2 ? GATHER_G : NULL; \
+        void (*const scatter)(const T *, size_t, size_t, T *const *) = p->avx2 ? SCATTER_G : NULL; \
+        _Pragma("omp parallel num_threads(p->threads)")                                \
+        {                                                                              \
+            T *tile = (T *)p->buffers + (size_t)thread_index() * p->buffer_elems;      \
+            T *lanes = tile + p->fuse_rows * Ws;                                       \
+            _Pragma("omp for schedule(dynamic, 1)")                                    \
+            for (size_t u = 0; u < units; u++) {                                       \
+                size_t base = u / pieces * n0 * n1;                                    \
+                exact_lane l = exact_piece(n0, pieces, p->fuse_rows, p->setup.halo[a0], \
+                                           base, u % pieces);                          \
+                for (size_t s = 0; s < l.count; s++) {                                 \
+                    size_t start;                                                      \
+                    dk_span keep;                                                      \
+                    exact_window(&l, s, &start, &keep);                                \
+                    for (size_t ct = 0; ct < tiles; ct++) {                            \
+                        size_t c0 = spread(ct, n1, tiles), c1 = spread(ct + 1, n1, tiles); \
+                        size_t w0 = c0 >= h1 ? c0 - h1 : 0;                            \
+                        size_t wt = (n1 - c1 > h1 ? c1 + h1 : n1) - w0;                \
+                        const T *in = src + base + start * n1 + w0;                    \
+                        for (size_t i = 0; i < l.len; i++)                             \
+                            memcpy(tile + i * Ws, in + i * n1, wt * sizeof(T));        \
+                        for (size_t c = 0; c < wt; c += LANES)                         \
+                            rf(tile + c, l.len, Ws, alpha0, d->K, d->boundary);        \
+                        for (size_t r = keep.begin - start; r < keep.end - start; r += LANES) { \
+                            size_t rc = keep.end - start - r < LANES ? keep.end - start - r : LANES; \
+                            size_t k = 0;                                              \
+                            for (; gather && k + G <= rc; k += G) {                    \
+                                const T *line[G];                                      \
+                                for (int j = 0; j < G; j++)                            \
+                                    line[j] = tile + (r + k + j) * Ws;                 \
+                                gather(line, wt, lanes + k, LANES);                    \
+                            }                                                          \
+                            for (; k < rc; k++)                                        \
+                                for (size_t i = 0; i < wt; i++)                        \
+                                    lanes[i * LANES + k] = tile[(r + k) * Ws + i];     \
+                            rf(lanes, wt, LANES, alpha1, d->K, d->boundary);           \
+                            T *out = dst + base + (start + r) * n1 + c0;               \
+                            const T *kept = lanes + (c0 - w0) * LANES;                 \
+                            k = 0;                                                     \
+                            for (; scatter && k + G <= rc; k += G) {                   \
+                                T *line[G];                                            \
+                                for (int j = 0; j < G; j++)                            \
+                                    line[j] = out + (k + j) * n1;                      \
+                                scatter(kept + k, LANES, c1 - c0, line);               \
+                            }                                                          \
+                            for (; k < rc; k++)                                        \
+                                for (size_t i = 0; i < c1 - c0; i++)                   \
+                                    out[k * n1 + i] = kept[i * LANES + k];             \
+                        }                                                              \
+                    }                                                                  \
+                }                                                                      \
+            }                                                                          \
+        }                                                                              \
+    }
+
+DEFINE_FUSED(fused_f32, float, LANES_F32, TRANSPOSE_F32, gather_f32_avx2, scatter_f32_avx2,
+             rf_lanes_f32_avx2, rf_lanes_f32_base)
+DEFINE_FUSED(fused_f64, double, LANES_F64, TRANSPOSE_F64, gather_f64_avx2, scatter_f64_avx2,
+             rf_lanes_f64_avx2, rf_lanes_f64_base)
+
 /* Extended axes, one segment of one line at a time: its stretch of the
  * continued input is gathered into buf, then computed as
  * algorithms/gauss/reference.c does (deriche / vyv: the sections' causal
@@ -505,7 +977,7 @@ DEFINE_FILTER_AXIS(filter_axis_f64, double, LANES_F64, filter_lanes_f64, rf_lane
                     buf[i - g0] = k >= 0 ? x[k * inner] : bnd == DK_BOUNDARY_CVAL ? cval : (T)0; \
                 }                                                              \
                 if (rf) {                                                              \
-                    RF(buf + 1, (size_t)(k1 - k0 + 2 * R), alpha, d->K, DK_BOUNDARY_ZERO); \
+                    RF(buf + 1, (size_t)(k1 - k0 + 2 * R), 1, alpha, d->K, DK_BOUNDARY_ZERO); \
                     for (long long i = k0; i < k1; i++)                                \
                         y[i * inner] = buf[i - g0];                                    \
                     continue;                                                          \
@@ -554,6 +1026,13 @@ static dk_status cpu_gauss_execute(void *plan, const void *in, void *out, dk_msg
     /* Axes in increasing order. An axis whose segments overlap must not
      * write over values that another window still reads, so it writes to
      * the scratch buffer when its input is already out. */
+    if (p->fused && in != out) {
+        if (d->dtype == DK_F32)
+            fused_f32(p, in, out);
+        else
+            fused_f64(p, in, out);
+        return DK_OK;
+    }
     const void *current = in;
     for (int a = 0; a < d->ndim; a++) {
         if (!(d->axes & (1u << a)))
@@ -563,6 +1042,10 @@ static dk_status cpu_gauss_execute(void *plan, const void *in, void *out, dk_msg
             extended_axis_f32(p, a, current, target);
         else if (p->setup.extended[a])
             extended_axis_f64(p, a, current, target);
+        else if (p->exact[a] && d->dtype == DK_F32)
+            exact_axis_f32(p, a, current, target);
+        else if (p->exact[a])
+            exact_axis_f64(p, a, current, target);
         else if (d->dtype == DK_F32)
             filter_axis_f32(p, a, current, target);
         else
