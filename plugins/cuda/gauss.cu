@@ -793,12 +793,13 @@ __global__ void k_extended(const T *__restrict__ src, T *__restrict__ dst, T *sc
     }
 }
 
-/* ---- extended axes, tiled (deriche, vyv): a block of EXT_ROWS threads
+/* ---- extended axes, tiled (deriche, vyv): a block of 2 EXT_ROWS threads
  * filters EXT_ROWS rows, one (line, segment) each, from shared memory. The
  * block copies the rows' windows x[k0 - R - 1 .. k0 + keep + R + 2) in with
  * asynchronous copies (the values past the line's ends from extend_index),
  * runs k_extended's recursions with the same operations in the same order,
- * keeps the causal sums in a second buffer and writes the kept values back.
+ * one warp the causal ones and the other the anti-causal ones, each into a
+ * buffer of its own, and writes their sums back.
  * Contiguous axis: a row's window is one run of memory, copied and written
  * by the whole block along it, laid out [row][i] with an odd row length (no
  * bank conflicts); the rows are consecutive items, segments of a line
@@ -825,24 +826,23 @@ template <typename T, int SC>
 __device__ __forceinline__ T sections_step(const T *u, const T *w, const Iir<T> &f, T in0, T in1, T *s1,
                                            T *s2)
 {
-    T sum = T(0);
+    T sum;
 #pragma unroll
     for (int k = 0; k < SC; k++) {
         T v = u[k] * in0 + w[k] * in1 - f.a1[k] * s1[k] - f.a2[k] * s2[k];
         s2[k] = s1[k];
         s1[k] = v;
-        sum += v;
+        sum = k == 0 ? v : sum + v; /* 0 + v is v, up to the sign of a zero */
     }
     return sum;
 }
 
 /* The recursions of one row: x(i) = window value i (line position ws + i,
- * ws = k0 - R - 1), o(i) = kept value i (position k0 + i), len kept values.
- * Each recursion first runs over the R values that only warm it up, then
- * over the kept ones. */
+ * ws = k0 - R - 1), len kept values (position k0 + i). The causal one
+ * writes its sums to o(i), the anti-causal one to a(i); o(i) + a(i) is the
+ * result. Each first runs over the R values that only warm it up. */
 template <typename T, int SC>
-__device__ __forceinline__ void ext_row(const T *x, int xs, T *o, int os, int len, int R,
-                                        const Iir<T> &f)
+__device__ __forceinline__ void ext_causal(const T *x, int xs, T *o, int os, int len, int R, const Iir<T> &f)
 {
     T s1[SC] = {}, s2[SC] = {};
     T prev = x[0];
@@ -853,13 +853,16 @@ __device__ __forceinline__ void ext_row(const T *x, int xs, T *o, int os, int le
     }
     for (int i = R + 1; i <= R + len; i++) {
         T cur = x[i * xs];
-        T sum = sections_step<T, SC>(f.b0, f.b1, f, cur, prev, s1, s2);
+        o[(i - R - 1) * os] = sections_step<T, SC>(f.b0, f.b1, f, cur, prev, s1, s2);
         prev = cur;
-        o[(i - R - 1) * os] = sum;
     }
-#pragma unroll
-    for (int k = 0; k < SC; k++)
-        s1[k] = s2[k] = T(0);
+}
+
+template <typename T, int SC>
+__device__ __forceinline__ void ext_anticausal(const T *x, int xs, T *a, int os, int len, int R,
+                                               const Iir<T> &f)
+{
+    T s1[SC] = {}, s2[SC] = {};
     T next = x[(len + 2 * R + 1) * xs], after = x[(len + 2 * R + 2) * xs];
     for (int i = len + 2 * R; i > len + R; i--) {
         sections_step<T, SC>(f.c1, f.c2, f, next, after, s1, s2);
@@ -867,30 +870,33 @@ __device__ __forceinline__ void ext_row(const T *x, int xs, T *o, int os, int le
         next = x[i * xs];
     }
     for (int i = len + R; i > R; i--) {
-        T sum = sections_step<T, SC>(f.c1, f.c2, f, next, after, s1, s2);
+        a[(i - R - 1) * os] = sections_step<T, SC>(f.c1, f.c2, f, next, after, s1, s2);
         after = next;
         next = x[i * xs];
-        o[(i - R - 1) * os] = o[(i - R - 1) * os] + sum;
     }
 }
 
-/* Block block0 + blockIdx.x. S, So: the row lengths of the window and kept
+/* Block block0 + blockIdx.x, of 2 EXT_ROWS threads: thread r of the first
+ * warp runs row r's causal recursion while thread r of the second runs its
+ * anti-causal one, so each dependency chain is half a row long and an SM
+ * holds twice the warps. S, So: the row lengths of the window and kept
  * buffers (contiguous axis). */
 template <typename T, bool STRIDED, int SC>
-__global__ void __launch_bounds__(EXT_ROWS)
+__global__ void __launch_bounds__(2 * EXT_ROWS)
     k_ext_tile(const T *__restrict__ src, T *__restrict__ dst, ExtGeo g, Iir<T> f, T cval, int S,
                int So, i64 block0)
 {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     __shared__ i64 row_base[EXT_ROWS], row_k0[EXT_ROWS];
     __shared__ int row_len[EXT_ROWS];
-    const int r = (int)threadIdx.x, R = (int)g.reach;
+    const int tid = (int)threadIdx.x, r = tid % EXT_ROWS, half = tid / EXT_ROWS, R = (int)g.reach;
     const int W = (int)g.keep + 2 * R + 3;
     const i64 b = block0 + blockIdx.x, lines = g.items / g.segments;
     T *win = reinterpret_cast<T *>(smem_raw);
-    T *kept = win + (STRIDED ? (i64)EXT_ROWS * W : (i64)EXT_ROWS * S);
+    T *causal = win + (STRIDED ? (i64)EXT_ROWS * W : (i64)EXT_ROWS * S);
+    T *anti = causal + (STRIDED ? (i64)EXT_ROWS * g.keep : (i64)EXT_ROWS * So);
 
-    /* this thread's row: its line's first value and its kept span */
+    /* row r: its line's first value and its kept span */
     i64 line, seg;
     if (STRIDED) {
         seg = b % g.segments;
@@ -907,41 +913,53 @@ __global__ void __launch_bounds__(EXT_ROWS)
     const i64 ws = k0 - R - 1;
 
     if (STRIDED) {
-        /* each thread copies and filters its own line: no barrier needed */
-        if (!valid)
-            return;
+        /* the two warps copy alternate window values of the 32 lines */
         const T *x = src + base;
-        for (int i = 0; i < W; i++)
-            ext_stage(win + i * EXT_ROWS + r, x, ws + i, g, cval);
+        if (valid)
+            for (int i = half; i < W; i += 2)
+                ext_stage(win + i * EXT_ROWS + r, x, ws + i, g, cval);
         cp_wait_all();
-        ext_row<T, SC>(win + r, EXT_ROWS, kept + r, EXT_ROWS, len, R, f);
+        __syncthreads();
+        if (valid) {
+            if (half == 0)
+                ext_causal<T, SC>(win + r, EXT_ROWS, causal + r, EXT_ROWS, len, R, f);
+            else
+                ext_anticausal<T, SC>(win + r, EXT_ROWS, anti + r, EXT_ROWS, len, R, f);
+        }
+        __syncthreads();
         T *y = dst + base + k0 * g.inner;
-        for (int i = 0; i < len; i++)
-            y[i * g.inner] = kept[i * EXT_ROWS + r];
+        for (int i = half; i < len; i += 2)
+            y[i * g.inner] = causal[i * EXT_ROWS + r] + anti[i * EXT_ROWS + r];
         return;
     }
 
-    row_base[r] = base;
-    row_k0[r] = k0;
-    row_len[r] = len;
+    if (half == 0) {
+        row_base[r] = base;
+        row_k0[r] = k0;
+        row_len[r] = len;
+    }
     __syncthreads();
     for (int q = 0; q < EXT_ROWS; q++) {
         if (row_len[q] == 0)
             continue;
         const T *x = src + row_base[q];
         const i64 qs = row_k0[q] - R - 1;
-        for (int i = r; i < W; i += EXT_ROWS)
+        for (int i = tid; i < W; i += 2 * EXT_ROWS)
             ext_stage(win + q * S + i, x, qs + i, g, cval);
     }
     cp_wait_all();
     __syncthreads();
-    if (valid)
-        ext_row<T, SC>(win + r * S, 1, kept + r * So, 1, len, R, f);
+    if (valid) {
+        if (half == 0)
+            ext_causal<T, SC>(win + r * S, 1, causal + r * So, 1, len, R, f);
+        else
+            ext_anticausal<T, SC>(win + r * S, 1, anti + r * So, 1, len, R, f);
+    }
     __syncthreads();
     for (int q = 0; q < EXT_ROWS; q++) {
         T *y = dst + row_base[q] + row_k0[q];
-        for (int i = r; i < row_len[q]; i += EXT_ROWS)
-            y[i] = kept[q * So + i];
+        for (int i = tid; i < row_len[q]; i += 2 * EXT_ROWS)
+            y[i] = causal[q * So + i] + anti[q * So + i];
     }
 }
 
@@ -1035,14 +1053,14 @@ bool plan_ext_tile(Plan *p, Pass *ps, i64 lines)
         return false;
     i64 keep = dk_tuning_long("DAKIT_GAUSS_CUDA_EXTENDED_KEEP", 0, 1, 1 << 20);
     if (keep == 0) {
-        /* per row, both buffers, within the default 48 KB less the kernel's
-         * static shared memory (the rows' bases and lengths) */
-        i64 values = ((48 << 10) - 1024) / (EXT_ROWS * esize);
-        keep = (values - 2 * R - 5) / 2;
-        /* shorter segments, more blocks an SM: 96 measured best on an H100
+        /* per row, the three buffers, within 64 KB less the kernel's static
+         * shared memory (the rows' bases and lengths) */
+        i64 values = ((64 << 10) - 1024) / (EXT_ROWS * esize);
+        keep = (values - 2 * R - 5) / 3;
+        /* shorter segments, more blocks an SM: 128 measured best on an H100
          * (docs/gauss.md) */
-        if (keep > 96)
-            keep = 96;
+        if (keep > 128)
+            keep = 128;
         if (keep < 64)
             keep = 64;
     }
@@ -1053,7 +1071,7 @@ bool plan_ext_tile(Plan *p, Pass *ps, i64 lines)
     segments = ceil_div(g.n, keep);
     const i64 W = keep + 2 * R + 3;
     const i64 S = W | 1, So = keep | 1; /* odd: rows read free of bank conflicts */
-    const i64 smem = (i64)EXT_ROWS * (S + So) * esize;
+    const i64 smem = (i64)EXT_ROWS * (S + 2 * So) * esize; /* window, causal and anti-causal sums */
     /* past 96 KB a block runs alone on its SM: k_extended, unless asked */
     const i64 cap = dk_tuning_string("DAKIT_GAUSS_CUDA_EXTENDED_KEEP") ? (i64)p->dev->smem_optin : (i64)96 << 10;
     if (smem > cap || smem > (i64)p->dev->smem_optin)
@@ -1460,11 +1478,11 @@ void launch_ext_tile(int sections, unsigned blocks, size_t smem, cudaStream_t st
                      const ExtGeo &g, const Iir<T> &f, T cval, int S, int So, i64 b0)
 {
     if (sections == 1)
-        k_ext_tile<T, STRIDED, 1><<<blocks, EXT_ROWS, smem, stream>>>(src, dst, g, f, cval, S, So, b0);
+        k_ext_tile<T, STRIDED, 1><<<blocks, 2 * EXT_ROWS, smem, stream>>>(src, dst, g, f, cval, S, So, b0);
     else if (sections == 2)
-        k_ext_tile<T, STRIDED, 2><<<blocks, EXT_ROWS, smem, stream>>>(src, dst, g, f, cval, S, So, b0);
+        k_ext_tile<T, STRIDED, 2><<<blocks, 2 * EXT_ROWS, smem, stream>>>(src, dst, g, f, cval, S, So, b0);
     else
-        k_ext_tile<T, STRIDED, 3><<<blocks, EXT_ROWS, smem, stream>>>(src, dst, g, f, cval, S, So, b0);
+        k_ext_tile<T, STRIDED, 3><<<blocks, 2 * EXT_ROWS, smem, stream>>>(src, dst, g, f, cval, S, So, b0);
 }
 
 template <typename T> cudaError_t launch_pass(const Launch<T> &l)
