@@ -1053,12 +1053,13 @@ bool plan_ext_tile(Plan *p, Pass *ps, i64 lines)
         return false;
     i64 keep = dk_tuning_long("DAKIT_GAUSS_CUDA_EXTENDED_KEEP", 0, 1, 1 << 20);
     if (keep == 0) {
-        /* per row, the three buffers, within 64 KB less the kernel's static
-         * shared memory (the rows' bases and lengths) */
-        i64 values = ((64 << 10) - 1024) / (EXT_ROWS * esize);
+        /* per row, the three buffers, within 55 KB less the kernel's static
+         * shared memory (the rows' bases and lengths): four blocks fit an
+         * SM's 228 KB */
+        i64 values = ((55 << 10) - 1024) / (EXT_ROWS * esize);
         keep = (values - 2 * R - 5) / 3;
-        /* shorter segments, more blocks an SM: 128 measured best on an H100
-         * (docs/gauss.md) */
+        /* longer segments read less twice, and beyond 128 measured no
+         * faster on an H100 (docs/gauss.md) */
         if (keep > 128)
             keep = 128;
         if (keep < 64)

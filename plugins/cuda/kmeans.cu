@@ -321,17 +321,31 @@ __device__ __forceinline__ int best_label_tile(const Args &a, const float *x, co
                                                int hw, int hy, int hx)
 {
     const int r = a.window / 2;
+    /* the neighbours' labels counted once, each count in `bits` bits of one
+     * 64-bit word where k of them fit (window 5, k <= 12), instead of one
+     * pass over the window per centroid */
+    const int neighbours = (2 * r + 1) * (2 * r + 1) - 1, bits = 32 - __clz(neighbours);
+    const bool packed = a.k * bits <= 64;
+    unsigned long long counts = 0;
     int m = 0;
     for (int y = -r; y <= r; y++)
-        for (int c = -r; c <= r; c++)
-            m += (y || c) && halo[(hy + y) * hw + hx + c] >= 0;
+        for (int c = -r; c <= r; c++) {
+            const int l = halo[(hy + y) * hw + hx + c];
+            if ((y || c) && l >= 0) {
+                m++;
+                if (packed)
+                    counts += 1ull << (bits * l);
+            }
+        }
     const float inv_d = __fdiv_rn(1.0f, (float)a.d);
     int best = 0;
     float best_cost = 0.0f;
     for (int c = 0; c < a.k; c++) {
         const float dist = distance2<DMAX>(x, Cs + c * DMAX);
         int same = 0;
-        if (m)
+        if (packed)
+            same = (int)((counts >> (bits * c)) & ((1ull << bits) - 1ull));
+        else if (m)
             for (int y = -r; y <= r; y++)
                 for (int cx = -r; cx <= r; cx++)
                     same += (y || cx) && halo[(hy + y) * hw + hx + cx] == c;
@@ -782,19 +796,32 @@ __global__ void __launch_bounds__(THREADS) k_tex_features(const float *value, co
     }
 }
 
-/* One thread: the partials in block order -> st = valid, mu[3], sd[3], lo,
- * width (standardized feature 0, the initial centroids' intervals). */
+/* One warp: the partials -> st = valid, mu[3], sd[3], lo, width
+ * (standardized feature 0, the initial centroids' intervals). Lane j sums
+ * blocks j, j + 32, ..., then the lanes' sums meet in a fixed tree: the
+ * same order on every run. */
 __global__ void k_tex_stats(const double *part, int blocks, int k, double *st)
 {
-    if (threadIdx.x || blockIdx.x)
+    if (blockIdx.x)
         return;
+    const int lane = threadIdx.x;
     double t[TEX_STATS] = {0, 0, 0, 0, 0, 0, 0, INFINITY, -INFINITY};
-    for (int b = 0; b < blocks; b++) {
+    for (int b = lane; b < blocks; b += 32) {
+#pragma unroll
         for (int j = 0; j < 7; j++)
             t[j] += part[(size_t)b * TEX_STATS + j];
         t[7] = fmin(t[7], part[(size_t)b * TEX_STATS + 7]);
         t[8] = fmax(t[8], part[(size_t)b * TEX_STATS + 8]);
     }
+    for (int off = 16; off > 0; off /= 2) {
+#pragma unroll
+        for (int j = 0; j < 7; j++)
+            t[j] += __shfl_xor_sync(0xffffffffu, t[j], off);
+        t[7] = fmin(t[7], __shfl_xor_sync(0xffffffffu, t[7], off));
+        t[8] = fmax(t[8], __shfl_xor_sync(0xffffffffu, t[8], off));
+    }
+    if (lane)
+        return;
     double valid = t[6];
     st[0] = valid;
     for (int j = 0; j < 3; j++) {
@@ -845,27 +872,36 @@ __global__ void __launch_bounds__(THREADS) k_tex_standardize(float *points, cons
         ipart[(size_t)blockIdx.x * 4 * k + j] = isum[j];
 }
 
-/* The initial centroids from the interval partials, in block order; the
- * statistics for the host go to out = valid, mu[3], sd[3]. */
+/* The initial centroids from the interval partials; the statistics for
+ * the host go to out = valid, mu[3], sd[3]. Each warp sums series (c, f)
+ * over the blocks as k_tex_stats does, in a fixed order; `series` holds
+ * 4 k doubles of shared memory. */
 __global__ void k_tex_init(const double *ipart, int blocks, int k, const double *st, float *init, double *out)
 {
+    extern __shared__ double series[]; /* [c * 4 + f]: f 0..2 the features' sums, 3 the count */
     __shared__ double all[4];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    for (int j = warp; j < 4 * k; j += warps) {
+        double t = 0;
+        for (int b = lane; b < blocks; b += 32)
+            t += ipart[(size_t)b * 4 * k + j];
+        for (int off = 16; off > 0; off /= 2)
+            t += __shfl_xor_sync(0xffffffffu, t, off);
+        if (lane == 0)
+            series[j] = t;
+    }
+    __syncthreads();
     if (threadIdx.x < 4) {
         double t = 0;
         for (int c = 0; c < k; c++)
-            for (int b = 0; b < blocks; b++)
-                t += ipart[(size_t)b * 4 * k + c * 4 + threadIdx.x];
+            t += series[c * 4 + threadIdx.x];
         all[threadIdx.x] = t;
     }
     __syncthreads();
     const double lo = st[7], width = st[8];
     for (int j = threadIdx.x; j < 3 * k; j += blockDim.x) {
         int c = j / 3, f = j % 3;
-        double s = 0, cnt = 0;
-        for (int b = 0; b < blocks; b++) {
-            s += ipart[(size_t)b * 4 * k + c * 4 + f];
-            cnt += ipart[(size_t)b * 4 * k + c * 4 + 3];
-        }
+        double s = series[c * 4 + f], cnt = series[c * 4 + 3];
         float v;
         if (cnt > 0)
             v = (float)(s / cnt);
@@ -1098,7 +1134,7 @@ dk_status texture_features(void *handle, const void *value, const void *smoothed
                                           p->tex_part, n);
     k_tex_stats<<<1, 32, 0, sm>>>(p->tex_part, B, k, p->tex_st);
     k_tex_standardize<<<B, THREADS, (size_t)4 * k * sizeof(double), sm>>>(pts, msk, p->tex_st, p->tex_ipart, k, n);
-    k_tex_init<<<1, THREADS, 0, sm>>>(p->tex_ipart, B, k, p->tex_st, (float *)((dk_cuda_buffer *)init)->ptr,
+    k_tex_init<<<1, THREADS, (size_t)4 * k * sizeof(double), sm>>>(p->tex_ipart, B, k, p->tex_st, (float *)((dk_cuda_buffer *)init)->ptr,
                                       p->tex_out);
     double r[7];
     CUDA_TRY(cudaGetLastError(), "computing the texture features");
