@@ -141,23 +141,47 @@ static void draw_random_cases(void)
     }
 }
 
+typedef struct matrix_shape {
+    int ndim;
+    size_t shape[3];
+    unsigned axes;
+    double sigma[3];
+    int order[3];
+} matrix_shape;
+
+/* One case of a matrix: method (named `label`) x boundary b x dtype (t 1:
+ * float64) on shape sh; the caller sets inplace and quick. */
+static void matrix_case(gauss_case *c, char *name, size_t len, const char *label, dk_gauss_method method,
+                        int poles, int b, int t, const matrix_shape *sh, double cval)
+{
+    snprintf(name, len, "%s_%s_%s", label, dk_gauss_boundary_name((dk_boundary)b), t ? "f64" : "f32");
+    c->name = name;
+    c->dtype = t ? DK_F64 : DK_F32;
+    c->ndim = sh->ndim;
+    memcpy(c->shape, sh->shape, sizeof c->shape);
+    c->axes = sh->axes;
+    memcpy(c->sigma, sh->sigma, sizeof c->sigma);
+    memcpy(c->order, sh->order, sizeof c->order);
+    c->K = 3;
+    c->boundary = (dk_boundary)b;
+    c->mode = EX;
+    c->method = method;
+    c->poles = poles;
+    c->cval = b == V ? cval : 0;
+}
+
 /* Method x boundary x dtype, each on a shape of its own so that 1-D, 2-D
  * and 3-D, strided and contiguous axes, in place and not, all come up. */
 static void draw_matrix_cases(void)
 {
     static char names[MATRIX_CASES][40];
     static const char *const method_names[MATRIX_METHODS] = {"rf", "deriche", "vyv5", "vyv3"};
-    static const struct {
-        int ndim;
-        size_t shape[3];
-        unsigned axes;
-        double sigma[3];
-    } shapes[] = {
-        {1, {1000}, 1, {3}},
-        {2, {64, 81}, 3, {2.5, 6}},
-        {3, {12, 40, 9}, 2, {0, 4, 0}},
-        {2, {33, 500}, 2, {0, 30}},
-        {1, {61}, 1, {12}},
+    static const matrix_shape shapes[] = {
+        {1, {1000}, 1, {3}, {0}},
+        {2, {64, 81}, 3, {2.5, 6}, {0}},
+        {3, {12, 40, 9}, 2, {0, 4, 0}, {0}},
+        {2, {33, 500}, 2, {0, 30}, {0}},
+        {1, {61}, 1, {12}, {0}},
     };
     int i = 0;
     for (int m = 0; m < MATRIX_METHODS; m++)
@@ -165,22 +189,10 @@ static void draw_matrix_cases(void)
             for (int t = 0; t < 2; t++, i++) {
                 gauss_case *c = &cases[FIRST_MATRIX + i];
                 int sh = (m + 2 * b + t) % (int)(sizeof shapes / sizeof shapes[0]);
-                snprintf(names[i], sizeof names[i], "%s_%s_%s", method_names[m],
-                         dk_gauss_boundary_name((dk_boundary)b), t ? "f64" : "f32");
-                c->name = names[i];
-                c->dtype = t ? DK_F64 : DK_F32;
-                c->ndim = shapes[sh].ndim;
-                memcpy(c->shape, shapes[sh].shape, sizeof c->shape);
-                c->axes = shapes[sh].axes;
-                memcpy(c->sigma, shapes[sh].sigma, sizeof c->sigma);
-                c->K = 3;
-                c->boundary = (dk_boundary)b;
-                c->mode = EX;
+                matrix_case(c, names[i], sizeof names[i], method_names[m], m == 0 ? RF : m == 1 ? DE : VY,
+                            m == 3 ? 3 : 5, b, t, &shapes[sh], 1.5);
                 c->inplace = (i % 3) == 0;
                 c->quick = 1;
-                c->method = m == 0 ? RF : m == 1 ? DE : VY;
-                c->poles = m == 3 ? 3 : 5;
-                c->cval = b == V ? 1.5 : 0;
             }
 }
 
@@ -190,13 +202,7 @@ static void draw_matrix_cases(void)
 static void draw_derivative_cases(void)
 {
     static char names[DERIVATIVE_CASES][48];
-    static const struct {
-        int ndim;
-        size_t shape[3];
-        unsigned axes;
-        double sigma[3];
-        int order[3];
-    } shapes[] = {
+    static const matrix_shape shapes[] = {
         {1, {2000}, 1, {4}, {1}},
         {2, {70, 90}, 3, {3, 2}, {2, 1}},
         {1, {301}, 1, {25}, {2}},
@@ -209,22 +215,10 @@ static void draw_derivative_cases(void)
             for (int t = 0; t < 2; t++, i++) {
                 gauss_case *c = &cases[FIRST_DERIVATIVE + i];
                 int sh = (3 * m + 2 * b + t) % (int)(sizeof shapes / sizeof shapes[0]);
-                snprintf(names[i], sizeof names[i], "derivative_%s_%s_%s", m ? "vyv" : "deriche",
-                         dk_gauss_boundary_name((dk_boundary)b), t ? "f64" : "f32");
-                c->name = names[i];
-                c->dtype = t ? DK_F64 : DK_F32;
-                c->ndim = shapes[sh].ndim;
-                memcpy(c->shape, shapes[sh].shape, sizeof c->shape);
-                c->axes = shapes[sh].axes;
-                memcpy(c->sigma, shapes[sh].sigma, sizeof c->sigma);
-                memcpy(c->order, shapes[sh].order, sizeof c->order);
-                c->boundary = (dk_boundary)b;
-                c->mode = EX;
+                matrix_case(c, names[i], sizeof names[i], m ? "derivative_vyv" : "derivative_deriche",
+                            m ? VY : DE, 5, b, t, &shapes[sh], -0.5);
                 c->inplace = (i % 4) == 1;
                 c->quick = (i % 2) == 0;
-                c->method = m ? VY : DE;
-                c->poles = 5;
-                c->cval = b == V ? -0.5 : 0;
             }
 }
 
