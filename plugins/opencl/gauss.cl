@@ -391,6 +391,11 @@ static long row_window(long q, long n, long L, long h, long ipl, long *keep_begi
     return o * n + chunk_window(ks, h, n);
 }
 
+/* How many loads a work-item of rf_reg_rows issues before it stores their
+ * values in local memory: the copy then keeps that many loads in flight
+ * (a loop storing each value as it comes keeps few). */
+#define STAGE_LOADS 16
+
 /* A contiguous axis (inner 1): work-group t takes the get_local_size(0)
  * consecutive chunks from t * that on (across lines, flat). It copies the
  * flat span their windows cover into `sm` with coalesced loads; each
@@ -411,8 +416,18 @@ __kernel void rf_reg_rows(__global const REAL *src, __global REAL *dst, ulong n,
     long K0, K1, unused;
     const long G0 = row_window(q0, N, Lc, H, I, &K0, &unused);
     const long G1 = row_window(q1, N, Lc, H, I, &unused, &K1) + RW;
-    for (long i = lid; i < G1 - G0; i += tq)
-        sm[i] = src[G0 + i];
+    const long span = G1 - G0;
+    for (long i0 = lid; i0 < span; i0 += STAGE_LOADS * tq) {
+        REAL v[STAGE_LOADS];
+#pragma unroll
+        for (int u = 0; u < STAGE_LOADS; u++)
+            if (i0 + u * tq < span)
+                v[u] = src[G0 + i0 + u * tq];
+#pragma unroll
+        for (int u = 0; u < STAGE_LOADS; u++)
+            if (i0 + u * tq < span)
+                sm[i0 + u * tq] = v[u];
+    }
     barrier(CLK_LOCAL_MEM_FENCE);
 
     const long q = q0 + lid;
