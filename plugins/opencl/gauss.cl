@@ -607,6 +607,10 @@ static void ext_rows(__global const REAL *src, __global REAL *dst, __global cons
     }
 }
 
+/* How many loads a work-item of extended_cols issues before it stores
+ * their values (clamped positions: every load is inside the line). */
+#define EXT_LOADS 32
+
 /* A strided axis: group b takes EXT_ROWS adjacent lines (lines
  * (b / segments) EXT_ROWS + r) on segment b % segments, laid out [i][row]
  * in win (W values), causal and anti (keep values), so that every copy and
@@ -629,11 +633,18 @@ static void ext_cols(__global const REAL *src, __global REAL *dst, __global cons
     const ulong base = (line / inner) * n * inner + line % inner;
     __global const REAL *x = src + base;
     if (valid) {
-#pragma unroll 8
-        for (int i = side; i < W; i += 2) {
-            long p = ws + i;
-            p = p < 0 ? 0 : p >= N ? N - 1 : p;
-            win[i * EXT_ROWS + r] = x[p * I];
+        for (int i0 = side; i0 < W; i0 += 2 * EXT_LOADS) {
+            REAL v[EXT_LOADS];
+#pragma unroll
+            for (int u = 0; u < EXT_LOADS; u++) {
+                long p = ws + i0 + 2 * u;
+                p = p < 0 ? 0 : p >= N ? N - 1 : p;
+                v[u] = x[p * I];
+            }
+#pragma unroll
+            for (int u = 0; u < EXT_LOADS; u++)
+                if (i0 + 2 * u < W)
+                    win[(i0 + 2 * u) * EXT_ROWS + r] = v[u];
         }
         if (ws < 0 || ws + W > N)
             for (int i = side; i < W; i += 2)
