@@ -394,7 +394,7 @@ static long row_window(long q, long n, long L, long h, long ipl, long *keep_begi
 /* How many loads a work-item of rf_reg_rows issues before it stores their
  * values in local memory: the copy then keeps that many loads in flight
  * (a loop storing each value as it comes keeps few). */
-#define STAGE_LOADS 16
+#define STAGE_LOADS 32
 
 /* A contiguous axis (inner 1): work-group t takes the get_local_size(0)
  * consecutive chunks from t * that on (across lines, flat). It copies the
