@@ -16,6 +16,7 @@
  * setup->halo, the overlap past which the window's artificial ends change
  * nothing at the dtype's rounding; a line long enough for parallelism alone
  * is one chunk, filtered whole. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,8 +45,8 @@ typedef struct axis_pass {
     /* tiled paths: chunks of L values a line (ipl of them), halo h;
      * work-groups of `local` work-items, `ngroups` of them; rf_reg_strided:
      * JT lines by local / JT chunks a group, nj x nk groups per outer index;
-     * local_bytes: the group's local memory (rf_reg_rows: one buffer;
-     * extended_rows: rows of S then So values) */
+     * local_bytes: rf_reg_rows' local memory; extended_rows: rows of S
+     * values (window) and So (each sum) */
     cl_ulong L, h, ipl, nj, nk;
     int JT;
     size_t local, local_bytes;
@@ -61,7 +62,8 @@ typedef struct gauss_plan {
     size_t count;
     cl_kernel kernel;
     cl_kernel extended_kernel;
-    cl_kernel reg_strided, reg_rows, ext_rows, ext_cols; /* tiled; NULL elsewhere */
+    cl_kernel reg_strided, reg_rows; /* tiled; NULL elsewhere */
+    cl_kernel ext_rows[3], ext_cols[3]; /* tiled, by section count (1 to 3) */
     int boundary, rf;
     double cval;
     cl_mem temp;    /* count elements: the other half of the ping-pong */
@@ -81,9 +83,13 @@ static const char *const gauss_variants[] = {"auto", "tiled", "windows", NULL};
 #define REG_WINDOW_F32 95
 #define REG_WINDOW_F64 63
 /* Work-groups of the tiled kernels: 128 work-items (JT lines x chunks on a
- * strided axis, chunks on a contiguous one); extended_rows: 32 rows. */
+ * strided axis, chunks on a contiguous one); extended_rows / _cols: 32 rows,
+ * two work-items a row (EXT_ROWS in gauss.cl). */
 #define TILED_LOCAL 128
 #define EXT_ROWS 32
+/* The longest segment of extended_rows / _cols (cuda's k_ext_tile measured
+ * 128 best on an H100). */
+#define EXT_KEEP 128
 /* Launches of the tiled kernels cover at most this many groups each. */
 #define GROUPS_PER_LAUNCH ((cl_ulong)1 << 20)
 
@@ -176,44 +182,45 @@ static int plan_tiled_rf(gauss_plan *plan, const dk_gauss_setup *setup, int a, a
 }
 
 /* deriche / vyv through extended_rows (a contiguous axis) or extended_cols
- * (a strided one): segments short enough that EXT_ROWS rows of both buffers
- * fit local memory, and at most 96 values (cuda's k_ext_tile measured that
- * best on an H100). Returns 0 where they do not fit. Called after
- * plan_extended, which set the rest. */
+ * (a strided one): segments short enough that EXT_ROWS rows of the window
+ * and both sums' buffers fit local memory, and at most EXT_KEEP values.
+ * Returns 0 where they do not fit. Called after plan_extended, which set
+ * the rest. */
 static int plan_ext_tiled(gauss_plan *plan, axis_pass *p)
 {
     dk_opencl_device *dev = plan->dev;
     size_t esize = plan->dtype == DK_F64 ? sizeof(double) : sizeof(float);
     size_t n = p->view.n, R = p->reach, lines = p->view.outer * p->view.inner;
     int strided = p->view.inner > 1;
-    cl_kernel kernel = strided ? plan->ext_cols : plan->ext_rows;
-    size_t rows = kernel_local(dev, kernel, EXT_ROWS);
+    if (p->sections < 1 || p->sections > 3)
+        return 0;
+    cl_kernel kernel = strided ? plan->ext_cols[p->sections - 1] : plan->ext_rows[p->sections - 1];
     size_t room = local_memory(dev, kernel);
-    if (rows < 1 || R > (size_t)1 << 20)
+    if (kernel_local(dev, kernel, 2 * EXT_ROWS) < 2 * EXT_ROWS || R > (size_t)1 << 20)
         return 0;
-    size_t values = room / (rows * esize); /* per row, both buffers */
-    if (values < 2 * R + 8)
+    size_t values = room / (EXT_ROWS * esize); /* per row, the three buffers */
+    if (values < 2 * R + 9)
         return 0;
-    size_t keep = (values - 2 * R - 5) / 2;
-    if (keep > 96)
-        keep = 96;
+    size_t keep = (values - 2 * R - 6) / 3;
+    if (keep > EXT_KEEP)
+        keep = EXT_KEEP;
     if (keep > n)
         keep = n;
     size_t segments = (n + keep - 1) / keep;
     keep = (n + segments - 1) / segments;
     segments = (n + keep - 1) / keep;
     size_t S = (keep + 2 * R + 3) | 1, So = keep | 1;
-    if (rows * (S + So) * esize > room)
+    if (EXT_ROWS * (S + 2 * So) * esize > room)
         return 0;
     p->path = strided ? PATH_EXT_COLS : PATH_EXT_ROWS;
     p->keep = keep;
     p->segments = segments;
     p->items = (cl_ulong)lines * segments;
-    p->local = rows;
+    p->local = 2 * EXT_ROWS;
     p->S = (int)S;
     p->So = (int)So;
-    p->local_bytes = rows * (S + So) * esize;
-    p->ngroups = strided ? (lines + rows - 1) / rows * segments : (p->items + rows - 1) / rows;
+    p->ngroups = strided ? (lines + EXT_ROWS - 1) / EXT_ROWS * segments
+                         : (p->items + EXT_ROWS - 1) / EXT_ROWS;
     return 1;
 }
 
@@ -279,8 +286,9 @@ static void gauss_plan_destroy(void *handle)
         clReleaseKernel(plan->kernel);
     if (plan->extended_kernel)
         clReleaseKernel(plan->extended_kernel);
-    cl_kernel tiled[] = {plan->reg_strided, plan->reg_rows, plan->ext_rows, plan->ext_cols};
-    for (int i = 0; i < 4; i++)
+    cl_kernel tiled[] = {plan->reg_strided, plan->reg_rows,  plan->ext_rows[0], plan->ext_rows[1],
+                         plan->ext_rows[2],   plan->ext_cols[0], plan->ext_cols[1], plan->ext_cols[2]};
+    for (int i = 0; i < 8; i++)
         if (tiled[i])
             clReleaseKernel(tiled[i]);
     for (int i = 0; i < plan->npasses; i++)
@@ -337,10 +345,15 @@ static dk_status gauss_plan_create(void *device, const dk_gauss_setup *setup, vo
         CL_TRY_GOTO(err, fail, "gauss: creating kernel rf_reg_strided");
         plan->reg_rows = clCreateKernel(program, "rf_reg_rows", &err);
         CL_TRY_GOTO(err, fail, "gauss: creating kernel rf_reg_rows");
-        plan->ext_rows = clCreateKernel(program, "extended_rows", &err);
-        CL_TRY_GOTO(err, fail, "gauss: creating kernel extended_rows");
-        plan->ext_cols = clCreateKernel(program, "extended_cols", &err);
-        CL_TRY_GOTO(err, fail, "gauss: creating kernel extended_cols");
+        for (int s = 0; s < 3; s++) {
+            char name[32];
+            snprintf(name, sizeof name, "extended_rows%d", s + 1);
+            plan->ext_rows[s] = clCreateKernel(program, name, &err);
+            CL_TRY_GOTO(err, fail, "gauss: creating kernel %s", name);
+            snprintf(name, sizeof name, "extended_cols%d", s + 1);
+            plan->ext_cols[s] = clCreateKernel(program, name, &err);
+            CL_TRY_GOTO(err, fail, "gauss: creating kernel %s", name);
+        }
     }
     for (int a = 0; a < d->ndim; a++) {
         if (!(d->axes & (1u << a)))
@@ -529,51 +542,42 @@ static cl_int run_reg(gauss_plan *plan, const axis_pass *p, cl_mem src, cl_mem d
 static cl_int run_ext_tiled(gauss_plan *plan, const axis_pass *p, cl_mem src, cl_mem dst)
 {
     cl_ulong n = p->view.n, inner = p->view.inner, lines = p->view.outer * p->view.inner;
-    cl_int sections = p->sections, boundary = plan->boundary, S = p->S, So = p->So;
+    cl_int boundary = plan->boundary, S = p->S, So = p->So;
     float cval32 = (float)plan->cval;
     double cval64 = plan->cval;
     int f64 = plan->dtype == DK_F64;
     size_t esize = f64 ? sizeof(double) : sizeof(float);
+    size_t window = p->path == PATH_EXT_COLS ? (size_t)(p->keep + 2 * p->reach + 3) : (size_t)S;
+    size_t sums = p->path == PATH_EXT_COLS ? (size_t)p->keep : (size_t)So;
     cl_int err = CL_SUCCESS;
+    cl_uint i = 0;
+    cl_kernel k = p->path == PATH_EXT_COLS ? plan->ext_cols[p->sections - 1] : plan->ext_rows[p->sections - 1];
+    err |= clSetKernelArg(k, i++, sizeof src, &src);
+    err |= clSetKernelArg(k, i++, sizeof dst, &dst);
+    err |= clSetKernelArg(k, i++, sizeof p->coef, &p->coef);
+    err |= clSetKernelArg(k, i++, sizeof n, &n);
     if (p->path == PATH_EXT_COLS) {
-        cl_kernel k = plan->ext_cols;
-        err |= clSetKernelArg(k, 0, sizeof src, &src);
-        err |= clSetKernelArg(k, 1, sizeof dst, &dst);
-        err |= clSetKernelArg(k, 2, sizeof p->coef, &p->coef);
-        err |= clSetKernelArg(k, 3, sizeof sections, &sections);
-        err |= clSetKernelArg(k, 4, sizeof n, &n);
-        err |= clSetKernelArg(k, 5, sizeof inner, &inner);
-        err |= clSetKernelArg(k, 6, sizeof lines, &lines);
-        err |= clSetKernelArg(k, 7, sizeof p->segments, &p->segments);
-        err |= clSetKernelArg(k, 8, sizeof p->keep, &p->keep);
-        err |= clSetKernelArg(k, 9, sizeof p->reach, &p->reach);
-        err |= clSetKernelArg(k, 10, sizeof boundary, &boundary);
-        err |= f64 ? clSetKernelArg(k, 11, sizeof cval64, &cval64) : clSetKernelArg(k, 11, sizeof cval32, &cval32);
-        err |= clSetKernelArg(k, 13, p->local * (size_t)p->S * esize, NULL);
-        err |= clSetKernelArg(k, 14, p->local * (size_t)p->So * esize, NULL);
-        if (err != CL_SUCCESS)
-            return CL_INVALID_KERNEL_ARGS;
-        return launch_groups(plan, p, k, 12);
+        err |= clSetKernelArg(k, i++, sizeof inner, &inner);
+        err |= clSetKernelArg(k, i++, sizeof lines, &lines);
+    } else {
+        err |= clSetKernelArg(k, i++, sizeof p->items, &p->items);
     }
-    cl_kernel k = plan->ext_rows;
-    err |= clSetKernelArg(k, 0, sizeof src, &src);
-    err |= clSetKernelArg(k, 1, sizeof dst, &dst);
-    err |= clSetKernelArg(k, 2, sizeof p->coef, &p->coef);
-    err |= clSetKernelArg(k, 3, sizeof sections, &sections);
-    err |= clSetKernelArg(k, 4, sizeof n, &n);
-    err |= clSetKernelArg(k, 5, sizeof p->items, &p->items);
-    err |= clSetKernelArg(k, 6, sizeof p->segments, &p->segments);
-    err |= clSetKernelArg(k, 7, sizeof p->keep, &p->keep);
-    err |= clSetKernelArg(k, 8, sizeof p->reach, &p->reach);
-    err |= clSetKernelArg(k, 9, sizeof boundary, &boundary);
-    err |= f64 ? clSetKernelArg(k, 10, sizeof cval64, &cval64) : clSetKernelArg(k, 10, sizeof cval32, &cval32);
-    err |= clSetKernelArg(k, 11, sizeof S, &S);
-    err |= clSetKernelArg(k, 12, sizeof So, &So);
-    err |= clSetKernelArg(k, 14, p->local * (size_t)S * esize, NULL);
-    err |= clSetKernelArg(k, 15, p->local * (size_t)So * esize, NULL);
+    err |= clSetKernelArg(k, i++, sizeof p->segments, &p->segments);
+    err |= clSetKernelArg(k, i++, sizeof p->keep, &p->keep);
+    err |= clSetKernelArg(k, i++, sizeof p->reach, &p->reach);
+    err |= clSetKernelArg(k, i++, sizeof boundary, &boundary);
+    err |= f64 ? clSetKernelArg(k, i++, sizeof cval64, &cval64) : clSetKernelArg(k, i++, sizeof cval32, &cval32);
+    if (p->path == PATH_EXT_ROWS) {
+        err |= clSetKernelArg(k, i++, sizeof S, &S);
+        err |= clSetKernelArg(k, i++, sizeof So, &So);
+    }
+    const cl_uint group0_arg = i++;
+    err |= clSetKernelArg(k, i++, EXT_ROWS * window * esize, NULL);
+    err |= clSetKernelArg(k, i++, EXT_ROWS * sums * esize, NULL);
+    err |= clSetKernelArg(k, i++, EXT_ROWS * sums * esize, NULL);
     if (err != CL_SUCCESS)
         return CL_INVALID_KERNEL_ARGS;
-    return launch_groups(plan, p, k, 13);
+    return launch_groups(plan, p, k, group0_arg);
 }
 
 /* Filters one axis from src into dst (distinct buffers). */

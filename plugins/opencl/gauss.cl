@@ -391,6 +391,11 @@ static long row_window(long q, long n, long L, long h, long ipl, long *keep_begi
     return o * n + chunk_window(ks, h, n);
 }
 
+/* How many loads a work-item of rf_reg_rows issues before it stores their
+ * values in local memory: the copy then keeps that many loads in flight
+ * (a loop storing each value as it comes keeps few). */
+#define STAGE_LOADS 32
+
 /* A contiguous axis (inner 1): work-group t takes the get_local_size(0)
  * consecutive chunks from t * that on (across lines, flat). It copies the
  * flat span their windows cover into `sm` with coalesced loads; each
@@ -411,8 +416,18 @@ __kernel void rf_reg_rows(__global const REAL *src, __global REAL *dst, ulong n,
     long K0, K1, unused;
     const long G0 = row_window(q0, N, Lc, H, I, &K0, &unused);
     const long G1 = row_window(q1, N, Lc, H, I, &unused, &K1) + RW;
-    for (long i = lid; i < G1 - G0; i += tq)
-        sm[i] = src[G0 + i];
+    const long span = G1 - G0;
+    for (long i0 = lid; i0 < span; i0 += STAGE_LOADS * tq) {
+        REAL v[STAGE_LOADS];
+#pragma unroll
+        for (int u = 0; u < STAGE_LOADS; u++)
+            if (i0 + u * tq < span)
+                v[u] = src[G0 + i0 + u * tq];
+#pragma unroll
+        for (int u = 0; u < STAGE_LOADS; u++)
+            if (i0 + u * tq < span)
+                sm[i0 + u * tq] = v[u];
+    }
     barrier(CLK_LOCAL_MEM_FENCE);
 
     const long q = q0 + lid;
@@ -442,17 +457,23 @@ __kernel void rf_reg_rows(__global const REAL *src, __global REAL *dst, ulong n,
         dst[i] = sm[i - G0];
 }
 
-/* ---- GPU kernel (variant "tiled"): deriche / vyv on a contiguous axis ----
- * One work-group of `rows` work-items filters `rows` consecutive (line,
- * segment) items, segments of a line fastest, as extended_segments does,
- * with the same operations in the same order. The group copies each row's
- * continued window (positions k0 - R - 1 .. k1 + R + 1) into `win`, laid
- * out [row][S] with S odd (rows read free of bank conflicts), every row with
- * coalesced loads along the line; each work-item runs its row's recursions,
- * keeping the causal sums and then the totals in `kept` ([row][So]); the
- * group writes the kept values back along each line. */
-static REAL section_step(const REAL *u, const REAL *w, const REAL *a1, const REAL *a2,
-                         int sections, REAL in0, REAL in1, REAL *s1, REAL *s2)
+/* ---- GPU kernels (variant "tiled"): deriche / vyv, segments staged in
+ * local memory ----
+ * A work-group of 2 EXT_ROWS work-items filters EXT_ROWS rows, each a (line,
+ * segment) item as extended_segments has them, with the same operations in
+ * the same order: work-item r of the first side runs row r's causal
+ * recursion into `causal`, work-item r of the second side its anti-causal
+ * one into `anti` (each dependency chain is side a row long); the result is
+ * causal + anti, the reference's sum. The section count is a literal in each
+ * kernel (extended_rows1 .. 3, extended_cols1 .. 3), so that once inlined a
+ * step has no per-section test; the first R steps of each recursion, whose
+ * sums are not kept, run in a loop of their own. */
+#define EXT_ROWS 32
+
+/* One step of every section, the sums added from the first section on
+ * (0 + v is v but for the sign of a zero). */
+static REAL sections_step(const REAL *u, const REAL *w, const REAL *a1, const REAL *a2,
+                          const int sections, REAL in0, REAL in1, REAL *s1, REAL *s2)
 {
     REAL sum = (REAL)0;
 #pragma unroll
@@ -461,124 +482,212 @@ static REAL section_step(const REAL *u, const REAL *w, const REAL *a1, const REA
             REAL v = u[k] * in0 + w[k] * in1 - a1[k] * s1[k] - a2[k] * s2[k];
             s2[k] = s1[k];
             s1[k] = v;
-            sum += v;
+            sum = k == 0 ? v : sum + v;
         }
     }
     return sum;
 }
 
-/* The recursions of one row from local memory: x[i * xs] is the window
- * value at position k0 - R - 1 + i, y[i * ys] receives kept value i
- * (position k0 + i), len kept values; extended_segments' operations in its
- * order. */
-static void ext_row(__local const REAL *x, int xs, __local REAL *y, int ys, int len, int R,
-                    __global const REAL *coef, int sections)
+/* Coefficient c (0 b0, 1 b1, 2 a1, 3 a2, 4 c1, 5 c2) of every section. */
+static void load_coef(__global const REAL *coef, int c, const int sections, REAL *to)
 {
-    REAL b0[3], b1[3], a1[3], a2[3], c1[3], c2[3], s1[3], s2[3];
-#pragma unroll
-    for (int k = 0; k < 3; k++) {
-        int on = k < sections;
-        b0[k] = on ? coef[6 * k] : (REAL)0;
-        b1[k] = on ? coef[6 * k + 1] : (REAL)0;
-        a1[k] = on ? coef[6 * k + 2] : (REAL)0;
-        a2[k] = on ? coef[6 * k + 3] : (REAL)0;
-        c1[k] = on ? coef[6 * k + 4] : (REAL)0;
-        c2[k] = on ? coef[6 * k + 5] : (REAL)0;
-        s1[k] = s2[k] = (REAL)0;
-    }
-    REAL prev = x[0];
-    for (int i = 1; i <= R + len; i++) {
-        REAL cur = x[i * xs];
-        REAL sum = section_step(b0, b1, a1, a2, sections, cur, prev, s1, s2);
-        prev = cur;
-        if (i > R)
-            y[(i - R - 1) * ys] = sum;
-    }
 #pragma unroll
     for (int k = 0; k < 3; k++)
-        s1[k] = s2[k] = (REAL)0;
+        to[k] = k < sections ? coef[6 * k + c] : (REAL)0;
+}
+
+/* The recursions of one row from local memory: x[i * xs] is the window
+ * value at line position k0 - R - 1 + i, len kept values (positions k0 + i).
+ * The causal one writes its sums to o[i * os], the anti-causal one to
+ * a[i * os]. */
+static void ext_causal(__local const REAL *x, int xs, __local REAL *o, int os, int len, int R,
+                       __global const REAL *coef, const int sections)
+{
+    REAL b0[3], b1[3], a1[3], a2[3], s1[3] = {0, 0, 0}, s2[3] = {0, 0, 0};
+    load_coef(coef, 0, sections, b0);
+    load_coef(coef, 1, sections, b1);
+    load_coef(coef, 2, sections, a1);
+    load_coef(coef, 3, sections, a2);
+    REAL prev = x[0];
+    for (int i = 1; i <= R; i++) {
+        REAL cur = x[i * xs];
+        sections_step(b0, b1, a1, a2, sections, cur, prev, s1, s2);
+        prev = cur;
+    }
+    for (int i = R + 1; i <= R + len; i++) {
+        REAL cur = x[i * xs];
+        o[(i - R - 1) * os] = sections_step(b0, b1, a1, a2, sections, cur, prev, s1, s2);
+        prev = cur;
+    }
+}
+
+static void ext_anticausal(__local const REAL *x, int xs, __local REAL *a, int os, int len, int R,
+                           __global const REAL *coef, const int sections)
+{
+    REAL c1[3], c2[3], a1[3], a2[3], s1[3] = {0, 0, 0}, s2[3] = {0, 0, 0};
+    load_coef(coef, 4, sections, c1);
+    load_coef(coef, 5, sections, c2);
+    load_coef(coef, 2, sections, a1);
+    load_coef(coef, 3, sections, a2);
     REAL next = x[(len + 2 * R + 1) * xs], after = x[(len + 2 * R + 2) * xs];
-    for (int i = len + 2 * R; i > R; i--) {
-        REAL sum = section_step(c1, c2, a1, a2, sections, next, after, s1, s2);
+    for (int i = len + 2 * R; i > len + R; i--) {
+        sections_step(c1, c2, a1, a2, sections, next, after, s1, s2);
         after = next;
         next = x[i * xs];
-        if (i < len + R + 1)
-            y[(i - R - 1) * ys] = y[(i - R - 1) * ys] + sum;
+    }
+    for (int i = len + R; i > R; i--) {
+        a[(i - R - 1) * os] = sections_step(c1, c2, a1, a2, sections, next, after, s1, s2);
+        after = next;
+        next = x[i * xs];
     }
 }
 
-__kernel void extended_rows(__global const REAL *src, __global REAL *dst, __global const REAL *coef,
-                            int sections, ulong n, ulong items, ulong segments, ulong keep,
-                            ulong reach, int boundary, REAL cval, int S, int So,
-                            ulong group0, __local REAL *win, __local REAL *kept)
+/* A contiguous axis: group b takes rows (items) b EXT_ROWS .. + EXT_ROWS - 1,
+ * segments of a line fastest; `info` holds each row's line start (-1: no
+ * row) and k0. Row q's window (W = keep + 2R + 3 values) goes to win[q S ..]
+ * (S odd: rows read free of bank conflicts), its sums to causal / anti
+ * [q So ..]. The copy loads a position of all rows before storing any, so
+ * that many loads are in flight; positions past the line's ends are loaded
+ * clamped and then replaced by the boundary rule's values. */
+static void ext_rows(__global const REAL *src, __global REAL *dst, __global const REAL *coef,
+                     ulong n, ulong items, ulong segments, ulong keep, ulong reach, int boundary,
+                     REAL cval, int S, int So, ulong group0, __local REAL *win,
+                     __local REAL *causal, __local REAL *anti, __local long *info,
+                     const int sections)
 {
-    const int rows = (int)get_local_size(0), r = (int)get_local_id(0);
-    const long N = (long)n, R = (long)reach, W = (long)keep + 2 * R + 3;
-    const ulong first = (group0 + get_group_id(0)) * (ulong)rows;
+    const int tid = (int)get_local_id(0), r = tid % EXT_ROWS, side = tid / EXT_ROWS;
+    const long N = (long)n, K = (long)keep;
+    const int R = (int)reach, W = (int)keep + 2 * R + 3;
+    const ulong t0 = (group0 + get_group_id(0)) * EXT_ROWS;
+    if (side == 0) {
+        const ulong t = t0 + (ulong)r;
+        info[r] = t < items ? (long)((t / segments) * n) : -1;
+        info[EXT_ROWS + r] = (long)((t % segments) * keep);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
 
-    for (int q = 0; q < rows; q++) {
-        const ulong t = first + (ulong)q;
-        if (t >= items)
-            break;
-        const long k0 = (long)((t % segments) * keep);
-        __global const REAL *x = src + (t / segments) * n;
-        const long ws = k0 - R - 1;
-        for (long i = r; i < W; i += rows) {
-            const long p = ws + i;
-            win[q * S + i] = p >= 0 && p < N ? x[p] : extended_value(x, p, N, 1, boundary, cval);
+    for (int i = tid; i < W; i += 2 * EXT_ROWS) {
+#pragma unroll
+        for (int q = 0; q < EXT_ROWS; q++) {
+            const long base = info[q];
+            long p = info[EXT_ROWS + q] - R - 1 + i;
+            p = p < 0 ? 0 : p >= N ? N - 1 : p;
+            if (base >= 0)
+                win[q * S + i] = src[base + p];
         }
     }
-    barrier(CLK_LOCAL_MEM_FENCE);
-
-    const ulong t = first + (ulong)r;
-    if (t < items) {
-        const long k0 = (long)((t % segments) * keep);
-        const long k1 = k0 + (long)keep < N ? k0 + (long)keep : N;
-        ext_row(win + r * S, 1, kept + r * So, 1, (int)(k1 - k0), (int)R, coef, sections);
+    for (int q = 0; q < EXT_ROWS; q++) {
+        const long base = info[q], ws = info[EXT_ROWS + q] - R - 1;
+        if (base < 0 || (ws >= 0 && ws + W <= N))
+            continue;
+        for (int i = tid; i < W; i += 2 * EXT_ROWS)
+            if (ws + i < 0 || ws + i >= N)
+                win[q * S + i] = extended_value(src + base, ws + i, N, 1, boundary, cval);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 
-    for (int q = 0; q < rows; q++) {
-        const ulong tq = first + (ulong)q;
-        if (tq >= items)
+    const long k0 = info[EXT_ROWS + r];
+    if (info[r] >= 0) {
+        const int len = (int)((k0 + K < N ? k0 + K : N) - k0);
+        if (side == 0)
+            ext_causal(win + r * S, 1, causal + r * So, 1, len, R, coef, sections);
+        else
+            ext_anticausal(win + r * S, 1, anti + r * So, 1, len, R, coef, sections);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    for (int q = 0; q < EXT_ROWS; q++) {
+        const long base = info[q], kq = info[EXT_ROWS + q];
+        if (base < 0)
             break;
-        const long k0 = (long)((tq % segments) * keep);
-        const long k1 = k0 + (long)keep < N ? k0 + (long)keep : N;
-        __global REAL *out = dst + (tq / segments) * n + k0;
-        for (long i = r; i < k1 - k0; i += rows)
-            out[i] = kept[q * So + i];
+        const int len = (int)((kq + K < N ? kq + K : N) - kq);
+        __global REAL *y = dst + base + kq;
+        for (int i = tid; i < len; i += 2 * EXT_ROWS)
+            y[i] = causal[q * So + i] + anti[q * So + i];
     }
 }
 
-/* deriche / vyv on a strided axis: work-group b takes `rows` adjacent lines
- * (lines (b / segments) * rows + r) on segment b % segments; each work-item
- * copies its own line's window into `win` ([i][row]: the rows of a
- * position are neighbouring addresses, so every load and store of a warp is
- * one run of lines), runs its recursions into `kept` ([i][row]) and writes
- * its kept values once. No work-item reads another's values: no barrier. */
-__kernel void extended_cols(__global const REAL *src, __global REAL *dst, __global const REAL *coef,
-                            int sections, ulong n, ulong inner, ulong lines, ulong segments,
-                            ulong keep, ulong reach, int boundary, REAL cval, ulong group0,
-                            __local REAL *win, __local REAL *kept)
+/* How many loads a work-item of extended_cols issues before it stores
+ * their values (clamped positions: every load is inside the line). */
+#define EXT_LOADS 32
+
+/* A strided axis: group b takes EXT_ROWS adjacent lines (lines
+ * (b / segments) EXT_ROWS + r) on segment b % segments, laid out [i][row]
+ * in win (W values), causal and anti (keep values), so that every copy and
+ * store of EXT_ROWS work-items is one run of lines; the two halves copy and
+ * store alternate positions. */
+static void ext_cols(__global const REAL *src, __global REAL *dst, __global const REAL *coef,
+                     ulong n, ulong inner, ulong lines, ulong segments, ulong keep, ulong reach,
+                     int boundary, REAL cval, ulong group0, __local REAL *win,
+                     __local REAL *causal, __local REAL *anti, const int sections)
 {
-    const int rows = (int)get_local_size(0), r = (int)get_local_id(0);
+    const int tid = (int)get_local_id(0), r = tid % EXT_ROWS, side = tid / EXT_ROWS;
     const ulong b = group0 + get_group_id(0);
-    const ulong line = (b / segments) * (ulong)rows + (ulong)r;
-    if (line >= lines)
-        return;
-    const long N = (long)n, R = (long)reach, W = (long)keep + 2 * R + 3;
+    const ulong line = (b / segments) * EXT_ROWS + (ulong)r;
+    const int valid = line < lines;
+    const long N = (long)n, I = (long)inner;
+    const int R = (int)reach, W = (int)keep + 2 * R + 3;
     const long k0 = (long)((b % segments) * keep);
-    const long k1 = k0 + (long)keep < N ? k0 + (long)keep : N;
+    const int len = (int)((k0 + (long)keep < N ? k0 + (long)keep : N) - k0);
+    const long ws = k0 - R - 1;
     const ulong base = (line / inner) * n * inner + line % inner;
     __global const REAL *x = src + base;
-    const long ws = k0 - R - 1;
-    for (long i = 0; i < W; i++) {
-        const long p = ws + i;
-        win[i * rows + r] = p >= 0 && p < N ? x[p * (long)inner]
-                                             : extended_value(x, p, N, inner, boundary, cval);
+    if (valid) {
+        for (int i0 = side; i0 < W; i0 += 2 * EXT_LOADS) {
+            REAL v[EXT_LOADS];
+#pragma unroll
+            for (int u = 0; u < EXT_LOADS; u++) {
+                long p = ws + i0 + 2 * u;
+                p = p < 0 ? 0 : p >= N ? N - 1 : p;
+                v[u] = x[p * I];
+            }
+#pragma unroll
+            for (int u = 0; u < EXT_LOADS; u++)
+                if (i0 + 2 * u < W)
+                    win[(i0 + 2 * u) * EXT_ROWS + r] = v[u];
+        }
+        if (ws < 0 || ws + W > N)
+            for (int i = side; i < W; i += 2)
+                if (ws + i < 0 || ws + i >= N)
+                    win[i * EXT_ROWS + r] = extended_value(x, ws + i, N, inner, boundary, cval);
     }
-    ext_row(win + r, rows, kept + r, rows, (int)(k1 - k0), (int)R, coef, sections);
-    __global REAL *y = dst + base;
-    for (long i = k0; i < k1; i++)
-        y[i * (long)inner] = kept[(i - k0) * rows + r];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (valid) {
+        if (side == 0)
+            ext_causal(win + r, EXT_ROWS, causal + r, EXT_ROWS, len, R, coef, sections);
+        else
+            ext_anticausal(win + r, EXT_ROWS, anti + r, EXT_ROWS, len, R, coef, sections);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (valid) {
+        __global REAL *y = dst + base;
+        for (int i = side; i < len; i += 2)
+            y[(k0 + i) * I] = causal[i * EXT_ROWS + r] + anti[i * EXT_ROWS + r];
+    }
 }
+
+/* The kernels, one per section count (gauss.c picks by setup->iir's). */
+#define EXT_KERNELS(SC)                                                                          \
+    __kernel void extended_rows##SC(__global const REAL *src, __global REAL *dst,                \
+                                    __global const REAL *coef, ulong n, ulong items,             \
+                                    ulong segments, ulong keep, ulong reach, int boundary,       \
+                                    REAL cval, int S, int So, ulong group0, __local REAL *win,   \
+                                    __local REAL *causal, __local REAL *anti)                    \
+    {                                                                                            \
+        __local long info[2 * EXT_ROWS];                                                         \
+        ext_rows(src, dst, coef, n, items, segments, keep, reach, boundary, cval, S, So, group0, \
+                 win, causal, anti, info, SC);                                                   \
+    }                                                                                            \
+    __kernel void extended_cols##SC(__global const REAL *src, __global REAL *dst,                \
+                                    __global const REAL *coef, ulong n, ulong inner,             \
+                                    ulong lines, ulong segments, ulong keep, ulong reach,        \
+                                    int boundary, REAL cval, ulong group0, __local REAL *win,    \
+                                    __local REAL *causal, __local REAL *anti)                    \
+    {                                                                                            \
+        ext_cols(src, dst, coef, n, inner, lines, segments, keep, reach, boundary, cval, group0, \
+                 win, causal, anti, SC);                                                         \
+    }
+
+EXT_KERNELS(1)
+EXT_KERNELS(2)
+EXT_KERNELS(3)
