@@ -31,9 +31,20 @@
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 #pragma OPENCL FP_CONTRACT OFF
 
-#define INLINE static inline
+/* always: the kernels rely on DM being a constant after inlining, so that
+ * the DM-sized private arrays live in registers (a call left out of line
+ * takes DM at run time and puts them in stack memory) */
+#define INLINE static inline __attribute__((always_inline))
 /* private arrays are declared this long; only their first DM entries are used */
 #define MAX_DM 32
+
+/* M(f) for each feature f < MAX_DM, each with a constant index: where a
+ * DM-sized private array is touched inside a loop that runs a run-time
+ * count, this keeps its indices constants whatever the compiler unrolls
+ * (M guards itself with f < DM, which folds away). */
+#define EACH_FEATURE(M)                                                                                        \
+    M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7) M(8) M(9) M(10) M(11) M(12) M(13) M(14) M(15) M(16) M(17) M(18)    \
+    M(19) M(20) M(21) M(22) M(23) M(24) M(25) M(26) M(27) M(28) M(29) M(30) M(31)
 
 typedef struct {
     ulong n, sp, sf, rows, cols;
@@ -79,23 +90,29 @@ INLINE void stage_centroids(const int DM, __global const float *C, __local float
 }
 
 /* Point i's features (zeros past d); 16-byte loads where the rows allow
- * (vec4: point-major, d and the row stride multiples of 4). */
+ * (vec4: point-major, d and the row stride multiples of 4). The loads are
+ * unconditional (clamped to the last feature) and the padding selected, so
+ * that the loops unroll fully and x stays in registers. */
 INLINE void load_point(const int DM, __global const float *X, ulong i, km_shape s, int vec4, float *x)
 {
     if (vec4) {
+        __global const float4 *row = (__global const float4 *)(X + i * s.sp);
 #pragma unroll
         for (int q = 0; q < DM / 4; q++) {
-            const float4 v = 4 * q < s.d ? ((__global const float4 *)(X + i * s.sp))[q] : (float4)(0.0f);
-            x[4 * q] = v.x;
-            x[4 * q + 1] = v.y;
-            x[4 * q + 2] = v.z;
-            x[4 * q + 3] = v.w;
+            const float4 v = row[min(q, s.d / 4 - 1)];
+            const int in = 4 * q < s.d;
+            x[4 * q] = in ? v.x : 0.0f;
+            x[4 * q + 1] = in ? v.y : 0.0f;
+            x[4 * q + 2] = in ? v.z : 0.0f;
+            x[4 * q + 3] = in ? v.w : 0.0f;
         }
         return;
     }
 #pragma unroll
-    for (int f = 0; f < DM; f++)
-        x[f] = f < s.d ? X[i * s.sp + (ulong)f * s.sf] : 0.0f;
+    for (int f = 0; f < DM; f++) {
+        const float v = X[i * s.sp + (ulong)min(f, s.d - 1) * s.sf];
+        x[f] = f < s.d ? v : 0.0f;
+    }
 }
 
 /* The reference's squared distance to the padded row c (16-byte reads). */
@@ -325,9 +342,11 @@ INLINE void order_tile(const int DM, int label, const float *x, int k, int W, __
     if (label >= 0) {
         const int w = l / 32;
         const uint at = pre[label * W + w] + popcount(bits[label * W + w] & ((1u << (l % 32)) - 1u));
-#pragma unroll
-        for (int f = 0; f < DM; f++)
-            sorted[at * (DM + 1) + f] = (double)x[f];
+#define KM_STORE(f)                                                                                            \
+    if (f < DM)                                                                                                \
+        sorted[at * (DM + 1) + f] = (double)x[f];
+        EACH_FEATURE(KM_STORE)
+#undef KM_STORE
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int j = l; j < k * W; j += G)
@@ -347,9 +366,11 @@ INLINE void add_ordered(const int DM, int k, int W, __local const uint *book, __
         return;
     const uint last = book[2 * k * W + k + c];
     for (uint j = book[k * W + c * W] + s; j < last; j += S) {
-#pragma unroll
-        for (int f = 0; f < DM; f++)
-            acc[f] += sorted[j * (DM + 1) + f];
+#define KM_ADD(f)                                                                                              \
+    if (f < DM)                                                                                                \
+        acc[f] += sorted[j * (DM + 1) + f];
+        EACH_FEATURE(KM_ADD)
+#undef KM_ADD
         *count += 1;
     }
 }
@@ -383,9 +404,11 @@ INLINE void assign(const int DM, __global const float *X, __global const uchar *
     const ulong tiles_x = (s.cols + TW - 1) / TW;
     const ulong tiles = done ? 0 : s.contig ? tiles_x * ((s.rows + TH - 1) / TH) : (s.n + T - 1) / T;
     double acc[MAX_DM];
-#pragma unroll
-    for (int f = 0; f < DM; f++)
+#define KM_ZERO(f)                                                                                             \
+    if (f < DM)                                                                                                \
         acc[f] = 0.0;
+    EACH_FEATURE(KM_ZERO)
+#undef KM_ZERO
     uint cnt = 0;
     for (ulong tile = g; tile < tiles; tile += groups) {
         barrier(CLK_LOCAL_MEM_FENCE); /* the last tile's readers are done */
