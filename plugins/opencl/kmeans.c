@@ -18,8 +18,7 @@
  * cluster and slice of a tile in the partial sums). */
 #define GROUP 256
 /* Assignment groups per compute unit: enough to hide memory latency, few
- * enough that the partials stay small (groups * k * (d + 1) doubles).
- * DAKIT_KMEANS_OPENCL_GROUPS_PER_CU overrides it (1 to 64), for tuning. */
+ * enough that the partials stay small (groups * k * (d + 1) doubles). */
 #define GROUPS_PER_CU 8
 #define TEX_GROUPS_PER_CU 4
 #define TEX_STATS 9
@@ -28,7 +27,7 @@ typedef struct kmeans_plan {
     dk_opencl_device *dev;
     dk_kmeans_setup s;
     cl_mem shape;          /* see shape_of in kmeans.cl */
-    cl_kernel first, assign, update, objective, result;
+    cl_kernel first, assign, update, objective;
     cl_kernel tex_planes, tex_features, tex_stats, tex_standardize, tex_init; /* texture plans only */
     int dm;                /* d rounded up to 4, 8, 16 or 32 */
     size_t group;          /* work-group size, a power of two >= k */
@@ -38,7 +37,7 @@ typedef struct kmeans_plan {
     size_t halo_bytes;
     size_t tex_groups;
     cl_mem lab[2];         /* contiguity: previous and current labels */
-    cl_mem partial, state, move2, obj, out; /* out: see km_result */
+    cl_mem C, partial, state, move2, obj;
     cl_mem tex_part, tex_st, tex_partial, tex_out;
 } kmeans_plan;
 
@@ -53,12 +52,12 @@ static void plan_destroy(void *handle)
     kmeans_plan *p = handle;
     if (!p)
         return;
-    cl_kernel ks[] = {p->first,        p->assign,    p->update,          p->objective, p->result,
-                      p->tex_planes,   p->tex_features, p->tex_stats, p->tex_standardize, p->tex_init};
+    cl_kernel ks[] = {p->first,      p->assign,       p->update,    p->objective,       p->tex_planes,
+                      p->tex_features, p->tex_stats, p->tex_standardize, p->tex_init};
     for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++)
         if (ks[i])
             clReleaseKernel(ks[i]);
-    cl_mem ms[] = {p->lab[0],   p->lab[1],  p->out,         p->partial, p->state, p->move2,
+    cl_mem ms[] = {p->lab[0],   p->lab[1],  p->C,           p->partial, p->state, p->move2,
                    p->obj,      p->shape,   p->tex_part,    p->tex_st,  p->tex_partial, p->tex_out};
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
         release(ms[i]);
@@ -99,12 +98,6 @@ static size_t pow2_below(size_t v)
     return p;
 }
 
-/* The assignment's bookkeeping of a tile of t points (see order_tile). */
-static size_t book_bytes(int k, size_t t)
-{
-    return 2 * (size_t)k * ((t + 31) / 32 + 1) * sizeof(cl_uint);
-}
-
 /* Work-group size and tile of the assignment: GROUP work-items (fewer where
  * the kernels allow fewer, but never fewer than k), and the largest
  * power-of-two tile whose local memory fits the device. */
@@ -131,13 +124,12 @@ static dk_status size_groups(kmeans_plan *p, cl_kernel *ks, int nk, dk_msg *msg)
     cl_ulong local = 0;
     clGetDeviceInfo(dev->id, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local, &local, NULL);
     const int r = d->window / 2;
-    /* besides the tile: centroids and their halved norms, the reduction,
-     * the flag and some slack */
-    const size_t fixed = (size_t)d->k * (p->dm + 1) * sizeof(float) + group * sizeof(double) + 256;
+    /* besides the tile: centroids, the reduction, the flag and some slack */
+    const size_t fixed = (size_t)d->k * p->dm * sizeof(float) + group * sizeof(double) + 256;
     for (size_t t = group; t >= 1; t /= 2) {
         size_t tw = t < 32 ? t : 32, th = t / tw;
         size_t halo = p->s.contiguity ? (th + 2 * r) * (tw + 2 * r) * sizeof(cl_short) : 0;
-        size_t need = fixed + t * (p->dm + 1) * sizeof(double) + book_bytes(d->k, t) + halo;
+        size_t need = fixed + t * ((p->dm + 1) * sizeof(float) + sizeof(cl_int)) + halo;
         if (need <= local) {
             p->tile = (int)t;
             p->tile_w = (int)tw;
@@ -179,14 +171,13 @@ static dk_status plan_create(void *device, const dk_kmeans_setup *setup, void **
                    {&p->assign, names[1]},
                    {&p->objective, names[2]},
                    {&p->update, "km_update"},
-                   {&p->result, "km_result"},
                    {&p->tex_planes, "km_tex_planes"},
                    {&p->tex_features, "km_tex_features"},
                    {&p->tex_stats, "km_tex_stats"},
                    {&p->tex_standardize, "km_tex_standardize"},
                    {&p->tex_init, "km_tex_init"}};
-    const int nkernels = texture ? 10 : 5;
-    cl_kernel sized[10];
+    const int nkernels = texture ? 9 : 4;
+    cl_kernel sized[9];
     for (int i = 0; i < nkernels; i++) {
         cl_int err;
         *kernels[i].k = clCreateKernel(prog, kernels[i].name, &err);
@@ -203,8 +194,7 @@ static dk_status plan_create(void *device, const dk_kmeans_setup *setup, void **
     } else {
         tiles = (d->n + p->tile - 1) / p->tile;
     }
-    const long per_cu = dk_tuning_long("DAKIT_KMEANS_OPENCL_GROUPS_PER_CU", GROUPS_PER_CU, 1, 64);
-    size_t most = (size_t)(dev->compute_units ? dev->compute_units : 1) * (size_t)per_cu;
+    size_t most = (size_t)(dev->compute_units ? dev->compute_units : 1) * GROUPS_PER_CU;
     p->groups = tiles < most ? tiles : most;
     p->update_group = 1;
     while (p->update_group < p->groups && p->update_group < p->group)
@@ -216,7 +206,7 @@ static dk_status plan_create(void *device, const dk_kmeans_setup *setup, void **
         cl_mem *m;
         size_t bytes;
         const char *what;
-    } buffers[] = {{&p->out, 4 * sizeof(double), "result"},
+    } buffers[] = {{&p->C, kd * sizeof(float), "centroids"},
                    {&p->partial, p->groups * pairs * sizeof(double), "partial sums"},
                    {&p->state, 2 * sizeof(cl_int), "state"},
                    {&p->move2, kd * sizeof(double), "moves"},
@@ -273,17 +263,14 @@ static cl_int set_args(cl_kernel k, const karg *args, int count)
     return err;
 }
 
-/* The output centroids buffer holds the running centroids: iteration 0
- * reads init and writes it, later ones update it in place, so nothing is
- * copied before or after; the host reads 4 doubles once at the end. */
-static dk_status execute(void *handle, const void *points, const void *mask_, const void *init_,
+static dk_status execute(void *handle, const void *points, const void *mask_, const void *init,
                          void *labels_, void *centroids, dk_kmeans_result *res, dk_msg *msg)
 {
     kmeans_plan *p = handle;
     dk_opencl_device *dev = p->dev;
     const dk_kmeans_desc *d = &p->s.desc;
     cl_command_queue q = dev->queue;
-    cl_mem X = (cl_mem)points, labels = (cl_mem)labels_, init = (cl_mem)init_, C = (cl_mem)centroids;
+    cl_mem X = (cl_mem)points, labels = (cl_mem)labels_;
     cl_mem mask = mask_ ? (cl_mem)mask_ : X; /* never read when has_mask is 0 */
     cl_int has_mask = mask_ != NULL;
     const size_t kd = (size_t)d->k * d->d;
@@ -297,11 +284,15 @@ static dk_status execute(void *handle, const void *points, const void *mask_, co
     dk_status st = dk_opencl_enter(dev, msg);
     if (st != DK_OK)
         return st;
-    cl_int err;
+    cl_int zero = 0;
+    cl_int err = clEnqueueCopyBuffer(q, (cl_mem)init, p->C, 0, 0, kd * sizeof(float), 0, NULL, NULL);
+    if (err == CL_SUCCESS)
+        err = clEnqueueFillBuffer(q, p->state, &zero, sizeof zero, 0, 2 * sizeof zero, 0, NULL, NULL);
+    CL_TRY(err, "kmeans: setting up the iterations");
 
     if (p->s.contiguity) {
         karg a[] = {{sizeof X, &X},       {sizeof mask, &mask},     {sizeof has_mask, &has_mask},
-                    {sizeof init, &init}, {sizeof p->lab[0], &p->lab[0]}, {sizeof p->shape, &p->shape},
+                    {sizeof p->C, &p->C}, {sizeof p->lab[0], &p->lab[0]}, {sizeof p->shape, &p->shape},
                     {sizeof vec4, &vec4}, {cs_bytes, NULL}};
         err = set_args(p->first, a, 8);
         if (err == CL_SUCCESS)
@@ -313,8 +304,8 @@ static dk_status execute(void *handle, const void *points, const void *mask_, co
     karg aa[] = {{sizeof X, &X},
                  {sizeof mask, &mask},
                  {sizeof has_mask, &has_mask},
-                 {sizeof C, &C}, /* C, prev, cur and t: set per iteration */
-                 {sizeof labels, &labels},
+                 {sizeof p->C, &p->C},
+                 {sizeof labels, &labels}, /* prev and cur: set per iteration */
                  {sizeof labels, &labels},
                  {sizeof p->partial, &p->partial},
                  {sizeof p->state, &p->state},
@@ -326,31 +317,25 @@ static dk_status execute(void *handle, const void *points, const void *mask_, co
                  {sizeof tile, &tile},
                  {sizeof tile_w, &tile_w},
                  {cs_bytes, NULL},
-                 {(size_t)d->k * sizeof(float), NULL},
-                 {book_bytes(d->k, (size_t)tile), NULL},
-                 {(size_t)tile * (p->dm + 1) * sizeof(double), NULL},
+                 {(size_t)tile * (p->dm + 1) * sizeof(float), NULL},
+                 {(size_t)tile * sizeof(cl_int), NULL},
                  {p->halo_bytes, NULL},
                  {G * sizeof(double), NULL}};
-    karg ua[] = {{sizeof p->partial, &p->partial}, {sizeof groups, &groups},     {sizeof init, &init},
-                 {sizeof C, &C},                   {sizeof p->state, &p->state}, {sizeof p->move2, &p->move2},
-                 {sizeof p->shape, &p->shape},     {sizeof t0, &t0},             {UG * sizeof(double), NULL},
-                 {UG * sizeof(double), NULL}};
-    err = set_args(p->assign, aa, 21);
+    karg ua[] = {{sizeof p->partial, &p->partial}, {sizeof groups, &groups},       {sizeof p->C, &p->C},
+                 {sizeof p->state, &p->state},     {sizeof p->move2, &p->move2},   {sizeof p->shape, &p->shape},
+                 {UG * sizeof(double), NULL},      {UG * sizeof(double), NULL}};
+    err = set_args(p->assign, aa, 20);
     if (err == CL_SUCCESS)
-        err = set_args(p->update, ua, 10);
+        err = set_args(p->update, ua, 8);
     CL_TRY(err, "kmeans: setting the kernels' arguments");
 
     cl_int state[2] = {0, 0};
     for (cl_int t = 0; t < d->max_iters; t++) {
         cl_mem prev = p->s.contiguity ? p->lab[t & 1] : labels;
         cl_mem cur = p->s.contiguity ? p->lab[(t + 1) & 1] : labels;
-        cl_mem from = t == 0 ? init : C;
-        err = clSetKernelArg(p->assign, 3, sizeof from, &from);
-        err |= clSetKernelArg(p->assign, 4, sizeof prev, &prev);
+        err = clSetKernelArg(p->assign, 4, sizeof prev, &prev);
         err |= clSetKernelArg(p->assign, 5, sizeof cur, &cur);
         err |= clSetKernelArg(p->assign, 10, sizeof t, &t);
-        err |= clSetKernelArg(p->update, 2, sizeof from, &from);
-        err |= clSetKernelArg(p->update, 7, sizeof t, &t);
         if (err == CL_SUCCESS)
             err = clEnqueueNDRangeKernel(q, p->assign, 1, NULL, &wide, &G, 0, NULL, NULL);
         if (err == CL_SUCCESS)
@@ -366,29 +351,47 @@ static dk_status execute(void *handle, const void *points, const void *mask_, co
 
     cl_mem lab0 = p->s.contiguity ? p->lab[0] : labels, lab1 = p->s.contiguity ? p->lab[1] : labels;
     karg oa[] = {{sizeof X, &X},           {sizeof lab0, &lab0},       {sizeof lab1, &lab1},
-                 {sizeof labels, &labels}, {sizeof C, &C},             {sizeof p->obj, &p->obj},
+                 {sizeof labels, &labels}, {sizeof p->C, &p->C},       {sizeof p->obj, &p->obj},
                  {sizeof p->state, &p->state}, {sizeof p->shape, &p->shape}, {sizeof vec4, &vec4},
                  {cs_bytes, NULL},         {G * sizeof(double), NULL}};
-    karg ra[] = {{sizeof p->obj, &p->obj},     {sizeof groups, &groups},     {sizeof p->move2, &p->move2},
-                 {sizeof p->state, &p->state}, {sizeof p->shape, &p->shape}, {sizeof p->out, &p->out},
-                 {G * sizeof(double), NULL}};
     err = set_args(p->objective, oa, 11);
-    if (err == CL_SUCCESS)
-        err = set_args(p->result, ra, 7);
     if (err == CL_SUCCESS)
         err = clEnqueueNDRangeKernel(q, p->objective, 1, NULL, &wide, &G, 0, NULL, NULL);
     if (err == CL_SUCCESS)
-        err = clEnqueueNDRangeKernel(q, p->result, 1, NULL, &G, &G, 0, NULL, NULL);
-    double out[4];
+        err = clEnqueueCopyBuffer(q, p->C, (cl_mem)centroids, 0, 0, kd * sizeof(float), 0, NULL, NULL);
+    double *host = malloc((2 * p->groups + kd) * sizeof *host);
+    if (!host) {
+        clFinish(q);
+        dk_msg_set(msg, "opencl kmeans: out of host memory");
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    double *obj = host, *move2 = host + 2 * p->groups;
+    /* in-order queue: the last, blocking read finds the others done */
     if (err == CL_SUCCESS)
-        err = clEnqueueReadBuffer(q, p->out, CL_TRUE, 0, sizeof out, out, 0, NULL, NULL);
+        err = clEnqueueReadBuffer(q, p->state, CL_FALSE, 0, sizeof state, state, 0, NULL, NULL);
+    if (err == CL_SUCCESS)
+        err = clEnqueueReadBuffer(q, p->move2, CL_FALSE, 0, kd * sizeof *move2, move2, 0, NULL, NULL);
+    if (err == CL_SUCCESS)
+        err = clEnqueueReadBuffer(q, p->obj, CL_TRUE, 0, 2 * p->groups * sizeof *obj, obj, 0, NULL, NULL);
     else
         clFinish(q);
+    double total = 0, valid = 0, mx = 0;
+    for (size_t g = 0; err == CL_SUCCESS && g < p->groups; g++) {
+        total += obj[2 * g];
+        valid += obj[2 * g + 1];
+    }
+    for (int c = 0; err == CL_SUCCESS && c < d->k; c++) {
+        double m2 = 0;
+        for (int f = 0; f < d->d; f++)
+            m2 += move2[(size_t)c * d->d + f];
+        mx = m2 > mx ? m2 : mx;
+    }
+    free(host);
     CL_TRY(err, "kmeans: the objective");
-    res->iterations = (int)out[0];
-    res->objective = out[1];
-    res->last_move = sqrt(out[2]);
-    res->valid = (size_t)out[3];
+    res->iterations = state[0];
+    res->objective = total;
+    res->last_move = sqrt(mx);
+    res->valid = (size_t)valid;
     /* the kernels run back to back with no timestamps between them: the
      * split is not measured here */
     res->assign_seconds = 0;

@@ -31,20 +31,9 @@
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 #pragma OPENCL FP_CONTRACT OFF
 
-/* always: the kernels rely on DM being a constant after inlining, so that
- * the DM-sized private arrays live in registers (a call left out of line
- * takes DM at run time and puts them in stack memory) */
-#define INLINE static inline __attribute__((always_inline))
+#define INLINE static inline
 /* private arrays are declared this long; only their first DM entries are used */
 #define MAX_DM 32
-
-/* M(f) for each feature f < MAX_DM, each with a constant index: where a
- * DM-sized private array is touched inside a loop that runs a run-time
- * count, this keeps its indices constants whatever the compiler unrolls
- * (M guards itself with f < DM, which folds away). */
-#define EACH_FEATURE(M)                                                                                        \
-    M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7) M(8) M(9) M(10) M(11) M(12) M(13) M(14) M(15) M(16) M(17) M(18)    \
-    M(19) M(20) M(21) M(22) M(23) M(24) M(25) M(26) M(27) M(28) M(29) M(30) M(31)
 
 typedef struct {
     ulong n, sp, sf, rows, cols;
@@ -90,29 +79,23 @@ INLINE void stage_centroids(const int DM, __global const float *C, __local float
 }
 
 /* Point i's features (zeros past d); 16-byte loads where the rows allow
- * (vec4: point-major, d and the row stride multiples of 4). The loads are
- * unconditional (clamped to the last feature) and the padding selected, so
- * that the loops unroll fully and x stays in registers. */
+ * (vec4: point-major, d and the row stride multiples of 4). */
 INLINE void load_point(const int DM, __global const float *X, ulong i, km_shape s, int vec4, float *x)
 {
     if (vec4) {
-        __global const float4 *row = (__global const float4 *)(X + i * s.sp);
 #pragma unroll
         for (int q = 0; q < DM / 4; q++) {
-            const float4 v = row[min(q, s.d / 4 - 1)];
-            const int in = 4 * q < s.d;
-            x[4 * q] = in ? v.x : 0.0f;
-            x[4 * q + 1] = in ? v.y : 0.0f;
-            x[4 * q + 2] = in ? v.z : 0.0f;
-            x[4 * q + 3] = in ? v.w : 0.0f;
+            const float4 v = 4 * q < s.d ? ((__global const float4 *)(X + i * s.sp))[q] : (float4)(0.0f);
+            x[4 * q] = v.x;
+            x[4 * q + 1] = v.y;
+            x[4 * q + 2] = v.z;
+            x[4 * q + 3] = v.w;
         }
         return;
     }
 #pragma unroll
-    for (int f = 0; f < DM; f++) {
-        const float v = X[i * s.sp + (ulong)min(f, s.d - 1) * s.sf];
-        x[f] = f < s.d ? v : 0.0f;
-    }
+    for (int f = 0; f < DM; f++)
+        x[f] = f < s.d ? X[i * s.sp + (ulong)f * s.sf] : 0.0f;
 }
 
 /* The reference's squared distance to the padded row c (16-byte reads). */
@@ -249,166 +232,33 @@ INLINE int converged(__global const double *move2, int k, int d, double tol, __l
     return sqrt(red[0]) < tol;
 }
 
-/* Ch[c] = -|c|^2 / 2 for the screening (see screened_nearest); every
- * work-item gets the largest |c|^2. Centroids staged first. */
-INLINE float stage_halves(const int DM, __local const float4 *Cs, __local float *Ch, int k)
-{
-    for (int c = get_local_id(0); c < k; c += get_local_size(0)) {
-        float q = 0.0f;
-#pragma unroll
-        for (int j = 0; j < DM / 4; j++) {
-            const float4 v = Cs[c * (DM / 4) + j];
-            q = fma(v.x, v.x, q);
-            q = fma(v.y, v.y, q);
-            q = fma(v.z, v.z, q);
-            q = fma(v.w, v.w, q);
-        }
-        Ch[c] = -0.5f * q;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    float rmax2 = 0.0f;
-    for (int c = 0; c < k; c++)
-        rmax2 = fmax(rmax2, -2.0f * Ch[c]);
-    return rmax2;
-}
-
-/* Plain nearest centroid, screened. The nearest centroid maximizes
- * B_c = x.c - |c|^2 / 2: DM fused multiply-adds per centroid from Ch[c]
- * instead of the exact distance's 3 DM separately rounded operations. With
- * s2 = |x|^2 the exact float distance is D_c = s2 - 2 B_c + e_c,
- * |e_c| <= 3 (d + 2) u R^2 to first order (u = 2^-24, R = |x| + max|c|,
- * R^2 <= 2 (s2 + rmax2)), so when the best B beats the second by more than
- * eps = 12 (d + 2) u (s2 + rmax2) (twice the bound: second-order terms and
- * the test's own rounding) the best is the strict exact minimum, the
- * reference's label; otherwise (a near-tie, or inf / NaN from huge values:
- * then s2 + rmax2 is inf too) the exact distances decide. The zero padding
- * adds exact zeros; a tiny absolute term covers subnormal rounding. */
-INLINE int screened_nearest(const int DM, const float *x, __local const float4 *Cs, __local const float *Ch, int k,
-                            float rmax2, float eps_coef)
-{
-    float b1 = -INFINITY, b2 = -INFINITY;
-    int i1 = 0;
-    for (int c = 0; c < k; c++) {
-        float B = Ch[c];
-#pragma unroll
-        for (int j = 0; j < DM / 4; j++) {
-            const float4 v = Cs[c * (DM / 4) + j];
-            B = fma(x[4 * j], v.x, B);
-            B = fma(x[4 * j + 1], v.y, B);
-            B = fma(x[4 * j + 2], v.z, B);
-            B = fma(x[4 * j + 3], v.w, B);
-        }
-        i1 = B > b1 ? c : i1;
-        b2 = fmin(b1, fmax(b2, B));
-        b1 = fmax(b1, B);
-    }
-    float s2 = 0.0f;
-#pragma unroll
-    for (int f = 0; f < DM; f++)
-        s2 = fma(x[f], x[f], s2);
-    const float eps = fma(eps_coef, s2 + rmax2, 1e-37f);
-    return b1 - b2 > eps ? i1 : nearest(DM, x, Cs, k);
-}
-
-/* The tile's points ordered by label (then by index), as doubles, rows DM + 1
- * apart (odd: fewer bank conflicts), so that summing them by cluster takes
- * every work-item at once instead of one per label. book holds, per cluster,
- * W = ceil(T / 32) words of which of the tile's points carry it (bits), W
- * words of where its points of each word start in the order (pre), its
- * count (cnt) and the end of its run (end). The tile's work-item l holds
- * point l: its label (-1 for none) and features x. Every work-item calls it;
- * bits and cnt must be zero on entry, and are again on return. */
-INLINE void order_tile(const int DM, int label, const float *x, int k, int W, __local uint *book,
-                       __local double *sorted)
-{
-    const int l = get_local_id(0), G = get_local_size(0);
-    __local uint *bits = book, *pre = book + k * W, *cnt = book + 2 * k * W, *end = cnt + k;
-    if (label >= 0) {
-        atomic_or(bits + label * W + l / 32, 1u << (l % 32));
-        atomic_inc(cnt + label);
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int c = l; c < k; c += G) {
-        uint at = 0;
-        for (int b = 0; b < c; b++)
-            at += cnt[b];
-        for (int w = 0; w < W; w++) {
-            pre[c * W + w] = at;
-            at += popcount(bits[c * W + w]);
-        }
-        end[c] = at;
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    if (label >= 0) {
-        const int w = l / 32;
-        const uint at = pre[label * W + w] + popcount(bits[label * W + w] & ((1u << (l % 32)) - 1u));
-#define KM_STORE(f)                                                                                            \
-    if (f < DM)                                                                                                \
-        sorted[at * (DM + 1) + f] = (double)x[f];
-        EACH_FEATURE(KM_STORE)
-#undef KM_STORE
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int j = l; j < k * W; j += G)
-        bits[j] = 0;
-    for (int c = l; c < k; c += G)
-        cnt[c] = 0;
-}
-
-/* Work-item (c, s) = (l % k, l / k) adds points s, s + S, ... of cluster c's
- * run in the ordered tile (S = the work-group size / k slices). */
-INLINE void add_ordered(const int DM, int k, int W, __local const uint *book, __local const double *sorted,
-                        double *acc, uint *count)
-{
-    const int l = get_local_id(0), S = get_local_size(0) / k;
-    const int c = l % k, s = l / k;
-    if (s >= S)
-        return;
-    const uint last = book[2 * k * W + k + c];
-    for (uint j = book[k * W + c * W] + s; j < last; j += S) {
-#define KM_ADD(f)                                                                                              \
-    if (f < DM)                                                                                                \
-        acc[f] += sorted[j * (DM + 1) + f];
-        EACH_FEATURE(KM_ADD)
-#undef KM_ADD
-        *count += 1;
-    }
-}
-
 /* Iteration t: labels under C into cur (prev: the previous labels, with
  * contiguity) and the group's partial sums. T points per tile (with
- * contiguity TH x TW = T pixels); Cs k * DM floats, Ch k, book
- * 2 k (ceil(T / 32) + 1) uints, sorted T * (DM + 1) doubles, halo
- * (TH + 2r) x (TW + 2r) with contiguity, red one double per work-item. */
+ * contiguity TH x TW = T pixels); Cs k * DM floats, xs T * (DM + 1), ls T,
+ * halo (TH + 2r) x (TW + 2r) with contiguity, red one double per work-item. */
 INLINE void assign(const int DM, __global const float *X, __global const uchar *mask, int has_mask,
                    __global const float *C, __global const int *prev, __global int *cur, __global double *partial,
                    __global int *state, __global const double *move2, __global const ulong *shape, int t,
-                   double tol, int vec4, int T, int TW, __local float4 *Cs, __local float *Ch, __local uint *book,
-                   __local double *sorted, __local short *halo, __local double *red, __local int *flag)
+                   double tol, int vec4, int T, int TW, __local float4 *Cs, __local float *xs, __local int *ls,
+                   __local short *halo, __local double *red, __local int *flag)
 {
     const km_shape s = shape_of(shape);
-    const int l = get_local_id(0), W = (T + 31) / 32;
+    const int l = get_local_id(0);
     const ulong g = get_group_id(0), groups = get_num_groups(0);
     /* stopped before, or this iteration's test says stop */
-    int done = broadcast(l == 0 && t > 0 ? state[1] : 0, flag);
+    int done = broadcast(l == 0 ? state[1] : 0, flag);
     const int stop = converged(move2, s.k, s.d, t > 0 && !done ? tol : 0.0, red);
     if (stop && g == 0 && l == 0)
         state[1] = 1;
     done = done || stop;
     stage_centroids(DM, C, (__local float *)Cs, s.k, s.d);
-    const float rmax2 = s.contig ? 0.0f : stage_halves(DM, Cs, Ch, s.k);
-    const float eps_coef = 12.0f * (float)(s.d + 2) * 0x1p-24f;
-    for (int j = l; j < 2 * s.k * (W + 1); j += get_local_size(0))
-        book[j] = 0;
     const int r = s.window / 2, TH = T / TW, hw = TW + 2 * r, hh = TH + 2 * r;
     const ulong tiles_x = (s.cols + TW - 1) / TW;
     const ulong tiles = done ? 0 : s.contig ? tiles_x * ((s.rows + TH - 1) / TH) : (s.n + T - 1) / T;
     double acc[MAX_DM];
-#define KM_ZERO(f)                                                                                             \
-    if (f < DM)                                                                                                \
+#pragma unroll
+    for (int f = 0; f < DM; f++)
         acc[f] = 0.0;
-    EACH_FEATURE(KM_ZERO)
-#undef KM_ZERO
     uint cnt = 0;
     for (ulong tile = g; tile < tiles; tile += groups) {
         barrier(CLK_LOCAL_MEM_FENCE); /* the last tile's readers are done */
@@ -424,12 +274,12 @@ INLINE void assign(const int DM, __global const float *X, __global const uchar *
             }
             barrier(CLK_LOCAL_MEM_FENCE);
         }
-        float x[MAX_DM];
-#pragma unroll
-        for (int f = 0; f < DM; f++)
-            x[f] = 0.0f;
-        int label = -1;
         if (l < T) {
+            float x[MAX_DM];
+#pragma unroll
+            for (int f = 0; f < DM; f++)
+                x[f] = 0.0f;
+            int label = -1;
             ulong i;
             int inside;
             if (s.contig) {
@@ -443,13 +293,17 @@ INLINE void assign(const int DM, __global const float *X, __global const uchar *
             if (inside && (!has_mask || mask[i])) {
                 load_point(DM, X, i, s, vec4, x);
                 label = s.contig ? contig_label(DM, s, x, Cs, halo, hw, l / TW + r, l % TW + r)
-                                 : screened_nearest(DM, x, Cs, Ch, s.k, rmax2, eps_coef);
+                                 : nearest(DM, x, Cs, s.k);
             }
             if (inside)
                 cur[i] = label;
+            ls[l] = label;
+#pragma unroll
+            for (int f = 0; f < DM; f++)
+                xs[l * (DM + 1) + f] = x[f];
         }
-        order_tile(DM, label, x, s.k, W, book, sorted);
-        add_ordered(DM, s.k, W, book, sorted, acc, &cnt);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        add_tile(DM, ls, xs, T, s.k, acc, &cnt);
     }
     write_partials(DM, acc, cnt, s.k, s.d, !done, red, partial, groups);
 }
@@ -524,12 +378,12 @@ INLINE void objective(const int DM, __global const float *X, __global const int 
                                  __global const float *C, __global const int *prev, __global int *cur,            \
                                  __global double *partial, __global int *state, __global const double *move2,     \
                                  __global const ulong *shape, int t, double tol, int vec4, int T, int TW,         \
-                                 __local float4 *Cs, __local float *Ch, __local uint *book,                       \
-                                 __local double *sorted, __local short *halo, __local double *red)                \
+                                 __local float4 *Cs, __local float *xs, __local int *ls, __local short *halo,     \
+                                 __local double *red)                                                             \
     {                                                                                                             \
         __local int flag;                                                                                         \
-        assign(DM, X, mask, has_mask, C, prev, cur, partial, state, move2, shape, t, tol, vec4, T, TW, Cs, Ch,    \
-               book, sorted, halo, red, &flag);                                                                   \
+        assign(DM, X, mask, has_mask, C, prev, cur, partial, state, move2, shape, t, tol, vec4, T, TW, Cs, xs,    \
+               ls, halo, red, &flag);                                                                             \
     }                                                                                                             \
     __kernel void km_first_labels_##DM(__global const float *X, __global const uchar *mask, int has_mask,        \
                                        __global const float *C, __global int *out, __global const ulong *shape,   \
@@ -550,17 +404,16 @@ KM_KERNELS(8)
 KM_KERNELS(16)
 KM_KERNELS(32)
 
-/* Work-group w forms coordinate w = (c, f) of the new centroids C from the
- * groups' partials (a fixed order: strided sums, then a tree) and Cold (the
- * initial centroids in iteration 0, else C itself), and its squared move;
- * group 0 counts the iterations (state[0]) and, in iteration 0, clears the
- * stop flag of an earlier run. scratch: two doubles per work-item. */
-__kernel void km_update(__global const double *partial, ulong groups, __global const float *Cold,
-                        __global float *C, __global int *state, __global double *move2,
-                        __global const ulong *shape, int t, __local double *scratch, __local double *count)
+/* Work-group w forms coordinate w = (c, f) of the new centroids from the
+ * groups' partials (a fixed order: strided sums, then a tree), its squared
+ * move, and group 0 counts the iteration. scratch: two doubles per
+ * work-item. */
+__kernel void km_update(__global const double *partial, ulong groups, __global float *C, __global int *state,
+                        __global double *move2, __global const ulong *shape, __local double *scratch,
+                        __local double *count)
 {
     const km_shape s = shape_of(shape);
-    const int done = t > 0 && state[1];
+    const int done = state[1];
     const int w = get_group_id(0), c = w / s.d, f = w % s.d, l = get_local_id(0);
     const ulong at = ((ulong)c * (ulong)(s.d + 1) + (ulong)f) * groups;
     const ulong at_count = ((ulong)c * (ulong)(s.d + 1) + (ulong)s.d) * groups;
@@ -580,52 +433,13 @@ __kernel void km_update(__global const double *partial, ulong groups, __global c
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     if (!done && l == 0) {
-        const float old = Cold[w];
+        const float old = C[w];
         const float next = count[0] > 0 ? (float)(scratch[0] / count[0]) : old;
         const double diff = (double)next - (double)old;
         C[w] = next;
         move2[w] = diff * diff;
-        if (w == 0) {
-            state[0] = t + 1;
-            if (t == 0)
-                state[1] = 0;
-        }
-    }
-}
-
-/* One work-group: the result for the host, out = iterations, objective,
- * largest squared move, unmasked count, from the groups' objective partials
- * (strided sums, then a tree: a fixed order) and the last moves. scratch:
- * a double per work-item. */
-__kernel void km_result(__global const double *obj, ulong groups, __global const double *move2,
-                        __global const int *state, __global const ulong *shape, __global double *out,
-                        __local double *scratch)
-{
-    const km_shape s = shape_of(shape);
-    const int l = get_local_id(0);
-    double total = 0.0, valid = 0.0;
-    for (ulong g = l; g < groups; g += get_local_size(0)) {
-        total += obj[2 * g];
-        valid += obj[2 * g + 1];
-    }
-    scratch[l] = total;
-    tree_sum(scratch);
-    total = scratch[0];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    scratch[l] = valid;
-    tree_sum(scratch);
-    if (l == 0) {
-        double mx = 0.0;
-        for (int c = 0; c < s.k; c++) {
-            double m2 = 0.0;
-            for (int f = 0; f < s.d; f++)
-                m2 += move2[c * s.d + f];
-            mx = fmax(mx, m2);
-        }
-        out[0] = state[0];
-        out[1] = total;
-        out[2] = mx;
-        out[3] = scratch[0];
+        if (w == 0)
+            state[0] += 1;
     }
 }
 
