@@ -220,6 +220,11 @@ __global__ void __launch_bounds__(128) k_reg(const T *__restrict__ src, T *__res
 template <typename T> struct Vec;
 template <> struct Vec<float> { typedef float4 type; };
 template <> struct Vec<double> { typedef double2 type; };
+__device__ __forceinline__ float4 vec_add(float4 a, float4 b)
+{
+    return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+}
+__device__ __forceinline__ double2 vec_add(double2 a, double2 b) { return make_double2(a.x + b.x, a.y + b.y); }
 
 /* Asynchronous global -> shared copies (cp.async): a block stages its next
  * tile while it filters the current one. */
@@ -879,45 +884,46 @@ __device__ __forceinline__ void ext_anticausal(const T *x, int xs, T *a, int os,
 /* Block block0 + blockIdx.x, of 2 EXT_ROWS threads: thread r of the first
  * warp runs row r's causal recursion while thread r of the second runs its
  * anti-causal one, so each dependency chain is half a row long and an SM
- * holds twice the warps. S, So: the row lengths of the window and kept
- * buffers (contiguous axis). */
+ * holds twice the warps. S, So (contiguous axis): the elements of the
+ * staged span and of each sum buffer. */
 template <typename T, bool STRIDED, int SC>
 __global__ void __launch_bounds__(2 * EXT_ROWS)
     k_ext_tile(const T *__restrict__ src, T *__restrict__ dst, ExtGeo g, Iir<T> f, T cval, int S,
                int So, i64 block0)
 {
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    __shared__ i64 row_base[EXT_ROWS], row_k0[EXT_ROWS];
-    __shared__ int row_len[EXT_ROWS];
+    typedef typename Vec<T>::type V;
+    constexpr int VEC = (int)(sizeof(V) / sizeof(T));
     const int tid = (int)threadIdx.x, r = tid % EXT_ROWS, half = tid / EXT_ROWS, R = (int)g.reach;
     const int W = (int)g.keep + 2 * R + 3;
-    const i64 b = block0 + blockIdx.x, lines = g.items / g.segments;
+    const i64 b = block0 + blockIdx.x;
     T *win = reinterpret_cast<T *>(smem_raw);
-    T *causal = win + (STRIDED ? (i64)EXT_ROWS * W : (i64)EXT_ROWS * S);
-    T *anti = causal + (STRIDED ? (i64)EXT_ROWS * g.keep : (i64)EXT_ROWS * So);
-
-    /* row r: its line's first value and its kept span */
-    i64 line, seg;
-    if (STRIDED) {
-        seg = b % g.segments;
-        line = (b / g.segments) * EXT_ROWS + r;
-    } else {
-        i64 t = b * EXT_ROWS + r;
-        seg = t % g.segments;
-        line = t / g.segments;
-    }
-    const bool valid = line < lines;
-    const i64 k0 = seg * g.keep, k1 = k0 + g.keep < g.n ? k0 + g.keep : g.n;
-    const i64 base = (line / g.inner) * g.n * g.inner + line % g.inner;
-    const int len = valid ? (int)(k1 - k0) : 0;
-    const i64 ws = k0 - R - 1;
 
     if (STRIDED) {
-        /* the two warps copy alternate window values of the 32 lines */
+        /* rows: 32 adjacent lines on one segment, laid out [i][row] */
+        T *causal = win + (i64)EXT_ROWS * W, *anti = causal + (i64)EXT_ROWS * g.keep;
+        const i64 lines = g.items / g.segments, seg = b % g.segments, line = (b / g.segments) * EXT_ROWS + r;
+        const bool valid = line < lines;
+        const i64 k0 = seg * g.keep, k1 = k0 + g.keep < g.n ? k0 + g.keep : g.n;
+        const i64 base = (line / g.inner) * g.n * g.inner + line % g.inner;
+        const int len = valid ? (int)(k1 - k0) : 0;
+        const i64 ws = k0 - R - 1;
+        /* 32 whole lines side by side in memory (inner a multiple of 32),
+         * the window inside the line: 16-byte copies, a row of the window
+         * PER_ROW of them; else the two warps copy alternate window values */
+        constexpr int PER_ROW = EXT_ROWS / VEC;
+        const bool wide = g.inner % EXT_ROWS == 0 && ws >= 0 && ws + W <= g.n;
         const T *x = src + base;
-        if (valid)
+        if (wide) {
+            const T *x0 = src + (base - r);
+            for (int v = tid; v < W * PER_ROW; v += 2 * EXT_ROWS) {
+                const int i = v / PER_ROW, c = v % PER_ROW * VEC;
+                cp_async16(win + i * EXT_ROWS + c, x0 + (ws + i) * g.inner + c);
+            }
+        } else if (valid) {
             for (int i = half; i < W; i += 2)
                 ext_stage(win + i * EXT_ROWS + r, x, ws + i, g, cval);
+        }
         cp_wait_all();
         __syncthreads();
         if (valid) {
@@ -927,39 +933,70 @@ __global__ void __launch_bounds__(2 * EXT_ROWS)
                 ext_anticausal<T, SC>(win + r, EXT_ROWS, anti + r, EXT_ROWS, len, R, f);
         }
         __syncthreads();
+        if (g.inner % EXT_ROWS == 0) {
+            T *y0 = dst + (base - r) + k0 * g.inner;
+            for (int v = tid; v < len * PER_ROW; v += 2 * EXT_ROWS) {
+                const int i = v / PER_ROW, c = v % PER_ROW * VEC;
+                V cs = *reinterpret_cast<const V *>(causal + i * EXT_ROWS + c);
+                V as = *reinterpret_cast<const V *>(anti + i * EXT_ROWS + c);
+                *reinterpret_cast<V *>(y0 + i * g.inner + c) = vec_add(cs, as);
+            }
+            return;
+        }
         T *y = dst + base + k0 * g.inner;
         for (int i = half; i < len; i += 2)
             y[i * g.inner] = causal[i * EXT_ROWS + r] + anti[i * EXT_ROWS + r];
         return;
     }
 
-    if (half == 0) {
-        row_base[r] = base;
-        row_k0[r] = k0;
-        row_len[r] = len;
-    }
-    __syncthreads();
-    for (int q = 0; q < EXT_ROWS; q++) {
-        if (row_len[q] == 0)
+    /* contiguous axis: rows are 32 consecutive segments of one line, whose
+     * windows overlap into one span [k0 - R - 1, kend + R + 2), staged once;
+     * row q's window starts q keep values into it, keep odd so that the 32
+     * rows' reads fall in 32 banks. The kept values of the rows are one span
+     * of the line too: [k0, kend). */
+    T *causal = win + S, *anti = causal + So;
+    const i64 groups = (g.segments + EXT_ROWS - 1) / EXT_ROWS, line = b / groups, seg0 = (b % groups) * EXT_ROWS;
+    const i64 k0 = seg0 * g.keep, kend = (seg0 + EXT_ROWS) * g.keep < g.n ? (seg0 + EXT_ROWS) * g.keep : g.n;
+    const i64 s0 = k0 - R - 1, s1 = kend + R + 2;
+    const i64 a0 = s0 >= 0 ? s0 - s0 % VEC : s0 - ((s0 % VEC) + VEC) % VEC; /* rounded down to VEC */
+    const T *x = src + line * g.n;
+    const bool aligned = (line * g.n) % VEC == 0;
+    for (i64 p = a0 + (i64)tid * VEC; p < s1; p += 2 * EXT_ROWS * VEC) {
+        T *to = win + (p - a0);
+        if (aligned && p >= 0 && p + VEC <= g.n) {
+            cp_async16(to, x + p);
             continue;
-        const T *x = src + row_base[q];
-        const i64 qs = row_k0[q] - R - 1;
-        for (int i = tid; i < W; i += 2 * EXT_ROWS)
-            ext_stage(win + q * S + i, x, qs + i, g, cval);
+        }
+        for (int e = 0; e < VEC; e++)
+            if (p + e >= s0 && p + e < s1)
+                ext_stage(to + e, x, p + e, g, cval);
     }
     cp_wait_all();
     __syncthreads();
-    if (valid) {
+    const i64 kr = k0 + (i64)r * g.keep;
+    const int len = kr < kend ? (int)((kend - kr) < g.keep ? kend - kr : g.keep) : 0;
+    const T *row = win + (s0 - a0) + (i64)r * g.keep;
+    if (len > 0) {
         if (half == 0)
-            ext_causal<T, SC>(win + r * S, 1, causal + r * So, 1, len, R, f);
+            ext_causal<T, SC>(row, 1, causal + (i64)r * g.keep, 1, len, R, f);
         else
-            ext_anticausal<T, SC>(win + r * S, 1, anti + r * So, 1, len, R, f);
+            ext_anticausal<T, SC>(row, 1, anti + (i64)r * g.keep, 1, len, R, f);
     }
     __syncthreads();
-    for (int q = 0; q < EXT_ROWS; q++) {
-        T *y = dst + row_base[q] + row_k0[q];
-        for (int i = tid; i < row_len[q]; i += 2 * EXT_ROWS)
-            y[i] = causal[q * So + i] + anti[q * So + i];
+    T *y = dst + line * g.n + k0;
+    const i64 total = kend - k0;
+    if ((line * g.n + k0) % VEC == 0) {
+        const i64 nvec = total / VEC;
+        for (i64 v = tid; v < nvec; v += 2 * EXT_ROWS) {
+            V cs = *reinterpret_cast<const V *>(causal + v * VEC);
+            V as = *reinterpret_cast<const V *>(anti + v * VEC);
+            *reinterpret_cast<V *>(y + v * VEC) = vec_add(cs, as);
+        }
+        for (i64 i = nvec * VEC + tid; i < total; i += 2 * EXT_ROWS)
+            y[i] = causal[i] + anti[i];
+    } else {
+        for (i64 i = tid; i < total; i += 2 * EXT_ROWS)
+            y[i] = causal[i] + anti[i];
     }
 }
 
@@ -1051,31 +1088,45 @@ bool plan_ext_tile(Plan *p, Pass *ps, i64 lines)
     const i64 R = g.reach, esize = (i64)p->esize;
     if (R > INT_MAX / 4 || g.n < 1)
         return false;
+    /* segments of `keep` values: the block's buffers within 55 KB, so that
+     * four blocks fit an SM's 228 KB; longer segments read less twice, and
+     * beyond 128 measured no faster on an H100 (docs/gauss.md). Strided
+     * axis: per row a window (keep + 2 R + 3) and two sums (2 keep);
+     * contiguous axis: the 32 rows' windows are one span (32 keep + 2 R +
+     * 3), and keep is odd */
+    const i64 values = ((55 << 10) - 1024) / esize, vec = 16 / esize;
+    const bool strided = g.inner > 1;
+    i64 most = strided ? (values / EXT_ROWS - 2 * R - 3) / 3 : (values - 2 * R - 3 - 3 * vec) / (3 * EXT_ROWS);
     i64 keep = dk_tuning_long("DAKIT_GAUSS_CUDA_EXTENDED_KEEP", 0, 1, 1 << 20);
-    if (keep == 0) {
-        /* per row, the three buffers, within 55 KB less the kernel's static
-         * shared memory (the rows' bases and lengths): four blocks fit an
-         * SM's 228 KB */
-        i64 values = ((55 << 10) - 1024) / (EXT_ROWS * esize);
-        keep = (values - 2 * R - 5) / 3;
-        /* longer segments read less twice, and beyond 128 measured no
-         * faster on an H100 (docs/gauss.md) */
-        if (keep > 128)
-            keep = 128;
-        if (keep < 64)
-            keep = 64;
-    }
+    if (keep == 0)
+        keep = most > 128 ? 128 : most < 64 ? 64 : most;
+    else
+        most = keep;
     if (keep > g.n)
         keep = g.n;
     i64 segments = ceil_div(g.n, keep);
+    if (!strided && segments > EXT_ROWS && segments % EXT_ROWS && ceil_div(g.n, segments / EXT_ROWS * EXT_ROWS) < most)
+        segments = segments / EXT_ROWS * EXT_ROWS; /* whole blocks of 32 rows */
     keep = ceil_div(g.n, segments); /* even segments */
+    if (!strided)
+        keep |= 1; /* odd: the rows' reads fall in 32 banks (k_ext_tile) */
     segments = ceil_div(g.n, keep);
     const i64 W = keep + 2 * R + 3;
-    const i64 S = W | 1, So = keep | 1; /* odd: rows read free of bank conflicts */
-    const i64 smem = (i64)EXT_ROWS * (S + 2 * So) * esize; /* window, causal and anti-causal sums */
+    i64 S, So, smem;
+    if (strided) {
+        S = W;
+        So = keep;
+        smem = (i64)EXT_ROWS * (W + 2 * keep) * esize; /* window, causal and anti-causal sums */
+    } else {
+        /* the span of 32 rows' windows (rounded down to 16 bytes at its
+         * start), and the two sums of their kept values */
+        S = ceil_div((i64)EXT_ROWS * keep + 2 * R + 3 + vec, vec) * vec;
+        So = ceil_div((i64)EXT_ROWS * keep, vec) * vec;
+        smem = (S + 2 * So) * esize;
+    }
     /* past 96 KB a block runs alone on its SM: k_extended, unless asked */
     const i64 cap = dk_tuning_string("DAKIT_GAUSS_CUDA_EXTENDED_KEEP") ? (i64)p->dev->smem_optin : (i64)96 << 10;
-    if (smem > cap || smem > (i64)p->dev->smem_optin)
+    if (smem > cap || smem > (i64)p->dev->smem_optin || S > INT_MAX || So > INT_MAX)
         return false;
     g.keep = keep;
     g.segments = segments;
@@ -1085,7 +1136,7 @@ bool plan_ext_tile(Plan *p, Pass *ps, i64 lines)
     ps->ext_S = (int)S;
     ps->ext_So = (int)So;
     ps->smem = (size_t)smem;
-    ps->ntiles = ps->ext_strided ? ceil_div(lines, EXT_ROWS) * segments : ceil_div(g.items, EXT_ROWS);
+    ps->ntiles = ps->ext_strided ? ceil_div(lines, EXT_ROWS) * segments : lines * ceil_div(segments, EXT_ROWS);
     ps->batch = g.items;
     return true;
 }

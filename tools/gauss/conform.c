@@ -106,6 +106,9 @@ static gauss_case cases[] = {
     {"missing_vyv_cval",    DK_F32, 2, {120, 90},        3, {2, 3},          0,  V, EX, 0, 0,    0, 1, VY, 5, 1.5, 1, {0}},
     /* derivatives: deriche and vyv x scipy mode x dtype (filled in by draw_derivative_cases) */
     [FIRST_DERIVATIVE ... FIRST_DERIVATIVE + DERIVATIVE_CASES - 1] = {NULL, DK_F32, 0, {0}, 0, {0}, 0, Z, EX, 0, 0, 0, 1, RF, 0, 0, 0, {0}},
+    /* strided axes of whole groups of 32 lines, long enough for interior segments */
+    {"deriche_lines32",     DK_F32, 2, {700, 64},        3, {2, 3},          0,  R, EX, 0, 0,    0, 1, DE, 5, 0, 0, {0}},
+    {"vyv_lines32_f64",     DK_F64, 2, {500, 96},        3, {3, 2},          0,  W, EX, 0, 0,    1, 1, VY, 5, 0, 0, {1, 0}},
 };
 
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
