@@ -60,7 +60,7 @@ typedef struct enkf_plan {
      * nonzeros within reach of each (row, tile), c's window half-width */
     cl_kernel band;
     cl_mem indices32, range;
-    cl_int band_W, band_tiles;
+    cl_int band_W, band_tiles, band_wide;
     /* made on first use: the float64 copies of float32 data, and the
      * analysis's own arrays */
     cl_mem e64, pht64, X64;
@@ -396,36 +396,46 @@ static cl_int fft(enkf_plan *p, cl_mem e64, cl_mem pht64)
 #define HPHT_WG 64
 
 /* ek_band where it applies: 1-D C, the state, H's nonzeros and c's window
- * within int32 indices, the window in local memory, and the per (row,
- * tile) bounds few enough to keep. Elsewhere p->band stays NULL and the
- * banded scheme runs ek_direct. */
+ * within int32 indices, and the per (row, tile) bounds few enough to keep;
+ * ek_band_wide where c's window does not fit in local memory. Elsewhere
+ * p->band stays NULL and the banded scheme runs ek_direct. */
 static dk_status make_band(enkf_plan *p, cl_program prog, dk_msg *msg)
 {
     const dk_enkf_setup *s = p->s;
     dk_opencl_device *dev = p->dev;
     size_t N = s->desc.n, M = s->desc.H.rows, L = s->desc.members;
     size_t W = s->rx + BAND_SPAN_POINTS - 1, tiles = (N + BAND_TILE - 1) / BAND_TILE;
-    if (s->desc.loc_ndim != 1 || N + BAND_TILE + W >= INT32_MAX || s->nnz >= INT32_MAX ||
-        (2 * W + 1) * sizeof(double) > ((size_t)1 << 20) || M * tiles > ((size_t)1 << 26))
+    if (s->desc.loc_ndim != 1 || N + BAND_TILE + W >= INT32_MAX / 2 || s->nnz >= INT32_MAX ||
+        M * tiles > ((size_t)1 << 26))
         return DK_OK;
     /* members in equal passes of at most BAND_MAX_LB, rounded up to even */
     size_t passes = (L + BAND_MAX_LB - 1) / BAND_MAX_LB, lb = (L + passes - 1) / passes;
     lb = (lb + 1) / 2 * 2;
-    char name[32];
-    snprintf(name, sizeof name, "ek_band_%zu", lb);
-    cl_int err;
-    cl_kernel k = clCreateKernel(prog, name, &err);
-    CL_TRY(err, "enkf: creating kernel %s", name);
-    cl_ulong local = 0, used = 0;
-    size_t most = 0;
-    err = clGetDeviceInfo(dev->id, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local, &local, NULL);
-    err |= clGetKernelWorkGroupInfo(k, dev->id, CL_KERNEL_LOCAL_MEM_SIZE, sizeof used, &used, NULL);
-    err |= clGetKernelWorkGroupInfo(k, dev->id, CL_KERNEL_WORK_GROUP_SIZE, sizeof most, &most, NULL);
-    if (err != CL_SUCCESS || most < BAND_WG || used + (2 * W + 1) * sizeof(double) > local) {
-        clReleaseKernel(k); /* does not fit this device: ek_direct */
-        return DK_OK;
+    cl_ulong local = 0;
+    CL_TRY(clGetDeviceInfo(dev->id, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local, &local, NULL),
+           "enkf: asking for the local memory size");
+    cl_kernel k = NULL;
+    int wide = 0;
+    for (; wide < 2; wide++) {
+        char name[32];
+        snprintf(name, sizeof name, wide ? "ek_band_wide_%zu" : "ek_band_%zu", lb);
+        cl_int err;
+        k = clCreateKernel(prog, name, &err);
+        CL_TRY(err, "enkf: creating kernel %s", name);
+        cl_ulong used = 0;
+        size_t most = 0;
+        size_t window = wide ? sizeof(double) : (2 * W + 1) * sizeof(double);
+        err = clGetKernelWorkGroupInfo(k, dev->id, CL_KERNEL_LOCAL_MEM_SIZE, sizeof used, &used, NULL);
+        err |= clGetKernelWorkGroupInfo(k, dev->id, CL_KERNEL_WORK_GROUP_SIZE, sizeof most, &most, NULL);
+        if (err == CL_SUCCESS && most >= BAND_WG && used + window <= local)
+            break;
+        clReleaseKernel(k); /* does not fit this device */
+        k = NULL;
     }
+    if (!k)
+        return DK_OK; /* ek_direct */
     p->band = k;
+    p->band_wide = wide;
     p->band_W = (cl_int)W;
     p->band_tiles = (cl_int)tiles;
 
@@ -610,7 +620,8 @@ static cl_int band(enkf_plan *p, cl_mem e64, cl_mem pht64)
     err |= clSetKernelArg(k, 11, sizeof tiles, &tiles);
     err |= clSetKernelArg(k, 12, sizeof jb, &jb);
     err |= clSetKernelArg(k, 13, sizeof inv, &inv);
-    err |= clSetKernelArg(k, 14, (size_t)(2 * W + 1) * sizeof(double), NULL);
+    /* ek_band_wide ignores cs: one double */
+    err |= clSetKernelArg(k, 14, (size_t)(p->band_wide ? 1 : 2 * W + 1) * sizeof(double), NULL);
     if (err != CL_SUCCESS || N == 0 || M == 0)
         return err;
     size_t global[2] = {(size_t)tiles * BAND_WG, tiles >= 1024 ? 1 : (size_t)(blocks < 65535 ? blocks : 65535)};

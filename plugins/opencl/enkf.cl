@@ -130,7 +130,7 @@ static int lower_bound_local(__local const int *ks, int b, int e, int key)
     return b;
 }
 
-static inline void band(const int NB, __global const double *e, __global const double *values,
+static inline void band(const int NB, const int wide, __global const double *e, __global const double *values,
                         __global const double *loc, __global const int *indices, __global const int *range,
                         __global double *pht, int N, int L, int M, int rx, int W, int tiles, int jb,
                         double inv_lm1, __local double *cs, __local double2 *gs2, __local int *ks,
@@ -139,7 +139,7 @@ static inline void band(const int NB, __global const double *e, __global const d
     __local double *gs = (__local double *)gs2;
     const int lid = get_local_id(0), lane = lid % BAND_SPAN, span = lid / BAND_SPAN;
     const int tile = get_group_id(0);
-    for (int q = lid; q <= 2 * W; q += BAND_WG) {
+    for (int q = lid; !wide && q <= 2 * W; q += BAND_WG) {
         int d = q > W ? q - W : W - q;
         cs[q] = d <= rx ? loc[d] : 0.0;
     }
@@ -174,7 +174,8 @@ static inline void band(const int NB, __global const double *e, __global const d
                     barrier(CLK_LOCAL_MEM_FENCE);
                     const int lo = lower_bound_local(ks, 0, cn, klo), hi = lower_bound_local(ks, lo, cn, khi + 1);
                     for (int tt = lo; tt < hi; tt++) {
-                        __local const double *c = cs + (cbase - ks[tt]);
+                        const int k = ks[tt];
+                        __local const double *c = cs + (cbase - k);
                         double g[BAND_MAX_LB];
 #pragma unroll
                         for (int h = 0; h < NB / 2; h++) {
@@ -184,7 +185,13 @@ static inline void band(const int NB, __global const double *e, __global const d
                         }
 #pragma unroll
                         for (int r = 0; r < BAND_R; r++) {
-                            double cr = c[BAND_SPAN * r];
+                            double cr;
+                            if (wide) {
+                                int d = abs(wbase + lane + BAND_SPAN * r - k);
+                                cr = d <= rx ? loc[d] : 0.0;
+                            } else {
+                                cr = c[BAND_SPAN * r];
+                            }
 #pragma unroll
                             for (int l = 0; l < NB; l++)
                                 acc[r][l] = fma(cr, g[l], acc[r][l]);
@@ -214,7 +221,10 @@ static inline void band(const int NB, __global const double *e, __global const d
     }
 }
 
-/* cs: 2W + 1 doubles (W = rx + BAND_SPAN * BAND_R - 1), from the host */
+/* cs: 2W + 1 doubles (W = rx + BAND_SPAN * BAND_R - 1), from the host.
+ * ek_band_wide_NB, for a window too wide for local memory, reads c from
+ * global memory instead (consecutive lanes, consecutive addresses) and
+ * ignores cs. */
 #define EK_BAND(LB)                                                                                                 \
     __kernel __attribute__((reqd_work_group_size(BAND_WG, 1, 1))) void ek_band_##LB(                                \
         __global const double *e, __global const double *values, __global const double *loc,                      \
@@ -224,7 +234,17 @@ static inline void band(const int NB, __global const double *e, __global const d
         __local double2 gs2[BAND_CHUNK * LB / 2];                                                                   \
         __local int ks[BAND_CHUNK];                                                                                 \
         __local double stg[BAND_TILE * BAND_STG];                                                                   \
-        band(LB, e, values, loc, indices, range, pht, N, L, M, rx, W, tiles, jb, inv_lm1, cs, gs2, ks, stg);       \
+        band(LB, 0, e, values, loc, indices, range, pht, N, L, M, rx, W, tiles, jb, inv_lm1, cs, gs2, ks, stg);    \
+    }                                                                                                               \
+    __kernel __attribute__((reqd_work_group_size(BAND_WG, 1, 1))) void ek_band_wide_##LB(                           \
+        __global const double *e, __global const double *values, __global const double *loc,                      \
+        __global const int *indices, __global const int *range, __global double *pht, int N, int L, int M,       \
+        int rx, int W, int tiles, int jb, double inv_lm1, __local double *cs)                                     \
+    {                                                                                                               \
+        __local double2 gs2[BAND_CHUNK * LB / 2];                                                                   \
+        __local int ks[BAND_CHUNK];                                                                                 \
+        __local double stg[BAND_TILE * BAND_STG];                                                                   \
+        band(LB, 1, e, values, loc, indices, range, pht, N, L, M, rx, W, tiles, jb, inv_lm1, cs, gs2, ks, stg);    \
     }
 
 EK_BAND(2)
