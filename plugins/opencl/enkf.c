@@ -5,10 +5,11 @@
  * as the cpu plugin does).
  *
  * The banded scheme with a 1-D C runs ek_band (a work-group per tile of
- * state points, c and the tile's nonzeros staged in local memory); with a
- * 2-D C, or a C too wide for local memory, ek_direct with only the
- * nonzeros of each row within C's reach. HPHT is summed over segments of
- * H's columns (ek_hpht) and then over the segments (ek_hpht_sum).
+ * state points, c and the tile's nonzeros staged in local memory;
+ * ek_band_wide reads c from global memory where its window does not fit);
+ * with a 2-D C, ek_direct with only the nonzeros of each row within C's
+ * reach. HPHT is summed over segments of H's columns (ek_hpht) and then
+ * over the segments (ek_hpht_sum).
  *
  * The fft scheme (built where clFFT is found, DK_OPENCL_CLFFT) applies C
  * through its circulant embedding with clFFT's batched real transforms.
@@ -392,7 +393,7 @@ static cl_int fft(enkf_plan *p, cl_mem e64, cl_mem pht64)
 #define BAND_SPAN_POINTS 128 /* BAND_SPAN * BAND_R: the points a run of lanes owns */
 #define BAND_MAX_LB 12
 #define BAND_JB 4
-/* work-items summing one entry of HPHT in ek_hpht_sum */
+/* work-items summing one entry of HPHT in ek_hpht_sum, at most */
 #define HPHT_WG 64
 
 /* ek_band where it applies: 1-D C, the state, H's nonzeros and c's window
@@ -651,8 +652,11 @@ static cl_int hpht(enkf_plan *p, cl_mem pht64, cl_mem hpht64)
     err |= clSetKernelArg(k, 0, sizeof p->partial, &p->partial);
     err |= clSetKernelArg(k, 1, sizeof hpht64, &hpht64);
     err |= clSetKernelArg(k, 2, sizeof S, &S);
-    err |= clSetKernelArg(k, 3, HPHT_WG * sizeof(double), NULL);
-    size_t sum_global = (size_t)(M * M) * HPHT_WG, sum_local = HPHT_WG;
+    size_t sum_local = 1; /* a power of two, at least S where S is small */
+    while (sum_local < S && sum_local < HPHT_WG)
+        sum_local *= 2;
+    size_t sum_global = (size_t)(M * M) * sum_local;
+    err |= clSetKernelArg(k, 3, sum_local * sizeof(double), NULL);
     if (err == CL_SUCCESS)
         err = clEnqueueNDRangeKernel(p->dev->queue, k, 1, NULL, &sum_global, &sum_local, 0, NULL, NULL);
     return err;
