@@ -4,6 +4,13 @@
  * (float32 data are widened on the device and the results rounded back,
  * as the cpu plugin does).
  *
+ * The banded scheme with a 1-D C runs ek_band (a work-group per tile of
+ * state points, c and the tile's nonzeros staged in local memory;
+ * ek_band_wide reads c from global memory where its window does not fit);
+ * with a 2-D C, ek_direct with only the nonzeros of each row within C's
+ * reach. HPHT is summed over segments of H's columns (ek_hpht) and then
+ * over the segments (ek_hpht_sum).
+ *
  * The fft scheme (built where clFFT is found, DK_OPENCL_CLFFT) applies C
  * through its circulant embedding with clFFT's batched real transforms.
  * Without clFFT the plugin offers tiled and banded only: the core's cost
@@ -13,6 +20,8 @@
  * after HPHT and the innovations are read back: OpenCL has no solver
  * library, and M is small (tens, at most a few thousand), so the transfer
  * is M * (M + L) values against the N * M of the covariance product. */
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,6 +52,16 @@ typedef struct enkf_plan {
     cl_mem indptr, indices, values, loc; /* H and c on the device */
     cl_mem G;                            /* nnz x L weighted anomalies */
     cl_mem hpht64, D, W;                 /* M x M, M x L, M x L */
+    /* HPHT: S segments of H's columns, their bounds per row (M x (S+1)) and
+     * the partial sums (M x M x S) */
+    cl_kernel hpht_sum;
+    cl_mem seg, partial;
+    cl_ulong S;
+    /* ek_band (NULL where it does not apply): int32 columns of H, the
+     * nonzeros within reach of each (row, tile), c's window half-width */
+    cl_kernel band;
+    cl_mem indices32, range;
+    cl_int band_W, band_tiles, band_wide;
     /* made on first use: the float64 copies of float32 data, and the
      * analysis's own arrays */
     cl_mem e64, pht64, X64;
@@ -72,6 +91,14 @@ static void plan_destroy(void *handle)
         if (ks[i])
             clReleaseKernel(ks[i]);
     cl_mem ms[] = {p->indptr, p->indices, p->values, p->loc, p->G, p->hpht64, p->D, p->W, p->e64, p->pht64, p->X64};
+    if (p->hpht_sum)
+        clReleaseKernel(p->hpht_sum);
+    if (p->band)
+        clReleaseKernel(p->band);
+    release(p->seg);
+    release(p->partial);
+    release(p->indices32);
+    release(p->range);
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
         release(ms[i]);
 #ifdef DK_OPENCL_CLFFT
@@ -359,6 +386,136 @@ static cl_int fft(enkf_plan *p, cl_mem e64, cl_mem pht64)
 }
 #endif
 
+/* ek_band's shape (enkf.cl): work-items a group, points a group's tile,
+ * members a pass at most, rows a block at most */
+#define BAND_WG 128
+#define BAND_TILE 512
+#define BAND_SPAN_POINTS 128 /* BAND_SPAN * BAND_R: the points a run of lanes owns */
+#define BAND_MAX_LB 12
+#define BAND_JB 4
+/* work-items summing one entry of HPHT in ek_hpht_sum, at most */
+#define HPHT_WG 64
+
+/* ek_band where it applies: 1-D C, the state, H's nonzeros and c's window
+ * within int32 indices, and the per (row, tile) bounds few enough to keep;
+ * ek_band_wide where c's window does not fit in local memory. Elsewhere
+ * p->band stays NULL and the banded scheme runs ek_direct. */
+static dk_status make_band(enkf_plan *p, cl_program prog, dk_msg *msg)
+{
+    const dk_enkf_setup *s = p->s;
+    dk_opencl_device *dev = p->dev;
+    size_t N = s->desc.n, M = s->desc.H.rows, L = s->desc.members;
+    size_t W = s->rx + BAND_SPAN_POINTS - 1, tiles = (N + BAND_TILE - 1) / BAND_TILE;
+    if (s->desc.loc_ndim != 1 || N + BAND_TILE + W >= INT32_MAX / 2 || s->nnz >= INT32_MAX ||
+        M * tiles > ((size_t)1 << 26))
+        return DK_OK;
+    /* members in equal passes of at most BAND_MAX_LB, rounded up to even */
+    size_t passes = (L + BAND_MAX_LB - 1) / BAND_MAX_LB, lb = (L + passes - 1) / passes;
+    lb = (lb + 1) / 2 * 2;
+    cl_ulong local = 0;
+    CL_TRY(clGetDeviceInfo(dev->id, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local, &local, NULL),
+           "enkf: asking for the local memory size");
+    cl_kernel k = NULL;
+    int wide = 0;
+    for (; wide < 2; wide++) {
+        char name[32];
+        snprintf(name, sizeof name, wide ? "ek_band_wide_%zu" : "ek_band_%zu", lb);
+        cl_int err;
+        k = clCreateKernel(prog, name, &err);
+        CL_TRY(err, "enkf: creating kernel %s", name);
+        cl_ulong used = 0;
+        size_t most = 0;
+        size_t window = wide ? sizeof(double) : (2 * W + 1) * sizeof(double);
+        err = clGetKernelWorkGroupInfo(k, dev->id, CL_KERNEL_LOCAL_MEM_SIZE, sizeof used, &used, NULL);
+        err |= clGetKernelWorkGroupInfo(k, dev->id, CL_KERNEL_WORK_GROUP_SIZE, sizeof most, &most, NULL);
+        if (err == CL_SUCCESS && most >= BAND_WG && used + window <= local)
+            break;
+        clReleaseKernel(k); /* does not fit this device */
+        k = NULL;
+    }
+    if (!k)
+        return DK_OK; /* ek_direct */
+    p->band = k;
+    p->band_wide = wide;
+    p->band_W = (cl_int)W;
+    p->band_tiles = (cl_int)tiles;
+
+    /* the nonzeros of row j with columns in [first - rx, last + rx] of each tile */
+    int32_t *range = malloc(2 * M * tiles * sizeof *range), *idx = malloc((s->nnz ? s->nnz : 1) * sizeof *idx);
+    if (!range || !idx) {
+        free(range);
+        free(idx);
+        dk_msg_set(msg, "opencl enkf: out of host memory for the band's bounds");
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    for (size_t t = 0; t < s->nnz; t++)
+        idx[t] = (int32_t)s->indices[t];
+    int64_t rx = (int64_t)s->rx;
+    for (size_t j = 0; j < M; j++) {
+        int64_t a = s->indptr[j], b = s->indptr[j], end = s->indptr[j + 1];
+        for (size_t tile = 0; tile < tiles; tile++) {
+            int64_t first = (int64_t)(tile * BAND_TILE), last = (int64_t)(tile * BAND_TILE + BAND_TILE < N ? tile * BAND_TILE + BAND_TILE : N) - 1;
+            while (a < end && s->indices[a] < first - rx)
+                a++;
+            if (b < a)
+                b = a;
+            while (b < end && s->indices[b] <= last + rx)
+                b++;
+            range[2 * (j * tiles + tile)] = (int32_t)a;
+            range[2 * (j * tiles + tile) + 1] = (int32_t)b;
+        }
+    }
+    dk_status st = dk_opencl_alloc(dev, 2 * M * tiles * sizeof *range, range, &p->range, msg,
+                                   "enkf: allocating the band's bounds");
+    if (st == DK_OK)
+        st = dk_opencl_alloc(dev, (s->nnz ? s->nnz : 1) * sizeof *idx, idx, &p->indices32, msg,
+                             "enkf: allocating the int32 columns of H");
+    free(range);
+    free(idx);
+    return st;
+}
+
+/* HPHT's segments: about 256 nonzeros of the longest row each (at most 512
+ * of them), the partial sums within 256 MiB; their bounds in each row. */
+static dk_status make_hpht(enkf_plan *p, cl_program prog, dk_msg *msg)
+{
+    const dk_enkf_setup *s = p->s;
+    dk_opencl_device *dev = p->dev;
+    size_t N = s->desc.n, M = s->desc.H.rows, most = 0;
+    cl_int err;
+    p->hpht_sum = clCreateKernel(prog, "ek_hpht_sum", &err);
+    CL_TRY(err, "enkf: creating kernel ek_hpht_sum");
+    for (size_t j = 0; j < M; j++)
+        most = (size_t)(s->indptr[j + 1] - s->indptr[j]) > most ? (size_t)(s->indptr[j + 1] - s->indptr[j]) : most;
+    size_t S = most / 256;
+    S = S > 512 ? 512 : S;
+    S = M && S > ((size_t)1 << 25) / (M * M) ? ((size_t)1 << 25) / (M * M) : S;
+    S = S > N ? N : S;
+    S = S < 1 ? 1 : S;
+    p->S = S;
+    size_t width = (N + S - 1) / S;
+    int64_t *seg = malloc((M ? M : 1) * (S + 1) * sizeof *seg);
+    if (!seg) {
+        dk_msg_set(msg, "opencl enkf: out of host memory for HPHT's segments");
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    for (size_t a = 0; a < M; a++) {
+        int64_t t = s->indptr[a];
+        for (size_t q = 0; q <= S; q++) {
+            while (t < s->indptr[a + 1] && (size_t)s->indices[t] < q * width)
+                t++;
+            seg[a * (S + 1) + q] = q == S ? s->indptr[a + 1] : t;
+        }
+    }
+    dk_status st = dk_opencl_alloc(dev, (M ? M : 1) * (S + 1) * sizeof *seg, seg, &p->seg, msg,
+                                   "enkf: allocating HPHT's segments");
+    free(seg);
+    if (st == DK_OK)
+        st = dk_opencl_alloc(dev, (M ? M * M : 1) * S * sizeof(double), NULL, &p->partial, msg,
+                             "enkf: allocating HPHT's partial sums");
+    return st;
+}
+
 static dk_status plan_create(void *device, const dk_enkf_setup *s, void **out, dk_msg *msg)
 {
     dk_opencl_device *dev = device;
@@ -408,6 +565,9 @@ static dk_status plan_create(void *device, const dk_enkf_setup *s, void **out, d
         if ((st = dk_opencl_alloc(dev, buffers[i].bytes, buffers[i].src, buffers[i].m, msg,
                                   "enkf: allocating the %s", buffers[i].what)) != DK_OK)
             goto fail;
+    if ((st = make_hpht(p, prog, msg)) != DK_OK ||
+        (s->scheme == DK_ENKF_BANDED && (st = make_band(p, prog, msg)) != DK_OK))
+        goto fail;
 #ifdef DK_OPENCL_CLFFT
     if (s->scheme == DK_ENKF_FFT && (st = make_fft(p, prog, msg)) != DK_OK)
         goto fail;
@@ -438,6 +598,70 @@ static cl_int convert(enkf_plan *p, cl_kernel k, cl_mem in, cl_mem out, size_t c
     return err != CL_SUCCESS ? err : launch(p, k, count, 1);
 }
 
+/* pht64 from e64 by ek_band: one work-group per tile takes every row,
+ * BAND_JB at a time, where tiles fill the device; else one block of rows. */
+static cl_int band(enkf_plan *p, cl_mem e64, cl_mem pht64)
+{
+    const dk_enkf_setup *s = p->s;
+    cl_int N = (cl_int)s->desc.n, L = (cl_int)s->desc.members, M = (cl_int)s->desc.H.rows, rx = (cl_int)s->rx;
+    cl_int W = p->band_W, tiles = p->band_tiles, jb = BAND_JB, blocks = (M + jb - 1) / jb;
+    double inv = 1.0 / (double)(L - 1);
+    cl_kernel k = p->band;
+    cl_int err = clSetKernelArg(k, 0, sizeof e64, &e64);
+    err |= clSetKernelArg(k, 1, sizeof p->values, &p->values);
+    err |= clSetKernelArg(k, 2, sizeof p->loc, &p->loc);
+    err |= clSetKernelArg(k, 3, sizeof p->indices32, &p->indices32);
+    err |= clSetKernelArg(k, 4, sizeof p->range, &p->range);
+    err |= clSetKernelArg(k, 5, sizeof pht64, &pht64);
+    err |= clSetKernelArg(k, 6, sizeof N, &N);
+    err |= clSetKernelArg(k, 7, sizeof L, &L);
+    err |= clSetKernelArg(k, 8, sizeof M, &M);
+    err |= clSetKernelArg(k, 9, sizeof rx, &rx);
+    err |= clSetKernelArg(k, 10, sizeof W, &W);
+    err |= clSetKernelArg(k, 11, sizeof tiles, &tiles);
+    err |= clSetKernelArg(k, 12, sizeof jb, &jb);
+    err |= clSetKernelArg(k, 13, sizeof inv, &inv);
+    /* ek_band_wide ignores cs: one double */
+    err |= clSetKernelArg(k, 14, (size_t)(p->band_wide ? 1 : 2 * W + 1) * sizeof(double), NULL);
+    if (err != CL_SUCCESS || N == 0 || M == 0)
+        return err;
+    size_t global[2] = {(size_t)tiles * BAND_WG, tiles >= 1024 ? 1 : (size_t)(blocks < 65535 ? blocks : 65535)};
+    size_t local[2] = {BAND_WG, 1};
+    return clEnqueueNDRangeKernel(p->dev->queue, k, 2, NULL, global, local, 0, NULL, NULL);
+}
+
+/* hpht64 from pht64: the partial sums over segments of H's columns, then
+ * their sum. */
+static cl_int hpht(enkf_plan *p, cl_mem pht64, cl_mem hpht64)
+{
+    cl_ulong M = p->s->desc.H.rows, S = p->S;
+    if (M == 0)
+        return CL_SUCCESS;
+    cl_kernel k = p->hpht;
+    cl_int err = clSetKernelArg(k, 0, sizeof pht64, &pht64);
+    err |= clSetKernelArg(k, 1, sizeof p->seg, &p->seg);
+    err |= clSetKernelArg(k, 2, sizeof p->indices, &p->indices);
+    err |= clSetKernelArg(k, 3, sizeof p->values, &p->values);
+    err |= clSetKernelArg(k, 4, sizeof p->partial, &p->partial);
+    err |= clSetKernelArg(k, 5, sizeof M, &M);
+    err |= clSetKernelArg(k, 6, sizeof S, &S);
+    size_t global[3] = {(size_t)M, (size_t)M, (size_t)S};
+    if (err == CL_SUCCESS)
+        err = clEnqueueNDRangeKernel(p->dev->queue, k, 3, NULL, global, NULL, 0, NULL, NULL);
+    k = p->hpht_sum;
+    err |= clSetKernelArg(k, 0, sizeof p->partial, &p->partial);
+    err |= clSetKernelArg(k, 1, sizeof hpht64, &hpht64);
+    err |= clSetKernelArg(k, 2, sizeof S, &S);
+    size_t sum_local = 1; /* a power of two, at least S where S is small */
+    while (sum_local < S && sum_local < HPHT_WG)
+        sum_local *= 2;
+    size_t sum_global = (size_t)(M * M) * sum_local;
+    err |= clSetKernelArg(k, 3, sum_local * sizeof(double), NULL);
+    if (err == CL_SUCCESS)
+        err = clEnqueueNDRangeKernel(p->dev->queue, k, 1, NULL, &sum_global, &sum_local, 0, NULL, NULL);
+    return err;
+}
+
 /* pht64 (N x M) and, when hpht64 is not NULL, hpht64 (M x M) from the
  * float64 anomalies e64, all device buffers. */
 static cl_int cov64(enkf_plan *p, cl_mem e64, cl_mem pht64, cl_mem hpht64)
@@ -454,13 +678,16 @@ static cl_int cov64(enkf_plan *p, cl_mem e64, cl_mem pht64, cl_mem hpht64)
     err |= clSetKernelArg(k, 3, sizeof p->G, &p->G);
     err |= clSetKernelArg(k, 4, sizeof nnz, &nnz);
     err |= clSetKernelArg(k, 5, sizeof L, &L);
-    if (err == CL_SUCCESS)
+    if (err == CL_SUCCESS && !p->band) /* ek_band forms G itself */
         err = launch(p, k, (size_t)(nnz * L), 1);
 #ifdef DK_OPENCL_CLFFT
     if (err == CL_SUCCESS && s->scheme == DK_ENKF_FFT)
         err = fft(p, e64, pht64);
     else
 #endif
+    if (p->band)
+        err = err != CL_SUCCESS ? err : band(p, e64, pht64);
+    else
     {
     k = p->direct;
     err |= clSetKernelArg(k, 0, sizeof e64, &e64);
@@ -482,16 +709,7 @@ static cl_int cov64(enkf_plan *p, cl_mem e64, cl_mem pht64, cl_mem hpht64)
     if (err != CL_SUCCESS || !hpht64)
         return err;
 
-    k = p->hpht;
-    err |= clSetKernelArg(k, 0, sizeof pht64, &pht64);
-    err |= clSetKernelArg(k, 1, sizeof p->indptr, &p->indptr);
-    err |= clSetKernelArg(k, 2, sizeof p->indices, &p->indices);
-    err |= clSetKernelArg(k, 3, sizeof p->values, &p->values);
-    err |= clSetKernelArg(k, 4, sizeof hpht64, &hpht64);
-    err |= clSetKernelArg(k, 5, sizeof M, &M);
-    if (err == CL_SUCCESS)
-        err = launch(p, k, (size_t)M, (size_t)M);
-    return err;
+    return hpht(p, pht64, hpht64);
 }
 
 static dk_status cov(void *handle, const void *e_, void *pht_, void *hpht_, dk_msg *msg)

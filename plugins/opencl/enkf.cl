@@ -2,10 +2,9 @@
  *
  * float32 data are widened on the device (ek_widen) and results rounded
  * back (ek_narrow), as the cpu plugin does, so both precisions share one
- * set of float64 kernels. Every kernel takes one output element per
- * work-item and sums in a fixed order: no atomics, so the results do not
- * depend on scheduling. H is CSR with int64 indices (columns sorted within
- * each row by the core). */
+ * set of float64 kernels. Every kernel sums in a fixed order: no atomics,
+ * so the results do not depend on scheduling. H is CSR with int64 indices
+ * (columns sorted within each row by the core); ek_band reads an int32 copy. */
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 
 /* members summed together per pass over a row of H: the private
@@ -95,18 +94,210 @@ __kernel void ek_direct(__global const double *e, __global const double *G,
     pht[i * M + j] = v / (double)(L - 1);
 }
 
-/* hpht[a, j] = sum_t H[a, k_t] pht[k_t, j] */
-__kernel void ek_hpht(__global const double *pht, __global const long *indptr,
-                      __global const long *indices, __global const double *values,
-                      __global double *hpht, ulong M)
+/* ---- banded, 1-D C (ek_band_NB, NB members a pass): C applied as a
+ * short convolution of the sparse vectors e_l o h_j, after the cuda
+ * plugin's k_band. A work-group takes BAND_TILE consecutive state points
+ * and rows j0, j0+1, ... of H (`jb` rows a block); each run of BAND_SPAN
+ * work-items (a warp on NVIDIA) owns BAND_SPAN * BAND_R consecutive points
+ * (lane + BAND_SPAN r), so its c values sit at consecutive local addresses
+ * and one staged G row serves BAND_R points. c is staged once as a signed,
+ * zero-padded window cs[d + W] (d = i - k in [-W, W]): the inner loop has
+ * no branch and no bounds test, one local load of c and NB fmas per
+ * (point, nonzero). The weighted anomalies G = H_t e[k_t] are formed while
+ * staging the row's nonzeros within reach of the tile (range: their bounds
+ * per (row, tile), found on the host); each span walks only those within
+ * its own reach. The block's results go through local memory so that the
+ * stores of PHT cover runs of jb columns instead of one double every M.
+ * Sums run in a fixed order: results repeat exactly. */
+#define BAND_WG 128
+#define BAND_SPAN 32
+#define BAND_R 4
+#define BAND_TILE (BAND_WG * BAND_R)
+#define BAND_CHUNK 128 /* nonzeros staged at a time */
+#define BAND_JB 4      /* rows per block at most */
+#define BAND_STG (BAND_JB + 1) /* a point's staged results, padded against bank conflicts */
+#define BAND_MAX_LB 12 /* members per pass: private arrays are this long, LB of them used */
+
+static int lower_bound_local(__local const int *ks, int b, int e, int key)
 {
-    ulong j = get_global_id(0), a = get_global_id(1);
-    if (j >= M || a >= M)
+    while (b < e) {
+        int mid = b + (e - b) / 2;
+        if (ks[mid] < key)
+            b = mid + 1;
+        else
+            e = mid;
+    }
+    return b;
+}
+
+static inline void band(const int NB, const int wide, __global const double *e, __global const double *values,
+                        __global const double *loc, __global const int *indices, __global const int *range,
+                        __global double *pht, int N, int L, int M, int rx, int W, int tiles, int jb,
+                        double inv_lm1, __local double *cs, __local double2 *gs2, __local int *ks,
+                        __local double *stg)
+{
+    __local double *gs = (__local double *)gs2;
+    const int lid = get_local_id(0), lane = lid % BAND_SPAN, span = lid / BAND_SPAN;
+    const int tile = get_group_id(0);
+    for (int q = lid; !wide && q <= 2 * W; q += BAND_WG) {
+        int d = q > W ? q - W : W - q;
+        cs[q] = d <= rx ? loc[d] : 0.0;
+    }
+    const int i0 = tile * BAND_TILE, pbase = span * BAND_SPAN * BAND_R, wbase = i0 + pbase;
+    const int klo = wbase - rx, khi = wbase + BAND_SPAN * BAND_R - 1 + rx;
+    const int cbase = wbase + lane + W;
+    for (int j0 = get_group_id(1) * jb; j0 < M; j0 += get_num_groups(1) * jb) {
+        const int jn = M - j0 < jb ? M - j0 : jb;
+        for (int jj = 0; jj < jn; jj++) {
+            const int j = j0 + jj;
+            const int tb = range[2 * (j * tiles + tile)], te = range[2 * (j * tiles + tile) + 1];
+            double out[BAND_R];
+            for (int r = 0; r < BAND_R; r++)
+                out[r] = 0.0;
+            for (int l0 = 0; l0 < L; l0 += NB) {
+                double acc[BAND_R][BAND_MAX_LB];
+#pragma unroll
+                for (int r = 0; r < BAND_R; r++)
+#pragma unroll
+                    for (int l = 0; l < NB; l++)
+                        acc[r][l] = 0.0;
+                for (int c0 = tb; c0 < te; c0 += BAND_CHUNK) {
+                    const int cn = te - c0 < BAND_CHUNK ? te - c0 : BAND_CHUNK;
+                    barrier(CLK_LOCAL_MEM_FENCE);
+                    for (int q = lid; q < cn * NB; q += BAND_WG) {
+                        int tt = q / NB, l = q - tt * NB;
+                        int k = indices[c0 + tt];
+                        gs[q] = l0 + l < L ? values[c0 + tt] * e[(size_t)k * L + l0 + l] : 0.0;
+                        if (l == 0)
+                            ks[tt] = k;
+                    }
+                    barrier(CLK_LOCAL_MEM_FENCE);
+                    const int lo = lower_bound_local(ks, 0, cn, klo), hi = lower_bound_local(ks, lo, cn, khi + 1);
+                    for (int tt = lo; tt < hi; tt++) {
+                        const int k = ks[tt];
+                        __local const double *c = cs + (cbase - k);
+                        double g[BAND_MAX_LB];
+#pragma unroll
+                        for (int h = 0; h < NB / 2; h++) {
+                            double2 v = gs2[tt * (NB / 2) + h];
+                            g[2 * h] = v.x;
+                            g[2 * h + 1] = v.y;
+                        }
+#pragma unroll
+                        for (int r = 0; r < BAND_R; r++) {
+                            double cr;
+                            if (wide) {
+                                int d = abs(wbase + lane + BAND_SPAN * r - k);
+                                cr = d <= rx ? loc[d] : 0.0;
+                            } else {
+                                cr = c[BAND_SPAN * r];
+                            }
+#pragma unroll
+                            for (int l = 0; l < NB; l++)
+                                acc[r][l] = fma(cr, g[l], acc[r][l]);
+                        }
+                    }
+                }
+#pragma unroll
+                for (int r = 0; r < BAND_R; r++) {
+                    int i = wbase + BAND_SPAN * r + lane;
+                    if (i < N)
+#pragma unroll
+                        for (int l = 0; l < NB; l++)
+                            if (l0 + l < L)
+                                out[r] = fma(e[(size_t)i * L + l0 + l], acc[r][l], out[r]);
+                }
+            }
+            for (int r = 0; r < BAND_R; r++)
+                stg[(pbase + BAND_SPAN * r + lane) * BAND_STG + jj] = out[r] * inv_lm1;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int q = lid; q < BAND_TILE * jn; q += BAND_WG) {
+            int p = q / jn, jj = q - p * jn;
+            if (i0 + p < N)
+                pht[(size_t)(i0 + p) * M + j0 + jj] = stg[p * BAND_STG + jj];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+}
+
+/* cs: 2W + 1 doubles (W = rx + BAND_SPAN * BAND_R - 1), from the host.
+ * ek_band_wide_NB, for a window too wide for local memory, reads c from
+ * global memory instead (consecutive lanes, consecutive addresses) and
+ * ignores cs. */
+#define EK_BAND(LB)                                                                                                 \
+    __kernel __attribute__((reqd_work_group_size(BAND_WG, 1, 1))) void ek_band_##LB(                                \
+        __global const double *e, __global const double *values, __global const double *loc,                      \
+        __global const int *indices, __global const int *range, __global double *pht, int N, int L, int M,       \
+        int rx, int W, int tiles, int jb, double inv_lm1, __local double *cs)                                     \
+    {                                                                                                               \
+        __local double2 gs2[BAND_CHUNK * LB / 2];                                                                   \
+        __local int ks[BAND_CHUNK];                                                                                 \
+        __local double stg[BAND_TILE * BAND_STG];                                                                   \
+        band(LB, 0, e, values, loc, indices, range, pht, N, L, M, rx, W, tiles, jb, inv_lm1, cs, gs2, ks, stg);    \
+    }                                                                                                               \
+    __kernel __attribute__((reqd_work_group_size(BAND_WG, 1, 1))) void ek_band_wide_##LB(                           \
+        __global const double *e, __global const double *values, __global const double *loc,                      \
+        __global const int *indices, __global const int *range, __global double *pht, int N, int L, int M,       \
+        int rx, int W, int tiles, int jb, double inv_lm1, __local double *cs)                                     \
+    {                                                                                                               \
+        __local double2 gs2[BAND_CHUNK * LB / 2];                                                                   \
+        __local int ks[BAND_CHUNK];                                                                                 \
+        __local double stg[BAND_TILE * BAND_STG];                                                                   \
+        band(LB, 1, e, values, loc, indices, range, pht, N, L, M, rx, W, tiles, jb, inv_lm1, cs, gs2, ks, stg);    \
+    }
+
+EK_BAND(2)
+EK_BAND(4)
+EK_BAND(6)
+EK_BAND(8)
+EK_BAND(10)
+EK_BAND(12)
+
+/* HPHT = H PHT in two stages, summed in a fixed order. ek_hpht:
+ * partial[(a*M + j)*S + s] = sum_t H[a, k_t] pht[k_t, j] over the nonzeros
+ * of row a whose column lies in segment s (bounds seg[a*(S+1) + s]). The
+ * segments are column ranges shared by every row, so the work-items in
+ * flight (j, then a fastest) read the same rows of PHT, each from DRAM
+ * about once; four rows' loads are in flight a work-item. */
+__kernel void ek_hpht(__global const double *pht, __global const long *seg, __global const long *indices,
+                      __global const double *values, __global double *partial, ulong M, ulong S)
+{
+    ulong j = get_global_id(0), a = get_global_id(1), s = get_global_id(2);
+    if (j >= M)
         return;
+    long t = seg[a * (S + 1) + s], end = seg[a * (S + 1) + s + 1];
     double sum = 0.0;
-    for (long t = indptr[a]; t < indptr[a + 1]; t++)
+    for (; t + 3 < end; t += 4) {
+        double rows[4];
+        for (int u = 0; u < 4; u++)
+            rows[u] = pht[(ulong)indices[t + u] * M + j];
+        for (int u = 0; u < 4; u++)
+            sum += values[t + u] * rows[u];
+    }
+    for (; t < end; t++)
         sum += values[t] * pht[(ulong)indices[t] * M + j];
-    hpht[a * M + j] = sum;
+    partial[(a * M + j) * S + s] = sum;
+}
+
+/* hpht[q] = the sum of its S partials: one work-group per entry, strided
+ * sums then a tree in local memory (red: a double per work-item, a power
+ * of two of them). */
+__kernel void ek_hpht_sum(__global const double *partial, __global double *hpht, ulong S, __local double *red)
+{
+    ulong q = get_group_id(0);
+    uint lid = get_local_id(0), n = get_local_size(0);
+    double sum = 0.0;
+    for (ulong s = lid; s < S; s += n)
+        sum += partial[q * S + s];
+    red[lid] = sum;
+    for (uint h = n / 2; h > 0; h /= 2) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (lid < h)
+            red[lid] += red[lid + h];
+    }
+    if (lid == 0)
+        hpht[q] = red[0];
 }
 
 /* X (N x L) in place: the ensemble mean plus its anomalies times
