@@ -204,10 +204,10 @@ static int plan_ext_tiled(gauss_plan *plan, axis_pass *p)
     if (kernel_local(dev, kernel, 2 * EXT_ROWS) < 2 * EXT_ROWS || R > (size_t)1 << 20)
         return 0;
     size_t values = room / esize, fixed = 2 * R + 3 + (strided ? 0 : 2 * vec);
-    if ((strided ? values / EXT_ROWS : values) < fixed + 3)
+    if ((strided ? values / EXT_ROWS : values) <= fixed)
         return 0;
     size_t most = strided ? (values / EXT_ROWS - fixed) / 3 : (values - fixed) / (3 * EXT_ROWS);
-    if (!strided && most % 2 == 0)
+    if (!strided && most > 0 && most % 2 == 0)
         most--; /* keep is odd there, and may be rounded up by one */
     if (most < 1)
         return 0;
