@@ -45,8 +45,8 @@ typedef struct axis_pass {
     /* tiled paths: chunks of L values a line (ipl of them), halo h;
      * work-groups of `local` work-items, `ngroups` of them; rf_reg_strided:
      * JT lines by local / JT chunks a group, nj x nk groups per outer index;
-     * local_bytes: rf_reg_rows' local memory; extended_rows: rows of S
-     * values (window) and So (each sum) */
+     * local_bytes: rf_reg_rows' local memory; extended_rows / _cols: S
+     * values of window and So of each sum in local memory */
     cl_ulong L, h, ipl, nj, nk;
     int JT;
     size_t local, local_bytes;
@@ -182,14 +182,19 @@ static int plan_tiled_rf(gauss_plan *plan, const dk_gauss_setup *setup, int a, a
 }
 
 /* deriche / vyv through extended_rows (a contiguous axis) or extended_cols
- * (a strided one): segments short enough that EXT_ROWS rows of the window
- * and both sums' buffers fit local memory, and at most EXT_KEEP values.
- * Returns 0 where they do not fit. Called after plan_extended, which set
- * the rest. */
+ * (a strided one): segments of `keep` values (DAKIT_GAUSS_OPENCL_EXTENDED_KEEP
+ * at most, else EXT_KEEP) short enough that the group's buffers fit local
+ * memory. Strided axis: per row a window (keep + 2 reach + 3 values) and two
+ * sums (2 keep). Contiguous axis: the 32 rows' windows are one span (32 keep
+ * + 2 reach + 3, rounded out to 16 bytes) and the sums 2 x 32 keep; keep is
+ * odd (no bank conflicts), and the segments are rounded to whole groups of
+ * 32 (down where the longer keep fits, else up) so that no group is mostly
+ * idle. Returns 0 where they do not fit. Called after plan_extended, which
+ * set the rest. */
 static int plan_ext_tiled(gauss_plan *plan, axis_pass *p)
 {
     dk_opencl_device *dev = plan->dev;
-    size_t esize = plan->dtype == DK_F64 ? sizeof(double) : sizeof(float);
+    size_t esize = plan->dtype == DK_F64 ? sizeof(double) : sizeof(float), vec = 16 / esize;
     size_t n = p->view.n, R = p->reach, lines = p->view.outer * p->view.inner;
     int strided = p->view.inner > 1;
     if (p->sections < 1 || p->sections > 3)
@@ -198,19 +203,42 @@ static int plan_ext_tiled(gauss_plan *plan, axis_pass *p)
     size_t room = local_memory(dev, kernel);
     if (kernel_local(dev, kernel, 2 * EXT_ROWS) < 2 * EXT_ROWS || R > (size_t)1 << 20)
         return 0;
-    size_t values = room / (EXT_ROWS * esize); /* per row, the three buffers */
-    if (values < 2 * R + 9)
+    size_t values = room / esize, fixed = 2 * R + 3 + (strided ? 0 : 2 * vec);
+    if ((strided ? values / EXT_ROWS : values) <= fixed)
         return 0;
-    size_t keep = (values - 2 * R - 6) / 3;
-    if (keep > EXT_KEEP)
+    size_t most = strided ? (values / EXT_ROWS - fixed) / 3 : (values - fixed) / (3 * EXT_ROWS);
+    if (!strided && most > 0 && most % 2 == 0)
+        most--; /* keep is odd there, and may be rounded up by one */
+    if (most < 1)
+        return 0;
+    size_t keep = (size_t)dk_tuning_long("DAKIT_GAUSS_OPENCL_EXTENDED_KEEP", 0, 1, 1 << 20);
+    size_t limit = keep ? keep : most;
+    if (keep == 0)
         keep = EXT_KEEP;
+    if (keep > most)
+        keep = most;
+    if (limit > most)
+        limit = most;
     if (keep > n)
         keep = n;
     size_t segments = (n + keep - 1) / keep;
+    if (!strided && segments > EXT_ROWS && segments % EXT_ROWS) {
+        size_t down = segments / EXT_ROWS * EXT_ROWS;
+        segments = ((n + down - 1) / down | 1) <= limit ? down : down + EXT_ROWS;
+    }
     keep = (n + segments - 1) / segments;
+    if (!strided)
+        keep |= 1;
     segments = (n + keep - 1) / keep;
-    size_t S = (keep + 2 * R + 3) | 1, So = keep | 1;
-    if (EXT_ROWS * (S + 2 * So) * esize > room)
+    size_t S, So;
+    if (strided) {
+        S = EXT_ROWS * (keep + 2 * R + 3);
+        So = EXT_ROWS * keep;
+    } else {
+        S = (EXT_ROWS * keep + 2 * R + 3 + 2 * vec - 1) / vec * vec;
+        So = (EXT_ROWS * keep + vec - 1) / vec * vec;
+    }
+    if ((S + 2 * So) * esize > room)
         return 0;
     p->path = strided ? PATH_EXT_COLS : PATH_EXT_ROWS;
     p->keep = keep;
@@ -220,7 +248,7 @@ static int plan_ext_tiled(gauss_plan *plan, axis_pass *p)
     p->S = (int)S;
     p->So = (int)So;
     p->ngroups = strided ? (lines + EXT_ROWS - 1) / EXT_ROWS * segments
-                         : (p->items + EXT_ROWS - 1) / EXT_ROWS;
+                         : (cl_ulong)lines * ((segments + EXT_ROWS - 1) / EXT_ROWS);
     return 1;
 }
 
@@ -542,13 +570,11 @@ static cl_int run_reg(gauss_plan *plan, const axis_pass *p, cl_mem src, cl_mem d
 static cl_int run_ext_tiled(gauss_plan *plan, const axis_pass *p, cl_mem src, cl_mem dst)
 {
     cl_ulong n = p->view.n, inner = p->view.inner, lines = p->view.outer * p->view.inner;
-    cl_int boundary = plan->boundary, S = p->S, So = p->So;
+    cl_int boundary = plan->boundary;
     float cval32 = (float)plan->cval;
     double cval64 = plan->cval;
     int f64 = plan->dtype == DK_F64;
     size_t esize = f64 ? sizeof(double) : sizeof(float);
-    size_t window = p->path == PATH_EXT_COLS ? (size_t)(p->keep + 2 * p->reach + 3) : (size_t)S;
-    size_t sums = p->path == PATH_EXT_COLS ? (size_t)p->keep : (size_t)So;
     cl_int err = CL_SUCCESS;
     cl_uint i = 0;
     cl_kernel k = p->path == PATH_EXT_COLS ? plan->ext_cols[p->sections - 1] : plan->ext_rows[p->sections - 1];
@@ -559,22 +585,16 @@ static cl_int run_ext_tiled(gauss_plan *plan, const axis_pass *p, cl_mem src, cl
     if (p->path == PATH_EXT_COLS) {
         err |= clSetKernelArg(k, i++, sizeof inner, &inner);
         err |= clSetKernelArg(k, i++, sizeof lines, &lines);
-    } else {
-        err |= clSetKernelArg(k, i++, sizeof p->items, &p->items);
     }
     err |= clSetKernelArg(k, i++, sizeof p->segments, &p->segments);
     err |= clSetKernelArg(k, i++, sizeof p->keep, &p->keep);
     err |= clSetKernelArg(k, i++, sizeof p->reach, &p->reach);
     err |= clSetKernelArg(k, i++, sizeof boundary, &boundary);
     err |= f64 ? clSetKernelArg(k, i++, sizeof cval64, &cval64) : clSetKernelArg(k, i++, sizeof cval32, &cval32);
-    if (p->path == PATH_EXT_ROWS) {
-        err |= clSetKernelArg(k, i++, sizeof S, &S);
-        err |= clSetKernelArg(k, i++, sizeof So, &So);
-    }
     const cl_uint group0_arg = i++;
-    err |= clSetKernelArg(k, i++, EXT_ROWS * window * esize, NULL);
-    err |= clSetKernelArg(k, i++, EXT_ROWS * sums * esize, NULL);
-    err |= clSetKernelArg(k, i++, EXT_ROWS * sums * esize, NULL);
+    err |= clSetKernelArg(k, i++, (size_t)p->S * esize, NULL);
+    err |= clSetKernelArg(k, i++, (size_t)p->So * esize, NULL);
+    err |= clSetKernelArg(k, i++, (size_t)p->So * esize, NULL);
     if (err != CL_SUCCESS)
         return CL_INVALID_KERNEL_ARGS;
     return launch_groups(plan, p, k, group0_arg);

@@ -542,80 +542,110 @@ static void ext_anticausal(__local const REAL *x, int xs, __local REAL *a, int o
     }
 }
 
-/* A contiguous axis: group b takes rows (items) b EXT_ROWS .. + EXT_ROWS - 1,
- * segments of a line fastest; `info` holds each row's line start (-1: no
- * row) and k0. Row q's window (W = keep + 2R + 3 values) goes to win[q S ..]
- * (S odd: rows read free of bank conflicts), its sums to causal / anti
- * [q So ..]. The copy loads a position of all rows before storing any, so
- * that many loads are in flight; positions past the line's ends are loaded
- * clamped and then replaced by the boundary rule's values. */
+/* 16 bytes of REALs, the vector of the staging copies and of the stores. */
+#ifdef DK_FP64
+typedef double2 EXT_WIDE;
+#define EXT_W 2
+#else
+typedef float4 EXT_WIDE;
+#define EXT_W 4
+#endif
+/* How many 16-byte loads a work-item issues before it stores their values. */
+#define EXT_VLOADS 16
+
+/* A contiguous axis: group b takes EXT_ROWS consecutive segments of one line
+ * (line b / groups, groups = segments / EXT_ROWS rounded up), whose windows
+ * [k0q - R - 1, k0q + keep + R + 2) overlap into one span [k0 - R - 1,
+ * kend + R + 2) of the line, staged once into win from a0, its start rounded
+ * down to EXT_W: 16-byte copies inside an aligned line (loaded at clamped
+ * positions, so unconditionally, before any is stored), the boundary rule's
+ * values one by one elsewhere. Row q's window starts q keep values into the
+ * span, keep odd so that the 32 rows' reads fall in 32 banks; its sums go to
+ * causal / anti [q keep ..], so the rows' kept values are one span [k0, kend)
+ * of the line, written back 16 bytes at a time. */
 static void ext_rows(__global const REAL *src, __global REAL *dst, __global const REAL *coef,
-                     ulong n, ulong items, ulong segments, ulong keep, ulong reach, int boundary,
-                     REAL cval, int S, int So, ulong group0, __local REAL *win,
-                     __local REAL *causal, __local REAL *anti, __local long *info,
+                     ulong n, ulong segments, ulong keep, ulong reach, int boundary, REAL cval,
+                     ulong group0, __local REAL *win, __local REAL *causal, __local REAL *anti,
                      const int sections)
 {
     const int tid = (int)get_local_id(0), r = tid % EXT_ROWS, side = tid / EXT_ROWS;
-    const long N = (long)n, K = (long)keep;
-    const int R = (int)reach, W = (int)keep + 2 * R + 3;
-    const ulong t0 = (group0 + get_group_id(0)) * EXT_ROWS;
-    if (side == 0) {
-        const ulong t = t0 + (ulong)r;
-        info[r] = t < items ? (long)((t / segments) * n) : -1;
-        info[EXT_ROWS + r] = (long)((t % segments) * keep);
-    }
-    barrier(CLK_LOCAL_MEM_FENCE);
-
-    for (int i = tid; i < W; i += 2 * EXT_ROWS) {
+    const long N = (long)n, K = (long)keep, R = (long)reach;
+    const ulong b = group0 + get_group_id(0), groups = (segments + EXT_ROWS - 1) / EXT_ROWS;
+    const ulong line = b / groups;
+    const long k0 = (long)(b % groups) * EXT_ROWS * K;
+    const long kend = k0 + EXT_ROWS * K < N ? k0 + EXT_ROWS * K : N;
+    const long s0 = k0 - R - 1, s1 = kend + R + 2;
+    const long a0 = s0 - ((s0 % EXT_W) + EXT_W) % EXT_W;
+    __global const REAL *x = src + line * n;
+    const long step = 2 * EXT_ROWS * EXT_W;
+    if ((line * n) % EXT_W == 0 && N >= EXT_W) {
+        const long last = (N / EXT_W - 1) * EXT_W; /* the last whole vector's start */
+        for (long p0 = a0 + (long)tid * EXT_W; p0 < s1; p0 += EXT_VLOADS * step) {
+            EXT_WIDE v[EXT_VLOADS];
 #pragma unroll
-        for (int q = 0; q < EXT_ROWS; q++) {
-            const long base = info[q];
-            long p = info[EXT_ROWS + q] - R - 1 + i;
-            p = p < 0 ? 0 : p >= N ? N - 1 : p;
-            if (base >= 0)
-                win[q * S + i] = src[base + p];
+            for (int u = 0; u < EXT_VLOADS; u++) {
+                const long p = p0 + u * step, c = p < 0 ? 0 : p > last ? last : p;
+                v[u] = *(__global const EXT_WIDE *)(x + c);
+            }
+#pragma unroll
+            for (int u = 0; u < EXT_VLOADS; u++) {
+                const long p = p0 + u * step;
+                if (p >= s1)
+                    break;
+                if (p >= 0 && p + EXT_W <= N) {
+                    *(__local EXT_WIDE *)(win + (p - a0)) = v[u];
+                    continue;
+                }
+                for (int e = 0; e < EXT_W; e++)
+                    if (p + e >= s0 && p + e < s1)
+                        win[p - a0 + e] = extended_value(x, p + e, N, 1, boundary, cval);
+            }
         }
-    }
-    for (int q = 0; q < EXT_ROWS; q++) {
-        const long base = info[q], ws = info[EXT_ROWS + q] - R - 1;
-        if (base < 0 || (ws >= 0 && ws + W <= N))
-            continue;
-        for (int i = tid; i < W; i += 2 * EXT_ROWS)
-            if (ws + i < 0 || ws + i >= N)
-                win[q * S + i] = extended_value(src + base, ws + i, N, 1, boundary, cval);
+    } else {
+        for (long p = s0 + tid; p < s1; p += 2 * EXT_ROWS)
+            win[p - a0] = extended_value(x, p, N, 1, boundary, cval);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 
-    const long k0 = info[EXT_ROWS + r];
-    if (info[r] >= 0) {
-        const int len = (int)((k0 + K < N ? k0 + K : N) - k0);
+    const long kr = k0 + r * K;
+    const int len = kr < kend ? (int)(kend - kr < K ? kend - kr : K) : 0;
+    __local const REAL *row = win + (s0 - a0) + r * K;
+    if (len > 0) {
         if (side == 0)
-            ext_causal(win + r * S, 1, causal + r * So, 1, len, R, coef, sections);
+            ext_causal(row, 1, causal + r * K, 1, len, (int)R, coef, sections);
         else
-            ext_anticausal(win + r * S, 1, anti + r * So, 1, len, R, coef, sections);
+            ext_anticausal(row, 1, anti + r * K, 1, len, (int)R, coef, sections);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
 
-    for (int q = 0; q < EXT_ROWS; q++) {
-        const long base = info[q], kq = info[EXT_ROWS + q];
-        if (base < 0)
-            break;
-        const int len = (int)((kq + K < N ? kq + K : N) - kq);
-        __global REAL *y = dst + base + kq;
-        for (int i = tid; i < len; i += 2 * EXT_ROWS)
-            y[i] = causal[q * So + i] + anti[q * So + i];
+    __global REAL *y = dst + line * n + k0;
+    const long total = kend - k0;
+    long done = 0;
+    if ((line * n + k0) % EXT_W == 0) {
+        const long nvec = total / EXT_W;
+        for (long v = tid; v < nvec; v += 2 * EXT_ROWS)
+            *(__global EXT_WIDE *)(y + v * EXT_W) =
+                *(__local const EXT_WIDE *)(causal + v * EXT_W) + *(__local const EXT_WIDE *)(anti + v * EXT_W);
+        done = nvec * EXT_W;
     }
+    for (long i = done + tid; i < total; i += 2 * EXT_ROWS)
+        y[i] = causal[i] + anti[i];
 }
 
 /* How many loads a work-item of extended_cols issues before it stores
  * their values (clamped positions: every load is inside the line). */
 #define EXT_LOADS 32
+/* 16-byte vectors in a row of EXT_ROWS values. */
+#define EXT_PER_ROW (EXT_ROWS / EXT_W)
 
 /* A strided axis: group b takes EXT_ROWS adjacent lines (lines
  * (b / segments) EXT_ROWS + r) on segment b % segments, laid out [i][row]
  * in win (W values), causal and anti (keep values), so that every copy and
- * store of EXT_ROWS work-items is one run of lines; the two halves copy and
- * store alternate positions. */
+ * store of EXT_ROWS work-items is one run of lines. Where inner is a
+ * multiple of EXT_ROWS the group's lines are EXT_ROWS adjacent addresses:
+ * a window inside the line is copied 16 bytes at a time (EXT_PER_ROW
+ * work-items a window row) and the sums are stored so; elsewhere the two
+ * halves copy and store alternate positions. */
 static void ext_cols(__global const REAL *src, __global REAL *dst, __global const REAL *coef,
                      ulong n, ulong inner, ulong lines, ulong segments, ulong keep, ulong reach,
                      int boundary, REAL cval, ulong group0, __local REAL *win,
@@ -623,7 +653,7 @@ static void ext_cols(__global const REAL *src, __global REAL *dst, __global cons
 {
     const int tid = (int)get_local_id(0), r = tid % EXT_ROWS, side = tid / EXT_ROWS;
     const ulong b = group0 + get_group_id(0);
-    const ulong line = (b / segments) * EXT_ROWS + (ulong)r;
+    const ulong line0 = (b / segments) * EXT_ROWS, line = line0 + (ulong)r;
     const int valid = line < lines;
     const long N = (long)n, I = (long)inner;
     const int R = (int)reach, W = (int)keep + 2 * R + 3;
@@ -631,8 +661,27 @@ static void ext_cols(__global const REAL *src, __global REAL *dst, __global cons
     const int len = (int)((k0 + (long)keep < N ? k0 + (long)keep : N) - k0);
     const long ws = k0 - R - 1;
     const ulong base = (line / inner) * n * inner + line % inner;
+    const int whole = inner % EXT_ROWS == 0; /* then line0 .. + EXT_ROWS - 1 are all lines */
+    const ulong base0 = (line0 / inner) * n * inner + line0 % inner;
     __global const REAL *x = src + base;
-    if (valid) {
+    if (whole && ws >= 0 && ws + W <= N) {
+        __global const REAL *x0 = src + base0 + ws * I;
+        const int count = W * EXT_PER_ROW;
+        for (int v0 = tid; v0 < count; v0 += EXT_VLOADS * 2 * EXT_ROWS) {
+            EXT_WIDE v[EXT_VLOADS];
+#pragma unroll
+            for (int u = 0; u < EXT_VLOADS; u++) {
+                const int c = v0 + u * 2 * EXT_ROWS < count ? v0 + u * 2 * EXT_ROWS : count - 1;
+                v[u] = *(__global const EXT_WIDE *)(x0 + (c / EXT_PER_ROW) * I + c % EXT_PER_ROW * EXT_W);
+            }
+#pragma unroll
+            for (int u = 0; u < EXT_VLOADS; u++) {
+                const int c = v0 + u * 2 * EXT_ROWS;
+                if (c < count)
+                    *(__local EXT_WIDE *)(win + (c / EXT_PER_ROW) * EXT_ROWS + c % EXT_PER_ROW * EXT_W) = v[u];
+            }
+        }
+    } else if (valid) {
         for (int i0 = side; i0 < W; i0 += 2 * EXT_LOADS) {
             REAL v[EXT_LOADS];
 #pragma unroll
@@ -659,7 +708,14 @@ static void ext_cols(__global const REAL *src, __global REAL *dst, __global cons
             ext_anticausal(win + r, EXT_ROWS, anti + r, EXT_ROWS, len, R, coef, sections);
     }
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (valid) {
+    if (whole) {
+        __global REAL *y0 = dst + base0 + k0 * I;
+        for (int v = tid; v < len * EXT_PER_ROW; v += 2 * EXT_ROWS) {
+            const int i = v / EXT_PER_ROW, c = v % EXT_PER_ROW * EXT_W;
+            *(__global EXT_WIDE *)(y0 + i * I + c) = *(__local const EXT_WIDE *)(causal + i * EXT_ROWS + c) +
+                                                    *(__local const EXT_WIDE *)(anti + i * EXT_ROWS + c);
+        }
+    } else if (valid) {
         __global REAL *y = dst + base;
         for (int i = side; i < len; i += 2)
             y[(k0 + i) * I] = causal[i * EXT_ROWS + r] + anti[i * EXT_ROWS + r];
@@ -667,25 +723,27 @@ static void ext_cols(__global const REAL *src, __global REAL *dst, __global cons
 }
 
 /* The kernels, one per section count (gauss.c picks by setup->iir's). */
+/* The local buffers are declared as 16-byte vectors, so that they are
+ * aligned for the vector copies. */
 #define EXT_KERNELS(SC)                                                                          \
     __kernel void extended_rows##SC(__global const REAL *src, __global REAL *dst,                \
-                                    __global const REAL *coef, ulong n, ulong items,             \
-                                    ulong segments, ulong keep, ulong reach, int boundary,       \
-                                    REAL cval, int S, int So, ulong group0, __local REAL *win,   \
-                                    __local REAL *causal, __local REAL *anti)                    \
+                                    __global const REAL *coef, ulong n, ulong segments,          \
+                                    ulong keep, ulong reach, int boundary, REAL cval,            \
+                                    ulong group0, __local EXT_WIDE *win,                         \
+                                    __local EXT_WIDE *causal, __local EXT_WIDE *anti)            \
     {                                                                                            \
-        __local long info[2 * EXT_ROWS];                                                         \
-        ext_rows(src, dst, coef, n, items, segments, keep, reach, boundary, cval, S, So, group0, \
-                 win, causal, anti, info, SC);                                                   \
+        ext_rows(src, dst, coef, n, segments, keep, reach, boundary, cval, group0,               \
+                 (__local REAL *)win, (__local REAL *)causal, (__local REAL *)anti, SC);         \
     }                                                                                            \
     __kernel void extended_cols##SC(__global const REAL *src, __global REAL *dst,                \
                                     __global const REAL *coef, ulong n, ulong inner,             \
                                     ulong lines, ulong segments, ulong keep, ulong reach,        \
-                                    int boundary, REAL cval, ulong group0, __local REAL *win,    \
-                                    __local REAL *causal, __local REAL *anti)                    \
+                                    int boundary, REAL cval, ulong group0,                       \
+                                    __local EXT_WIDE *win, __local EXT_WIDE *causal,             \
+                                    __local EXT_WIDE *anti)                                      \
     {                                                                                            \
         ext_cols(src, dst, coef, n, inner, lines, segments, keep, reach, boundary, cval, group0, \
-                 win, causal, anti, SC);                                                         \
+                 (__local REAL *)win, (__local REAL *)causal, (__local REAL *)anti, SC);         \
     }
 
 EXT_KERNELS(1)
