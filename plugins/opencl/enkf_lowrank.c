@@ -24,6 +24,7 @@
 #define PHT_GROUP 128
 #define PHT_POINTS (PHT_GROUP * 2)
 #define PHT_OBS 16
+#define HPHT_GROUP 64
 
 /* the projections' sums run over this many points at a time, each pair's
  * running sum kept between blocks (the columns' blocks stay in cache) */
@@ -332,10 +333,11 @@ cl_int dk_opencl_lowrank_cov(dk_opencl_lowrank *lr, cl_mem e64, cl_mem pht64, cl
     err |= clSetKernelArg(k, 2, sizeof lr->G2, &lr->G2);
     err |= clSetKernelArg(k, 3, sizeof pht64, &pht64);
     err |= clSetKernelArg(k, 4, sizeof N, &N);
-    err |= clSetKernelArg(k, 5, sizeof RP, &RP);
-    err |= clSetKernelArg(k, 6, sizeof L, &L);
-    err |= clSetKernelArg(k, 7, sizeof M, &M);
-    err |= clSetKernelArg(k, 8, sizeof inv_lm1, &inv_lm1);
+    err |= clSetKernelArg(k, 5, sizeof R, &R);
+    err |= clSetKernelArg(k, 6, sizeof RP, &RP);
+    err |= clSetKernelArg(k, 7, sizeof L, &L);
+    err |= clSetKernelArg(k, 8, sizeof M, &M);
+    err |= clSetKernelArg(k, 9, sizeof inv_lm1, &inv_lm1);
     if (err == CL_SUCCESS)
         err = launch(lr, k, (size_t)((N + PHT_POINTS - 1) / PHT_POINTS) * PHT_GROUP,
                      (size_t)((M + PHT_OBS - 1) / PHT_OBS), PHT_GROUP);
@@ -352,6 +354,6 @@ cl_int dk_opencl_lowrank_cov(dk_opencl_lowrank *lr, cl_mem e64, cl_mem pht64, cl
     err |= clSetKernelArg(k, 6, sizeof M, &M);
     err |= clSetKernelArg(k, 7, sizeof inv_lm1, &inv_lm1);
     if (err == CL_SUCCESS)
-        err = launch(lr, k, (size_t)M, (size_t)M, 0);
+        err = launch(lr, k, (size_t)M * HPHT_GROUP, (size_t)M, HPHT_GROUP);
     return err;
 }

@@ -117,7 +117,7 @@ __kernel void ek_lr_g2(__global const double *T, __global const double *U, __glo
 
 __kernel __attribute__((reqd_work_group_size(LR_PW, 1, 1))) void
 ek_lr_pht(__global const double *Q, __global const double *e, __global const double *G2, __global double *pht,
-          ulong N, ulong RP, ulong L, ulong M, double inv_lm1)
+          ulong N, ulong R, ulong RP, ulong L, ulong M, double inv_lm1)
 {
     __local double2 Bs[LR_LC * LR_RC * LR_TM / 2];
     __local double *bs = (__local double *)Bs;
@@ -130,7 +130,8 @@ ek_lr_pht(__global const double *Q, __global const double *e, __global const dou
     for (int ti = 0; ti < LR_TI; ti++)
         for (int mm = 0; mm < LR_TM; mm++)
             acc[ti][mm] = 0.0;
-    for (ulong r0 = 0; r0 < RP; r0 += LR_RC) {
+    /* Q's and G2's columns past R are zeros: only up to R's chunk */
+    for (ulong r0 = 0; r0 < R; r0 += LR_RC) {
         double q[LR_TI][LR_RC];
 #pragma unroll
         for (int ti = 0; ti < LR_TI; ti++) {
@@ -187,19 +188,34 @@ ek_lr_pht(__global const double *Q, __global const double *e, __global const dou
     }
 }
 
-/* hpht[a, b] = 1/(L-1) (S[a, b] + S[b, a]) / 2, S[a, b] = sum_(l,r) U[r, l, a] G2[r, l, b]:
- * both orders summed alike, so hpht[a, b] and hpht[b, a] are the same number */
-__kernel void ek_lr_hpht(__global const double *U, __global const double *G2, __global double *hpht, ulong R,
-                         ulong RP, ulong L, ulong M, double inv_lm1)
+/* hpht[a, b] = 1/(L-1) (S[a, b] + S[b, a]) / 2, S[a, b] = sum_(l,r) U[r, l, a] G2[r, l, b],
+ * a work-group of LR_HW a pair: work-item w sums the terms k = w, w + LR_HW,
+ * ... of both orders, then a fixed tree adds the work-items' sums, so
+ * hpht[a, b] and hpht[b, a] are the same number */
+#define LR_HW 64
+
+__kernel __attribute__((reqd_work_group_size(LR_HW, 1, 1))) void
+ek_lr_hpht(__global const double *U, __global const double *G2, __global double *hpht, ulong R, ulong RP, ulong L,
+           ulong M, double inv_lm1)
 {
-    const ulong b = get_global_id(0), a = get_global_id(1);
-    if (a >= M || b >= M)
-        return;
+    __local double sums[2][LR_HW];
+    const int w = (int)get_local_id(0);
+    const ulong b = get_group_id(0), a = get_group_id(1);
     double ab = 0.0, ba = 0.0;
-    for (ulong l = 0; l < L; l++)
-        for (ulong r = 0; r < R; r++) {
-            ab += U[(a * L + l) * R + r] * G2[(l * RP + r) * M + b];
-            ba += U[(b * L + l) * R + r] * G2[(l * RP + r) * M + a];
+    for (ulong k = (ulong)w; k < L * R; k += LR_HW) {
+        const ulong l = k / R, r = k % R, g = (l * RP + r) * M;
+        ab += U[a * L * R + k] * G2[g + b];
+        ba += U[b * L * R + k] * G2[g + a];
+    }
+    sums[0][w] = ab;
+    sums[1][w] = ba;
+    for (int h = LR_HW / 2; h > 0; h /= 2) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (w < h) {
+            sums[0][w] += sums[0][w + h];
+            sums[1][w] += sums[1][w + h];
         }
-    hpht[a * M + b] = 0.5 * (ab + ba) * inv_lm1;
+    }
+    if (w == 0)
+        hpht[a * M + b] = 0.5 * (sums[0][0] + sums[1][0]) * inv_lm1;
 }
