@@ -35,9 +35,11 @@
 #include "opencl_plugin.h"
 
 #include "enkf_cl.h"
+#include "enkf_lowrank_cl.h"
+#include "enkf_lowrank.h"
 
 #ifdef DK_OPENCL_CLFFT
-static const char *const variants[] = {"tiled", "banded", "fft", NULL};
+static const char *const variants[] = {"tiled", "banded", "fft", "lowrank", NULL};
 /* The fft scheme's work arrays (one batch of columns x members) stay below
  * this many bytes. */
 #define FFT_BATCH_BYTES ((size_t)128 << 20)
@@ -72,6 +74,7 @@ typedef struct enkf_plan {
     size_t n0, n1, P, Pc; /* embedding: n0 x n1 reals (1-D: n1 = 1), Pc complex outputs */
     size_t columns;       /* columns of PHT per batch */
     cl_mem buf, freq, spectrum;
+    dk_opencl_lowrank *lowrank; /* the lowrank scheme (enkf_lowrank.c) */
 #endif
 } enkf_plan;
 
@@ -113,6 +116,7 @@ static void plan_destroy(void *handle)
     release(p->buf);
     release(p->freq);
     release(p->spectrum);
+    dk_opencl_lowrank_destroy(p->lowrank);
 #endif
     free(p);
 }
@@ -129,8 +133,8 @@ static dk_status program(dk_opencl_device *dev, cl_program *out, dk_msg *msg)
                         "compute in float64 for both dtypes); use another backend", dev->name);
         return DK_ERR_NOT_IMPLEMENTED;
     }
-    const char *source = dk_opencl_enkf_source;
-    dk_status st = dk_opencl_build(dev, 1, &source, "", &dev->enkf, msg, "enkf: building the kernels");
+    const char *sources[] = {dk_opencl_enkf_source, dk_opencl_enkf_lowrank_source};
+    dk_status st = dk_opencl_build(dev, 2, sources, "", &dev->enkf, msg, "enkf: building the kernels");
     *out = dev->enkf;
     return st;
 }
@@ -384,6 +388,56 @@ static cl_int fft(enkf_plan *p, cl_mem e64, cl_mem pht64)
     }
     return err;
 }
+
+/* y = C w for `columns` host vectors through the fft scheme's transforms,
+ * its batch's slots at a time: the lowrank plan factors C with it. */
+static dk_status circulant(void *self, const double *w, double *y, size_t columns, dk_msg *msg)
+{
+    enkf_plan *p = self;
+    dk_opencl_device *dev = p->dev;
+    const dk_enkf_setup *s = p->s;
+    cl_command_queue q = dev->queue;
+    int two_d = s->desc.loc_ndim == 2;
+    size_t N = s->desc.n, slots = p->columns * s->desc.members;
+    /* a vector is rows of `row` points, n1 apart in its slot (1-D: one row) */
+    size_t row = two_d ? s->desc.ny : N, rows = two_d ? s->desc.nx : 1, pitch = two_d ? p->n1 : p->P;
+    size_t origin[3] = {0, 0, 0};
+    cl_ulong Pc = p->Pc;
+    const double zero = 0.0;
+    dk_status st = dk_opencl_enter(dev, msg);
+    if (st != DK_OK)
+        return st;
+    for (size_t c0 = 0; c0 < columns; c0 += slots) {
+        size_t cn = columns - c0 < slots ? columns - c0 : slots;
+        size_t region[3] = {row * sizeof(double), rows, cn};
+        cl_ulong count = cn * p->Pc;
+        /* the whole batch: see make_fft */
+        cl_int err = clEnqueueFillBuffer(q, p->buf, &zero, sizeof zero, 0, slots * p->P * sizeof(double), 0, NULL,
+                                         NULL);
+        if (err == CL_SUCCESS)
+            err = clEnqueueWriteBufferRect(q, p->buf, CL_FALSE, origin, origin, region, pitch * sizeof(double),
+                                           p->P * sizeof(double), row * sizeof(double), N * sizeof(double),
+                                           w + c0 * N, 0, NULL, NULL);
+        if (err == CL_SUCCESS)
+            err = (cl_int)clfftEnqueueTransform(p->forward, CLFFT_FORWARD, 1, &q, 0, NULL, NULL, &p->buf, &p->freq,
+                                                NULL);
+        err |= clSetKernelArg(p->multiply, 0, sizeof p->freq, &p->freq);
+        err |= clSetKernelArg(p->multiply, 1, sizeof p->spectrum, &p->spectrum);
+        err |= clSetKernelArg(p->multiply, 2, sizeof Pc, &Pc);
+        err |= clSetKernelArg(p->multiply, 3, sizeof count, &count);
+        if (err == CL_SUCCESS)
+            err = launch(p, p->multiply, (size_t)count, 1);
+        if (err == CL_SUCCESS)
+            err = (cl_int)clfftEnqueueTransform(p->backward, CLFFT_BACKWARD, 1, &q, 0, NULL, NULL, &p->freq, &p->buf,
+                                                NULL);
+        if (err == CL_SUCCESS)
+            err = clEnqueueReadBufferRect(q, p->buf, CL_TRUE, origin, origin, region, pitch * sizeof(double),
+                                          p->P * sizeof(double), row * sizeof(double), N * sizeof(double),
+                                          y + c0 * N, 0, NULL, NULL);
+        CL_TRY(err, "enkf: applying C for the low-rank basis");
+    }
+    return DK_OK;
+}
 #endif
 
 /* ek_band's shape (enkf.cl): work-items a group, points a group's tile,
@@ -571,6 +625,10 @@ static dk_status plan_create(void *device, const dk_enkf_setup *s, void **out, d
 #ifdef DK_OPENCL_CLFFT
     if (s->scheme == DK_ENKF_FFT && (st = make_fft(p, prog, msg)) != DK_OK)
         goto fail;
+    if (s->scheme == DK_ENKF_LOWRANK &&
+        ((st = make_fft(p, prog, msg)) != DK_OK ||
+         (st = dk_opencl_lowrank_create(dev, prog, s, p->indices, p->values, circulant, p, &p->lowrank, msg)) != DK_OK))
+        goto fail;
 #endif
     *out = p;
     return DK_OK;
@@ -670,6 +728,10 @@ static cl_int cov64(enkf_plan *p, cl_mem e64, cl_mem pht64, cl_mem hpht64)
     cl_ulong N = s->desc.n, L = s->desc.members, M = s->desc.H.rows, nnz = s->nnz, ny = s->desc.ny;
     cl_int ndim = s->desc.loc_ndim, banded = s->scheme == DK_ENKF_BANDED;
     cl_long window = (cl_long)s->window;
+#ifdef DK_OPENCL_CLFFT
+    if (p->lowrank)
+        return dk_opencl_lowrank_cov(p->lowrank, e64, pht64, hpht64);
+#endif
 
     cl_kernel k = p->weigh;
     cl_int err = clSetKernelArg(k, 0, sizeof e64, &e64);
