@@ -40,6 +40,10 @@
 /* Steps enqueued per batch, at most: the host waits once per batch. */
 #define MAX_BATCH 128
 
+/* Below this many cells a batch may double the grid before it stalls
+ * (idle work-items of small launches cost little); above, an eighth. */
+#define SMALL_GRID 65536
+
 /* ctr[5], as gbees.cl names them */
 enum { GB_RUN = 0, GB_STALL = 2, GB_COLLAPSED = 3, GB_LEFT = 4, GB_PRUNED = 5 };
 
@@ -785,11 +789,12 @@ static cl_int enqueue_prune(gb_ocl *g, cl_int step, size_t n_bound)
 
 /* Steps in batches: the host writes ctr and clk, enqueues a batch of
  * steps (pruning after every del_step-th) and the last scaling, and waits
- * once for ctr and clk. A batch holds the steps the last dt says are left
+ * once for ctr and clk. A batch holds the steps the CFL limit says are left
  * (128 at most; those past the target return at once), or one step in the
- * variant per-step. Its room: an eighth of the grid, 1024 cells at least,
- * twice the last batch's growth; a step that needs more stalls the batch,
- * and the next one gets room for it. */
+ * variant per-step. Its room: candidates a step, an eighth of the grid
+ * and 1024 at least; cells, as many again as the grid (SMALL_GRID) or an
+ * eighth, 4096 at least, twice the last batch's growth; a step that needs
+ * more stalls the batch, and the next one gets room for it. */
 static dk_status advance(void *handle, double t_target, int max_steps, dk_msg *msg)
 {
     gb_ocl *g = handle;
@@ -797,19 +802,27 @@ static dk_status advance(void *handle, double t_target, int max_steps, dk_msg *m
     dk_status st = dk_opencl_enter(dev, msg);
     if (st != DK_OK)
         return st;
-    size_t grew = 0;
+    size_t grew = 0, asked = 0; /* the last batch's growth; a stalled step's candidates */
     for (int done = 0; g->t < t_target && (max_steps <= 0 || done < max_steps);) {
+        /* the steps left at the CFL step of the largest rate so far (the
+         * last dt may have been clipped to an earlier target) */
         int batch = MAX_BATCH;
+        double left = (t_target - g->t) * g->max_rate / g->s.cfl;
         if (g->per_step)
             batch = 1;
-        else if (g->dt > 0.0 && (t_target - g->t) / g->dt + 2.0 < batch)
-            batch = (int)((t_target - g->t) / g->dt) + 2;
+        else if (g->max_rate > 0.0 && left < batch)
+            batch = left < 1.0 ? 1 : (int)ceil(left);
         if (max_steps > 0 && max_steps - done < batch)
             batch = max_steps - done;
         size_t room = g->n / 8 > 1024 ? g->n / 8 : 1024;
-        if (room < 2 * grew)
-            room = 2 * grew;
-        size_t n_bound = g->n + room;
+        if (room < 2 * asked)
+            room = 2 * asked;
+        size_t spare = g->n < SMALL_GRID ? (g->n > 4096 ? g->n : 4096) : g->n / 8;
+        if (spare < 2 * grew)
+            spare = 2 * grew;
+        if (spare < room)
+            spare = room;
+        size_t n_bound = g->n + spare;
         if ((st = reserve_candidates(g, room, msg)) != DK_OK || (st = reserve_cells(g, n_bound, msg)) != DK_OK ||
             (st = reserve_index(g, n_bound, msg)) != DK_OK)
             return st;
@@ -864,6 +877,8 @@ static dk_status advance(void *handle, double t_target, int max_steps, dk_msg *m
                 dk_msg_set(msg, "opencl gbees: more candidate cells in one step than 32-bit counters allow");
                 return DK_ERR_OUT_OF_MEMORY;
             }
+            if (asked < (size_t)ctr[0])
+                asked = (size_t)ctr[0];
             if (grew < (size_t)ctr[0])
                 grew = (size_t)ctr[0];
             break;
