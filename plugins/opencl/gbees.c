@@ -44,6 +44,11 @@
  * (idle work-items of small launches cost little); above, an eighth. */
 #define SMALL_GRID 65536
 
+/* Up to this many work-groups of cells, gb_grow takes the last step's
+ * total from gb_apply's partial sums itself, each work-group alike,
+ * instead of a gb_total launch. */
+#define FUSED_TOTAL_GROUPS 256
+
 /* ctr[5], as gbees.cl names them */
 enum { GB_RUN = 0, GB_STALL = 2, GB_COLLAPSED = 3, GB_LEFT = 4, GB_PRUNED = 5 };
 
@@ -681,8 +686,10 @@ static dk_status init(void *handle, const double *mean, const double *inv, doubl
  * growth (gb_grow, which also applies the last normalization's scaling,
  * gb_insert, gb_assign, gb_link_new), the clock (gb_clock: n, the largest
  * rate, dt, t), transport (gb_waves, gb_fluxes, gb_apply with the sum's
- * first stage) and the total (gb_total): nine launches, no wait. */
-static cl_int enqueue_step(gb_ocl *g, cl_int step, size_t room, size_t n_bound)
+ * first stage) and, with `total`, the total (gb_total): eight or nine
+ * launches, no wait. sum_groups > 0: gb_grow takes the last step's total
+ * itself (that step left out gb_total). */
+static cl_int enqueue_step(gb_ocl *g, cl_int step, size_t room, size_t n_bound, cl_int sum_groups, int total)
 {
     cl_uint mask = (cl_uint)(g->hcap - 1);
     cl_int r = (cl_int)room, nbd = (cl_int)n_bound, left = GB_LEFT;
@@ -690,9 +697,10 @@ static cl_int enqueue_step(gb_ocl *g, cl_int step, size_t room, size_t n_bound)
     cl_int cell_groups = (cl_int)((n_bound + g->group - 1) / g->group);
     size_t local = g->group * sizeof(double);
     cl_kernel k = g->grow;
-    cl_int err = ARG(k, 0, g->par) | ARG(k, 1, g->key) | ARG(k, 2, g->v) | ARG(k, 3, g->nb) | ARG(k, 4, g->p) |
-                 ARG(k, 5, g->slot) | ARG(k, 6, mask) | ARG(k, 7, g->cand) | ARG(k, 8, g->ctr) | ARG(k, 9, r) |
-                 ARG(k, 10, g->clk);
+    cl_int err = ARG(k, 0, step) | ARG(k, 1, g->par) | ARG(k, 2, g->key) | ARG(k, 3, g->v) | ARG(k, 4, g->nb) |
+                 ARG(k, 5, g->p) | ARG(k, 6, g->slot) | ARG(k, 7, mask) | ARG(k, 8, g->cand) | ARG(k, 9, g->ctr) |
+                 ARG(k, 10, r) | ARG(k, 11, g->clk) | ARG(k, 12, sum_groups) | ARG(k, 13, g->sum_part) |
+                 clSetKernelArg(k, 14, local, NULL);
     if (err == CL_SUCCESS)
         err = launch(g, k, n_bound);
     if (err == CL_SUCCESS)
@@ -724,6 +732,8 @@ static cl_int enqueue_step(gb_ocl *g, cl_int step, size_t room, size_t n_bound)
     if (err == CL_SUCCESS)
         err = launch(g, k, n_bound);
     k = g->total;
+    if (err == CL_SUCCESS && !total)
+        return err;
     if (err == CL_SUCCESS)
         err = ARG(k, 0, step) | ARG(k, 1, cell_groups) | ARG(k, 2, left) | ARG(k, 3, g->ctr) | ARG(k, 4, g->clk) |
               ARG(k, 5, g->sum_part) | clSetKernelArg(k, 6, local, NULL);
@@ -838,9 +848,16 @@ static dk_status advance(void *handle, double t_target, int max_steps, dk_msg *m
         cl_int err = clEnqueueWriteBuffer(q, g->ctr, CL_FALSE, 0, sizeof g->ctr_host, g->ctr_host, 0, NULL, NULL);
         if (err == CL_SUCCESS)
             err = clEnqueueWriteBuffer(q, g->clk, CL_FALSE, 0, sizeof g->clk_host, g->clk_host, 0, NULL, NULL);
+        /* a step's total waits for the next gb_grow, where there is one and
+         * the grid is small */
+        cl_int cell_groups = (cl_int)((n_bound + g->group - 1) / g->group);
+        int fuse = cell_groups <= FUSED_TOTAL_GROUPS, fused = 0;
         for (cl_int s = 1; s <= batch && err == CL_SUCCESS; s++) {
-            err = enqueue_step(g, s, room, n_bound);
-            if (err == CL_SUCCESS && (g->steps + (uint64_t)s) % (uint64_t)g->s.del_step == 0)
+            int prune = (g->steps + (uint64_t)s) % (uint64_t)g->s.del_step == 0;
+            int total = !fuse || prune || s == batch;
+            err = enqueue_step(g, s, room, n_bound, fused ? cell_groups : 0, total);
+            fused = !total;
+            if (err == CL_SUCCESS && prune)
                 err = enqueue_prune(g, s, n_bound);
         }
         cl_kernel k = g->settle;

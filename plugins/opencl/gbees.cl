@@ -38,7 +38,9 @@
  * A step's launches after a stall or an error, or once t reached the
  * target, return at once, so the host may enqueue more steps than run.
  * The normalization's scaling waits for the next launch that touches
- * every cell anyway (gb_grow, gb_prune_move or gb_settle).
+ * every cell anyway (gb_grow, gb_prune_move or gb_settle); gb_grow also
+ * takes the step's total itself (from gb_apply's partial sums) where the
+ * grid is small, saving gb_total's launch.
  *
  * Every sum and maximum goes through gb_reduce (work-groups stride over
  * the cells, then a tree in local memory) and gb_reduce_final (one group
@@ -146,6 +148,20 @@ static double gb_quad(int m, const double *x, __global const double *mean, __glo
     return q;
 }
 
+/* The work-group's sum (op 0) or maximum (op 1) of each item's acc, left
+ * in tmp[0] (a power-of-two group size). */
+static void gb_reduce_group(__local double *tmp, double acc, int op)
+{
+    size_t lid = get_local_id(0);
+    tmp[lid] = acc;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (size_t h = get_local_size(0) / 2; h > 0; h /= 2) {
+        if (lid < h)
+            tmp[lid] = op == 0 ? tmp[lid] + tmp[lid + h] : fmax(tmp[lid], tmp[lid + h]);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+}
+
 /* Appends key k to the candidate list; past cand_cap only the count grows:
  * the launches that follow see the overflow in counters[0] and insert
  * nothing (gb_stalled), and the host enlarges the list and runs the step
@@ -192,21 +208,44 @@ __kernel void gb_init_level(int from, int to, double lognorm, __global const dou
  * such axes. Links are complete among existing cells, so a missing link is
  * a missing cell; only an edge neighbour behind a missing face cell needs
  * the index. */
-__kernel void gb_grow(__global const double *par, __global const int *key,
+__kernel void gb_grow(int step, __global const double *par, __global const int *key,
                       __global const double *v, __global const int *nb, __global double *p,
                       __global const int *slot, uint mask, __global int *cand,
-                      __global int *ctr, int cand_cap, __global const double *clk)
+                      __global int *ctr, int cand_cap, __global const double *clk,
+                      int sum_groups, __global const double *sum_part, __local double *tmp)
 {
     int c = (int)get_global_id(0);
-    if (c >= ctr[3] || !gb_may_grow(ctr))
+    int go = gb_may_grow(ctr);
+    /* the last normalization's scaling, pending: in clk[5], or (sum_groups
+     * > 0) the sum of step - 1, when it ran, in sum_part, reduced here by
+     * every work-group alike, as gb_total would (also when t reached the
+     * target at that step and nothing grows now) */
+    double inv = clk[5];
+    if (sum_groups > 0) {
+        int ran = gb_ran(ctr, step - 1);
+        double acc = 0.0;
+        if (ran)
+            for (size_t i = get_local_id(0); i < (size_t)sum_groups; i += get_local_size(0))
+                acc += sum_part[i];
+        gb_reduce_group(tmp, acc, 0);
+        double total = tmp[0];
+        if (!ran)
+            return;
+        if (!(total > 0.0) || isinf(total)) {
+            if (c == 0)
+                ctr[5] = GB_LEFT;
+            return;
+        }
+        inv = 1.0 / total;
+    }
+    if (c >= ctr[3] || !(go || (sum_groups > 0 && inv != 0.0)))
         return;
-    double inv = clk[5]; /* the last normalization's scaling, pending */
     double pc = p[c];
     if (inv != 0.0) {
         pc *= inv;
         p[c] = pc;
     }
-    if (pc < par[P_THR])
+    if (!go || pc < par[P_THR])
         return;
     double vc[D];
     for (int i = 0; i < D; i++)
@@ -286,20 +325,6 @@ __kernel void gb_assign(int room, int n_bound, __global const int *cand, __globa
         key[(size_t)at * D + i] = cand[(size_t)c * D + i];
     p[at] = 0.0;
     slot[s] = at;
-}
-
-/* The work-group's sum (op 0) or maximum (op 1) of each item's acc, left
- * in tmp[0] (a power-of-two group size). */
-static void gb_reduce_group(__local double *tmp, double acc, int op)
-{
-    size_t lid = get_local_id(0);
-    tmp[lid] = acc;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (size_t h = get_local_size(0) / 2; h > 0; h /= 2) {
-        if (lid < h)
-            tmp[lid] = op == 0 ? tmp[lid] + tmp[lid + h] : fmax(tmp[lid], tmp[lid + h]);
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
 }
 
 /* Cells [n, n + ctr[1]) (n = ctr[3]) find their face neighbours, tell the
