@@ -59,7 +59,7 @@ typedef struct gb_ocl {
     cl_program prog;
     int owns_prog; /* built for this plan alone (the device's cache was full) */
     int per_step; /* the variant per-step: batches of one step (the host waits every step) */
-    cl_kernel init_level, grow, insert, assign, link_new, clock, reduce, reduce_final, scale, waves,
+    cl_kernel init_level, grow, insert, assign, link_new, reduce, reduce_final, scale, waves,
         fluxes, apply, total, settle, prune_mark, scan_top, scan_remap, prune_move, prune_total,
         hash_place, update;
     size_t group; /* work-group size, a power of two */
@@ -73,10 +73,10 @@ typedef struct gb_ocl {
     cl_mem slot;
     size_t ccap; /* candidates */
     cl_mem cand, cand_slot;
-    cl_mem ctr;      /* int[8], gbees.cl says what */
-    cl_mem clk;      /* double[8], gbees.cl says what */
-    cl_int ctr_host[8];
-    double clk_host[8];
+    cl_mem ctr;      /* int[16], gbees.cl says what */
+    cl_mem clk;      /* double[16], gbees.cl says what */
+    cl_int ctr_host[16];
+    double clk_host[16];
     cl_mem scalars;  /* double: 0 largest rate of a reduction, 1 probability sum */
     cl_mem partial;  /* MAX_REDUCE_GROUPS doubles */
     cl_mem par;      /* centre, dx, coefficients, threshold */
@@ -103,7 +103,7 @@ static void plan_destroy(void *handle)
     if (!g)
         return;
     cl_kernel ks[] = {g->init_level, g->grow,       g->insert,     g->assign,     g->link_new,
-                      g->clock,      g->reduce,     g->reduce_final, g->scale,    g->waves,
+                      g->reduce,     g->reduce_final, g->scale,    g->waves,
                       g->fluxes,     g->apply,      g->total,      g->settle,     g->prune_mark,
                       g->scan_top,   g->scan_remap, g->prune_move, g->prune_total, g->hash_place,
                       g->update};
@@ -542,7 +542,7 @@ static dk_status plan_create(void *device, const dk_gbees_setup *setup, void **o
     } kernels[] = {
         {&g->init_level, "gb_init_level"}, {&g->grow, "gb_grow"},
         {&g->insert, "gb_insert"},         {&g->assign, "gb_assign"},
-        {&g->link_new, "gb_link_new"},     {&g->clock, "gb_clock"},
+        {&g->link_new, "gb_link_new"},
         {&g->reduce, "gb_reduce"},         {&g->reduce_final, "gb_reduce_final"},
         {&g->scale, "gb_scale"},           {&g->waves, "gb_waves"},
         {&g->fluxes, "gb_fluxes"},         {&g->apply, "gb_apply"},
@@ -654,7 +654,7 @@ static dk_status init(void *handle, const double *mean, const double *inv, doubl
                 (st = reserve_index(g, g->n + ncand, msg)) != DK_OK)
                 return st;
             err = insert_candidates(g, ncand, g->cap);
-            cl_int counters[8];
+            cl_int counters[16];
             if (err == CL_SUCCESS)
                 err = clEnqueueReadBuffer(q, g->ctr, CL_TRUE, 0, sizeof counters, counters, 0, NULL, NULL);
             CL_TRY(err, "gbees: growing the initial grid");
@@ -684,10 +684,10 @@ static dk_status init(void *handle, const double *mean, const double *inv, doubl
 /* Enqueues step `step` of a batch (1 for the first) whose cells stay
  * within n_bound and whose growth lists at most `room` candidates a step:
  * growth (gb_grow, which also applies the last normalization's scaling,
- * gb_insert, gb_assign, gb_link_new), the clock (gb_clock: n, the largest
- * rate, dt, t), transport (gb_waves, gb_fluxes, gb_apply with the sum's
- * first stage) and, with `total`, the total (gb_total): eight or nine
- * launches, no wait. sum_groups > 0: gb_grow takes the last step's total
+ * gb_insert, gb_assign, gb_link_new), transport (gb_waves, which first
+ * takes n, the largest rate, dt and t as the engine's clock does,
+ * gb_fluxes, gb_apply with the sum's first stage) and, with `total`, the
+ * total (gb_total): seven or eight launches, no wait. sum_groups > 0: gb_grow takes the last step's total
  * itself (that step left out gb_total). */
 static cl_int enqueue_step(gb_ocl *g, cl_int step, size_t room, size_t n_bound, cl_int sum_groups, int total)
 {
@@ -707,16 +707,12 @@ static cl_int enqueue_step(gb_ocl *g, cl_int step, size_t room, size_t n_bound, 
         err = insert_candidates(g, room, n_bound);
     if (err == CL_SUCCESS)
         err = link_new(g, room, n_bound, room);
-    k = g->clock;
-    if (err == CL_SUCCESS)
-        err = ARG(k, 0, step) | ARG(k, 1, r) | ARG(k, 2, nbd) | ARG(k, 3, link_groups) | ARG(k, 4, g->ctr) |
-              ARG(k, 5, g->clk) | ARG(k, 6, g->rate_part) | clSetKernelArg(k, 7, local, NULL);
-    if (err == CL_SUCCESS)
-        err = launch(g, k, g->group);
     k = g->waves;
     if (err == CL_SUCCESS)
-        err = ARG(k, 0, step) | ARG(k, 1, g->ctr) | ARG(k, 2, g->clk) | ARG(k, 3, g->par) | ARG(k, 4, g->nb) |
-              ARG(k, 5, g->v) | ARG(k, 6, g->p) | ARG(k, 7, g->wave) | ARG(k, 8, g->back);
+        err = ARG(k, 0, step) | ARG(k, 1, r) | ARG(k, 2, nbd) | ARG(k, 3, link_groups) | ARG(k, 4, g->ctr) |
+              ARG(k, 5, g->clk) | ARG(k, 6, g->rate_part) | clSetKernelArg(k, 7, local, NULL) |
+              ARG(k, 8, g->par) | ARG(k, 9, g->nb) | ARG(k, 10, g->v) | ARG(k, 11, g->p) | ARG(k, 12, g->wave) |
+              ARG(k, 13, g->back);
     if (err == CL_SUCCESS)
         err = launch(g, k, n_bound);
     k = g->fluxes;
@@ -865,8 +861,8 @@ static dk_status advance(void *handle, double t_target, int max_steps, dk_msg *m
             err = ARG(k, 0, g->ctr) | ARG(k, 1, g->clk) | ARG(k, 2, g->p);
         if (err == CL_SUCCESS)
             err = launch(g, k, n_bound);
-        cl_int ctr[8];
-        double clk[8];
+        cl_int ctr[16];
+        double clk[16];
         if (err == CL_SUCCESS)
             err = clEnqueueReadBuffer(q, g->ctr, CL_FALSE, 0, sizeof ctr, ctr, 0, NULL, NULL);
         if (err == CL_SUCCESS)
@@ -890,14 +886,14 @@ static dk_status advance(void *handle, double t_target, int max_steps, dk_msg *m
         case GB_RUN:
             break;
         case GB_STALL:
-            if (ctr[0] < 0) {
+            if (ctr[10] < 0) {
                 dk_msg_set(msg, "opencl gbees: more candidate cells in one step than 32-bit counters allow");
                 return DK_ERR_OUT_OF_MEMORY;
             }
-            if (asked < (size_t)ctr[0])
-                asked = (size_t)ctr[0];
-            if (grew < (size_t)ctr[0])
-                grew = (size_t)ctr[0];
+            if (asked < (size_t)ctr[10])
+                asked = (size_t)ctr[10];
+            if (grew < (size_t)ctr[10])
+                grew = (size_t)ctr[10];
             break;
         case GB_COLLAPSED:
             dk_msg_set(msg, "the time step collapsed to %g at t = %g (velocities too large for the grid)", clk[7],

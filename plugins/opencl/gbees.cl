@@ -31,10 +31,13 @@
  *   ctr  int:    0 candidates, 1 new cells, 2 cells kept, 3 n (cells),
  *                4 steps done in the batch, 5 status (GB_RUN, GB_STALL:
  *                the growth needs more room than the batch was given, or
- *                an error), 6 t reached the target;
+ *                an error), 6 t reached the target; 7, 8, 9: 3, 5, 6 as
+ *                gb_waves leaves them (gb_fluxes copies them over), 10 the
+ *                candidates of a stalled step;
  *   clk  double: 0 largest rate, 1 t, 2 dt, 3 target, 4 cfl, 5 the
  *                normalization's pending 1 / total (0: none), 6 cell-steps
- *                in the batch, 7 the dt that collapsed.
+ *                in the batch, 7 the dt that collapsed; 8, 9: 0, 1 as
+ *                gb_waves leaves them.
  * A step's launches after a stall or an error, or once t reached the
  * target, return at once, so the host may enqueue more steps than run.
  * The normalization's scaling waits for the next launch that touches
@@ -373,53 +376,6 @@ __kernel void gb_link_new(int room, int n_bound, __global const int *ctr, __glob
         rate_part[get_group_id(0)] = tmp[0];
 }
 
-/* One work-group, after the growth: takes the new cells in, keeps the
- * largest rate (a cell's rate never changes, so only new cells can raise
- * it), and chooses dt exactly as the engine does (CFL limit, the last step
- * clipped to the target); step `step` of the batch runs when it did. A
- * growth that did not fit stalls the batch instead. */
-__kernel void gb_clock(int step, int room, int n_bound, int link_groups, __global int *ctr,
-                       __global double *clk, __global const double *rate_part, __local double *tmp)
-{
-    size_t lid = get_local_id(0);
-    int go = gb_may_grow(ctr), stalled = gb_stalled(ctr, room, n_bound);
-    int added = ctr[1], n = ctr[3], cand = ctr[0];
-    double acc = 0.0;
-    if (go && !stalled)
-        for (size_t i = lid; i < (size_t)link_groups; i += get_local_size(0))
-            acc = fmax(acc, rate_part[i]);
-    gb_reduce_group(tmp, acc, 1);
-    if (lid != 0 || !go)
-        return;
-    clk[5] = 0.0; /* gb_grow applied the scaling */
-    ctr[0] = 0;
-    ctr[1] = 0;
-    if (stalled) {
-        ctr[0] = cand; /* the host makes room for them */
-        ctr[5] = GB_STALL;
-        return;
-    }
-    n += added;
-    ctr[3] = n;
-    double rate = clk[0];
-    if (added > 0 && tmp[0] > rate)
-        rate = tmp[0];
-    clk[0] = rate;
-    double t = clk[1], target = clk[3];
-    double dt = rate > 0.0 ? clk[4] / rate : target - t;
-    if (!(dt > 1e-12 * (1.0 + fabs(target)))) {
-        clk[7] = dt;
-        ctr[5] = GB_COLLAPSED;
-        return;
-    }
-    int last = dt >= target - t;
-    clk[2] = last ? target - t : dt;
-    clk[1] = last ? target : t + dt;
-    clk[6] += (double)n;
-    ctr[4] = step;
-    ctr[6] = last;
-}
-
 /* Stage one of a sum (op 0) or maximum (op 1) of x[0, n): partial[group]. */
 __kernel void gb_reduce(int n, __global const double *x, int op, __global double *partial,
                         __local double *tmp)
@@ -462,15 +418,58 @@ __kernel void gb_scale(int n, __global double *p, __global const double *scalars
 /* Each face's wave (half the jump across it, times dt/dx) and what the
  * back face brings in: the back neighbour's max(v_i, 0) and the back
  * face's wave. */
-__kernel void gb_waves(int step, __global const int *ctr, __global const double *clk,
+__kernel void gb_waves(int step, int room, int n_bound, int link_groups, __global int *ctr,
+                       __global double *clk, __global const double *rate_part, __local double *tmp,
                        __global const double *par, __global const int *nb,
                        __global const double *v, __global const double *p,
                        __global double *wave, __global double *back)
 {
+    /* the clock, in every work-group alike: takes the new cells in, keeps
+     * the largest rate (a cell's rate never changes, so only new cells can
+     * raise it), and chooses dt exactly as the engine does (CFL limit, the
+     * last step clipped to the target); a growth that did not fit stalls
+     * the batch instead. Work-item 0 writes the outcome into the words
+     * that no work-item reads here (ctr[7..10], clk[8, 9] and those the
+     * step's later launches read), and gb_fluxes publishes it. */
     int c = (int)get_global_id(0);
-    if (c >= ctr[3] || !gb_ran(ctr, step))
+    int go = gb_may_grow(ctr), stalled = gb_stalled(ctr, room, n_bound);
+    int grows = go && !stalled;
+    double acc = 0.0;
+    if (grows)
+        for (size_t i = get_local_id(0); i < (size_t)link_groups; i += get_local_size(0))
+            acc = fmax(acc, rate_part[i]);
+    gb_reduce_group(tmp, acc, 1);
+    int added = ctr[1], n = ctr[3] + (grows ? added : 0);
+    double rate = clk[0];
+    if (grows && added > 0 && tmp[0] > rate)
+        rate = tmp[0];
+    double t = clk[1], target = clk[3];
+    double dt = rate > 0.0 ? clk[4] / rate : target - t;
+    int collapsed = grows && !(dt > 1e-12 * (1.0 + fabs(target)));
+    int run = grows && !collapsed;
+    int last = dt >= target - t;
+    double dt_step = last ? target - t : dt;
+    if (c == 0) {
+        ctr[7] = n;
+        ctr[8] = !go ? ctr[5] : stalled ? GB_STALL : collapsed ? GB_COLLAPSED : GB_RUN;
+        ctr[9] = run ? last : ctr[6];
+        clk[8] = rate;
+        clk[9] = run ? (last ? target : t + dt) : t;
+        if (go && stalled)
+            ctr[10] = ctr[0]; /* the host makes room for them */
+        if (collapsed)
+            clk[7] = dt;
+        if (go)
+            clk[5] = 0.0; /* gb_grow applied the scaling */
+        if (run) {
+            clk[2] = dt_step;
+            clk[6] += (double)n;
+            ctr[4] = step;
+        }
+    }
+    if (!run || c >= n)
         return;
-    double dt = clk[2];
+    dt = dt_step;
     double pc = p[c];
     for (int i = 0; i < D; i++) {
         int fwd = nb[(size_t)c * 2 * D + 2 * i + 1], a = nb[(size_t)c * 2 * D + 2 * i];
@@ -484,14 +483,26 @@ __kernel void gb_waves(int step, __global const int *ctr, __global const double 
 /* The flux through each forward face of cell c, times dt / dx_j: donor
  * cell, the MC-limited high-resolution correction, and the
  * corner-transport terms of the transverse waves (engine.h, gb_fluxes). */
-__kernel void gb_fluxes(int step, __global const int *ctr, __global const double *clk,
+__kernel void gb_fluxes(int step, __global int *ctr, __global double *clk,
                         __global const double *par, __global const int *nbs,
                         __global const double *vv, __global const double *p,
                         __global const double *wave, __global const double *back,
                         __global double *flux)
 {
     int c = (int)get_global_id(0);
-    if (c >= ctr[3] || !gb_ran(ctr, step))
+    /* gb_waves' outcome: read here from its own words, published by
+     * work-item 0 for the launches that follow */
+    int n = ctr[7], ran = ctr[4] == step && ctr[8] == GB_RUN;
+    if (c == 0) {
+        ctr[3] = n;
+        ctr[5] = ctr[8];
+        ctr[6] = ctr[9];
+        clk[0] = clk[8];
+        clk[1] = clk[9];
+        ctr[0] = 0;
+        ctr[1] = 0;
+    }
+    if (c >= n || !ran)
         return;
     double dt = clk[2];
     double v[D];
