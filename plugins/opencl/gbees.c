@@ -814,9 +814,9 @@ static dk_status advance(void *handle, double t_target, int max_steps, dk_msg *m
          * last dt may have been clipped to an earlier target) */
         int batch = MAX_BATCH;
         double left = (t_target - g->t) * g->max_rate / g->s.cfl;
-        if (g->per_step)
-            batch = 1;
-        else if (g->max_rate > 0.0 && left < batch)
+        if (g->per_step || !(g->max_rate > 0.0))
+            batch = 1; /* with no rate, one step reaches the target */
+        else if (left < batch)
             batch = left < 1.0 ? 1 : (int)ceil(left);
         if (max_steps > 0 && max_steps - done < batch)
             batch = max_steps - done;
