@@ -41,8 +41,12 @@
 #define MAX_BATCH 128
 
 /* Below this many cells a batch may double the grid before it stalls
- * (idle work-items of small launches cost little); above, an eighth. */
+ * (idle work-items of small launches cost little on a GPU); above, and on
+ * a CPU device (where each idle work-group still runs its reductions'
+ * barrier regions), an eighth, in batches of at most CPU_BATCH steps,
+ * which bounds the launches a stall leaves idle. */
 #define SMALL_GRID 65536
+#define CPU_BATCH 4
 
 /* Up to this many work-groups of cells, gb_grow takes the last step's
  * total from gb_apply's partial sums itself, each work-group alike,
@@ -818,12 +822,14 @@ static dk_status advance(void *handle, double t_target, int max_steps, dk_msg *m
             batch = 1; /* with no rate, one step reaches the target */
         else if (left < batch)
             batch = left < 1.0 ? 1 : (int)ceil(left);
+        if (dev->is_cpu && batch > CPU_BATCH)
+            batch = CPU_BATCH;
         if (max_steps > 0 && max_steps - done < batch)
             batch = max_steps - done;
         size_t room = g->n / 8 > 1024 ? g->n / 8 : 1024;
         if (room < 2 * asked)
             room = 2 * asked;
-        size_t spare = g->n < SMALL_GRID ? (g->n > 4096 ? g->n : 4096) : g->n / 8;
+        size_t spare = g->n < SMALL_GRID && !dev->is_cpu ? (g->n > 4096 ? g->n : 4096) : g->n / 8;
         if (spare < 2 * grew)
             spare = 2 * grew;
         if (spare < room)
