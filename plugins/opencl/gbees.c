@@ -1,22 +1,20 @@
 /* dakit-opencl gbees: the whole propagation on the OpenCL device, as a
  * sequence of kernels per step (gbees.cl says which and how new cells are
- * made with 32-bit atomics only). The grid never leaves the device; the
- * host waits once or twice per step (grow() says when: two schedules, the
- * variants count-first and one-wait), for three numbers: the candidate
- * count, the number of new cells and their largest CFL rate (the largest
- * over all cells is kept on the host: a maximum does not depend on order,
- * and a cell's rate never changes, so only pruning, which removes cells,
- * needs a full reduction). The step's probability sum is read without
- * waiting and checked at the next wait.
- * Pruning (every del_step steps) also reads the number of cells kept.
- * dt is chosen on the host exactly as the engine does (CFL limit, the last
- * step clipped to the target, the same 'time step collapsed' error).
+ * made with 32-bit atomics only). The grid never leaves the device, and
+ * neither do the step's numbers: the cell count, t, dt (chosen on the
+ * device exactly as the engine does), the largest CFL rate and the
+ * normalization live in two small device arrays (gbees.cl, ctr and clk),
+ * so the host enqueues a batch of steps back to back, sized by its
+ * estimate of the steps left, and waits once per batch (advance()).
+ * Launches are sized by an upper bound on the cells (the room the batch
+ * was given) and return early past the device's count.
  *
  * Capacity: the cell arrays, the index (occupancy at most one half) and
- * the candidate list grow by doubling when the counts read back say so,
- * and a candidate list that overflowed is enlarged and the growth launch
- * run again, so no cell is ever dropped; a grid that no longer fits the
- * device's memory stops the run with a message saying how large it got.
+ * the candidate list grow by doubling before a batch; a step whose growth
+ * does not fit stops the batch before it changes the grid (a stall), and
+ * the host makes room and runs it again, so no cell is ever dropped; a
+ * grid that no longer fits the device's memory stops the run with a
+ * message saying how large it got.
  *
  * The program is built per (model, dimension): the model file's text
  * (embedded by gbees_models.py from models/all.h) and the flux functions
@@ -39,27 +37,50 @@
 /* Work-groups of the first reduction stage, at most. */
 #define MAX_REDUCE_GROUPS 1024
 
+/* Steps enqueued per batch, at most: the host waits once per batch. */
+#define MAX_BATCH 128
+
+/* Below this many cells a batch may double the grid before it stalls
+ * (idle work-items of small launches cost little on a GPU); above, and on
+ * a CPU device (where each idle work-group still runs its reductions'
+ * barrier regions), an eighth, in batches of at most CPU_BATCH steps,
+ * which bounds the launches a stall leaves idle. */
+#define SMALL_GRID 65536
+#define CPU_BATCH 4
+
+/* Up to this many work-groups of cells, gb_grow takes the last step's
+ * total from gb_apply's partial sums itself, each work-group alike,
+ * instead of a gb_total launch. */
+#define FUSED_TOTAL_GROUPS 256
+
+/* ctr[5], as gbees.cl names them */
+enum { GB_RUN = 0, GB_STALL = 2, GB_COLLAPSED = 3, GB_LEFT = 4, GB_PRUNED = 5 };
+
 typedef struct gb_ocl {
     dk_opencl_device *dev;
     dk_gbees_setup s;
     int d;
     cl_program prog;
     int owns_prog; /* built for this plan alone (the device's cache was full) */
-    int count_first; /* the growth schedule (variant): see grow() */
+    int per_step; /* the variant per-step: batches of one step (the host waits every step) */
     cl_kernel init_level, grow, insert, assign, link_new, reduce, reduce_final, scale, waves,
-        fluxes, apply, prune_mark, scan_blocks, scan_top, scan_remap, prune_move, hash_place,
-        update;
+        fluxes, apply, total, settle, prune_mark, scan_top, scan_remap, prune_move, prune_total,
+        hash_place, update;
     size_t group; /* work-group size, a power of two */
     size_t n, cap;
     cl_mem key, v, nb, p, rate;           /* the cells */
     cl_mem key2, v2, nb2, p2, rate2;      /* where pruning moves them; then swapped */
     cl_mem flux, wave, back, keep, remap; /* per step */
     cl_mem blocks;                        /* pruning's scan: one int per group of cells */
+    cl_mem sum_part, max_part, rate_part; /* one double per group of cells */
     size_t hcap;                          /* index slots, a power of two */
     cl_mem slot;
     size_t ccap; /* candidates */
     cl_mem cand, cand_slot;
-    cl_mem counters; /* int: 0 candidates, 1 new cells, 2 cells kept */
+    cl_mem ctr;      /* int[16], gbees.cl says what */
+    cl_mem clk;      /* double[16], gbees.cl says what */
+    cl_int ctr_host[16];
+    double clk_host[16];
     cl_mem scalars;  /* double: 0 largest rate of a reduction, 1 probability sum */
     cl_mem partial;  /* MAX_REDUCE_GROUPS doubles */
     cl_mem par;      /* centre, dx, coefficients, threshold */
@@ -85,17 +106,18 @@ static void plan_destroy(void *handle)
     gb_ocl *g = handle;
     if (!g)
         return;
-    cl_kernel ks[] = {g->init_level, g->grow,        g->insert,    g->assign,     g->link_new,
-                      g->reduce,     g->reduce_final, g->scale,    g->waves,      g->fluxes,
-                      g->apply,      g->prune_mark,  g->scan_blocks, g->scan_top, g->scan_remap,
-                      g->prune_move, g->hash_place,  g->update};
+    cl_kernel ks[] = {g->init_level, g->grow,       g->insert,     g->assign,     g->link_new,
+                      g->reduce,     g->reduce_final, g->scale,    g->waves,
+                      g->fluxes,     g->apply,      g->total,      g->settle,     g->prune_mark,
+                      g->scan_top,   g->scan_remap, g->prune_move, g->prune_total, g->hash_place,
+                      g->update};
     for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++)
         if (ks[i])
             clReleaseKernel(ks[i]);
     cl_mem ms[] = {g->key,  g->v,    g->nb,   g->p,     g->rate,      g->key2,     g->v2,
                    g->nb2,  g->p2,   g->rate2, g->flux, g->wave,      g->back,     g->keep,
-                   g->remap, g->blocks, g->slot, g->cand, g->cand_slot, g->counters, g->scalars,
-                   g->partial, g->par, g->gauss};
+                   g->remap, g->blocks, g->slot, g->cand, g->cand_slot, g->ctr, g->clk, g->scalars,
+                   g->partial, g->par, g->gauss, g->sum_part, g->max_part, g->rate_part};
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
         release(ms[i]);
     if (g->owns_prog && g->prog)
@@ -223,7 +245,7 @@ static dk_status reserve_cells(gb_ocl *g, size_t want, dk_msg *msg)
                    g->dev->name, g->n, cap, cap * (per_cell + 2 * sizeof(cl_int)) / 1e9, device_bytes / 1e9);
         return DK_ERR_OUT_OF_MEMORY;
     }
-    cl_mem fresh[NCELL_ARRAYS] = {0}, blocks = NULL;
+    cl_mem fresh[NCELL_ARRAYS] = {0}, blocks = NULL, part[3] = {0};
     dk_status st = DK_OK;
     for (int a = 0; a < NCELL_ARRAYS && st == DK_OK; a++)
         st = dk_opencl_alloc(dev, cap * cell_bytes(g, a), NULL, &fresh[a], msg,
@@ -232,6 +254,10 @@ static dk_status reserve_cells(gb_ocl *g, size_t want, dk_msg *msg)
     if (st == DK_OK)
         st = dk_opencl_alloc(dev, (cap / g->group + 1) * sizeof(cl_int), NULL, &blocks, msg,
                              "gbees: growing the grid from %zu to %zu cells: allocating the scan blocks",
+                             g->n, want);
+    for (int a = 0; a < 3 && st == DK_OK; a++)
+        st = dk_opencl_alloc(dev, (cap / g->group + 1) * sizeof(cl_double), NULL, &part[a], msg,
+                             "gbees: growing the grid from %zu to %zu cells: allocating the reduction partials",
                              g->n, want);
     if (st != DK_OK)
         goto fail;
@@ -247,12 +273,20 @@ static dk_status reserve_cells(gb_ocl *g, size_t want, dk_msg *msg)
     }
     release(g->blocks);
     g->blocks = blocks;
+    release(g->sum_part);
+    release(g->max_part);
+    release(g->rate_part);
+    g->sum_part = part[0];
+    g->max_part = part[1];
+    g->rate_part = part[2];
     g->cap = cap;
     return DK_OK;
 fail:
     for (int a = 0; a < NCELL_ARRAYS; a++)
         release(fresh[a]);
     release(blocks);
+    for (int a = 0; a < 3; a++)
+        release(part[a]);
     return st;
 }
 
@@ -266,14 +300,21 @@ static cl_int launch(gb_ocl *g, cl_kernel k, size_t items)
 
 #define ARG(k, i, x) clSetKernelArg(k, i, sizeof(x), &(x))
 
-/* Places cells [from, n) in the index. */
-static cl_int place(gb_ocl *g, size_t from)
+/* Places cells [from, n) in the index; n < 0: the device's count, at
+ * most `items` cells. */
+static cl_int place_cells(gb_ocl *g, size_t from, cl_int n, size_t items)
 {
-    cl_int f = (cl_int)from, n = (cl_int)g->n;
+    cl_int f = (cl_int)from;
     cl_uint mask = (cl_uint)(g->hcap - 1);
     cl_kernel k = g->hash_place;
-    cl_int err = ARG(k, 0, f) | ARG(k, 1, n) | ARG(k, 2, g->key) | ARG(k, 3, g->slot) | ARG(k, 4, mask);
-    return err != CL_SUCCESS ? err : launch(g, k, g->n - from);
+    cl_int err = ARG(k, 0, f) | ARG(k, 1, n) | ARG(k, 2, g->ctr) | ARG(k, 3, g->key) | ARG(k, 4, g->slot) |
+                 ARG(k, 5, mask);
+    return err != CL_SUCCESS ? err : launch(g, k, items);
+}
+
+static cl_int place(gb_ocl *g, size_t from)
+{
+    return place_cells(g, from, (cl_int)g->n, g->n - from);
 }
 
 static cl_int clear_slots(gb_ocl *g, cl_mem slot, size_t count)
@@ -344,26 +385,28 @@ static dk_status reserve_candidates(gb_ocl *g, size_t want, dk_msg *msg)
     return DK_OK;
 }
 
-static cl_int zero_counters(gb_ocl *g)
+/* The host's ctr (initialization): n cells, the rest zero but ctr[1]. */
+static cl_int put_counters(gb_ocl *g, size_t n, size_t added)
 {
-    cl_int zero = 0;
-    return clEnqueueFillBuffer(g->dev->queue, g->counters, &zero, sizeof zero, 0, 4 * sizeof(cl_int), 0, NULL,
-                               NULL);
+    memset(g->ctr_host, 0, sizeof g->ctr_host);
+    g->ctr_host[1] = (cl_int)added;
+    g->ctr_host[3] = (cl_int)n;
+    return clEnqueueWriteBuffer(g->dev->queue, g->ctr, CL_TRUE, 0, sizeof g->ctr_host, g->ctr_host, 0, NULL,
+                                NULL);
 }
 
-/* scalars[at] = the sum (op 0) or maximum (op 1) of x[base, base + count),
- * count = counters[1] when from_counter (then n bounds it), else n. */
-static cl_int reduce(gb_ocl *g, cl_mem x, size_t base, size_t n, int from_counter, int op, int at)
+/* scalars[at] = the sum (op 0) or maximum (op 1) of x[0, n). */
+static cl_int reduce(gb_ocl *g, cl_mem x, size_t n, int op, int at)
 {
     size_t groups = (n + g->group - 1) / g->group;
     if (groups > MAX_REDUCE_GROUPS)
         groups = MAX_REDUCE_GROUPS;
     if (groups == 0)
         groups = 1;
-    cl_int b = (cl_int)base, cn = (cl_int)n, fc = from_counter, o = op, ng = (cl_int)groups, a = at;
+    cl_int cn = (cl_int)n, o = op, ng = (cl_int)groups, a = at;
     cl_kernel k = g->reduce;
-    cl_int err = ARG(k, 0, b) | ARG(k, 1, cn) | ARG(k, 2, fc) | ARG(k, 3, g->counters) | ARG(k, 4, x) |
-                 ARG(k, 5, o) | ARG(k, 6, g->partial) | clSetKernelArg(k, 7, g->group * sizeof(double), NULL);
+    cl_int err = ARG(k, 0, cn) | ARG(k, 1, x) | ARG(k, 2, o) | ARG(k, 3, g->partial) |
+                 clSetKernelArg(k, 4, g->group * sizeof(double), NULL);
     size_t global = groups * g->group;
     if (err == CL_SUCCESS)
         err = clEnqueueNDRangeKernel(g->dev->queue, k, 1, NULL, &global, &g->group, 0, NULL, NULL);
@@ -380,7 +423,7 @@ static cl_int reduce(gb_ocl *g, cl_mem x, size_t base, size_t n, int from_counte
  * waiting; `what` and t name the failure if it was not positive. */
 static cl_int normalize_async(gb_ocl *g, const char *what)
 {
-    cl_int err = reduce(g, g->p, 0, g->n, 0, 0, 1);
+    cl_int err = reduce(g, g->p, g->n, 0, 1);
     cl_int n = (cl_int)g->n, at = 1;
     cl_kernel k = g->scale;
     if (err == CL_SUCCESS)
@@ -414,44 +457,57 @@ static dk_status finish(gb_ocl *g, dk_msg *msg)
 }
 
 /* Enqueues the insertion of the candidates the last candidate-making
- * launch listed (counters[0] of them, at most room) as cells n, n + 1, ...
- * (counters[1] of them). */
-static cl_int insert_candidates(gb_ocl *g, size_t room)
+ * launch listed (ctr[0] of them, at most room; the cells are ctr[3]) as
+ * cells n, n + 1, ... (ctr[1] of them). */
+static cl_int insert_candidates(gb_ocl *g, size_t room, size_t n_bound)
 {
-    cl_int r = (cl_int)room, n = (cl_int)g->n;
+    cl_int r = (cl_int)room, nb = (cl_int)n_bound;
     cl_uint mask = (cl_uint)(g->hcap - 1);
     cl_kernel k = g->insert;
-    cl_int err = ARG(k, 0, r) | ARG(k, 1, g->counters) | ARG(k, 2, g->cand) | ARG(k, 3, g->key) |
-                 ARG(k, 4, g->slot) | ARG(k, 5, mask) | ARG(k, 6, g->cand_slot);
+    cl_int err = ARG(k, 0, r) | ARG(k, 1, nb) | ARG(k, 2, g->ctr) | ARG(k, 3, g->cand) | ARG(k, 4, g->key) |
+                 ARG(k, 5, g->slot) | ARG(k, 6, mask) | ARG(k, 7, g->cand_slot);
     if (err == CL_SUCCESS)
         err = launch(g, k, room);
     k = g->assign;
     if (err == CL_SUCCESS)
-        err = ARG(k, 0, r) | ARG(k, 1, n) | ARG(k, 2, g->cand) | ARG(k, 3, g->cand_slot) | ARG(k, 4, g->key) |
-              ARG(k, 5, g->p) | ARG(k, 6, g->slot) | ARG(k, 7, g->counters);
+        err = ARG(k, 0, r) | ARG(k, 1, nb) | ARG(k, 2, g->cand) | ARG(k, 3, g->cand_slot) | ARG(k, 4, g->key) |
+              ARG(k, 5, g->p) | ARG(k, 6, g->slot) | ARG(k, 7, g->ctr);
     if (err == CL_SUCCESS)
         err = launch(g, k, room);
     return err;
 }
 
-/* Launches the candidate-making kernel k (its arguments set but the
- * candidate count and list) and reads the count; a list that overflowed
- * is enlarged and the launch repeated, the grid being unchanged. */
+/* Links cells [ctr[3], ctr[3] + ctr[1]), `items` at most, and leaves their
+ * largest rate per work-group in rate_part. */
+static cl_int link_new(gb_ocl *g, size_t room, size_t n_bound, size_t items)
+{
+    cl_int r = (cl_int)room, nb = (cl_int)n_bound;
+    cl_uint mask = (cl_uint)(g->hcap - 1);
+    cl_kernel k = g->link_new;
+    cl_int err = ARG(k, 0, r) | ARG(k, 1, nb) | ARG(k, 2, g->ctr) | ARG(k, 3, g->par) | ARG(k, 4, g->key) |
+                 ARG(k, 5, g->slot) | ARG(k, 6, mask) | ARG(k, 7, g->nb) | ARG(k, 8, g->v) | ARG(k, 9, g->rate) |
+                 ARG(k, 10, g->rate_part) | clSetKernelArg(k, 11, g->group * sizeof(double), NULL);
+    return err != CL_SUCCESS ? err : launch(g, k, items);
+}
+
+/* Initialization: launches the candidate-making kernel k (its arguments
+ * set but the candidate list, ctr and the list's room) over the n cells
+ * and reads the count; a list that overflowed is enlarged and the launch
+ * repeated, the grid being unchanged. */
 static dk_status find_candidates(gb_ocl *g, cl_kernel k, int arg_cand, size_t items, size_t *ncand,
                                  dk_msg *msg)
 {
     dk_opencl_device *dev = g->dev;
     for (;;) {
         cl_int cap = (cl_int)g->ccap;
-        cl_int err = zero_counters(g);
+        cl_int err = put_counters(g, g->n, 0);
         if (err == CL_SUCCESS)
-            err = ARG(k, arg_cand, g->cand) | ARG(k, arg_cand + 1, g->counters) | ARG(k, arg_cand + 2, cap);
+            err = ARG(k, arg_cand, g->cand) | ARG(k, arg_cand + 1, g->ctr) | ARG(k, arg_cand + 2, cap);
         if (err == CL_SUCCESS)
             err = launch(g, k, items);
         cl_int count = 0;
         if (err == CL_SUCCESS)
-            err = clEnqueueReadBuffer(g->dev->queue, g->counters, CL_TRUE, 0, sizeof count, &count, 0, NULL,
-                                      NULL);
+            err = clEnqueueReadBuffer(g->dev->queue, g->ctr, CL_TRUE, 0, sizeof count, &count, 0, NULL, NULL);
         CL_TRY(err, "gbees: finding new cells");
         dk_status st = check_pending(g, msg);
         if (st != DK_OK)
@@ -480,7 +536,7 @@ static dk_status plan_create(void *device, const dk_gbees_setup *setup, void **o
     g->dev = dev;
     g->s = *setup;
     g->d = setup->dim;
-    g->count_first = !setup->variant || strcmp(setup->variant, "one-wait") != 0;
+    g->per_step = setup->variant && strcmp(setup->variant, "per-step") == 0;
     dk_status st = program(g, msg);
     if (st != DK_OK)
         goto fail;
@@ -490,13 +546,15 @@ static dk_status plan_create(void *device, const dk_gbees_setup *setup, void **o
     } kernels[] = {
         {&g->init_level, "gb_init_level"}, {&g->grow, "gb_grow"},
         {&g->insert, "gb_insert"},         {&g->assign, "gb_assign"},
-        {&g->link_new, "gb_link_new"},     {&g->reduce, "gb_reduce"},
-        {&g->reduce_final, "gb_reduce_final"}, {&g->scale, "gb_scale"},
-        {&g->waves, "gb_waves"},           {&g->fluxes, "gb_fluxes"},
-        {&g->apply, "gb_apply"},           {&g->prune_mark, "gb_prune_mark"},
-        {&g->scan_blocks, "gb_scan_blocks"}, {&g->scan_top, "gb_scan_top"},
+        {&g->link_new, "gb_link_new"},
+        {&g->reduce, "gb_reduce"},         {&g->reduce_final, "gb_reduce_final"},
+        {&g->scale, "gb_scale"},           {&g->waves, "gb_waves"},
+        {&g->fluxes, "gb_fluxes"},         {&g->apply, "gb_apply"},
+        {&g->total, "gb_total"},           {&g->settle, "gb_settle"},
+        {&g->prune_mark, "gb_prune_mark"}, {&g->scan_top, "gb_scan_top"},
         {&g->scan_remap, "gb_scan_remap"}, {&g->prune_move, "gb_prune_move"},
-        {&g->hash_place, "gb_hash_place"}, {&g->update, "gb_update"},
+        {&g->prune_total, "gb_prune_total"}, {&g->hash_place, "gb_hash_place"},
+        {&g->update, "gb_update"},
     };
     size_t group = 256;
     for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++) {
@@ -528,7 +586,9 @@ static dk_status plan_create(void *device, const dk_gbees_setup *setup, void **o
             DK_OK ||
         (st = dk_opencl_alloc(dev, gauss_bytes, NULL, &g->gauss, msg, "gbees: allocating the Gaussian's parameters")) !=
             DK_OK ||
-        (st = dk_opencl_alloc(dev, 4 * sizeof(cl_int), NULL, &g->counters, msg, "gbees: allocating the counters")) !=
+        (st = dk_opencl_alloc(dev, sizeof g->ctr_host, NULL, &g->ctr, msg, "gbees: allocating the counters")) !=
+            DK_OK ||
+        (st = dk_opencl_alloc(dev, sizeof g->clk_host, NULL, &g->clk, msg, "gbees: allocating the clock")) !=
             DK_OK ||
         (st = dk_opencl_alloc(dev, 4 * sizeof(double), NULL, &g->scalars, msg, "gbees: allocating the scalars")) !=
             DK_OK ||
@@ -588,7 +648,7 @@ static dk_status init(void *handle, const double *mean, const double *inv, doubl
         err = ARG(k, 0, f) | ARG(k, 1, t) | ARG(k, 2, lognorm) | ARG(k, 3, g->par) | ARG(k, 4, g->gauss) |
               ARG(k, 5, g->key) | ARG(k, 6, g->p) | ARG(k, 7, g->slot) | ARG(k, 8, mask);
         CL_TRY(err, "gbees: setting the initialization's arguments");
-        size_t ncand;
+        size_t ncand = 0;
         st = find_candidates(g, k, 9, to - from, &ncand, msg);
         if (st != DK_OK)
             return st;
@@ -597,27 +657,21 @@ static dk_status init(void *handle, const double *mean, const double *inv, doubl
             if ((st = reserve_cells(g, g->n + ncand, msg)) != DK_OK ||
                 (st = reserve_index(g, g->n + ncand, msg)) != DK_OK)
                 return st;
-            err = insert_candidates(g, ncand);
-            cl_int counters[4];
+            err = insert_candidates(g, ncand, g->cap);
+            cl_int counters[16];
             if (err == CL_SUCCESS)
-                err = clEnqueueReadBuffer(q, g->counters, CL_TRUE, 0, sizeof counters, counters, 0, NULL, NULL);
+                err = clEnqueueReadBuffer(q, g->ctr, CL_TRUE, 0, sizeof counters, counters, 0, NULL, NULL);
             CL_TRY(err, "gbees: growing the initial grid");
             g->n += (size_t)counters[1];
         }
         from = to;
     }
     /* every cell is new: link all and give them velocities */
-    cl_int all[4] = {0, (cl_int)g->n, 0, 0}, zero = 0;
-    mask = (cl_uint)(g->hcap - 1);
-    k = g->link_new;
-    err = clEnqueueWriteBuffer(q, g->counters, CL_TRUE, 0, sizeof all, all, 0, NULL, NULL);
+    err = put_counters(g, 0, g->n);
     if (err == CL_SUCCESS)
-        err = ARG(k, 0, zero) | ARG(k, 1, g->counters) | ARG(k, 2, g->par) | ARG(k, 3, g->key) |
-              ARG(k, 4, g->slot) | ARG(k, 5, mask) | ARG(k, 6, g->nb) | ARG(k, 7, g->v) | ARG(k, 8, g->rate);
+        err = link_new(g, g->n, g->cap, g->n);
     if (err == CL_SUCCESS)
-        err = launch(g, k, g->n);
-    if (err == CL_SUCCESS)
-        err = reduce(g, g->rate, 0, g->n, 0, 1, 0);
+        err = reduce(g, g->rate, g->n, 1, 0);
     if (err == CL_SUCCESS)
         err = clEnqueueReadBuffer(q, g->scalars, CL_TRUE, 0, sizeof g->max_rate, &g->max_rate, 0, NULL, NULL);
     if (err == CL_SUCCESS)
@@ -631,187 +685,126 @@ static dk_status init(void *handle, const double *mean, const double *inv, doubl
     return DK_OK;
 }
 
-/* Directional growth: candidates from the cells at or above the threshold,
- * then inserted, linked and given velocities; the host waits for the
- * counts and the new cells' largest rate. Two schedules (the variants):
- *   count-first  the host first waits for the candidate count, sizes the
- *                arrays for it, and skips the rest when it is zero: two
- *                waits in a step that grows, one otherwise, and no idle
- *                launches;
- *   one-wait     the insertion launches follow the growth launch at once,
- *                taking the count from the device, bounded by room made
- *                for an eighth of the grid: one wait per step, but four
- *                launches even when nothing grows. A pass that overflowed
- *                its room inserted the first candidates and runs again
- *                with more; cells present are not asked for twice.
- * count-first suits devices where a wait costs less than a launch (PoCL);
- * a GPU's driver may weigh them the other way: `dakit bench` times both. */
-static dk_status grow(gb_ocl *g, dk_msg *msg)
+/* Enqueues step `step` of a batch (1 for the first) whose cells stay
+ * within n_bound and whose growth lists at most `room` candidates a step:
+ * growth (gb_grow, which also applies the last normalization's scaling,
+ * gb_insert, gb_assign, gb_link_new), transport (gb_waves, which first
+ * takes n, the largest rate, dt and t as the engine's clock does,
+ * gb_fluxes, gb_apply with the sum's first stage) and, with `total`, the
+ * total (gb_total): seven or eight launches, no wait. sum_groups > 0: gb_grow takes the last step's total
+ * itself (that step left out gb_total). */
+static cl_int enqueue_step(gb_ocl *g, cl_int step, size_t room, size_t n_bound, cl_int sum_groups, int total)
 {
-    dk_opencl_device *dev = g->dev;
-    const size_t scan = g->n; /* cells added meanwhile have mass 0: they ask for nothing */
     cl_uint mask = (cl_uint)(g->hcap - 1);
-    cl_int n = (cl_int)scan;
+    cl_int r = (cl_int)room, nbd = (cl_int)n_bound, left = GB_LEFT;
+    cl_int link_groups = (cl_int)((room + g->group - 1) / g->group);
+    cl_int cell_groups = (cl_int)((n_bound + g->group - 1) / g->group);
+    size_t local = g->group * sizeof(double);
     cl_kernel k = g->grow;
-    dk_status st;
-    cl_int err;
-    size_t want = 0;
-    for (;;) {
-        size_t room;
-        if (g->count_first) {
-            err = ARG(k, 0, n) | ARG(k, 1, g->par) | ARG(k, 2, g->key) | ARG(k, 3, g->v) | ARG(k, 4, g->nb) |
-                  ARG(k, 5, g->p) | ARG(k, 6, g->slot) | ARG(k, 7, mask);
-            CL_TRY(err, "gbees: setting the growth's arguments");
-            if ((st = find_candidates(g, k, 8, scan, &room, msg)) != DK_OK || room == 0)
-                return st;
-            if ((st = reserve_cells(g, g->n + room, msg)) != DK_OK || (st = reserve_index(g, g->n + room, msg)) != DK_OK)
-                return st;
-        } else {
-            room = g->n / 8 > 4096 ? g->n / 8 : 4096;
-            if (want > room)
-                room = want;
-            if ((st = reserve_candidates(g, room, msg)) != DK_OK ||
-                (st = reserve_cells(g, g->n + room, msg)) != DK_OK || (st = reserve_index(g, g->n + room, msg)) != DK_OK)
-                return st;
-            mask = (cl_uint)(g->hcap - 1);
-            cl_int cap = (cl_int)room;
-            err = zero_counters(g);
-            if (err == CL_SUCCESS)
-                err = ARG(k, 0, n) | ARG(k, 1, g->par) | ARG(k, 2, g->key) | ARG(k, 3, g->v) | ARG(k, 4, g->nb) |
-                      ARG(k, 5, g->p) | ARG(k, 6, g->slot) | ARG(k, 7, mask) | ARG(k, 8, g->cand) |
-                      ARG(k, 9, g->counters) | ARG(k, 10, cap);
-            if (err == CL_SUCCESS)
-                err = launch(g, k, scan);
-            CL_TRY(err, "gbees: finding new cells");
-        }
-        mask = (cl_uint)(g->hcap - 1);
-        cl_int from = (cl_int)g->n;
-        cl_kernel kl = g->link_new;
-        err = insert_candidates(g, room);
-        if (err == CL_SUCCESS)
-            err = ARG(kl, 0, from) | ARG(kl, 1, g->counters) | ARG(kl, 2, g->par) | ARG(kl, 3, g->key) |
-                  ARG(kl, 4, g->slot) | ARG(kl, 5, mask) | ARG(kl, 6, g->nb) | ARG(kl, 7, g->v) | ARG(kl, 8, g->rate);
-        if (err == CL_SUCCESS)
-            err = launch(g, kl, room);
-        if (err == CL_SUCCESS)
-            err = reduce(g, g->rate, g->n, room, 1, 1, 0);
-        cl_int counters[4];
-        double max_new = 0.0;
-        if (err == CL_SUCCESS)
-            err = clEnqueueReadBuffer(g->dev->queue, g->counters, CL_FALSE, 0, sizeof counters, counters, 0, NULL,
-                                      NULL);
-        if (err == CL_SUCCESS)
-            err = clEnqueueReadBuffer(g->dev->queue, g->scalars, CL_TRUE, 0, sizeof max_new, &max_new, 0, NULL,
-                                      NULL);
-        if (err != CL_SUCCESS)
-            clFinish(dev->queue); /* the counters' read may still be under way */
-        CL_TRY(err, "gbees: growing the grid");
-        if ((st = check_pending(g, msg)) != DK_OK)
-            return st;
-        if (counters[0] < 0) {
-            dk_msg_set(msg, "opencl gbees: more candidate cells in one step than 32-bit counters allow");
-            return DK_ERR_OUT_OF_MEMORY;
-        }
-        g->n += (size_t)counters[1];
-        if (counters[1] > 0 && max_new > g->max_rate)
-            g->max_rate = max_new;
-        if ((size_t)counters[0] <= room)
-            return DK_OK;
-        want = (size_t)counters[0];
-    }
+    cl_int err = ARG(k, 0, step) | ARG(k, 1, g->par) | ARG(k, 2, g->key) | ARG(k, 3, g->v) | ARG(k, 4, g->nb) |
+                 ARG(k, 5, g->p) | ARG(k, 6, g->slot) | ARG(k, 7, mask) | ARG(k, 8, g->cand) | ARG(k, 9, g->ctr) |
+                 ARG(k, 10, r) | ARG(k, 11, g->clk) | ARG(k, 12, sum_groups) | ARG(k, 13, g->sum_part) |
+                 clSetKernelArg(k, 14, local, NULL);
+    if (err == CL_SUCCESS)
+        err = launch(g, k, n_bound);
+    if (err == CL_SUCCESS)
+        err = insert_candidates(g, room, n_bound);
+    if (err == CL_SUCCESS)
+        err = link_new(g, room, n_bound, room);
+    k = g->waves;
+    if (err == CL_SUCCESS)
+        err = ARG(k, 0, step) | ARG(k, 1, r) | ARG(k, 2, nbd) | ARG(k, 3, link_groups) | ARG(k, 4, g->ctr) |
+              ARG(k, 5, g->clk) | ARG(k, 6, g->rate_part) | clSetKernelArg(k, 7, local, NULL) |
+              ARG(k, 8, g->par) | ARG(k, 9, g->nb) | ARG(k, 10, g->v) | ARG(k, 11, g->p) | ARG(k, 12, g->wave) |
+              ARG(k, 13, g->back);
+    if (err == CL_SUCCESS)
+        err = launch(g, k, n_bound);
+    k = g->fluxes;
+    if (err == CL_SUCCESS)
+        err = ARG(k, 0, step) | ARG(k, 1, g->ctr) | ARG(k, 2, g->clk) | ARG(k, 3, g->par) | ARG(k, 4, g->nb) |
+              ARG(k, 5, g->v) | ARG(k, 6, g->p) | ARG(k, 7, g->wave) | ARG(k, 8, g->back) | ARG(k, 9, g->flux);
+    if (err == CL_SUCCESS)
+        err = launch(g, k, n_bound);
+    k = g->apply;
+    if (err == CL_SUCCESS)
+        err = ARG(k, 0, step) | ARG(k, 1, g->ctr) | ARG(k, 2, g->nb) | ARG(k, 3, g->flux) | ARG(k, 4, g->p) |
+              ARG(k, 5, g->sum_part) | clSetKernelArg(k, 6, local, NULL);
+    if (err == CL_SUCCESS)
+        err = launch(g, k, n_bound);
+    k = g->total;
+    if (err == CL_SUCCESS && !total)
+        return err;
+    if (err == CL_SUCCESS)
+        err = ARG(k, 0, step) | ARG(k, 1, cell_groups) | ARG(k, 2, left) | ARG(k, 3, g->ctr) | ARG(k, 4, g->clk) |
+              ARG(k, 5, g->sum_part) | clSetKernelArg(k, 6, local, NULL);
+    if (err == CL_SUCCESS)
+        err = launch(g, k, g->group);
+    return err;
 }
 
-/* Removes the unfed cells below the threshold, keeping the order of the
- * rest (a scan of the keep flags), moves the kept cells into the second
- * set of arrays with their links renumbered, and rebuilds the index. */
-static dk_status prune(gb_ocl *g, dk_msg *msg)
+/* Enqueues pruning after step `step`: removes the unfed cells below the
+ * threshold, keeping the order of the rest (a scan of the keep flags),
+ * moves the kept cells into the second set of arrays with their links
+ * renumbered and their masses scaled, takes the largest rate and the
+ * total again, and rebuilds the index. When the step did not run, every
+ * cell is kept and moved as it is. */
+static cl_int enqueue_prune(gb_ocl *g, cl_int step, size_t n_bound)
 {
-    dk_opencl_device *dev = g->dev;
-    cl_int n = (cl_int)g->n;
-    cl_int nblocks = (cl_int)((g->n + g->group - 1) / g->group);
-    size_t local = g->group * sizeof(cl_int);
+    cl_int nblocks = (cl_int)((n_bound + g->group - 1) / g->group);
+    size_t ilocal = g->group * sizeof(cl_int), dlocal = g->group * sizeof(double);
     cl_kernel k = g->prune_mark;
-    cl_int err = ARG(k, 0, n) | ARG(k, 1, g->par) | ARG(k, 2, g->nb) | ARG(k, 3, g->v) | ARG(k, 4, g->p) |
-                 ARG(k, 5, g->keep);
+    cl_int err = ARG(k, 0, step) | ARG(k, 1, g->ctr) | ARG(k, 2, g->clk) | ARG(k, 3, g->par) | ARG(k, 4, g->nb) |
+                 ARG(k, 5, g->v) | ARG(k, 6, g->p) | ARG(k, 7, g->keep) | ARG(k, 8, g->blocks) |
+                 clSetKernelArg(k, 9, ilocal, NULL);
     if (err == CL_SUCCESS)
-        err = launch(g, k, g->n);
-    k = g->scan_blocks;
-    if (err == CL_SUCCESS)
-        err = ARG(k, 0, n) | ARG(k, 1, g->keep) | ARG(k, 2, g->blocks) | clSetKernelArg(k, 3, local, NULL);
-    if (err == CL_SUCCESS)
-        err = launch(g, k, g->n);
+        err = launch(g, k, n_bound);
     k = g->scan_top;
     if (err == CL_SUCCESS)
-        err = ARG(k, 0, nblocks) | ARG(k, 1, g->blocks) | ARG(k, 2, g->counters) | clSetKernelArg(k, 3, local, NULL);
+        err = ARG(k, 0, nblocks) | ARG(k, 1, g->blocks) | ARG(k, 2, g->ctr) | clSetKernelArg(k, 3, ilocal, NULL);
     if (err == CL_SUCCESS)
         err = launch(g, k, g->group);
     k = g->scan_remap;
     if (err == CL_SUCCESS)
-        err = ARG(k, 0, n) | ARG(k, 1, g->keep) | ARG(k, 2, g->blocks) | ARG(k, 3, g->remap) |
-              clSetKernelArg(k, 4, local, NULL);
+        err = ARG(k, 0, g->ctr) | ARG(k, 1, g->keep) | ARG(k, 2, g->blocks) | ARG(k, 3, g->remap) |
+              clSetKernelArg(k, 4, ilocal, NULL);
     if (err == CL_SUCCESS)
-        err = launch(g, k, g->n);
-    cl_int counters[4];
-    if (err == CL_SUCCESS)
-        err = clEnqueueReadBuffer(g->dev->queue, g->counters, CL_TRUE, 0, sizeof counters, counters, 0, NULL, NULL);
-    CL_TRY(err, "gbees: marking cells to prune");
-    dk_status st = check_pending(g, msg);
-    if (st != DK_OK)
-        return st;
-    size_t kept = (size_t)counters[2];
-    if (kept == g->n)
-        return DK_OK;
+        err = launch(g, k, n_bound);
     k = g->prune_move;
-    err = ARG(k, 0, n) | ARG(k, 1, g->remap) | ARG(k, 2, g->key) | ARG(k, 3, g->v) | ARG(k, 4, g->nb) |
-          ARG(k, 5, g->p) | ARG(k, 6, g->rate) | ARG(k, 7, g->key2) | ARG(k, 8, g->v2) | ARG(k, 9, g->nb2) |
-          ARG(k, 10, g->p2) | ARG(k, 11, g->rate2);
     if (err == CL_SUCCESS)
-        err = launch(g, k, g->n);
-    CL_TRY(err, "gbees: moving the kept cells");
+        err = ARG(k, 0, step) | ARG(k, 1, g->ctr) | ARG(k, 2, g->clk) | ARG(k, 3, g->remap) | ARG(k, 4, g->key) |
+              ARG(k, 5, g->v) | ARG(k, 6, g->nb) | ARG(k, 7, g->p) | ARG(k, 8, g->rate) | ARG(k, 9, g->key2) |
+              ARG(k, 10, g->v2) | ARG(k, 11, g->nb2) | ARG(k, 12, g->p2) | ARG(k, 13, g->rate2) |
+              ARG(k, 14, g->sum_part) | ARG(k, 15, g->max_part) | clSetKernelArg(k, 16, dlocal, NULL);
+    if (err == CL_SUCCESS)
+        err = launch(g, k, n_bound);
+    if (err != CL_SUCCESS)
+        return err;
     cl_mem t;
     t = g->key, g->key = g->key2, g->key2 = t;
     t = g->v, g->v = g->v2, g->v2 = t;
     t = g->nb, g->nb = g->nb2, g->nb2 = t;
     t = g->p, g->p = g->p2, g->p2 = t;
     t = g->rate, g->rate = g->rate2, g->rate2 = t;
-    g->n = kept;
-    err = clear_slots(g, g->slot, g->hcap);
+    k = g->prune_total;
+    err = ARG(k, 0, step) | ARG(k, 1, nblocks) | ARG(k, 2, g->ctr) | ARG(k, 3, g->clk) | ARG(k, 4, g->sum_part) |
+          ARG(k, 5, g->max_part) | clSetKernelArg(k, 6, dlocal, NULL);
     if (err == CL_SUCCESS)
-        err = place(g, 0);
-    /* removed cells may have held the largest rate */
+        err = launch(g, k, g->group);
     if (err == CL_SUCCESS)
-        err = reduce(g, g->rate, 0, g->n, 0, 1, 0);
+        err = clear_slots(g, g->slot, g->hcap);
     if (err == CL_SUCCESS)
-        err = clEnqueueReadBuffer(g->dev->queue, g->scalars, CL_TRUE, 0, sizeof g->max_rate, &g->max_rate, 0, NULL,
-                                  NULL);
-    CL_TRY(err, "gbees: rebuilding the index after pruning");
-    return DK_OK;
-}
-
-/* One step's fluxes and update of p with time step dt. */
-static cl_int transport(gb_ocl *g)
-{
-    cl_int n = (cl_int)g->n;
-    cl_double dt = g->dt;
-    cl_kernel k = g->waves;
-    cl_int err = ARG(k, 0, n) | ARG(k, 1, dt) | ARG(k, 2, g->par) | ARG(k, 3, g->nb) | ARG(k, 4, g->v) |
-                 ARG(k, 5, g->p) | ARG(k, 6, g->wave) | ARG(k, 7, g->back);
-    if (err == CL_SUCCESS)
-        err = launch(g, k, g->n);
-    k = g->fluxes;
-    if (err == CL_SUCCESS)
-        err = ARG(k, 0, n) | ARG(k, 1, dt) | ARG(k, 2, g->par) | ARG(k, 3, g->nb) | ARG(k, 4, g->v) |
-              ARG(k, 5, g->p) | ARG(k, 6, g->wave) | ARG(k, 7, g->back) | ARG(k, 8, g->flux);
-    if (err == CL_SUCCESS)
-        err = launch(g, k, g->n);
-    k = g->apply;
-    if (err == CL_SUCCESS)
-        err = ARG(k, 0, n) | ARG(k, 1, g->nb) | ARG(k, 2, g->flux) | ARG(k, 3, g->p);
-    if (err == CL_SUCCESS)
-        err = launch(g, k, g->n);
+        err = place_cells(g, 0, -1, n_bound);
     return err;
 }
 
+/* Steps in batches: the host writes ctr and clk, enqueues a batch of
+ * steps (pruning after every del_step-th) and the last scaling, and waits
+ * once for ctr and clk. A batch holds the steps the CFL limit says are left
+ * (128 at most; those past the target return at once), or one step in the
+ * variant per-step. Its room: candidates a step, an eighth of the grid
+ * and 1024 at least; cells, as many again as the grid (SMALL_GRID) or an
+ * eighth, 4096 at least, twice the last batch's growth; a step that needs
+ * more stalls the batch, and the next one gets room for it. */
 static dk_status advance(void *handle, double t_target, int max_steps, dk_msg *msg)
 {
     gb_ocl *g = handle;
@@ -819,28 +812,105 @@ static dk_status advance(void *handle, double t_target, int max_steps, dk_msg *m
     dk_status st = dk_opencl_enter(dev, msg);
     if (st != DK_OK)
         return st;
-    for (int done = 0; g->t < t_target && (max_steps <= 0 || done < max_steps); done++) {
-        if ((st = grow(g, msg)) != DK_OK)
+    size_t grew = 0, asked = 0; /* the last batch's growth; a stalled step's candidates */
+    for (int done = 0; g->t < t_target && (max_steps <= 0 || done < max_steps);) {
+        /* the steps left at the CFL step of the largest rate so far (the
+         * last dt may have been clipped to an earlier target) */
+        int batch = MAX_BATCH;
+        double left = (t_target - g->t) * g->max_rate / g->s.cfl;
+        if (g->per_step || !(g->max_rate > 0.0))
+            batch = 1; /* with no rate, one step reaches the target */
+        else if (left < batch)
+            batch = left < 1.0 ? 1 : (int)ceil(left);
+        if (dev->is_cpu && batch > CPU_BATCH)
+            batch = CPU_BATCH;
+        if (max_steps > 0 && max_steps - done < batch)
+            batch = max_steps - done;
+        size_t room = g->n / 8 > 1024 ? g->n / 8 : 1024;
+        if (room < 2 * asked)
+            room = 2 * asked;
+        size_t spare = g->n < SMALL_GRID && !dev->is_cpu ? (g->n > 4096 ? g->n : 4096) : g->n / 8;
+        if (spare < 2 * grew)
+            spare = 2 * grew;
+        if (spare < room)
+            spare = room;
+        size_t n_bound = g->n + spare;
+        if ((st = reserve_candidates(g, room, msg)) != DK_OK || (st = reserve_cells(g, n_bound, msg)) != DK_OK ||
+            (st = reserve_index(g, n_bound, msg)) != DK_OK)
             return st;
-        double rate = g->max_rate;
-        double dt = rate > 0.0 ? g->s.cfl / rate : t_target - g->t;
-        if (!(dt > 1e-12 * (1.0 + fabs(t_target)))) {
-            dk_msg_set(msg, "the time step collapsed to %g at t = %g (velocities too large for the grid)", dt,
+        memset(g->ctr_host, 0, sizeof g->ctr_host);
+        memset(g->clk_host, 0, sizeof g->clk_host);
+        g->ctr_host[3] = (cl_int)g->n;
+        g->clk_host[0] = g->max_rate;
+        g->clk_host[1] = g->t;
+        g->clk_host[2] = g->dt;
+        g->clk_host[3] = t_target;
+        g->clk_host[4] = g->s.cfl;
+        cl_command_queue q = dev->queue;
+        cl_int err = clEnqueueWriteBuffer(q, g->ctr, CL_FALSE, 0, sizeof g->ctr_host, g->ctr_host, 0, NULL, NULL);
+        if (err == CL_SUCCESS)
+            err = clEnqueueWriteBuffer(q, g->clk, CL_FALSE, 0, sizeof g->clk_host, g->clk_host, 0, NULL, NULL);
+        /* a step's total waits for the next gb_grow, where there is one and
+         * the grid is small */
+        cl_int cell_groups = (cl_int)((n_bound + g->group - 1) / g->group);
+        int fuse = cell_groups <= FUSED_TOTAL_GROUPS, fused = 0;
+        for (cl_int s = 1; s <= batch && err == CL_SUCCESS; s++) {
+            int prune = (g->steps + (uint64_t)s) % (uint64_t)g->s.del_step == 0;
+            int total = !fuse || prune || s == batch;
+            err = enqueue_step(g, s, room, n_bound, fused ? cell_groups : 0, total);
+            fused = !total;
+            if (err == CL_SUCCESS && prune)
+                err = enqueue_prune(g, s, n_bound);
+        }
+        cl_kernel k = g->settle;
+        if (err == CL_SUCCESS)
+            err = ARG(k, 0, g->ctr) | ARG(k, 1, g->clk) | ARG(k, 2, g->p);
+        if (err == CL_SUCCESS)
+            err = launch(g, k, n_bound);
+        cl_int ctr[16];
+        double clk[16];
+        if (err == CL_SUCCESS)
+            err = clEnqueueReadBuffer(q, g->ctr, CL_FALSE, 0, sizeof ctr, ctr, 0, NULL, NULL);
+        if (err == CL_SUCCESS)
+            err = clEnqueueReadBuffer(q, g->clk, CL_TRUE, 0, sizeof clk, clk, 0, NULL, NULL);
+        if (err != CL_SUCCESS)
+            clFinish(q); /* reads and writes of host arrays may still be under way */
+        CL_TRY(err, "gbees: running a batch of %d steps", batch);
+        if ((st = check_pending(g, msg)) != DK_OK)
+            return st;
+        size_t before = g->n;
+        done += ctr[4];
+        g->steps += (uint64_t)ctr[4];
+        g->cell_steps += (uint64_t)clk[6];
+        g->n = (size_t)ctr[3];
+        g->t = clk[1];
+        if (ctr[4] > 0)
+            g->dt = clk[2];
+        g->max_rate = clk[0];
+        grew = g->n > before ? g->n - before : 0;
+        switch (ctr[5]) {
+        case GB_RUN:
+            break;
+        case GB_STALL:
+            if (ctr[10] < 0) {
+                dk_msg_set(msg, "opencl gbees: more candidate cells in one step than 32-bit counters allow");
+                return DK_ERR_OUT_OF_MEMORY;
+            }
+            if (asked < (size_t)ctr[10])
+                asked = (size_t)ctr[10];
+            if (grew < (size_t)ctr[10])
+                grew = (size_t)ctr[10];
+            break;
+        case GB_COLLAPSED:
+            dk_msg_set(msg, "the time step collapsed to %g at t = %g (velocities too large for the grid)", clk[7],
                        g->t);
             return DK_ERR_INVALID_ARGUMENT;
-        }
-        int last = dt >= t_target - g->t;
-        g->dt = last ? t_target - g->t : dt;
-        cl_int err = transport(g);
-        CL_TRY(err, "gbees: enqueueing a step");
-        g->cell_steps += g->n;
-        g->steps++;
-        g->t = last ? t_target : g->t + g->dt;
-        CL_TRY(normalize_async(g, "all probability left the grid at t = %g"), "gbees: normalizing");
-        if (g->steps % (uint64_t)g->s.del_step == 0) {
-            if ((st = prune(g, msg)) != DK_OK)
-                return st;
-            CL_TRY(normalize_async(g, "all probability was pruned at t = %g"), "gbees: normalizing");
+        case GB_LEFT:
+            dk_msg_set(msg, "all probability left the grid at t = %g", g->t);
+            return DK_ERR_INVALID_ARGUMENT;
+        default:
+            dk_msg_set(msg, "all probability was pruned at t = %g", g->t);
+            return DK_ERR_INVALID_ARGUMENT;
         }
     }
     return finish(g, msg);
@@ -921,7 +991,7 @@ static void stats(void *handle, dk_gbees_stats *st)
     st->dt = g->dt;
 }
 
-static const char *const variants[] = {"count-first", "one-wait", NULL};
+static const char *const variants[] = {"batched", "per-step", NULL};
 
 const dk_gbees_ops dk_opencl_gbees_ops = {
     .variants = variants,

@@ -25,6 +25,26 @@
  *              key and puts the position in its slot.
  * Only 32-bit atomics are used (64-bit ones are not on every device).
  *
+ * Steps run without the host: each launch is sized by an upper bound and
+ * reads what it needs from two small arrays the host writes once per
+ * batch of steps and reads after it:
+ *   ctr  int:    0 candidates, 1 new cells, 2 cells kept, 3 n (cells),
+ *                4 steps done in the batch, 5 status (GB_RUN, GB_STALL:
+ *                the growth needs more room than the batch was given, or
+ *                an error), 6 t reached the target; 7, 8, 9: 3, 5, 6 as
+ *                gb_waves leaves them (gb_fluxes copies them over), 10 the
+ *                candidates of a stalled step;
+ *   clk  double: 0 largest rate, 1 t, 2 dt, 3 target, 4 cfl, 5 the
+ *                normalization's pending 1 / total (0: none), 6 cell-steps
+ *                in the batch, 7 the dt that collapsed; 8, 9: 0, 1 as
+ *                gb_waves leaves them.
+ * A step's launches after a stall or an error, or once t reached the
+ * target, return at once, so the host may enqueue more steps than run.
+ * The normalization's scaling waits for the next launch that touches
+ * every cell anyway (gb_grow, gb_prune_move or gb_settle); gb_grow also
+ * takes the step's total itself (from gb_apply's partial sums) where the
+ * grid is small, saving gb_total's launch.
+ *
  * Every sum and maximum goes through gb_reduce (work-groups stride over
  * the cells, then a tree in local memory) and gb_reduce_final (one group
  * over the partials): fixed order for a given cell order. The cell order
@@ -37,6 +57,31 @@
 #define P_COEF (2 * D)
 #define P_THR (2 * D + GB_NCOEF)
 #define MAXM 8 /* DK_GBEES_MAX_DIM: measurement components */
+
+/* ctr[5] */
+#define GB_RUN 0
+#define GB_STALL 2
+#define GB_COLLAPSED 3
+#define GB_LEFT 4
+#define GB_PRUNED 5
+
+/* a step's growth may run: no stall or error, t short of the target */
+static inline int gb_may_grow(__global const int *ctr)
+{
+    return ctr[5] == GB_RUN && ctr[6] == 0;
+}
+
+/* the candidates do not fit the room the batch was given */
+static inline int gb_stalled(__global const int *ctr, int room, int n_bound)
+{
+    return ctr[0] > room || ctr[3] + ctr[0] > n_bound;
+}
+
+/* step `step` of the batch ran and nothing failed since */
+static inline int gb_ran(__global const int *ctr, int step)
+{
+    return ctr[4] == step && ctr[5] == GB_RUN;
+}
 
 /* gb_pos, gb_neg and gb_mc come from algorithms/gbees/flux.h, ahead of
  * this file in the program (gbees.c) */
@@ -106,12 +151,24 @@ static double gb_quad(int m, const double *x, __global const double *mean, __glo
     return q;
 }
 
-/* Appends key k to the candidate list; past cand_cap only the count grows,
- * the first cand_cap are inserted, and the host enlarges the list and
- * runs the launch again (existing cells, those just added included, are
- * not asked for twice). Launches that follow take the count from
- * counters[0], bounded by the list's room, so the host need not read it
- * first. */
+/* The work-group's sum (op 0) or maximum (op 1) of each item's acc, left
+ * in tmp[0] (a power-of-two group size). */
+static void gb_reduce_group(__local double *tmp, double acc, int op)
+{
+    size_t lid = get_local_id(0);
+    tmp[lid] = acc;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (size_t h = get_local_size(0) / 2; h > 0; h /= 2) {
+        if (lid < h)
+            tmp[lid] = op == 0 ? tmp[lid] + tmp[lid + h] : fmax(tmp[lid], tmp[lid + h]);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+}
+
+/* Appends key k to the candidate list; past cand_cap only the count grows:
+ * the launches that follow see the overflow in counters[0] and insert
+ * nothing (gb_stalled), and the host enlarges the list and runs the step
+ * again, the grid being unchanged. */
 static inline void gb_push(__global int *cand, __global int *counters, int cand_cap, const int *k)
 {
     int at = atomic_inc(&counters[0]);
@@ -154,13 +211,44 @@ __kernel void gb_init_level(int from, int to, double lognorm, __global const dou
  * such axes. Links are complete among existing cells, so a missing link is
  * a missing cell; only an edge neighbour behind a missing face cell needs
  * the index. */
-__kernel void gb_grow(int n, __global const double *par, __global const int *key,
-                      __global const double *v, __global const int *nb, __global const double *p,
+__kernel void gb_grow(int step, __global const double *par, __global const int *key,
+                      __global const double *v, __global const int *nb, __global double *p,
                       __global const int *slot, uint mask, __global int *cand,
-                      __global int *counters, int cand_cap)
+                      __global int *ctr, int cand_cap, __global const double *clk,
+                      int sum_groups, __global const double *sum_part, __local double *tmp)
 {
     int c = (int)get_global_id(0);
-    if (c >= n || p[c] < par[P_THR])
+    int go = gb_may_grow(ctr);
+    /* the last normalization's scaling, pending: in clk[5], or (sum_groups
+     * > 0) the sum of step - 1, when it ran, in sum_part, reduced here by
+     * every work-group alike, as gb_total would (also when t reached the
+     * target at that step and nothing grows now) */
+    double inv = clk[5];
+    if (sum_groups > 0) {
+        int ran = gb_ran(ctr, step - 1);
+        double acc = 0.0;
+        if (ran)
+            for (size_t i = get_local_id(0); i < (size_t)sum_groups; i += get_local_size(0))
+                acc += sum_part[i];
+        gb_reduce_group(tmp, acc, 0);
+        double total = tmp[0];
+        if (!ran)
+            return;
+        if (!(total > 0.0) || isinf(total)) {
+            if (c == 0)
+                ctr[5] = GB_LEFT;
+            return;
+        }
+        inv = 1.0 / total;
+    }
+    if (c >= ctr[3] || !(go || (sum_groups > 0 && inv != 0.0)))
+        return;
+    double pc = p[c];
+    if (inv != 0.0) {
+        pc *= inv;
+        p[c] = pc;
+    }
+    if (!go || pc < par[P_THR])
         return;
     double vc[D];
     for (int i = 0; i < D; i++)
@@ -175,7 +263,7 @@ __kernel void gb_grow(int n, __global const double *par, __global const int *key
         gb_load_key(key, c, k);
         k[i] += si ? 1 : -1;
         if (face < 0)
-            gb_push(cand, counters, cand_cap, k);
+            gb_push(cand, ctr, cand_cap, k);
         for (int j = 0; j < D; j++) {
             if (j == i || vc[j] == 0.0)
                 continue;
@@ -184,20 +272,21 @@ __kernel void gb_grow(int n, __global const double *par, __global const int *key
                 continue;
             k[j] += sj ? 1 : -1;
             if (face >= 0 || gb_find(slot, mask, key, k) < 0)
-                gb_push(cand, counters, cand_cap, k);
+                gb_push(cand, ctr, cand_cap, k);
             k[j] -= sj ? 1 : -1;
         }
     }
 }
 
 /* Each candidate claims a slot or finds its key already there (a cell, or
- * a candidate that claimed first). cand_slot: the slot won, or -1. */
-__kernel void gb_insert(int room, __global const int *counters, __global const int *cand,
+ * a candidate that claimed first). cand_slot: the slot won, or -1. Room:
+ * at most `room` candidates and n_bound cells, else the step stalls. */
+__kernel void gb_insert(int room, int n_bound, __global const int *ctr, __global const int *cand,
                         __global const int *key, __global int *slot, uint mask,
                         __global int *cand_slot)
 {
     int c = (int)get_global_id(0);
-    if (c >= min(counters[0], room))
+    if (c >= ctr[0] || !gb_may_grow(ctr) || gb_stalled(ctr, room, n_bound))
         return;
     int k[D];
     gb_load_key(cand, c, k);
@@ -223,87 +312,77 @@ __kernel void gb_insert(int room, __global const int *counters, __global const i
 }
 
 /* Winners become cells n, n + 1, ...: key, zero mass, the slot's value.
- * counters[1] counts them. */
-__kernel void gb_assign(int room, int n, __global const int *cand, __global const int *cand_slot,
+ * ctr[1] counts them. */
+__kernel void gb_assign(int room, int n_bound, __global const int *cand, __global const int *cand_slot,
                         __global int *key, __global double *p, __global int *slot,
-                        __global int *counters)
+                        __global int *ctr)
 {
     int c = (int)get_global_id(0);
-    if (c >= min(counters[0], room))
+    if (c >= ctr[0] || !gb_may_grow(ctr) || gb_stalled(ctr, room, n_bound))
         return;
     int s = cand_slot[c];
     if (s < 0)
         return;
-    int at = n + atomic_inc(&counters[1]);
+    int at = ctr[3] + atomic_inc(&ctr[1]);
     for (int i = 0; i < D; i++)
         key[(size_t)at * D + i] = cand[(size_t)c * D + i];
     p[at] = 0.0;
     slot[s] = at;
 }
 
-/* Cells [from, from + counters[1]) find their face neighbours, tell the
+/* Cells [n, n + ctr[1]) (n = ctr[3]) find their face neighbours, tell the
  * older ones about themselves (each older cell's face slot has exactly one
  * cell across it, so no two writes meet) and get their velocities: f at
- * the centre moved half a cell along each axis, once per cell. */
-__kernel void gb_link_new(int from, __global const int *counters, __global const double *par,
+ * the centre moved half a cell along each axis, once per cell. The
+ * work-group's largest new rate goes to rate_part[group]. */
+__kernel void gb_link_new(int room, int n_bound, __global const int *ctr, __global const double *par,
                           __global const int *key, __global const int *slot, uint mask,
-                          __global int *nb, __global double *v, __global double *rate)
+                          __global int *nb, __global double *v, __global double *rate,
+                          __global double *rate_part, __local double *tmp)
 {
+    int from = ctr[3];
     int c = from + (int)get_global_id(0);
-    if (c >= from + counters[1])
-        return;
-    int k[D];
-    gb_load_key(key, c, k);
-    for (int i = 0; i < D; i++) {
-        k[i]--;
-        int b = gb_find(slot, mask, key, k);
-        k[i] += 2;
-        int f = gb_find(slot, mask, key, k);
-        k[i]--;
-        nb[(size_t)c * 2 * D + 2 * i] = b;
-        nb[(size_t)c * 2 * D + 2 * i + 1] = f;
-        if (b >= 0 && b < from)
-            nb[(size_t)b * 2 * D + 2 * i + 1] = c;
-        if (f >= 0 && f < from)
-            nb[(size_t)f * 2 * D + 2 * i] = c;
+    double r = 0.0;
+    if (c < from + ctr[1] && gb_may_grow(ctr) && !gb_stalled(ctr, room, n_bound)) {
+        int k[D];
+        gb_load_key(key, c, k);
+        for (int i = 0; i < D; i++) {
+            k[i]--;
+            int b = gb_find(slot, mask, key, k);
+            k[i] += 2;
+            int f = gb_find(slot, mask, key, k);
+            k[i]--;
+            nb[(size_t)c * 2 * D + 2 * i] = b;
+            nb[(size_t)c * 2 * D + 2 * i + 1] = f;
+            if (b >= 0 && b < from)
+                nb[(size_t)b * 2 * D + 2 * i + 1] = c;
+            if (f >= 0 && f < from)
+                nb[(size_t)f * 2 * D + 2 * i] = c;
+        }
+        double coef[GB_NCOEF], x[D], fx[D];
+        for (int m = 0; m < GB_NCOEF; m++)
+            coef[m] = par[P_COEF + m];
+        for (int i = 0; i < D; i++) {
+            gb_center(par, k, x);
+            x[i] += 0.5 * par[P_DX + i];
+            gb_f(D, x, coef, fx);
+            v[(size_t)c * D + i] = fx[i];
+            r += fabs(fx[i]) / par[P_DX + i];
+        }
+        rate[c] = r;
     }
-    double coef[GB_NCOEF], x[D], fx[D], r = 0.0;
-    for (int m = 0; m < GB_NCOEF; m++)
-        coef[m] = par[P_COEF + m];
-    for (int i = 0; i < D; i++) {
-        gb_center(par, k, x);
-        x[i] += 0.5 * par[P_DX + i];
-        gb_f(D, x, coef, fx);
-        v[(size_t)c * D + i] = fx[i];
-        r += fabs(fx[i]) / par[P_DX + i];
-    }
-    rate[c] = r;
+    gb_reduce_group(tmp, r, 1);
+    if (get_local_id(0) == 0)
+        rate_part[get_group_id(0)] = tmp[0];
 }
 
-/* The work-group's sum (op 0) or maximum (op 1) of each item's acc, left
- * in tmp[0] (a power-of-two group size). */
-static void gb_reduce_group(__local double *tmp, double acc, int op)
-{
-    size_t lid = get_local_id(0);
-    tmp[lid] = acc;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (size_t h = get_local_size(0) / 2; h > 0; h /= 2) {
-        if (lid < h)
-            tmp[lid] = op == 0 ? tmp[lid] + tmp[lid + h] : fmax(tmp[lid], tmp[lid + h]);
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-}
-
-/* Stage one of a sum (op 0) or maximum (op 1) of x[base, base + count),
- * count = counters[1] when from_counter, else n: partial[group]. */
-__kernel void gb_reduce(int base, int n, int from_counter, __global const int *counters,
-                        __global const double *x, int op, __global double *partial,
+/* Stage one of a sum (op 0) or maximum (op 1) of x[0, n): partial[group]. */
+__kernel void gb_reduce(int n, __global const double *x, int op, __global double *partial,
                         __local double *tmp)
 {
-    int count = from_counter ? counters[1] : n;
     double acc = 0.0;
-    for (size_t i = get_global_id(0); i < (size_t)count; i += get_global_size(0)) {
-        double y = x[base + i];
+    for (size_t i = get_global_id(0); i < (size_t)n; i += get_global_size(0)) {
+        double y = x[i];
         acc = op == 0 ? acc + y : fmax(acc, y);
     }
     gb_reduce_group(tmp, acc, op);
@@ -339,13 +418,58 @@ __kernel void gb_scale(int n, __global double *p, __global const double *scalars
 /* Each face's wave (half the jump across it, times dt/dx) and what the
  * back face brings in: the back neighbour's max(v_i, 0) and the back
  * face's wave. */
-__kernel void gb_waves(int n, double dt, __global const double *par, __global const int *nb,
+__kernel void gb_waves(int step, int room, int n_bound, int link_groups, __global int *ctr,
+                       __global double *clk, __global const double *rate_part, __local double *tmp,
+                       __global const double *par, __global const int *nb,
                        __global const double *v, __global const double *p,
                        __global double *wave, __global double *back)
 {
+    /* the clock, in every work-group alike: takes the new cells in, keeps
+     * the largest rate (a cell's rate never changes, so only new cells can
+     * raise it), and chooses dt exactly as the engine does (CFL limit, the
+     * last step clipped to the target); a growth that did not fit stalls
+     * the batch instead. Work-item 0 writes the outcome into the words
+     * that no work-item reads here (ctr[7..10], clk[8, 9] and those the
+     * step's later launches read), and gb_fluxes publishes it. */
     int c = (int)get_global_id(0);
-    if (c >= n)
+    int go = gb_may_grow(ctr), stalled = gb_stalled(ctr, room, n_bound);
+    int grows = go && !stalled;
+    double acc = 0.0;
+    if (grows)
+        for (size_t i = get_local_id(0); i < (size_t)link_groups; i += get_local_size(0))
+            acc = fmax(acc, rate_part[i]);
+    gb_reduce_group(tmp, acc, 1);
+    int added = ctr[1], n = ctr[3] + (grows ? added : 0);
+    double rate = clk[0];
+    if (grows && added > 0 && tmp[0] > rate)
+        rate = tmp[0];
+    double t = clk[1], target = clk[3];
+    double dt = rate > 0.0 ? clk[4] / rate : target - t;
+    int collapsed = grows && !(dt > 1e-12 * (1.0 + fabs(target)));
+    int run = grows && !collapsed;
+    int last = dt >= target - t;
+    double dt_step = last ? target - t : dt;
+    if (c == 0) {
+        ctr[7] = n;
+        ctr[8] = !go ? ctr[5] : stalled ? GB_STALL : collapsed ? GB_COLLAPSED : GB_RUN;
+        ctr[9] = run ? last : ctr[6];
+        clk[8] = rate;
+        clk[9] = run ? (last ? target : t + dt) : t;
+        if (go && stalled)
+            ctr[10] = ctr[0]; /* the host makes room for them */
+        if (collapsed)
+            clk[7] = dt;
+        if (go)
+            clk[5] = 0.0; /* gb_grow applied the scaling */
+        if (run) {
+            clk[2] = dt_step;
+            clk[6] += (double)n;
+            ctr[4] = step;
+        }
+    }
+    if (!run || c >= n)
         return;
+    dt = dt_step;
     double pc = p[c];
     for (int i = 0; i < D; i++) {
         int fwd = nb[(size_t)c * 2 * D + 2 * i + 1], a = nb[(size_t)c * 2 * D + 2 * i];
@@ -359,14 +483,28 @@ __kernel void gb_waves(int n, double dt, __global const double *par, __global co
 /* The flux through each forward face of cell c, times dt / dx_j: donor
  * cell, the MC-limited high-resolution correction, and the
  * corner-transport terms of the transverse waves (engine.h, gb_fluxes). */
-__kernel void gb_fluxes(int n, double dt, __global const double *par, __global const int *nbs,
+__kernel void gb_fluxes(int step, __global int *ctr, __global double *clk,
+                        __global const double *par, __global const int *nbs,
                         __global const double *vv, __global const double *p,
                         __global const double *wave, __global const double *back,
                         __global double *flux)
 {
     int c = (int)get_global_id(0);
-    if (c >= n)
+    /* gb_waves' outcome: read here from its own words, published by
+     * work-item 0 for the launches that follow */
+    int n = ctr[7], ran = ctr[4] == step && ctr[8] == GB_RUN;
+    if (c == 0) {
+        ctr[3] = n;
+        ctr[5] = ctr[8];
+        ctr[6] = ctr[9];
+        clk[0] = clk[8];
+        clk[1] = clk[9];
+        ctr[0] = 0;
+        ctr[1] = 0;
+    }
+    if (c >= n || !ran)
         return;
+    double dt = clk[2];
     double v[D];
     int nb[2 * D];
     for (int i = 0; i < D; i++)
@@ -417,58 +555,122 @@ __kernel void gb_fluxes(int n, double dt, __global const double *par, __global c
     }
 }
 
-__kernel void gb_apply(int n, __global const int *nb, __global const double *flux, __global double *p)
+/* p minus the net flux out, and the work-group's sum of the new p in
+ * sum_part[group] (the normalization's first stage). */
+__kernel void gb_apply(int step, __global const int *ctr, __global const int *nb,
+                       __global const double *flux, __global double *p,
+                       __global double *sum_part, __local double *tmp)
 {
     int c = (int)get_global_id(0);
-    if (c >= n)
-        return;
-    double q = p[c];
-    for (int j = 0; j < D; j++) {
-        int bk = nb[(size_t)c * 2 * D + 2 * j];
-        q -= flux[(size_t)c * D + j] - (bk >= 0 ? flux[(size_t)bk * D + j] : 0.0);
+    double q = 0.0;
+    if (c < ctr[3] && gb_ran(ctr, step)) {
+        q = p[c];
+        for (int j = 0; j < D; j++) {
+            int bk = nb[(size_t)c * 2 * D + 2 * j];
+            q -= flux[(size_t)c * D + j] - (bk >= 0 ? flux[(size_t)bk * D + j] : 0.0);
+        }
+        q = gb_pos(q);
+        p[c] = q;
     }
-    p[c] = gb_pos(q);
+    gb_reduce_group(tmp, q, 0);
+    if (get_local_id(0) == 0)
+        sum_part[get_group_id(0)] = tmp[0];
 }
 
-/* Pruning. A cell below the threshold survives when some cell at or above
- * it would grow into it (engine.h, gb_fed). keep[c]: 1 kept, 0 removed. */
-__kernel void gb_prune_mark(int n, __global const double *par, __global const int *nb,
-                            __global const double *v, __global const double *p,
-                            __global int *keep)
+/* One work-group: the total of sum_part[0, groups) after step `step`; its
+ * inverse becomes the pending scaling, or the batch stops with status
+ * `fail` when it is not a positive finite number. */
+__kernel void gb_total(int step, int groups, int fail, __global int *ctr, __global double *clk,
+                       __global const double *sum_part, __local double *tmp)
+{
+    size_t lid = get_local_id(0);
+    int go = gb_ran(ctr, step);
+    double acc = 0.0;
+    if (go)
+        for (size_t i = lid; i < (size_t)groups; i += get_local_size(0))
+            acc += sum_part[i];
+    gb_reduce_group(tmp, acc, 0);
+    if (lid != 0 || !go)
+        return;
+    double total = tmp[0];
+    if (!(total > 0.0) || isinf(total))
+        ctr[5] = fail;
+    else
+        clk[5] = 1.0 / total;
+}
+
+/* p *= the pending scaling, which the host then drops: the last launch of
+ * a batch. */
+__kernel void gb_settle(__global const int *ctr, __global const double *clk, __global double *p)
 {
     int c = (int)get_global_id(0);
-    if (c >= n)
-        return;
-    double thr = par[P_THR];
-    int fed = p[c] >= thr;
-    for (int i = 0; i < D && !fed; i++)
-        for (int si = 0; si < 2 && !fed; si++) {
-            int a = nb[(size_t)c * 2 * D + 2 * i + si];
-            if (a < 0)
-                continue;
-            double vai = v[(size_t)a * D + i];
-            if (!(si == 0 ? vai > 0.0 : vai < 0.0))
-                continue;
-            if (p[a] >= thr) {
-                fed = 1;
-                break;
-            }
-            for (int j = 0; j < D && !fed; j++) {
-                if (j == i)
+    double inv = clk[5];
+    if (c < ctr[3] && inv != 0.0)
+        p[c] *= inv;
+}
+
+/* Pruning after step `step`. A cell below the threshold survives when
+ * some cell at or above it would grow into it (engine.h, gb_fed), the
+ * masses taken with the pending scaling. keep[c]: 1 kept, 0 removed
+ * (every cell is kept when the step did not run); blocks[group]: the
+ * kept cells of the work-group's stretch. */
+static inline double gb_scaled(__global const double *p, int c, double inv)
+{
+    return inv != 0.0 ? p[c] * inv : p[c];
+}
+
+__kernel void gb_prune_mark(int step, __global const int *ctr, __global const double *clk,
+                            __global const double *par, __global const int *nb,
+                            __global const double *v, __global const double *p,
+                            __global int *keep, __global int *blocks, __local int *tmp)
+{
+    int c = (int)get_global_id(0);
+    int n = ctr[3], fed = 0;
+    if (c < n && !gb_ran(ctr, step))
+        fed = 1;
+    else if (c < n) {
+        double thr = par[P_THR], inv = clk[5];
+        fed = gb_scaled(p, c, inv) >= thr;
+        for (int i = 0; i < D && !fed; i++)
+            for (int si = 0; si < 2 && !fed; si++) {
+                int a = nb[(size_t)c * 2 * D + 2 * i + si];
+                if (a < 0)
                     continue;
-                for (int sj = 0; sj < 2; sj++) {
-                    int e = nb[(size_t)a * 2 * D + 2 * j + sj];
-                    if (e < 0 || p[e] < thr)
+                double vai = v[(size_t)a * D + i];
+                if (!(si == 0 ? vai > 0.0 : vai < 0.0))
+                    continue;
+                if (gb_scaled(p, a, inv) >= thr) {
+                    fed = 1;
+                    break;
+                }
+                for (int j = 0; j < D && !fed; j++) {
+                    if (j == i)
                         continue;
-                    double vei = v[(size_t)e * D + i], vej = v[(size_t)e * D + j];
-                    if ((si == 0 ? vei > 0.0 : vei < 0.0) && (sj == 0 ? vej > 0.0 : vej < 0.0)) {
-                        fed = 1;
-                        break;
+                    for (int sj = 0; sj < 2; sj++) {
+                        int e = nb[(size_t)a * 2 * D + 2 * j + sj];
+                        if (e < 0 || gb_scaled(p, e, inv) < thr)
+                            continue;
+                        double vei = v[(size_t)e * D + i], vej = v[(size_t)e * D + j];
+                        if ((si == 0 ? vei > 0.0 : vei < 0.0) && (sj == 0 ? vej > 0.0 : vej < 0.0)) {
+                            fed = 1;
+                            break;
+                        }
                     }
                 }
             }
-        }
-    keep[c] = fed;
+    }
+    if (c < n)
+        keep[c] = fed;
+    size_t lid = get_local_id(0);
+    tmp[lid] = fed;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (size_t h = get_local_size(0) / 2; h > 0; h /= 2) {
+        if (lid < h)
+            tmp[lid] += tmp[lid + h];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid == 0)
+        blocks[get_group_id(0)] = tmp[0];
 }
 
 /* Exclusive scan of tmp[0, size) in place (size a power of two); returns
@@ -490,24 +692,9 @@ static int gb_scan_local(__local int *tmp)
     return total;
 }
 
-/* The kept cells of each work-group's stretch of cells: blocks[group]. */
-__kernel void gb_scan_blocks(int n, __global const int *keep, __global int *blocks, __local int *tmp)
-{
-    size_t c = get_global_id(0), lid = get_local_id(0);
-    tmp[lid] = c < (size_t)n ? keep[c] : 0;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (size_t h = get_local_size(0) / 2; h > 0; h /= 2) {
-        if (lid < h)
-            tmp[lid] += tmp[lid + h];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    if (lid == 0)
-        blocks[get_group_id(0)] = tmp[0];
-}
-
 /* One work-group: blocks[] becomes each block's first new position, and
- * counters[2] the number of cells kept. */
-__kernel void gb_scan_top(int nblocks, __global int *blocks, __global int *counters, __local int *tmp)
+ * ctr[2] the number of cells kept. */
+__kernel void gb_scan_top(int nblocks, __global int *blocks, __global int *ctr, __local int *tmp)
 {
     size_t lid = get_local_id(0), size = get_local_size(0);
     int carry = 0;
@@ -521,14 +708,15 @@ __kernel void gb_scan_top(int nblocks, __global int *blocks, __global int *count
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     if (lid == 0)
-        counters[2] = carry;
+        ctr[2] = carry;
 }
 
 /* remap[c]: the kept cell's new position (order kept), or -1. */
-__kernel void gb_scan_remap(int n, __global const int *keep, __global const int *blocks,
+__kernel void gb_scan_remap(__global const int *ctr, __global const int *keep, __global const int *blocks,
                             __global int *remap, __local int *tmp)
 {
     size_t c = get_global_id(0), lid = get_local_id(0);
+    int n = ctr[3];
     int k = c < (size_t)n ? keep[c] : 0;
     tmp[lid] = k;
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -538,38 +726,84 @@ __kernel void gb_scan_remap(int n, __global const int *keep, __global const int 
 }
 
 /* Kept cells move to their new positions in the second set of arrays,
- * links carried through remap (a removed neighbour becomes -1). */
-__kernel void gb_prune_move(int n, __global const int *remap,
+ * links carried through remap (a removed neighbour becomes -1), masses
+ * scaled by the pending scaling when step `step` ran; each work-group's
+ * sum of the kept masses and largest kept rate go to sum_part and
+ * max_part. */
+__kernel void gb_prune_move(int step, __global const int *ctr, __global const double *clk,
+                            __global const int *remap,
                             __global const int *key, __global const double *v,
                             __global const int *nb, __global const double *p,
                             __global const double *rate,
                             __global int *key2, __global double *v2, __global int *nb2,
-                            __global double *p2, __global double *rate2)
+                            __global double *p2, __global double *rate2,
+                            __global double *sum_part, __global double *max_part, __local double *tmp)
 {
     int c = (int)get_global_id(0);
-    if (c >= n)
-        return;
-    int to = remap[c];
-    if (to < 0)
-        return;
-    for (int i = 0; i < D; i++) {
-        key2[(size_t)to * D + i] = key[(size_t)c * D + i];
-        v2[(size_t)to * D + i] = v[(size_t)c * D + i];
+    double q = 0.0, r = 0.0;
+    int to = c < ctr[3] ? remap[c] : -1;
+    if (to >= 0) {
+        double inv = gb_ran(ctr, step) ? clk[5] : 0.0;
+        for (int i = 0; i < D; i++) {
+            key2[(size_t)to * D + i] = key[(size_t)c * D + i];
+            v2[(size_t)to * D + i] = v[(size_t)c * D + i];
+        }
+        for (int m = 0; m < 2 * D; m++) {
+            int b = nb[(size_t)c * 2 * D + m];
+            nb2[(size_t)to * 2 * D + m] = b >= 0 ? remap[b] : -1;
+        }
+        q = gb_scaled(p, c, inv);
+        r = rate[c];
+        p2[to] = q;
+        rate2[to] = r;
     }
-    for (int m = 0; m < 2 * D; m++) {
-        int b = nb[(size_t)c * 2 * D + m];
-        nb2[(size_t)to * 2 * D + m] = b >= 0 ? remap[b] : -1;
-    }
-    p2[to] = p[c];
-    rate2[to] = rate[c];
+    gb_reduce_group(tmp, q, 0);
+    if (get_local_id(0) == 0)
+        sum_part[get_group_id(0)] = tmp[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    gb_reduce_group(tmp, r, 1);
+    if (get_local_id(0) == 0)
+        max_part[get_group_id(0)] = tmp[0];
 }
 
-/* Places cells [from, n), whose keys are distinct, into an index whose
- * slots hold -1 or other cells. */
-__kernel void gb_hash_place(int from, int n, __global const int *key, __global int *slot, uint mask)
+/* One work-group after gb_prune_move: n becomes the cells kept, the
+ * largest rate is taken again (removed cells may have held it), and the
+ * kept mass's inverse becomes the pending scaling, or the batch stops
+ * with GB_PRUNED. Nothing when step `step` did not run. */
+__kernel void gb_prune_total(int step, int groups, __global int *ctr, __global double *clk,
+                             __global const double *sum_part, __global const double *max_part,
+                             __local double *tmp)
+{
+    size_t lid = get_local_id(0);
+    int go = gb_ran(ctr, step);
+    double acc = 0.0, most = 0.0;
+    if (go)
+        for (size_t i = lid; i < (size_t)groups; i += get_local_size(0)) {
+            acc += sum_part[i];
+            most = fmax(most, max_part[i]);
+        }
+    gb_reduce_group(tmp, acc, 0);
+    double total = tmp[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    gb_reduce_group(tmp, most, 1);
+    if (lid != 0 || !go)
+        return;
+    ctr[3] = ctr[2];
+    clk[0] = tmp[0];
+    clk[5] = 0.0;
+    if (!(total > 0.0) || isinf(total))
+        ctr[5] = GB_PRUNED;
+    else
+        clk[5] = 1.0 / total;
+}
+
+/* Places cells [from, n) (n < 0: ctr[3]), whose keys are distinct, into
+ * an index whose slots hold -1 or other cells. */
+__kernel void gb_hash_place(int from, int n, __global const int *ctr, __global const int *key,
+                            __global int *slot, uint mask)
 {
     int c = from + (int)get_global_id(0);
-    if (c >= n)
+    if (c >= (n < 0 ? ctr[3] : n))
         return;
     int k[D];
     gb_load_key(key, c, k);

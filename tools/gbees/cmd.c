@@ -42,7 +42,7 @@ static void usage(FILE *f)
             "                      end of the last period)\n"
             "  --backend NAME      cuda, opencl, cpu, auto or a comma list (default: DAKIT_BACKEND/auto)\n"
             "  --variant NAME      one of the backend's variants (cuda: auto, coop, dp, host;\n"
-            "                      opencl: count-first, one-wait; default: the backend's first)\n"
+            "                      opencl: batched, per-step; default: the backend's first)\n"
             "  --reference         use the serial reference instead of a backend\n"
             "  --progress          progress on stderr even when it is no terminal (a batch job's\n"
             "                      log): a line per snapshot and at least every 5 seconds, with\n"
