@@ -12,6 +12,7 @@
 #include <dakit/plugin.h>
 
 #include <dakit/kit/enkf/lowrank.h>
+#include <dakit/kit/enkf/lowrank_host.h>
 #include <dakit/kit/enkf/solve_host.h>
 
 /* Below this much work a loop runs on the calling thread: waking and
@@ -183,22 +184,7 @@ static dk_status low_apply(void *self, const double *w, double *y, size_t column
 static dk_status low_gram(void *self, const double *A, size_t a, const double *B, size_t b, double *S, dk_msg *msg)
 {
     (void)msg;
-    size_t N = ((const cpu_enkf *)self)->s->desc.n;
-#pragma omp parallel for schedule(dynamic, 1) collapse(2) if (a * b * N > PARALLEL_MIN_WORK)
-    for (size_t i = 0; i < a; i++)
-        for (size_t j = 0; j < b; j++) {
-            /* compensated (Ogita, Rump & Oishi's Dot2): a plain sum of N
-             * products errs by ~eps sqrt(N) of the norms, which at N = 10^6
-             * is above the 1e-12 the rank test must see */
-            double sum = 0, err = 0;
-            for (size_t k = 0; k < N; k++) {
-                double x = A[i * N + k], y = B[j * N + k], p = x * y, pe = fma(x, y, -p);
-                double t = sum + p, z = t - sum;
-                err += (sum - (t - z)) + (p - z) + pe;
-                sum = t;
-            }
-            S[i * b + j] = sum + err;
-        }
+    dk_lowrank_host_gram(((const cpu_enkf *)self)->s->desc.n, A, a, B, b, S);
     return DK_OK;
 }
 
@@ -206,30 +192,13 @@ static dk_status low_subtract(void *self, const double *A, size_t a, const doubl
                               dk_msg *msg)
 {
     (void)msg;
-    size_t N = ((const cpu_enkf *)self)->s->desc.n;
-#pragma omp parallel for schedule(static) if (a * b * N > PARALLEL_MIN_WORK)
-    for (size_t k0 = 0; k0 < N; k0 += 256) {
-        size_t k1 = k0 + 256 < N ? k0 + 256 : N;
-        for (size_t j = 0; j < b; j++)
-            for (size_t i = 0; i < a; i++) {
-                double f = S[i * b + j];
-                for (size_t k = k0; k < k1; k++)
-                    B[j * N + k] -= f * A[i * N + k];
-            }
-    }
+    dk_lowrank_host_subtract(((const cpu_enkf *)self)->s->desc.n, A, a, S, B, b);
     return DK_OK;
 }
 
 static dk_status low_orthonormalize(void *self, double *B, size_t b, dk_msg *msg)
 {
-    lapack_int N = (lapack_int)((const cpu_enkf *)self)->s->desc.n, info;
-    double tau[DK_LOWRANK_BLOCK];
-    if ((info = LAPACKE_dgeqrf(LAPACK_COL_MAJOR, N, (lapack_int)b, B, N, tau)) != 0 ||
-        (info = LAPACKE_dorgqr(LAPACK_COL_MAJOR, N, (lapack_int)b, (lapack_int)b, B, N, tau)) != 0) {
-        dk_msg_set(msg, "LAPACKE's QR of the low-rank basis failed (info %d)", (int)info);
-        return info == LAPACK_WORK_MEMORY_ERROR ? DK_ERR_OUT_OF_MEMORY : DK_ERR_BACKEND;
-    }
-    return DK_OK;
+    return dk_lowrank_host_orthonormalize(((const cpu_enkf *)self)->s->desc.n, B, b, msg);
 }
 
 /* Q and T (dakit/kit/enkf/lowrank.h), C applied through the fft scheme's

@@ -1,8 +1,8 @@
 /* dakit-opencl enkf: the lowrank scheme. At plan time C ~= Q T Q^T
  * (dakit/kit/enkf/lowrank.h) with the basis in host memory: C applied by
  * the caller (enkf.c's clFFT transforms of the circulant embedding), the
- * projections as compensated sums on the host's threads and each block's
- * QR by LAPACKE (dgeqrf, dorgqr), as the cpu plugin does. Q then goes to the device row-major, its
+ * projections and each block's QR by dakit/kit/enkf/lowrank_host.h, as the
+ * cpu plugin does. Q then goes to the device row-major, its
  * R columns padded with zeros to RP (a multiple of 16), with T. Per
  * product (enkf_lowrank.cl): U = Q^T (H o e) a segment of a row of H per
  * work-group, G2 = T U, PHT from e, Q and G2 without forming anything of
@@ -13,9 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <lapacke.h>
-
 #include <dakit/kit/enkf/lowrank.h>
+#include <dakit/kit/enkf/lowrank_host.h>
 
 #include "enkf_lowrank.h"
 
@@ -25,12 +24,6 @@
 #define PHT_POINTS (PHT_GROUP * 2)
 #define PHT_OBS 16
 #define HPHT_GROUP 64
-
-/* the projections' sums run over this many points at a time, each pair's
- * running sum kept between blocks (the columns' blocks stay in cache), and
- * over parts of GRAM_PART points on the host's threads (OpenMP) */
-#define GRAM_BLOCK 2048
-#define GRAM_PART 65536
 
 struct dk_opencl_lowrank {
     dk_opencl_device *dev;
@@ -73,50 +66,10 @@ static dk_status low_apply(void *self, const double *w, double *y, size_t column
     return h->apply_c(h->self, w, y, columns, msg);
 }
 
-/* S = A^T B with compensated sums (Ogita, Rump & Oishi's Dot2): a plain sum
- * of N products errs by ~eps sqrt(N) of the norms, which at N = 10^6 is
- * above the 1e-12 the rank test must see. The points are cut into parts of
- * GRAM_PART, summed on the host's threads and added in part order, so S
- * does not depend on the number of threads. */
 static dk_status low_gram(void *self, const double *A, size_t a, const double *B, size_t b, double *S, dk_msg *msg)
 {
-    size_t N = ((host_work *)self)->n, ab = a * b, parts = (N + GRAM_PART - 1) / GRAM_PART;
-    double *acc = calloc(2 * parts * ab + 1, sizeof *acc); /* per part: ab sums, then ab errors */
-    if (!acc) {
-        dk_msg_set(msg, "opencl enkf: out of host memory for the low-rank projections");
-        return DK_ERR_OUT_OF_MEMORY;
-    }
-#pragma omp parallel for schedule(dynamic, 1) if (parts > 1)
-    for (size_t p = 0; p < parts; p++) {
-        double *sums = acc + 2 * p * ab, *errs = sums + ab;
-        size_t end = (p + 1) * GRAM_PART < N ? (p + 1) * GRAM_PART : N;
-        for (size_t k0 = p * GRAM_PART; k0 < end; k0 += GRAM_BLOCK) {
-            size_t k1 = k0 + GRAM_BLOCK < end ? k0 + GRAM_BLOCK : end;
-            for (size_t i = 0; i < a; i++)
-                for (size_t j = 0; j < b; j++) {
-                    const double *x = A + i * N, *y = B + j * N;
-                    double sum = sums[i * b + j], e = errs[i * b + j];
-                    for (size_t k = k0; k < k1; k++) {
-                        double q = x[k] * y[k], qe = fma(x[k], y[k], -q);
-                        double t = sum + q, z = t - sum;
-                        e += (sum - (t - z)) + (q - z) + qe;
-                        sum = t;
-                    }
-                    sums[i * b + j] = sum;
-                    errs[i * b + j] = e;
-                }
-        }
-    }
-    for (size_t c = 0; c < ab; c++) {
-        double sum = 0, e = 0;
-        for (size_t p = 0; p < parts; p++) {
-            double q = acc[2 * p * ab + c], t = sum + q, z = t - sum;
-            e += (sum - (t - z)) + (q - z) + acc[2 * p * ab + ab + c];
-            sum = t;
-        }
-        S[c] = sum + e;
-    }
-    free(acc);
+    (void)msg;
+    dk_lowrank_host_gram(((host_work *)self)->n, A, a, B, b, S);
     return DK_OK;
 }
 
@@ -124,30 +77,13 @@ static dk_status low_subtract(void *self, const double *A, size_t a, const doubl
                               dk_msg *msg)
 {
     (void)msg;
-    size_t N = ((host_work *)self)->n;
-#pragma omp parallel for schedule(static) if (N > GRAM_PART)
-    for (size_t k0 = 0; k0 < N; k0 += GRAM_BLOCK) {
-        size_t k1 = k0 + GRAM_BLOCK < N ? k0 + GRAM_BLOCK : N;
-        for (size_t j = 0; j < b; j++)
-            for (size_t i = 0; i < a; i++) {
-                double f = S[i * b + j];
-                for (size_t k = k0; k < k1; k++)
-                    B[j * N + k] -= f * A[i * N + k];
-            }
-    }
+    dk_lowrank_host_subtract(((host_work *)self)->n, A, a, S, B, b);
     return DK_OK;
 }
 
 static dk_status low_orthonormalize(void *self, double *B, size_t b, dk_msg *msg)
 {
-    lapack_int N = (lapack_int)((host_work *)self)->n, info;
-    double tau[DK_LOWRANK_BLOCK];
-    if ((info = LAPACKE_dgeqrf(LAPACK_COL_MAJOR, N, (lapack_int)b, B, N, tau)) != 0 ||
-        (info = LAPACKE_dorgqr(LAPACK_COL_MAJOR, N, (lapack_int)b, (lapack_int)b, B, N, tau)) != 0) {
-        dk_msg_set(msg, "opencl enkf: LAPACKE's QR of the low-rank basis failed (info %d)", (int)info);
-        return info == LAPACK_WORK_MEMORY_ERROR ? DK_ERR_OUT_OF_MEMORY : DK_ERR_BACKEND;
-    }
-    return DK_OK;
+    return dk_lowrank_host_orthonormalize(((host_work *)self)->n, B, b, msg);
 }
 
 /* ---- the plan ---- */
