@@ -166,6 +166,47 @@ static double start_error(const pole *pl, int n, double m)
     return e;
 }
 
+/* The least-squares solution z of A z ~= t (A: nb <= 2 DK_GAUSS_MAX_SECTIONS
+ * columns of `rows` values, column-major), by modified Gram-Schmidt
+ * (A = Q R, then R z = Q^T t); A is overwritten. 0 where a column is
+ * dependent on the ones before. */
+static int least_squares(double *A, size_t rows, int nb, const double *t, double *z)
+{
+    enum { MAXB = 2 * DK_GAUSS_MAX_SECTIONS };
+    double R[MAXB][MAXB] = {{0}}, qt[MAXB];
+    for (int j = 0; j < nb; j++) {
+        double *aj = A + (size_t)j * rows;
+        for (int i = 0; i < j; i++) {
+            double *qi = A + (size_t)i * rows, dot = 0;
+            for (size_t m = 0; m < rows; m++)
+                dot += qi[m] * aj[m];
+            R[i][j] = dot;
+            for (size_t m = 0; m < rows; m++)
+                aj[m] -= dot * qi[m];
+        }
+        double len = 0;
+        for (size_t m = 0; m < rows; m++)
+            len += aj[m] * aj[m];
+        len = sqrt(len);
+        if (!(len > 0 && isfinite(len)))
+            return 0;
+        R[j][j] = len;
+        double dot = 0;
+        for (size_t m = 0; m < rows; m++) {
+            aj[m] /= len;
+            dot += aj[m] * t[m];
+        }
+        qt[j] = dot;
+    }
+    for (int j = nb - 1; j >= 0; j--) {
+        double v = qt[j];
+        for (int i = j + 1; i < nb; i++)
+            v -= R[j][i] * z[i];
+        z[j] = v / R[j][j];
+    }
+    return 1;
+}
+
 /* Derivatives (order 1, 2): the method's poles (Deriche's own for his
  * derivative fits) with residues fitted by least squares to the derivative
  * of the sampled, normalized Gaussian at n = 1 .. ceil(12 sigma) + 8, as
@@ -178,9 +219,9 @@ static double start_error(const pole *pl, int n, double m)
  * slope for order 1 (sum n h[n] = -1), a parabola's curvature for order 2
  * (sum n^2 h[n] = 2), which a final scaling then makes exact. Without them
  * the fit's small errors, summed over 12 sigma values, would move h[0] by
- * a growing multiple of the peak. Returns the value the sections' own h[0]
- * must be moved by, or NaN when the fit fails. */
-static double derivative_residues(pole *pl, int n, int order, double sigma)
+ * a growing multiple of the peak. *center: the value the sections' own
+ * h[0] must be moved by. */
+static dk_status derivative_residues(pole *pl, int n, int order, double sigma, double *center)
 {
     enum { MAXB = 2 * DK_GAUSS_MAX_SECTIONS };
     size_t N = (size_t)ceil(12.0 * sigma) + 8, rows = N + 2;
@@ -191,7 +232,7 @@ static double derivative_residues(pole *pl, int n, int order, double sigma)
     if (!A || !t) {
         free(A);
         free(t);
-        return NAN;
+        return DK_ERR_OUT_OF_MEMORY;
     }
     double s2 = sigma * sigma, norm = 1; /* the sampled Gaussian's sum, |n| <= N */
     for (size_t i = 1; i <= N; i++)
@@ -226,42 +267,12 @@ static double derivative_residues(pole *pl, int n, int order, double sigma)
     }
     t[N] = order == 1 ? 0.0 : ws * want_sum;
     t[N + 1] = wm * want_moment;
-    /* modified Gram-Schmidt: A = Q R, then R z = Q^T t */
-    double R[MAXB][MAXB] = {{0}}, qt[MAXB], z[MAXB];
-    int ok = 1;
-    for (int j = 0; j < nb && ok; j++) {
-        double *aj = A + (size_t)j * rows;
-        for (int i = 0; i < j; i++) {
-            double *qi = A + (size_t)i * rows, dot = 0;
-            for (size_t m = 0; m < rows; m++)
-                dot += qi[m] * aj[m];
-            R[i][j] = dot;
-            for (size_t m = 0; m < rows; m++)
-                aj[m] -= dot * qi[m];
-        }
-        double len = 0;
-        for (size_t m = 0; m < rows; m++)
-            len += aj[m] * aj[m];
-        len = sqrt(len);
-        ok = len > 0 && isfinite(len);
-        R[j][j] = len;
-        double dot = 0;
-        for (size_t m = 0; ok && m < rows; m++) {
-            aj[m] /= len;
-            dot += aj[m] * t[m];
-        }
-        qt[j] = dot;
-    }
+    double z[MAXB];
+    int ok = least_squares(A, rows, nb, t, z);
     free(A);
     free(t);
     if (!ok)
-        return NAN;
-    for (int j = nb - 1; j >= 0; j--) {
-        double v = qt[j];
-        for (int i = j + 1; i < nb; i++)
-            v -= R[j][i] * z[i];
-        z[j] = v / R[j][j];
-    }
+        return DK_ERR_INVALID_ARGUMENT;
     double moment = 0, tail = 0, head = 0;
     for (int k = 0, c = 0; k < n; k++) {
         double complex p = pl[k].p;
@@ -279,7 +290,8 @@ static double derivative_residues(pole *pl, int n, int order, double sigma)
     for (int k = 0; k < n; k++)
         pl[k].r *= scale;
     double want = order == 1 ? 0.0 : -2.0 * tail * scale;
-    return want - head * scale;
+    *center = want - head * scale;
+    return isfinite(*center) ? DK_OK : DK_ERR_INVALID_ARGUMENT;
 }
 
 /* The least m whose left-out part (start_error) is under `limit`. */
@@ -317,10 +329,12 @@ dk_status dk_gauss_iir_make(dk_gauss_method method, int order_poles, int order, 
     *reach = reach_for(pl, n, limit);
     double center = 0;
     if (order > 0) {
-        center = derivative_residues(pl, n, order, sigma);
-        if (!isfinite(center))
-            return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT,
-                           "gauss: the %s derivative coefficients for sigma %g are not finite numbers",
+        dk_status st = derivative_residues(pl, n, order, sigma, &center);
+        if (st == DK_ERR_OUT_OF_MEMORY)
+            return dk_fail(NULL, st, "gauss: out of host memory fitting the %s derivative for sigma %g",
+                           dk_gauss_method_name(method), sigma);
+        if (st != DK_OK)
+            return dk_fail(NULL, st, "gauss: the %s derivative coefficients for sigma %g are not finite numbers",
                            dk_gauss_method_name(method), sigma);
         size_t r = reach_for(pl, n, limit);
         *reach = r > *reach ? r : *reach;
