@@ -12,9 +12,11 @@
  * over the segments (ek_hpht_sum).
  *
  * The fft scheme (built where clFFT is found, DK_OPENCL_CLFFT) applies C
- * through its circulant embedding with clFFT's batched real transforms.
- * Without clFFT the plugin offers tiled and banded only: the core's cost
- * model then picks between those, and asking for fft names what it has.
+ * through its circulant embedding with clFFT's batched real transforms;
+ * the lowrank scheme (enkf_lowrank.c) applies C the same way while its plan
+ * factors it. Without clFFT the plugin offers tiled and banded only: the
+ * core's cost model then picks between those, and asking for fft or lowrank
+ * names what it has.
  *
  * The M x M solve of the analysis runs on the host with LAPACKE (dposv)
  * after HPHT and the innovations are read back: OpenCL has no solver
