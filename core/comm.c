@@ -98,51 +98,103 @@ DK_API void dk_comm_destroy(dk_comm *comm)
     free(comm);
 }
 
-DK_API dk_status dk_comm_all_reduce_sum(dk_comm *comm, dk_buffer *buf, size_t offset, size_t count, dk_dtype dtype)
+static dk_status all_reduce(dk_comm *comm, dk_buffer *buf, size_t offset, size_t count, dk_dtype dtype, int queued)
 {
+    const char *what = queued ? "dk_comm_all_reduce_sum_queued" : "dk_comm_all_reduce_sum";
     dk_context *ctx = comm ? comm->ctx : NULL;
     if (!comm || !buf || buf->ctx != ctx || (dtype != DK_F32 && dtype != DK_F64))
         return dk_fail(ctx, DK_ERR_INVALID_ARGUMENT,
-                       "dk_comm_all_reduce_sum: a communicator, a buffer of its context and float32 or float64 "
-                       "are needed");
+                       "%s: a communicator, a buffer of its context and float32 or float64 are needed", what);
     size_t es = dk_dtype_size(dtype);
     if (offset > buf->bytes / es || count > buf->bytes / es - offset)
-        return dk_fail(ctx, DK_ERR_INVALID_ARGUMENT,
-                       "dk_comm_all_reduce_sum: values [%zu, %zu) do not fit a buffer of %zu bytes", offset,
-                       offset + count, buf->bytes);
+        return dk_fail(ctx, DK_ERR_INVALID_ARGUMENT, "%s: values [%zu, %zu) do not fit a buffer of %zu bytes", what,
+                       offset, offset + count, buf->bytes);
+    const dk_comm_queue_ops *q = ctx->backend->plugin->comm_queue;
+    if (queued && !q)
+        return dk_fail(ctx, DK_ERR_NOT_IMPLEMENTED, "%s: backend '%s' cannot queue its collectives", what,
+                       ctx->backend->plugin->name);
     dk_msg msg = {{0}};
     dk_device_enter(ctx);
-    dk_status st = ops_of(ctx)->all_reduce_sum(ctx->device, comm->handle, buf->handle, offset, count, dtype, &msg);
+    dk_status st = queued ? q->all_reduce_sum(ctx->device, comm->handle, buf->handle, offset, count, dtype, &msg)
+                          : ops_of(ctx)->all_reduce_sum(ctx->device, comm->handle, buf->handle, offset, count,
+                                                        dtype, &msg);
     dk_device_leave(ctx);
     return st == DK_OK ? DK_OK : dk_fail_msg(ctx, st, &msg, "a device all-reduce");
 }
 
-DK_API dk_status dk_comm_exchange(dk_comm *comm, const dk_comm_move *moves, int n)
+DK_API dk_status dk_comm_all_reduce_sum(dk_comm *comm, dk_buffer *buf, size_t offset, size_t count, dk_dtype dtype)
 {
+    return all_reduce(comm, buf, offset, count, dtype, 0);
+}
+
+DK_API dk_status dk_comm_all_reduce_sum_queued(dk_comm *comm, dk_buffer *buf, size_t offset, size_t count,
+                                               dk_dtype dtype)
+{
+    return all_reduce(comm, buf, offset, count, dtype, 1);
+}
+
+static dk_status exchange(dk_comm *comm, const dk_comm_move *moves, int n, int queued)
+{
+    const char *what = queued ? "dk_comm_exchange_queued" : "dk_comm_exchange";
     dk_context *ctx = comm ? comm->ctx : NULL;
     if (!comm || n < 0 || (n && !moves))
-        return dk_fail(ctx, DK_ERR_INVALID_ARGUMENT, "dk_comm_exchange: a communicator and n >= 0 moves are needed");
+        return dk_fail(ctx, DK_ERR_INVALID_ARGUMENT, "%s: a communicator and n >= 0 moves are needed", what);
+    const dk_comm_queue_ops *q = ctx->backend->plugin->comm_queue;
+    if (queued && !q)
+        return dk_fail(ctx, DK_ERR_NOT_IMPLEMENTED, "%s: backend '%s' cannot queue its collectives", what,
+                       ctx->backend->plugin->name);
     dk_comm_transfer *t = calloc((size_t)n + 1, sizeof *t);
     if (!t)
-        return dk_fail(ctx, DK_ERR_OUT_OF_MEMORY, "dk_comm_exchange: out of host memory");
+        return dk_fail(ctx, DK_ERR_OUT_OF_MEMORY, "%s: out of host memory", what);
     for (int i = 0; i < n; i++) {
         const dk_comm_move *m = &moves[i];
         if (m->peer < 0 || m->peer >= comm->nranks || !m->buffer || m->buffer->ctx != ctx ||
             m->offset > m->buffer->bytes || m->bytes > m->buffer->bytes - m->offset) {
             free(t);
             return dk_fail(ctx, DK_ERR_INVALID_ARGUMENT,
-                           "dk_comm_exchange: transfer %d (peer %d of %d, bytes [%zu, %zu)) names no peer or does "
-                           "not fit a buffer of this context",
-                           i, m->peer, comm->nranks, m->offset, m->offset + m->bytes);
+                           "%s: transfer %d (peer %d of %d, bytes [%zu, %zu)) names no peer or does not fit a "
+                           "buffer of this context",
+                           what, i, m->peer, comm->nranks, m->offset, m->offset + m->bytes);
         }
         t[i] = (dk_comm_transfer){m->peer, m->recv != 0, m->buffer->handle, m->offset, m->bytes};
     }
     dk_msg msg = {{0}};
     dk_device_enter(ctx);
-    dk_status st = ops_of(ctx)->exchange(ctx->device, comm->handle, t, n, &msg);
+    dk_status st = queued ? q->exchange(ctx->device, comm->handle, t, n, &msg)
+                          : ops_of(ctx)->exchange(ctx->device, comm->handle, t, n, &msg);
     dk_device_leave(ctx);
     free(t);
     return st == DK_OK ? DK_OK : dk_fail_msg(ctx, st, &msg, "a device exchange");
+}
+
+DK_API dk_status dk_comm_exchange(dk_comm *comm, const dk_comm_move *moves, int n)
+{
+    return exchange(comm, moves, n, 0);
+}
+
+DK_API dk_status dk_comm_exchange_queued(dk_comm *comm, const dk_comm_move *moves, int n)
+{
+    return exchange(comm, moves, n, 1);
+}
+
+DK_API int dk_comm_can_queue(const dk_comm *comm)
+{
+    return comm && comm->ctx->backend->plugin->comm_queue != NULL;
+}
+
+DK_API dk_status dk_comm_wait(dk_comm *comm)
+{
+    dk_context *ctx = comm ? comm->ctx : NULL;
+    if (!comm)
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "dk_comm_wait: the communicator must not be NULL");
+    const dk_comm_queue_ops *q = ctx->backend->plugin->comm_queue;
+    if (!q)
+        return DK_OK; /* nothing was queued: every blocking call had finished */
+    dk_msg msg = {{0}};
+    dk_device_enter(ctx);
+    dk_status st = q->wait(ctx->device, comm->handle, &msg);
+    dk_device_leave(ctx);
+    return st == DK_OK ? DK_OK : dk_fail_msg(ctx, st, &msg, "waiting for queued collectives");
 }
 
 /* Elements of the 3-D array `shape` reached by the box's last element, or

@@ -34,6 +34,16 @@ dk_status dk_comm_all_reduce_sum(dk_comm *comm, dk_buffer *buf, size_t offset, s
 /* Collective between the peers named: the n transfers as one group. */
 dk_status dk_comm_exchange(dk_comm *comm, const dk_comm_move *moves, int n);
 
+/* The same two, queued on the context's device queue after the work queued
+ * there and returning once queued (dk_comm_queue_ops in dakit/plugin.h);
+ * DK_ERR_NOT_IMPLEMENTED where the plugin cannot queue them
+ * (dk_comm_can_queue). dk_comm_wait returns when they have finished, with
+ * the first failure among them. */
+int dk_comm_can_queue(const dk_comm *comm);
+dk_status dk_comm_all_reduce_sum_queued(dk_comm *comm, dk_buffer *buf, size_t offset, size_t count, dk_dtype dtype);
+dk_status dk_comm_exchange_queued(dk_comm *comm, const dk_comm_move *moves, int n);
+dk_status dk_comm_wait(dk_comm *comm);
+
 /* Copies a box between two buffers of one context on the device
  * (dk_box_copy in dakit/plugin.h); dst and src distinct.
  * DK_ERR_NOT_IMPLEMENTED where the plugin has no buffer_copy_box. */

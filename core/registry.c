@@ -180,6 +180,13 @@ static void load_plugin(const char *path)
                "size outside 1..%d; the distributed layer will stage through the host", real, DK_COMM_ID_MAX);
         e->desc.comm = NULL;
     }
+    const dk_comm_queue_ops *q = e->desc.comm ? p->comm_queue : NULL;
+    if (q && (!q->all_reduce_sum || !q->exchange || !q->wait)) {
+        dk_log(DK_LOG_WARN, "plugin %s: its queued collectives table lacks a required entry; the distributed "
+               "layer will call the blocking ones", real);
+        q = NULL;
+    }
+    e->desc.comm_queue = e->desc.comm ? q : NULL;
     if (p->comm)
         snprintf(e->info.comm, sizeof e->info.comm, "%s", p->comm->name);
     e->backend.plugin = p;

@@ -272,12 +272,10 @@ static dk_status usable(cuda_comm *c, dk_cuda_device *dev, dk_msg *msg)
     return dk_cuda_enter(dev, msg);
 }
 
-static dk_status cuda_all_reduce_sum(void *device, void *comm, void *buffer, size_t offset, size_t count,
-                                     dk_dtype dtype, dk_msg *msg)
+/* Queues the all-reduce on the device's stream; returns once NCCL took it. */
+static dk_status issue_all_reduce(dk_cuda_device *dev, cuda_comm *c, dk_cuda_buffer *b, size_t offset, size_t count,
+                                  dk_dtype dtype, dk_msg *msg)
 {
-    dk_cuda_device *dev = (dk_cuda_device *)device;
-    cuda_comm *c = (cuda_comm *)comm;
-    dk_cuda_buffer *b = (dk_cuda_buffer *)buffer;
     size_t es = dtype == DK_F64 ? sizeof(double) : sizeof(float);
     if ((offset + count) * es > b->bytes) {
         dk_msg_set(msg, "nccl: an all-reduce of values [%zu, %zu) exceeds the buffer's %zu bytes", offset,
@@ -291,13 +289,28 @@ static dk_status cuda_all_reduce_sum(void *device, void *comm, void *buffer, siz
     st = issued(c, nccl.AllReduce(p, p, count, dtype == DK_F64 ? ncclFloat64 : ncclFloat32, ncclSum, c->nc,
                                   dev->stream),
                 "ncclAllReduce", msg);
-    return st != DK_OK ? st : wait_done(c, dev->stream, "ncclAllReduce", msg);
+    return st != DK_OK ? st : wait_done(c, NULL, "ncclAllReduce", msg);
 }
 
-static dk_status cuda_exchange(void *device, void *comm, const dk_comm_transfer *t, int n, dk_msg *msg)
+static dk_status cuda_all_reduce_sum(void *device, void *comm, void *buffer, size_t offset, size_t count,
+                                     dk_dtype dtype, dk_msg *msg)
 {
     dk_cuda_device *dev = (dk_cuda_device *)device;
     cuda_comm *c = (cuda_comm *)comm;
+    dk_status st = issue_all_reduce(dev, c, (dk_cuda_buffer *)buffer, offset, count, dtype, msg);
+    return st != DK_OK || count == 0 ? st : wait_done(c, dev->stream, "ncclAllReduce", msg);
+}
+
+static dk_status cuda_all_reduce_sum_queued(void *device, void *comm, void *buffer, size_t offset, size_t count,
+                                            dk_dtype dtype, dk_msg *msg)
+{
+    return issue_all_reduce((dk_cuda_device *)device, (cuda_comm *)comm, (dk_cuda_buffer *)buffer, offset, count,
+                            dtype, msg);
+}
+
+/* Queues the grouped sends and receives; returns once NCCL took them. */
+static dk_status issue_exchange(dk_cuda_device *dev, cuda_comm *c, const dk_comm_transfer *t, int n, dk_msg *msg)
+{
     for (int i = 0; i < n; i++) {
         const dk_cuda_buffer *b = (const dk_cuda_buffer *)t[i].buffer;
         if (t[i].peer < 0 || t[i].peer >= c->nranks || t[i].offset + t[i].bytes > b->bytes) {
@@ -319,8 +332,35 @@ static dk_status cuda_exchange(void *device, void *comm, const dk_comm_transfer 
     }
     ncclResult_t g = nccl.GroupEnd(); /* always closes the group it opened */
     st = issued(c, r != ncclSuccess ? r : g, "a grouped ncclSend/ncclRecv", msg);
-    return st != DK_OK ? st : wait_done(c, dev->stream, "a grouped ncclSend/ncclRecv", msg);
+    return st != DK_OK ? st : wait_done(c, NULL, "a grouped ncclSend/ncclRecv", msg);
 }
+
+static dk_status cuda_exchange(void *device, void *comm, const dk_comm_transfer *t, int n, dk_msg *msg)
+{
+    dk_cuda_device *dev = (dk_cuda_device *)device;
+    cuda_comm *c = (cuda_comm *)comm;
+    dk_status st = issue_exchange(dev, c, t, n, msg);
+    return st != DK_OK || n == 0 ? st : wait_done(c, dev->stream, "a grouped ncclSend/ncclRecv", msg);
+}
+
+static dk_status cuda_exchange_queued(void *device, void *comm, const dk_comm_transfer *t, int n, dk_msg *msg)
+{
+    return issue_exchange((dk_cuda_device *)device, (cuda_comm *)comm, t, n, msg);
+}
+
+static dk_status cuda_comm_wait(void *device, void *comm, dk_msg *msg)
+{
+    dk_cuda_device *dev = (dk_cuda_device *)device;
+    cuda_comm *c = (cuda_comm *)comm;
+    dk_status st = usable(c, dev, msg);
+    return st != DK_OK ? st : wait_done(c, dev->stream, "queued collectives", msg);
+}
+
+extern "C" const dk_comm_queue_ops dk_cuda_comm_queue_ops = {
+    .all_reduce_sum = cuda_all_reduce_sum_queued,
+    .exchange = cuda_exchange_queued,
+    .wait = cuda_comm_wait,
+};
 
 extern "C" const dk_comm_ops dk_cuda_comm_ops = {
     .name = "nccl",

@@ -377,6 +377,7 @@ extern "C" const dk_enkf_ops dk_cuda_enkf_ops;     /* enkf/plan.cu */
 extern "C" const dk_kmeans_ops dk_cuda_kmeans_ops; /* kmeans.cu */
 extern "C" const dk_gbees_ops dk_cuda_gbees_ops;   /* gbees.cu */
 #ifdef DK_CUDA_HAVE_NCCL
+extern "C" const dk_comm_queue_ops dk_cuda_comm_queue_ops; /* comm.cu */
 extern "C" const dk_comm_ops dk_cuda_comm_ops;     /* comm.cu */
 #endif
 
@@ -408,6 +409,9 @@ static const dk_plugin cuda_plugin = {
 #endif
     .gauss_features = DK_GAUSS_FEATURE_RECURSIVE | DK_GAUSS_FEATURE_MODES,
     .buffer_copy_box = cuda_buffer_copy_box,
+#ifdef DK_CUDA_HAVE_NCCL
+    .comm_queue = &dk_cuda_comm_queue_ops,
+#endif
 };
 
 extern "C" DK_PLUGIN_EXPORT const dk_plugin *DK_PLUGIN_ENTRY(void)

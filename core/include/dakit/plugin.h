@@ -141,6 +141,26 @@ typedef struct dk_comm_ops {
     dk_status (*exchange)(void *device, void *comm, const dk_comm_transfer *t, int n, dk_msg *msg);
 } dk_comm_ops;
 
+/* The same collectives queued on the device's own queue (the stream the
+ * plugin's kernels run on), for a distributed execute that puts a
+ * collective between two plugin phases without the host waiting
+ * (docs/plugins.md, "Queued collectives"). Each runs after the work queued
+ * on the device before it and before the work queued after it, and returns
+ * once queued; the buffer must not be freed or written by the host until
+ * `wait` returned. A failure found later is reported by `wait` (and the
+ * communicator is then aborted, so no peer waits for ever). */
+typedef struct dk_comm_queue_ops {
+    /* Required: all_reduce_sum, queued. */
+    dk_status (*all_reduce_sum)(void *device, void *comm, void *buffer, size_t offset, size_t count,
+                                dk_dtype dtype, dk_msg *msg);
+    /* Required: exchange, queued. */
+    dk_status (*exchange)(void *device, void *comm, const dk_comm_transfer *t, int n, dk_msg *msg);
+    /* Required: returns when every collective queued on comm, and the
+     * device work queued before it, has finished; under the same time limit
+     * as the blocking calls (past it the communicator is aborted). */
+    dk_status (*wait)(void *device, void *comm, dk_msg *msg);
+} dk_comm_queue_ops;
+
 /* A box of a 3-D array in C order copied between two buffers of a device
  * (buffer_copy_box): `count` elements along each axis ([2] the fastest),
  * from the array of src_shape that starts src_offset bytes into the source
@@ -160,6 +180,7 @@ struct dk_gauss_ops;  /* dakit/gauss.h */
 struct dk_enkf_ops;   /* dakit/enkf.h */
 struct dk_kmeans_ops; /* dakit/kmeans.h */
 struct dk_gbees_ops;  /* dakit/gbees.h */
+struct dk_letkf_ops;  /* dakit/letkf.h */
 
 typedef struct dk_plugin {
     /* Required: DK_PLUGIN_ABI_VERSION of the headers built against. */
@@ -242,6 +263,11 @@ typedef struct dk_plugin {
      * buffers never overlap. libdakit-mpi needs it to exchange halos of
      * device buffers (dk_mpi_gauss_execute); NULL: it refuses them. */
     dk_status (*buffer_copy_box)(void *device, void *dst, const void *src, const dk_box_copy *box, dk_msg *msg);
+    /* Optional: the local ensemble transform Kalman filter (dakit/letkf.h). */
+    const struct dk_letkf_ops *letkf;
+    /* Optional, with comm: its collectives queued on the device's queue
+     * (above); NULL: the layer calls the blocking ones. */
+    const dk_comm_queue_ops *comm_queue;
 } dk_plugin;
 
 #define DK_PLUGIN_SIZE ((uint32_t)sizeof(dk_plugin))
