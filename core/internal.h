@@ -65,7 +65,7 @@ struct dk_buffer {
     int wrapped; /* the caller's memory: buffer_unwrap, not buffer_free */
 };
 
-typedef enum { DK_ALGO_GAUSS = 0, DK_ALGO_ENKF, DK_ALGO_KMEANS, DK_ALGO_GBEES, DK_ALGO_COUNT } dk_algo;
+typedef enum { DK_ALGO_GAUSS = 0, DK_ALGO_ENKF, DK_ALGO_KMEANS, DK_ALGO_GBEES, DK_ALGO_LETKF, DK_ALGO_COUNT } dk_algo;
 
 struct dk_plan {
     dk_context *ctx;

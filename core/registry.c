@@ -33,7 +33,7 @@ static int entry_count;
 static pthread_once_t discovered = PTHREAD_ONCE_INIT;
 static pthread_mutex_t probe_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static const char *const algo_names[DK_ALGO_COUNT] = {"gauss", "enkf", "kmeans", "gbees"};
+static const char *const algo_names[DK_ALGO_COUNT] = {"gauss", "enkf", "kmeans", "gbees", "letkf"};
 
 const char *dk_algo_name(dk_algo algo)
 {
@@ -47,6 +47,7 @@ static const void *plugin_ops(const dk_plugin *p, dk_algo algo)
     case DK_ALGO_ENKF: return p->enkf;
     case DK_ALGO_KMEANS: return p->kmeans;
     case DK_ALGO_GBEES: return p->gbees;
+    case DK_ALGO_LETKF: return p->letkf;
     default: return NULL;
     }
 }
@@ -59,6 +60,7 @@ static const char *const *plugin_variants(const dk_plugin *p, dk_algo algo)
     case DK_ALGO_ENKF: return p->enkf->variants;
     case DK_ALGO_KMEANS: return p->kmeans->variants;
     case DK_ALGO_GBEES: return p->gbees->variants;
+    case DK_ALGO_LETKF: return p->letkf->variants;
     default: return NULL;
     }
 }

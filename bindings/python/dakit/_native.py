@@ -56,7 +56,7 @@ class BackendInfo(Structure):
                 ("device_count", c_int),
                 ("devices", DeviceInfo * DK_MAX_DEVICES),
                 ("algorithms", c_char * 128),
-                ("variants", (c_char * 160) * 4),
+                ("variants", (c_char * 160) * 5),
                 ("comm", c_char * 64)]
 
 

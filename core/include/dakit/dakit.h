@@ -147,9 +147,9 @@ typedef struct dk_backend_info {
     int device_count;
     dk_device_info devices[DK_MAX_DEVICES];
     char algorithms[128]; /* comma list of implemented algorithms, e.g. "gauss" */
-    /* Per algorithm, in the order gauss, enkf, kmeans, gbees: the comma list
-     * of the variants it offers, the default first ("" where not implemented). */
-    char variants[4][160];
+    /* Per algorithm, in the order gauss, enkf, kmeans, gbees, letkf: the comma
+     * list of the variants it offers, the default first ("" where not implemented). */
+    char variants[5][160];
     /* Device-side communication the plugin offers to libdakit-mpi ("nccl"),
      * "" where none: the distributed layer then stages through the host. */
     char comm[64];
@@ -168,6 +168,7 @@ dk_status dk_backend_get(int index, dk_backend_info *info);
 #include <dakit/enkf.h>
 #include <dakit/kmeans.h>
 #include <dakit/gbees.h>
+#include <dakit/letkf.h>
 #include <dakit/radolan.h>
 
 #endif

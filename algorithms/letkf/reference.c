@@ -1,0 +1,89 @@
+/* The serial LETKF that defines the result: every point in order, each
+ * through the kit's one-point analysis (dakit/kit/letkf/analysis_host.h). */
+#include <stdlib.h>
+#include <string.h>
+
+#include <dakit/kit/letkf/analysis_host.h>
+
+#include "letkf_internal.h"
+
+/* Observation perturbations, departures and 1 / r in sorted order. */
+static dk_status obs_space(const dk_letkf_setup *s, const void *yb, const double *yo, const double *r, double **yp,
+                           double **dep, double **rinv)
+{
+    const size_t m = s->desc.m, k = s->desc.members;
+    *yp = malloc(m * k * sizeof **yp);
+    *dep = malloc(m * sizeof **dep);
+    *rinv = malloc(m * sizeof **rinv);
+    if (!*yp || !*dep || !*rinv)
+        return dk_fail(NULL, DK_ERR_OUT_OF_MEMORY, "letkf: out of host memory for the observation ensemble");
+    for (size_t j = 0; j < m; j++) {
+        size_t o = (size_t)s->obs_order[j];
+        double *y = *yp + j * k, mean = 0;
+        for (size_t l = 0; l < k; l++) {
+            y[l] = s->desc.dtype == DK_F32 ? (double)((const float *)yb)[o * k + l] : ((const double *)yb)[o * k + l];
+            mean += y[l];
+        }
+        mean /= (double)k;
+        for (size_t l = 0; l < k; l++)
+            y[l] -= mean;
+        (*dep)[j] = yo[o] - mean;
+        (*rinv)[j] = 1.0 / r[o];
+    }
+    return DK_OK;
+}
+
+DK_API dk_status dk_letkf_reference(const dk_letkf_desc *desc, const void *xb, const void *yb, const double *yo,
+                                    const double *r, void *xa, int32_t *nobs, double *spread)
+{
+    if (!xb || !yb || !xa)
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "letkf: xb, yb and xa must not be NULL");
+    dk_letkf_setup *s = NULL;
+    dk_status st = dk_letkf_setup_build(desc, &s);
+    if (st != DK_OK)
+        return st;
+    const dk_letkf_desc *d = &s->desc;
+    const size_t k = d->members;
+    if ((st = dk_letkf_check_obs(d->m, yo, r)) != DK_OK) {
+        free(s);
+        return st;
+    }
+    double *yp = NULL, *dep = NULL, *rinv = NULL, *x = malloc(k * sizeof *x);
+    dk_letkf_scratch sc;
+    memset(&sc, 0, sizeof sc);
+    size_t cap = d->m < 1024 ? d->m : 1024;
+    if ((st = obs_space(s, yb, yo, r, &yp, &dep, &rinv)) == DK_OK && (!x || dk_letkf_scratch_make(&sc, (int)k, cap)))
+        st = dk_fail(NULL, DK_ERR_OUT_OF_MEMORY, "letkf: out of host memory");
+    for (size_t i = 0; st == DK_OK && i < d->n; i++) {
+        double pos[DK_LETKF_POS];
+        dk_letkf_position(&s->geo, d->grid_coords + i * (size_t)d->ncoords, pos);
+        long nsel;
+        while ((nsel = dk_letkf_select(s, pos, &sc)) < 0) {
+            size_t grow = sc.cap * 2 < d->m ? sc.cap * 2 : d->m;
+            dk_letkf_scratch_free(&sc);
+            if (dk_letkf_scratch_make(&sc, (int)k, grow)) {
+                st = dk_fail(NULL, DK_ERR_OUT_OF_MEMORY, "letkf: out of host memory");
+                break;
+            }
+        }
+        if (st != DK_OK)
+            break;
+        for (size_t l = 0; l < k; l++)
+            x[l] = d->dtype == DK_F32 ? (double)((const float *)xb)[i * k + l] : ((const double *)xb)[i * k + l];
+        double sd = dk_letkf_point(s, &sc, nsel, yp, dep, rinv, x, x);
+        for (size_t l = 0; l < k; l++) {
+            if (d->dtype == DK_F32)
+                ((float *)xa)[i * k + l] = (float)x[l];
+            else
+                ((double *)xa)[i * k + l] = x[l];
+        }
+        if (nobs)
+            nobs[i] = (int32_t)nsel;
+        if (spread)
+            spread[i] = sd;
+    }
+    if (sc.k)
+        dk_letkf_scratch_free(&sc);
+    free(yp), free(dep), free(rinv), free(x), free(s);
+    return st;
+}

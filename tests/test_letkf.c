@@ -1,0 +1,256 @@
+/* letkf: the serial reference against external truths (the Kalman update
+ * where localization is absent, hand-checked weights and searches), and
+ * the core's refusals of bad input. Backends are compared with the
+ * reference by the conformance cases. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <dakit/dakit.h>
+#include <dakit/kit/letkf/local.h>
+
+#include "check.h"
+
+static double frand(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return (double)(*s >> 11) / 9007199254740992.0;
+}
+
+static double gauss_rand(uint64_t *s)
+{
+    double u = frand(s) + 1e-300, v = frand(s);
+    return sqrt(-2 * log(u)) * cos(6.283185307179586 * v);
+}
+
+/* Solves the n x n SPD system a x = b in place (Cholesky; a row-major). */
+static void spd_solve(int n, double *a, double *b, int nrhs)
+{
+    for (int j = 0; j < n; j++) {
+        for (int k = 0; k < j; k++)
+            a[j * n + j] -= a[j * n + k] * a[j * n + k];
+        a[j * n + j] = sqrt(a[j * n + j]);
+        for (int i = j + 1; i < n; i++) {
+            for (int k = 0; k < j; k++)
+                a[i * n + j] -= a[i * n + k] * a[j * n + k];
+            a[i * n + j] /= a[j * n + j];
+        }
+    }
+    for (int c = 0; c < nrhs; c++) {
+        for (int i = 0; i < n; i++) {
+            for (int k = 0; k < i; k++)
+                b[i * nrhs + c] -= a[i * n + k] * b[k * nrhs + c];
+            b[i * nrhs + c] /= a[i * n + i];
+        }
+        for (int i = n - 1; i >= 0; i--) {
+            for (int k = i + 1; k < n; k++)
+                b[i * nrhs + c] -= a[k * n + i] * b[k * nrhs + c];
+            b[i * nrhs + c] /= a[i * n + i];
+        }
+    }
+}
+
+/* All points and observations at one place: rho = 1 everywhere, so the
+ * LETKF is the ETKF, whose mean and covariance are the Kalman update's with
+ * P = X X^T / (k - 1) (and Pa = inflation-scaled where inflation != 1). */
+static void kalman_case(int n, int k, int m, double infl)
+{
+    uint64_t seed = 12345u + (uint64_t)(n * 131 + k * 7 + m);
+    double *xb = malloc(sizeof(double) * n * k), *xa = malloc(sizeof(double) * n * k);
+    double *H = calloc((size_t)m * n, sizeof(double)), *yb = malloc(sizeof(double) * m * k);
+    double *yo = malloc(sizeof(double) * m), *r = malloc(sizeof(double) * m);
+    double *gc = calloc((size_t)n, sizeof(double)), *oc = calloc((size_t)m, sizeof(double));
+    for (int i = 0; i < n * k; i++)
+        xb[i] = gauss_rand(&seed) + (i / k) * 0.1;
+    for (int j = 0; j < m; j++) {
+        H[j * n + (j * 7) % n] = 1.0;
+        H[j * n + (j * 3 + 1) % n] += 0.5;
+        yo[j] = gauss_rand(&seed);
+        r[j] = 0.5 + frand(&seed);
+    }
+    for (int j = 0; j < m; j++)
+        for (int l = 0; l < k; l++) {
+            double s = 0;
+            for (int i = 0; i < n; i++)
+                s += H[j * n + i] * xb[i * k + l];
+            yb[j * k + l] = s;
+        }
+    dk_letkf_desc d;
+    dk_letkf_desc_init(&d);
+    d.n = (size_t)n, d.members = (size_t)k, d.m = (size_t)m, d.ncoords = 1, d.radius = 1.0, d.inflation = infl;
+    d.grid_coords = gc, d.obs_coords = oc;
+    int32_t *nobs = malloc(sizeof(int32_t) * n);
+    dk_status st = dk_letkf_reference(&d, xb, yb, yo, r, xa, nobs, NULL);
+    CHECK(st == DK_OK, "reference: %s", dk_last_error(NULL));
+    CHECK(nobs[0] == m, "point 0 uses %d observations, not %d", nobs[0], m);
+    /* Kalman: P = infl X X^T/(k-1); K = P H^T (H P H^T + R)^-1; xa = xb + K (yo - H xb); Pa = (I - K H) P */
+    double *xm = calloc(n, sizeof(double)), *X = malloc(sizeof(double) * n * k), *P = calloc((size_t)n * n, sizeof(double));
+    for (int i = 0; i < n; i++) {
+        for (int l = 0; l < k; l++)
+            xm[i] += xb[i * k + l] / k;
+        for (int l = 0; l < k; l++)
+            X[i * k + l] = xb[i * k + l] - xm[i];
+    }
+    for (int i = 0; i < n; i++)
+        for (int q = 0; q < n; q++)
+            for (int l = 0; l < k; l++)
+                P[i * n + q] += infl * X[i * k + l] * X[q * k + l] / (k - 1);
+    double *S = calloc((size_t)m * m, sizeof(double)), *PHt = calloc((size_t)n * m, sizeof(double));
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < m; j++)
+            for (int q = 0; q < n; q++)
+                PHt[i * m + j] += P[i * n + q] * H[j * n + q];
+    for (int a = 0; a < m; a++)
+        for (int b = 0; b < m; b++) {
+            for (int q = 0; q < n; q++)
+                S[a * m + b] += H[a * n + q] * PHt[q * m + b];
+            if (a == b)
+                S[a * m + b] += r[a];
+        }
+    /* K^T = S^-1 (P H^T)^T : m x n */
+    double *Kt = malloc(sizeof(double) * m * n);
+    for (int j = 0; j < m; j++)
+        for (int i = 0; i < n; i++)
+            Kt[j * n + i] = PHt[i * m + j];
+    spd_solve(m, S, Kt, n);
+    double err_mean = 0, err_cov = 0, scale_mean = 0, scale_cov = 0;
+    for (int i = 0; i < n; i++) {
+        double innov_k = 0;
+        for (int j = 0; j < m; j++) {
+            double hx = 0;
+            for (int q = 0; q < n; q++)
+                hx += H[j * n + q] * xm[q];
+            innov_k += Kt[j * n + i] * (yo[j] - hx);
+        }
+        double want = xm[i] + innov_k, got = 0;
+        for (int l = 0; l < k; l++)
+            got += xa[i * k + l] / k;
+        err_mean = fmax(err_mean, fabs(got - want));
+        scale_mean = fmax(scale_mean, fabs(want));
+    }
+    for (int i = 0; i < n; i++)
+        for (int q = 0; q < n; q++) {
+            double pa = P[i * n + q];
+            for (int j = 0; j < m; j++)
+                for (int s = 0; s < n; s++)
+                    pa -= Kt[j * n + i] * H[j * n + s] * P[s * n + q];
+            double mi = 0, mq = 0, c = 0;
+            for (int l = 0; l < k; l++)
+                mi += xa[i * k + l] / k, mq += xa[q * k + l] / k;
+            for (int l = 0; l < k; l++)
+                c += (xa[i * k + l] - mi) * (xa[q * k + l] - mq) / (k - 1);
+            err_cov = fmax(err_cov, fabs(c - pa));
+            scale_cov = fmax(scale_cov, fabs(pa));
+        }
+    CHECK(err_mean <= 1e-11 * scale_mean, "n %d k %d m %d infl %g: mean differs from Kalman's by %g (scale %g)", n, k,
+          m, infl, err_mean, scale_mean);
+    CHECK(err_cov <= 1e-11 * scale_cov, "n %d k %d m %d infl %g: covariance differs from Kalman's by %g (scale %g)",
+          n, k, m, infl, err_cov, scale_cov);
+    printf("kalman n %d k %d m %d inflation %g: mean error %.2e, covariance error %.2e\n", n, k, m, infl,
+           err_mean / scale_mean, err_cov / scale_cov);
+    free(xb), free(xa), free(H), free(yb), free(yo), free(r), free(gc), free(oc), free(nobs);
+    free(xm), free(X), free(P), free(S), free(PHt), free(Kt);
+}
+
+static void weights(void)
+{
+    CHECK(dk_letkf_gc(0) == 1.0, "GC(0) = %g", dk_letkf_gc(0));
+    CHECK(fabs(dk_letkf_gc(1.0) - 5.0 / 24.0) < 1e-15, "GC(1) = %.17g, not 5/24", dk_letkf_gc(1.0));
+    CHECK(dk_letkf_gc(2.0) == 0.0, "GC(2) = %g", dk_letkf_gc(2.0));
+    CHECK(fabs(dk_letkf_gc(1.0 - 1e-12) - dk_letkf_gc(1.0 + 1e-12)) < 1e-10, "GC is not continuous at 1");
+    dk_letkf_geometry g;
+    memset(&g, 0, sizeof g);
+    g.metric = 1, g.ncoords = 2, g.hdims = 3, g.dims = 3, g.radius = 2000;
+    double a[2] = {0, 0}, b[2] = {0, 10}, pa[4], pb[4];
+    dk_letkf_position(&g, a, pa);
+    dk_letkf_position(&g, b, pb);
+    /* 10 degrees of latitude: 1111.95 km on a sphere of 6371 km */
+    double d = 6371.0 * 10 * 3.14159265358979323846 / 180;
+    double want = dk_letkf_gc(2 * d / 2000);
+    CHECK(fabs(dk_letkf_weight(&g, pa, pb) - want) < 1e-12, "sphere weight %.15g, want %.15g",
+          dk_letkf_weight(&g, pa, pb), want);
+    memset(&g, 0, sizeof g);
+    g.metric = 0, g.ncoords = 1, g.hdims = 1, g.dims = 1, g.radius = 4, g.period[0] = 40;
+    double p[4] = {0.5}, q[4] = {38.5};
+    CHECK(fabs(dk_letkf_weight(&g, p, q) - dk_letkf_gc(1.0)) < 1e-15, "periodic weight across the seam");
+}
+
+/* A periodic ring: the reference's selection equals a brute-force count. */
+static void ring_counts(void)
+{
+    const int n = 40, k = 6, m = 40;
+    double gc[40], oc[40], xb[40 * 6], yb[40 * 6], yo[40], r[40], xa[40 * 6];
+    uint64_t seed = 7;
+    for (int i = 0; i < n; i++)
+        gc[i] = i, oc[i] = i + 0.25;
+    for (int i = 0; i < n * k; i++)
+        xb[i] = gauss_rand(&seed), yb[i] = xb[i];
+    for (int j = 0; j < m; j++)
+        yo[j] = gauss_rand(&seed), r[j] = 1;
+    for (int cap = 0; cap <= 3; cap += 3) {
+        dk_letkf_desc d;
+        dk_letkf_desc_init(&d);
+        d.n = n, d.members = k, d.m = m, d.ncoords = 1, d.radius = 4.1, d.period[0] = 40, d.max_obs = (size_t)cap;
+        d.grid_coords = gc, d.obs_coords = oc;
+        int32_t nobs[40];
+        dk_status st = dk_letkf_reference(&d, xb, yb, yo, r, xa, nobs, NULL);
+        CHECK(st == DK_OK, "ring: %s", dk_last_error(NULL));
+        for (int i = 0; i < n; i++) {
+            int want = 0;
+            for (int j = 0; j < m; j++) {
+                double dd = fabs(gc[i] - oc[j]);
+                dd = dd > 20 ? 40 - dd : dd;
+                want += dd < 4.1;
+            }
+            if (cap && want > cap)
+                want = cap;
+            CHECK(nobs[i] == want, "ring cap %d: point %d uses %d observations, want %d", cap, i, nobs[i], want);
+        }
+    }
+}
+
+static void refusals(void)
+{
+    double gc[2] = {0, 1}, oc[2] = {0, 1}, xb[4] = {1, 2, 3, 4}, yb[4] = {1, 2, 3, 4}, yo[2] = {0, 0},
+           r[2] = {1, 1}, xa[4];
+    dk_letkf_desc d;
+    dk_letkf_desc_init(&d);
+    d.n = 2, d.members = 2, d.m = 2, d.ncoords = 1, d.radius = 3, d.grid_coords = gc, d.obs_coords = oc;
+    CHECK(dk_letkf_reference(&d, xb, yb, yo, r, xa, NULL, NULL) == DK_OK, "a valid case: %s", dk_last_error(NULL));
+    dk_letkf_desc e = d;
+    e.radius = 0;
+    CHECK(dk_letkf_reference(&e, xb, yb, yo, r, xa, NULL, NULL) == DK_ERR_INVALID_ARGUMENT &&
+              strstr(dk_last_error(NULL), "radius"),
+          "radius 0: %s", dk_last_error(NULL));
+    e = d, e.members = 1;
+    CHECK(dk_letkf_reference(&e, xb, yb, yo, r, xa, NULL, NULL) == DK_ERR_INVALID_ARGUMENT, "one member accepted");
+    e = d, e.rtpp = 0.5, e.rtps = 0.5;
+    CHECK(dk_letkf_reference(&e, xb, yb, yo, r, xa, NULL, NULL) == DK_ERR_INVALID_ARGUMENT &&
+              strstr(dk_last_error(NULL), "choose one"),
+          "rtpp and rtps: %s", dk_last_error(NULL));
+    e = d, e.metric = DK_LETKF_SPHERE;
+    CHECK(dk_letkf_reference(&e, xb, yb, yo, r, xa, NULL, NULL) == DK_ERR_INVALID_ARGUMENT, "sphere with 1 column");
+    double bad_r[2] = {1, 0};
+    CHECK(dk_letkf_reference(&d, xb, yb, yo, bad_r, xa, NULL, NULL) == DK_ERR_INVALID_ARGUMENT &&
+              strstr(dk_last_error(NULL), "variance"),
+          "r = 0: %s", dk_last_error(NULL));
+    double nan_c[2] = {0, NAN};
+    e = d, e.obs_coords = nan_c;
+    CHECK(dk_letkf_reference(&e, xb, yb, yo, r, xa, NULL, NULL) == DK_ERR_INVALID_ARGUMENT &&
+              strstr(dk_last_error(NULL), "finite"),
+          "NaN coordinate: %s", dk_last_error(NULL));
+}
+
+int main(void)
+{
+    weights();
+    kalman_case(1, 4, 1, 1.0);
+    kalman_case(5, 8, 3, 1.0);
+    kalman_case(12, 20, 9, 1.1);
+    kalman_case(30, 10, 40, 1.0);
+    ring_counts();
+    refusals();
+    printf("%s\n", failures ? "FAILED" : "passed");
+    return failures != 0;
+}
