@@ -119,6 +119,7 @@ struct dk_mpi_plan {
     int nrequests;
     struct dkm_comm *xfer; /* how reductions cross ranks (distributed/comm.c); NULL: MPI */
     dk_mpi_stats stats;
+    struct dkm_letkf *letkf; /* non-NULL: a letkf plan (distributed/letkf.c) */
 };
 
 /* Collective, at the end of a plan's creation (p->comm, ctx, rank and size
@@ -136,6 +137,7 @@ struct dk_comm *dkm_device_comm(const struct dk_mpi_plan *p);
 void dkm_sum(struct dk_mpi_plan *p, double *buf, size_t n, int root);
 
 void dkm_gauss_plan_free(struct dk_mpi_plan *p); /* local: frees without touching comm */
-void dkm_enkf_free(dkm_enkf *e);                 /* local; MPI datatypes freed unless MPI is finalized */
+void dkm_enkf_free(dkm_enkf *e);
+void dkm_letkf_free(struct dkm_letkf *l); /* local */                 /* local; MPI datatypes freed unless MPI is finalized */
 
 #endif

@@ -183,6 +183,42 @@ dk_status dk_mpi_kmeans_execute_host(dk_mpi_plan *plan, const float *points_loca
                                      const float *init, int32_t *labels_local, float *centroids,
                                      dk_kmeans_result *result);
 
+/* ---- letkf (docs/distributed.md, "letkf") ----
+ *
+ * Each rank owns any set of grid points (slabs, tiles or any list: its rows
+ * of Xb) and holds any set of observations (its rows of Yb, yo and r). The
+ * observations' global order is rank 0's, then rank 1's, and so on. Every
+ * rank's points are analysed with every observation within the radius,
+ * whichever rank holds it: the plan finds, from bounding regions, whose
+ * observations can reach whose points, and each execute moves those ranks'
+ * blocks (Yb device to device through the plan's device communicator where
+ * there is one, else staged through MPI; yo and r by MPI). The result is
+ * the single-process analysis to the rounding of the order in which each
+ * point's observations are summed. */
+
+/* Collective. local: this rank's points (n, grid_coords; n may be 0) and
+ * observations (m, obs_coords; m may be 0), every other field the same on
+ * every rank (checked). At least one rank holds an observation. If
+ * anything fails on any rank, every rank returns the same status and
+ * sentence and *plan is NULL. */
+dk_status dk_mpi_letkf_plan_create(dk_context *ctx, MPI_Comm comm, const dk_letkf_desc *local, dk_mpi_plan **plan);
+
+/* Collective, on buffers of the plan's context: xb_local and xa_local (n x k
+ * of the plan's dtype; xa may be xb), yb_local (m x k), nobs_local (n int32)
+ * and spread_local (n float64) or NULL; yo_local and r_local host arrays of
+ * this rank's m observations. Buffers of a rank with n = 0 (or m = 0) may be
+ * NULL. Invalid yo or r on any rank is refused on every rank before any data
+ * moves. */
+dk_status dk_mpi_letkf_execute(dk_mpi_plan *plan, const dk_buffer *xb_local, const dk_buffer *yb_local,
+                               const double *yo_local, const double *r_local, dk_buffer *xa_local,
+                               dk_buffer *nobs_local, dk_buffer *spread_local);
+
+/* Collective. The same on host memory; refuses values that are not finite on
+ * any rank; on failure xa_local is unchanged on every rank. */
+dk_status dk_mpi_letkf_execute_host(dk_mpi_plan *plan, const void *xb_local, const void *yb_local,
+                                    const double *yo_local, const double *r_local, void *xa_local,
+                                    int32_t *nobs_local, double *spread_local);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,531 @@
+/* Distributed LETKF: each rank owns any set of grid points and holds any
+ * set of observations. The local analyses are independent, so the layer's
+ * one job is the observation halo: at plan time every rank learns which
+ * ranks' observations can lie within the localization radius of its points
+ * (bounding regions in position space, widened by the buckets' reach), and
+ * gets their coordinates; at each execute their Yb rows, yo and r arrive
+ * as whole blocks, device to device where the plan has a device
+ * communicator. The local plan then analyses this rank's points with
+ * its own and the received observations; its search picks those within
+ * the radius, so the result is the single-process analysis whatever the
+ * decomposition (to the rounding of the order the observations are summed
+ * in, docs/distributed.md).
+ *
+ * The combined observations of a rank are its sources' blocks in rank
+ * order, each in its holder's order: a rank that would receive none
+ * (nothing within reach) still takes the nearest block, so that its local
+ * plan has an observation network; observations beyond the radius weigh
+ * nothing. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <dakit/letkf.h>
+
+#include "../core/comm.h"
+#include "internal.h"
+
+static const char *const CREATE = "dk_mpi_letkf_plan_create";
+static const char *const EXEC = "dk_mpi_letkf_execute";
+
+/* What every rank must pass alike. */
+typedef struct shared_scalars {
+    int32_t dtype, ncoords, metric, pad;
+    uint64_t members, max_obs;
+    double radius, vradius, inflation, rtpp, rtps, period[DK_LETKF_MAX_COORDS];
+} shared_scalars;
+
+/* A rank's bounding regions in position space: its points and its observations. */
+typedef struct region {
+    double glo[DK_LETKF_POS], ghi[DK_LETKF_POS], olo[DK_LETKF_POS], ohi[DK_LETKF_POS];
+    uint64_t n, m;
+} region;
+
+struct dkm_letkf {
+    dk_letkf_desc desc;   /* this rank's description (coordinates not kept) */
+    dk_plan *local;       /* NULL on a rank without points */
+    size_t n, m_own, m_comb;
+    int nsrc;             /* ranks whose blocks this rank receives (itself included) */
+    int *src;             /* their ranks, ascending */
+    size_t *src_off;      /* nsrc + 1: each block's first combined observation */
+    int ndst;             /* ranks this rank sends its block to (itself excluded) */
+    int *dst;
+    double *yo, *r;       /* m_comb, host */
+    void *yb_host;        /* m_comb * k, host staging of the combined Yb */
+    dk_buffer *yb;        /* m_comb * k on the device */
+    MPI_Datatype rowtype; /* one observation's k members, for the host-staged exchange */
+};
+
+void dkm_letkf_free(struct dkm_letkf *l)
+{
+    if (!l)
+        return;
+    dk_plan_destroy(l->local);
+    dk_buffer_destroy(l->yb);
+    free(l->src), free(l->src_off), free(l->dst), free(l->yo), free(l->r), free(l->yb_host);
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (l->rowtype != MPI_DATATYPE_NULL && !finalized)
+        MPI_Type_free(&l->rowtype);
+    free(l);
+}
+
+static shared_scalars scalars_of(const dk_letkf_desc *d)
+{
+    shared_scalars s;
+    memset(&s, 0, sizeof s);
+    s.dtype = (int32_t)d->dtype, s.ncoords = d->ncoords, s.metric = (int32_t)d->metric;
+    s.members = d->members, s.max_obs = d->max_obs;
+    s.radius = d->radius, s.vradius = d->vertical_radius, s.inflation = d->inflation;
+    s.rtpp = d->rtpp, s.rtps = d->rtps;
+    for (int a = 0; a < DK_LETKF_MAX_COORDS; a++)
+        s.period[a] = d->period[a];
+    return s;
+}
+
+/* Position-space bounds of count coordinates (lo > hi where there are none). */
+static void bounds(const dk_letkf_geometry *g, const double *coords, size_t count, double *lo, double *hi)
+{
+    for (int a = 0; a < DK_LETKF_POS; a++)
+        lo[a] = INFINITY, hi[a] = -INFINITY;
+    for (size_t i = 0; i < count; i++) {
+        double p[DK_LETKF_POS];
+        dk_letkf_position(g, coords + i * (size_t)g->ncoords, p);
+        for (int a = 0; a < g->dims; a++)
+            lo[a] = p[a] < lo[a] ? p[a] : lo[a], hi[a] = p[a] > hi[a] ? p[a] : hi[a];
+    }
+}
+
+/* How far along component a an observation within the radius can be. */
+static double reach(const dk_letkf_geometry *g, int a)
+{
+    const double margin = 1.0 + 1e-9;
+    if (g->vertical && a == g->hdims)
+        return g->vradius * margin;
+    if (g->metric == DK_LETKF_SPHERE) {
+        double half = g->radius / (2.0 * DK_LETKF_SPHERE_KM);
+        return 2.0 * DK_LETKF_SPHERE_KM * sin(half < 1.5707963267948966 ? half : 1.5707963267948966) * margin;
+    }
+    return g->radius * margin;
+}
+
+/* Whether rank p's points can see rank q's observations; a periodic
+ * component never separates them (its bounds do not see the wrap). */
+static int within_reach(const dk_letkf_geometry *g, const region *p, const region *q)
+{
+    if (!p->n || !q->m)
+        return 0;
+    for (int a = 0; a < g->dims; a++) {
+        if (g->period[a] > 0)
+            continue;
+        double r = reach(g, a);
+        if (p->glo[a] - r > q->ohi[a] || q->olo[a] > p->ghi[a] + r)
+            return 0;
+    }
+    return 1;
+}
+
+/* The squared gap between p's points and q's observations' bounds (for the
+ * fall-back block of a rank that sees none). */
+static double gap(const dk_letkf_geometry *g, const region *p, const region *q)
+{
+    double s = 0;
+    for (int a = 0; a < g->dims; a++) {
+        double d = q->olo[a] - p->ghi[a];
+        d = p->glo[a] - q->ohi[a] > d ? p->glo[a] - q->ohi[a] : d;
+        s += d > 0 ? d * d : 0;
+    }
+    return s;
+}
+
+#define BAD(...) dkm_note(&o, DK_ERR_INVALID_ARGUMENT, __VA_ARGS__)
+
+DK_MPI_API dk_status dk_mpi_letkf_plan_create(dk_context *ctx, MPI_Comm comm, const dk_letkf_desc *local,
+                                              dk_mpi_plan **plan)
+{
+    dk_status st = dkm_check_comm(comm, CREATE);
+    if (st != DK_OK)
+        return st;
+    if (plan)
+        *plan = NULL;
+    int rank, size;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    dkm_outcome o = {DK_OK, ""};
+    if (!ctx || !local || !plan)
+        BAD("ctx, the description and plan must not be NULL");
+    else if (!dk_letkf_variants(ctx))
+        dkm_note(&o, DK_ERR_NOT_IMPLEMENTED, "backend %s has no letkf", dk_context_backend(ctx));
+    else if ((local->n && !local->grid_coords) || (local->m && !local->obs_coords))
+        BAD("grid_coords (n = %zu) or obs_coords (m = %zu) is NULL", local->n, local->m);
+    /* the shared scalars: checked by libdakit on a description of this rank's
+     * own (with at least one point and observation), then compared with rank 0's */
+    shared_scalars mine, *all = calloc((size_t)size, sizeof *all);
+    memset(&mine, 0, sizeof mine);
+    if (!all)
+        dkm_note(&o, DK_ERR_OUT_OF_MEMORY, "out of host memory");
+    dk_letkf_geometry geo;
+    memset(&geo, 0, sizeof geo);
+    if (o.status == DK_OK) {
+        mine = scalars_of(local);
+        double zero[DK_LETKF_MAX_COORDS] = {0, 0, 0};
+        dk_letkf_desc probe = *local;
+        probe.n = probe.m = 1;
+        probe.grid_coords = probe.obs_coords = zero;
+        if (local->metric == DK_LETKF_SPHERE)
+            probe.grid_coords = probe.obs_coords = zero; /* lon 0, lat 0 */
+        dk_plan *check = NULL;
+        if ((st = dk_letkf_plan_create(ctx, &probe, &check)) != DK_OK)
+            dkm_note(&o, st, "%s", dk_last_error(ctx));
+        else {
+            geo.metric = (int)local->metric;
+            geo.ncoords = local->ncoords;
+            geo.vertical = local->vertical_radius > 0;
+            geo.hdims = local->metric == DK_LETKF_SPHERE ? 3 : local->ncoords - geo.vertical;
+            geo.dims = geo.hdims + geo.vertical;
+            geo.radius = local->radius, geo.vradius = local->vertical_radius;
+            if (local->metric == DK_LETKF_CARTESIAN)
+                for (int a = 0; a < local->ncoords; a++)
+                    geo.period[a] = local->period[a];
+        }
+        dk_plan_destroy(check);
+    }
+    if (all)
+        MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, comm);
+    if (o.status == DK_OK && all && memcmp(&all[0], &mine, sizeof mine) != 0)
+        BAD("this rank's description differs from rank 0's in a field that must be the same everywhere "
+            "(dtype, members, ncoords, metric, radius, vertical_radius, period, inflation, rtpp, rtps, max_obs)");
+    free(all);
+    if ((st = dkm_agree(comm, &o, CREATE)) != DK_OK)
+        return st;
+
+    /* every rank's regions, and so its sources */
+    region me, *reg = calloc((size_t)size, sizeof *reg);
+    struct dkm_letkf *l = calloc(1, sizeof *l);
+    dk_mpi_plan *p = calloc(1, sizeof *p);
+    if (l)
+        l->rowtype = MPI_DATATYPE_NULL;
+    if (p)
+        p->comm = MPI_COMM_NULL;
+    if (!reg || !l || !p)
+        dkm_note(&o, DK_ERR_OUT_OF_MEMORY, "out of host memory");
+    memset(&me, 0, sizeof me);
+    me.n = local->n, me.m = local->m;
+    bounds(&geo, local->grid_coords, local->n, me.glo, me.ghi);
+    bounds(&geo, local->obs_coords, local->m, me.olo, me.ohi);
+    if (reg)
+        MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, reg, (int)sizeof me, MPI_BYTE, comm);
+    size_t total_m = 0;
+    if (o.status == DK_OK) {
+        for (int q = 0; q < size; q++)
+            total_m += reg[q].m;
+        if (total_m == 0)
+            BAD("no rank holds an observation; an analysis needs at least one");
+        if (total_m > (size_t)INT32_MAX)
+            BAD("the ranks hold %zu observations; at most %d", total_m, INT32_MAX);
+    }
+    if (o.status == DK_OK) {
+        if (MPI_Type_contiguous((int)(local->members * dk_dtype_size(local->dtype)), MPI_BYTE, &l->rowtype) !=
+                MPI_SUCCESS ||
+            MPI_Type_commit(&l->rowtype) != MPI_SUCCESS)
+            dkm_note(&o, DK_ERR_BACKEND, "MPI_Type_contiguous failed");
+        l->desc = *local;
+        l->desc.grid_coords = l->desc.obs_coords = NULL;
+        l->n = local->n;
+        l->m_own = local->m;
+        l->src = malloc((size_t)size * sizeof *l->src);
+        l->src_off = malloc(((size_t)size + 1) * sizeof *l->src_off);
+        l->dst = malloc((size_t)size * sizeof *l->dst);
+        if (!l->src || !l->src_off || !l->dst)
+            dkm_note(&o, DK_ERR_OUT_OF_MEMORY, "out of host memory");
+    }
+    if (o.status == DK_OK) {
+        /* sources of every rank (so each knows whom it sends to) */
+        for (int q = 0; q < size; q++) {
+            int any = 0, nearest = -1;
+            double best = INFINITY;
+            for (int s = 0; s < size; s++) {
+                int in = within_reach(&geo, &reg[q], &reg[s]);
+                any |= in;
+                if (reg[q].n && reg[s].m && gap(&geo, &reg[q], &reg[s]) < best)
+                    best = gap(&geo, &reg[q], &reg[s]), nearest = s;
+                if (in && q == rank)
+                    l->src[l->nsrc++] = s;
+                if (in && s == rank && q != rank)
+                    l->dst[l->ndst++] = q;
+            }
+            if (!any && nearest >= 0) {
+                if (q == rank)
+                    l->src[l->nsrc++] = nearest;
+                if (nearest == rank && q != rank)
+                    l->dst[l->ndst++] = q;
+            }
+        }
+        size_t off = 0;
+        for (int i = 0; i < l->nsrc; i++) {
+            l->src_off[i] = off;
+            off += reg[l->src[i]].m;
+        }
+        l->src_off[l->nsrc] = off;
+        l->m_comb = off;
+    }
+    /* the sources' coordinates, then the local plan over this rank's points */
+    double *obs = NULL;
+    const size_t nc = (size_t)local->ncoords;
+    if (o.status == DK_OK && l->m_comb) {
+        obs = malloc(l->m_comb * nc * sizeof *obs);
+        l->yo = malloc(l->m_comb * sizeof *l->yo);
+        l->r = malloc(l->m_comb * sizeof *l->r);
+        if (!obs || !l->yo || !l->r)
+            dkm_note(&o, DK_ERR_OUT_OF_MEMORY, "out of host memory for %zu observations", l->m_comb);
+    }
+    if ((st = dkm_agree(comm, &o, CREATE)) != DK_OK)
+        goto fail;
+    MPI_Request *req = malloc(((size_t)l->nsrc + (size_t)l->ndst + 1) * sizeof *req);
+    int nreq = 0;
+    for (int i = 0; i < l->nsrc; i++) {
+        size_t cnt = (l->src_off[i + 1] - l->src_off[i]) * nc;
+        if (l->src[i] == rank)
+            memcpy(obs + l->src_off[i] * nc, local->obs_coords, cnt * sizeof *obs);
+        else if (cnt)
+            MPI_Irecv(obs + l->src_off[i] * nc, (int)cnt, MPI_DOUBLE, l->src[i], 71, comm, &req[nreq++]);
+    }
+    for (int i = 0; i < l->ndst; i++)
+        if (l->m_own)
+            MPI_Isend(local->obs_coords, (int)(l->m_own * nc), MPI_DOUBLE, l->dst[i], 71, comm, &req[nreq++]);
+    MPI_Waitall(nreq, req, MPI_STATUSES_IGNORE);
+    free(req);
+    if (l->n) {
+        dk_letkf_desc d = *local;
+        d.m = l->m_comb;
+        d.obs_coords = obs;
+        if ((st = dk_letkf_plan_create(ctx, &d, &l->local)) != DK_OK)
+            dkm_note(&o, st, "%s", dk_last_error(ctx));
+        else if ((st = dk_buffer_create(ctx, l->m_comb * local->members * dk_dtype_size(local->dtype), &l->yb)) !=
+                 DK_OK)
+            dkm_note(&o, st, "%s", dk_last_error(ctx));
+    }
+    free(obs);
+    obs = NULL;
+    if ((st = dkm_agree(comm, &o, CREATE)) == DK_OK && MPI_Comm_dup(comm, &p->comm) != MPI_SUCCESS)
+        st = dkm_fail(DK_ERR_BACKEND, "%s: MPI_Comm_dup failed", CREATE);
+    if (st != DK_OK)
+        goto fail;
+    free(reg);
+    p->ctx = ctx;
+    p->rank = rank, p->size = size;
+    p->letkf = l;
+    dkm_comm_setup(p, 1); /* the blocks travel by dk_comm_exchange; no reductions */
+    dkm_stats_attach(p);
+    *plan = p;
+    return DK_OK;
+fail:
+    free(obs);
+    free(reg);
+    dkm_letkf_free(l);
+    if (p && p->comm != MPI_COMM_NULL)
+        MPI_Comm_free(&p->comm);
+    free(p);
+    return st;
+}
+
+/* yo finite and r finite and > 0 (this rank's observations), else a note. */
+static int obs_ok(dkm_outcome *o, size_t m, const double *yo, const double *r)
+{
+    for (size_t j = 0; j < m; j++)
+        if (!isfinite(yo[j]) || !(r[j] > 0) || !isfinite(r[j])) {
+            dkm_note(o, DK_ERR_INVALID_ARGUMENT,
+                     "observation %zu of this rank is %g with error variance %g; observations must be finite and "
+                     "variances finite and > 0",
+                     j, yo[j], r[j]);
+            return 0;
+        }
+    return 1;
+}
+
+static int finite_ok(dkm_outcome *o, dk_dtype dtype, const void *x, size_t count, const char *what)
+{
+    for (size_t i = 0; i < count; i++) {
+        double v = dtype == DK_F32 ? (double)((const float *)x)[i] : ((const double *)x)[i];
+        if (!isfinite(v)) {
+            dkm_note(o, DK_ERR_INVALID_ARGUMENT, "value %zu of this rank's %s is %g; every value must be finite", i,
+                     what, v);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static struct dkm_letkf *letkf_of(dk_mpi_plan *plan, const char *what)
+{
+    if (!plan || !plan->letkf) {
+        dkm_fail(DK_ERR_INVALID_ARGUMENT, "%s: the plan is not a distributed letkf plan", what);
+        return NULL;
+    }
+    return plan->letkf;
+}
+
+/* The combined yo and r on the host: every source's block, by MPI (small). */
+static void gather_obs(dk_mpi_plan *p, struct dkm_letkf *l, const double *yo, const double *r)
+{
+    MPI_Request *req = malloc(2 * ((size_t)l->nsrc + (size_t)l->ndst + 1) * sizeof *req);
+    int nreq = 0;
+    if (!req)
+        return; /* the caller's agreement found the allocation failure */
+    for (int i = 0; i < l->nsrc; i++) {
+        size_t off = l->src_off[i], cnt = l->src_off[i + 1] - off;
+        if (l->src[i] == p->rank) {
+            memcpy(l->yo + off, yo, cnt * sizeof *yo);
+            memcpy(l->r + off, r, cnt * sizeof *r);
+        } else if (cnt) {
+            MPI_Irecv(l->yo + off, (int)cnt, MPI_DOUBLE, l->src[i], 72, p->comm, &req[nreq++]);
+            MPI_Irecv(l->r + off, (int)cnt, MPI_DOUBLE, l->src[i], 73, p->comm, &req[nreq++]);
+        }
+    }
+    for (int i = 0; i < l->ndst && l->m_own; i++) {
+        MPI_Isend(yo, (int)l->m_own, MPI_DOUBLE, l->dst[i], 72, p->comm, &req[nreq++]);
+        MPI_Isend(r, (int)l->m_own, MPI_DOUBLE, l->dst[i], 73, p->comm, &req[nreq++]);
+    }
+    DKM_COMM(p->comm, MPI_Waitall(nreq, req, MPI_STATUSES_IGNORE));
+    free(req);
+}
+
+/* The combined Yb on the device: this rank's block by a device copy, the
+ * others device to device (NCCL) or staged through the host (MPI). Every
+ * rank makes every MPI call whatever failed before, so none waits. */
+static void gather_yb(dk_mpi_plan *p, struct dkm_letkf *l, const dk_buffer *yb_local, dkm_outcome *o)
+{
+    const size_t row = l->desc.members * dk_dtype_size(l->desc.dtype);
+    dk_comm *dc = dkm_device_comm(p);
+    dk_status st;
+    if (dc) {
+        dk_comm_move *mv = calloc((size_t)l->nsrc + (size_t)l->ndst + 1, sizeof *mv);
+        int nm = 0;
+        for (int i = 0; mv && i < l->nsrc; i++) {
+            size_t off = l->src_off[i], cnt = l->src_off[i + 1] - off;
+            if (!cnt)
+                continue;
+            if (l->src[i] != p->rank) {
+                mv[nm++] = (dk_comm_move){l->src[i], 1, l->yb, off * row, cnt * row};
+                continue;
+            }
+            dk_box_copy box;
+            memset(&box, 0, sizeof box);
+            box.esize = row;
+            box.count[0] = box.count[1] = 1, box.count[2] = cnt;
+            box.src_shape[0] = box.src_shape[1] = 1, box.src_shape[2] = cnt;
+            box.dst_shape[0] = box.dst_shape[1] = 1, box.dst_shape[2] = l->m_comb;
+            box.dst_lo[2] = off;
+            if ((st = dk_buffer_copy_box(l->yb, yb_local, &box)) != DK_OK)
+                dkm_note(o, st, "%s", dk_last_error(p->ctx));
+        }
+        for (int i = 0; mv && i < l->ndst && l->m_own; i++)
+            mv[nm++] = (dk_comm_move){l->dst[i], 0, (dk_buffer *)yb_local, 0, l->m_own * row};
+        /* a rank out of memory still joins the exchange, with nothing to move;
+         * its peers' NCCL calls then end at the communicator's time limit */
+        if (!mv)
+            dkm_note(o, DK_ERR_OUT_OF_MEMORY, "out of host memory");
+        DKM_COMM(p->comm, st = dk_comm_exchange(dc, mv, nm));
+        if (st != DK_OK)
+            dkm_note(o, st, "%s", dk_last_error(p->ctx));
+        free(mv);
+        return;
+    }
+    /* host staging: this rank's block read, exchanged by MPI, the whole written */
+    char *host = l->yb_host, *own = l->m_own ? malloc(l->m_own * row) : NULL;
+    if (!host && l->m_comb)
+        host = l->yb_host = malloc(l->m_comb * row);
+    MPI_Request *req = malloc(((size_t)l->nsrc + (size_t)l->ndst + 1) * sizeof *req);
+    if ((l->m_own && !own) || (l->m_comb && !host) || !req)
+        dkm_note(o, DK_ERR_OUT_OF_MEMORY, "out of host memory for the observation halo");
+    else if (l->m_own && (st = dk_buffer_read(yb_local, own, l->m_own * row)) != DK_OK)
+        dkm_note(o, st, "%s", dk_last_error(p->ctx));
+    int nreq = 0;
+    if (req && (!l->m_own || own) && (!l->m_comb || host)) {
+        for (int i = 0; i < l->nsrc; i++) {
+            size_t off = l->src_off[i], cnt = l->src_off[i + 1] - off;
+            if (l->src[i] == p->rank)
+                memcpy(host + off * row, own, cnt * row);
+            else if (cnt)
+                MPI_Irecv(host + off * row, (int)cnt, l->rowtype, l->src[i], 74, p->comm, &req[nreq++]);
+        }
+        for (int i = 0; i < l->ndst && l->m_own; i++)
+            MPI_Isend(own, (int)l->m_own, l->rowtype, l->dst[i], 74, p->comm, &req[nreq++]);
+    }
+    DKM_COMM(p->comm, MPI_Waitall(nreq, req, MPI_STATUSES_IGNORE));
+    free(req);
+    free(own);
+    if (o->status == DK_OK && l->yb && (st = dk_buffer_write(l->yb, host, l->m_comb * row)) != DK_OK)
+        dkm_note(o, st, "%s", dk_last_error(p->ctx));
+}
+
+DK_MPI_API dk_status dk_mpi_letkf_execute(dk_mpi_plan *plan, const dk_buffer *xb_local, const dk_buffer *yb_local,
+                                          const double *yo_local, const double *r_local, dk_buffer *xa_local,
+                                          dk_buffer *nobs_local, dk_buffer *spread_local)
+{
+    struct dkm_letkf *l = letkf_of(plan, EXEC);
+    if (!l)
+        return DK_ERR_INVALID_ARGUMENT;
+    dkm_outcome o = {DK_OK, ""};
+    const size_t row = l->desc.members * dk_dtype_size(l->desc.dtype);
+    if (l->m_own && (!yo_local || !r_local || !yb_local))
+        dkm_note(&o, DK_ERR_INVALID_ARGUMENT, "yb, yo and r must not be NULL on a rank holding observations");
+    else if (l->m_own && dk_buffer_size(yb_local) < l->m_own * row)
+        dkm_note(&o, DK_ERR_INVALID_ARGUMENT, "the yb buffer holds %zu bytes; this rank's %zu observations need %zu",
+                 dk_buffer_size(yb_local), l->m_own, l->m_own * row);
+    else if (l->m_own)
+        obs_ok(&o, l->m_own, yo_local, r_local);
+    if (l->n && (!xb_local || !xa_local))
+        dkm_note(&o, DK_ERR_INVALID_ARGUMENT, "xb and xa must not be NULL on a rank owning grid points");
+    /* agreed before any data moves, so that a refusal changes nothing anywhere */
+    dk_status st = dkm_agree(plan->comm, &o, EXEC);
+    if (st != DK_OK)
+        return st;
+    gather_obs(plan, l, yo_local, r_local);
+    gather_yb(plan, l, yb_local, &o);
+    if (o.status == DK_OK && l->local &&
+        (st = dk_letkf_execute(l->local, xb_local, l->yb, l->yo, l->r, xa_local, nobs_local, spread_local)) != DK_OK)
+        dkm_note(&o, st, "%s", dk_last_error(plan->ctx));
+    return dkm_agree(plan->comm, &o, EXEC);
+}
+
+DK_MPI_API dk_status dk_mpi_letkf_execute_host(dk_mpi_plan *plan, const void *xb_local, const void *yb_local,
+                                               const double *yo_local, const double *r_local, void *xa_local,
+                                               int32_t *nobs_local, double *spread_local)
+{
+    static const char *const HOST = "dk_mpi_letkf_execute_host";
+    struct dkm_letkf *l = letkf_of(plan, HOST);
+    if (!l)
+        return DK_ERR_INVALID_ARGUMENT;
+    dkm_outcome o = {DK_OK, ""};
+    const size_t k = l->desc.members, es = dk_dtype_size(l->desc.dtype);
+    dk_context *ctx = plan->ctx;
+    dk_buffer *bx = NULL, *by = NULL, *bn = NULL, *bs = NULL;
+    dk_status st = DK_OK;
+    if ((l->n && (!xb_local || !xa_local)) || (l->m_own && !yb_local))
+        dkm_note(&o, DK_ERR_INVALID_ARGUMENT, "xb and xa (a rank with points) and yb (a rank with observations) "
+                 "must not be NULL");
+    else if ((l->n && !finite_ok(&o, l->desc.dtype, xb_local, l->n * k, "xb")) ||
+             (l->m_own && !finite_ok(&o, l->desc.dtype, yb_local, l->m_own * k, "yb")))
+        st = o.status;
+    else if ((l->n && ((st = dk_buffer_create(ctx, l->n * k * es, &bx)) != DK_OK ||
+                       (nobs_local && (st = dk_buffer_create(ctx, l->n * sizeof(int32_t), &bn)) != DK_OK) ||
+                       (spread_local && (st = dk_buffer_create(ctx, l->n * sizeof(double), &bs)) != DK_OK) ||
+                       (st = dk_buffer_write(bx, xb_local, l->n * k * es)) != DK_OK)) ||
+             (l->m_own && ((st = dk_buffer_create(ctx, l->m_own * k * es, &by)) != DK_OK ||
+                           (st = dk_buffer_write(by, yb_local, l->m_own * k * es)) != DK_OK)))
+        dkm_note(&o, st, "%s", dk_last_error(ctx));
+    if ((st = dkm_agree(plan->comm, &o, HOST)) == DK_OK &&
+        (st = dk_mpi_letkf_execute(plan, bx, by, yo_local, r_local, bx, bn, bs)) == DK_OK && l->n) {
+        if ((st = dk_buffer_read(bx, xa_local, l->n * k * es)) != DK_OK ||
+            (nobs_local && (st = dk_buffer_read(bn, nobs_local, l->n * sizeof(int32_t))) != DK_OK) ||
+            (spread_local && (st = dk_buffer_read(bs, spread_local, l->n * sizeof(double))) != DK_OK))
+            dkm_note(&o, st, "%s", dk_last_error(ctx));
+    }
+    if (st == DK_OK)
+        st = dkm_agree(plan->comm, &o, HOST);
+    dk_buffer_destroy(bx), dk_buffer_destroy(by), dk_buffer_destroy(bn), dk_buffer_destroy(bs);
+    return st;
+}
