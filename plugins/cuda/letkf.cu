@@ -688,12 +688,14 @@ template <typename T> const void *kernel_of(int mode)
     return mode == 0 ? (const void *)k_points<T, 0> : mode == 1 ? (const void *)k_points<T, 1> : (const void *)k_points<T, 2>;
 }
 
-/* Copies host data to a fresh device array. */
-template <typename U> dk_status upload(U **dst, const U *src, size_t count, const char *what, dk_msg *msg)
+/* Copies host data to a fresh device array, ordered on the device's
+ * (non-blocking) stream before the plan's kernels. */
+template <typename U>
+dk_status upload(U **dst, const U *src, size_t count, cudaStream_t stream, const char *what, dk_msg *msg)
 {
     CUDA_TRY(cudaMalloc((void **)dst, (count ? count : 1) * sizeof(U)), what);
     if (count)
-        CUDA_TRY(cudaMemcpy(*dst, src, count * sizeof(U), cudaMemcpyHostToDevice), what);
+        CUDA_TRY(cudaMemcpyAsync(*dst, src, count * sizeof(U), cudaMemcpyHostToDevice, stream), what);
     return DK_OK;
 }
 
@@ -813,19 +815,25 @@ dk_status plan_fill(Plan *p, const dk_letkf_setup *s, dk_msg *msg)
     }
     for (size_t i = 0; i < n; i++)
         dk_letkf_position(&s->geo, d->grid_coords + i * (size_t)d->ncoords, gp + i * DK_LETKF_POS);
-    dk_status st = upload(&p->d_grid_pos, (const double *)gp, n * DK_LETKF_POS, "copying the letkf grid", msg);
+    cudaStream_t sm = p->dev->stream;
+    dk_status st = upload(&p->d_grid_pos, (const double *)gp, n * DK_LETKF_POS, sm, "copying the letkf grid", msg);
+    /* the copies may read gp until the stream gets there */
+    cudaError_t e = cudaStreamSynchronize(sm);
     free(gp);
-    if (st != DK_OK || (st = upload(&p->d_obs_pos, s->obs_pos, m * DK_LETKF_POS, "copying the letkf observations", msg)) ||
-        (st = upload(&p->d_order, s->obs_order, m, "copying the letkf observations", msg)) ||
-        (st = upload(&p->d_ckey, s->cell_key, s->cells, "copying the letkf buckets", msg)) ||
-        (st = upload(&p->d_cstart, s->cell_start, s->cells + 1, "copying the letkf buckets", msg)))
+    if (st != DK_OK)
+        return st;
+    CUDA_TRY(e, "copying the letkf grid");
+    if ((st = upload(&p->d_obs_pos, s->obs_pos, m * DK_LETKF_POS, sm, "copying the letkf observations", msg)) ||
+        (st = upload(&p->d_order, s->obs_order, m, sm, "copying the letkf observations", msg)) ||
+        (st = upload(&p->d_ckey, s->cell_key, s->cells, sm, "copying the letkf buckets", msg)) ||
+        (st = upload(&p->d_cstart, s->cell_start, s->cells + 1, sm, "copying the letkf buckets", msg)))
         return st;
     CUDA_TRY(cudaMalloc((void **)&p->d_yp, m * d->members * sizeof(double)), "the letkf observation ensemble");
     CUDA_TRY(cudaMalloc((void **)&p->d_dep, m * sizeof(double)), "the letkf departures");
     CUDA_TRY(cudaMalloc((void **)&p->d_rinv, m * sizeof(double)), "the letkf departures");
     CUDA_TRY(cudaMalloc((void **)&p->d_count, n * sizeof(int32_t)), "the letkf counts");
     CUDA_TRY(cudaMalloc((void **)&p->d_overflow, 2 * sizeof(int)), "the letkf counts");
-    CUDA_TRY(cudaMemset(p->d_overflow, 0, 2 * sizeof(int)), "the letkf counts");
+    CUDA_TRY(cudaMemsetAsync(p->d_overflow, 0, 2 * sizeof(int), sm), "the letkf counts");
     a.grid_pos = p->d_grid_pos, a.obs_pos = p->d_obs_pos, a.order = p->d_order;
     a.ckey = p->d_ckey, a.cstart = p->d_cstart;
     a.yp = p->d_yp, a.dep = p->d_dep, a.rinv = p->d_rinv;
@@ -834,12 +842,12 @@ dk_status plan_fill(Plan *p, const dk_letkf_setup *s, dk_msg *msg)
     int count_blocks = p->dev->sm_count * 8;
     if ((size_t)count_blocks > n)
         count_blocks = (int)n;
-    k_count<<<count_blocks, 128, 0, p->dev->stream>>>(a, (long long)n, p->d_count, (unsigned *)(p->d_overflow + 1));
+    k_count<<<count_blocks, 128, 0, sm>>>(a, (long long)n, p->d_count, (unsigned *)(p->d_overflow + 1));
     CUDA_TRY(cudaGetLastError(), "launching the letkf count kernel");
     unsigned maxc = 0;
-    CUDA_TRY(cudaMemcpyAsync(&maxc, p->d_overflow + 1, sizeof maxc, cudaMemcpyDeviceToHost, p->dev->stream),
+    CUDA_TRY(cudaMemcpyAsync(&maxc, p->d_overflow + 1, sizeof maxc, cudaMemcpyDeviceToHost, sm),
              "counting the letkf candidates");
-    CUDA_TRY(cudaStreamSynchronize(p->dev->stream), "counting the letkf candidates");
+    CUDA_TRY(cudaStreamSynchronize(sm), "counting the letkf candidates");
     p->count_max = maxc;
     if ((st = size_kernels(p, msg)) != DK_OK)
         return st;
@@ -940,8 +948,9 @@ dk_status analysis(void *handle, const void *xb, const void *yb, const void *obs
     if (!(p->dev->caller && p->dev->async)) {
         /* a candidate list longer than the plan counted would be a bug: say so rather than give a wrong answer */
         int overflow = 0;
-        CUDA_TRY(cudaMemcpy(&overflow, p->d_overflow, sizeof overflow, cudaMemcpyDeviceToHost),
+        CUDA_TRY(cudaMemcpyAsync(&overflow, p->d_overflow, sizeof overflow, cudaMemcpyDeviceToHost, p->dev->stream),
                  "checking the letkf lists");
+        CUDA_TRY(cudaStreamSynchronize(p->dev->stream), "checking the letkf lists");
         if (overflow) {
             dk_msg_set(msg, "cuda letkf: a point found more candidates than the plan counted (%lld); internal error",
                        p->count_max);

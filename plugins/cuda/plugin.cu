@@ -412,10 +412,10 @@ static const dk_plugin cuda_plugin = {
 #endif
     .gauss_features = DK_GAUSS_FEATURE_RECURSIVE | DK_GAUSS_FEATURE_MODES,
     .buffer_copy_box = cuda_buffer_copy_box,
+    .letkf = &dk_cuda_letkf_ops,
 #ifdef DK_CUDA_HAVE_NCCL
     .comm_queue = &dk_cuda_comm_queue_ops,
 #endif
-    .letkf = &dk_cuda_letkf_ops,
 };
 
 extern "C" DK_PLUGIN_EXPORT const dk_plugin *DK_PLUGIN_ENTRY(void)
