@@ -785,9 +785,16 @@ dk_status plan_syevj(Plan *p, dk_msg *msg)
     CUSOLVER_TRY(cusolverDnCreate(&p->solver), "cusolverDnCreate");
     CUSOLVER_TRY(cusolverDnSetStream(p->solver, p->dev->stream), "cusolverDnSetStream");
     CUSOLVER_TRY(cusolverDnCreateSyevjInfo(&p->params), "cusolverDnCreateSyevjInfo");
-    CUSOLVER_TRY(cusolverDnDsyevjBatched_bufferSize(p->solver, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, (int)k,
-                                                    p->d_batA, (int)k, p->d_batlam, &p->lwork, p->params, (int)batch),
-                 "cusolverDnDsyevjBatched_bufferSize");
+    cusolverStatus_t r = cusolverDnDsyevjBatched_bufferSize(p->solver, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER,
+                                                            (int)k, p->d_batA, (int)k, p->d_batlam, &p->lwork, p->params,
+                                                            (int)batch);
+    if (r == CUSOLVER_STATUS_INVALID_VALUE) {
+        /* its documented limit on the matrices' size, where this cuSOLVER keeps it */
+        dk_msg_set(msg, "cuda letkf: cuSOLVER's syevjBatched refuses %lld x %lld matrices (members); the variant "
+                        "jacobi takes them", k, k);
+        return DK_ERR_NOT_IMPLEMENTED;
+    }
+    CUSOLVER_TRY(r, "cusolverDnDsyevjBatched_bufferSize");
     CUDA_TRY(cudaMalloc((void **)&p->d_work, (size_t)(p->lwork > 0 ? p->lwork : 1) * sizeof(double)),
              "the letkf syevj workspace");
     p->a.bat_A = p->d_batA, p->a.bat_b = p->d_batb, p->a.bat_lam = p->d_batlam;
