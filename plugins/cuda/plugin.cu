@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <dakit/letkf.h>
+
 #include "cuda_internal.h"
 
 #ifndef DK_CUDA_MIN_CC
@@ -376,6 +378,7 @@ static dk_status cuda_buffer_copy_box(void *device, void *dst, const void *src, 
 extern "C" const dk_enkf_ops dk_cuda_enkf_ops;     /* enkf/plan.cu */
 extern "C" const dk_kmeans_ops dk_cuda_kmeans_ops; /* kmeans.cu */
 extern "C" const dk_gbees_ops dk_cuda_gbees_ops;   /* gbees.cu */
+extern "C" const dk_letkf_ops dk_cuda_letkf_ops;   /* letkf.cu */
 #ifdef DK_CUDA_HAVE_NCCL
 extern "C" const dk_comm_queue_ops dk_cuda_comm_queue_ops; /* comm.cu */
 extern "C" const dk_comm_ops dk_cuda_comm_ops;     /* comm.cu */
@@ -409,6 +412,7 @@ static const dk_plugin cuda_plugin = {
 #endif
     .gauss_features = DK_GAUSS_FEATURE_RECURSIVE | DK_GAUSS_FEATURE_MODES,
     .buffer_copy_box = cuda_buffer_copy_box,
+    .letkf = &dk_cuda_letkf_ops,
 #ifdef DK_CUDA_HAVE_NCCL
     .comm_queue = &dk_cuda_comm_queue_ops,
 #endif
