@@ -137,5 +137,6 @@ void dkm_sum(struct dk_mpi_plan *p, double *buf, size_t n, int root);
 
 void dkm_gauss_plan_free(struct dk_mpi_plan *p); /* local: frees without touching comm */
 void dkm_enkf_free(dkm_enkf *e);                 /* local; MPI datatypes freed unless MPI is finalized */
+void dkm_kmeans_free(struct dk_mpi_plan *p);     /* local: a kmeans plan's state, device buffers included */
 
 #endif
