@@ -365,8 +365,10 @@ static void write_flag(run *u, dk_buffer *buf, size_t n)
 static void reduce(run *u, dk_buffer *buf, size_t n)
 {
     if (u->dc) {
-        dk_status st = dk_comm_can_queue(u->dc) ? dk_comm_all_reduce_sum_queued(u->dc, buf, 0, n, DK_F64)
-                                                : dk_comm_all_reduce_sum(u->dc, buf, 0, n, DK_F64);
+        dk_status st;
+        /* queued: the stats see only the time to queue it */
+        DKM_COMM(u->p->comm, st = dk_comm_can_queue(u->dc) ? dk_comm_all_reduce_sum_queued(u->dc, buf, 0, n, DK_F64)
+                                                          : dk_comm_all_reduce_sum(u->dc, buf, 0, n, DK_F64));
         if (st != DK_OK) {
             fail_call(u, st, "%s", dk_last_error(u->p->ctx));
             u->comm_bad = 1;
@@ -398,8 +400,9 @@ static void halos(run *u, dk_buffer *w)
             k->dmoves[i] = (dk_comm_move){k->moves[i].peer, k->moves[i].recv, w,
                                           k->moves[i].row0 * cols * sizeof(int32_t),
                                           k->moves[i].rows * cols * sizeof(int32_t)};
-        dk_status st = dk_comm_can_queue(u->dc) ? dk_comm_exchange_queued(u->dc, k->dmoves, k->nmoves)
-                                                : dk_comm_exchange(u->dc, k->dmoves, k->nmoves);
+        dk_status st;
+        DKM_COMM(u->p->comm, st = dk_comm_can_queue(u->dc) ? dk_comm_exchange_queued(u->dc, k->dmoves, k->nmoves)
+                                                          : dk_comm_exchange(u->dc, k->dmoves, k->nmoves));
         if (st != DK_OK) {
             fail_call(u, st, "%s", dk_last_error(u->p->ctx));
             u->comm_bad = 1;

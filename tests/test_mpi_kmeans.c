@@ -62,7 +62,7 @@ static const tcase cases[] = {
     {"blobs_n4000_d3_k6_empty_cluster", 4000, 3, 6, 20, 0, 1, UNEVEN, 0, 0, 1, 5, 1},
     {"grid_30x20_d2_k4_w3_empty_cluster", 600, 2, 4, 10, 0, 0, THIN, 30, 20, 0.7, 3, 1},
     /* tol > 0 under contiguity, rank 0 empty: the stop flag read between batches */
-    {"grid_50x24_d2_k3_w5_tol_empty_part", 1200, 2, 3, 40, 1e-3, 1, EMPTY_FIRST, 50, 24, 0.6, 5, 0},
+    {"grid_50x24_d2_k3_w5_tol_empty_part", 1200, 2, 3, 40, 1e-7, 1, EMPTY_FIRST, 50, 24, 0.9, 5, 0},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
