@@ -137,7 +137,8 @@ struct dk_comm *dkm_device_comm(const struct dk_mpi_plan *p);
 void dkm_sum(struct dk_mpi_plan *p, double *buf, size_t n, int root);
 
 void dkm_gauss_plan_free(struct dk_mpi_plan *p); /* local: frees without touching comm */
-void dkm_enkf_free(dkm_enkf *e);
-void dkm_letkf_free(struct dkm_letkf *l); /* local */                 /* local; MPI datatypes freed unless MPI is finalized */
+void dkm_enkf_free(dkm_enkf *e);                 /* local; MPI datatypes freed unless MPI is finalized */
+void dkm_kmeans_free(struct dk_mpi_plan *p);     /* local: a kmeans plan's state, device buffers included */
+void dkm_letkf_free(struct dkm_letkf *l);        /* local */
 
 #endif

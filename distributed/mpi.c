@@ -279,6 +279,7 @@ DK_MPI_API void dk_mpi_plan_destroy(dk_mpi_plan *plan)
     MPI_Comm comm = plan->comm;
     dkm_comm_free(plan);
     dkm_enkf_free(plan->enkf);
+    dkm_kmeans_free(plan);
     dkm_letkf_free(plan->letkf);
     dkm_gauss_plan_free(plan);
     int finalized = 0;

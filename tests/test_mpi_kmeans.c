@@ -61,6 +61,8 @@ static const tcase cases[] = {
     {"grid_23x17_d2_k3_w7_uneven", 391, 2, 3, 10, 0, 0, UNEVEN, 23, 17, 0.3, 7, 0},
     {"blobs_n4000_d3_k6_empty_cluster", 4000, 3, 6, 20, 0, 1, UNEVEN, 0, 0, 1, 5, 1},
     {"grid_30x20_d2_k4_w3_empty_cluster", 600, 2, 4, 10, 0, 0, THIN, 30, 20, 0.7, 3, 1},
+    /* tol > 0 under contiguity, rank 0 empty: the stop flag read between batches */
+    {"grid_50x24_d2_k3_w5_tol_empty_part", 1200, 2, 3, 40, 1e-7, 1, EMPTY_FIRST, 50, 24, 0.9, 5, 0},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -153,13 +155,53 @@ static void run_case(dk_context *ctx, const tcase *c)
         check_transport(ctx, plan);
     size_t np = (hi - lo) * per;
     int32_t *lm = malloc((np + 1) * sizeof *lm);
-    st = dk_mpi_kmeans_execute_host(plan, x + lo * per * dd, mask ? mask + lo * per : NULL, init, lm, cm, &rm);
-    int ok = st == DK_OK;
-    if (!all_ranks(ok)) {
-        if (rank == 0)
-            printf("FAIL %s: execute: %s\n", c->name, dk_mpi_last_error());
-        failures++;
-    } else {
+    /* the host entry, then the device-buffer entry on the same plan */
+    for (int dev = 0; dev < 2; dev++) {
+        const float *xl = x + lo * per * dd;
+        const uint8_t *ml = mask ? mask + lo * per : NULL;
+        if (!dev) {
+            st = dk_mpi_kmeans_execute_host(plan, xl, ml, init, lm, cm, &rm);
+        } else {
+            /* empty parts pass no points and no labels; odd cases update init in place */
+            dk_buffer *bx = NULL, *bm = NULL, *bi = NULL, *bl = NULL, *bc = NULL;
+            int in_place = (int)(c - cases) % 2;
+            st = DK_OK;
+            if (np && st == DK_OK)
+                st = dk_buffer_create(ctx, np * dd * sizeof(float), &bx);
+            if (np && st == DK_OK)
+                st = dk_buffer_create(ctx, np * sizeof(int32_t), &bl);
+            if (np && st == DK_OK)
+                st = dk_buffer_write(bx, xl, np * dd * sizeof(float));
+            if (np && ml && st == DK_OK)
+                st = dk_buffer_create(ctx, np, &bm);
+            if (np && ml && st == DK_OK)
+                st = dk_buffer_write(bm, ml, np);
+            if (st == DK_OK)
+                st = dk_buffer_create(ctx, kd * sizeof(float), &bi);
+            if (st == DK_OK)
+                st = dk_buffer_write(bi, init, kd * sizeof(float));
+            if (!in_place && st == DK_OK)
+                st = dk_buffer_create(ctx, kd * sizeof(float), &bc);
+            if (all_ranks(st == DK_OK)) {
+                st = dk_mpi_kmeans_execute(plan, bx, bm, bi, bl, in_place ? bi : bc, &rm);
+                if (st == DK_OK && np)
+                    st = dk_buffer_read(bl, lm, np * sizeof *lm);
+                if (st == DK_OK)
+                    st = dk_buffer_read(in_place ? bi : bc, cm, kd * sizeof *cm);
+            } else if (st == DK_OK) {
+                st = DK_ERR_OUT_OF_MEMORY;
+            }
+            dk_buffer_destroy(bx), dk_buffer_destroy(bm), dk_buffer_destroy(bi), dk_buffer_destroy(bl),
+                dk_buffer_destroy(bc);
+        }
+        const char *entry = dev ? "device buffers" : "host arrays";
+        int ok = st == DK_OK;
+        if (!all_ranks(ok)) {
+            if (rank == 0)
+                printf("FAIL %s, %s: execute: %s\n", c->name, entry, dk_mpi_last_error());
+            failures++;
+            continue;
+        }
         size_t bad = 0;
         for (size_t i = 0; i < np; i++)
             bad += lm[i] != lref[lo * per + i];
@@ -185,10 +227,10 @@ static void run_case(dk_context *ctx, const tcase *c)
         pass = pass && all_ranks(!memcmp(c0, cm, kd * sizeof *c0));
         free(c0);
         if (rank == 0)
-            printf("%s %s (%s): %llu label(s) differ, centroid err %.2e, objective err %.2e, %d iterations "
+            printf("%s %s (%s, %s): %llu label(s) differ, centroid err %.2e, objective err %.2e, %d iterations "
                    "(reference %d)\n",
-                   pass ? "ok  " : "FAIL", c->name, layout_names[c->lay], bsum, errmax, oerrmax, rm.iterations,
-                   rref.iterations);
+                   pass ? "ok  " : "FAIL", c->name, layout_names[c->lay], entry, bsum, errmax, oerrmax,
+                   rm.iterations, rref.iterations);
         if (!pass)
             failures++;
     }
@@ -251,6 +293,32 @@ static void bad_input(dk_context *ctx)
     dk_kmeans_result r;
     st = dk_mpi_kmeans_execute_host(plan, x, NULL, init, l, cent, &r);
     check("the same plan computes afterwards", st == DK_OK);
+    /* the device-buffer entry: a labels buffer too small on the last rank
+     * rides with the sums; every rank returns its sentence, then computes */
+    dk_buffer *bx = NULL, *bi = NULL, *bl = NULL, *bc = NULL;
+    int made = dk_buffer_create(ctx, (np + 1) * 2 * sizeof(float), &bx) == DK_OK &&
+               dk_buffer_create(ctx, sizeof init, &bi) == DK_OK &&
+               dk_buffer_create(ctx, (last && np ? np - 1 : np + 1) * sizeof(int32_t), &bl) == DK_OK &&
+               dk_buffer_create(ctx, sizeof cent, &bc) == DK_OK && dk_buffer_write(bx, x, np * 2 * sizeof(float)) == DK_OK &&
+               dk_buffer_write(bi, init, sizeof init) == DK_OK;
+    check("device buffers for the bad input", all_ranks(made));
+    if (all_ranks(made)) {
+        st = dk_mpi_kmeans_execute(plan, bx, NULL, bi, bl, bc, NULL);
+        expect_failure("a labels buffer too small on the last rank (device buffers)", st, DK_ERR_INVALID_ARGUMENT,
+                       "too small");
+        st = dk_mpi_kmeans_execute(plan, bx, NULL, bi, NULL, bc, NULL);
+        expect_failure("labels NULL on every rank (device buffers)", st, DK_ERR_INVALID_ARGUMENT, "must not be NULL");
+        dk_buffer_destroy(bl);
+        bl = NULL;
+        int again = dk_buffer_create(ctx, (np + 1) * sizeof(int32_t), &bl) == DK_OK;
+        dk_kmeans_result rd;
+        st = again ? dk_mpi_kmeans_execute(plan, bx, NULL, bi, bl, bc, &rd) : DK_ERR_OUT_OF_MEMORY;
+        float cd[6];
+        int same = st == DK_OK && dk_buffer_read(bc, cd, sizeof cd) == DK_OK && !memcmp(cd, cent, sizeof cd) &&
+                   rd.iterations == r.iterations;
+        check("the device-buffer entry computes afterwards, as the host entry", all_ranks(same));
+    }
+    dk_buffer_destroy(bx), dk_buffer_destroy(bi), dk_buffer_destroy(bl), dk_buffer_destroy(bc);
     st = dk_mpi_gauss_execute_host(plan, x, x);
     check("a gauss execute on a kmeans plan is refused",
           st == DK_ERR_INVALID_ARGUMENT && strstr(dk_mpi_last_error(), "kmeans plan") != NULL);

@@ -500,6 +500,177 @@ static dk_status execute(void *handle, const void *points, const void *mask_, co
     return DK_OK;
 }
 
+/* ---- the phases of a distributed iteration (dakit/kmeans.h) ---- */
+
+/* The contiguity label of pixel i of a band: prev holds the previous labels
+ * of rows [-r, rows + r), so every window row is there (-1 outside the
+ * image). The reference's arithmetic, as best_label. */
+static int band_label(const kmeans_plan *p, const float *X, const int32_t *prev, size_t i, const float *C)
+{
+    const dk_kmeans_desc *d = &p->s.desc;
+    const long r = d->window / 2, row = (long)(i / d->cols), col = (long)(i % d->cols);
+    int same[DK_KMEANS_MAX_K];
+    memset(same, 0, sizeof(int) * (size_t)d->k);
+    int m = 0;
+    for (long y = row - r; y <= row + r; y++)
+        for (long c = col - r; c <= col + r; c++) {
+            if (c < 0 || c >= (long)d->cols || (y == row && c == col))
+                continue;
+            int32_t l = prev[(size_t)(y + r) * d->cols + (size_t)c];
+            if (l >= 0) {
+                m++;
+                same[l]++;
+            }
+        }
+    const float lambda = (float)d->lambda, inv_d = 1.0f / (float)d->d;
+    int best = 0;
+    float best_cost = 0.0f;
+    for (int c = 0; c < d->k; c++) {
+        const float *cc = C + (size_t)c * d->d;
+        float dist = 0.0f;
+        for (int f = 0; f < d->d; f++) {
+            float diff = X[i * p->s.stride_point + (size_t)f * p->s.stride_feature] - cc[f];
+            dist += diff * diff;
+        }
+        float cost = lambda * (dist * inv_d) + (1.0f - lambda) * (m ? (float)(m - same[c]) / (float)m : 0.0f);
+        if (c == 0 || cost < best_cost) {
+            best = c;
+            best_cost = cost;
+        }
+    }
+    return best;
+}
+
+/* Each thread sums a static slice of the points into its own partials,
+ * which are then added in thread order: a fixed order for the plan. */
+static dk_status assign_partial(void *handle, const void *points, const void *mask_, const void *centroids,
+                                const void *prev_, void *next_, void *labels_, void *sums_, const void *state_,
+                                dk_msg *msg)
+{
+    (void)msg;
+    kmeans_plan *p = handle;
+    const double *state = state_;
+    if (state[1] != 0)
+        return DK_OK;
+    const dk_kmeans_desc *d = &p->s.desc;
+    const float *X = points, *C = centroids;
+    const uint8_t *mask = mask_;
+    const int32_t *prev = prev_;
+    int32_t *labels = labels_, *next = next_ ? (int32_t *)next_ + (size_t)(d->window / 2) * d->cols : NULL;
+    double *sums = sums_;
+    const int k = d->k, dd = d->d, stride = dd + 1, T = p->threads;
+    const size_t n = d->n, kd = (size_t)k * dd;
+    if (p->vector && !prev)
+        transpose_centroids(p, C);
+#pragma omp parallel num_threads(T)
+    {
+#ifdef _OPENMP
+        int t = omp_get_thread_num();
+#else
+        int t = 0;
+#endif
+        double *part = p->partial + (size_t)t * k * stride;
+        memset(part, 0, (size_t)k * stride * sizeof *part);
+#pragma omp for schedule(static)
+        for (size_t i = 0; i < n; i += 2) {
+            const int m = i + 1 < n ? 2 : 1;
+            int32_t l[2];
+            if (prev) {
+                for (int q = 0; q < m; q++)
+                    l[q] = mask && !mask[i + q] ? -1 : band_label(p, X, prev, i + q, C);
+            } else {
+                assign_points(p, X, mask, NULL, C, i, m, l, NULL);
+            }
+            for (int q = 0; q < m; q++) {
+                labels[i + q] = l[q];
+                if (next)
+                    next[i + q] = l[q];
+                if (l[q] < 0)
+                    continue;
+                double *row = part + (size_t)l[q] * stride;
+                for (int f = 0; f < dd; f++)
+                    row[f] += X[(i + q) * p->s.stride_point + (size_t)f * p->s.stride_feature];
+                row[dd] += 1.0;
+            }
+        }
+    }
+    for (int c = 0; c < k; c++)
+        for (int f = 0; f <= dd; f++) {
+            double v = 0;
+            for (int t = 0; t < T; t++)
+                v += p->partial[((size_t)t * k + c) * stride + f];
+            sums[f < dd ? (size_t)c * dd + f : kd + (size_t)c] = v;
+        }
+    return DK_OK;
+}
+
+static dk_status update(void *handle, const void *sums_, void *centroids, void *state_, dk_msg *msg)
+{
+    (void)msg;
+    kmeans_plan *p = handle;
+    double *state = state_;
+    if (state[1] != 0)
+        return DK_OK;
+    const dk_kmeans_desc *d = &p->s.desc;
+    const double *sums = sums_;
+    float *C = centroids;
+    const size_t kd = (size_t)d->k * d->d;
+    if (sums[kd + (size_t)d->k] != 0) {
+        state[3] = 1;
+        state[1] = 1;
+        return DK_OK;
+    }
+    double move = 0;
+    for (int c = 0; c < d->k; c++) {
+        double count = sums[kd + (size_t)c];
+        if (count == 0)
+            continue;
+        double m2 = 0;
+        for (int f = 0; f < d->d; f++) {
+            float next = (float)(sums[(size_t)c * d->d + f] / count);
+            double diff = (double)next - (double)C[(size_t)c * d->d + f];
+            m2 += diff * diff;
+            C[(size_t)c * d->d + f] = next;
+        }
+        if (sqrt(m2) > move)
+            move = sqrt(m2);
+    }
+    state[0] += 1;
+    state[2] = move;
+    if (move < d->tol)
+        state[1] = 1;
+    return DK_OK;
+}
+
+static dk_status objective(void *handle, const void *points, const void *labels_, const void *centroids,
+                           void *out_, dk_msg *msg)
+{
+    (void)msg;
+    kmeans_plan *p = handle;
+    const dk_kmeans_desc *d = &p->s.desc;
+    const float *X = points, *C = centroids;
+    const int32_t *labels = labels_;
+    const int dd = d->d;
+    double obj = 0, valid = 0;
+#pragma omp parallel for schedule(static) num_threads(p->threads) reduction(+ : obj, valid)
+    for (size_t i = 0; i < d->n; i++) {
+        int32_t l = labels[i];
+        if (l < 0)
+            continue;
+        valid += 1;
+        float dist = 0.0f;
+        for (int f = 0; f < dd; f++) {
+            float diff = X[i * p->s.stride_point + (size_t)f * p->s.stride_feature] - C[(size_t)l * dd + f];
+            dist += diff * diff;
+        }
+        obj += dist;
+    }
+    double *out = out_;
+    out[0] = obj;
+    out[1] = valid;
+    return DK_OK;
+}
+
 /* "simd": the AVX2 assignment where the CPU has it (else scalar). */
 static const char *const variants[] = {"simd", "scalar", NULL};
 
@@ -508,4 +679,7 @@ const dk_kmeans_ops dk_cpu_kmeans_ops = {
     .plan_create = plan_create,
     .execute = execute,
     .plan_destroy = plan_destroy,
+    .assign_partial = assign_partial,
+    .update = update,
+    .objective = objective,
 };

@@ -11,6 +11,7 @@
 #endif
 
 #include <dakit/plugin.h>
+#include <dakit/kmeans.h>
 
 /* Defined in gauss.c. */
 extern const dk_gauss_ops dk_cpu_gauss_ops;
@@ -244,6 +245,7 @@ static const dk_plugin cpu_plugin = {
 #endif
     .kmeans = &dk_cpu_kmeans_ops,
     .letkf = &dk_cpu_letkf_ops,
+    .kmeans_size = sizeof(dk_kmeans_ops),
 };
 
 DK_PLUGIN_EXPORT const dk_plugin *DK_PLUGIN_ENTRY(void)

@@ -8,6 +8,7 @@
 #include <dakit/letkf.h>
 
 #include "cuda_internal.h"
+#include <dakit/kmeans.h>
 
 #ifndef DK_CUDA_MIN_CC
 #define DK_CUDA_MIN_CC 90 /* the lowest compute capability the build has code for */
@@ -416,6 +417,7 @@ static const dk_plugin cuda_plugin = {
 #ifdef DK_CUDA_HAVE_NCCL
     .comm_queue = &dk_cuda_comm_queue_ops,
 #endif
+    .kmeans_size = sizeof(dk_kmeans_ops),
 };
 
 extern "C" DK_PLUGIN_EXPORT const dk_plugin *DK_PLUGIN_ENTRY(void)

@@ -29,6 +29,7 @@ typedef struct kmeans_plan {
     cl_mem shape;          /* see shape_of in kmeans.cl */
     cl_kernel first, assign, update, objective;
     cl_kernel tex_planes, tex_features, tex_stats, tex_standardize, tex_init; /* texture plans only */
+    cl_kernel part_assign, part_objective, part_sums, part_update; /* the phases (kmeans.h) */
     int dm;                /* d rounded up to 4, 8, 16 or 32 */
     size_t group;          /* work-group size, a power of two >= k */
     size_t groups;         /* assignment groups */
@@ -53,7 +54,8 @@ static void plan_destroy(void *handle)
     if (!p)
         return;
     cl_kernel ks[] = {p->first,      p->assign,       p->update,    p->objective,       p->tex_planes,
-                      p->tex_features, p->tex_stats, p->tex_standardize, p->tex_init};
+                      p->tex_features, p->tex_stats, p->tex_standardize, p->tex_init,
+                      p->part_assign,  p->part_objective, p->part_sums, p->part_update};
     for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++)
         if (ks[i])
             clReleaseKernel(ks[i]);
@@ -177,14 +179,30 @@ static dk_status plan_create(void *device, const dk_kmeans_setup *setup, void **
                    {&p->tex_standardize, "km_tex_standardize"},
                    {&p->tex_init, "km_tex_init"}};
     const int nkernels = texture ? 9 : 4;
-    cl_kernel sized[9];
+    cl_kernel sized[13];
     for (int i = 0; i < nkernels; i++) {
         cl_int err;
         *kernels[i].k = clCreateKernel(prog, kernels[i].name, &err);
         CL_TRY_GOTO(err, fail, "kmeans: creating kernel %s", kernels[i].name);
         sized[i] = *kernels[i].k;
     }
-    if ((st = size_groups(p, sized, nkernels, msg)) != DK_OK)
+    char part_names[2][40];
+    snprintf(part_names[0], sizeof part_names[0], "km_part_assign_%d", p->dm);
+    snprintf(part_names[1], sizeof part_names[1], "km_part_objective_%d", p->dm);
+    struct {
+        cl_kernel *k;
+        const char *name;
+    } part[] = {{&p->part_assign, part_names[0]},
+                {&p->part_objective, part_names[1]},
+                {&p->part_sums, "km_part_sums"},
+                {&p->part_update, "km_part_update"}};
+    for (int i = 0; i < 4; i++) {
+        cl_int err;
+        *part[i].k = clCreateKernel(prog, part[i].name, &err);
+        CL_TRY_GOTO(err, fail, "kmeans: creating kernel %s", part[i].name);
+        sized[nkernels + i] = *part[i].k;
+    }
+    if ((st = size_groups(p, sized, nkernels + 4, msg)) != DK_OK)
         goto fail;
 
     size_t tiles;
@@ -196,6 +214,8 @@ static dk_status plan_create(void *device, const dk_kmeans_setup *setup, void **
     }
     size_t most = (size_t)(dev->compute_units ? dev->compute_units : 1) * GROUPS_PER_CU;
     p->groups = tiles < most ? tiles : most;
+    if (p->groups < 1) /* a part without points still writes its (zero) partials */
+        p->groups = 1;
     p->update_group = 1;
     while (p->update_group < p->groups && p->update_group < p->group)
         p->update_group *= 2;
@@ -399,6 +419,116 @@ static dk_status execute(void *handle, const void *points, const void *mask_, co
     return DK_OK;
 }
 
+/* ---- the phases of a distributed iteration (dakit/kmeans.h): enqueued
+ * on the device's in-order queue without waiting ---- */
+
+static dk_status assign_partial(void *handle, const void *points, const void *mask_, const void *centroids,
+                                const void *prev_, void *next_, void *labels_, void *sums_, const void *state_,
+                                dk_msg *msg)
+{
+    kmeans_plan *p = handle;
+    dk_opencl_device *dev = p->dev;
+    const dk_kmeans_desc *d = &p->s.desc;
+    dk_status st = dk_opencl_enter(dev, msg);
+    if (st != DK_OK)
+        return st;
+    cl_mem X = (cl_mem)points, labels = (cl_mem)labels_, C = (cl_mem)centroids, sums = (cl_mem)sums_,
+           state = (cl_mem)state_;
+    /* absent buffers are never read: any valid handle stands in */
+    cl_mem mask = mask_ ? (cl_mem)mask_ : p->C, prev = prev_ ? (cl_mem)prev_ : p->C, next = next_ ? (cl_mem)next_ : p->C;
+    if (!X)
+        X = p->C, labels = p->partial; /* no points: nothing is read or written */
+    cl_int has_mask = mask_ != NULL, has_prev = prev_ != NULL, has_next = next_ != NULL;
+    cl_int vec4 = p->s.stride_feature == 1 && p->s.stride_point % 4 == 0 && d->d % 4 == 0;
+    cl_int tile = p->tile, tile_w = p->tile_w, k = d->k, dd = d->d, always = 0;
+    const cl_ulong groups = p->groups;
+    const size_t G = p->group, UG = p->update_group, wide = p->groups * G;
+    const size_t pairs_global = (size_t)d->k * (d->d + 1) * UG;
+    karg aa[] = {{sizeof X, &X},
+                 {sizeof mask, &mask},
+                 {sizeof has_mask, &has_mask},
+                 {sizeof C, &C},
+                 {sizeof prev, &prev},
+                 {sizeof next, &next},
+                 {sizeof has_prev, &has_prev},
+                 {sizeof has_next, &has_next},
+                 {sizeof labels, &labels},
+                 {sizeof p->partial, &p->partial},
+                 {sizeof state, &state},
+                 {sizeof p->shape, &p->shape},
+                 {sizeof vec4, &vec4},
+                 {sizeof tile, &tile},
+                 {sizeof tile_w, &tile_w},
+                 {(size_t)d->k * p->dm * sizeof(float), NULL},
+                 {(size_t)tile * (p->dm + 1) * sizeof(float), NULL},
+                 {(size_t)tile * sizeof(cl_int), NULL},
+                 {p->halo_bytes, NULL},
+                 {G * sizeof(double), NULL}};
+    karg sa[] = {{sizeof p->partial, &p->partial}, {sizeof groups, &groups}, {sizeof k, &k},
+                 {sizeof dd, &dd},                 {sizeof sums, &sums},     {sizeof state, &state},
+                 {sizeof always, &always},         {UG * sizeof(double), NULL}};
+    cl_int err = set_args(p->part_assign, aa, 20);
+    if (err == CL_SUCCESS)
+        err = set_args(p->part_sums, sa, 8);
+    if (err == CL_SUCCESS)
+        err = clEnqueueNDRangeKernel(dev->queue, p->part_assign, 1, NULL, &wide, &G, 0, NULL, NULL);
+    if (err == CL_SUCCESS)
+        err = clEnqueueNDRangeKernel(dev->queue, p->part_sums, 1, NULL, &pairs_global, &UG, 0, NULL, NULL);
+    CL_TRY(err, "kmeans: enqueueing the assignment and its sums");
+    return DK_OK;
+}
+
+static dk_status update(void *handle, const void *sums_, void *centroids, void *state_, dk_msg *msg)
+{
+    kmeans_plan *p = handle;
+    dk_opencl_device *dev = p->dev;
+    dk_status st = dk_opencl_enter(dev, msg);
+    if (st != DK_OK)
+        return st;
+    cl_mem sums = (cl_mem)sums_, C = (cl_mem)centroids, state = (cl_mem)state_;
+    const size_t G = p->group;
+    double tol = p->s.desc.tol;
+    karg ua[] = {{sizeof sums, &sums},       {sizeof C, &C},     {sizeof state, &state},
+                 {sizeof p->shape, &p->shape}, {sizeof tol, &tol}, {G * sizeof(double), NULL}};
+    cl_int err = set_args(p->part_update, ua, 6);
+    if (err == CL_SUCCESS)
+        err = clEnqueueNDRangeKernel(dev->queue, p->part_update, 1, NULL, &G, &G, 0, NULL, NULL);
+    CL_TRY(err, "kmeans: enqueueing the update");
+    return DK_OK;
+}
+
+static dk_status objective(void *handle, const void *points, const void *labels_, const void *centroids,
+                           void *out_, dk_msg *msg)
+{
+    kmeans_plan *p = handle;
+    dk_opencl_device *dev = p->dev;
+    const dk_kmeans_desc *d = &p->s.desc;
+    dk_status st = dk_opencl_enter(dev, msg);
+    if (st != DK_OK)
+        return st;
+    cl_mem X = points ? (cl_mem)points : p->C, labels = labels_ ? (cl_mem)labels_ : p->C, C = (cl_mem)centroids,
+           out = (cl_mem)out_;
+    cl_int vec4 = p->s.stride_feature == 1 && p->s.stride_point % 4 == 0 && d->d % 4 == 0;
+    cl_int one = 1;
+    const cl_ulong groups = p->groups;
+    const size_t G = p->group, UG = p->update_group, wide = p->groups * G, two = 2 * UG;
+    karg oa[] = {{sizeof X, &X},         {sizeof labels, &labels}, {sizeof C, &C},
+                 {sizeof p->obj, &p->obj}, {sizeof p->shape, &p->shape}, {sizeof vec4, &vec4},
+                 {(size_t)d->k * p->dm * sizeof(float), NULL}, {G * sizeof(double), NULL}};
+    /* the two columns summed as one cluster of one feature and its count */
+    karg sa[] = {{sizeof p->obj, &p->obj}, {sizeof groups, &groups}, {sizeof one, &one}, {sizeof one, &one},
+                 {sizeof out, &out},       {sizeof out, &out},       {sizeof one, &one}, {UG * sizeof(double), NULL}};
+    cl_int err = set_args(p->part_objective, oa, 8);
+    if (err == CL_SUCCESS)
+        err = clEnqueueNDRangeKernel(dev->queue, p->part_objective, 1, NULL, &wide, &G, 0, NULL, NULL);
+    if (err == CL_SUCCESS)
+        err = set_args(p->part_sums, sa, 8);
+    if (err == CL_SUCCESS)
+        err = clEnqueueNDRangeKernel(dev->queue, p->part_sums, 1, NULL, &two, &UG, 0, NULL, NULL);
+    CL_TRY(err, "kmeans: enqueueing the objective");
+    return DK_OK;
+}
+
 /* The device entered, for a plan that makes texture features. */
 static dk_status texture_enter(const kmeans_plan *p, dk_msg *msg)
 {
@@ -495,4 +625,7 @@ const dk_kmeans_ops dk_opencl_kmeans_ops = {
     .plan_destroy = plan_destroy,
     .texture_planes = texture_planes,
     .texture_features = texture_features,
+    .assign_partial = assign_partial,
+    .update = update,
+    .objective = objective,
 };

@@ -443,6 +443,204 @@ __kernel void km_update(__global const double *partial, ulong groups, __global f
     }
 }
 
+/* ---- the phases of a distributed iteration (dakit/kmeans.h): the same
+ * tiles and partials as km_assign, the partials summed per (cluster,
+ * feature or count) into the sums by km_part_sums, and the centroids
+ * formed from the ranks' reduced sums by km_part_update. state is the
+ * layer's (doubles: iterations, stop, move, failed); once stop is set
+ * every phase does nothing. ---- */
+
+/* Labels and the group's partials of a band or range of points: prev
+ * (has_prev) holds the previous labels of rows [-r, rows + r); next
+ * (has_next) gets the new labels at rows [0, rows). */
+INLINE void part_assign(const int DM, __global const float *X, __global const uchar *mask, int has_mask,
+                        __global const float *C, __global const int *prev, __global int *next, int has_prev,
+                        int has_next, __global int *cur, __global double *partial, __global const double *state,
+                        __global const ulong *shape, int vec4, int T, int TW, __local float4 *Cs, __local float *xs,
+                        __local int *ls, __local short *halo, __local double *red, __local int *flag)
+{
+    const km_shape s = shape_of(shape);
+    const int l = get_local_id(0);
+    const ulong groups = get_num_groups(0);
+    const int done = broadcast(l == 0 ? state[1] != 0.0 : 0, flag);
+    stage_centroids(DM, C, (__local float *)Cs, s.k, s.d);
+    const int r = s.window / 2, TH = T / TW, hw = TW + 2 * r, hh = TH + 2 * r;
+    const ulong tiles_x = (s.cols + TW - 1) / TW;
+    const ulong tiles = done ? 0 : s.contig ? tiles_x * ((s.rows + TH - 1) / TH) : (s.n + T - 1) / T;
+    const int window = s.contig && has_prev;
+    double acc[MAX_DM];
+#pragma unroll
+    for (int f = 0; f < DM; f++)
+        acc[f] = 0.0;
+    uint cnt = 0;
+    for (ulong tile = get_group_id(0); tile < tiles; tile += groups) {
+        barrier(CLK_LOCAL_MEM_FENCE); /* the last tile's readers are done */
+        ulong row0 = 0, col0 = 0;
+        if (s.contig) {
+            row0 = tile / tiles_x * TH;
+            col0 = tile % tiles_x * TW;
+        }
+        if (window) {
+            for (int j = l; j < hh * hw; j += get_local_size(0)) {
+                const long y = (long)row0 - r + j / hw, c = (long)col0 - r + j % hw;
+                halo[j] = y >= -r && y < (long)s.rows + r && c >= 0 && c < (long)s.cols
+                              ? (short)prev[(ulong)(y + r) * s.cols + (ulong)c]
+                              : (short)-1;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+        if (l < T) {
+            float x[MAX_DM];
+#pragma unroll
+            for (int f = 0; f < DM; f++)
+                x[f] = 0.0f;
+            int label = -1;
+            ulong i;
+            int inside;
+            if (s.contig) {
+                const ulong row = row0 + l / TW, col = col0 + l % TW;
+                i = row * s.cols + col;
+                inside = row < s.rows && col < s.cols;
+            } else {
+                i = tile * T + l;
+                inside = i < s.n;
+            }
+            if (inside && (!has_mask || mask[i])) {
+                load_point(DM, X, i, s, vec4, x);
+                label = window ? contig_label(DM, s, x, Cs, halo, hw, l / TW + r, l % TW + r)
+                               : nearest(DM, x, Cs, s.k);
+            }
+            if (inside) {
+                cur[i] = label;
+                if (has_next)
+                    next[i + (ulong)r * s.cols] = label;
+            }
+            ls[l] = label;
+#pragma unroll
+            for (int f = 0; f < DM; f++)
+                xs[l * (DM + 1) + f] = x[f];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        add_tile(DM, ls, xs, T, s.k, acc, &cnt);
+    }
+    write_partials(DM, acc, cnt, s.k, s.d, !done, red, partial, groups);
+}
+
+/* Per work-group: the objective and the count of labelled points into
+ * partial[g] and partial[groups + g]. */
+INLINE void part_objective(const int DM, __global const float *X, __global const int *labels,
+                           __global const float *C, __global double *partial, __global const ulong *shape, int vec4,
+                           __local float4 *Cs, __local double *scratch)
+{
+    const km_shape s = shape_of(shape);
+    stage_centroids(DM, C, (__local float *)Cs, s.k, s.d);
+    double obj = 0.0, valid = 0.0;
+    for (ulong i = get_global_id(0); i < s.n; i += get_global_size(0)) {
+        const int l = labels[i];
+        if (l < 0)
+            continue;
+        float x[MAX_DM];
+        load_point(DM, X, i, s, vec4, x);
+        obj += (double)distance2(DM, x, Cs + l * (DM / 4));
+        valid += 1.0;
+    }
+    scratch[get_local_id(0)] = obj;
+    tree_sum(scratch);
+    if (get_local_id(0) == 0)
+        partial[get_group_id(0)] = scratch[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    scratch[get_local_id(0)] = valid;
+    tree_sum(scratch);
+    if (get_local_id(0) == 0)
+        partial[get_num_groups(0) + get_group_id(0)] = scratch[0];
+}
+
+#define KM_PART_KERNELS(DM)                                                                                        \
+    __kernel void km_part_assign_##DM(__global const float *X, __global const uchar *mask, int has_mask,         \
+                                      __global const float *C, __global const int *prev, __global int *next,     \
+                                      int has_prev, int has_next, __global int *cur, __global double *partial,    \
+                                      __global const double *state, __global const ulong *shape, int vec4, int T, \
+                                      int TW, __local float4 *Cs, __local float *xs, __local int *ls,             \
+                                      __local short *halo, __local double *red)                                   \
+    {                                                                                                             \
+        __local int flag;                                                                                         \
+        part_assign(DM, X, mask, has_mask, C, prev, next, has_prev, has_next, cur, partial, state, shape, vec4,   \
+                    T, TW, Cs, xs, ls, halo, red, &flag);                                                         \
+    }                                                                                                             \
+    __kernel void km_part_objective_##DM(__global const float *X, __global const int *labels,                    \
+                                         __global const float *C, __global double *partial,                      \
+                                         __global const ulong *shape, int vec4, __local float4 *Cs,               \
+                                         __local double *scratch)                                                 \
+    {                                                                                                             \
+        part_objective(DM, X, labels, C, partial, shape, vec4, Cs, scratch);                                      \
+    }
+
+KM_PART_KERNELS(4)
+KM_PART_KERNELS(8)
+KM_PART_KERNELS(16)
+KM_PART_KERNELS(32)
+
+/* Work-group w sums pair w = c (d + 1) + f of the groups' partials (strided
+ * sums, then a tree: a fixed order) into out[c d + f], or out[k d + c] for
+ * the count (f = d). always 0: nothing once state's stop is set. */
+__kernel void km_part_sums(__global const double *partial, ulong groups, int k, int d, __global double *out,
+                           __global const double *state, int always, __local double *scratch)
+{
+    const int w = get_group_id(0), l = get_local_id(0), c = w / (d + 1), f = w % (d + 1);
+    /* no early return: PoCL's work-group loops need every work-item at every barrier */
+    const int done = !always && state[1] != 0.0;
+    double sum = 0.0;
+    for (ulong g = l; !done && g < groups; g += get_local_size(0))
+        sum += partial[(ulong)w * groups + g];
+    scratch[l] = sum;
+    tree_sum(scratch);
+    if (l == 0 && !done)
+        out[f < d ? c * d + f : k * d + c] = scratch[0];
+}
+
+/* One work-group: the centroids from the reduced sums (in place), the move
+ * and the stop rule; the failure flag (sums[k d + k]) stops every rank. */
+__kernel void km_part_update(__global const double *sums, __global float *C, __global double *state,
+                             __global const ulong *shape, double tol, __local double *red)
+{
+    const km_shape s = shape_of(shape);
+    const int l = get_local_id(0), kd = s.k * s.d;
+    /* every work-item reads the flags before any writes them; no early
+     * return (PoCL's work-group loops need every work-item at every barrier) */
+    const int stopped = state[1] != 0.0, failed = sums[kd + s.k] != 0.0, done = stopped || failed;
+    barrier(CLK_GLOBAL_MEM_FENCE);
+    double mx = 0.0;
+    for (int c = l; !done && c < s.k; c += get_local_size(0)) {
+        const double count = sums[kd + c];
+        if (count == 0.0)
+            continue;
+        double m2 = 0.0;
+        for (int f = 0; f < s.d; f++) {
+            const float next = (float)(sums[c * s.d + f] / count);
+            const double diff = (double)next - (double)C[c * s.d + f];
+            m2 += diff * diff;
+            C[c * s.d + f] = next;
+        }
+        mx = fmax(mx, m2);
+    }
+    red[l] = mx;
+    for (uint h = get_local_size(0) / 2; h > 0; h /= 2) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (l < h)
+            red[l] = fmax(red[l], red[l + h]);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (l == 0 && !stopped && failed)
+        state[3] = 1.0, state[1] = 1.0;
+    if (l == 0 && !done) {
+        const double move = sqrt(red[0]);
+        state[0] += 1.0;
+        state[2] = move;
+        if (move < tol)
+            state[1] = 1.0;
+    }
+}
+
 /* ---- texture features (dakit/kmeans.h): the planes; the features with
  * per-group statistics; the statistics in group order (one work-item); the
  * standardization with the initial centroids' interval sums per group (as

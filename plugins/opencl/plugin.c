@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "opencl_plugin.h"
+#include <dakit/kmeans.h>
 
 #include "gauss_cl.h"
 
@@ -576,6 +577,7 @@ static const dk_plugin opencl_plugin = {
     .gauss_features = DK_GAUSS_FEATURE_RECURSIVE | DK_GAUSS_FEATURE_MODES,
     .buffer_copy_box = opencl_buffer_copy_box,
     .kmeans = &dk_opencl_kmeans_ops,
+    .kmeans_size = sizeof(dk_kmeans_ops),
     .gbees = &dk_opencl_gbees_ops,
 #ifdef DK_OPENCL_ENKF
     .enkf = &dk_opencl_enkf_ops,

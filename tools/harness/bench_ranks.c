@@ -38,10 +38,11 @@ static const ranks_case cases[] = {
                    "both axes, on device buffers (dk_mpi_gauss_execute)"},
     {"gauss_strong", "gauss 32768 x 32768 float32 (4 GiB) in slabs along axis 0, sigma 2, K 4, exact, both axes, "
                      "on device buffers"},
-    {"kmeans_weak", "kmeans 3e6 points per rank, d 8, k 16, 20 iterations, tol 0, float32, from host memory "
-                    "(dk_mpi_kmeans_execute_host); plain: the points on the device"},
+    {"kmeans_weak", "kmeans 3e6 points per rank, d 8, k 16, 20 iterations, tol 0, float32, the points on the "
+                    "device (dk_mpi_kmeans_execute); plain: one rank's points on the device"},
     {"enkf_weak", "enkf cov, N 10^6 per rank, L 10, M 32, H density 0.05, compact C (radius 200), float64, from "
                   "host memory (dk_mpi_enkf_cov_host); plain: on the device"},
+    {"kmeans_weak_3e7", "kmeans_weak with 3e7 points per rank"},
 };
 #define FIRST_SCALING 4
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
@@ -123,13 +124,15 @@ static dk_status setup_gauss_scaling(dk_context *ctx, state *s, int weak, int si
     return DK_OK;
 }
 
-/* kmeans_weak: 3e6 points per rank from host memory; plain: one rank's
- * points on the device. */
-static dk_status setup_kmeans_weak(dk_context *ctx, state *s, int size)
+/* kmeans_weak: `per` points per rank on the device, as a user's loop keeps
+ * them; the distributed and the plain call read the same points and init
+ * (pb[0], pb[2]); the distributed call writes labels to dout and centroids
+ * to din. plain: one rank's points. */
+static dk_status setup_kmeans_weak(dk_context *ctx, state *s, int size, size_t per)
 {
     dk_kmeans_desc *d = &s->kd;
     dk_kmeans_desc_init(d);
-    d->n = 3000000 * (size_t)size;
+    d->n = per * (size_t)size;
     d->d = 8;
     d->k = 16;
     d->max_iters = 20;
@@ -155,7 +158,9 @@ static dk_status setup_kmeans_weak(dk_context *ctx, state *s, int size)
     size_t bytes[5] = {s->local * 8 * sizeof(float), 0, 16 * 8 * sizeof(float), s->local * sizeof(int32_t),
                        16 * 8 * sizeof(float)};
     if (dk_kmeans_plan_create(ctx, &one, &s->plan) != DK_OK || plain_buffers(ctx, s, bytes, s->in) != DK_OK ||
-        dk_buffer_write(s->pb[2], s->init, bytes[2]) != DK_OK)
+        dk_buffer_write(s->pb[2], s->init, bytes[2]) != DK_OK ||
+        dk_buffer_create(ctx, bytes[3] ? bytes[3] : 4, &s->dout) != DK_OK ||
+        dk_buffer_create(ctx, bytes[4], &s->din) != DK_OK)
         return DK_ERR_BACKEND;
     return DK_OK;
 }
@@ -241,7 +246,8 @@ static int setup(dk_context *ctx, int which, state *s, char *err, size_t len)
     dk_status st;
     if (which >= FIRST_SCALING) {
         st = which == 4 || which == 5 ? setup_gauss_scaling(ctx, s, which == 4, size)
-             : which == 6             ? setup_kmeans_weak(ctx, s, size)
+             : which == 6             ? setup_kmeans_weak(ctx, s, size, 3000000)
+             : which == 8             ? setup_kmeans_weak(ctx, s, size, 30000000)
                                       : setup_enkf_weak(ctx, s, size);
         if (st != DK_OK)
             snprintf(err, len, "%s", dk_mpi_last_error()[0] ? dk_mpi_last_error() : dk_last_error(ctx));
@@ -356,7 +362,8 @@ static dk_status run(state *s, int distributed)
         return distributed ? dk_mpi_gauss_execute(s->mplan, s->din, s->dout)
                            : dk_gauss_execute(s->plan, s->pb[0], s->pb[1]);
     case 6:
-        return distributed ? dk_mpi_kmeans_execute_host(s->mplan, s->in, NULL, s->init, s->labels, s->cent, NULL)
+    case 8:
+        return distributed ? dk_mpi_kmeans_execute(s->mplan, s->pb[0], NULL, s->pb[2], s->dout, s->din, NULL)
                            : dk_kmeans_execute(s->plan, s->pb[0], NULL, s->pb[2], s->pb[3], s->pb[4], NULL);
     default:
         return distributed ? dk_mpi_enkf_cov_host(s->mplan, s->x0, s->out, s->aux)

@@ -187,7 +187,52 @@ typedef struct dk_kmeans_ops {
     dk_status (*texture_features)(void *plan, const void *value, const void *smoothed, double min_value,
                                   void *points, void *mask, void *init, dk_kmeans_texture_stats *stats,
                                   struct dk_msg *msg);
+
+    /* Optional, all three or none (libdakit-mpi's dk_mpi_kmeans_execute):
+     * one Lloyd iteration split in two phases, so that the ranks' sums can
+     * be added by a collective queued between them on the device's queue.
+     * The plan is then one rank's part: n may be 0 and smaller than k; with
+     * the contiguity cost its rows are a band of the image. Each entry
+     * queues its work after the work queued before it and returns without
+     * waiting for it. Handles from buffer_alloc; doubles are float64.
+     *
+     * sums: DK_KMEANS_SUMS_LEN(k, d) doubles: [c d + f] the sum of feature f
+     * over the points labelled c, [k d + c] their count, [k d + k] a flag
+     * that the plugin only reads (nonzero: a rank failed). state:
+     * DK_KMEANS_STATE_LEN doubles: [0] iterations run, [1] stop (nonzero:
+     * every later assign_partial and update does nothing), [2] the last
+     * move, [3] failed (update found the flag set). The caller zeroes both
+     * before the first iteration.
+     *
+     * assign_partial: unless state[1] is set, labels every point of the
+     * plan under centroids (k d float) into labels (-1 where masked) and
+     * writes sums[0 .. k d + k) from this plan's points alone, in an order
+     * fixed by the plan. prev NULL: the plain cost (also on a contiguity
+     * plan: the first labels). Else the contiguity cost with prev holding
+     * the previous labels of the rows [-r, rows + r), r = window / 2, cols
+     * each (-1: masked, or outside the image); next, when not NULL, has the
+     * same shape and gets the new labels at rows [0, rows) (offset r cols);
+     * prev and next are distinct buffers. */
+    dk_status (*assign_partial)(void *plan, const void *points, const void *mask, const void *centroids,
+                                const void *prev, void *next, void *labels, void *sums, const void *state,
+                                struct dk_msg *msg);
+    /* update: unless state[1] is set: when sums' flag is nonzero, sets
+     * state[3] and state[1] and leaves centroids; else each centroid with a
+     * count becomes (float)(sum / count) (the others keep theirs), state[0]
+     * counts the iteration, state[2] = move (dakit/kmeans.h) and state[1] is
+     * set when move < desc.tol. sums are the ranks' reduced sums, the same
+     * bits on every rank, so every rank forms the same centroids. */
+    dk_status (*update)(void *plan, const void *sums, void *centroids, void *state, struct dk_msg *msg);
+    /* objective: out[0] = sum over the points with a label >= 0 of
+     * D(x, centroids[label]) (double), out[1] = their count, whatever
+     * state says. */
+    dk_status (*objective)(void *plan, const void *points, const void *labels, const void *centroids, void *out,
+                           struct dk_msg *msg);
 } dk_kmeans_ops;
+
+/* The lengths, in doubles, of the phases' sums and state buffers. */
+#define DK_KMEANS_SUMS_LEN(k, d) ((size_t)(k) * (size_t)(d) + (size_t)(k) + 1)
+#define DK_KMEANS_STATE_LEN 4
 
 #ifdef __cplusplus
 }

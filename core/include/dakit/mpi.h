@@ -159,9 +159,10 @@ dk_status dk_mpi_enkf_analysis_host(dk_mpi_plan *plan, void *x_local, const doub
  * lambda < 1) the part counts whole image rows instead: the rank owns rows
  * [offset[0], offset[0] + extent[0]), all cols pixels of each. The parts
  * tile the points (or rows); a part may be empty. The iterations of
- * dakit/kmeans.h run in the layer; each needs one MPI_Allreduce of the
- * per-cluster sums (and, with contiguity, the previous labels of the
- * window/2 rows on either side from the neighbouring ranks). */
+ * dakit/kmeans.h run as phases of the backend's plugin; each needs one
+ * reduction of the per-cluster sums (and, with contiguity, the previous
+ * labels of the window/2 rows on either side from the neighbouring
+ * ranks). */
 
 /* Collective. global: the whole problem, the same on every rank (its
  * scalars are compared; variant is passed to the local plans). Point-major
@@ -182,6 +183,27 @@ dk_status dk_mpi_kmeans_plan_create(dk_context *ctx, MPI_Comm comm, const dk_kme
 dk_status dk_mpi_kmeans_execute_host(dk_mpi_plan *plan, const float *points_local, const uint8_t *mask_local,
                                      const float *init, int32_t *labels_local, float *centroids,
                                      dk_kmeans_result *result);
+
+/* Collective. The same on device buffers of the plan's context, where the
+ * points already live (a user's loop keeps them there): points_local
+ * (extent x d float32), mask_local (bytes, or NULL), labels_local (int32,
+ * written), init and centroids (k x d float32; centroids may be init and
+ * gets the same bits on every rank). points_local and labels_local may be
+ * NULL on an empty part. With more than one rank each iteration is queued
+ * on the device as assign + partial sums, an all-reduce of the k d + k
+ * sums (through the plan's device communicator, dk_mpi_plan_transport, or
+ * staged through the host), and the centroid update; with the contiguity
+ * cost the window's label halos follow, device to device. With tol 0
+ * nothing waits on the host until the end; with tol > 0 the host reads the
+ * device's stop flag every 8 iterations. The buffers' sizes are checked;
+ * their data are not (that would read them back): init must be the same
+ * on every rank and the points finite, as dk_mpi_kmeans_execute_host
+ * checks. A failure on any rank rides with the sums, so every rank returns
+ * the same status and sentence. Needs a backend with the kmeans phases
+ * (docs/plugins.md); every one in dakit has them. */
+dk_status dk_mpi_kmeans_execute(dk_mpi_plan *plan, const dk_buffer *points_local, const dk_buffer *mask_local,
+                                const dk_buffer *init, dk_buffer *labels_local, dk_buffer *centroids,
+                                dk_kmeans_result *result);
 
 /* ---- letkf (docs/distributed.md, "letkf") ----
  *

@@ -268,6 +268,10 @@ typedef struct dk_plugin {
     /* Optional, with comm: its collectives queued on the device's queue
      * (above); NULL: the layer calls the blocking ones. */
     const dk_comm_queue_ops *comm_queue;
+    /* Optional: sizeof(dk_kmeans_ops) of the headers the kmeans table was
+     * built with; the core reads its members past that size as absent (0:
+     * the table ends at texture_features). */
+    uint32_t kmeans_size;
 } dk_plugin;
 
 #define DK_PLUGIN_SIZE ((uint32_t)sizeof(dk_plugin))
