@@ -230,6 +230,13 @@ static void unload(inputs *in)
 
 #define FAILED(...) (snprintf(msg, len, __VA_ARGS__), 1)
 
+/* The library's sentence without its "letkf: " (the command's name says it). */
+static const char *library_error(const dk_context *ctx)
+{
+    const char *e = dk_last_error(ctx);
+    return strncmp(e, "letkf: ", 7) == 0 ? e + 7 : e;
+}
+
 /* The array's values as float64 (a new allocation), each checked finite;
  * NULL with the sentence in msg. */
 static double *as_f64(const npy_array *a, const char *path, char *msg, size_t len)
@@ -275,7 +282,7 @@ static int read_vector(const char *path, const char *what, size_t want, npy_arra
     if (array_read(path, NULL, a, origin, msg, len) != DK_OK)
         return 1;
     if (a->ndim != 1)
-        return FAILED("%s has %d dimensions; %s is a vector", path, a->ndim, what);
+        return FAILED("%s has %d dimension%s; %s is a vector", path, a->ndim, a->ndim == 1 ? "" : "s", what);
     if (want && a->count != want)
         return FAILED("%s holds %zu values; %s needs %zu, one per observation (the rows of --yo)", path, a->count,
                       what, want);
@@ -310,8 +317,8 @@ static int load(const options *o, inputs *in, int *ncoords, char *msg, size_t le
     if (array_read_ensemble(o->xb, NULL, &in->xb, &in->xb_origin, msg, len) != DK_OK)
         return 1;
     if (in->xb.ndim != 2)
-        return FAILED("%s has %d dimensions; the background ensemble is N x k (state x member)", o->xb,
-                      in->xb.ndim);
+        return FAILED("%s has %d dimension%s; the background ensemble is N x k (state x member)", o->xb,
+                      in->xb.ndim, in->xb.ndim == 1 ? "" : "s");
     in->n = in->xb.shape[0];
     in->k = in->xb.shape[1];
     if (in->n < 1)
@@ -483,7 +490,7 @@ static int run_analysis(int argc, char **argv)
     char where_buf[512];
     if (o.reference) {
         if (dk_letkf_reference(&d, in.xb_data, in.yb_data, in.yo64, in.r64, xa, nobs, spread) != DK_OK) {
-            cli_error(CMD, 1, "%s", dk_last_error(NULL));
+            cli_error(CMD, 1, "%s", library_error(NULL));
             goto done;
         }
     } else {
@@ -494,7 +501,7 @@ static int run_analysis(int argc, char **argv)
         t0 = cli_now();
         if (dk_letkf_plan_create(ctx, &d, &plan) != DK_OK ||
             dk_letkf_execute_host(plan, in.xb_data, in.yb_data, in.yo64, in.r64, xa, nobs, spread) != DK_OK) {
-            cli_error(CMD, 1, "%s", dk_last_error(ctx));
+            cli_error(CMD, 1, "%s", library_error(ctx));
             goto done;
         }
         snprintf(where_buf, sizeof where_buf, "%s (%s)%s%s", dk_context_backend(ctx), dk_context_device(ctx),
@@ -556,7 +563,10 @@ done:
 int cmd_letkf(int argc, char **argv)
 {
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        usage(argc < 2 ? stderr : stdout);
+        FILE *f = argc < 2 ? stderr : stdout;
+        usage(f);
+        fputc('\n', f);
+        letkf_l96_usage(f);
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "l96"))

@@ -23,7 +23,7 @@ static const char *CMD = "letkf l96";
 #define DAPPER_GC_SCALE 1.82
 #define DEFAULT_RADIUS (2 * DAPPER_GC_SCALE * 4)
 
-static void usage(FILE *f)
+void letkf_l96_usage(FILE *f)
 {
     fprintf(f,
             "usage: dakit letkf l96 [options]\n"
@@ -82,7 +82,7 @@ static int parse(int argc, char **argv, l96_options *o, progress *prog)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
+            letkf_l96_usage(stdout);
             return 0;
         }
         if (progress_option(prog, a))
