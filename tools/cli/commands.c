@@ -20,6 +20,7 @@ static void usage(FILE *f)
             "  gauss     Gaussian convolution of a .npy field by the K-iterated recursive filter\n"
             "  kmeans    k-means of .npy points, or cluster a RADOLAN radar composite into a map\n"
             "  enkf      localized ensemble covariance product, EnKF analysis, Lorenz-96 twin experiment\n"
+            "  letkf     local ensemble transform Kalman filter analysis, Lorenz-96 twin experiment\n"
             "  conform   run the conformance cases on backends against the serial reference\n"
             "  bench     time the benchmark cases side by side on backends\n"
             "  gbees     propagate a density with GBEES (gbees-plot: 2-D marginals; gbees-mc: Monte Carlo check)\n"
@@ -50,7 +51,8 @@ int dakit_main(int argc, char **argv)
         int (*run)(int, char **);
     } commands[] = {{"info", cmd_info},       {"gauss", cmd_gauss}, {"kmeans", cmd_kmeans}, {"conform", cmd_conform},
                     {"bench", cmd_bench},     {"demo", cmd_demo},
-                    {"gbees", cmd_gbees}, {"gbees-plot", cmd_gbees_plot}, {"gbees-mc", cmd_gbees_mc}, {"enkf", cmd_enkf}};
+                    {"gbees", cmd_gbees}, {"gbees-plot", cmd_gbees_plot}, {"gbees-mc", cmd_gbees_mc}, {"enkf", cmd_enkf},
+                    {"letkf", cmd_letkf}};
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (strcmp(argv[1], commands[i].name) == 0)
             return commands[i].run(argc - 1, argv + 1);

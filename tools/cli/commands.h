@@ -10,6 +10,7 @@ int cmd_conform(int argc, char **argv);    /* harness/conform.c */
 int cmd_bench(int argc, char **argv);      /* harness/bench.c */
 int cmd_gauss(int argc, char **argv);      /* gauss/cmd.c */
 int cmd_enkf(int argc, char **argv);       /* enkf/cmd.c */
+int cmd_letkf(int argc, char **argv);      /* letkf/cmd.c */
 int cmd_kmeans(int argc, char **argv);     /* kmeans/cmd.c */
 int cmd_gbees(int argc, char **argv);      /* gbees/cmd.c */
 int cmd_gbees_plot(int argc, char **argv); /* gbees/cmd.c */

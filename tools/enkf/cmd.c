@@ -13,6 +13,7 @@
 #include "cli/progress.h"
 #include "cli/npy.h"
 #include "cli/output.h"
+#include "enkf/l96.h"
 
 static const char *CMD = "enkf";
 
@@ -654,38 +655,6 @@ done:
 
 /* ---- Lorenz-96 twin experiment ---- */
 
-#define L96_N 40
-#define L96_F 8.0
-#define L96_DT 0.05
-
-static void l96_tendency(const double *x, double *dx)
-{
-    for (int i = 0; i < L96_N; i++) {
-        int ip = (i + 1) % L96_N, im = (i + L96_N - 1) % L96_N, imm = (i + L96_N - 2) % L96_N;
-        dx[i] = (x[ip] - x[imm]) * x[im] - x[i] + L96_F;
-    }
-}
-
-/* One RK4 step of dt on a state of L96_N values `stride` apart. */
-static void l96_step(double *x, size_t stride)
-{
-    double s[L96_N], k1[L96_N], k2[L96_N], k3[L96_N], k4[L96_N], t[L96_N];
-    for (int i = 0; i < L96_N; i++)
-        s[i] = x[i * stride];
-    l96_tendency(s, k1);
-    for (int i = 0; i < L96_N; i++)
-        t[i] = s[i] + 0.5 * L96_DT * k1[i];
-    l96_tendency(t, k2);
-    for (int i = 0; i < L96_N; i++)
-        t[i] = s[i] + 0.5 * L96_DT * k2[i];
-    l96_tendency(t, k3);
-    for (int i = 0; i < L96_N; i++)
-        t[i] = s[i] + L96_DT * k3[i];
-    l96_tendency(t, k4);
-    for (int i = 0; i < L96_N; i++)
-        x[i * stride] = s[i] + L96_DT / 6.0 * (k1[i] + 2 * k2[i] + 2 * k3[i] + k4[i]);
-}
-
 /* Gaspari & Cohn (1999), eq. 4.10, with half-width c (zero beyond 2c). */
 static double gaspari_cohn(double d, double c)
 {
@@ -704,57 +673,20 @@ typedef struct l96_run {
     const char *backend, *device, *variant;
 } l96_run;
 
-/* The analysis RMSE and the ensemble spread per cycle against the
- * observation error, with the spin-up shaded and the time mean after it. */
+/* The analysis RMSE and the ensemble spread per cycle (enkf/l96.h). */
 static int rmse_picture(const char *path, const double *rmse, const double *spread, int n, double mean,
                         const l96_run *r)
 {
-    char err[4200];
-    const double W = 1000, H = 520;
-    plot *p = plot_open(path, W, H, 1, err, sizeof err);
-    if (!p)
-        return cli_error(CMD, 1, "%s", err);
-    double top = 1.2;
-    for (int k = 0; k < n; k++)
-        top = fmax(top, fmin(fmax(rmse[k], spread[k]) * 1.05, 8.0));
-    char title[256], sub[512], loc[96];
-    snprintf(title, sizeof title, "Lorenz-96 EnKF twin experiment: analysis RMSE and ensemble spread");
+    char sub[512], loc[96];
     if (r->radius > 0)
         snprintf(loc, sizeof loc, "Gaspari-Cohn localization, half-width %.3g points", r->radius);
     else
         snprintf(loc, sizeof loc, "no localization");
     snprintf(sub, sizeof sub, "N = 40, F = 8, %d members, %s, inflation %.3g, seed %llu; %s (%s), variant %s",
              r->members, loc, r->inflation, (unsigned long long)r->seed, r->backend, r->device, r->variant);
-    plot_title(p, title, sub);
-    plot_panel a = {80, 70, W - 110, H - 145, 0, n, 0, top};
-    static const plot_rgb shade = {0.92, 0.92, 0.92}, blue = {0, 114 / 255.0, 178 / 255.0},
-                          orange = {230 / 255.0, 159 / 255.0, 0}, black = {0, 0, 0},
-                          green = {0, 158 / 255.0, 115 / 255.0};
-    plot_span(p, &a, 0, r->spinup, shade);
-    double *x = malloc((size_t)n * sizeof *x);
-    if (!x) {
-        plot_discard(p);
-        return cli_error(CMD, 1, "out of memory for the picture");
-    }
-    for (int k = 0; k < n; k++)
-        x[k] = k + 1;
-    double ox[2] = {0, n}, oy[2] = {1, 1}, mx[2] = {r->spinup, n}, my[2] = {mean, mean};
-    plot_line(p, &a, ox, oy, 2, black, 1.2, 1);
-    plot_line(p, &a, x, rmse, (size_t)n, blue, 1.0, 0);
-    plot_line(p, &a, x, spread, (size_t)n, orange, 1.5, 0);
-    plot_line(p, &a, mx, my, 2, green, 2.0, 0);
-    free(x);
-    plot_axes(p, &a, NULL, "assimilation cycle (0.05 model time units each)",
-              "error of the ensemble mean (model units)");
-    char mean_label[96];
-    snprintf(mean_label, sizeof mean_label, "time-mean RMSE after spin-up: %.3f", mean);
-    plot_legend_item items[] = {{"analysis RMSE (ensemble mean vs truth)", blue, PLOT_MARK_LINE},
-                                {"ensemble spread (sqrt of mean variance)", orange, PLOT_MARK_LINE},
-                                {"observation error standard deviation (1)", black, PLOT_MARK_DASHED},
-                                {mean_label, green, PLOT_MARK_LINE},
-                                {"spin-up (not averaged)", shade, PLOT_MARK_BOX}};
-    plot_legend(p, a.x + a.w - 8 - plot_legend_width(p, items, 5), a.y + 8, items, 5);
-    return plot_close(p, err, sizeof err) ? cli_error(CMD, 1, "%s", err) : 0;
+    l96_picture_info info = {"Lorenz-96 EnKF twin experiment: analysis RMSE and ensemble spread", sub, r->spinup,
+                             mean, 0, 0};
+    return l96_picture(CMD, path, rmse, spread, n, &info);
 }
 
 static int run_l96(int argc, char **argv)
