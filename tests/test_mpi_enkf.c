@@ -430,6 +430,28 @@ static void run_case(dk_context *ctx, const tcase *c, dk_dtype t)
                why);
     }
 
+    /* the device-buffer entry points give the host ones' bits */
+    if (plan) {
+        dk_buffer *be = NULL, *bp = NULL, *bh = NULL, *bx = NULL;
+        size_t ob = (own ? own : 1) * es;
+        void *back = malloc(ob * (M > L ? M : L)), *hback = malloc(M * M * es), *xh = malloc(ob * L);
+        int same = dk_buffer_create(ctx, ob * L, &be) == DK_OK && dk_buffer_create(ctx, ob * M, &bp) == DK_OK &&
+                   dk_buffer_create(ctx, M * M * es, &bh) == DK_OK && dk_buffer_create(ctx, ob * L, &bx) == DK_OK &&
+                   dk_buffer_write(be, e_loc, ob * L) == DK_OK;
+        st = dk_mpi_enkf_cov(plan, be, bp, bh);
+        same &= st == DK_OK && dk_mpi_enkf_cov_host(plan, e_loc, pht, hpht) == DK_OK &&
+                dk_buffer_read(bp, back, ob * M) == DK_OK && dk_buffer_read(bh, hback, M * M * es) == DK_OK &&
+                !memcmp(back, pht, own * M * es) && !memcmp(hback, hpht, M * M * es);
+        gather_rows(xh, X, rows, own, L, es);
+        same &= dk_buffer_write(bx, xh, ob * L) == DK_OK &&
+                dk_mpi_enkf_analysis(plan, bx, y, r, 5, 1.02) == DK_OK &&
+                dk_mpi_enkf_analysis_host(plan, xh, y, r, 5, 1.02) == DK_OK && dk_buffer_read(bx, back, ob * L) == DK_OK &&
+                !memcmp(back, xh, own * L * es);
+        report(same, c->name, t, "device = host entries", same ? 0 : 1, 0, st == DK_OK ? "" : dk_mpi_last_error());
+        dk_buffer_destroy(be), dk_buffer_destroy(bp), dk_buffer_destroy(bh), dk_buffer_destroy(bx);
+        free(back), free(hback), free(xh);
+    }
+
     /* analysis with inflation 1 and 1.05 */
     double cond = 1, rmin = INFINITY;
     for (size_t j = 0; j < M; j++)
