@@ -28,15 +28,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifdef DKM_HAVE_LAPACKE
-#include <lapacke.h>
-#endif
-
+#include "../algorithms/enkf/enkf_parts.h"
+#include "../core/comm.h"
 #include "internal.h"
 
 static const char *const CREATE = "dk_mpi_enkf_plan_create";
-static const char *const COV = "dk_mpi_enkf_cov_host";
-static const char *const ANALYSIS = "dk_mpi_enkf_analysis_host";
+static const char *const COV = "dk_mpi_enkf_cov";
+static const char *const COV_HOST = "dk_mpi_enkf_cov_host";
+static const char *const ANALYSIS = "dk_mpi_enkf_analysis";
+static const char *const ANALYSIS_HOST = "dk_mpi_enkf_analysis_host";
+
+/* The analysis's reduction: [failures, sum h, sum h^2] before HPHT. */
+#define ANA_AT 3
 
 /* Collectives on float64 arrays are cut into pieces of this many values
  * (MPI counts are int). */
@@ -56,7 +59,8 @@ struct dkm_enkf {
     size_t rx, ry; /* C's support */
     dkm_box own, win;
     size_t own_count, win_count;
-    const char *variant; /* the caller's string (NULL: the cost model) */
+    dk_enkf_box own_in_win; /* this rank's points as a box of the window's grid */
+    const char *variant;    /* the caller's string (NULL: the cost model) */
 
     /* the window's problem: c truncated, H's columns inside the window */
     dk_enkf_desc local;
@@ -64,24 +68,25 @@ struct dkm_enkf {
     int64_t *indptr, *indices;
     double *values;
     dk_plan *plan;   /* in the plan's dtype; NULL where this rank owns nothing */
-    dk_plan *plan64; /* float64, for the analysis: plan itself for f64 data, made on first use for f32 */
-
-    /* H's entries in the columns this rank owns: M rows, columns numbered
-     * as this rank's points (C order of its box), sorted within each row */
-    int64_t *oindptr, *oindices;
-    double *ovalues;
+    dk_plan *plan64; /* float64, for the analysis: plan itself for f64 data, made on first use for f32; on a rank
+                        that owns nothing a plan over one point with no H entries, which runs the replicated solve */
 
     /* the window's exchange: who sends which box of points to whom */
     dkm_peer_list send, recv;
     MPI_Datatype point[2]; /* L values of the plan's dtype, L float64 */
-    void *sendbuf, *recvbuf;
+    void *sendbuf, *recvbuf; /* host staging of the halo (float64 points fit) */
     MPI_Request *requests;
+    double *red; /* host staging of a reduction, and zeros for a rank without points */
 
-    /* scratch */
-    void *ext, *phtw;            /* cov: the window's anomalies and PHT (only where the window is larger) */
-    double *red;                 /* M*M + M*L + 1: partial HPHT, HX and a failure flag */
-    double *z;                   /* M x L: the analysis's innovations, then (HPHT + R)^-1 of them */
-    double *X64, *ext64, *pht64; /* analysis: own X in float64, the window's anomalies and PHT (first use) */
+    /* device scratch. cov: the window's anomalies (NULL where the window is
+     * the own box), the halo packs, and [failures, HPHT] in the dtype */
+    dk_buffer *dwin, *dsend, *drecv, *dred;
+    int red_dirty; /* the last reduction's failure count was not 0: reset it */
+    /* analysis (float64, made on first use): the window's anomalies, own
+     * X, e and PHT rows, the halo packs, [failures, sum h, sum h^2, HPHT, HX] */
+    int ana_ready;
+    dk_buffer *dwin64, *dX64, *de64, *dpht64, *dsend64, *drecv64, *dred64;
+    double *d; /* M x L, y + eps */
 };
 
 /* ---- helpers ---- */
@@ -111,14 +116,6 @@ static uint64_t hash_bytes(const void *p, size_t bytes, uint64_t seed)
 static double get(const void *p, dk_dtype t, size_t k)
 {
     return t == DK_F32 ? (double)((const float *)p)[k] : ((const double *)p)[k];
-}
-
-static void put(void *p, dk_dtype t, size_t k, double v)
-{
-    if (t == DK_F32)
-        ((float *)p)[k] = (float)v;
-    else
-        ((double *)p)[k] = v;
 }
 
 /* The box widened by (0, rx, ry) along box axes 1 and 2 (1-D: rx along
@@ -152,19 +149,6 @@ static size_t index_in(const dkm_enkf *e, const dkm_box *b, size_t g)
     if (i1 < b->lo[1] || i1 >= b->hi[1] || i2 < b->lo[2] || i2 >= b->hi[2])
         return SIZE_MAX;
     return (i1 - b->lo[1]) * (b->hi[2] - b->lo[2]) + (i2 - b->lo[2]);
-}
-
-/* The window's index of this rank's k-th point. */
-static size_t win_index(const dkm_enkf *e, size_t k)
-{
-    size_t on = e->own.hi[2] - e->own.lo[2], wn = e->win.hi[2] - e->win.lo[2];
-    return (k / on + e->own.lo[1] - e->win.lo[1]) * wn + k % on + e->own.lo[2] - e->win.lo[2];
-}
-
-static void bcast_doubles(double *buf, size_t n, int root, MPI_Comm comm)
-{
-    for (size_t off = 0; off < n; off += CHUNK)
-        DKM_COMM(comm, MPI_Bcast(buf + off, (int)(n - off < CHUNK ? n - off : CHUNK), MPI_DOUBLE, root, comm));
 }
 
 /* ---- checks on one rank ---- */
@@ -331,25 +315,21 @@ void dkm_enkf_free(dkm_enkf *e)
     for (int k = 0; k < 2; k++)
         if (e->point[k] != MPI_DATATYPE_NULL && !finalized)
             MPI_Type_free(&e->point[k]);
+    dk_buffer *bufs[] = {e->dwin, e->dsend, e->drecv, e->dred, e->dwin64, e->dX64, e->de64, e->dpht64,
+                         e->dsend64, e->drecv64, e->dred64};
+    for (size_t k = 0; k < sizeof bufs / sizeof bufs[0]; k++)
+        dk_buffer_destroy(bufs[k]);
     free(e->loc);
     free(e->indptr);
     free(e->indices);
     free(e->values);
-    free(e->oindptr);
-    free(e->oindices);
-    free(e->ovalues);
     free(e->send.peer);
     free(e->recv.peer);
     free(e->sendbuf);
     free(e->recvbuf);
     free(e->requests);
-    free(e->ext);
-    free(e->phtw);
     free(e->red);
-    free(e->z);
-    free(e->X64);
-    free(e->ext64);
-    free(e->pht64);
+    free(e->d);
     free(e);
 }
 
@@ -397,53 +377,6 @@ static void make_local_problem(dkm_enkf *e, const dk_enkf_desc *g, dkm_outcome *
     e->local.loc = e->loc;
     e->local.H = (dk_csr){M, e->win_count, e->indptr, e->indices, e->values};
     e->local.variant = e->variant;
-}
-
-typedef struct owned_entry {
-    int64_t col; /* global */
-    int64_t pos; /* in H: ties keep H's order */
-    double value;
-} owned_entry;
-
-static int by_column(const void *a, const void *b)
-{
-    const owned_entry *x = a, *y = b;
-    if (x->col != y->col)
-        return (x->col > y->col) - (x->col < y->col);
-    return (x->pos > y->pos) - (x->pos < y->pos);
-}
-
-/* H's entries in this rank's columns, sorted by column within each row (as
- * libdakit sorts H), numbered as this rank's points. */
-static void make_owned_h(dkm_enkf *e, const dk_enkf_desc *g, dkm_outcome *o)
-{
-    size_t M = e->M, nnz = (size_t)g->H.indptr[M], mine = 0;
-    for (size_t t = 0; t < nnz && e->own_count; t++)
-        mine += index_in(e, &e->own, (size_t)g->H.indices[t]) != SIZE_MAX;
-    e->oindptr = malloc((M + 1) * sizeof *e->oindptr);
-    e->oindices = malloc((mine ? mine : 1) * sizeof *e->oindices);
-    e->ovalues = malloc((mine ? mine : 1) * sizeof *e->ovalues);
-    owned_entry *row = malloc((mine ? mine : 1) * sizeof *row);
-    if (!e->oindptr || !e->oindices || !e->ovalues || !row) {
-        free(row);
-        dkm_note(o, DK_ERR_OUT_OF_MEMORY, "out of host memory for its columns of H");
-        return;
-    }
-    size_t u = 0;
-    e->oindptr[0] = 0;
-    for (size_t j = 0; j < M; j++) {
-        size_t first = u;
-        for (int64_t t = g->H.indptr[j]; t < g->H.indptr[j + 1] && e->own_count; t++)
-            if (index_in(e, &e->own, (size_t)g->H.indices[t]) != SIZE_MAX)
-                row[u++] = (owned_entry){g->H.indices[t], t, g->H.values[t]};
-        qsort(row + first, u - first, sizeof *row, by_column);
-        for (size_t v = first; v < u; v++) {
-            e->oindices[v] = (int64_t)index_in(e, &e->own, (size_t)row[v].col);
-            e->ovalues[v] = row[v].value;
-        }
-        e->oindptr[j + 1] = (int64_t)u;
-    }
-    free(row);
 }
 
 /* Who sends what to whom: rank j sends rank r the points of j's box inside
@@ -553,6 +486,10 @@ DK_MPI_API dk_status dk_mpi_enkf_plan_create(dk_context *ctx, MPI_Comm comm, con
     }
     e->win = widen(e, &e->own);
     e->win_count = dkm_box_count(&e->win);
+    for (int a = 0; a < 2; a++) {
+        e->own_in_win.lo[a] = e->own.lo[a + 1] - e->win.lo[a + 1];
+        e->own_in_win.hi[a] = e->own.hi[a + 1] - e->win.lo[a + 1];
+    }
     size_t send_total = 0, recv_total = 0;
     plan_exchange(e, rank, size, boxes, &o, &send_total, &recv_total);
     if (o.status == DK_OK && e->own_count) {
@@ -566,8 +503,11 @@ DK_MPI_API dk_status dk_mpi_enkf_plan_create(dk_context *ctx, MPI_Comm comm, con
                 e->plan64 = e->plan;
         }
     }
-    if (o.status == DK_OK)
-        make_owned_h(e, global, &o);
+    if (o.status == DK_OK && e->plan && size > 1 && !dk_enkf_has_parts(e->plan))
+        dkm_note(&o, DK_ERR_NOT_IMPLEMENTED,
+                 "backend '%s' lacks the enkf entries cov_rows, inflate and update that the distributed layer needs "
+                 "(docs/plugins.md)",
+                 dk_context_backend(ctx));
     MPI_Type_contiguous((int)e->L, e->dtype == DK_F64 ? MPI_DOUBLE : MPI_FLOAT, &e->point[0]);
     MPI_Type_commit(&e->point[0]);
     MPI_Type_contiguous((int)e->L, MPI_DOUBLE, &e->point[1]);
@@ -578,15 +518,26 @@ DK_MPI_API dk_status dk_mpi_enkf_plan_create(dk_context *ctx, MPI_Comm comm, con
         e->sendbuf = malloc(send_total ? send_total * unit : 1);
         e->recvbuf = malloc(recv_total ? recv_total * unit : 1);
         e->requests = malloc((size_t)(nreq ? nreq : 1) * sizeof *e->requests);
-        e->red = malloc((M * M + M * e->L + 1) * sizeof *e->red);
-        e->z = malloc(M * e->L * sizeof *e->z);
-        if (e->win_count > e->own_count) {
-            e->ext = malloc(e->win_count * e->L * e->esize);
-            e->phtw = malloc(e->win_count * M * e->esize);
-        }
-        if (!e->sendbuf || !e->recvbuf || !e->requests || !e->red || !e->z ||
-            (e->win_count > e->own_count && (!e->ext || !e->phtw)))
+        e->red = calloc(ANA_AT + M * M + M * e->L, sizeof *e->red);
+        e->d = malloc(M * e->L * sizeof *e->d);
+        if (!e->sendbuf || !e->recvbuf || !e->requests || !e->red || !e->d)
             dkm_note(&o, DK_ERR_OUT_OF_MEMORY, "out of host memory for the halo and reduction buffers");
+    }
+    /* the covariance's device scratch, so that no call has to agree on it */
+    if (o.status == DK_OK && size > 1) {
+        size_t unit = e->L * e->esize;
+        struct {
+            dk_buffer **buf;
+            size_t bytes;
+        } want[4] = {{&e->dwin, e->win_count > e->own_count ? e->win_count * unit : 0},
+                     {&e->dsend, send_total * unit},
+                     {&e->drecv, recv_total * unit},
+                     {&e->dred, (1 + e->M * e->M) * e->esize}};
+        for (int k = 0; k < 4 && o.status == DK_OK; k++)
+            if (want[k].bytes && (st = dk_buffer_create(ctx, want[k].bytes, want[k].buf)) != DK_OK)
+                dkm_note(&o, st, "%s", dk_last_error(ctx));
+        if (o.status == DK_OK && (st = dk_buffer_write(e->dred, e->red, (1 + e->M * e->M) * e->esize)) != DK_OK)
+            dkm_note(&o, st, "%s", dk_last_error(ctx));
     }
     if ((st = dkm_agree(comm, &o, CREATE)) != DK_OK)
         goto fail;
@@ -594,8 +545,8 @@ DK_MPI_API dk_status dk_mpi_enkf_plan_create(dk_context *ctx, MPI_Comm comm, con
     MPI_Comm_dup(comm, &p->comm);
     dkm_stats_attach(p);
     free(boxes);
-    /* the reductions: HPHT, HX and the analysis's failure flag */
-    dkm_comm_setup(p, e->M * e->M + e->M * e->L + 1);
+    /* the halos and reductions go device to device where every rank can */
+    dkm_comm_setup(p, 0);
     *plan = p;
     return DK_OK;
 
@@ -607,38 +558,7 @@ fail:
     return st;
 }
 
-/* Fills the window dst (points of L values, float64 when is64) from this
- * rank's points in src (a box sbox: this rank's own, or the window itself)
- * and the neighbours' messages. A rank that failed passes src or dst NULL:
- * it still sends (whatever its buffer holds) and receives, so no other rank
- * waits for it. */
-static void exchange(dk_mpi_plan *p, int is64, const void *src, const dkm_box *sbox, void *dst)
-{
-    dkm_enkf *e = p->enkf;
-    size_t unit = e->L * (is64 ? sizeof(double) : e->esize);
-    MPI_Datatype t = e->point[is64 ? 1 : 0];
-    char *rb = e->recvbuf, *sb = e->sendbuf;
-    int n = 0;
-    for (int k = 0; k < e->recv.n; k++) {
-        const dkm_peer *q = &e->recv.peer[k];
-        DKM_COMM(p->comm, MPI_Irecv(rb + q->offset * unit, (int)dkm_box_count(&q->box), t, q->rank, 0, p->comm,
-                                    &e->requests[n++]));
-    }
-    for (int k = 0; k < e->send.n; k++) {
-        const dkm_peer *q = &e->send.peer[k];
-        if (src)
-            dkm_box_copy(sb + q->offset * unit, &q->box, src, sbox, &q->box, unit);
-        DKM_COMM(p->comm, MPI_Isend(sb + q->offset * unit, (int)dkm_box_count(&q->box), t, q->rank, 0, p->comm,
-                                    &e->requests[n++]));
-    }
-    if (src && dst && src != dst)
-        dkm_box_copy(dst, &e->win, src, sbox, &e->own, unit);
-    DKM_COMM(p->comm, MPI_Waitall(n, e->requests, MPI_STATUSES_IGNORE));
-    for (int k = 0; dst && k < e->recv.n; k++) {
-        const dkm_peer *q = &e->recv.peer[k];
-        dkm_box_copy(dst, &e->win, rb + q->offset * unit, &q->box, &q->box, unit);
-    }
-}
+/* ---- execution: one path on device buffers; the host entry points wrap it ---- */
 
 /* The plan, or an immediate local failure (no communicator to tell). */
 static dkm_enkf *enkf_of(dk_mpi_plan *plan, const char *what, dk_status *st)
@@ -655,6 +575,276 @@ static dkm_enkf *enkf_of(dk_mpi_plan *plan, const char *what, dk_status *st)
         return NULL;
     }
     return plan->enkf;
+}
+
+static void note_ctx(dk_mpi_plan *p, dkm_outcome *o, dk_status st)
+{
+    if (st != DK_OK)
+        dkm_note(o, st, "%s", dk_last_error(p->ctx));
+}
+
+/* The copy of box b (global coordinates) from an array holding box `from`
+ * at byte from_off of its buffer to one holding box `to` at to_off; the
+ * element is a point (unit bytes). */
+static dk_box_copy point_box(const dkm_box *b, const dkm_box *from, size_t from_off, const dkm_box *to,
+                             size_t to_off, size_t unit)
+{
+    dk_box_copy c = {.esize = unit, .src_offset = from_off, .dst_offset = to_off};
+    for (int i = 0; i < 3; i++) {
+        c.count[i] = b->hi[i] - b->lo[i];
+        c.src_shape[i] = from->hi[i] - from->lo[i];
+        c.src_lo[i] = b->lo[i] - from->lo[i];
+        c.dst_shape[i] = to->hi[i] - to->lo[i];
+        c.dst_lo[i] = b->lo[i] - to->lo[i];
+    }
+    return c;
+}
+
+/* The halo: the window `win` (a buffer holding e->win) gets this rank's
+ * points from src (a buffer holding e->own) and the neighbours' points
+ * within it, device to device through the plan's communicator (queued on
+ * the device's stream where the plugin can), else with only the packed
+ * halo rows staged through host memory and MPI. Every rank makes every
+ * transfer call whatever failed before it (src then holds garbage). */
+static void exchange(dk_mpi_plan *p, int is64, const dk_buffer *src, dk_buffer *win, dk_buffer *dsend,
+                     dk_buffer *drecv, dkm_outcome *o)
+{
+    dkm_enkf *e = p->enkf;
+    size_t unit = e->L * (is64 ? sizeof(double) : e->esize), sends = 0, recvs = 0;
+    for (int k = 0; k < e->send.n; k++) {
+        const dkm_peer *q = &e->send.peer[k];
+        dk_box_copy c = point_box(&q->box, &e->own, 0, &q->box, q->offset * unit, unit);
+        if (src)
+            note_ctx(p, o, dk_buffer_copy_box(dsend, src, &c));
+        sends += dkm_box_count(&q->box);
+    }
+    for (int k = 0; k < e->recv.n; k++)
+        recvs += dkm_box_count(&e->recv.peer[k].box);
+    dk_comm *dev = dkm_device_comm(p);
+    if (!e->send.n && !e->recv.n) {
+        /* nothing crosses ranks */
+    } else if (dev) {
+        int n = 0;
+        dk_comm_move *m = malloc((size_t)(e->send.n + e->recv.n + 1) * sizeof *m);
+        if (!m) {
+            dkm_note(o, DK_ERR_OUT_OF_MEMORY, "out of host memory");
+            return; /* the peers' calls end at the communicator's time limit */
+        }
+        for (int k = 0; k < e->recv.n; k++)
+            m[n++] = (dk_comm_move){e->recv.peer[k].rank, 1, drecv, e->recv.peer[k].offset * unit,
+                                    dkm_box_count(&e->recv.peer[k].box) * unit};
+        for (int k = 0; k < e->send.n; k++)
+            m[n++] = (dk_comm_move){e->send.peer[k].rank, 0, dsend, e->send.peer[k].offset * unit,
+                                    dkm_box_count(&e->send.peer[k].box) * unit};
+        dk_status st;
+        DKM_COMM(p->comm, st = dk_comm_can_queue(dev) ? dk_comm_exchange_queued(dev, m, n)
+                                                       : dk_comm_exchange(dev, m, n));
+        free(m);
+        note_ctx(p, o, st);
+    } else {
+        if (sends)
+            note_ctx(p, o, dk_buffer_read(dsend, e->sendbuf, sends * unit));
+        MPI_Datatype t = e->point[is64 ? 1 : 0];
+        char *rb = e->recvbuf, *sb = e->sendbuf;
+        int n = 0;
+        for (int k = 0; k < e->recv.n; k++) {
+            const dkm_peer *q = &e->recv.peer[k];
+            DKM_COMM(p->comm, MPI_Irecv(rb + q->offset * unit, (int)dkm_box_count(&q->box), t, q->rank, 0, p->comm,
+                                        &e->requests[n++]));
+        }
+        for (int k = 0; k < e->send.n; k++) {
+            const dkm_peer *q = &e->send.peer[k];
+            DKM_COMM(p->comm, MPI_Isend(sb + q->offset * unit, (int)dkm_box_count(&q->box), t, q->rank, 0, p->comm,
+                                        &e->requests[n++]));
+        }
+        DKM_COMM(p->comm, MPI_Waitall(n, e->requests, MPI_STATUSES_IGNORE));
+        if (recvs)
+            note_ctx(p, o, dk_buffer_write(drecv, e->recvbuf, recvs * unit));
+    }
+    if (win == src)
+        return;
+    dk_box_copy c = point_box(&e->own, &e->own, 0, &e->win, 0, unit);
+    if (src && e->own_count)
+        note_ctx(p, o, dk_buffer_copy_box(win, src, &c));
+    for (int k = 0; k < e->recv.n; k++) {
+        const dkm_peer *q = &e->recv.peer[k];
+        c = point_box(&q->box, &q->box, q->offset * unit, &e->win, 0, unit);
+        note_ctx(p, o, dk_buffer_copy_box(win, drecv, &c));
+    }
+}
+
+/* Sums the reduction buffer red (count values of dtype t, [0] the
+ * failures) over the ranks, in place, with every rank getting the same
+ * bits: an all-reduce on the device communicator (queued where it can
+ * be), else staged through host (into e->red) with a reduce to rank 0 and
+ * a broadcast. head: this rank's first `nhead` values, which replace the
+ * buffer's on the host path (the device path wrote them before). On
+ * return *queued says whether the sum may still be in flight
+ * (dk_comm_wait), and on the host path e->red holds the sums. */
+static void reduce(dk_mpi_plan *p, dk_buffer *red, size_t count, dk_dtype t, const double *head, int nhead,
+                   int *queued, dkm_outcome *o)
+{
+    dkm_enkf *e = p->enkf;
+    dk_comm *dev = dkm_device_comm(p);
+    *queued = 0;
+    if (dev) {
+        dk_status st;
+        *queued = dk_comm_can_queue(dev);
+        DKM_COMM(p->comm, st = *queued ? dk_comm_all_reduce_sum_queued(dev, red, 0, count, t)
+                                        : dk_comm_all_reduce_sum(dev, red, 0, count, t));
+        note_ctx(p, o, st);
+        return;
+    }
+    size_t es = dk_dtype_size(t);
+    if (e->own_count) /* a rank without points adds nothing */
+        note_ctx(p, o, dk_buffer_read(red, e->red, count * es));
+    else
+        memset(e->red, 0, count * es);
+    for (int k = 0; k < nhead; k++) {
+        if (t == DK_F32)
+            ((float *)e->red)[k] = (float)head[k];
+        else
+            e->red[k] = head[k];
+    }
+    MPI_Datatype mt = t == DK_F32 ? MPI_FLOAT : MPI_DOUBLE;
+    for (size_t off = 0; off < count; off += CHUNK) {
+        int n = (int)(count - off < CHUNK ? count - off : CHUNK);
+        char *at = (char *)e->red + off * es;
+        DKM_COMM(p->comm, MPI_Reduce(p->rank == 0 ? MPI_IN_PLACE : at, at, n, mt, MPI_SUM, 0, p->comm));
+        DKM_COMM(p->comm, MPI_Bcast(at, n, mt, 0, p->comm));
+    }
+    note_ctx(p, o, dk_buffer_write(red, e->red, count * es));
+}
+
+/* The end of a collective call: the queued collectives waited for, the
+ * failure count read back (the first `nhead` values of red into head).
+ * Returns the number of ranks that failed (-1: the wait or the read failed
+ * here, which NCCL's abort makes every rank see). */
+static double finish(dk_mpi_plan *p, dk_buffer *red, dk_dtype t, int queued, double *head, int nhead,
+                     dkm_outcome *o)
+{
+    dkm_enkf *e = p->enkf;
+    dk_status st = DK_OK;
+    if (queued)
+        DKM_COMM(p->comm, st = dk_comm_wait(dkm_device_comm(p)));
+    if (st != DK_OK) {
+        note_ctx(p, o, st);
+        return -1;
+    }
+    float f[ANA_AT];
+    if (dkm_device_comm(p)) {
+        st = t == DK_F32 ? dk_buffer_read(red, f, (size_t)nhead * sizeof *f)
+                         : dk_buffer_read(red, head, (size_t)nhead * sizeof *head);
+        if (st != DK_OK) {
+            note_ctx(p, o, st);
+            return -1;
+        }
+        for (int k = 0; t == DK_F32 && k < nhead; k++)
+            head[k] = f[k];
+    } else
+        for (int k = 0; k < nhead; k++)
+            head[k] = t == DK_F32 ? ((float *)e->red)[k] : e->red[k];
+    return head[0];
+}
+
+/* Writes this rank's head values (failure flag first) into red before the
+ * reduction, where the device path needs it: always where there are more
+ * than the flag, else only to set or reset the flag. A rank without
+ * points zeroes the whole reduction first (it adds nothing). */
+static void write_head(dk_mpi_plan *p, dk_buffer *red, size_t count, dk_dtype t, const double *head, int nhead,
+                       int always, dkm_outcome *o)
+{
+    dkm_enkf *e = p->enkf;
+    size_t es = dk_dtype_size(t);
+    if (!dkm_device_comm(p))
+        return;
+    char h[ANA_AT * sizeof(double)];
+    for (int k = 0; k < nhead; k++) {
+        if (t == DK_F32)
+            ((float *)h)[k] = (float)head[k];
+        else
+            ((double *)h)[k] = head[k];
+    }
+    if (!e->own_count) {
+        memset(e->red, 0, count * es);
+        memcpy(e->red, h, (size_t)nhead * es);
+        note_ctx(p, o, dk_buffer_write(red, e->red, count * es));
+    } else if (always || head[0] != 0 || e->red_dirty)
+        note_ctx(p, o, dk_buffer_write(red, h, (size_t)nhead * es));
+}
+
+/* The failure of any rank, with the sentence of the lowest, on every
+ * rank: only reached when the reduction said that a rank failed (or the
+ * communication itself did), so it costs no round trip on success. */
+static dk_status failed(dk_mpi_plan *p, const dkm_outcome *o, const char *what)
+{
+    dk_status st = dkm_agree(p->comm, o, what);
+    return st != DK_OK ? st
+                       : dkm_fail(DK_ERR_BACKEND, "%s: a collective call failed on another rank (see its log)", what);
+}
+
+static int too_small(const dk_buffer *b, size_t bytes)
+{
+    return !b || dk_buffer_size(b) < bytes;
+}
+
+/* dk_mpi_enkf_cov; o carries what the host wrapper found before. */
+static dk_status cov(dk_mpi_plan *p, const dk_buffer *e_local, dk_buffer *pht_local, dk_buffer *hpht, dkm_outcome *o,
+                     const char *what)
+{
+    dkm_enkf *e = p->enkf;
+    size_t M = e->M, es = e->esize;
+    if (e->own_count && o->status == DK_OK &&
+        (too_small(e_local, e->own_count * e->L * es) || too_small(pht_local, e->own_count * M * es)))
+        dkm_note(o, DK_ERR_INVALID_ARGUMENT,
+                 "e_local and pht_local must hold its %zu state points (%zu and %zu bytes; they hold %zu and %zu)",
+                 e->own_count, e->own_count * e->L * es, e->own_count * M * es, e_local ? dk_buffer_size(e_local) : 0,
+                 pht_local ? dk_buffer_size(pht_local) : 0);
+    if (hpht && o->status == DK_OK && too_small(hpht, M * M * es))
+        dkm_note(o, DK_ERR_INVALID_ARGUMENT, "hpht holds %zu bytes; %zu are needed", dk_buffer_size(hpht),
+                 M * M * es);
+    /* 1. one rank: libdakit's own call */
+    if (p->size == 1) {
+        if (o->status == DK_OK)
+            note_ctx(p, o, dk_enkf_cov(e->plan, e_local, pht_local, hpht));
+        return dkm_agree(p->comm, o, what);
+    }
+    /* 2. the window's anomalies, then this rank's rows of PHT and its
+     * terms of HPHT; a rank that failed still exchanges (its scratch) */
+    int ok = o->status == DK_OK;
+    dk_buffer *win = e->dwin ? e->dwin : (dk_buffer *)e_local;
+    exchange(p, 0, ok ? e_local : NULL, win, e->dsend, e->drecv, o);
+    if (o->status == DK_OK && e->own_count)
+        note_ctx(p, o, dk_enkf_cov_rows(e->plan, win, &e->own_in_win, pht_local, e->dred, 1, NULL));
+    /* 3. [failures, HPHT] summed over the ranks, on the device */
+    double head[1] = {o->status != DK_OK};
+    size_t count = 1 + M * M;
+    write_head(p, e->dred, count, e->dtype, head, 1, 0, o);
+    int queued;
+    reduce(p, e->dred, count, e->dtype, head, 1, &queued, o);
+    if (hpht && o->status == DK_OK) {
+        dk_box_copy c = {.esize = es,
+                         .count = {1, 1, M * M},
+                         .src_shape = {1, 1, 1 + M * M},
+                         .src_lo = {0, 0, 1},
+                         .dst_shape = {1, 1, M * M}};
+        note_ctx(p, o, dk_buffer_copy_box(hpht, e->dred, &c));
+    }
+    double failures = finish(p, e->dred, e->dtype, queued, head, 1, o);
+    e->red_dirty = failures != 0;
+    if (failures != 0 || o->status != DK_OK)
+        return failed(p, o, what);
+    return DK_OK;
+}
+
+DK_MPI_API dk_status dk_mpi_enkf_cov(dk_mpi_plan *plan, const dk_buffer *e_local, dk_buffer *pht_local,
+                                     dk_buffer *hpht)
+{
+    dk_status st;
+    if (!enkf_of(plan, COV, &st))
+        return st;
+    dkm_outcome o = {DK_OK, ""};
+    return cov(plan, e_local, pht_local, hpht, &o, COV);
 }
 
 /* The first non-finite value of this rank's points, noted with its global
@@ -674,245 +864,228 @@ static void check_finite(dkm_outcome *o, const dkm_enkf *e, const void *data, co
     }
 }
 
+/* Device buffers for the host wrappers, made per call (the host path
+ * copies anyway; loops that care keep their data on the device). */
+static dk_buffer *upload(dk_mpi_plan *p, const void *src, size_t bytes, dkm_outcome *o)
+{
+    dk_buffer *b = NULL;
+    if (o->status != DK_OK || !bytes)
+        return NULL;
+    dk_status st = dk_buffer_create(p->ctx, bytes, &b);
+    if (st == DK_OK && src)
+        st = dk_buffer_write(b, src, bytes);
+    note_ctx(p, o, st);
+    return b;
+}
+
 DK_MPI_API dk_status dk_mpi_enkf_cov_host(dk_mpi_plan *plan, const void *e_local, void *pht_local, void *hpht)
 {
     dk_status st;
-    dkm_enkf *e = enkf_of(plan, COV, &st);
+    dkm_enkf *e = enkf_of(plan, COV_HOST, &st);
     if (!e)
         return st;
     dk_mpi_plan *p = plan;
-    size_t M = e->M;
-    /* 1. the inputs, agreed before any work; hpht on every rank or none */
+    size_t M = e->M, es = e->esize, own = e->own_count;
     dkm_outcome o = {DK_OK, ""};
-    if (e->own_count && (!e_local || !pht_local))
-        dkm_note(&o, DK_ERR_INVALID_ARGUMENT,
-                 "e_local and pht_local must not be NULL (its part holds %zu state points)", e->own_count);
-    else if (e->own_count && p->size > 1) /* one rank: libdakit's call checks */
+    if (own && (!e_local || !pht_local))
+        dkm_note(&o, DK_ERR_INVALID_ARGUMENT, "e_local and pht_local must not be NULL (its part holds %zu state points)",
+                 own);
+    else if (own)
         check_finite(&o, e, e_local, "the anomaly");
-    if ((st = dkm_agree(p->comm, &o, COV)) != DK_OK)
-        return st;
-    uint64_t has = hpht != NULL, lo, hi;
-    same_fields(p->comm, &has, 1, &lo, &hi);
-    if (lo != hi)
-        return dkm_fail(DK_ERR_INVALID_ARGUMENT,
-                        "%s: hpht is NULL on some ranks and not on others; pass it on every rank or on none", COV);
-
-    /* 2. one rank: libdakit's call on the whole state */
-    if (p->size == 1) {
-        if (e->plan && (st = dk_enkf_cov_host(e->plan, e_local, pht_local, hpht)) != DK_OK)
-            dkm_note(&o, st, "%s", dk_last_error(p->ctx));
-        return dkm_agree(p->comm, &o, COV);
+    dk_buffer *be = upload(p, e_local, own * e->L * es, &o), *bp = upload(p, NULL, own * M * es, &o),
+              *bh = hpht ? upload(p, NULL, M * M * es, &o) : NULL;
+    st = cov(p, be, bp, bh, &o, COV_HOST);
+    if (st == DK_OK) { /* read back after the agreement: a failure here is this rank's alone */
+        dk_status rs = own ? dk_buffer_read(bp, pht_local, own * M * es) : DK_OK;
+        if (rs == DK_OK && hpht)
+            rs = dk_buffer_read(bh, hpht, M * M * es);
+        if (rs != DK_OK)
+            st = dkm_fail(rs, "%s: reading the result back: %s", COV_HOST, dk_last_error(p->ctx));
     }
-
-    /* 3. the window's anomalies, PHT on the window, this rank's rows kept */
-    int widened = e->win_count > e->own_count;
-    if (e->send.n || e->recv.n)
-        exchange(p, 0, e_local, &e->own, widened ? e->ext : NULL);
-    if (e->plan) {
-        st = dk_enkf_cov_host(e->plan, widened ? e->ext : e_local, widened ? e->phtw : pht_local, NULL);
-        if (st != DK_OK)
-            dkm_note(&o, st, "%s", dk_last_error(p->ctx));
-        else if (widened)
-            dkm_box_copy(pht_local, &e->own, e->phtw, &e->win, &e->own, M * e->esize);
-    }
-
-    /* 4. HPHT: this rank's terms, summed over ranks */
-    if (hpht) {
-        double *h = e->red;
-        memset(h, 0, M * M * sizeof *h);
-        if (o.status == DK_OK)
-            for (size_t a = 0; a < M; a++)
-                for (int64_t t = e->oindptr[a]; t < e->oindptr[a + 1]; t++) {
-                    size_t k = (size_t)e->oindices[t];
-                    double v = e->ovalues[t];
-                    for (size_t b = 0; b < M; b++)
-                        h[a * M + b] += v * get(pht_local, e->dtype, k * M + b);
-                }
-        DKM_COMM(p->comm, dkm_sum(p, h, M * M, -1));
-        for (size_t k = 0; k < M * M; k++)
-            put(hpht, e->dtype, k, h[k]);
-    }
-    return dkm_agree(p->comm, &o, COV);
+    dk_buffer_destroy(be);
+    dk_buffer_destroy(bp);
+    dk_buffer_destroy(bh);
+    return st;
 }
 
-/* The analysis's inputs that must be the same on every rank. */
-static dk_status same_observations(MPI_Comm comm, size_t M, const double *y, const double *r, uint64_t seed,
-                                   double inflation)
-{
-    static const char *const names[4] = {"the seed", "the inflation", "y", "r"};
-    uint64_t v[4], lo[4], hi[4];
-    v[0] = seed;
-    memcpy(&v[1], &inflation, sizeof inflation);
-    v[2] = hash_bytes(y, M * sizeof *y, 6);
-    v[3] = hash_bytes(r, M * sizeof *r, 7);
-    same_fields(comm, v, 4, lo, hi);
-    for (int i = 0; i < 4; i++)
-        if (lo[i] != hi[i]) {
-            char values[96] = "";
-            if (i == 0)
-                snprintf(values, sizeof values, " (%llu on some ranks, %llu on others)", (unsigned long long)lo[i],
-                         (unsigned long long)hi[i]);
-            return dkm_fail(DK_ERR_INVALID_ARGUMENT,
-                            "%s: %s is not the same on every rank%s; every rank must pass the same y, r, seed and "
-                            "inflation",
-                            ANALYSIS, names[i], values);
-        }
-    return DK_OK;
-}
+/* ---- the analysis ---- */
 
-/* Makes the float64 plan and the analysis's scratch on first use. */
-static void analysis_scratch(dk_mpi_plan *p, dkm_outcome *o)
+/* The analysis's float64 plan and scratch, on the first call (collective:
+ * its outcome is agreed once). A rank without points gets a plan over one
+ * point with no H entries, so that it runs the replicated solve too. */
+static dk_status analysis_setup(dk_mpi_plan *p, const char *what)
 {
     dkm_enkf *e = p->enkf;
-    if (!e->own_count)
-        return;
-    if (!e->plan64) {
+    dkm_outcome o = {DK_OK, ""};
+    size_t L = e->L, M = e->M, own = e->own_count ? e->own_count : 1;
+    static const double one_c = 1.0;
+    int64_t *noptr = calloc(M + 1, sizeof *noptr);
+    int64_t noidx = 0;
+    double noval = 0;
+    if (!e->plan64 && !noptr)
+        dkm_note(&o, DK_ERR_OUT_OF_MEMORY, "out of host memory");
+    else if (!e->plan64) {
         dk_enkf_desc d64 = e->local;
+        if (!e->own_count) { /* one point, every row of H empty */
+            dk_enkf_desc_init(&d64);
+            d64.n = 1;
+            d64.members = L;
+            d64.loc = &one_c;
+            d64.H = (dk_csr){M, 1, noptr, &noidx, &noval};
+        }
         d64.dtype = DK_F64;
         dk_status st = dk_enkf_plan_create(p->ctx, &d64, &e->plan64);
         if (st != DK_OK) {
             e->plan64 = NULL;
-            dkm_note(o, st, "%s", dk_last_error(p->ctx));
-            return;
-        }
+            note_ctx(p, &o, st);
+        } else if (!dk_enkf_has_parts(e->plan64))
+            dkm_note(&o, DK_ERR_NOT_IMPLEMENTED, "backend '%s' lacks the enkf entries cov_rows, inflate and update",
+                     dk_context_backend(p->ctx));
     }
-    if (!e->X64)
-        e->X64 = malloc(e->own_count * e->L * sizeof *e->X64);
-    if (!e->ext64)
-        e->ext64 = malloc(e->win_count * e->L * sizeof *e->ext64);
-    if (!e->pht64)
-        e->pht64 = malloc(e->win_count * e->M * sizeof *e->pht64);
-    if (!e->X64 || !e->ext64 || !e->pht64)
-        dkm_note(o, DK_ERR_OUT_OF_MEMORY, "out of host memory for the analysis");
+    free(noptr);
+    size_t unit = L * sizeof(double), sends = 0, recvs = 0;
+    for (int k = 0; k < e->send.n; k++)
+        sends += dkm_box_count(&e->send.peer[k].box);
+    for (int k = 0; k < e->recv.n; k++)
+        recvs += dkm_box_count(&e->recv.peer[k].box);
+    struct {
+        dk_buffer **buf;
+        size_t bytes;
+    } want[7] = {{&e->dwin64, e->win_count > e->own_count ? e->win_count * unit : 0},
+                 {&e->dX64, own * unit},
+                 {&e->de64, own * unit},
+                 {&e->dpht64, own * M * sizeof(double)},
+                 {&e->dsend64, sends * unit},
+                 {&e->drecv64, recvs * unit},
+                 {&e->dred64, (ANA_AT + M * M + M * L) * sizeof(double)}};
+    for (int k = 0; k < 7 && o.status == DK_OK; k++)
+        if (want[k].bytes && !*want[k].buf)
+            note_ctx(p, &o, dk_buffer_create(p->ctx, want[k].bytes, want[k].buf));
+    dk_status st = dkm_agree(p->comm, &o, what);
+    e->ana_ready = st == DK_OK;
+    return st;
 }
 
-#ifdef DKM_HAVE_LAPACKE
-/* Rank 0: D = y + eps - HX in z, then (HPHT + R) Z = D in place. */
-static void solve(dkm_enkf *e, double *hpht, const double *hx, const double *y, const double *r, uint64_t seed,
-                  double *z, dkm_outcome *o)
+/* A hash of the analysis's inputs that must be the same on every rank, of
+ * `bits` bits: the reduction carries h and h^2, and P sum h^2 == (sum h)^2
+ * only when every rank's h is the same (all sums exact in float64). */
+static double observation_hash(size_t M, const double *y, const double *r, uint64_t seed, double inflation, int bits)
 {
-    size_t M = e->M, L = e->L;
-    dk_enkf_perturbations(seed, M, L, r, z);
-    for (size_t j = 0; j < M; j++) {
-        hpht[j * M + j] += r[j];
-        for (size_t l = 0; l < L; l++) {
-            z[j * L + l] += y[j];
-            z[j * L + l] -= hx[j * L + l];
-        }
-    }
-    lapack_int info =
-        LAPACKE_dposv(LAPACK_ROW_MAJOR, 'L', (lapack_int)M, (lapack_int)L, hpht, (lapack_int)M, z, (lapack_int)L);
-    if (info > 0)
-        dkm_note(o, DK_ERR_INVALID_ARGUMENT,
-                 "enkf analysis: HPHT + R is not positive definite (LAPACKE_dposv, minor %d)", (int)info);
-    else if (info < 0)
-        dkm_note(o, DK_ERR_BACKEND, "enkf analysis: LAPACKE_dposv rejected argument %d", (int)-info);
+    uint64_t h = hash_bytes(y, M * sizeof *y, 6) ^ hash_bytes(r, M * sizeof *r, 7);
+    h = mix(h, seed);
+    uint64_t w;
+    memcpy(&w, &inflation, sizeof w);
+    h = mix(h, w);
+    return (double)(h >> (64 - bits));
 }
-#endif
+
+static dk_status analysis(dk_mpi_plan *p, dk_buffer *x_local, const double *y, const double *r, uint64_t seed,
+                          double inflation, dkm_outcome *o, const char *what)
+{
+    dkm_enkf *e = p->enkf;
+    size_t M = e->M, L = e->L, own = e->own_count;
+    if (own && o->status == DK_OK && too_small(x_local, own * L * e->esize))
+        dkm_note(o, DK_ERR_INVALID_ARGUMENT, "x_local must hold its %zu state points (%zu bytes; it holds %zu)", own,
+                 own * L * e->esize, x_local ? dk_buffer_size(x_local) : 0);
+    if (o->status == DK_OK && (!y || !r))
+        dkm_note(o, DK_ERR_INVALID_ARGUMENT, "enkf analysis: y and r must not be NULL");
+    for (size_t j = 0; o->status == DK_OK && j < M; j++) {
+        if (!isfinite(y[j]))
+            dkm_note(o, DK_ERR_INVALID_ARGUMENT, "enkf analysis: observation %zu is not finite (%g)", j, y[j]);
+        else if (!(isfinite(r[j]) && r[j] > 0))
+            dkm_note(o, DK_ERR_INVALID_ARGUMENT,
+                     "enkf analysis: observation error variance %zu is %g; it must be finite and > 0", j, r[j]);
+    }
+    if (o->status == DK_OK && !(isfinite(inflation) && inflation > 0))
+        dkm_note(o, DK_ERR_INVALID_ARGUMENT, "enkf analysis: inflation is %g; it must be finite and > 0", inflation);
+    /* 1. one rank: libdakit's own call */
+    if (p->size == 1) {
+        if (o->status == DK_OK)
+            note_ctx(p, o, dk_enkf_analysis(e->plan, x_local, y, r, seed, inflation));
+        return dkm_agree(p->comm, o, what);
+    }
+    dk_status st;
+    if (!e->ana_ready && (st = analysis_setup(p, what)) != DK_OK)
+        return st;
+    /* 2. the inflated forecast of the own points, the window's anomalies,
+     * the own rows of PHT and the terms of HPHT and H X */
+    int bits = 26;
+    while (bits > 1 && 2 * bits + 2 * (int)ceil(log2((double)p->size)) > 52)
+        bits--;
+    double h = o->status == DK_OK ? observation_hash(M, y, r, seed, inflation, bits) : 0;
+    int ok = o->status == DK_OK;
+    if (ok && own)
+        note_ctx(p, o, dk_enkf_inflate(e->plan64, x_local, e->dtype, own, inflation, e->dX64, e->de64));
+    dk_buffer *win = e->dwin64 ? e->dwin64 : e->de64;
+    exchange(p, 1, ok ? e->de64 : NULL, win, e->dsend64, e->drecv64, o);
+    if (o->status == DK_OK && own)
+        note_ctx(p, o, dk_enkf_cov_rows(e->plan64, win, &e->own_in_win, e->dpht64, e->dred64, ANA_AT, e->dX64));
+    /* 3. [failures, h, h^2, HPHT, HX] summed over the ranks */
+    double head[ANA_AT] = {o->status != DK_OK, h, h * h};
+    size_t count = ANA_AT + M * M + M * L;
+    write_head(p, e->dred64, count, DK_F64, head, ANA_AT, 1, o);
+    int queued;
+    reduce(p, e->dred64, count, DK_F64, head, ANA_AT, &queued, o);
+    /* 4. every rank: D = y + eps - HX, (HPHT + R) Z = D, x = X + PHT Z on
+     * its own points (left alone where a rank failed) */
+    if (r)
+        dk_enkf_perturbations(seed, M, L, r, e->d);
+    for (size_t j = 0; y && j < M; j++)
+        for (size_t l = 0; l < L; l++)
+            e->d[j * L + l] += y[j];
+    dkm_outcome solve = {DK_OK, ""};
+    if (o->status == DK_OK && e->plan64) {
+        st = dk_enkf_update(e->plan64, e->dred64, ANA_AT, e->d, r, e->dpht64, e->dX64, own,
+                            own ? x_local : e->dX64, own ? e->dtype : DK_F64);
+        note_ctx(p, &solve, st);
+    }
+    double failures = finish(p, e->dred64, DK_F64, queued, head, ANA_AT, o);
+    e->red_dirty = failures != 0;
+    if (failures != 0 || o->status != DK_OK)
+        return failed(p, o, what);
+    if ((double)p->size * head[2] != head[1] * head[1])
+        return dkm_fail(DK_ERR_INVALID_ARGUMENT,
+                        "%s: y, r, the seed or the inflation is not the same on every rank; every rank must pass the "
+                        "same y, r, seed and inflation (x_local is unspecified after this)",
+                        what);
+    /* the solve saw the same sums and observations on every rank */
+    if (solve.status != DK_OK)
+        return dkm_fail(solve.status, "%s: %s", what, solve.msg);
+    return DK_OK;
+}
+
+DK_MPI_API dk_status dk_mpi_enkf_analysis(dk_mpi_plan *plan, dk_buffer *x_local, const double *y, const double *r,
+                                          uint64_t seed, double inflation)
+{
+    dk_status st;
+    if (!enkf_of(plan, ANALYSIS, &st))
+        return st;
+    dkm_outcome o = {DK_OK, ""};
+    return analysis(plan, x_local, y, r, seed, inflation, &o, ANALYSIS);
+}
 
 DK_MPI_API dk_status dk_mpi_enkf_analysis_host(dk_mpi_plan *plan, void *x_local, const double *y, const double *r,
                                                uint64_t seed, double inflation)
 {
     dk_status st;
-    dkm_enkf *e = enkf_of(plan, ANALYSIS, &st);
+    dkm_enkf *e = enkf_of(plan, ANALYSIS_HOST, &st);
     if (!e)
         return st;
     dk_mpi_plan *p = plan;
-    size_t M = e->M, L = e->L;
-    /* 1. the inputs, agreed before any work, and the same observations,
-     * seed and inflation everywhere */
+    size_t bytes = e->own_count * e->L * e->esize;
     dkm_outcome o = {DK_OK, ""};
-#ifndef DKM_HAVE_LAPACKE
-    if (p->size > 1)
-        dkm_note(&o, DK_ERR_NOT_IMPLEMENTED,
-                 "libdakit-mpi was built without LAPACKE, which the distributed analysis's M x M solve needs");
-#endif
     if (e->own_count && !x_local)
         dkm_note(&o, DK_ERR_INVALID_ARGUMENT, "x_local must not be NULL (its part holds %zu state points)",
                  e->own_count);
-    if (!y || !r)
-        dkm_note(&o, DK_ERR_INVALID_ARGUMENT, "enkf analysis: y and r must not be NULL");
-    for (size_t j = 0; o.status == DK_OK && j < M; j++) {
-        if (!isfinite(y[j]))
-            dkm_note(&o, DK_ERR_INVALID_ARGUMENT, "enkf analysis: observation %zu is not finite (%g)", j, y[j]);
-        else if (!(isfinite(r[j]) && r[j] > 0))
-            dkm_note(&o, DK_ERR_INVALID_ARGUMENT,
-                     "enkf analysis: observation error variance %zu is %g; it must be finite and > 0", j, r[j]);
-    }
-    if (!(isfinite(inflation) && inflation > 0))
-        dkm_note(&o, DK_ERR_INVALID_ARGUMENT, "enkf analysis: inflation is %g; it must be finite and > 0",
-                 inflation);
-    if (o.status == DK_OK && e->own_count && p->size > 1) /* one rank: libdakit's call checks */
+    else if (e->own_count)
         check_finite(&o, e, x_local, "the forecast");
-    if ((st = dkm_agree(p->comm, &o, ANALYSIS)) != DK_OK)
-        return st;
-    if ((st = same_observations(p->comm, M, y, r, seed, inflation)) != DK_OK)
-        return st;
-
-    /* 2. one rank: libdakit's call on the whole state */
-    if (p->size == 1) {
-        if (e->plan && (st = dk_enkf_analysis_host(e->plan, x_local, y, r, seed, inflation)) != DK_OK)
-            dkm_note(&o, st, "%s", dk_last_error(p->ctx));
-        return dkm_agree(p->comm, &o, ANALYSIS);
+    dk_buffer *bx = upload(p, x_local, bytes, &o);
+    st = analysis(p, bx, y, r, seed, inflation, &o, ANALYSIS_HOST);
+    if (st == DK_OK && bytes) {
+        dk_status rs = dk_buffer_read(bx, x_local, bytes);
+        if (rs != DK_OK)
+            st = dkm_fail(rs, "%s: reading the result back: %s", ANALYSIS_HOST, dk_last_error(p->ctx));
     }
-
-    /* 3. the mean and the inflated anomalies of each own row, in float64,
-     * in the order of libdakit's reference; the anomalies go straight into
-     * the window */
-    analysis_scratch(p, &o);
-    int ok = o.status == DK_OK && e->own_count;
-    for (size_t k = 0; ok && k < e->own_count; k++) {
-        double mean = 0, *w = e->ext64 + win_index(e, k) * L, *X = e->X64 + k * L;
-        for (size_t l = 0; l < L; l++)
-            mean += get(x_local, e->dtype, k * L + l);
-        mean /= (double)L;
-        for (size_t l = 0; l < L; l++) {
-            w[l] = inflation * (get(x_local, e->dtype, k * L + l) - mean);
-            X[l] = mean + w[l];
-        }
-    }
-    exchange(p, 1, ok ? e->ext64 : NULL, &e->win, ok ? e->ext64 : NULL);
-    if (ok && (st = dk_enkf_cov_host(e->plan64, e->ext64, e->pht64, NULL)) != DK_OK) {
-        dkm_note(&o, st, "%s", dk_last_error(p->ctx));
-        ok = 0;
-    }
-
-    /* 4. this rank's terms of HPHT and of H X, summed on rank 0 with a flag
-     * that says whether any rank failed */
-    double *hpht = e->red, *hx = e->red + M * M, *flag = hx + M * L;
-    memset(e->red, 0, (M * M + M * L + 1) * sizeof *e->red);
-    if (ok)
-        for (size_t a = 0; a < M; a++)
-            for (int64_t t = e->oindptr[a]; t < e->oindptr[a + 1]; t++) {
-                size_t k = (size_t)e->oindices[t];
-                double v = e->ovalues[t];
-                const double *row = e->pht64 + win_index(e, k) * M, *X = e->X64 + k * L;
-                for (size_t b = 0; b < M; b++)
-                    hpht[a * M + b] += v * row[b];
-                for (size_t l = 0; l < L; l++)
-                    hx[a * L + l] += v * X[l];
-            }
-    *flag = o.status != DK_OK;
-    DKM_COMM(p->comm, dkm_sum(p, e->red, M * M + M * L + 1, 0));
-
-    /* 5. rank 0 solves (unless a rank failed), the outcome is agreed, Z is
-     * broadcast and each rank updates its own rows */
-    double *z = e->z;
-#ifdef DKM_HAVE_LAPACKE
-    if (p->rank == 0 && *flag == 0)
-        solve(e, hpht, hx, y, r, seed, z, &o);
-#endif
-    if ((st = dkm_agree(p->comm, &o, ANALYSIS)) != DK_OK)
-        return st;
-    bcast_doubles(z, M * L, 0, p->comm);
-    for (size_t k = 0; k < e->own_count; k++) {
-        const double *row = e->pht64 + win_index(e, k) * M, *X = e->X64 + k * L;
-        for (size_t l = 0; l < L; l++) {
-            double v = X[l];
-            for (size_t j = 0; j < M; j++)
-                v += row[j] * z[j * L + l];
-            put(x_local, e->dtype, k * L + l, v);
-        }
-    }
-    return DK_OK;
+    dk_buffer_destroy(bx);
+    return st;
 }

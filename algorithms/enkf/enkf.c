@@ -491,3 +491,114 @@ double *dk_enkf_perturbed_obs(size_t m, size_t L, const double *y, const double 
 {
     return perturbed_obs(m, L, y, r, seed);
 }
+
+/* ---- the phases of libdakit-mpi's device path (enkf_parts.h) ---- */
+
+static const dk_enkf_ops *parts_of(const dk_plan *plan)
+{
+    const dk_enkf_ops *ops = plan->ctx->backend->plugin->enkf;
+    return ops->cov_rows && ops->inflate && ops->update ? ops : NULL;
+}
+
+DK_API int dk_enkf_has_parts(const dk_plan *plan)
+{
+    return plan && plan->algo == DK_ALGO_ENKF && parts_of(plan) != NULL;
+}
+
+DK_API void dk_enkf_grid(const dk_plan *plan, size_t grid[2])
+{
+    const dk_enkf_desc *d = &((const enkf_state *)plan->state)->setup.desc;
+    grid[0] = d->loc_ndim == 2 ? d->nx : 1;
+    grid[1] = d->loc_ndim == 2 ? d->ny : d->n;
+}
+
+static dk_status parts_check(dk_plan *plan, const char *what)
+{
+    dk_status rc = check_plan(plan, what);
+    if (rc == DK_OK && !parts_of(plan))
+        rc = dk_fail(plan->ctx, DK_ERR_NOT_IMPLEMENTED,
+                     "%s: backend '%s' lacks the enkf entries cov_rows, inflate and update (docs/plugins.md)", what,
+                     plan->ctx->backend->plugin->name);
+    return rc;
+}
+
+static size_t box_count(const dk_enkf_box *b)
+{
+    return (b->hi[0] - b->lo[0]) * (b->hi[1] - b->lo[1]);
+}
+
+DK_API dk_status dk_enkf_cov_rows(dk_plan *plan, const dk_buffer *e, const dk_enkf_box *own, dk_buffer *pht,
+                                  dk_buffer *part, size_t at, const dk_buffer *x)
+{
+    static const char *const what = "dk_enkf_cov_rows";
+    dk_status rc = parts_check(plan, what);
+    if (rc != DK_OK)
+        return rc;
+    const dk_enkf_setup *s = &((enkf_state *)plan->state)->setup;
+    size_t w = dk_dtype_size(s->desc.dtype), N = s->desc.n, L = s->desc.members, M = s->desc.H.rows, grid[2];
+    dk_enkf_grid(plan, grid);
+    if (!own || own->lo[0] > own->hi[0] || own->lo[1] > own->hi[1] || own->hi[0] > grid[0] || own->hi[1] > grid[1])
+        return dk_fail(plan->ctx, DK_ERR_INVALID_ARGUMENT, "%s: the box leaves the plan's %zu x %zu grid", what,
+                       grid[0], grid[1]);
+    size_t count = box_count(own);
+    if ((rc = check_buffer(plan, e, N * L * w, what, "e")) != DK_OK ||
+        (rc = check_buffer(plan, pht, (count ? count : 1) * M * w, what, "pht")) != DK_OK ||
+        (part && (rc = check_buffer(plan, part, (at + M * M + (x ? M * L : 0)) * w, what, "part")) != DK_OK) ||
+        (x && (rc = check_buffer(plan, x, (count ? count : 1) * L * w, what, "x")) != DK_OK))
+        return rc;
+    if (x && !part)
+        return dk_fail(plan->ctx, DK_ERR_INVALID_ARGUMENT, "%s: x needs part", what);
+    dk_msg msg = {{0}};
+    dk_device_enter(plan->ctx);
+    rc = parts_of(plan)->cov_rows(plan->impl, e->handle, own, pht->handle, part ? part->handle : NULL, at,
+                                  x ? x->handle : NULL, &msg);
+    dk_device_leave(plan->ctx);
+    return rc == DK_OK ? DK_OK : dk_fail_msg(plan->ctx, rc, &msg, "enkf: the covariance rows failed");
+}
+
+DK_API dk_status dk_enkf_inflate(dk_plan *plan, const dk_buffer *x, dk_dtype xt, size_t count, double inflation,
+                                 dk_buffer *X, dk_buffer *e)
+{
+    static const char *const what = "dk_enkf_inflate";
+    dk_status rc = parts_check(plan, what);
+    if (rc != DK_OK)
+        return rc;
+    size_t L = ((enkf_state *)plan->state)->setup.desc.members, n = count ? count : 1;
+    if ((xt != DK_F32 && xt != DK_F64) || !(isfinite(inflation) && inflation > 0))
+        return dk_fail(plan->ctx, DK_ERR_INVALID_ARGUMENT, "%s: a float dtype and a finite inflation > 0 are needed",
+                       what);
+    if ((rc = check_buffer(plan, x, n * L * dk_dtype_size(xt), what, "x")) != DK_OK ||
+        (rc = check_buffer(plan, X, n * L * 8, what, "X")) != DK_OK ||
+        (rc = check_buffer(plan, e, n * L * 8, what, "e")) != DK_OK)
+        return rc;
+    dk_msg msg = {{0}};
+    dk_device_enter(plan->ctx);
+    rc = parts_of(plan)->inflate(plan->impl, x->handle, xt, count, inflation, X->handle, e->handle, &msg);
+    dk_device_leave(plan->ctx);
+    return rc == DK_OK ? DK_OK : dk_fail_msg(plan->ctx, rc, &msg, "enkf: the inflation failed");
+}
+
+DK_API dk_status dk_enkf_update(dk_plan *plan, const dk_buffer *sums, size_t at, const double *d, const double *r,
+                                const dk_buffer *pht, const dk_buffer *X, size_t count, dk_buffer *x, dk_dtype xt)
+{
+    static const char *const what = "dk_enkf_update";
+    dk_status rc = parts_check(plan, what);
+    if (rc != DK_OK)
+        return rc;
+    const dk_enkf_setup *s = &((enkf_state *)plan->state)->setup;
+    size_t L = s->desc.members, M = s->desc.H.rows, n = count ? count : 1;
+    if (!d || !r || at < 1 || (xt != DK_F32 && xt != DK_F64))
+        return dk_fail(plan->ctx, DK_ERR_INVALID_ARGUMENT,
+                       "%s: d, r, a float dtype and sums after their failure count (at >= 1) are needed", what);
+    if ((rc = check_buffer(plan, sums, (at + M * M + M * L) * 8, what, "sums")) != DK_OK ||
+        (rc = check_buffer(plan, pht, n * M * 8, what, "pht")) != DK_OK ||
+        (rc = check_buffer(plan, X, n * L * 8, what, "X")) != DK_OK ||
+        (rc = check_buffer(plan, x, n * L * dk_dtype_size(xt), what, "x")) != DK_OK)
+        return rc;
+    dk_msg msg = {{0}};
+    dk_device_enter(plan->ctx);
+    rc = parts_of(plan)->update(plan->impl, sums->handle, at, d, r, pht->handle, X->handle, count, x->handle, xt,
+                                &msg);
+    dk_device_leave(plan->ctx);
+    return rc == DK_OK ? DK_OK : dk_fail_msg(plan->ctx, rc, &msg, "enkf: the analysis update failed");
+}

@@ -4,6 +4,7 @@
  * for the lowrank basis's QR (dgeqrf, dorgqr) and the M x M solve of the
  * analysis (dposv). */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -576,10 +577,133 @@ done:
     return rc;
 }
 
+/* ---- the phases of the distributed analysis and covariance ---- */
+
+/* Point k of box b (C order) as a row of a grid whose rows are ny long. */
+static size_t box_row(const dk_enkf_box *b, size_t ny, size_t k)
+{
+    size_t w = b->hi[1] - b->lo[1];
+    return (b->lo[0] + k / w) * ny + b->lo[1] + k % w;
+}
+
+/* Row i's place in box b, or SIZE_MAX outside it. */
+static size_t in_box(const dk_enkf_box *b, size_t ny, size_t i)
+{
+    size_t ix = i / ny, iy = i % ny;
+    if (ix < b->lo[0] || ix >= b->hi[0] || iy < b->lo[1] || iy >= b->hi[1])
+        return SIZE_MAX;
+    return (ix - b->lo[0]) * (b->hi[1] - b->lo[1]) + iy - b->lo[1];
+}
+
+static dk_status cpu_enkf_cov_rows(void *plan, const void *e, const dk_enkf_box *own, void *pht, void *part,
+                                   size_t at, const void *x, dk_msg *msg)
+{
+    const cpu_enkf *q = plan;
+    const dk_enkf_setup *s = q->s;
+    size_t N = s->desc.n, L = s->desc.members, M = s->desc.H.rows;
+    size_t ny = s->desc.loc_ndim == 2 ? s->desc.ny : N;
+    size_t count = (own->hi[0] - own->lo[0]) * (own->hi[1] - own->lo[1]);
+    dk_dtype t = s->desc.dtype;
+    double *e64 = t == DK_F64 ? (double *)e : widen(e, t, N * L), *p64 = malloc(N * M * sizeof *p64);
+    dk_status rc = DK_ERR_OUT_OF_MEMORY;
+    if (!e64 || !p64)
+        dk_msg_set(msg, "out of host memory");
+    else if ((rc = cov64(q, e64, p64, NULL, msg)) == DK_OK) {
+        for (size_t k = 0; k < count; k++)
+            narrow(p64 + box_row(own, ny, k) * M, (char *)pht + k * M * dk_dtype_size(t), t, M);
+        for (size_t a = 0; part && a < M; a++) {
+            double *h = calloc(M + L, sizeof *h), *hx = h + M;
+            if (!h) {
+                dk_msg_set(msg, "out of host memory");
+                rc = DK_ERR_OUT_OF_MEMORY;
+                break;
+            }
+            for (int64_t u = s->indptr[a]; u < s->indptr[a + 1]; u++) {
+                size_t i = (size_t)s->indices[u], k = in_box(own, ny, i);
+                if (k == SIZE_MAX)
+                    continue;
+                for (size_t b = 0; b < M; b++)
+                    h[b] += s->values[u] * p64[i * M + b];
+                for (size_t l = 0; x && l < L; l++)
+                    hx[l] += s->values[u] * (t == DK_F32 ? (double)((const float *)x)[k * L + l]
+                                                          : ((const double *)x)[k * L + l]);
+            }
+            size_t es = dk_dtype_size(t);
+            narrow(h, (char *)part + (at + a * M) * es, t, M);
+            if (x)
+                narrow(hx, (char *)part + (at + M * M + a * L) * es, t, L);
+            free(h);
+        }
+    }
+    if (e64 != e)
+        free(e64);
+    free(p64);
+    return rc;
+}
+
+static dk_status cpu_enkf_inflate(void *plan, const void *x, dk_dtype xt, size_t count, double inflation, void *X_,
+                                  void *e_, dk_msg *msg)
+{
+    (void)msg;
+    size_t L = ((const cpu_enkf *)plan)->s->desc.members;
+    double *X = X_, *e = e_;
+#pragma omp parallel for schedule(static) if (count * L > PARALLEL_MIN_WORK)
+    for (size_t i = 0; i < count; i++) {
+        double mean = 0;
+        for (size_t l = 0; l < L; l++)
+            mean += xt == DK_F32 ? (double)((const float *)x)[i * L + l] : ((const double *)x)[i * L + l];
+        mean /= (double)L;
+        for (size_t l = 0; l < L; l++) {
+            double v = xt == DK_F32 ? (double)((const float *)x)[i * L + l] : ((const double *)x)[i * L + l];
+            e[i * L + l] = inflation * (v - mean);
+            X[i * L + l] = mean + e[i * L + l];
+        }
+    }
+    return DK_OK;
+}
+
+static dk_status cpu_enkf_update(void *plan, const void *sums_, size_t at, const double *d, const double *r,
+                                 const void *pht_, const void *X_, size_t count, void *x, dk_dtype xt, dk_msg *msg)
+{
+    const dk_enkf_setup *s = ((const cpu_enkf *)plan)->s;
+    size_t L = s->desc.members, M = s->desc.H.rows;
+    const double *sums = sums_, *pht = pht_, *X = X_;
+    if (sums[0] != 0)
+        return DK_OK;
+    double *A = malloc(M * M * sizeof *A), *D = malloc(M * L * sizeof *D), *out = malloc((count ? count : 1) * L * sizeof *out);
+    dk_status rc = DK_ERR_OUT_OF_MEMORY;
+    if (!A || !D || !out) {
+        dk_msg_set(msg, "out of host memory");
+        goto done;
+    }
+    memcpy(A, sums + at, M * M * sizeof *A);
+    for (size_t k = 0; k < M * L; k++)
+        D[k] = d[k] - sums[at + M * M + k];
+    if ((rc = dk_enkf_solve_host(M, L, A, r, D, msg)) != DK_OK)
+        goto done;
+#pragma omp parallel for schedule(static) if (count * L > PARALLEL_MIN_WORK)
+    for (size_t i = 0; i < count; i++)
+        for (size_t l = 0; l < L; l++) {
+            double v = X[i * L + l];
+            for (size_t j = 0; j < M; j++)
+                v += pht[i * M + j] * D[j * L + l];
+            out[i * L + l] = v;
+        }
+    narrow(out, x, xt, count * L);
+done:
+    free(A);
+    free(D);
+    free(out);
+    return rc;
+}
+
 const dk_enkf_ops dk_cpu_enkf_ops = {
     .variants = variants,
     .plan_create = cpu_enkf_create,
     .cov = cpu_enkf_cov,
     .analysis = cpu_enkf_analysis,
     .plan_destroy = cpu_enkf_destroy,
+    .cov_rows = cpu_enkf_cov_rows,
+    .inflate = cpu_enkf_inflate,
+    .update = cpu_enkf_update,
 };

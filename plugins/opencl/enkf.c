@@ -69,6 +69,9 @@ typedef struct enkf_plan {
     /* made on first use: the float64 copies of float32 data, and the
      * analysis's own arrays */
     cl_mem e64, pht64, X64;
+    /* the distributed layer's phases */
+    cl_kernel rows, part;
+    cl_mem x64; /* cov_rows' x in float64 (float32 plans) */
 #ifdef DK_OPENCL_CLFFT
     cl_kernel scatter, multiply, scale, gather;
     clfftPlanHandle forward, backward;
@@ -98,6 +101,11 @@ static void plan_destroy(void *handle)
     cl_mem ms[] = {p->indptr, p->indices, p->values, p->loc, p->G, p->hpht64, p->D, p->W, p->e64, p->pht64, p->X64};
     if (p->hpht_sum)
         clReleaseKernel(p->hpht_sum);
+    if (p->rows)
+        clReleaseKernel(p->rows);
+    if (p->part)
+        clReleaseKernel(p->part);
+    release(p->x64);
     if (p->band)
         clReleaseKernel(p->band);
     release(p->seg);
@@ -597,7 +605,8 @@ static dk_status plan_create(void *device, const dk_enkf_setup *s, void **out, d
         const char *name;
     } kernels[] = {{&p->widen, "ek_widen"},     {&p->narrow, "ek_narrow"},   {&p->weigh, "ek_weigh"},
                    {&p->direct, "ek_direct"},   {&p->hpht, "ek_hpht"},       {&p->inflate, "ek_inflate"},
-                   {&p->innovation, "ek_innovation"}, {&p->update, "ek_update"}};
+                   {&p->innovation, "ek_innovation"}, {&p->update, "ek_update"},
+                   {&p->rows, "ek_rows"},       {&p->part, "ek_part"}};
     for (size_t i = 0; i < sizeof kernels / sizeof kernels[0]; i++) {
         cl_int err;
         *kernels[i].k = clCreateKernel(prog, kernels[i].name, &err);
@@ -887,10 +896,154 @@ done:
     return st;
 }
 
+/* ---- the distributed layer's phases ---- */
+
+static dk_status cov_rows(void *handle, const void *e_, const dk_enkf_box *own, void *pht_, void *part_, size_t at,
+                          const void *x_, dk_msg *msg)
+{
+    enkf_plan *p = handle;
+    dk_opencl_device *dev = p->dev;
+    const dk_enkf_setup *s = p->s;
+    size_t N = s->desc.n, L = s->desc.members, M = s->desc.H.rows;
+    cl_mem e = (cl_mem)e_, pht = (cl_mem)pht_, part = (cl_mem)part_, x = (cl_mem)x_;
+    int f32 = s->desc.dtype == DK_F32;
+    dk_status st;
+    if ((st = dk_opencl_enter(p->dev, msg)) != DK_OK ||
+        (st = lazy(p, &p->pht64, N * M * sizeof(double), "float64 PHT", msg)) != DK_OK ||
+        (f32 && (st = lazy(p, &p->e64, N * L * sizeof(double), "float64 anomalies", msg)) != DK_OK) ||
+        (f32 && x && (st = lazy(p, &p->x64, N * L * sizeof(double), "float64 ensemble", msg)) != DK_OK))
+        return st;
+    size_t count = (own->hi[0] - own->lo[0]) * (own->hi[1] - own->lo[1]);
+    cl_int err = f32 ? convert(p, p->widen, e, p->e64, N * L) : CL_SUCCESS;
+    if (err == CL_SUCCESS)
+        err = cov64(p, f32 ? p->e64 : e, p->pht64, NULL);
+    cl_ulong m64 = M, l64 = L, c64 = count, lo0 = own->lo[0], hi0 = own->hi[0], lo1 = own->lo[1], hi1 = own->hi[1];
+    cl_ulong w = hi1 - lo1, ny = s->desc.loc_ndim == 2 ? s->desc.ny : N, at64 = at;
+    cl_kernel k = p->rows;
+    err |= clSetKernelArg(k, 0, sizeof p->pht64, &p->pht64);
+    err |= clSetKernelArg(k, 1, sizeof pht, &pht);
+    err |= clSetKernelArg(k, 2, sizeof f32, &f32);
+    err |= clSetKernelArg(k, 3, sizeof m64, &m64);
+    err |= clSetKernelArg(k, 4, sizeof c64, &c64);
+    err |= clSetKernelArg(k, 5, sizeof lo0, &lo0);
+    err |= clSetKernelArg(k, 6, sizeof lo1, &lo1);
+    err |= clSetKernelArg(k, 7, sizeof w, &w);
+    err |= clSetKernelArg(k, 8, sizeof ny, &ny);
+    if (err == CL_SUCCESS)
+        err = launch(p, k, M, count);
+    if (err == CL_SUCCESS && part) {
+        cl_mem x64 = x && f32 ? p->x64 : x ? x : p->pht64; /* a valid handle where x is unused */
+        int with_x = x != NULL;
+        if (x && f32)
+            err = convert(p, p->widen, x, p->x64, count * L);
+        k = p->part;
+        err |= clSetKernelArg(k, 0, sizeof p->pht64, &p->pht64);
+        err |= clSetKernelArg(k, 1, sizeof x64, &x64);
+        err |= clSetKernelArg(k, 2, sizeof p->indptr, &p->indptr);
+        err |= clSetKernelArg(k, 3, sizeof p->indices, &p->indices);
+        err |= clSetKernelArg(k, 4, sizeof p->values, &p->values);
+        err |= clSetKernelArg(k, 5, sizeof part, &part);
+        err |= clSetKernelArg(k, 6, sizeof f32, &f32);
+        err |= clSetKernelArg(k, 7, sizeof at64, &at64);
+        err |= clSetKernelArg(k, 8, sizeof m64, &m64);
+        err |= clSetKernelArg(k, 9, sizeof l64, &l64);
+        err |= clSetKernelArg(k, 10, sizeof with_x, &with_x);
+        err |= clSetKernelArg(k, 11, sizeof lo0, &lo0);
+        err |= clSetKernelArg(k, 12, sizeof hi0, &hi0);
+        err |= clSetKernelArg(k, 13, sizeof lo1, &lo1);
+        err |= clSetKernelArg(k, 14, sizeof hi1, &hi1);
+        err |= clSetKernelArg(k, 15, sizeof ny, &ny);
+        if (err == CL_SUCCESS)
+            err = launch(p, k, M + (x ? L : 0), M);
+    }
+    CL_TRY(err, "enkf: the covariance rows");
+    return dk_opencl_finish(p->dev, DK_OPENCL_MAY_QUEUE, msg, "enkf: the covariance rows");
+}
+
+static dk_status inflate(void *handle, const void *x_, dk_dtype xt, size_t count, double inflation, void *X_,
+                         void *e_, dk_msg *msg)
+{
+    enkf_plan *p = handle;
+    dk_opencl_device *dev = p->dev;
+    cl_mem x = (cl_mem)x_, X = (cl_mem)X_, e = (cl_mem)e_;
+    cl_ulong n64 = count, l64 = p->s->desc.members;
+    dk_status st = dk_opencl_enter(p->dev, msg);
+    if (st != DK_OK || count == 0)
+        return st;
+    cl_int err = xt == DK_F64
+                     ? clEnqueueCopyBuffer(p->dev->queue, x, X, 0, 0, count * l64 * sizeof(double), 0, NULL, NULL)
+                     : convert(p, p->widen, x, X, count * l64);
+    cl_kernel k = p->inflate;
+    err |= clSetKernelArg(k, 0, sizeof X, &X);
+    err |= clSetKernelArg(k, 1, sizeof e, &e);
+    err |= clSetKernelArg(k, 2, sizeof n64, &n64);
+    err |= clSetKernelArg(k, 3, sizeof l64, &l64);
+    err |= clSetKernelArg(k, 4, sizeof inflation, &inflation);
+    if (err == CL_SUCCESS)
+        err = launch(p, k, count, 1);
+    CL_TRY(err, "enkf: the inflation");
+    return dk_opencl_finish(p->dev, DK_OPENCL_MAY_QUEUE, msg, "enkf: the inflation");
+}
+
+/* The M x M solve on the host (OpenCL has no solver library): the sums
+ * come back, Z goes up, the update runs on the device. */
+static dk_status update(void *handle, const void *sums_, size_t at, const double *d, const double *r,
+                        const void *pht_, const void *X_, size_t count, void *x_, dk_dtype xt, dk_msg *msg)
+{
+    enkf_plan *p = handle;
+    dk_opencl_device *dev = p->dev;
+    size_t L = p->s->desc.members, M = p->s->desc.H.rows, total = at + M * M + M * L;
+    cl_mem sums = (cl_mem)sums_, pht = (cl_mem)pht_, X = (cl_mem)X_, x = (cl_mem)x_;
+    cl_command_queue q = p->dev->queue;
+    dk_status st;
+    if ((st = dk_opencl_enter(p->dev, msg)) != DK_OK ||
+        (st = lazy(p, &p->X64, (count ? count : 1) * L * sizeof(double), "float64 ensemble", msg)) != DK_OK)
+        return st;
+    double *h = malloc(total * sizeof *h), *D = malloc(M * L * sizeof *D);
+    if (!h || !D) {
+        free(h);
+        free(D);
+        dk_msg_set(msg, "opencl enkf: out of host memory");
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    cl_int err = clEnqueueReadBuffer(q, sums, CL_TRUE, 0, total * sizeof *h, h, 0, NULL, NULL);
+    CL_TRY_GOTO(err, done, "enkf: reading the summed HPHT and HX");
+    if (h[0] != 0)
+        goto done; /* a rank failed: the layer says so */
+    for (size_t k = 0; k < M * L; k++)
+        D[k] = d[k] - h[at + M * M + k];
+    if ((st = dk_enkf_solve_host(M, L, h + at, r, D, msg)) != DK_OK || count == 0)
+        goto done;
+    cl_ulong n64 = count, l64 = L, m64 = M;
+    err = clEnqueueWriteBuffer(q, p->W, CL_TRUE, 0, M * L * sizeof *D, D, 0, NULL, NULL);
+    err |= clEnqueueCopyBuffer(q, X, p->X64, 0, 0, count * L * sizeof(double), 0, NULL, NULL);
+    cl_kernel k = p->update;
+    err |= clSetKernelArg(k, 0, sizeof p->X64, &p->X64);
+    err |= clSetKernelArg(k, 1, sizeof pht, &pht);
+    err |= clSetKernelArg(k, 2, sizeof p->W, &p->W);
+    err |= clSetKernelArg(k, 3, sizeof n64, &n64);
+    err |= clSetKernelArg(k, 4, sizeof l64, &l64);
+    err |= clSetKernelArg(k, 5, sizeof m64, &m64);
+    if (err == CL_SUCCESS)
+        err = launch(p, k, L, count);
+    if (err == CL_SUCCESS)
+        err = xt == DK_F64 ? clEnqueueCopyBuffer(q, p->X64, x, 0, 0, count * L * sizeof(double), 0, NULL, NULL)
+                           : convert(p, p->narrow, p->X64, x, count * L);
+    CL_TRY_GOTO(err, done, "enkf: the analysis update");
+    st = dk_opencl_finish(p->dev, DK_OPENCL_BLOCK, msg, "enkf: the analysis update");
+done:
+    free(h);
+    free(D);
+    return st;
+}
+
 const dk_enkf_ops dk_opencl_enkf_ops = {
     .variants = variants,
     .plan_create = plan_create,
     .cov = cov,
     .analysis = analysis,
     .plan_destroy = plan_destroy,
+    .cov_rows = cov_rows,
+    .inflate = inflate,
+    .update = update,
 };

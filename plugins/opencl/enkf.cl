@@ -400,3 +400,53 @@ __kernel void ek_gather(__global const double *e, __global const double *buf, __
         v += e[i * L + l] * buf[(jj * L + l) * P + at];
     pht[i * M + j0 + jj] = v / (double)(L - 1);
 }
+
+/* ---- the distributed layer's phases (cov_rows) ---- */
+
+/* Point k of a box of w columns starting at (lo0, lo1), as a row of a
+ * grid with rows ny long. */
+static ulong box_row(ulong k, ulong lo0, ulong lo1, ulong w, ulong ny)
+{
+    return (lo0 + k / w) * ny + lo1 + k % w;
+}
+
+static void store(__global void *out, int f32, ulong k, double v)
+{
+    if (f32)
+        ((__global float *)out)[k] = (float)v;
+    else
+        ((__global double *)out)[k] = v;
+}
+
+/* out[k, :] = pht[box point k, :] in the plan's dtype */
+__kernel void ek_rows(__global const double *pht, __global void *out, int f32, ulong M, ulong count, ulong lo0,
+                      ulong lo1, ulong w, ulong ny)
+{
+    ulong j = get_global_id(0), k = get_global_id(1);
+    if (j >= M || k >= count)
+        return;
+    store(out, f32, k * M + j, pht[box_row(k, lo0, lo1, w, ny) * M + j]);
+}
+
+/* The partial sums over the box's points: part[at + a*M + b] = sum of
+ * H[a,i] pht[i,b], and with x (own points x L, float64) part[at + M*M +
+ * a*L + l] = sum of H[a,i] x[i,l], nonzeros in row order. */
+__kernel void ek_part(__global const double *pht, __global const double *x, __global const long *indptr,
+                      __global const long *indices, __global const double *values, __global void *part, int f32,
+                      ulong at, ulong M, ulong L, int with_x, ulong lo0, ulong hi0, ulong lo1, ulong hi1, ulong ny)
+{
+    ulong b = get_global_id(0), a = get_global_id(1);
+    if (a >= M || b >= M + (with_x ? L : 0))
+        return;
+    double sum = 0.0;
+    for (long t = indptr[a]; t < indptr[a + 1]; t++) {
+        ulong i = (ulong)indices[t], ix = i / ny, iy = i % ny;
+        if (ix < lo0 || ix >= hi0 || iy < lo1 || iy >= hi1)
+            continue;
+        if (b < M)
+            sum += values[t] * pht[i * M + b];
+        else
+            sum += values[t] * x[((ix - lo0) * (hi1 - lo1) + iy - lo1) * L + (b - M)];
+    }
+    store(part, f32, b < M ? at + a * M + b : at + M * M + a * L + (b - M), sum);
+}

@@ -40,8 +40,8 @@ static const ranks_case cases[] = {
                      "on device buffers"},
     {"kmeans_weak", "kmeans 3e6 points per rank, d 8, k 16, 20 iterations, tol 0, float32, the points on the "
                     "device (dk_mpi_kmeans_execute); plain: one rank's points on the device"},
-    {"enkf_weak", "enkf cov, N 10^6 per rank, L 10, M 32, H density 0.05, compact C (radius 200), float64, from "
-                  "host memory (dk_mpi_enkf_cov_host); plain: on the device"},
+    {"enkf_weak", "enkf cov, N 10^6 per rank, L 10, M 32, H density 0.05, compact C (radius 200), float64, on "
+                  "device buffers (dk_mpi_enkf_cov); plain: on the device"},
     {"kmeans_weak_3e7", "kmeans_weak with 3e7 points per rank"},
 };
 #define FIRST_SCALING 4
@@ -205,6 +205,11 @@ static dk_status setup_enkf_weak(dk_context *ctx, state *s, int size)
     cli_fill_random(s->x0, DK_F64, s->local * L, 61 + part.offset[0]);
     if ((st = dk_mpi_enkf_plan_create(ctx, MPI_COMM_WORLD, &d, &part, &s->mplan)) != DK_OK)
         return st;
+    /* the distributed call's data already on the device: e in din, PHT in dout, HPHT in pb[3] */
+    if (dk_buffer_create(ctx, s->local * L * 8 + 1, &s->din) != DK_OK ||
+        dk_buffer_create(ctx, s->local * M * 8 + 1, &s->dout) != DK_OK ||
+        dk_buffer_create(ctx, M * M * 8, &s->pb[3]) != DK_OK || dk_buffer_write(s->din, s->x0, s->local * L * 8) != DK_OK)
+        return DK_ERR_OUT_OF_MEMORY;
     /* one rank's share alone: its own H columns, renumbered */
     dk_enkf_desc one = d;
     one.n = s->local;
@@ -366,7 +371,7 @@ static dk_status run(state *s, int distributed)
         return distributed ? dk_mpi_kmeans_execute(s->mplan, s->pb[0], NULL, s->pb[2], s->dout, s->din, NULL)
                            : dk_kmeans_execute(s->plan, s->pb[0], NULL, s->pb[2], s->pb[3], s->pb[4], NULL);
     default:
-        return distributed ? dk_mpi_enkf_cov_host(s->mplan, s->x0, s->out, s->aux)
+        return distributed ? dk_mpi_enkf_cov(s->mplan, s->din, s->dout, s->pb[3])
                            : dk_enkf_cov(s->plan, s->pb[0], s->pb[1], s->pb[2]);
     }
 }

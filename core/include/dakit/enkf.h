@@ -145,6 +145,13 @@ static inline double dk_enkf_c(const dk_enkf_setup *s, size_t i, size_t k)
     return s->loc[(ix > kx ? ix - kx : kx - ix) * ny + (iy > ky ? iy - ky : ky - iy)];
 }
 
+/* A box of a plan's grid of state points: the points (ix, iy) with
+ * lo[0] <= ix < hi[0] and lo[1] <= iy < hi[1], state row ix * ny + iy. A
+ * 1-D plan's grid is 1 x n (lo[0] = 0, hi[0] = 1). */
+typedef struct dk_enkf_box {
+    size_t lo[2], hi[2];
+} dk_enkf_box;
+
 typedef struct dk_enkf_ops {
     /* Required. NULL-terminated variant names, each "tiled", "banded",
      * "fft" or "lowrank", optionally followed by "-" and a suffix of the
@@ -166,6 +173,40 @@ typedef struct dk_enkf_ops {
                           struct dk_msg *msg);
     /* Required. Frees the plan. */
     void (*plan_destroy)(void *plan);
+
+    /* Optional, all three or none: the phases libdakit-mpi runs between
+     * its collectives (docs/plugins.md, "enkf"; docs/distributed.md). The
+     * plan is a rank's window: its own points and the halo rows within C's
+     * support. Each entry queues its work on the device and may return
+     * before it is done, except update, which returns when x is written.
+     * `own` is a box of the plan's grid (dk_enkf_box); its points are
+     * counted in C order of the box. A plugin without them serves no
+     * distributed enkf (the layer says so at plan creation). */
+
+    /* PHT's rows of the points of `own` only, into pht (own points x M,
+     * the plan's dtype), from e (the plan's N x L anomalies). When part is
+     * not NULL (the plan's dtype): part[at + a*M + b] = sum over i in own of
+     * H[a,i] PHT[i,b] (not symmetric: HPHT's partial sum), and when x is
+     * not NULL also part[at + M*M + a*L + l] = sum over i in own of
+     * H[a,i] x[i,l] (x: own points x L, the plan's dtype). Nothing else of
+     * part is written. */
+    dk_status (*cov_rows)(void *plan, const void *e, const dk_enkf_box *own, void *pht, void *part, size_t at,
+                          const void *x, struct dk_msg *msg);
+    /* For count points of L members: x (dtype xt) gives, in float64,
+     * e = inflation * (x - mean) and X = mean + e, in the order of
+     * dk_enkf_analysis_reference. X and e are float64 handles. */
+    dk_status (*inflate)(void *plan, const void *x, dk_dtype xt, size_t count, double inflation, void *X, void *e,
+                         struct dk_msg *msg);
+    /* The analysis's solve and update, on every rank alike. sums (float64
+     * handle): [0] the number of ranks that failed, HPHT (M x M) from
+     * element at, H X (M x L) after it, all summed over the ranks. d: host,
+     * M x L, y + eps; r: host, M. Z = (HPHT + R)^-1 (d - HX); then, for the
+     * count points, x (dtype xt) = X + pht Z, with pht count x M and X
+     * count x L in float64. When sums[0] != 0, or the solve fails, x is left
+     * unchanged (sums[0] != 0 returns DK_OK: the layer reports it). Returns
+     * when x is written. */
+    dk_status (*update)(void *plan, const void *sums, size_t at, const double *d, const double *r, const void *pht,
+                        const void *X, size_t count, void *x, dk_dtype xt, struct dk_msg *msg);
 } dk_enkf_ops;
 
 #ifdef __cplusplus

@@ -138,9 +138,32 @@ dk_status dk_mpi_enkf_plan_create(dk_context *ctx, MPI_Comm comm, const dk_enkf_
                                   const dk_mpi_part *part, dk_mpi_plan **plan);
 
 /* Collective. e_local: this rank's anomalies (points x L), pht_local: its
- * rows of PHT (points x M), both host memory in the plan's dtype. hpht: M x
- * M, the whole HPHT on every rank, or NULL on every rank. */
+ * rows of PHT (points x M), buffers of the plan's context in the plan's
+ * dtype, where the data already live. hpht: M x M, the whole HPHT, or NULL
+ * (ranks may differ: HPHT's M x M partial sums are reduced on every call).
+ * The halo rows go device to device and the partial sums are all-reduced
+ * on the device (through the plan's device communicator, queued on the
+ * device's stream where the plugin can; else only those small pieces are
+ * staged through host memory and MPI). A failure on any rank travels with
+ * the reduction: every rank returns the same status and sentence, with no
+ * round trip when nothing failed. Needs the plugin's enkf entries cov_rows,
+ * inflate and update (checked at plan creation). Returns when the result
+ * is in pht_local (and hpht). */
+dk_status dk_mpi_enkf_cov(dk_mpi_plan *plan, const dk_buffer *e_local, dk_buffer *pht_local, dk_buffer *hpht);
+/* The same from host memory (uploads, dk_mpi_enkf_cov, reads back). */
 dk_status dk_mpi_enkf_cov_host(dk_mpi_plan *plan, const void *e_local, void *pht_local, void *hpht);
+
+/* Collective. x_local: this rank's rows of the forecast ensemble (points x
+ * L, a buffer of the plan's context in the plan's dtype), replaced by the
+ * analysis. y, r: host arrays of M float64, seed and inflation as in
+ * dk_mpi_enkf_analysis_host. HPHT and H X are all-reduced on the device
+ * with a failure flag and a check that every rank passed the same y, r,
+ * seed and inflation; every GPU then solves the M x M system itself and
+ * updates its own rows. On failure x_local is unchanged, except after a
+ * mismatch of y, r, seed or inflation (found from the reduction, after the
+ * update): then it is unspecified. */
+dk_status dk_mpi_enkf_analysis(dk_mpi_plan *plan, dk_buffer *x_local, const double *y, const double *r,
+                               uint64_t seed, double inflation);
 
 /* Collective. x_local: this rank's rows of the forecast ensemble (points x
  * L, host, the plan's dtype), replaced by the analysis. y, r (M values,

@@ -85,6 +85,125 @@ dk_status cov64(Plan *p, const double *e, double *pht, double *hpht, dk_msg *msg
     return rc;
 }
 
+/* ---- the distributed layer's phases ---- */
+
+/* Whether window row i lies in the box, and its place there. */
+__device__ __forceinline__ bool in_box(long long i, long long ny, const dk_enkf_box &b, long long *k)
+{
+    long long ix = i / ny, iy = i % ny;
+    if (ix < (long long)b.lo[0] || ix >= (long long)b.hi[0] || iy < (long long)b.lo[1] || iy >= (long long)b.hi[1])
+        return false;
+    *k = (ix - (long long)b.lo[0]) * (long long)(b.hi[1] - b.lo[1]) + iy - (long long)b.lo[1];
+    return true;
+}
+
+/* out[k, :] = pht[box point k, :] */
+template <typename T>
+__global__ void k_rows(const double *pht, T *out, long long M, long long count, dk_enkf_box b, long long ny)
+{
+    long long w = (long long)(b.hi[1] - b.lo[1]);
+    for (long long q = blockIdx.x * (long long)blockDim.x + threadIdx.x; q < count * M;
+         q += (long long)gridDim.x * blockDim.x) {
+        long long k = q / M, j = q % M, i = ((long long)b.lo[0] + k / w) * ny + (long long)b.lo[1] + k % w;
+        out[q] = (T)pht[i * M + j];
+    }
+}
+
+/* partial[(a*S + s)*M + j]: row a of H over segment s, only the columns in
+ * the box, times PHT (all j: the partial sum is not symmetric). Warps take
+ * nonzeros, lanes 32 consecutive j; the warps' sums are added in a fixed
+ * order. */
+__global__ void k_part_hpht(const double *pht, const int *seg, const int *indices, const double *values,
+                            double *partial, long long M, long long S, dk_enkf_box b, long long ny)
+{
+    __shared__ double red[THREADS / 32][32];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = THREADS / 32;
+    const long long s = blockIdx.y;
+    for (long long a = blockIdx.x; a < M; a += gridDim.x) {
+        long long sb = seg[a * (S + 1) + s], se = seg[a * (S + 1) + s + 1];
+        for (long long j0 = 0; j0 < M; j0 += 32) {
+            long long j = j0 + lane, k;
+            double acc = 0;
+            if (j < M)
+                for (long long t = sb + warp; t < se; t += warps)
+                    if (in_box(indices[t], ny, b, &k))
+                        acc = fma(values[t], pht[(long long)indices[t] * M + j], acc);
+            red[warp][lane] = acc;
+            __syncthreads();
+            if (warp == 0 && j < M) {
+                double sum = 0;
+                for (int w = 0; w < warps; w++)
+                    sum += red[w][lane];
+                partial[(a * S + s) * M + j] = sum;
+            }
+            __syncthreads();
+        }
+    }
+}
+
+template <typename T>
+__global__ void k_part_sum(const double *partial, T *out, long long M, long long S)
+{
+    for (long long q = blockIdx.x * (long long)blockDim.x + threadIdx.x; q < M * M;
+         q += (long long)gridDim.x * blockDim.x) {
+        long long a = q / M, j = q % M;
+        double sum = 0;
+        for (long long s = 0; s < S; s++)
+            sum += partial[(a * S + s) * M + j];
+        out[q] = (T)sum;
+    }
+}
+
+/* out[a*L + l] = sum over row a's nonzeros in the box of H x[k, l]: a
+ * block per row, its threads' sums added in a fixed order. */
+template <typename T>
+__global__ void k_part_hx(const T *x, const int *indptr, const int *indices, const double *values, T *out,
+                          long long M, long long L, dk_enkf_box b, long long ny)
+{
+    __shared__ double red[THREADS];
+    for (long long a = blockIdx.x; a < M; a += gridDim.x)
+        for (long long l = 0; l < L; l++) {
+            double acc = 0;
+            long long k;
+            for (long long t = indptr[a] + threadIdx.x; t < indptr[a + 1]; t += blockDim.x)
+                if (in_box(indices[t], ny, b, &k))
+                    acc = fma(values[t], (double)x[k * L + l], acc);
+            red[threadIdx.x] = acc;
+            __syncthreads();
+            for (int h = THREADS / 2; h > 0; h >>= 1) {
+                if ((int)threadIdx.x < h)
+                    red[threadIdx.x] += red[threadIdx.x + h];
+                __syncthreads();
+            }
+            if (threadIdx.x == 0)
+                out[a * L + l] = (T)red[0];
+            __syncthreads();
+        }
+}
+
+/* D (column-major M x L) = d - HX (row-major), A += diag(r). */
+__global__ void k_innovation_sums(const double *hx, const double *d, const double *r, double *D, double *A,
+                                  long long M, long long L)
+{
+    for (long long q = blockIdx.x * (long long)blockDim.x + threadIdx.x; q < M * L;
+         q += (long long)gridDim.x * blockDim.x) {
+        long long j = q / L, l = q % L;
+        D[l * M + j] = d[q] - hx[q];
+        if (l == 0)
+            A[j * M + j] += r[j];
+    }
+}
+
+/* x = X where the solve succeeded and no rank failed; else x stays. */
+template <typename T>
+__global__ void k_store_if(const double *X, T *x, long long n, const int *info, const double *failures)
+{
+    if (*info != 0 || *failures != 0)
+        return;
+    for (long long q = blockIdx.x * (long long)blockDim.x + threadIdx.x; q < n; q += (long long)gridDim.x * blockDim.x)
+        x[q] = (T)X[q];
+}
+
 } // namespace
 
 dk_status dk_cuda_enkf::cov(void *plan, const void *e, void *pht, void *hpht, dk_msg *msg)
@@ -138,7 +257,7 @@ dk_status dk_cuda_enkf::analysis(void *plan, void *x, const double *d, const dou
         (rc = ensure(&p->r_dev, M, "allocating the analysis work arrays", msg)) != DK_OK)
         return rc;
     if (!p->info)
-        CUDA_TRY(cudaMalloc(&p->info, sizeof(int)), "allocating the solver status");
+        CUDA_TRY(cudaMalloc(&p->info, 2 * sizeof(int)), "allocating the solver status");
     if (!p->cusolver) {
         CUSOLVER_TRY(cusolverDnCreate(&p->cusolver), "cusolverDnCreate");
         CUSOLVER_TRY(cusolverDnSetStream(p->cusolver, st), "cusolverDnSetStream");
@@ -202,6 +321,166 @@ dk_status dk_cuda_enkf::analysis(void *plan, void *x, const double *d, const dou
     if (info != 0) {
         dk_msg_set(msg, "cusolverDnDpotrs rejected argument %d", -info);
         return DK_ERR_BACKEND;
+    }
+    return DK_OK;
+}
+
+/* The analysis's solver handles and arrays, on first use. */
+static dk_status solver_ready(Plan *p, dk_msg *msg)
+{
+    long long M = p->M, L = p->L;
+    dk_status rc;
+    if ((rc = ensure(&p->A, M * M, "allocating the analysis work arrays", msg)) != DK_OK ||
+        (rc = ensure(&p->D, M * L, "allocating the analysis work arrays", msg)) != DK_OK ||
+        (rc = ensure(&p->d_host_copy, M * L, "allocating the analysis work arrays", msg)) != DK_OK ||
+        (rc = ensure(&p->r_dev, M, "allocating the analysis work arrays", msg)) != DK_OK)
+        return rc;
+    if (!p->info)
+        CUDA_TRY(cudaMalloc(&p->info, 2 * sizeof(int)), "allocating the solver status");
+    if (!p->cusolver) {
+        CUSOLVER_TRY(cusolverDnCreate(&p->cusolver), "cusolverDnCreate");
+        CUSOLVER_TRY(cusolverDnSetStream(p->cusolver, p->dev->stream), "cusolverDnSetStream");
+        CUSOLVER_TRY(cusolverDnDpotrf_bufferSize(p->cusolver, CUBLAS_FILL_MODE_LOWER, (int)M, p->A, (int)M, &p->lwork),
+                     "potrf_bufferSize");
+        CUDA_TRY(cudaMalloc(&p->work, (size_t)(p->lwork > 0 ? p->lwork : 1) * sizeof(double)),
+                 "allocating the solver workspace");
+    }
+    if (!p->blas) {
+        CUBLAS_TRY(cublasCreate(&p->blas), "cublasCreate");
+        CUBLAS_TRY(cublasSetStream(p->blas, p->dev->stream), "cublasSetStream");
+    }
+    return DK_OK;
+}
+
+dk_status dk_cuda_enkf::cov_rows(void *plan, const void *e, const dk_enkf_box *own, void *pht, void *part, size_t at,
+                                 const void *x, dk_msg *msg)
+{
+    Plan *p = (Plan *)plan;
+    dk_status rc = dk_cuda_enter(p->dev, msg);
+    if (rc != DK_OK)
+        return rc;
+    cudaStream_t st = p->dev->stream;
+    long long N = p->N, L = p->L, M = p->M, ny = p->two_d ? p->ny : p->N;
+    long long count = (long long)((own->hi[0] - own->lo[0]) * (own->hi[1] - own->lo[1]));
+    int f32 = p->s->desc.dtype == DK_F32;
+    const void *ep = ((const dk_cuda_buffer *)e)->ptr;
+    void *pp = ((dk_cuda_buffer *)pht)->ptr;
+    if ((rc = ensure(&p->pht64, N * M, "allocating float64 work arrays", msg)) != DK_OK ||
+        (f32 && (rc = ensure(&p->e64, N * L, "allocating float64 work arrays", msg)) != DK_OK))
+        return rc;
+    prof_begin(p);
+    if (f32)
+        k_widen<float><<<blocks_for(N * L, THREADS), THREADS, 0, st>>>((const float *)ep, p->e64, N * L);
+    if ((rc = cov64(p, f32 ? p->e64 : (const double *)ep, p->pht64, NULL, msg)) != DK_OK)
+        return rc;
+    if (count > 0) {
+        if (f32)
+            k_rows<float><<<blocks_for(count * M, THREADS), THREADS, 0, st>>>(p->pht64, (float *)pp, M, count, *own, ny);
+        else
+            k_rows<double><<<blocks_for(count * M, THREADS), THREADS, 0, st>>>(p->pht64, (double *)pp, M, count, *own,
+                                                                               ny);
+    }
+    if (part) {
+        char *out = (char *)((dk_cuda_buffer *)part)->ptr + at * (f32 ? 4 : 8);
+        dim3 grid((unsigned)(M < 65535 ? M : 65535), (unsigned)p->S);
+        k_part_hpht<<<grid, THREADS, 0, st>>>(p->pht64, p->hpht_seg, p->indices, p->values, p->partial, M, p->S, *own,
+                                              ny);
+        if (f32)
+            k_part_sum<float><<<blocks_for(M * M, THREADS), THREADS, 0, st>>>(p->partial, (float *)out, M, p->S);
+        else
+            k_part_sum<double><<<blocks_for(M * M, THREADS), THREADS, 0, st>>>(p->partial, (double *)out, M, p->S);
+        if (x) {
+            const void *xp = ((const dk_cuda_buffer *)x)->ptr;
+            unsigned rows = (unsigned)(M < 65535 ? M : 65535);
+            if (f32)
+                k_part_hx<float><<<rows, THREADS, 0, st>>>((const float *)xp, p->indptr, p->indices, p->values,
+                                                           (float *)out + M * M, M, L, *own, ny);
+            else
+                k_part_hx<double><<<rows, THREADS, 0, st>>>((const double *)xp, p->indptr, p->indices, p->values,
+                                                            (double *)out + M * M, M, L, *own, ny);
+        }
+    }
+    CUDA_TRY(cudaGetLastError(), "the covariance rows' kernels");
+    prof_mark(p, "rows and partial sums");
+    return dk_cuda_finish(p->dev, "the covariance rows", msg);
+}
+
+dk_status dk_cuda_enkf::inflate(void *plan, const void *x, dk_dtype xt, size_t count, double inflation, void *X,
+                                void *e, dk_msg *msg)
+{
+    Plan *p = (Plan *)plan;
+    dk_status rc = dk_cuda_enter(p->dev, msg);
+    if (rc != DK_OK || count == 0)
+        return rc;
+    cudaStream_t st = p->dev->stream;
+    long long n = (long long)count;
+    const void *xp = ((const dk_cuda_buffer *)x)->ptr;
+    double *Xp = (double *)((dk_cuda_buffer *)X)->ptr, *ep = (double *)((dk_cuda_buffer *)e)->ptr;
+    if (xt == DK_F32)
+        k_inflate<float><<<blocks_for(n, THREADS), THREADS, 0, st>>>((const float *)xp, Xp, ep, n, p->L, inflation);
+    else
+        k_inflate<double><<<blocks_for(n, THREADS), THREADS, 0, st>>>((const double *)xp, Xp, ep, n, p->L, inflation);
+    CUDA_TRY(cudaGetLastError(), "the inflation kernel");
+    return dk_cuda_finish(p->dev, "the inflation", msg);
+}
+
+/* Every rank solves the same M x M system from the same sums (cuSOLVER),
+ * then updates its own points; x is written only where the solve
+ * succeeded and no rank failed (decided on the device). */
+dk_status dk_cuda_enkf::update(void *plan, const void *sums, size_t at, const double *d, const double *r,
+                               const void *pht, const void *X, size_t count, void *x, dk_dtype xt, dk_msg *msg)
+{
+    Plan *p = (Plan *)plan;
+    dk_status rc = dk_cuda_enter(p->dev, msg);
+    if (rc != DK_OK)
+        return rc;
+    cudaStream_t st = p->dev->stream;
+    long long M = p->M, L = p->L, n = (long long)count * L;
+    if ((rc = solver_ready(p, msg)) != DK_OK ||
+        (rc = ensure(&p->x64, n > 0 ? n : 1, "allocating the analysis work arrays", msg)) != DK_OK)
+        return rc;
+    const double *sp = (const double *)((const dk_cuda_buffer *)sums)->ptr;
+    CUDA_TRY(cudaMemcpyAsync(p->d_host_copy, d, (size_t)(M * L) * sizeof(double), cudaMemcpyHostToDevice, st),
+             "copying the observations");
+    CUDA_TRY(cudaMemcpyAsync(p->r_dev, r, (size_t)M * sizeof(double), cudaMemcpyHostToDevice, st),
+             "copying the observation variances");
+    CUDA_TRY(cudaMemcpyAsync(p->A, sp + at, (size_t)(M * M) * sizeof(double), cudaMemcpyDeviceToDevice, st),
+             "copying HPHT");
+    k_innovation_sums<<<blocks_for(M * L, THREADS), THREADS, 0, st>>>(sp + at + M * M, p->d_host_copy, p->r_dev, p->D,
+                                                                       p->A, M, L);
+    CUDA_TRY(cudaGetLastError(), "the innovation kernel");
+    CUSOLVER_TRY(cusolverDnDpotrf(p->cusolver, CUBLAS_FILL_MODE_LOWER, (int)M, p->A, (int)M, p->work, p->lwork, p->info),
+                 "potrf");
+    CUSOLVER_TRY(cusolverDnDpotrs(p->cusolver, CUBLAS_FILL_MODE_LOWER, (int)M, (int)L, p->A, (int)M, p->D, (int)M,
+                                  p->info + 1),
+                 "potrs");
+    if (count > 0) {
+        const double one = 1.0;
+        CUDA_TRY(cudaMemcpyAsync(p->x64, ((const dk_cuda_buffer *)X)->ptr, (size_t)n * sizeof(double),
+                                 cudaMemcpyDeviceToDevice, st),
+                 "copying the forecast");
+        CUBLAS_TRY(cublasDgemm(p->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)L, (int)count, (int)M, &one, p->D, (int)M,
+                               (const double *)((const dk_cuda_buffer *)pht)->ptr, (int)M, &one, p->x64, (int)L),
+                   "dgemm (X += PHT Z)");
+        void *xp = ((dk_cuda_buffer *)x)->ptr;
+        if (xt == DK_F32)
+            k_store_if<float><<<blocks_for(n, THREADS), THREADS, 0, st>>>(p->x64, (float *)xp, n, p->info, sp);
+        else
+            k_store_if<double><<<blocks_for(n, THREADS), THREADS, 0, st>>>(p->x64, (double *)xp, n, p->info, sp);
+        CUDA_TRY(cudaGetLastError(), "the store kernel");
+    }
+    int info[2] = {0, 0};
+    double failures = 0;
+    CUDA_TRY(cudaMemcpyAsync(info, p->info, sizeof info, cudaMemcpyDeviceToHost, st), "reading the solver status");
+    CUDA_TRY(cudaMemcpyAsync(&failures, sp, sizeof failures, cudaMemcpyDeviceToHost, st), "reading the failures");
+    CUDA_TRY(cudaStreamSynchronize(st), "the analysis update");
+    if (failures != 0)
+        return DK_OK; /* a rank failed: the layer says so */
+    if (info[0] != 0 || info[1] != 0) {
+        dk_msg_set(msg, info[0] > 0 ? "HPHT + R is not positive definite (cusolverDnDpotrf, minor %d)"
+                                    : "cusolver rejected argument %d",
+                   info[0] > 0 ? info[0] : info[0] < 0 ? -info[0] : -info[1]);
+        return info[0] > 0 ? DK_ERR_INVALID_ARGUMENT : DK_ERR_BACKEND;
     }
     return DK_OK;
 }

@@ -145,6 +145,13 @@ dk_status hpht_cov(Plan *p, const double *pht, double *hpht, dk_msg *msg);
 /* The ops entries that run a plan (analysis.cu). */
 dk_status cov(void *plan, const void *e, void *pht, void *hpht, dk_msg *msg);
 dk_status analysis(void *plan, void *x, const double *d, const double *r, double inflation, dk_msg *msg);
+/* The distributed layer's phases (dk_enkf_ops: cov_rows, inflate, update). */
+dk_status cov_rows(void *plan, const void *e, const dk_enkf_box *own, void *pht, void *part, size_t at,
+                   const void *x, dk_msg *msg);
+dk_status inflate(void *plan, const void *x, dk_dtype xt, size_t count, double inflation, void *X, void *e,
+                  dk_msg *msg);
+dk_status update(void *plan, const void *sums, size_t at, const double *d, const double *r, const void *pht,
+                 const void *X, size_t count, void *x, dk_dtype xt, dk_msg *msg);
 
 /* ---- helpers (plan.cu) ---- */
 

@@ -237,4 +237,7 @@ extern "C" const dk_enkf_ops dk_cuda_enkf_ops = {
     .cov = dk_cuda_enkf::cov,
     .analysis = dk_cuda_enkf::analysis,
     .plan_destroy = plan_destroy,
+    .cov_rows = dk_cuda_enkf::cov_rows,
+    .inflate = dk_cuda_enkf::inflate,
+    .update = dk_cuda_enkf::update,
 };
