@@ -235,6 +235,13 @@ static void refusals(void)
     CHECK(dk_letkf_reference(&d, xb, yb, yo, bad_r, xa, NULL, NULL) == DK_ERR_INVALID_ARGUMENT &&
               strstr(dk_last_error(NULL), "variance"),
           "r = 0: %s", dk_last_error(NULL));
+    double nan_x[4] = {1, 2, NAN, 4};
+    CHECK(dk_letkf_reference(&d, nan_x, yb, yo, r, xa, NULL, NULL) == DK_ERR_INVALID_ARGUMENT &&
+              strstr(dk_last_error(NULL), "value 2 of xb"),
+          "NaN in xb: %s", dk_last_error(NULL));
+    CHECK(dk_letkf_reference(&d, xb, nan_x, yo, r, xa, NULL, NULL) == DK_ERR_INVALID_ARGUMENT &&
+              strstr(dk_last_error(NULL), "value 2 of yb"),
+          "NaN in yb: %s", dk_last_error(NULL));
     double nan_c[2] = {0, NAN};
     e = d, e.obs_coords = nan_c;
     CHECK(dk_letkf_reference(&e, xb, yb, yo, r, xa, NULL, NULL) == DK_ERR_INVALID_ARGUMENT &&
