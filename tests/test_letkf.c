@@ -159,6 +159,12 @@ static void weights(void)
     CHECK(fabs(dk_letkf_gc(1.0) - 5.0 / 24.0) < 1e-15, "GC(1) = %.17g, not 5/24", dk_letkf_gc(1.0));
     CHECK(dk_letkf_gc(2.0) == 0.0, "GC(2) = %g", dk_letkf_gc(2.0));
     CHECK(fabs(dk_letkf_gc(1.0 - 1e-12) - dk_letkf_gc(1.0 + 1e-12)) < 1e-10, "GC is not continuous at 1");
+    /* near 2, GC(2 - e) = e^4 (0.3125 - 0.09375 e + O(e^2)): positive and accurate, not rounding noise */
+    for (double e = 1e-2; e > 1e-9; e /= 10) {
+        double want = e * e * e * e * (0.3125 - 0.09375 * e);
+        CHECK(fabs(dk_letkf_gc(2.0 - e) - want) <= 1e-4 * want, "GC(2 - %g) = %.17g, want %.17g", e,
+              dk_letkf_gc(2.0 - e), want);
+    }
     dk_letkf_geometry g;
     memset(&g, 0, sizeof g);
     g.metric = 1, g.ncoords = 2, g.hdims = 3, g.dims = 3, g.radius = 2000;
