@@ -138,10 +138,15 @@ OPTIONS = {
 }
 
 
-def run(where, xb, yb, yo, r, grid, obs, **options):
+def run(where, xb, yb, yo, r, grid, obs, variant=None, **options):
     if where == "reference":
         return dakit.letkf_reference(xb, yb, yo, r, grid, obs, return_diagnostics=True, **options)
-    return dakit.letkf(xb, yb, yo, r, grid, obs, backend=where, return_diagnostics=True, **options)
+    return dakit.letkf(xb, yb, yo, r, grid, obs, backend=where, variant=variant, return_diagnostics=True, **options)
+
+
+def variants(where):
+    """None (the default) and each of the backend's variants."""
+    return (None,) + (USABLE[where].variants.get("letkf", ()) if where in USABLE else ())
 
 
 def close(got, want, dtype):
@@ -172,12 +177,13 @@ def test_equals_the_dense_definition(where, dtype, geometry, option):
     assert want_nobs.max() > 0
     if option == "cap":
         assert inside.sum(axis=1).max() > 4
-    xa, diag = run(where, xb, yb, yo, r, grid, obs, **opts)
-    assert type(xa) is np.ndarray and xa.dtype == dtype and xa.shape == xb.shape
-    assert close(xa, want, dtype), np.abs(xa - want).max()
-    np.testing.assert_array_equal(diag.nobs, want_nobs)
-    assert np.abs(diag.spread - want_spread).max() <= 1e-10 * want_spread.max()
-    np.testing.assert_allclose(diag.omb, yo - yb.astype(np.float64).mean(axis=1), rtol=0, atol=1e-13)
+    for v in variants(where):
+        xa, diag = run(where, xb, yb, yo, r, grid, obs, variant=v, **opts)
+        assert type(xa) is np.ndarray and xa.dtype == dtype and xa.shape == xb.shape
+        assert close(xa, want, dtype), (v, np.abs(xa - want).max())
+        np.testing.assert_array_equal(diag.nobs, want_nobs)
+        assert np.abs(diag.spread - want_spread).max() <= 1e-10 * want_spread.max(), v
+        np.testing.assert_allclose(diag.omb, yo - yb.astype(np.float64).mean(axis=1), rtol=0, atol=1e-13)
 
 
 @pytest.mark.parametrize("where", WHERE)
@@ -191,15 +197,16 @@ def test_one_place_is_the_kalman_update(where, inflation, rng):
     H = rng.normal(size=(m, n))
     yb = dakit.letkf_apply(H, xb)
     yo, r = rng.normal(size=m), rng.uniform(0.5, 1.5, m)
-    xa = run(where, xb, yb, yo, r, np.zeros(n), np.zeros(m), radius=1.0, inflation=inflation)[0]
     X = xb - xb.mean(axis=1, keepdims=True)
     P = inflation * X @ X.T / (k - 1)
     K = P @ H.T @ np.linalg.inv(H @ P @ H.T + np.diag(r))
     mean = xb.mean(axis=1) + K @ (yo - H @ xb.mean(axis=1))
     cov = (np.eye(n) - K @ H) @ P
-    Xa = xa - xa.mean(axis=1, keepdims=True)
-    assert np.abs(xa.mean(axis=1) - mean).max() <= 1e-12 * np.abs(mean).max()
-    assert np.abs(Xa @ Xa.T / (k - 1) - cov).max() <= 1e-12 * np.abs(cov).max()
+    for v in variants(where):
+        xa = run(where, xb, yb, yo, r, np.zeros(n), np.zeros(m), radius=1.0, inflation=inflation, variant=v)[0]
+        Xa = xa - xa.mean(axis=1, keepdims=True)
+        assert np.abs(xa.mean(axis=1) - mean).max() <= 1e-12 * np.abs(mean).max(), v
+        assert np.abs(Xa @ Xa.T / (k - 1) - cov).max() <= 1e-12 * np.abs(cov).max(), v
 
 
 @pytest.mark.parametrize("backend", backends("letkf"))
