@@ -159,6 +159,12 @@ static void weights(void)
     CHECK(fabs(dk_letkf_gc(1.0) - 5.0 / 24.0) < 1e-15, "GC(1) = %.17g, not 5/24", dk_letkf_gc(1.0));
     CHECK(dk_letkf_gc(2.0) == 0.0, "GC(2) = %g", dk_letkf_gc(2.0));
     CHECK(fabs(dk_letkf_gc(1.0 - 1e-12) - dk_letkf_gc(1.0 + 1e-12)) < 1e-10, "GC is not continuous at 1");
+    /* near 2, GC(2 - e) = e^4 (0.3125 - 0.09375 e + O(e^2)): positive and accurate, not rounding noise */
+    for (double e = 1e-2; e > 1e-9; e /= 10) {
+        double want = e * e * e * e * (0.3125 - 0.09375 * e);
+        CHECK(fabs(dk_letkf_gc(2.0 - e) - want) <= 1e-4 * want, "GC(2 - %g) = %.17g, want %.17g", e,
+              dk_letkf_gc(2.0 - e), want);
+    }
     dk_letkf_geometry g;
     memset(&g, 0, sizeof g);
     g.metric = 1, g.ncoords = 2, g.hdims = 3, g.dims = 3, g.radius = 2000;
@@ -235,6 +241,13 @@ static void refusals(void)
     CHECK(dk_letkf_reference(&d, xb, yb, yo, bad_r, xa, NULL, NULL) == DK_ERR_INVALID_ARGUMENT &&
               strstr(dk_last_error(NULL), "variance"),
           "r = 0: %s", dk_last_error(NULL));
+    double nan_x[4] = {1, 2, NAN, 4};
+    CHECK(dk_letkf_reference(&d, nan_x, yb, yo, r, xa, NULL, NULL) == DK_ERR_INVALID_ARGUMENT &&
+              strstr(dk_last_error(NULL), "value 2 of xb"),
+          "NaN in xb: %s", dk_last_error(NULL));
+    CHECK(dk_letkf_reference(&d, xb, nan_x, yo, r, xa, NULL, NULL) == DK_ERR_INVALID_ARGUMENT &&
+              strstr(dk_last_error(NULL), "value 2 of yb"),
+          "NaN in yb: %s", dk_last_error(NULL));
     double nan_c[2] = {0, NAN};
     e = d, e.obs_coords = nan_c;
     CHECK(dk_letkf_reference(&e, xb, yb, yo, r, xa, NULL, NULL) == DK_ERR_INVALID_ARGUMENT &&

@@ -33,7 +33,9 @@ DK_API dk_status dk_letkf_reference(const dk_letkf_desc *desc, const void *xb, c
         return st;
     const dk_letkf_desc *d = &s->desc;
     const size_t k = d->members;
-    if ((st = dk_letkf_check_obs(d->m, yo, r)) != DK_OK) {
+    if ((st = dk_letkf_check_finite(d->dtype, xb, d->n * k, "xb")) != DK_OK ||
+        (st = dk_letkf_check_finite(d->dtype, yb, d->m * k, "yb")) != DK_OK ||
+        (st = dk_letkf_check_obs(d->m, yo, r)) != DK_OK) {
         free(s);
         return st;
     }

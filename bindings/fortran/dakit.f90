@@ -11,7 +11,9 @@
 ! Fortran order; the bind(c) descriptors themselves are in C order. An enkf
 ! ensemble is e(members, n) (member index fastest, as C's N x L), PHT is
 ! pht(m, n), HPHT hpht(m, m); kmeans points are p(d, n) point-major or p(n, d)
-! feature-major; labels are 0-based cluster indices, -1 where masked.
+! feature-major; labels are 0-based cluster indices, -1 where masked. An
+! LETKF ensemble is xb(members, n), yb(members, m); its coordinates
+! grid(ncoords, n) and obs(ncoords, m).
 module dakit
   use, intrinsic :: iso_c_binding
   implicit none
@@ -50,7 +52,12 @@ module dakit
   enum, bind(c)
     enumerator :: DK_GBEES_PROGRESS = 0, DK_GBEES_SNAPSHOT = 1, DK_GBEES_DONE = 2
   end enum
+  ! dk_letkf_metric
+  enum, bind(c)
+    enumerator :: DK_LETKF_CARTESIAN = 0, DK_LETKF_SPHERE = 1
+  end enum
   integer, parameter, public :: DK_MAX_DIMS = 3, DK_GBEES_MAX_DIM = 8
+  integer, parameter, public :: DK_LETKF_MAX_COORDS = 3, DK_LETKF_MAX_MEMBERS = 1024
 
   public :: DK_OK, DK_ERR_INVALID_ARGUMENT, DK_ERR_NO_BACKEND, DK_ERR_NOT_IMPLEMENTED, DK_ERR_BACKEND, &
             DK_ERR_OUT_OF_MEMORY, DK_ERR_IO, DK_ERR_FORMAT, DK_F32, DK_F64, &
@@ -58,7 +65,8 @@ module dakit
             DK_BOUNDARY_REFLECT, DK_BOUNDARY_MIRROR, DK_BOUNDARY_NEAREST, DK_BOUNDARY_WRAP, &
             DK_BOUNDARY_CVAL, DK_GAUSS_RF, DK_GAUSS_DERICHE, DK_GAUSS_VYV, DK_GAUSS_EXACT, DK_GAUSS_OVERLAP, &
             DK_GAUSS_NAN_ERROR, DK_GAUSS_NAN_PROPAGATE, DK_GAUSS_NAN_IGNORE, &
-            DK_KMEANS_POINT_MAJOR, DK_KMEANS_FEATURE_MAJOR, DK_GBEES_PROGRESS, DK_GBEES_SNAPSHOT, DK_GBEES_DONE
+            DK_KMEANS_POINT_MAJOR, DK_KMEANS_FEATURE_MAJOR, DK_GBEES_PROGRESS, DK_GBEES_SNAPSHOT, DK_GBEES_DONE, &
+            DK_LETKF_CARTESIAN, DK_LETKF_SPHERE
 
   ! ---- the C structures, field by field (C order; enums are C int) ----
 
@@ -161,6 +169,24 @@ module dakit
     real(c_double) :: dt
   end type
 
+  ! The LETKF's options (dakit/letkf.h). dk_letkf_plan_create and
+  ! dk_letkf_reference fill n, m, ncoords and the coordinate pointers from
+  ! the arrays they are given; the caller sets members and the options.
+  type, bind(c), public :: dk_letkf_desc
+    integer(c_int) :: dtype                        ! DK_F64 (default) or DK_F32
+    integer(c_size_t) :: n, members, m
+    integer(c_int) :: ncoords
+    integer(c_int) :: metric                       ! DK_LETKF_CARTESIAN (default) or DK_LETKF_SPHERE
+    real(c_double) :: radius                       ! where the taper reaches 0 (km on the sphere)
+    real(c_double) :: vertical_radius              ! > 0: the last coordinate is a vertical one
+    real(c_double) :: period(DK_LETKF_MAX_COORDS)  ! cartesian: each coordinate's period, 0 for none
+    real(c_double) :: inflation
+    real(c_double) :: rtpp, rtps
+    integer(c_size_t) :: max_obs                   ! 0: no cap
+    type(c_ptr) :: grid_coords, obs_coords
+    type(c_ptr) :: variant
+  end type
+
   ! ---- handles ----
 
   type, public :: dk_context
@@ -188,13 +214,13 @@ module dakit
     integer(c_int) :: memory = DK_MEMORY_HOST
     integer :: ndim = 0
     integer(c_size_t) :: shape(DK_MAX_DIMS) = 0   ! gauss: Fortran order
-    integer(c_size_t) :: n = 0, members = 0, m = 0 ! enkf (n also kmeans)
+    integer(c_size_t) :: n = 0, members = 0, m = 0 ! enkf and letkf (n also kmeans)
     integer(c_size_t) :: d = 0, k = 0              ! kmeans
     integer(c_int) :: layout = 0
   end type
 
-  integer, parameter :: ALGO_GAUSS = 1, ALGO_ENKF = 2, ALGO_KMEANS = 3, ALGO_GBEES = 4
-  character(len=*), parameter :: ALGO_NAME(4) = [character(len=6) :: 'gauss', 'enkf', 'kmeans', 'gbees']
+  integer, parameter :: ALGO_GAUSS = 1, ALGO_ENKF = 2, ALGO_KMEANS = 3, ALGO_GBEES = 4, ALGO_LETKF = 5
+  character(len=*), parameter :: ALGO_NAME(5) = [character(len=6) :: 'gauss', 'enkf', 'kmeans', 'gbees', 'letkf']
 
   ! what an empty snapshot's rows point at
   real(c_double), target, save :: no_rows(DK_GBEES_MAX_DIM + 1, 0)
@@ -209,6 +235,8 @@ module dakit
   public :: dk_kmeans_desc_init, dk_kmeans_plan_create, dk_kmeans_execute
   public :: dk_gbees_desc_init, dk_gbees_desc_set_model, dk_gbees_models, dk_gbees_meas_set, dk_gbees_meas_read_dir
   public :: dk_gbees_plan_create, dk_gbees_run, dk_gbees_snapshot_get, dk_gbees_stats_get
+  public :: dk_letkf_desc_init, dk_letkf_plan_create, dk_letkf_execute, dk_letkf_reference, &
+            dk_letkf_departures, dk_letkf_apply
 
   ! Filters in, writing out (3 arguments), or in place (2): Fortran arrays
   ! real(c_float) or real(c_double) of rank 1 (the whole field flattened) or of
@@ -234,6 +262,28 @@ module dakit
 
   interface dk_kmeans_execute
     module procedure kmeans_host, kmeans_device
+  end interface
+
+  ! xa(members, n) from xb(members, n), yb(members, m), yo(m), r(m), with
+  ! nobs(n) and spread(n) optional; four arguments after the plan instead
+  ! of five update x in place; device pointers and buffers of the plan's
+  ! context go through dk_letkf_execute on buffers.
+  interface dk_letkf_execute
+    module procedure letkf_f32, letkf_f64, letkf_f32_inplace, letkf_f64_inplace, letkf_device, letkf_buffers
+  end interface
+
+  interface dk_letkf_reference
+    module procedure letkf_reference_f32, letkf_reference_f64
+  end interface
+
+  ! out(m) = yo - the member mean of y(members, m): O-B from yb, O-A from H(xa).
+  interface dk_letkf_departures
+    module procedure letkf_departures_f32, letkf_departures_f64
+  end interface
+
+  ! y(members, m) = H x(members, n) for H in CSR (0-based, as dk_enkf_desc's).
+  interface dk_letkf_apply
+    module procedure letkf_apply_f32, letkf_apply_f64
   end interface
 
   ! ---- libdakit ----
@@ -455,6 +505,52 @@ module dakit
       type(dk_gbees_stats), intent(out) :: stats
       integer(c_int) :: s
     end function
+    ! Defaults: float64, cartesian, inflation 1, no relaxation, no cap, no
+    ! vertical, no period.
+    subroutine dk_letkf_desc_init(desc) bind(c, name='dk_letkf_desc_init')
+      import :: dk_letkf_desc
+      type(dk_letkf_desc), intent(out) :: desc
+    end subroutine
+    function c_letkf_plan_create(ctx, desc, plan) bind(c, name='dk_letkf_plan_create') result(s)
+      import :: c_ptr, c_int, dk_letkf_desc
+      type(c_ptr), value :: ctx
+      type(dk_letkf_desc), intent(in) :: desc
+      type(c_ptr), intent(out) :: plan
+      integer(c_int) :: s
+    end function
+    function c_letkf_execute(plan, xb, yb, yo, r, xa, nobs, spread) bind(c, name='dk_letkf_execute') result(s)
+      import :: c_ptr, c_int
+      type(c_ptr), value :: plan, xb, yb, yo, r, xa, nobs, spread
+      integer(c_int) :: s
+    end function
+    function c_letkf_execute_host(plan, xb, yb, yo, r, xa, nobs, spread) &
+        bind(c, name='dk_letkf_execute_host') result(s)
+      import :: c_ptr, c_int
+      type(c_ptr), value :: plan, xb, yb, yo, r, xa, nobs, spread
+      integer(c_int) :: s
+    end function
+    function c_letkf_reference(desc, xb, yb, yo, r, xa, nobs, spread) bind(c, name='dk_letkf_reference') result(s)
+      import :: c_ptr, c_int, dk_letkf_desc
+      type(dk_letkf_desc), intent(in) :: desc
+      type(c_ptr), value :: xb, yb, yo, r, xa, nobs, spread
+      integer(c_int) :: s
+    end function
+    function c_letkf_departures(dtype, m, members, y, yo, out) bind(c, name='dk_letkf_departures') result(s)
+      import :: c_ptr, c_int, c_size_t
+      integer(c_int), value :: dtype
+      integer(c_size_t), value :: m, members
+      type(c_ptr), value :: y, yo, out
+      integer(c_int) :: s
+    end function
+    function c_letkf_apply_csr(H, dtype, members, x, y) bind(c, name='dk_letkf_apply_csr') result(s)
+      import :: c_ptr, c_int, c_size_t, dk_csr
+      type(dk_csr), intent(in) :: H
+      integer(c_int), value :: dtype
+      integer(c_size_t), value :: members
+      type(c_ptr), value :: x, y
+      integer(c_int) :: s
+    end function
+
     subroutine c_free(p) bind(c, name='free')
       import :: c_ptr
       type(c_ptr), value :: p
@@ -1389,6 +1485,346 @@ contains
     integer(c_int) :: status
     status = check_plan(plan, ALGO_GBEES, -1_c_int, 'dk_gbees_stats_get')
     if (status == DK_OK) status = c_gbees_stats_get(plan%ptr, stats)
+  end function
+
+  ! ---- letkf ----
+
+  ! d = desc with n, m, ncoords and the coordinate pointers of grid(ncoords,
+  ! n) and obs(ncoords, m) (which must stay alive until C has copied them).
+  function letkf_desc_with(desc, grid, obs, who, d) result(status)
+    type(dk_letkf_desc), intent(in) :: desc
+    real(c_double), intent(in), target, contiguous :: grid(:, :), obs(:, :)
+    character(len=*), intent(in) :: who
+    type(dk_letkf_desc), intent(out) :: d
+    integer(c_int) :: status
+    status = DK_OK
+    d = desc
+    if (size(grid, 1) /= size(obs, 1)) then
+      status = fail(c_null_ptr, who // ': grid has ' // itoa(size(grid, 1, c_size_t)) // &
+                    ' coordinate(s) a point and obs ' // itoa(size(obs, 1, c_size_t)) // &
+                    '; both are (ncoords, points) arrays of the same coordinates')
+      return
+    end if
+    d%ncoords = int(size(grid, 1), c_int)
+    d%n = size(grid, 2, c_size_t)
+    d%m = size(obs, 2, c_size_t)
+    d%grid_coords = c_null_ptr
+    d%obs_coords = c_null_ptr
+    if (size(grid) > 0) d%grid_coords = c_loc(grid)
+    if (size(obs) > 0) d%obs_coords = c_loc(obs)
+  end function
+
+  ! desc as C reads it (members and the options set by the caller); the
+  ! coordinates grid(ncoords, n) and obs(ncoords, m) give n, m and ncoords
+  ! and are copied by the plan. variant (optional) names one of the
+  ! backend's.
+  function dk_letkf_plan_create(ctx, desc, grid, obs, plan, variant) result(status)
+    type(dk_context), intent(in) :: ctx
+    type(dk_letkf_desc), intent(in) :: desc
+    real(c_double), intent(in), target, contiguous :: grid(:, :), obs(:, :)
+    type(dk_plan), intent(out) :: plan
+    character(len=*), intent(in), optional :: variant
+    integer(c_int) :: status
+    type(dk_letkf_desc) :: d
+    character(kind=c_char), allocatable, target :: name(:)
+    call dkf_error_clear()
+    status = letkf_desc_with(desc, grid, obs, 'dk_letkf_plan_create', d)
+    if (status /= DK_OK) return
+    if (present(variant)) then
+      call to_c(variant, name)
+      d%variant = c_loc(name)
+    end if
+    status = c_letkf_plan_create(ctx%ptr, d, plan%ptr)
+    if (status /= DK_OK) return
+    status = plan_opened(plan, ctx, ALGO_LETKF, d%dtype)
+    plan%n = d%n
+    plan%members = d%members
+    plan%m = d%m
+  end function
+
+  ! The shapes of an analysis's host arrays against the plan (sa: empty
+  ! for an analysis in place); nobs and spread: their shapes or empty.
+  function check_letkf(plan, dtype, sx, sy, yo, r, sa, sn, ss) result(status)
+    type(dk_plan), intent(in) :: plan
+    integer(c_int), intent(in) :: dtype
+    integer(c_size_t), intent(in) :: sx(:), sy(:), sa(:), sn(:), ss(:)
+    real(c_double), intent(in) :: yo(:), r(:)
+    integer(c_int) :: status
+    character(len=*), parameter :: who = 'dk_letkf_execute'
+    status = check_plan(plan, ALGO_LETKF, dtype, who)
+    if (status == DK_OK .and. size(sx) > 0) status = check_shape(plan, who, 'xb', sx, [plan%members, plan%n])
+    if (status == DK_OK .and. size(sy) > 0) status = check_shape(plan, who, 'yb', sy, [plan%members, plan%m])
+    if (status == DK_OK .and. size(sa) > 0) status = check_shape(plan, who, 'xa', sa, [plan%members, plan%n])
+    if (status == DK_OK) status = check_shape(plan, who, 'yo', shape(yo, c_size_t), [plan%m])
+    if (status == DK_OK) status = check_shape(plan, who, 'r', shape(r, c_size_t), [plan%m])
+    if (status == DK_OK .and. size(sn) > 0) status = check_shape(plan, who, 'nobs', sn, [plan%n])
+    if (status == DK_OK .and. size(ss) > 0) status = check_shape(plan, who, 'spread', ss, [plan%n])
+  end function
+
+  ! The shape of an optional diagnostic (empty when absent) and its address.
+  subroutine optional_int(a, sh, p)
+    integer(c_int32_t), intent(in), target, contiguous, optional :: a(:)
+    integer(c_size_t), allocatable, intent(out) :: sh(:)
+    type(c_ptr), intent(out) :: p
+    p = c_null_ptr
+    allocate(sh(0))
+    if (.not. present(a)) return
+    sh = shape(a, c_size_t)
+    p = c_loc(a)
+  end subroutine
+
+  subroutine optional_real(a, sh, p)
+    real(c_double), intent(in), target, contiguous, optional :: a(:)
+    integer(c_size_t), allocatable, intent(out) :: sh(:)
+    type(c_ptr), intent(out) :: p
+    p = c_null_ptr
+    allocate(sh(0))
+    if (.not. present(a)) return
+    sh = shape(a, c_size_t)
+    p = c_loc(a)
+  end subroutine
+
+  function letkf_f32(plan, xb, yb, yo, r, xa, nobs, spread) result(status)
+    type(dk_plan), intent(in) :: plan
+    real(c_float), intent(in), target, contiguous :: xb(:, :), yb(:, :)
+    real(c_double), intent(in), target, contiguous :: yo(:), r(:)
+    real(c_float), intent(inout), target, contiguous :: xa(:, :)
+    integer(c_int32_t), intent(inout), target, contiguous, optional :: nobs(:)
+    real(c_double), intent(inout), target, contiguous, optional :: spread(:)
+    integer(c_int) :: status
+    integer(c_size_t), allocatable :: sn(:), ss(:)
+    type(c_ptr) :: pn, ps
+    call optional_int(nobs, sn, pn)
+    call optional_real(spread, ss, ps)
+    status = check_letkf(plan, DK_F32, shape(xb, c_size_t), shape(yb, c_size_t), yo, r, shape(xa, c_size_t), sn, ss)
+    if (status == DK_OK) &
+      status = c_letkf_execute_host(plan%ptr, c_loc(xb), c_loc(yb), c_loc(yo), c_loc(r), c_loc(xa), pn, ps)
+  end function
+
+  function letkf_f64(plan, xb, yb, yo, r, xa, nobs, spread) result(status)
+    type(dk_plan), intent(in) :: plan
+    real(c_double), intent(in), target, contiguous :: xb(:, :), yb(:, :)
+    real(c_double), intent(in), target, contiguous :: yo(:), r(:)
+    real(c_double), intent(inout), target, contiguous :: xa(:, :)
+    integer(c_int32_t), intent(inout), target, contiguous, optional :: nobs(:)
+    real(c_double), intent(inout), target, contiguous, optional :: spread(:)
+    integer(c_int) :: status
+    integer(c_size_t), allocatable :: sn(:), ss(:)
+    type(c_ptr) :: pn, ps
+    call optional_int(nobs, sn, pn)
+    call optional_real(spread, ss, ps)
+    status = check_letkf(plan, DK_F64, shape(xb, c_size_t), shape(yb, c_size_t), yo, r, shape(xa, c_size_t), sn, ss)
+    if (status == DK_OK) &
+      status = c_letkf_execute_host(plan%ptr, c_loc(xb), c_loc(yb), c_loc(yo), c_loc(r), c_loc(xa), pn, ps)
+  end function
+
+  ! x(members, n): the background in, the analysis out (unchanged on failure).
+  function letkf_f32_inplace(plan, x, yb, yo, r, nobs, spread) result(status)
+    type(dk_plan), intent(in) :: plan
+    real(c_float), intent(inout), target, contiguous :: x(:, :)
+    real(c_float), intent(in), target, contiguous :: yb(:, :)
+    real(c_double), intent(in), target, contiguous :: yo(:), r(:)
+    integer(c_int32_t), intent(inout), target, contiguous, optional :: nobs(:)
+    real(c_double), intent(inout), target, contiguous, optional :: spread(:)
+    integer(c_int) :: status
+    integer(c_size_t), allocatable :: sn(:), ss(:)
+    type(c_ptr) :: pn, ps
+    call optional_int(nobs, sn, pn)
+    call optional_real(spread, ss, ps)
+    status = check_letkf(plan, DK_F32, shape(x, c_size_t), shape(yb, c_size_t), yo, r, shape(x, c_size_t), sn, ss)
+    if (status == DK_OK) &
+      status = c_letkf_execute_host(plan%ptr, c_loc(x), c_loc(yb), c_loc(yo), c_loc(r), c_loc(x), pn, ps)
+  end function
+
+  function letkf_f64_inplace(plan, x, yb, yo, r, nobs, spread) result(status)
+    type(dk_plan), intent(in) :: plan
+    real(c_double), intent(inout), target, contiguous :: x(:, :)
+    real(c_double), intent(in), target, contiguous :: yb(:, :)
+    real(c_double), intent(in), target, contiguous :: yo(:), r(:)
+    integer(c_int32_t), intent(inout), target, contiguous, optional :: nobs(:)
+    real(c_double), intent(inout), target, contiguous, optional :: spread(:)
+    integer(c_int) :: status
+    integer(c_size_t), allocatable :: sn(:), ss(:)
+    type(c_ptr) :: pn, ps
+    call optional_int(nobs, sn, pn)
+    call optional_real(spread, ss, ps)
+    status = check_letkf(plan, DK_F64, shape(x, c_size_t), shape(yb, c_size_t), yo, r, shape(x, c_size_t), sn, ss)
+    if (status == DK_OK) &
+      status = c_letkf_execute_host(plan%ptr, c_loc(x), c_loc(yb), c_loc(yo), c_loc(r), c_loc(x), pn, ps)
+  end function
+
+  ! Device pointers of the plan's context (xa may be xb: in place); yo and r
+  ! stay on the host; nobs (int32) and spread (float64) optional.
+  function letkf_device(plan, xb, yb, yo, r, xa, nobs, spread) result(status)
+    type(dk_plan), intent(in) :: plan
+    type(c_ptr), intent(in) :: xb, yb, xa
+    real(c_double), intent(in), target, contiguous :: yo(:), r(:)
+    type(c_ptr), intent(in), optional :: nobs, spread
+    integer(c_int) :: status
+    type(c_ptr) :: ptrs(5), bufs(5)
+    integer(c_size_t) :: b
+    integer(c_size_t), allocatable :: none(:)
+    allocate(none(0))
+    status = check_letkf(plan, -1_c_int, none, none, yo, r, none, none, none)
+    if (status /= DK_OK) return
+    b = dtype_bytes(plan%dtype)
+    ptrs = [xb, yb, xa, c_null_ptr, c_null_ptr]
+    if (present(nobs)) ptrs(4) = nobs
+    if (present(spread)) ptrs(5) = spread
+    status = wrap_all(plan, ptrs, [plan%n * plan%members * b, plan%m * plan%members * b, &
+                                   plan%n * plan%members * b, plan%n * 4, plan%n * 8], bufs)
+    if (status /= DK_OK) return
+    status = c_letkf_execute(plan%ptr, bufs(1), bufs(2), c_loc(yo), c_loc(r), bufs(3), bufs(4), bufs(5))
+    call unwrap_all(ptrs, bufs)
+  end function
+
+  function letkf_buffers(plan, xb, yb, yo, r, xa, nobs, spread) result(status)
+    type(dk_plan), intent(in) :: plan
+    type(dk_buffer), intent(in) :: xb, yb, xa
+    real(c_double), intent(in), target, contiguous :: yo(:), r(:)
+    type(dk_buffer), intent(in), optional :: nobs, spread
+    integer(c_int) :: status
+    type(c_ptr) :: pn, ps
+    integer(c_size_t), allocatable :: none(:)
+    allocate(none(0))
+    pn = c_null_ptr
+    ps = c_null_ptr
+    if (present(nobs)) pn = nobs%ptr
+    if (present(spread)) ps = spread%ptr
+    status = check_letkf(plan, -1_c_int, none, none, yo, r, none, none, none)
+    if (status == DK_OK) status = c_letkf_execute(plan%ptr, xb%ptr, yb%ptr, c_loc(yo), c_loc(r), xa%ptr, pn, ps)
+  end function
+
+  ! The shapes of the reference's arrays against desc%members and the
+  ! coordinates' n and m.
+  function check_letkf_reference(d, sx, sy, yo, r, sa, sn, ss) result(status)
+    type(dk_letkf_desc), intent(in) :: d
+    integer(c_size_t), intent(in) :: sx(:), sy(:), sa(:), sn(:), ss(:)
+    real(c_double), intent(in) :: yo(:), r(:)
+    integer(c_int) :: status
+    type(dk_plan) :: none
+    character(len=*), parameter :: who = 'dk_letkf_reference'
+    status = check_shape(none, who, 'xb', sx, [d%members, d%n])
+    if (status == DK_OK) status = check_shape(none, who, 'yb', sy, [d%members, d%m])
+    if (status == DK_OK) status = check_shape(none, who, 'xa', sa, [d%members, d%n])
+    if (status == DK_OK) status = check_shape(none, who, 'yo', shape(yo, c_size_t), [d%m])
+    if (status == DK_OK) status = check_shape(none, who, 'r', shape(r, c_size_t), [d%m])
+    if (status == DK_OK .and. size(sn) > 0) status = check_shape(none, who, 'nobs', sn, [d%n])
+    if (status == DK_OK .and. size(ss) > 0) status = check_shape(none, who, 'spread', ss, [d%n])
+  end function
+
+  ! The serial reference that defines the result, on host arrays; desc as
+  ! for dk_letkf_plan_create (its dtype must be the arrays' kind).
+  function letkf_reference_f32(desc, grid, obs, xb, yb, yo, r, xa, nobs, spread) result(status)
+    type(dk_letkf_desc), intent(in) :: desc
+    real(c_double), intent(in), target, contiguous :: grid(:, :), obs(:, :)
+    real(c_float), intent(in), target, contiguous :: xb(:, :), yb(:, :)
+    real(c_double), intent(in), target, contiguous :: yo(:), r(:)
+    real(c_float), intent(inout), target, contiguous :: xa(:, :)
+    integer(c_int32_t), intent(inout), target, contiguous, optional :: nobs(:)
+    real(c_double), intent(inout), target, contiguous, optional :: spread(:)
+    integer(c_int) :: status
+    type(dk_letkf_desc) :: d
+    integer(c_size_t), allocatable :: sn(:), ss(:)
+    type(c_ptr) :: pn, ps
+    call dkf_error_clear()
+    call optional_int(nobs, sn, pn)
+    call optional_real(spread, ss, ps)
+    status = letkf_desc_with(desc, grid, obs, 'dk_letkf_reference', d)
+    if (status == DK_OK .and. d%dtype /= DK_F32) &
+      status = fail(c_null_ptr, 'dk_letkf_reference: desc%dtype is not DK_F32 but the arrays are real(c_float)')
+    if (status == DK_OK) status = check_letkf_reference(d, shape(xb, c_size_t), shape(yb, c_size_t), yo, r, &
+                                                        shape(xa, c_size_t), sn, ss)
+    if (status == DK_OK) status = c_letkf_reference(d, c_loc(xb), c_loc(yb), c_loc(yo), c_loc(r), c_loc(xa), pn, ps)
+  end function
+
+  function letkf_reference_f64(desc, grid, obs, xb, yb, yo, r, xa, nobs, spread) result(status)
+    type(dk_letkf_desc), intent(in) :: desc
+    real(c_double), intent(in), target, contiguous :: grid(:, :), obs(:, :)
+    real(c_double), intent(in), target, contiguous :: xb(:, :), yb(:, :)
+    real(c_double), intent(in), target, contiguous :: yo(:), r(:)
+    real(c_double), intent(inout), target, contiguous :: xa(:, :)
+    integer(c_int32_t), intent(inout), target, contiguous, optional :: nobs(:)
+    real(c_double), intent(inout), target, contiguous, optional :: spread(:)
+    integer(c_int) :: status
+    type(dk_letkf_desc) :: d
+    integer(c_size_t), allocatable :: sn(:), ss(:)
+    type(c_ptr) :: pn, ps
+    call dkf_error_clear()
+    call optional_int(nobs, sn, pn)
+    call optional_real(spread, ss, ps)
+    status = letkf_desc_with(desc, grid, obs, 'dk_letkf_reference', d)
+    if (status == DK_OK .and. d%dtype /= DK_F64) &
+      status = fail(c_null_ptr, 'dk_letkf_reference: desc%dtype is not DK_F64 but the arrays are real(c_double)')
+    if (status == DK_OK) status = check_letkf_reference(d, shape(xb, c_size_t), shape(yb, c_size_t), yo, r, &
+                                                        shape(xa, c_size_t), sn, ss)
+    if (status == DK_OK) status = c_letkf_reference(d, c_loc(xb), c_loc(yb), c_loc(yo), c_loc(r), c_loc(xa), pn, ps)
+  end function
+
+  function check_departures(sy, yo, out) result(status)
+    integer(c_size_t), intent(in) :: sy(:)
+    real(c_double), intent(in) :: yo(:), out(:)
+    integer(c_int) :: status
+    type(dk_plan) :: none
+    character(len=*), parameter :: who = 'dk_letkf_departures'
+    call dkf_error_clear()
+    status = check_shape(none, who, 'yo', shape(yo, c_size_t), [sy(2)])
+    if (status == DK_OK) status = check_shape(none, who, 'out', shape(out, c_size_t), [sy(2)])
+  end function
+
+  function letkf_departures_f32(y, yo, out) result(status)
+    real(c_float), intent(in), target, contiguous :: y(:, :)
+    real(c_double), intent(in), target, contiguous :: yo(:)
+    real(c_double), intent(inout), target, contiguous :: out(:)
+    integer(c_int) :: status
+    type(c_ptr) :: p
+    status = check_departures(shape(y, c_size_t), yo, out)
+    if (status /= DK_OK .or. size(y, 2) == 0) return
+    p = c_null_ptr   ! no members: C refuses, saying so
+    if (size(y) > 0) p = c_loc(y)
+    status = c_letkf_departures(DK_F32, size(y, 2, c_size_t), size(y, 1, c_size_t), p, c_loc(yo), c_loc(out))
+  end function
+
+  function letkf_departures_f64(y, yo, out) result(status)
+    real(c_double), intent(in), target, contiguous :: y(:, :)
+    real(c_double), intent(in), target, contiguous :: yo(:)
+    real(c_double), intent(inout), target, contiguous :: out(:)
+    integer(c_int) :: status
+    type(c_ptr) :: p
+    status = check_departures(shape(y, c_size_t), yo, out)
+    if (status /= DK_OK .or. size(y, 2) == 0) return
+    p = c_null_ptr   ! no members: C refuses, saying so
+    if (size(y) > 0) p = c_loc(y)
+    status = c_letkf_departures(DK_F64, size(y, 2, c_size_t), size(y, 1, c_size_t), p, c_loc(yo), c_loc(out))
+  end function
+
+  function check_apply(H, sx, sy) result(status)
+    type(dk_csr), intent(in) :: H
+    integer(c_size_t), intent(in) :: sx(:), sy(:)
+    integer(c_int) :: status
+    type(dk_plan) :: none
+    character(len=*), parameter :: who = 'dk_letkf_apply'
+    call dkf_error_clear()
+    status = check_shape(none, who, 'x', sx, [sx(1), H%cols])
+    if (status == DK_OK) status = check_shape(none, who, 'y', sy, [sx(1), H%rows])
+  end function
+
+  function letkf_apply_f32(H, x, y) result(status)
+    type(dk_csr), intent(in) :: H
+    real(c_float), intent(in), target, contiguous :: x(:, :)
+    real(c_float), intent(inout), target, contiguous :: y(:, :)
+    integer(c_int) :: status
+    status = check_apply(H, shape(x, c_size_t), shape(y, c_size_t))
+    if (status == DK_OK) status = c_letkf_apply_csr(H, DK_F32, size(x, 1, c_size_t), c_loc(x), c_loc(y))
+  end function
+
+  function letkf_apply_f64(H, x, y) result(status)
+    type(dk_csr), intent(in) :: H
+    real(c_double), intent(in), target, contiguous :: x(:, :)
+    real(c_double), intent(inout), target, contiguous :: y(:, :)
+    integer(c_int) :: status
+    status = check_apply(H, shape(x, c_size_t), shape(y, c_size_t))
+    if (status == DK_OK) status = c_letkf_apply_csr(H, DK_F64, size(x, 1, c_size_t), c_loc(x), c_loc(y))
   end function
 
 end module dakit

@@ -77,6 +77,14 @@ size_t c_layout(int which, size_t *offsets)
         AT(dk_gbees_stats, cells); AT(dk_gbees_stats, period); AT(dk_gbees_stats, dt);
         offsets[n++] = sizeof(dk_gbees_stats);
         break;
+    case 9:
+        AT(dk_letkf_desc, dtype); AT(dk_letkf_desc, n); AT(dk_letkf_desc, members); AT(dk_letkf_desc, m);
+        AT(dk_letkf_desc, ncoords); AT(dk_letkf_desc, metric); AT(dk_letkf_desc, radius);
+        AT(dk_letkf_desc, vertical_radius); AT(dk_letkf_desc, period); AT(dk_letkf_desc, inflation);
+        AT(dk_letkf_desc, rtpp); AT(dk_letkf_desc, rtps); AT(dk_letkf_desc, max_obs);
+        AT(dk_letkf_desc, grid_coords); AT(dk_letkf_desc, obs_coords); AT(dk_letkf_desc, variant);
+        offsets[n++] = sizeof(dk_letkf_desc);
+        break;
     }
 #undef AT
     return n;
@@ -313,4 +321,49 @@ int c_gbees_compare(int k, size_t cells, const double *rows, double *bc, double 
     *bc = sum_bc;
     *l1 = sum_l1 + fmax(total - matched, 0.0); /* the difference of two sums of the same masses can round below 0 */
     return 0;
+}
+
+/* The letkf test problem (test_fortran.f90's test_letkf builds the same):
+ * n = 48 grid points on an 8 x 6 lattice, periodic in x (period 8); m = 30
+ * observations at (3 value(j, 0, 0), 2 value(0, j, 1)); k = 6 members,
+ * xb[i][l] = value(i, l, 3) - 1, yb[j][l] = value(j, l, 5) - 1.375,
+ * yo[j] = value(j, 2, 7) - 1, r[j] = 0.5 + value(j, 1, 1) / 4; radius 2.5,
+ * inflation 1.05, rtpp 0.4 (case 0) or rtps 0.6 and max_obs 5 (case 1).
+ * The serial reference into xa (dtype), nobs and spread. */
+enum { LK_N = 48, LK_M = 30, LK_K = 6 };
+
+int c_letkf(int which, int dtype, void *xa, int32_t *nobs, double *spread)
+{
+    static double grid[LK_N * 2], obs[LK_M * 2], xb[LK_N * LK_K], yb[LK_M * LK_K], yo[LK_M], r[LK_M];
+    static float xb32[LK_N * LK_K], yb32[LK_M * LK_K];
+    for (size_t i = 0; i < LK_N; i++) {
+        grid[2 * i] = (double)(i % 8);
+        grid[2 * i + 1] = (double)(i / 8);
+        for (size_t l = 0; l < LK_K; l++)
+            xb[i * LK_K + l] = value(i, l, 3) - 1.0;
+    }
+    for (size_t j = 0; j < LK_M; j++) {
+        obs[2 * j] = 3 * value(j, 0, 0);
+        obs[2 * j + 1] = 2 * value(0, j, 1);
+        for (size_t l = 0; l < LK_K; l++)
+            yb[j * LK_K + l] = value(j, l, 5) - 1.375;
+        yo[j] = value(j, 2, 7) - 1.0;
+        r[j] = 0.5 + value(j, 1, 1) / 4;
+    }
+    for (size_t i = 0; i < LK_N * LK_K; i++)
+        xb32[i] = (float)xb[i];
+    for (size_t i = 0; i < LK_M * LK_K; i++)
+        yb32[i] = (float)yb[i];
+    dk_letkf_desc d;
+    dk_letkf_desc_init(&d);
+    d.dtype = (dk_dtype)dtype;
+    d.n = LK_N, d.m = LK_M, d.members = LK_K, d.ncoords = 2;
+    d.radius = 2.5, d.period[0] = 8, d.inflation = 1.05;
+    if (which == 0)
+        d.rtpp = 0.4;
+    else
+        d.rtps = 0.6, d.max_obs = 5;
+    d.grid_coords = grid, d.obs_coords = obs;
+    return dtype == DK_F32 ? dk_letkf_reference(&d, xb32, yb32, yo, r, xa, nobs, spread)
+                           : dk_letkf_reference(&d, xb, yb, yo, r, xa, nobs, spread);
 }

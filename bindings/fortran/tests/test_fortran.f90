@@ -48,6 +48,14 @@ program test_fortran
       integer(c_int32_t), intent(out) :: labels(*)
       integer(c_int) :: s
     end function
+    function c_letkf(which, dtype, xa, nobs, spread) bind(c) result(s)
+      import :: c_int, c_double, c_int32_t, c_ptr
+      integer(c_int), value :: which, dtype
+      type(c_ptr), value :: xa
+      integer(c_int32_t), intent(out) :: nobs(*)
+      real(c_double), intent(out) :: spread(*)
+      integer(c_int) :: s
+    end function
     function c_gbees_reference() bind(c) result(s)
       import :: c_int
       integer(c_int) :: s
@@ -94,6 +102,7 @@ program test_fortran
   call test_enkf()
   call test_kmeans()
   call test_gbees()
+  call test_letkf()
 
   call dk_context_destroy(ctx)
   if (failures > 0) then
@@ -183,6 +192,7 @@ contains
     type(dk_gbees_desc), target :: gd
     type(dk_gbees_snapshot_info), target :: gs
     type(dk_gbees_stats), target :: gt
+    type(dk_letkf_desc), target :: lk
     type(c_ptr) :: b
     b = c_loc(g)
     call compare_layout(0, 'dk_gauss_desc', [offset(b, c_loc(g%dtype)), offset(b, c_loc(g%ndim)), &
@@ -224,6 +234,17 @@ contains
     call compare_layout(8, 'dk_gbees_stats', [offset(b, c_loc(gt%t)), offset(b, c_loc(gt%steps)), &
       offset(b, c_loc(gt%cell_steps)), offset(b, c_loc(gt%cells)), offset(b, c_loc(gt%period)), &
       offset(b, c_loc(gt%dt)), c_sizeof(gt)])
+    b = c_loc(lk)
+    call compare_layout(9, 'dk_letkf_desc', [offset(b, c_loc(lk%dtype)), offset(b, c_loc(lk%n)), &
+      offset(b, c_loc(lk%members)), offset(b, c_loc(lk%m)), offset(b, c_loc(lk%ncoords)), &
+      offset(b, c_loc(lk%metric)), offset(b, c_loc(lk%radius)), offset(b, c_loc(lk%vertical_radius)), &
+      offset(b, c_loc(lk%period)), offset(b, c_loc(lk%inflation)), offset(b, c_loc(lk%rtpp)), &
+      offset(b, c_loc(lk%rtps)), offset(b, c_loc(lk%max_obs)), offset(b, c_loc(lk%grid_coords)), &
+      offset(b, c_loc(lk%obs_coords)), offset(b, c_loc(lk%variant)), c_sizeof(lk)])
+    call dk_letkf_desc_init(lk)
+    call expect(lk%dtype == DK_F64 .and. lk%metric == DK_LETKF_CARTESIAN .and. &
+                same_bits([lk%inflation], [1.0_c_double]) .and. lk%max_obs == 0 .and. &
+                .not. c_associated(lk%variant), 'dk_letkf_desc_init defaults as letkf.h says')
     call dk_gbees_desc_init(gd)
     call expect(same_bits([gd%threshold], [5e-6_c_double]) .and. gd%del_step == 20 .and. gd%snapshots == 5 .and. &
                 gd%update == 1 .and. .not. c_associated(gd%model), 'dk_gbees_desc_init defaults as gbees.h says')
@@ -607,6 +628,121 @@ contains
                   abs(real(snap%cells, c_double) - real(ref_cells, c_double)) <= 0.01_c_double * ref_cells, &
                   'gbees ' // trim(at) // ': within the conformance measures of C''s')
     end if
+  end subroutine
+
+  ! The letkf problem of c_side.c built here: the module's reference and
+  ! the backend's analysis (float64, float32, in place, with diagnostics)
+  ! against C's reference on C's data; departures, H applied; refusals.
+  subroutine test_letkf()
+    integer, parameter :: n = 48, m = 30, k = 6
+    real(c_double), target :: grid(2, n), obs(2, m), xb(k, n), yb(k, m), yo(m), r(m), xa(k, n), x(k, n)
+    real(c_double), target :: want(k * n), spread(n), want_spread(n), dep(m), hx(k, m)
+    real(c_float), target :: xb32(k, n), yb32(k, m), xa32(k, n), want32(k * n)
+    integer(c_int32_t) :: nobs(n), want_nobs(n)
+    real(c_double), target :: values(m)
+    integer(c_int64_t), target :: indptr(m + 1), indices(m)
+    type(dk_letkf_desc) :: desc
+    type(dk_plan) :: plan
+    integer(c_int) :: status
+    integer :: i, j, l, which
+    do i = 1, n
+      grid(1, i) = mod(i - 1, 8)
+      grid(2, i) = (i - 1) / 8
+      do l = 1, k
+        xb(l, i) = value(i - 1, l - 1, 3) - 1
+      end do
+    end do
+    do j = 1, m
+      obs(1, j) = 3 * value(j - 1, 0, 0)
+      obs(2, j) = 2 * value(0, j - 1, 1)
+      do l = 1, k
+        yb(l, j) = value(j - 1, l - 1, 5) - 1.375_c_double
+      end do
+      yo(j) = value(j - 1, 2, 7) - 1
+      r(j) = 0.5_c_double + value(j - 1, 1, 1) / 4
+    end do
+    xb32 = real(xb, c_float)
+    yb32 = real(yb, c_float)
+    do which = 0, 1
+      call dk_letkf_desc_init(desc)
+      desc%members = k
+      desc%radius = 2.5_c_double
+      desc%period(1) = 8
+      desc%inflation = 1.05_c_double
+      if (which == 0) then
+        desc%rtpp = 0.4_c_double
+      else
+        desc%rtps = 0.6_c_double
+        desc%max_obs = 5
+      end if
+      call expect_ok(c_letkf(int(which, c_int), DK_F64, c_loc(want), want_nobs, want_spread), 'C reference, letkf')
+      ! the module's reference on the Fortran-built data equals C's on C's
+      xa = -1
+      call expect_ok(dk_letkf_reference(desc, grid, obs, xb, yb, yo, r, xa, nobs, spread), 'letkf reference')
+      call expect(all(reshape(xa, [k * n]) == want) .and. all(nobs == want_nobs) .and. &
+                  all(spread == want_spread), 'letkf reference through the module equals C''s bit for bit')
+      status = dk_letkf_plan_create(ctx, desc, grid, obs, plan)
+      if (status == DK_ERR_NOT_IMPLEMENTED) then
+        print '(a)', '  letkf: ' // dk_last_error(ctx) // ' (the backend''s analysis is not tried)'
+        exit
+      end if
+      call expect_ok(status, 'letkf plan')
+      xa = -1
+      nobs = -1
+      call expect_ok(dk_letkf_execute(plan, xb, yb, yo, r, xa, nobs, spread), 'letkf execute')
+      call expect_close(reshape(xa, [k * n]), want, 1e-12_c_double, 'letkf float64')
+      call expect(all(nobs == want_nobs), 'letkf observations per point')
+      call expect_close(spread, want_spread, 1e-12_c_double, 'letkf spread')
+      x = xb
+      call expect_ok(dk_letkf_execute(plan, x, yb, yo, r), 'letkf execute in place')
+      call expect_close(reshape(x, [k * n]), want, 1e-12_c_double, 'letkf float64 in place')
+      if (native%memory == DK_MEMORY_HOST) then
+        x = xb
+        call expect_ok(dk_letkf_execute(plan, c_loc(x), c_loc(yb), yo, r, c_loc(x)), 'letkf execute, c_ptr in place')
+        call expect_close(reshape(x, [k * n]), want, 1e-12_c_double, 'letkf float64, c_ptr in place')
+      end if
+      call expect_refusal(dk_letkf_execute(plan, xb, xb, yo, r, xa), DK_ERR_INVALID_ARGUMENT, &
+                          'yb has shape (6, 48); the plan wants (6, 30)', 'letkf with yb of the wrong shape')
+      call expect_refusal(dk_letkf_execute(plan, xb32, yb32, yo, r, xa32), DK_ERR_INVALID_ARGUMENT, &
+                          'the plan is for float64 data', 'letkf float32 arrays on a float64 plan')
+      x = xb
+      x(2, 5) = ieee_value(1.0_c_double, ieee_quiet_nan)
+      call expect_refusal(dk_letkf_execute(plan, x, yb, yo, r, xa), DK_ERR_INVALID_ARGUMENT, &
+                          'letkf: value 25 of xb is nan', 'letkf with a NaN in xb')
+      call dk_plan_destroy(plan)
+      ! float32: the same problem, rounded once from the float64 solve
+      desc%dtype = DK_F32
+      call expect_ok(c_letkf(int(which, c_int), DK_F32, c_loc(want32), want_nobs, want_spread), &
+                     'C reference, letkf float32')
+      call expect_ok(dk_letkf_plan_create(ctx, desc, grid, obs, plan), 'letkf plan, float32')
+      call expect_ok(dk_letkf_execute(plan, xb32, yb32, yo, r, xa32), 'letkf execute, float32')
+      call expect_close(real(reshape(xa32, [k * n]), c_double), real(want32, c_double), 1e-6_c_double, &
+                        'letkf float32')
+      call dk_plan_destroy(plan)
+    end do
+    ! O-B, and H x through CSR: y_j = 0.5 x at grid point 2j mod n (0-based)
+    call expect_ok(dk_letkf_departures(yb, yo, dep), 'letkf departures')
+    call expect_close(dep, yo - sum(yb, 1) / k, 1e-14_c_double, 'letkf O-B departures')
+    do j = 1, m
+      indptr(j) = j - 1
+      indices(j) = mod(2 * (j - 1), n)
+      values(j) = 0.5_c_double
+    end do
+    indptr(m + 1) = m
+    call expect_ok(dk_letkf_apply(dk_csr(m, n, c_loc(indptr), c_loc(indices), c_loc(values)), xb, hx), &
+                   'letkf apply')
+    do j = 1, m
+      yb(:, j) = 0.5_c_double * xb(:, indices(j) + 1)
+    end do
+    call expect_close(reshape(hx, [k * m]), reshape(yb, [k * m]), 1e-15_c_double, 'letkf H x')
+    call dk_letkf_desc_init(desc)
+    desc%members = k
+    desc%radius = 0
+    call expect_refusal(dk_letkf_reference(desc, grid, obs, xb, yb, yo, r, xa), DK_ERR_INVALID_ARGUMENT, &
+                        'letkf: radius is 0', 'letkf reference with radius 0', no_context=.true.)
+    desc%radius = 1
+    call expect_refusal(dk_letkf_plan_create(ctx, desc, grid, obs(1:1, :), plan), DK_ERR_INVALID_ARGUMENT, &
+                        'grid has 2 coordinate(s) a point and obs 1', 'letkf plan with mismatched coordinates')
   end subroutine
 
 end program test_fortran

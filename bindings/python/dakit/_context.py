@@ -98,10 +98,11 @@ class Context:
 
     def variants(self, algorithm):
         """The variants the backend offers for an algorithm ("gauss",
-        "kmeans", "enkf"), the default first; () when it has none."""
-        f = {"gauss": C.dk_gauss_variants, "kmeans": C.dk_kmeans_variants, "enkf": C.dk_enkf_variants}.get(algorithm)
+        "kmeans", "enkf", "letkf"), the default first; () when it has none."""
+        f = {"gauss": C.dk_gauss_variants, "kmeans": C.dk_kmeans_variants, "enkf": C.dk_enkf_variants,
+             "letkf": C.dk_letkf_variants}.get(algorithm)
         if f is None:
-            raise invalid("dakit: no algorithm %r; the binding knows gauss, kmeans and enkf" % (algorithm,))
+            raise invalid("dakit: no algorithm %r; the binding knows gauss, kmeans, enkf and letkf" % (algorithm,))
         return string_list(f(self.handle))
 
     def close(self):

@@ -15,7 +15,7 @@ from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_float, c_i
 
 from ._errors import raise_status
 
-# ---- the structures (dakit.h, gauss.h, kmeans.h, enkf.h) ----
+# ---- the structures (dakit.h, gauss.h, kmeans.h, enkf.h, letkf.h) ----
 
 DK_MAX_DEVICES = 16
 DK_MAX_DIMS = 3
@@ -37,7 +37,10 @@ DK_KMEANS_POINT_MAJOR, DK_KMEANS_FEATURE_MAJOR = 0, 1
 # dk_device_kind
 DEVICE_KINDS = {0: "unknown", 1: "cpu", 2: "gpu", 3: "accelerator"}
 # the order of dk_backend_info.variants
-ALGORITHMS = ("gauss", "enkf", "kmeans", "gbees")
+ALGORITHMS = ("gauss", "enkf", "kmeans", "gbees", "letkf")
+# dk_letkf_metric
+LETKF_METRICS = {"cartesian": 0, "sphere": 1}
+DK_LETKF_MAX_COORDS = 3
 
 
 class DeviceInfo(Structure):
@@ -146,6 +149,25 @@ class EnkfDesc(Structure):
                 ("ny", c_size_t),
                 ("loc", c_void_p),
                 ("H", CSR),
+                ("variant", c_char_p)]
+
+
+class LetkfDesc(Structure):
+    _fields_ = [("dtype", c_int),
+                ("n", c_size_t),
+                ("members", c_size_t),
+                ("m", c_size_t),
+                ("ncoords", c_int),
+                ("metric", c_int),
+                ("radius", c_double),
+                ("vertical_radius", c_double),
+                ("period", c_double * DK_LETKF_MAX_COORDS),
+                ("inflation", c_double),
+                ("rtpp", c_double),
+                ("rtps", c_double),
+                ("max_obs", c_size_t),
+                ("grid_coords", c_void_p),
+                ("obs_coords", c_void_p),
                 ("variant", c_char_p)]
 
 
@@ -269,6 +291,17 @@ for _name, _res, _args in [
     ("dk_enkf_analysis", c_int, [_plan, _buf, c_void_p, c_void_p, c_uint64, c_double]),
     ("dk_enkf_analysis_host", c_int, [_plan, c_void_p, c_void_p, c_void_p, c_uint64, c_double]),
     ("dk_enkf_perturbations", None, [c_uint64, c_size_t, c_size_t, c_void_p, c_void_p]),
+    # letkf
+    ("dk_letkf_desc_init", None, [POINTER(LetkfDesc)]),
+    ("dk_letkf_plan_create", c_int, [_ctx, POINTER(LetkfDesc), _pplan]),
+    ("dk_letkf_variants", POINTER(c_char_p), [_ctx]),
+    ("dk_letkf_execute", c_int, [_plan, _buf, _buf, c_void_p, c_void_p, _buf, _buf, _buf]),
+    ("dk_letkf_execute_host", c_int, [_plan, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,
+                                      c_void_p]),
+    ("dk_letkf_reference", c_int, [POINTER(LetkfDesc), c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,
+                                   c_void_p, c_void_p]),
+    ("dk_letkf_departures", c_int, [c_int, c_size_t, c_size_t, c_void_p, c_void_p, c_void_p]),
+    ("dk_letkf_apply_csr", c_int, [POINTER(CSR), c_int, c_size_t, c_void_p, c_void_p]),
 ]:
     setattr(C, _name, _proto(_name, _res, *_args))
 

@@ -238,3 +238,38 @@ def test_cupy_on_its_own_stream(rng):
     assert total == pytest.approx(float(expected.sum()), rel=1e-5)
     del s
     np.testing.assert_allclose(dakit.gauss(x, 2.0, backend="cuda"), expected, rtol=0, atol=0)
+
+
+def _letkf_case(rng, n=30, m=25, k=8):
+    if "letkf" not in USABLE["cuda"].algorithms:
+        pytest.skip("the cuda backend has no letkf")
+    xb, yb = rng.normal(size=(n, k)), rng.normal(size=(m, k))
+    geo = dict(radius=6.0, period=[float(n)])
+    return xb, yb, rng.normal(size=m), np.arange(float(n)), rng.uniform(0, n, m), geo
+
+
+def test_letkf_on_device_memory(calls, rng):
+    xb, yb, yo, grid, obs, geo = _letkf_case(rng)
+    want = dakit.letkf_reference(xb, yb, yo, 0.5, grid, obs, **geo)
+    dx, dy, da = DeviceArray.from_host(xb), DeviceArray.from_host(yb), DeviceArray(xb.shape, np.float64)
+    calls.record("dk_buffer_wrap")
+    calls.forbid("dk_letkf_execute_host")
+    assert dakit.letkf(dx, dy, yo, 0.5, grid, obs, backend="cuda", out=da, **geo) is da
+    assert calls.wrapped_pointers() == [dx.ptr, dy.ptr, da.ptr]
+    assert np.abs(da.get() - want).max() <= 1e-10 * np.abs(want).max()
+    assert dakit.letkf(dx, dy, yo, 0.5, grid, obs, backend="cuda", out=dx, **geo) is dx  # in place
+    assert np.abs(dx.get() - want).max() <= 1e-10 * np.abs(want).max()
+
+
+def test_letkf_cupy_in_cupy_out_with_diagnostics(rng):
+    cp = pytest.importorskip("cupy")
+    xb, yb, yo, grid, obs, geo = _letkf_case(rng)
+    want, wd = dakit.letkf_reference(xb, yb, yo, 0.5, grid, obs, return_diagnostics=True, **geo)
+    plan = dakit.LetkfPlan(grid, obs, members=xb.shape[1], backend="cuda", **geo)
+    xa, diag = plan.analysis(cp.asarray(xb), cp.asarray(yb), yo, 0.5, return_diagnostics=True)
+    assert isinstance(xa, cp.ndarray) and isinstance(diag.nobs, cp.ndarray) and isinstance(diag.spread, cp.ndarray)
+    assert np.abs(cp.asnumpy(xa) - want).max() <= 1e-10 * np.abs(want).max()
+    np.testing.assert_array_equal(cp.asnumpy(diag.nobs), wd.nobs)
+    np.testing.assert_allclose(cp.asnumpy(diag.spread), wd.spread, rtol=1e-10, atol=0)
+    np.testing.assert_array_equal(diag.omb, wd.omb)
+    np.testing.assert_array_equal(plan.oma(xa[: len(yo)]), dakit.letkf_departures(cp.asnumpy(xa[: len(yo)]), yo))

@@ -22,6 +22,7 @@ STRUCTS = {
     "dk_kmeans_result": _native.KMeansResult,
     "dk_csr": _native.CSR,
     "dk_enkf_desc": _native.EnkfDesc,
+    "dk_letkf_desc": _native.LetkfDesc,
     "dk_kmeans_texture_stats": _native.TextureStats,
     "dk_radolan": _native.Radolan,
 }

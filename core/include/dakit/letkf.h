@@ -103,7 +103,8 @@ dk_status dk_letkf_execute(dk_plan *plan, const dk_buffer *xb, const dk_buffer *
 dk_status dk_letkf_execute_host(dk_plan *plan, const void *xb, const void *yb, const double *yo, const double *r,
                                 void *xa, int32_t *nobs, double *spread);
 
-/* The serial reference that defines the result (host memory). */
+/* The serial reference that defines the result (host memory); refuses
+ * values that are not finite, as dk_letkf_execute_host does. */
 dk_status dk_letkf_reference(const dk_letkf_desc *desc, const void *xb, const void *yb, const double *yo,
                              const double *r, void *xa, int32_t *nobs, double *spread);
 

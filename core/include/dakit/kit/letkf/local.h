@@ -51,14 +51,18 @@ typedef struct dk_letkf_geometry {
 } dk_letkf_geometry;
 
 /* Gaspari & Cohn (1999) eq. 4.10 at z = distance / c (support 2c): 1 at
- * 0, 0 from 2 on. */
+ * 0, 0 from 2 on. The outer piece is the paper's polynomial factored as
+ * (2 - z)^4 (z^2 + 2z - 1/2) / (12 z): expanded, its terms cancel near
+ * z = 2 and leave rounding noise of either sign, so an observation just
+ * inside the radius would be kept or dropped by chance. */
 DK_LETKF_FN double dk_letkf_gc(double z)
 {
     if (z >= 2.0)
         return 0.0;
     if (z <= 1.0)
         return (((-0.25 * z + 0.5) * z + 0.625) * z - 5.0 / 3.0) * z * z + 1.0;
-    return ((((z / 12.0 - 0.5) * z + 0.625) * z + 5.0 / 3.0) * z - 5.0) * z + 4.0 - 2.0 / (3.0 * z);
+    double t = (2.0 - z) * (2.0 - z);
+    return t * t * ((z + 2.0) * z - 0.5) / (12.0 * z);
 }
 
 /* x wrapped into [0, period) (period > 0). */
