@@ -43,6 +43,9 @@ static const ranks_case cases[] = {
     {"enkf_weak", "enkf cov, N 10^6 per rank, L 10, M 32, H density 0.05, compact C (radius 200), float64, on "
                   "device buffers (dk_mpi_enkf_cov); plain: on the device"},
     {"kmeans_weak_3e7", "kmeans_weak with 3e7 points per rank"},
+    {"letkf_weak", "letkf, per rank a 1000 x 1000 slab of a 1000 P x 1000 unit grid with 10^5 observations at random "
+                   "places in it, k 40, radius 21.9, float64, on device buffers (dk_mpi_letkf_execute); plain: one "
+                   "rank's slab and observations alone"},
 };
 #define FIRST_SCALING 4
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
@@ -55,7 +58,7 @@ typedef struct state {
     dk_plan *plan;
     void *in, *out, *aux, *x0;
     size_t local, width;
-    double *c, *values, *y, *r;
+    double *c, *values, *y, *r, *gc, *oc;
     int64_t *indptr, *indices;
     float *init, *cent;
     int32_t *labels;
@@ -70,7 +73,7 @@ static void release(state *s)
     dk_plan_destroy(s->plan);
     free(s->in), free(s->out), free(s->aux), free(s->x0);
     free(s->c), free(s->values), free(s->y), free(s->r), free(s->indptr), free(s->indices);
-    free(s->init), free(s->cent), free(s->labels);
+    free(s->init), free(s->cent), free(s->labels), free(s->gc), free(s->oc);
     dk_buffer_destroy(s->din), dk_buffer_destroy(s->dout);
     for (int b = 0; b < 5; b++)
         dk_buffer_destroy(s->pb[b]);
@@ -240,6 +243,51 @@ static dk_status setup_enkf_weak(dk_context *ctx, state *s, int size)
     return st;
 }
 
+/* letkf_weak: each rank's slab of grid rows and the observations that fall
+ * in it; the distributed call gets the neighbours' observations within
+ * the radius too, the plain call only its own. xb in din (analysed into
+ * dout), yb in pb[1]; the plain call's xb in pb[0], xa in pb[2]. */
+static dk_status setup_letkf_weak(dk_context *ctx, state *s, int rank)
+{
+    const size_t side = 1000, n = side * side, m = 100000, k = 40;
+    s->local = n;
+    s->width = m;
+    s->gc = malloc(n * 2 * sizeof *s->gc);
+    s->oc = malloc(m * 2 * sizeof *s->oc);
+    s->x0 = malloc(n * k * 8);
+    s->in = malloc(m * k * 8);
+    s->y = malloc(m * sizeof *s->y);
+    s->r = malloc(m * sizeof *s->r);
+    if (!s->gc || !s->oc || !s->x0 || !s->in || !s->y || !s->r)
+        return DK_ERR_OUT_OF_MEMORY;
+    const double y0 = (double)side * rank;
+    for (size_t i = 0; i < n; i++)
+        s->gc[2 * i] = y0 + (double)(i / side), s->gc[2 * i + 1] = (double)(i % side);
+    uint64_t rng = 0x1e7f0ull + (uint64_t)rank;
+    for (size_t j = 0; j < m; j++) {
+        s->oc[2 * j] = y0 + (cli_random(&rng) + 1) / 2 * (double)side;
+        s->oc[2 * j + 1] = (cli_random(&rng) + 1) / 2 * (double)side;
+        s->y[j] = cli_random(&rng), s->r[j] = 1.0;
+    }
+    cli_fill_random(s->x0, DK_F64, n * k, 71 + (uint64_t)rank);
+    cli_fill_random(s->in, DK_F64, m * k, 81 + (uint64_t)rank);
+    dk_letkf_desc d;
+    dk_letkf_desc_init(&d);
+    d.members = k;
+    d.ncoords = 2;
+    d.radius = 21.9;
+    d.n = n, d.m = m, d.grid_coords = s->gc, d.obs_coords = s->oc;
+    dk_status st = dk_mpi_letkf_plan_create(ctx, MPI_COMM_WORLD, &d, &s->mplan);
+    if (st != DK_OK)
+        return st;
+    size_t bytes[5] = {n * k * 8, m * k * 8, n * k * 8, 0, 0};
+    if (dk_letkf_plan_create(ctx, &d, &s->plan) != DK_OK || plain_buffers(ctx, s, bytes, s->x0) != DK_OK ||
+        dk_buffer_write(s->pb[1], s->in, m * k * 8) != DK_OK || dk_buffer_create(ctx, n * k * 8, &s->din) != DK_OK ||
+        dk_buffer_create(ctx, n * k * 8, &s->dout) != DK_OK || dk_buffer_write(s->din, s->x0, n * k * 8) != DK_OK)
+        return DK_ERR_BACKEND;
+    return DK_OK;
+}
+
 /* Collective. 0, or 1 with the sentence in err (the same on every rank). */
 static int setup(dk_context *ctx, int which, state *s, char *err, size_t len)
 {
@@ -250,7 +298,10 @@ static int setup(dk_context *ctx, int which, state *s, char *err, size_t len)
     dk_mpi_part part;
     dk_status st;
     if (which >= FIRST_SCALING) {
+        int rank;
+        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
         st = which == 4 || which == 5 ? setup_gauss_scaling(ctx, s, which == 4, size)
+             : which == 9             ? setup_letkf_weak(ctx, s, rank)
              : which == 6             ? setup_kmeans_weak(ctx, s, size, 3000000)
              : which == 8             ? setup_kmeans_weak(ctx, s, size, 30000000)
                                       : setup_enkf_weak(ctx, s, size);
@@ -370,6 +421,9 @@ static dk_status run(state *s, int distributed)
     case 8:
         return distributed ? dk_mpi_kmeans_execute(s->mplan, s->pb[0], NULL, s->pb[2], s->dout, s->din, NULL)
                            : dk_kmeans_execute(s->plan, s->pb[0], NULL, s->pb[2], s->pb[3], s->pb[4], NULL);
+    case 9:
+        return distributed ? dk_mpi_letkf_execute(s->mplan, s->din, s->pb[1], s->y, s->r, s->dout, NULL, NULL)
+                           : dk_letkf_execute(s->plan, s->pb[0], s->pb[1], s->y, s->r, s->pb[2], NULL, NULL);
     default:
         return distributed ? dk_mpi_enkf_cov(s->mplan, s->din, s->dout, s->pb[3])
                            : dk_enkf_cov(s->plan, s->pb[0], s->pb[1], s->pb[2]);
