@@ -1000,6 +1000,90 @@ __global__ void __launch_bounds__(2 * EXT_ROWS)
     }
 }
 
+/* ---- execute_halo: the line lower halo | box | upper halo (m = lc + n +
+ * uc values), each value read where it lies ---- */
+
+struct HaloGeo {
+    i64 n, inner, outer; /* the box's axis view */
+    i64 lc, uc, m;       /* halo values per line below and above the box; the line's length */
+    i64 L, h, nchunks;   /* k_halo_reg: chunks of L box values, halo h */
+};
+
+template <typename T>
+__device__ __forceinline__ T halo_load(const T *__restrict__ lo, const T *__restrict__ box,
+                                       const T *__restrict__ up, const HaloGeo &g, i64 o, i64 j, i64 i)
+{
+    if (i < g.lc)
+        return __ldg(lo + (o * g.lc + i) * g.inner + j);
+    if (i < g.lc + g.n)
+        return __ldg(box + (o * g.n + i - g.lc) * g.inner + j);
+    return __ldg(up + (o * g.uc + i - g.lc - g.n) * g.inner + j);
+}
+
+/* A thread a chunk of L box values, filtered over a window of W in
+ * registers that reaches h beyond it (shifted inside the line at its true
+ * ends, as k_reg's FULL windows); adjacent threads take adjacent lines. */
+template <typename T, int W>
+__global__ void __launch_bounds__(128) k_halo_reg(const T *__restrict__ src, T *__restrict__ dst,
+                                                 const T *__restrict__ lo, const T *__restrict__ up,
+                                                 HaloGeo g, Coef<T> c)
+{
+    const i64 id = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    const i64 j = id % g.inner, r = id / g.inner, k = r % g.nchunks, o = r / g.nchunks;
+    if (o >= g.outer)
+        return;
+    const i64 ks = g.lc + k * g.L, ke = ks + g.L < g.lc + g.n ? ks + g.L : g.lc + g.n;
+    i64 ws = ks - g.h;
+    if (ws > g.m - W)
+        ws = g.m - W;
+    if (ws < 0)
+        ws = 0;
+    T x[W];
+#pragma unroll
+    for (int i = 0; i < W; i++)
+        x[i] = halo_load(lo, src, up, g, o, j, ws + i);
+    rf_regs<T, W, true>(x, W, c);
+#pragma unroll
+    for (int i = 0; i < W; i++)
+        if (ws + i >= ks && ws + i < ke)
+            dst[(o * g.n + ws + i - g.lc) * g.inner + j] = x[i];
+}
+
+/* A thread a whole line (halos too long for k_halo_reg's windows): the
+ * box's values filtered in dst, the halos' in scratch ([i][line]). */
+template <typename T>
+__global__ void __launch_bounds__(128) k_halo_line(const T *__restrict__ src, T *__restrict__ dst,
+                                                  const T *__restrict__ lo, const T *__restrict__ up,
+                                                  T *__restrict__ scratch, HaloGeo g, Coef<T> c)
+{
+    const i64 t = (i64)blockIdx.x * blockDim.x + threadIdx.x, lines = g.outer * g.inner;
+    if (t >= lines)
+        return;
+    const i64 o = t / g.inner, j = t % g.inner, last = g.m - 1;
+    auto at = [&](i64 i) -> T & {
+        return i < g.lc ? scratch[i * lines + t]
+               : i < g.lc + g.n ? dst[(o * g.n + i - g.lc) * g.inner + j]
+                                : scratch[(i - g.n) * lines + t];
+    };
+    for (i64 i = 0; i < g.m; i++)
+        at(i) = halo_load(lo, src, up, g, o, j, i);
+    const T alpha = c.alpha, beta = c.beta;
+    for (int it = 0; it < c.K; it++) {
+        T u = at(last);
+        T p = c.constant ? at(0) : T(0);
+        for (i64 i = 0; i <= last; i++) {
+            p = fma(alpha, p, beta * at(i));
+            at(i) = p;
+        }
+        T s = c.constant ? u + (p - u) / c.opa : beta * p;
+        at(last) = s;
+        for (i64 i = last - 1; i >= 0; i--) {
+            s = fma(alpha, s, beta * at(i));
+            at(i) = s;
+        }
+    }
+}
+
 /* ---- host side ---- */
 
 /* Compile-time window lengths, odd (so that k_tile's contiguous chunks are odd:
@@ -1044,6 +1128,10 @@ struct Plan {
     size_t work_bytes; /* device memory the plan holds (tmp and scratch) */
     void *aligned; /* one field, made for the first caller's memory that is not 16-byte aligned */
     size_t esize;
+    /* execute_halo: its axis, k_halo_reg's window (0: k_halo_line) and
+     * k_halo_line's scratch for the halos */
+    int halo_axis, halo_W;
+    void *halo_scratch;
 };
 
 i64 ceil_div(i64 a, i64 b) { return (a + b - 1) / b; }
@@ -1600,9 +1688,47 @@ void plan_free(Plan *p)
             cudaFree(p->scratch);
         if (p->aligned)
             cudaFree(p->aligned);
+        if (p->halo_scratch)
+            cudaFree(p->halo_scratch);
     }
     (void)cudaGetLastError();
     free(p);
+}
+
+/* execute_halo: windows of W in registers where the exact halo is shorter
+ * than the box (setup.halo is then not clipped) and a compiled W keeps the
+ * overhead W / (W - 2h) at most 3 (the least), else whole lines. */
+dk_status plan_halo(Plan *p, dk_msg *msg)
+{
+    const dk_gauss_desc *d = &p->setup.desc;
+    p->halo_axis = -1;
+    for (int a = 0; a < d->ndim; a++)
+        if (p->setup.halo_max[a])
+            p->halo_axis = a;
+    if (p->halo_axis < 0)
+        return DK_OK;
+    const int a = p->halo_axis;
+    const i64 n = (i64)d->shape[a], h = (i64)p->setup.halo[a];
+    const bool f32 = d->dtype == DK_F32;
+    const int *Ws = f32 ? kW32 : kW64;
+    const int nW = f32 ? (int)(sizeof kW32 / sizeof *kW32) : (int)(sizeof kW64 / sizeof *kW64);
+    double best = 3.0;
+    p->halo_W = 0;
+    for (int i = 0; i < nW && h < n; i++)
+        if (Ws[i] - 2 * h >= 1 && Ws[i] <= n && (double)Ws[i] / (double)(Ws[i] - 2 * h) <= best) {
+            best = (double)Ws[i] / (double)(Ws[i] - 2 * h);
+            p->halo_W = Ws[i];
+        }
+    if (p->halo_W)
+        return DK_OK;
+    size_t bytes = 2 * p->setup.halo_max[a] * (p->setup.count / d->shape[a]) * p->esize;
+    if (bytes && dk_cuda_failed(cudaMalloc(&p->halo_scratch, bytes))) {
+        p->halo_scratch = NULL;
+        dk_msg_set(msg, "cuda gauss: cannot allocate the plan's %zu-byte halo scratch", bytes);
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    p->work_bytes += bytes;
+    return DK_OK;
 }
 
 dk_status cuda_gauss_plan_create(void *device, const dk_gauss_setup *setup, void **plan,
@@ -1678,6 +1804,8 @@ dk_status cuda_gauss_plan_create(void *device, const dk_gauss_setup *setup, void
         goto fail;
     }
     p->work_bytes = (p->tmp ? setup->count * p->esize : 0) + scratch_bytes;
+    if ((st = plan_halo(p, msg)) != DK_OK)
+        goto fail;
     *plan = p;
     return DK_OK;
 fail:
@@ -1819,6 +1947,79 @@ dk_status cuda_gauss_execute(void *plan, const void *in, void *out, dk_msg *msg)
     return dk_cuda_finish(p->dev, "the gauss kernels", msg);
 }
 
+template <typename T>
+dk_status execute_halo_t(Plan *p, const dk_gauss_halo *hl, const T *src, T *dst, const T *lo, const T *up,
+                         dk_msg *msg)
+{
+    const dk_gauss_desc *d = &p->setup.desc;
+    dk_axis_view v = dk_axis_view_of(d, hl->axis);
+    HaloGeo g;
+    g.n = (i64)v.n;
+    g.inner = (i64)v.inner;
+    g.outer = (i64)v.outer;
+    g.lc = (i64)hl->lower_count;
+    g.uc = (i64)hl->upper_count;
+    g.m = g.lc + g.n + g.uc;
+    g.h = (i64)p->setup.halo[hl->axis];
+    g.L = p->halo_W - 2 * g.h;
+    g.nchunks = p->halo_W ? ceil_div(g.n, g.L) : 1;
+    Coef<T> c;
+    c.alpha = (T)p->setup.alpha[hl->axis];
+    c.beta = (T)1 - c.alpha;
+    c.opa = (T)1 + c.alpha;
+    c.K = d->K;
+    c.constant = d->boundary == DK_BOUNDARY_CONSTANT;
+    cudaStream_t stream = p->dev->stream;
+    const char *what = "the gauss halo kernel";
+    const unsigned threads = 128;
+    if (!p->halo_W) {
+        const i64 blocks = ceil_div(g.outer * g.inner, threads);
+        k_halo_line<T><<<(unsigned)blocks, threads, 0, stream>>>(src, dst, lo, up, (T *)p->halo_scratch, g, c);
+    } else {
+        const i64 blocks = ceil_div(g.outer * g.nchunks * g.inner, threads);
+        switch (p->halo_W) {
+#define X(W)                                                                                   \
+    case W:                                                                                    \
+        if (w_built<T>(W))                                                                     \
+            k_halo_reg<T, (w_built<T>(W) ? W : 31)><<<(unsigned)blocks, threads, 0, stream>>>(src, dst, lo, up, g, c); \
+        break;
+            DK_W_CASES(X)
+#undef X
+        default:
+            break;
+        }
+    }
+    CUDA_TRY(cudaGetLastError(), what);
+    return dk_cuda_finish(p->dev, what, msg);
+}
+
+dk_status cuda_gauss_execute_halo(void *plan, const dk_gauss_halo *hl, const void *in, void *out, dk_msg *msg)
+{
+    Plan *p = (Plan *)plan;
+    if (!p || !hl || hl->axis != p->halo_axis || in == out || hl->lower_count > p->setup.halo_max[hl->axis] ||
+        hl->upper_count > p->setup.halo_max[hl->axis] || (hl->lower_count && !hl->lower) ||
+        (hl->upper_count && !hl->upper) || p->setup.extended[hl->axis]) {
+        dk_msg_set(msg, "cuda gauss execute_halo: a plan made for halos along the axis, distinct in and out, and "
+                        "halos within its halo_max are needed");
+        return DK_ERR_INVALID_ARGUMENT;
+    }
+    dk_status st = dk_cuda_enter(p->dev, msg);
+    if (st != DK_OK)
+        return st;
+    const dk_cuda_buffer *bi = (const dk_cuda_buffer *)in, *bl = (const dk_cuda_buffer *)hl->lower,
+                         *bu = (const dk_cuda_buffer *)hl->upper;
+    dk_cuda_buffer *bo = (dk_cuda_buffer *)out;
+    if (p->setup.count == 0)
+        return DK_OK;
+    const char *lo = bl ? (const char *)bl->ptr + hl->lower_offset * p->esize : NULL;
+    const char *up = bu ? (const char *)bu->ptr + hl->upper_offset * p->esize : NULL;
+    return p->setup.desc.dtype == DK_F32
+               ? execute_halo_t<float>(p, hl, (const float *)bi->ptr, (float *)bo->ptr, (const float *)lo,
+                                       (const float *)up, msg)
+               : execute_halo_t<double>(p, hl, (const double *)bi->ptr, (double *)bo->ptr, (const double *)lo,
+                                        (const double *)up, msg);
+}
+
 void cuda_gauss_plan_destroy(void *plan)
 {
     plan_free((Plan *)plan);
@@ -1831,4 +2032,5 @@ const dk_gauss_ops dk_cuda_gauss_ops = {
     .plan_create = cuda_gauss_plan_create,
     .execute = cuda_gauss_execute,
     .plan_destroy = cuda_gauss_plan_destroy,
+    .execute_halo = cuda_gauss_execute_halo,
 };
