@@ -550,6 +550,16 @@ DK_MPI_API dk_status dk_mpi_gauss_plan_set_nan(dk_mpi_plan *plan, dk_gauss_nan p
     return DK_OK;
 }
 
+DK_MPI_API const char *dk_mpi_gauss_plan_path(const dk_mpi_plan *plan)
+{
+    if (!plan || plan->enkf || plan->kmeans)
+        return NULL;
+    for (int s = 0; s < plan->nstages; s++)
+        if (plan->stages[s].axis >= 0)
+            return plan->halo_path ? "halo" : "widened";
+    return "local";
+}
+
 /* DK_GAUSS_NAN_ERROR: this rank's NaN, named by their global index. */
 static void refuse_nan(dk_mpi_plan *p, const void *in, dkm_outcome *o)
 {

@@ -230,6 +230,21 @@ static int device_matches(dk_context *ctx, dk_mpi_plan *plan, const void *in, co
     return ok;
 }
 
+/* The path dk_mpi_gauss_plan_path must report: every in-tree backend
+ * filters exact rf with the zero or constant boundary with halos in place;
+ * anything else split goes through a widened copy. Collective. */
+static const char *expected_path(const dk_gauss_desc *d, const dk_mpi_part *part)
+{
+    int mine = 0, split;
+    for (int a = 0; a < d->ndim; a++)
+        if ((d->axes & (1u << a)) && part->extent[a] && part->extent[a] < d->shape[a])
+            mine = 1;
+    MPI_Allreduce(&mine, &split, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    int halo = d->mode == DK_GAUSS_EXACT && d->method == DK_GAUSS_RF &&
+               (d->boundary == DK_BOUNDARY_ZERO || d->boundary == DK_BOUNDARY_CONSTANT);
+    return !split ? "local" : halo ? "halo" : "widened";
+}
+
 /* Runs the distributed filter on d with this rank's part and compares with
  * the reference on the whole field; reports on rank 0. */
 static void check_case(dk_context *ctx, const char *name, const dk_gauss_desc *d, const dk_mpi_part *part,
@@ -249,8 +264,13 @@ static void check_case(dk_context *ctx, const char *name, const dk_gauss_desc *d
     dk_status st = dk_mpi_gauss_plan_create(ctx, MPI_COMM_WORLD, d, part, &plan);
     double err = 0.0;
     char why[1200] = "";
+    const char *path = expected_path(d, part), *taken = dk_mpi_gauss_plan_path(plan);
     if (st != DK_OK) {
         snprintf(why, sizeof why, "plan: %s", dk_mpi_last_error());
+        ok = 0;
+    } else if (!taken || strcmp(taken, path)) {
+        /* a silent fall-back from the halo path would pass every value check */
+        snprintf(why, sizeof why, "the plan takes the %s path, %s expected", taken ? taken : "(NULL)", path);
         ok = 0;
     } else {
         /* twice: the plan is reused */
@@ -450,8 +470,8 @@ static void bad_input(dk_context *ctx)
      * then a device that fails at every execute */
     part_of(&line, &part);
     snprintf(who, sizeof who, "rank %d of %d: ", size - 1, size);
-    const char *names[2] = {"nogauss", "mpifaulty"};
-    for (int k = 0; k < 2; k++) {
+    const char *names[3] = {"nogauss", "mpifaulty", "mpihalofaulty"};
+    for (int k = 0; k < 3; k++) {
         dk_context *other = NULL;
         st = last ? dk_context_create(names[k], &other) : DK_OK;
         if (!all_ranks(st == DK_OK)) {
@@ -472,8 +492,23 @@ static void bad_input(dk_context *ctx)
             if (rank == 0 && !ok)
                 printf("FAIL plan on the faulty device: %s\n", dk_mpi_last_error());
             failures += !ok;
+            /* mpihalofaulty offers execute_halo: the split line goes the halo
+             * path, whose outcome is agreed after the exchanges */
+            const char *path = dk_mpi_gauss_plan_path(plan), *want = size == 1 ? "local"
+                                                                 : k == 2   ? "halo"
+                                                                            : "widened";
+            ok = all_ranks(path && !strcmp(path, want));
+            if (rank == 0)
+                printf("%-4s %s on the last rank: the plan takes the %s path\n", ok ? "ok" : "FAIL", names[k],
+                       want);
+            failures += !ok;
             st = dk_mpi_gauss_execute_host(plan, buf, buf);
-            expect_failure("device failure at execute on the last rank", st, DK_ERR_BACKEND, "(simulated)");
+            expect_failure(k == 2 ? "device failure at execute_halo on the last rank"
+                                  : "device failure at execute on the last rank",
+                           st, DK_ERR_BACKEND, "(simulated)");
+            /* and again: the failure leaves no rank behind in a later call */
+            st = dk_mpi_gauss_execute_host(plan, buf, buf);
+            expect_failure("the same failure on the next call", st, DK_ERR_BACKEND, "(simulated)");
         }
         dk_mpi_plan_destroy(plan);
         dk_context_destroy(other);
