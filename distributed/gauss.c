@@ -598,6 +598,22 @@ static dk_status execute_host_on_device(dk_mpi_plan *p, const void *in, void *ou
     if (!p->dev_ready && (st = device_setup(p, EXECUTE)) != DK_OK)
         return st;
     size_t bytes = p->own_count * p->esize;
+    if (!p->din) {
+        dkm_outcome made = {DK_OK, ""};
+        size_t part = bytes ? bytes : p->esize;
+        st = dk_buffer_create(p->ctx, part, &p->din);
+        if (st == DK_OK)
+            st = dk_buffer_create(p->ctx, part, &p->dout);
+        if (st != DK_OK)
+            dkm_note(&made, st, "%s", dk_last_error(p->ctx));
+        if ((st = dkm_agree(p->comm, &made, EXECUTE)) != DK_OK) {
+            /* every rank tries again on its next call */
+            dk_buffer_destroy(p->din);
+            dk_buffer_destroy(p->dout);
+            p->din = p->dout = NULL;
+            return st;
+        }
+    }
     if (o->status == DK_OK && bytes && (st = dk_buffer_write(p->din, in, bytes)) != DK_OK)
         dkm_note(o, st, "%s", dk_last_error(p->ctx));
     run_stages(p, p->din, p->dout, o);
@@ -685,14 +701,10 @@ static dk_status device_setup(dk_mpi_plan *p, const char *what)
             dkm_note(&o, st, "%s", dk_last_error(p->ctx));
     }
     if (p->halo_path && o.status == DK_OK) {
-        /* the host call's part on the device, and the statuses the queued
-         * agreement sums */
-        size_t part = (p->own_count ? p->own_count : 1) * es, status = (size_t)p->size * sizeof(double);
-        dk_status st = dk_buffer_create(p->ctx, part, &p->din);
-        if (st == DK_OK)
-            st = dk_buffer_create(p->ctx, part, &p->dout);
-        if (st == DK_OK)
-            st = dk_buffer_create(p->ctx, status, &p->dstatus);
+        /* the statuses the queued agreement sums (the host call's part on
+         * the device is made by that call: a caller with device buffers
+         * keeps its memory for a larger part) */
+        dk_status st = dk_buffer_create(p->ctx, (size_t)p->size * sizeof(double), &p->dstatus);
         if (st != DK_OK)
             dkm_note(&o, st, "%s", dk_last_error(p->ctx));
     }
@@ -803,7 +815,16 @@ static void exchange_halos(dk_mpi_plan *p, const dkm_stage *s, const dk_buffer *
                                     dkm_box_count(&q->box) * es};
         }
         dk_status st;
-        DKM_COMM(p->comm, st = dk_comm_can_queue(dev) ? dk_comm_exchange_queued(dev, m, n) : dk_comm_exchange(dev, m, n));
+        if (!dk_comm_can_queue(dev)) {
+            DKM_COMM(p->comm, st = dk_comm_exchange(dev, m, n));
+        } else if (p->profile) {
+            /* the exchange's own time: the work before it drained first */
+            st = dk_comm_wait(dev);
+            if (st == DK_OK)
+                DKM_COMM(p->comm, st = dk_comm_exchange_queued(dev, m, n); if (st == DK_OK) st = dk_comm_wait(dev));
+        } else {
+            DKM_COMM(p->comm, st = dk_comm_exchange_queued(dev, m, n));
+        }
         free(m);
         if (st != DK_OK)
             dkm_note(o, st, "%s", dk_last_error(p->ctx));
@@ -899,10 +920,16 @@ static dk_status agree_queued(dk_mpi_plan *p, const dkm_outcome *o, const char *
     v[p->rank] = (double)o->status;
     size_t bytes = (size_t)p->size * sizeof *v;
     dk_status st = dk_buffer_write(p->dstatus, v, bytes);
-    dk_status sum;
-    DKM_COMM(p->comm, sum = dk_comm_all_reduce_sum_queued(dev, p->dstatus, 0, (size_t)p->size, DK_F64));
-    dk_status done;
-    DKM_COMM(p->comm, done = dk_comm_wait(dev));
+    dk_status sum, done = DK_OK;
+    /* the final wait is for the device's queue (the filtering with it), not
+     * communication; under profile the reduction is timed alone */
+    if (p->profile)
+        done = dk_comm_wait(dev);
+    DKM_COMM(p->comm, sum = dk_comm_all_reduce_sum_queued(dev, p->dstatus, 0, (size_t)p->size, DK_F64);
+             if (p->profile && sum == DK_OK) sum = dk_comm_wait(dev));
+    dk_status end = dk_comm_wait(dev);
+    if (done == DK_OK)
+        done = end;
     if (st == DK_OK)
         st = sum != DK_OK ? sum : done;
     if (st == DK_OK)

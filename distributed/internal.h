@@ -121,6 +121,7 @@ struct dk_mpi_plan {
     int dev_ready;
     struct dk_buffer *dwork, *dext, *dsend, *drecv;
     int halo_path;               /* gauss: split axes filtered with halos in place (no widened copy) */
+    int profile;                 /* dk_mpi_plan_set_profile: queued collectives timed alone */
     struct dk_buffer *din, *dout, *dstatus; /* the host call's part on the device; the queued agreement */
     MPI_Request *requests;
     int nrequests;

@@ -124,6 +124,15 @@ typedef struct dk_mpi_stats {
 dk_status dk_mpi_plan_stats(const dk_mpi_plan *plan, dk_mpi_stats *stats);
 /* Zeroes the plan's counts (between a warm-up and the timed runs, say). */
 dk_status dk_mpi_plan_stats_reset(dk_mpi_plan *plan);
+/* Where a plan queues its collectives on the device's queue (gauss on
+ * device buffers with a device communicator, dk_mpi_plan_transport), the
+ * stats count only the time to queue them, and the wait that ends the call
+ * waits for the filtering too. With profile on (1), an execute first waits
+ * for the work queued before each collective and then for the collective
+ * itself, so that comm_seconds is the collectives' own time; that wait
+ * costs what queueing saves, so time executes with it off (0, the start).
+ * Blocking collectives are counted either way. Local. */
+dk_status dk_mpi_plan_set_profile(dk_mpi_plan *plan, int on);
 
 /* ---- enkf (docs/distributed.md, "enkf") ----
  *
