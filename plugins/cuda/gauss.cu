@@ -1007,6 +1007,7 @@ struct HaloGeo {
     i64 n, inner, outer; /* the box's axis view */
     i64 lc, uc, m;       /* halo values per line below and above the box; the line's length */
     i64 L, h, nchunks;   /* k_halo_reg: chunks of L box values, halo h */
+    i64 nj;              /* k_halo_reg with inner >= 32: groups of 32 lines (0: lines one by one) */
 };
 
 template <typename T>
@@ -1020,17 +1021,36 @@ __device__ __forceinline__ T halo_load(const T *__restrict__ lo, const T *__rest
     return __ldg(up + (o * g.uc + i - g.lc - g.n) * g.inner + j);
 }
 
+/* The line (o, j) and chunk k of thread id (k_halo_reg, k_halo_gen). */
+__device__ __forceinline__ bool halo_item(const HaloGeo &g, i64 id, i64 &j, i64 &k, i64 &o)
+{
+    if (g.nj) {
+        const i64 q = id / 32, r = q / g.nchunks;
+        k = q % g.nchunks;
+        j = r % g.nj * 32 + id % 32;
+        o = r / g.nj;
+        return j < g.inner && o < g.outer;
+    }
+    const i64 r = id / g.inner;
+    j = id % g.inner;
+    k = r % g.nchunks;
+    o = r / g.nchunks;
+    return o < g.outer;
+}
+
 /* A thread a chunk of L box values, filtered over a window of W in
  * registers that reaches h beyond it (shifted inside the line at its true
- * ends, as k_reg's FULL windows); adjacent threads take adjacent lines. */
+ * ends, as k_reg's FULL windows); adjacent threads take adjacent lines.
+ * With g.nj, a warp is 32 adjacent lines and a block 4 consecutive chunks
+ * of them, so that the 2h values two neighbouring windows share are read
+ * again from cache rather than from memory. */
 template <typename T, int W>
 __global__ void __launch_bounds__(128) k_halo_reg(const T *__restrict__ src, T *__restrict__ dst,
                                                  const T *__restrict__ lo, const T *__restrict__ up,
                                                  HaloGeo g, Coef<T> c)
 {
-    const i64 id = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-    const i64 j = id % g.inner, r = id / g.inner, k = r % g.nchunks, o = r / g.nchunks;
-    if (o >= g.outer)
+    i64 j, k, o;
+    if (!halo_item(g, (i64)blockIdx.x * blockDim.x + threadIdx.x, j, k, o))
         return;
     const i64 ks = g.lc + k * g.L, ke = ks + g.L < g.lc + g.n ? ks + g.L : g.lc + g.n;
     i64 ws = ks - g.h;
@@ -1047,6 +1067,88 @@ __global__ void __launch_bounds__(128) k_halo_reg(const T *__restrict__ src, T *
     for (int i = 0; i < W; i++)
         if (ws + i >= ks && ws + i < ke)
             dst[(o * g.n + ws + i - g.lc) * g.inner + j] = x[i];
+}
+
+/* The window start of chunk k on the line of m values (k_halo_reg's). */
+__device__ __forceinline__ i64 halo_window(const HaloGeo &g, int W, i64 k)
+{
+    i64 ws = g.lc + k * g.L - g.h;
+    if (ws > g.m - W)
+        ws = g.m - W;
+    return ws < 0 ? 0 : ws;
+}
+
+/* k_halo_reg on the contiguous axis (inner == 1), where a thread a chunk
+ * would read with a stride of L values: a block takes blockDim.x
+ * consecutive chunks of one line, stages the span their windows cover in
+ * shared memory with consecutive loads (each value from wherever it lies),
+ * filters each window from there in registers, puts the kept values back
+ * and writes the box's part as one consecutive run. L is odd, so that a
+ * warp's windows start in distinct banks. */
+template <typename T, int W>
+__global__ void __launch_bounds__(128) k_halo_row(const T *__restrict__ src, T *__restrict__ dst,
+                                                 const T *__restrict__ lo, const T *__restrict__ up,
+                                                 HaloGeo g, Coef<T> c)
+{
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T *sm = reinterpret_cast<T *>(smem_raw);
+    const i64 per = (i64)blockDim.x, nb = (g.nchunks + per - 1) / per;
+    const i64 o = (i64)blockIdx.x / nb, k0 = (i64)blockIdx.x % nb * per;
+    const i64 k1 = k0 + per < g.nchunks ? k0 + per : g.nchunks;
+    const i64 S0 = halo_window(g, W, k0), S1 = halo_window(g, W, k1 - 1) + W;
+    for (i64 i = S0 + threadIdx.x; i < S1; i += per)
+        sm[i - S0] = halo_load(lo, src, up, g, o, 0, i);
+    __syncthreads();
+    const i64 k = k0 + threadIdx.x;
+    const bool active = k < k1;
+    i64 off = 0, ks = 0, ke = 0;
+    T x[W];
+    if (active) {
+        const i64 ws = halo_window(g, W, k);
+        off = ws - S0;
+        ks = g.lc + k * g.L - ws;
+        ke = (g.lc + k * g.L + g.L < g.lc + g.n ? g.lc + k * g.L + g.L : g.lc + g.n) - ws;
+#pragma unroll
+        for (int i = 0; i < W; i++)
+            x[i] = sm[off + i];
+        rf_regs<T, W, true>(x, W, c);
+    }
+    __syncthreads();
+    if (active) {
+#pragma unroll
+        for (int i = 0; i < W; i++)
+            if (i >= ks && i < ke)
+                sm[off + i] = x[i];
+    }
+    __syncthreads();
+    const i64 K0 = g.lc + k0 * g.L, K1 = g.lc + k1 * g.L < g.lc + g.n ? g.lc + k1 * g.L : g.lc + g.n;
+    for (i64 i = K0 + threadIdx.x; i < K1; i += per)
+        dst[o * g.n + i - g.lc] = sm[i - S0];
+}
+
+/* Halos too long for the compiled windows (float64 at sigma 2 and up): as
+ * k_gen's shared-memory path, chunks of L values filtered over windows that
+ * reach h beyond them (clipped at the line's true ends), window i of thread
+ * t at w[i * blockDim.x + t]; threads as k_halo_reg's. */
+template <typename T>
+__global__ void __launch_bounds__(128) k_halo_gen(const T *__restrict__ src, T *__restrict__ dst,
+                                                 const T *__restrict__ lo, const T *__restrict__ up,
+                                                 HaloGeo g, Coef<T> c)
+{
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    T *w = reinterpret_cast<T *>(smem_raw) + threadIdx.x;
+    const i64 st = blockDim.x;
+    i64 j, k, o;
+    if (!halo_item(g, (i64)blockIdx.x * blockDim.x + threadIdx.x, j, k, o))
+        return;
+    const i64 ks = g.lc + k * g.L, ke = ks + g.L < g.lc + g.n ? ks + g.L : g.lc + g.n;
+    const i64 ws = ks > g.h ? ks - g.h : 0, we = ke + g.h < g.m ? ke + g.h : g.m;
+    const int len = (int)(we - ws);
+    for (int i = 0; i < len; i++)
+        w[i * st] = halo_load(lo, src, up, g, o, j, ws + i);
+    rf_mem(w, st, len, c);
+    for (i64 i = ks; i < ke; i++)
+        dst[(o * g.n + i - g.lc) * g.inner + j] = w[(i - ws) * st];
 }
 
 /* A thread a whole line (halos too long for k_halo_reg's windows): the
@@ -1128,9 +1230,13 @@ struct Plan {
     size_t work_bytes; /* device memory the plan holds (tmp and scratch) */
     void *aligned; /* one field, made for the first caller's memory that is not 16-byte aligned */
     size_t esize;
-    /* execute_halo: its axis, k_halo_reg's window (0: k_halo_line) and
-     * k_halo_line's scratch for the halos */
+    /* execute_halo: its axis, k_halo_reg's window (0: none), k_halo_row's
+     * or k_halo_gen's block and shared memory (gen: chunk length halo_L;
+     * no block: k_halo_line) and k_halo_line's scratch for the halos */
     int halo_axis, halo_W;
+    unsigned halo_threads;
+    size_t halo_smem;
+    i64 halo_L;
     void *halo_scratch;
 };
 
@@ -1719,8 +1825,35 @@ dk_status plan_halo(Plan *p, dk_msg *msg)
             best = (double)Ws[i] / (double)(Ws[i] - 2 * h);
             p->halo_W = Ws[i];
         }
+    p->halo_threads = 0;
+    p->halo_smem = 0;
+    if (p->halo_W && dk_axis_view_of(d, a).inner == 1) {
+        /* k_halo_row: 128 chunks a block, fewer where their span would pass
+         * the default 48 KB (32 chunks always fit: W <= 127) */
+        const i64 L = p->halo_W - 2 * h;
+        unsigned t = 128;
+        while (t > 32 && (size_t)((i64)(t - 1) * L + p->halo_W) * p->esize > 48 * 1024)
+            t -= 32;
+        p->halo_threads = t;
+        p->halo_smem = (size_t)((i64)(t - 1) * L + p->halo_W) * p->esize;
+    }
     if (p->halo_W)
         return DK_OK;
+    if (h < n) {
+        /* k_halo_gen, as the single-device plan's shared-memory windows */
+        const i64 L = 2 * h > 64 ? 2 * h : 64, win = L + 2 * h;
+        unsigned t = 128;
+        while (t > 32 && (size_t)t * (size_t)win * p->esize > p->dev->smem_optin)
+            t /= 2;
+        const size_t smem = (size_t)t * (size_t)win * p->esize;
+        if (smem <= p->dev->smem_optin &&
+            !dk_cuda_failed(f32 ? allow_smem(k_halo_gen<float>, smem) : allow_smem(k_halo_gen<double>, smem))) {
+            p->halo_L = L;
+            p->halo_threads = t;
+            p->halo_smem = smem;
+            return DK_OK;
+        }
+    }
     size_t bytes = 2 * p->setup.halo_max[a] * (p->setup.count / d->shape[a]) * p->esize;
     if (bytes && dk_cuda_failed(cudaMalloc(&p->halo_scratch, bytes))) {
         p->halo_scratch = NULL;
@@ -1963,6 +2096,7 @@ dk_status execute_halo_t(Plan *p, const dk_gauss_halo *hl, const T *src, T *dst,
     g.h = (i64)p->setup.halo[hl->axis];
     g.L = p->halo_W - 2 * g.h;
     g.nchunks = p->halo_W ? ceil_div(g.n, g.L) : 1;
+    g.nj = g.inner >= 32 ? ceil_div(g.inner, 32) : 0;
     Coef<T> c;
     c.alpha = (T)p->setup.alpha[hl->axis];
     c.beta = (T)1 - c.alpha;
@@ -1972,11 +2106,30 @@ dk_status execute_halo_t(Plan *p, const dk_gauss_halo *hl, const T *src, T *dst,
     cudaStream_t stream = p->dev->stream;
     const char *what = "the gauss halo kernel";
     const unsigned threads = 128;
-    if (!p->halo_W) {
+    if (!p->halo_W && p->halo_threads) {
+        g.L = p->halo_L;
+        g.nchunks = ceil_div(g.n, g.L);
+        const i64 blocks = ceil_div(g.outer * g.nchunks * (g.nj ? g.nj * 32 : g.inner), p->halo_threads);
+        k_halo_gen<T><<<(unsigned)blocks, p->halo_threads, p->halo_smem, stream>>>(src, dst, lo, up, g, c);
+    } else if (!p->halo_W) {
         const i64 blocks = ceil_div(g.outer * g.inner, threads);
         k_halo_line<T><<<(unsigned)blocks, threads, 0, stream>>>(src, dst, lo, up, (T *)p->halo_scratch, g, c);
+    } else if (p->halo_threads) {
+        const i64 blocks = g.outer * ceil_div(g.nchunks, p->halo_threads);
+        switch (p->halo_W) {
+#define X(W)                                                                                   \
+    case W:                                                                                    \
+        if (w_built<T>(W))                                                                     \
+            k_halo_row<T, (w_built<T>(W) ? W : 31)><<<(unsigned)blocks, p->halo_threads, p->halo_smem, stream>>>( \
+                src, dst, lo, up, g, c);                                                       \
+        break;
+            DK_W_CASES(X)
+#undef X
+        default:
+            break;
+        }
     } else {
-        const i64 blocks = ceil_div(g.outer * g.nchunks * g.inner, threads);
+        const i64 blocks = ceil_div(g.outer * g.nchunks * (g.nj ? g.nj * 32 : g.inner), threads);
         switch (p->halo_W) {
 #define X(W)                                                                                   \
     case W:                                                                                    \
