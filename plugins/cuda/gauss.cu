@@ -1922,6 +1922,12 @@ dk_status cuda_gauss_plan_create(void *device, const dk_gauss_setup *setup, void
             scratch_bytes = ps->edge_bytes;
         p->npass++;
     }
+    /* a plan made for execute_halo (libdakit-mpi's split axes) runs only its
+     * own kernels: no work buffer of the box's size and no window scratch
+     * beside the caller's box, which may fill most of the device */
+    for (int a = 0; a < d->ndim; a++)
+        if (setup->halo_max[a])
+            need_tmp = false, scratch_bytes = 0;
     if (need_tmp && setup->count > 0 && dk_cuda_failed(cudaMalloc(&p->tmp, setup->count * p->esize))) {
         p->tmp = NULL;
         dk_msg_set(msg, "cuda gauss: cannot allocate the plan's %zu-byte work buffer",
@@ -2050,6 +2056,10 @@ dk_status cuda_gauss_execute(void *plan, const void *in, void *out, dk_msg *msg)
     size_t need = p->setup.count * p->esize;
     if (!bi || !bo || bi->bytes < need || bo->bytes < need) {
         dk_msg_set(msg, "cuda gauss: the buffers must hold %zu bytes", need);
+        return DK_ERR_INVALID_ARGUMENT;
+    }
+    if (p->halo_axis >= 0) { /* its work buffers were never made */
+        dk_msg_set(msg, "cuda gauss: this plan was made for execute_halo only");
         return DK_ERR_INVALID_ARGUMENT;
     }
     if (need == 0)
