@@ -540,6 +540,96 @@ static void bad_input(dk_context *ctx)
     free(buf);
 }
 
+/* ---- the queued device path without a GPU (tests/test_mpi_queue.c) ---- */
+
+/* The plugin mpiqueue on every rank: its communicator queues, so halos go
+ * straight from the box and land in place, and dk_mpi_gauss_execute agrees
+ * by a sum behind the data, as cuda with NCCL does. Every geometry against
+ * the reference; then an execute_halo that fails on the last rank only. */
+static void queued_path(void)
+{
+    dk_context *q = NULL;
+    dk_status st = dk_context_create("mpiqueue", &q);
+    if (!all_ranks(st == DK_OK)) {
+        if (rank == 0)
+            printf("FAIL the test plugin mpiqueue could not be opened (DAKIT_PLUGIN_PATH must name the build's "
+                   "tests folder): %s\n", dk_last_error(NULL));
+        failures++;
+        dk_context_destroy(q);
+        return;
+    }
+    static const dk_dtype dtypes[] = {DK_F32, DK_F64};
+    static const dk_boundary bounds[] = {DK_BOUNDARY_ZERO, DK_BOUNDARY_CONSTANT};
+    int combo = 0;
+    for (int gi = 0; gi < NGEOMS; gi++)
+        for (int ti = 0; ti < 2; ti++)
+            for (int bi = 0; bi < 2; bi++) {
+                dk_mpi_part part;
+                dk_gauss_desc d;
+                part_of(&geoms[gi], &part);
+                desc_of(&geoms[gi], dtypes[ti], bounds[bi], 4, &d);
+                check_case(q, geoms[gi].name, &d, &part, combo++ % 3 == 0);
+            }
+
+    /* 2-D tiles: the queued transport, then a failure on the last rank */
+    const geom *g = &geoms[6];
+    dk_mpi_part part;
+    dk_gauss_desc d;
+    part_of(g, &part);
+    desc_of(g, DK_F64, DK_BOUNDARY_CONSTANT, 4, &d);
+    size_t n = count_of(d.ndim, d.shape), local = count_of(d.ndim, part.extent), bytes = local * sizeof(double);
+    double *x = malloc(n * sizeof *x), *in = malloc(bytes + 8), *r0 = malloc(bytes + 8), *r1 = malloc(bytes + 8);
+    fill(x, DK_F64, n);
+    box_copy(in, x, &d, &part, 1);
+    dk_mpi_plan *plan = NULL;
+    dk_buffer *bin = NULL, *bout = NULL;
+    st = dk_mpi_gauss_plan_create(q, MPI_COMM_WORLD, &d, &part, &plan);
+    if (st == DK_OK && (dk_buffer_create(q, bytes + 8, &bin) != DK_OK || dk_buffer_create(q, bytes + 8, &bout) != DK_OK ||
+                        dk_buffer_write(bin, in, bytes) != DK_OK))
+        st = DK_ERR_BACKEND;
+    int ok = all_ranks(st == DK_OK);
+    if (ok) {
+        st = dk_mpi_gauss_execute(plan, bin, bout);
+        ok = all_ranks(st == DK_OK && dk_buffer_read(bout, r0, bytes) == DK_OK);
+    }
+    const char *transport = plan ? dk_mpi_plan_transport(plan) : "";
+    int queued = size == 1 || !strncmp(transport, "device (mpiqueue)", 17);
+    ok = all_ranks(ok && queued);
+    if (rank == 0)
+        printf("%-4s mpiqueue on every rank: 2d_tiles through %s\n", ok ? "ok" : "FAIL", transport);
+    failures += !ok;
+    if (ok && size > 1) {
+        char who[64];
+        snprintf(who, sizeof who, "rank %d of %d", size - 1, size);
+        if (rank == size - 1)
+            setenv("DAKIT_TEST_QUEUE_FAIL", "1", 1);
+        st = dk_mpi_gauss_execute(plan, bin, bout);
+        unsetenv("DAKIT_TEST_QUEUE_FAIL");
+        /* the sentence is the failing rank's own there, a pointer to it elsewhere */
+        uint64_t v[2] = {(uint64_t)st, ~(uint64_t)st}, r[2];
+        MPI_Allreduce(v, r, 2, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+        ok = all_ranks(st == DK_ERR_BACKEND && strstr(dk_mpi_last_error(), who) &&
+                       (rank != size - 1 || strstr(dk_mpi_last_error(), "(simulated)"))) &&
+             r[0] == ~r[1];
+        if (rank == 0)
+            printf("%-4s execute_halo failing on the last rank, agreed behind the data: every rank: %s: %s\n",
+                   ok ? "ok" : "FAIL", dk_status_string(st), dk_mpi_last_error());
+        else if (!ok)
+            fprintf(stderr, "rank %d: %s: %s\n", rank, dk_status_string(st), dk_mpi_last_error());
+        failures += !ok;
+        st = dk_mpi_gauss_execute(plan, bin, bout);
+        ok = all_ranks(st == DK_OK && dk_buffer_read(bout, r1, bytes) == DK_OK && !memcmp(r0, r1, bytes));
+        if (rank == 0)
+            printf("%-4s the next execute: the same bits as before the failure\n", ok ? "ok" : "FAIL");
+        failures += !ok;
+    }
+    dk_buffer_destroy(bin);
+    dk_buffer_destroy(bout);
+    dk_mpi_plan_destroy(plan);
+    free(x), free(in), free(r0), free(r1);
+    dk_context_destroy(q);
+}
+
 int main(int argc, char **argv)
 {
     int code;
@@ -567,6 +657,12 @@ int main(int argc, char **argv)
     if (rank == 0)
         printf("-- bad input\n");
     bad_input(ctx);
+    /* once, beside the cpu backend's run: it does not depend on the backend */
+    if (!strcmp(dk_context_backend(ctx), "cpu")) {
+        if (rank == 0)
+            printf("-- the queued device path (plugin mpiqueue)\n");
+        queued_path();
+    }
 
     return mpi_test_end(ctx);
 }
