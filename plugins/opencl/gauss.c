@@ -449,9 +449,15 @@ static dk_status gauss_plan_create(void *device, const dk_gauss_setup *setup, vo
     CL_TRY_GOTO(err, fail, "gauss: creating kernel rf_windows");
     plan->extended_kernel = clCreateKernel(program, "extended_segments", &err);
     CL_TRY_GOTO(err, fail, "gauss: creating kernel extended_segments");
-    st = dk_opencl_alloc(dev, setup->count * esize, NULL, &plan->temp, msg,
-                         "gauss: allocating the plan's ping-pong buffer");
-    if (st == DK_OK && scratch_values)
+    /* a plan made for execute_halo (libdakit-mpi's split axes) runs rf_halo
+     * alone: no ping-pong buffer or window scratch beside the caller's box */
+    int halo_only = 0;
+    for (int a = 0; a < d->ndim; a++)
+        halo_only |= setup->halo_max[a] != 0;
+    if (!halo_only)
+        st = dk_opencl_alloc(dev, setup->count * esize, NULL, &plan->temp, msg,
+                             "gauss: allocating the plan's ping-pong buffer");
+    if (st == DK_OK && scratch_values && !halo_only)
         st = dk_opencl_alloc(dev, scratch_values * esize, NULL, &plan->scratch, msg,
                              "gauss: allocating the plan's scratch");
     if (st != DK_OK)
@@ -697,6 +703,10 @@ static dk_status gauss_execute(void *handle, const void *in_handle, void *out_ha
     dk_opencl_device *dev = plan->dev;
     cl_mem in = (cl_mem)in_handle, out = (cl_mem)out_handle;
     size_t bytes = plan->count * (plan->dtype == DK_F64 ? sizeof(double) : sizeof(float));
+    if (plan->halo_max) { /* its ping-pong buffer was never made */
+        dk_msg_set(msg, "opencl gauss: this plan was made for execute_halo only");
+        return DK_ERR_INVALID_ARGUMENT;
+    }
     dk_status st = dk_opencl_enter(dev, msg);
     if (st != DK_OK)
         return st;
