@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "../core/comm.h"
+#include "../core/halo.h"
 #include "internal.h"
 
 _Static_assert(sizeof(size_t) == sizeof(uint64_t), "boxes travel as MPI_UINT64_T");
@@ -170,6 +171,9 @@ void dkm_gauss_plan_free(dk_mpi_plan *p)
     dk_buffer_destroy(p->dext);
     dk_buffer_destroy(p->dsend);
     dk_buffer_destroy(p->drecv);
+    dk_buffer_destroy(p->din);
+    dk_buffer_destroy(p->dout);
+    dk_buffer_destroy(p->dstatus);
     free(p->work);
     free(p->ext);
     free(p->sendbuf);
@@ -209,12 +213,12 @@ static void plan_exchange(dk_mpi_plan *p, dkm_stage *s, const dkm_box *boxes, si
             continue;
         dkm_box b, wj = widen(&boxes[j], i, h, n);
         if (dkm_box_intersect(&boxes[j], &s->ext, &b)) {
-            s->recv[s->nrecv] = (dkm_peer){j, b, rt};
+            s->recv[s->nrecv] = (dkm_peer){.rank = j, .box = b, .offset = rt};
             rt += dkm_box_count(&b);
             s->nrecv++;
         }
         if (dkm_box_intersect(&p->own, &wj, &b)) {
-            s->send[s->nsend] = (dkm_peer){j, b, st};
+            s->send[s->nsend] = (dkm_peer){.rank = j, .box = b, .offset = st};
             st += dkm_box_count(&b);
             s->nsend++;
         }
@@ -244,6 +248,89 @@ static void make_local_plan(dk_mpi_plan *p, dkm_stage *s, const dk_gauss_desc *g
     dk_status st = dk_gauss_plan_create(p->ctx, &d, &s->plan);
     /* NaN is the layer's to refuse (with global indices); the stages filter
      * what they are given */
+    if (st == DK_OK)
+        st = dk_gauss_plan_set_nan(s->plan, DK_GAUSS_NAN_PROPAGATE);
+    if (st != DK_OK) {
+        dk_plan_destroy(s->plan);
+        s->plan = NULL;
+        dkm_note(o, st, "%s", dk_last_error(p->ctx));
+    }
+}
+
+/* Whether box b is one run of consecutive elements of box `in` (C order),
+ * and where it starts in it. */
+static int run_in(const dkm_box *b, const dkm_box *in, size_t *offset)
+{
+    int k = 0;
+    while (k < 2 && b->hi[k] - b->lo[k] == 1)
+        k++;
+    for (int i = k + 1; i < 3; i++)
+        if (b->lo[i] != in->lo[i] || b->hi[i] != in->hi[i])
+            return 0;
+    size_t off = 0;
+    for (int i = 0; i < 3; i++)
+        off = off * (in->hi[i] - in->lo[i]) + (b->lo[i] - in->lo[i]);
+    *offset = off;
+    return 1;
+}
+
+static int below_box(const dk_mpi_plan *p, const dkm_stage *s, const dkm_peer *q)
+{
+    int i = dkm_axis(p->desc.ndim, s->axis);
+    return q->box.hi[i] <= p->own.lo[i];
+}
+
+/* A received box that is one run of its halo: where it lands in drecv. */
+static int received_in_place(const dk_mpi_plan *p, const dkm_stage *s, const dkm_peer *q, size_t *offset)
+{
+    int below = below_box(p, s, q);
+    if (!run_in(&q->box, below ? &s->lo_box : &s->up_box, offset))
+        return 0;
+    *offset += below ? 0 : s->lo_count;
+    return 1;
+}
+
+/* A halo stage's buffers: the halos below and above the box at 0 and
+ * lo_count elements into drecv, where every received box that is one run
+ * of its halo lands; the others land after them (in dext on the device)
+ * and are moved into place. Sends that are runs of the box go from it. */
+static void plan_halos(dk_mpi_plan *p, dkm_stage *s, size_t *recv_total, size_t *overflow)
+{
+    int i = dkm_axis(p->desc.ndim, s->axis);
+    s->halo = 1;
+    s->lo_box = s->up_box = s->ext;
+    s->lo_box.hi[i] = p->own.lo[i];
+    s->up_box.lo[i] = p->own.hi[i];
+    s->lo_count = dkm_box_count(&s->ext) ? dkm_box_count(&s->lo_box) : 0;
+    s->up_count = dkm_box_count(&s->ext) ? dkm_box_count(&s->up_box) : 0;
+    size_t at = s->lo_count + s->up_count, extra = 0;
+    for (int k = 0; k < s->nrecv; k++) {
+        dkm_peer *q = &s->recv[k];
+        size_t off;
+        if (received_in_place(p, s, q, &off)) {
+            q->offset = off;
+        } else {
+            q->offset = at + extra;
+            extra += dkm_box_count(&q->box);
+        }
+    }
+    *recv_total = at + extra;
+    *overflow = extra;
+}
+
+static void make_halo_plan(dk_mpi_plan *p, dkm_stage *s, const dk_gauss_desc *g, dkm_outcome *o)
+{
+    if (!p->own_count || o->status != DK_OK)
+        return;
+    int i = dkm_axis(g->ndim, s->axis);
+    dk_gauss_desc d = *g;
+    for (int a = 0; a < g->ndim; a++)
+        d.shape[a] = p->own.hi[dkm_axis(g->ndim, a)] - p->own.lo[dkm_axis(g->ndim, a)];
+    d.axes = s->axes;
+    size_t lc = p->own.lo[i] - s->ext.lo[i], uc = s->ext.hi[i] - p->own.hi[i];
+    size_t most[DK_MAX_DIMS] = {0};
+    most[s->axis] = lc > uc ? lc : uc > 0 ? uc : 1; /* 0 would say the plan takes no halos */
+    dk_status st = dk_gauss_plan_create_halo(p->ctx, &d, most, &s->plan);
     if (st == DK_OK)
         st = dk_gauss_plan_set_nan(s->plan, DK_GAUSS_NAN_PROPAGATE);
     if (st != DK_OK) {
@@ -302,7 +389,13 @@ DK_MPI_API dk_status dk_mpi_gauss_plan_create(dk_context *ctx, MPI_Comm comm, co
     if ((st = dkm_check_tiling(comm, ndim, global->shape, &p->own, boxes, CREATE, "field", "values")) != DK_OK)
         goto fail;
 
-    /* 4. the stages: an axis is exchanged when some rank's box does not
+    /* 4. split axes are filtered with halos in place where every rank's
+     * plugin can (dk_gauss_halo_offered), else through a widened copy */
+    int offered = dk_gauss_halo_offered(ctx, global), everywhere;
+    MPI_Allreduce(&offered, &everywhere, 1, MPI_INT, MPI_MIN, comm);
+    p->halo_path = everywhere;
+
+    /* the stages: an axis is exchanged when some rank's box does not
      * hold it whole */
     for (int a = 0; a < ndim; a++) {
         if (!(global->axes & (1u << a)))
@@ -342,6 +435,16 @@ DK_MPI_API dk_status dk_mpi_gauss_plan_create(dk_context *ctx, MPI_Comm comm, co
         size_t h = global->mode == DK_GAUSS_OVERLAP ? global->shape[sg->axis] : dk_gauss_window_halo(global, sg->axis),
                sends = 0, recvs = 0;
         plan_exchange(p, sg, boxes, h, &o, &sends, &recvs);
+        if (p->halo_path && o.status == DK_OK) {
+            size_t overflow;
+            plan_halos(p, sg, &recvs, &overflow);
+            ext_max = overflow > ext_max ? overflow : ext_max;
+            send_max = sends > send_max ? sends : send_max;
+            recv_max = recvs > recv_max ? recvs : recv_max;
+            req_max = sg->nsend + sg->nrecv > req_max ? sg->nsend + sg->nrecv : req_max;
+            make_halo_plan(p, sg, global, &o);
+            continue;
+        }
         size_t e = dkm_box_count(&sg->ext);
         ext_max = e > ext_max ? e : ext_max;
         send_max = sends > send_max ? sends : send_max;
@@ -447,6 +550,16 @@ DK_MPI_API dk_status dk_mpi_gauss_plan_set_nan(dk_mpi_plan *plan, dk_gauss_nan p
     return DK_OK;
 }
 
+DK_MPI_API const char *dk_mpi_gauss_plan_path(const dk_mpi_plan *plan)
+{
+    if (!plan || plan->enkf || plan->kmeans)
+        return NULL;
+    for (int s = 0; s < plan->nstages; s++)
+        if (plan->stages[s].axis >= 0)
+            return plan->halo_path ? "halo" : "widened";
+    return "local";
+}
+
 /* DK_GAUSS_NAN_ERROR: this rank's NaN, named by their global index. */
 static void refuse_nan(dk_mpi_plan *p, const void *in, dkm_outcome *o)
 {
@@ -473,6 +586,42 @@ static void refuse_nan(dk_mpi_plan *p, const void *in, dkm_outcome *o)
              "policy propagate (dk_mpi_gauss_plan_set_nan)", count, count == 1 ? "" : "s", where);
 }
 
+static void run_stages(dk_mpi_plan *p, const dk_buffer *in, dk_buffer *out, dkm_outcome *o);
+static dk_status device_setup(dk_mpi_plan *p, const char *what);
+
+/* The host call on the path of dk_mpi_gauss_execute: the part goes to the
+ * device and back around it (plain copies for the cpu plugin). The NaN
+ * check already needs the host, so its outcome is agreed over MPI. */
+static dk_status execute_host_on_device(dk_mpi_plan *p, const void *in, void *out, dkm_outcome *o)
+{
+    dk_status st;
+    if (!p->dev_ready && (st = device_setup(p, EXECUTE)) != DK_OK)
+        return st;
+    size_t bytes = p->own_count * p->esize;
+    if (!p->din) {
+        dkm_outcome made = {DK_OK, ""};
+        size_t part = bytes ? bytes : p->esize;
+        st = dk_buffer_create(p->ctx, part, &p->din);
+        if (st == DK_OK)
+            st = dk_buffer_create(p->ctx, part, &p->dout);
+        if (st != DK_OK)
+            dkm_note(&made, st, "%s", dk_last_error(p->ctx));
+        if ((st = dkm_agree(p->comm, &made, EXECUTE)) != DK_OK) {
+            /* every rank tries again on its next call */
+            dk_buffer_destroy(p->din);
+            dk_buffer_destroy(p->dout);
+            p->din = p->dout = NULL;
+            return st;
+        }
+    }
+    if (o->status == DK_OK && bytes && (st = dk_buffer_write(p->din, in, bytes)) != DK_OK)
+        dkm_note(o, st, "%s", dk_last_error(p->ctx));
+    run_stages(p, p->din, p->dout, o);
+    if (o->status == DK_OK && bytes && (st = dk_buffer_read(p->dout, out, bytes)) != DK_OK)
+        dkm_note(o, st, "%s", dk_last_error(p->ctx));
+    return dkm_agree(p->comm, o, EXECUTE);
+}
+
 DK_MPI_API dk_status dk_mpi_gauss_execute_host(dk_mpi_plan *plan, const void *in_local, void *out_local)
 {
     dk_status st = check_gauss_plan(plan, EXECUTE);
@@ -485,6 +634,8 @@ DK_MPI_API dk_status dk_mpi_gauss_execute_host(dk_mpi_plan *plan, const void *in
                  p->own_count);
     else if (p->nan == DK_GAUSS_NAN_ERROR)
         refuse_nan(p, in_local, &o);
+    if (p->halo_path)
+        return execute_host_on_device(p, in_local, out_local, &o);
     /* A rank that failed goes on exchanging (its scratch, not the caller's
      * memory) so that no other rank waits for it. */
     const void *cur = o.status == DK_OK ? in_local : p->work;
@@ -534,7 +685,7 @@ static void copy_box(dk_mpi_plan *p, dkm_outcome *o, dk_buffer *dst, const dk_bu
 /* Collective, on the first dk_mpi_gauss_execute: the device scratch (the
  * sizes of the host scratch) and, where every rank has a device of its own
  * with device-side communication, the device communicator. */
-static dk_status device_setup(dk_mpi_plan *p)
+static dk_status device_setup(dk_mpi_plan *p, const char *what)
 {
     dkm_outcome o = {DK_OK, ""};
     size_t es = p->esize;
@@ -549,7 +700,15 @@ static dk_status device_setup(dk_mpi_plan *p)
         if (st != DK_OK)
             dkm_note(&o, st, "%s", dk_last_error(p->ctx));
     }
-    dk_status st = dkm_agree(p->comm, &o, EXECUTE_DEV);
+    if (p->halo_path && o.status == DK_OK) {
+        /* the statuses the queued agreement sums (the host call's part on
+         * the device is made by that call: a caller with device buffers
+         * keeps its memory for a larger part) */
+        dk_status st = dk_buffer_create(p->ctx, (size_t)p->size * sizeof(double), &p->dstatus);
+        if (st != DK_OK)
+            dkm_note(&o, st, "%s", dk_last_error(p->ctx));
+    }
+    dk_status st = dkm_agree(p->comm, &o, what);
     if (st != DK_OK)
         return st;
     int halos = 0;
@@ -617,13 +776,188 @@ static void exchange_device(dk_mpi_plan *p, const dkm_stage *s, const dk_buffer 
     }
 }
 
+/* A halo stage's exchange: the sends that are runs of the box go from cur
+ * itself (device to device), the others are packed into dsend; the halos
+ * land in drecv (lower at 0, upper at lo_count), a piece that is not one
+ * run of its halo in dext, moved into place after. With a device
+ * communicator that queues, nothing here waits on the host: the plugin's
+ * filter is queued after the exchange on the same device queue. Every
+ * rank makes every transfer call whatever failed before it. */
+static void exchange_halos(dk_mpi_plan *p, const dkm_stage *s, const dk_buffer *cur, dkm_outcome *o)
+{
+    size_t es = p->esize, halos = s->lo_count + s->up_count;
+    dk_comm *dev = dkm_device_comm(p);
+    size_t off;
+    for (int k = 0; k < s->nsend; k++) {
+        const dkm_peer *q = &s->send[k];
+        if (dev && run_in(&q->box, &p->own, &off))
+            continue;
+        dk_box_copy c = box_copy(&q->box, &p->own, 0, &q->box, q->offset * es, es);
+        copy_box(p, o, p->dsend, cur, &c);
+    }
+    if (dev) {
+        int n = 0;
+        dk_comm_move *m = malloc((size_t)(s->nsend + s->nrecv + 1) * sizeof *m);
+        if (!m) {
+            dkm_note(o, DK_ERR_OUT_OF_MEMORY, "out of host memory");
+            return; /* the peers' NCCL calls end at the communicator's time limit */
+        }
+        for (int k = 0; k < s->nrecv; k++) {
+            const dkm_peer *q = &s->recv[k];
+            int direct = q->offset < halos;
+            m[n++] = (dk_comm_move){q->rank, 1, direct ? p->drecv : p->dext, (direct ? q->offset : q->offset - halos) * es,
+                                    dkm_box_count(&q->box) * es};
+        }
+        for (int k = 0; k < s->nsend; k++) {
+            const dkm_peer *q = &s->send[k];
+            int direct = run_in(&q->box, &p->own, &off);
+            m[n++] = (dk_comm_move){q->rank, 0, direct ? (dk_buffer *)cur : p->dsend, (direct ? off : q->offset) * es,
+                                    dkm_box_count(&q->box) * es};
+        }
+        dk_status st;
+        if (!dk_comm_can_queue(dev)) {
+            DKM_COMM(p->comm, st = dk_comm_exchange(dev, m, n));
+        } else if (p->profile) {
+            /* the exchange's own time: the work before it drained first */
+            st = dk_comm_wait(dev);
+            if (st == DK_OK)
+                DKM_COMM(p->comm, st = dk_comm_exchange_queued(dev, m, n); if (st == DK_OK) st = dk_comm_wait(dev));
+        } else {
+            DKM_COMM(p->comm, st = dk_comm_exchange_queued(dev, m, n));
+        }
+        free(m);
+        if (st != DK_OK)
+            dkm_note(o, st, "%s", dk_last_error(p->ctx));
+    } else {
+        size_t sends = 0, recvs = halos;
+        for (int k = 0; k < s->nsend; k++)
+            sends += dkm_box_count(&s->send[k].box);
+        for (int k = 0; k < s->nrecv; k++)
+            recvs += s->recv[k].offset < halos ? 0 : dkm_box_count(&s->recv[k].box);
+        dk_status st = sends ? dk_buffer_read(p->dsend, p->sendbuf, sends * es) : DK_OK;
+        if (st != DK_OK)
+            dkm_note(o, st, "%s", dk_last_error(p->ctx));
+        int n = post_halos(p, s);
+        DKM_COMM(p->comm, MPI_Waitall(n, p->requests, MPI_STATUSES_IGNORE));
+        st = halos ? dk_buffer_write(p->drecv, p->recvbuf, halos * es) : DK_OK;
+        if (st == DK_OK && recvs > halos)
+            st = dk_buffer_write(p->dext, (char *)p->recvbuf + halos * es, (recvs - halos) * es);
+        if (st != DK_OK)
+            dkm_note(o, st, "%s", dk_last_error(p->ctx));
+    }
+    for (int k = 0; k < s->nrecv; k++) {
+        const dkm_peer *q = &s->recv[k];
+        if (q->offset < halos)
+            continue;
+        int below = below_box(p, s, q);
+        dk_box_copy c = box_copy(&q->box, &q->box, (q->offset - halos) * es, below ? &s->lo_box : &s->up_box,
+                                 below ? 0 : s->lo_count * es, es);
+        copy_box(p, o, p->drecv, p->dext, &c);
+    }
+}
+
+/* The stages on device buffers. A rank that failed goes on exchanging (its
+ * scratch, not the caller's buffers) so that no other rank waits for it.
+ * A halo stage never writes the buffer it reads: it goes to the scratch or
+ * to out, whichever its input is not (out is free once the first stage has
+ * read in), and through the scratch where it is last and reads out. */
+static void run_stages(dk_mpi_plan *p, const dk_buffer *in, dk_buffer *out, dkm_outcome *o)
+{
+    const dk_buffer *cur = o->status == DK_OK ? in : p->dwork;
+    for (int s = 0; s < p->nstages; s++) {
+        dkm_stage *sg = &p->stages[s];
+        int last = s == p->nstages - 1;
+        dk_buffer *dst = last && o->status == DK_OK ? out : p->dwork;
+        if (sg->halo && dst == cur)
+            dst = cur == p->dwork ? out : p->dwork;
+        if (o->status != DK_OK)
+            dst = p->dwork;
+        dk_status st = DK_OK;
+        if (sg->halo) {
+            exchange_halos(p, sg, cur, o);
+            if (sg->plan && o->status == DK_OK) {
+                int i = dkm_axis(p->desc.ndim, sg->axis);
+                dk_gauss_halo_side lo = {p->drecv, 0, p->own.lo[i] - sg->ext.lo[i]};
+                dk_gauss_halo_side up = {p->drecv, sg->lo_count, sg->ext.hi[i] - p->own.hi[i]};
+                st = dk_gauss_execute_halo(sg->plan, cur, dst, lo, up);
+            }
+        } else {
+            if (sg->axis >= 0)
+                exchange_device(p, sg, cur, o);
+            if (sg->plan && o->status == DK_OK)
+                st = sg->axis < 0 ? dk_gauss_execute(sg->plan, cur, dst) : dk_gauss_execute(sg->plan, p->dext, p->dext);
+            if (st == DK_OK && sg->axis >= 0 && o->status == DK_OK && p->own_count) {
+                dk_box_copy c = box_copy(&p->own, &sg->ext, 0, &p->own, 0, p->esize);
+                copy_box(p, o, dst, p->dext, &c);
+            }
+        }
+        if (st != DK_OK)
+            dkm_note(o, st, "%s", dk_last_error(p->ctx));
+        cur = dst;
+    }
+    if (o->status == DK_OK && p->own_count && cur != out) {
+        dk_status st = dk_buffer_copy(out, cur, p->own_count * p->esize);
+        if (st != DK_OK)
+            dkm_note(o, st, "%s", dk_last_error(p->ctx));
+    }
+}
+
+/* The outcome agreed without an MPI round trip where the exchanges run on a
+ * device communicator that queues: each rank's status in its slot of a
+ * vector summed on the device queue behind the data, read back with the
+ * wait that ends the call anyway; every rank then returns the lowest
+ * failing rank's status. A rank that never reaches the sum makes the
+ * others' wait end at the communicator's time limit (aborted), so no rank
+ * hangs. Elsewhere, dkm_agree. */
+static dk_status agree_queued(dk_mpi_plan *p, const dkm_outcome *o, const char *what)
+{
+    dk_comm *dev = p->halo_path && p->dstatus ? dkm_device_comm(p) : NULL;
+    if (!dev || !dk_comm_can_queue(dev))
+        return dkm_agree(p->comm, o, what);
+    double *v = calloc((size_t)p->size, sizeof *v);
+    if (!v)
+        return dkm_fail(DK_ERR_OUT_OF_MEMORY, "%s: rank %d of %d: out of host memory", what, p->rank, p->size);
+    v[p->rank] = (double)o->status;
+    size_t bytes = (size_t)p->size * sizeof *v;
+    dk_status st = dk_buffer_write(p->dstatus, v, bytes);
+    dk_status sum, done = DK_OK;
+    /* the final wait is for the device's queue (the filtering with it), not
+     * communication; under profile the reduction is timed alone */
+    if (p->profile)
+        done = dk_comm_wait(dev);
+    DKM_COMM(p->comm, sum = dk_comm_all_reduce_sum_queued(dev, p->dstatus, 0, (size_t)p->size, DK_F64);
+             if (p->profile && sum == DK_OK) sum = dk_comm_wait(dev));
+    dk_status end = dk_comm_wait(dev);
+    if (done == DK_OK)
+        done = end;
+    if (st == DK_OK)
+        st = sum != DK_OK ? sum : done;
+    if (st == DK_OK)
+        st = dk_buffer_read(p->dstatus, v, bytes);
+    if (st != DK_OK) {
+        free(v);
+        return dkm_fail(st, "%s: rank %d of %d: %s", what, p->rank, p->size, dk_last_error(p->ctx));
+    }
+    int first = 0;
+    while (first < p->size && v[first] == 0.0)
+        first++;
+    dk_status agreed = first < p->size ? (dk_status)(int)v[first] : DK_OK;
+    free(v);
+    if (agreed == DK_OK)
+        return DK_OK;
+    if (first == p->rank)
+        return dkm_fail(agreed, "%s: rank %d of %d: %s", what, first, p->size, o->msg);
+    return dkm_fail(agreed, "%s: rank %d of %d failed (%s); its own sentence is on that rank", what, first,
+                    p->size, dk_status_string(agreed));
+}
+
 DK_MPI_API dk_status dk_mpi_gauss_execute(dk_mpi_plan *plan, const dk_buffer *in_local, dk_buffer *out_local)
 {
     dk_status st = check_gauss_plan(plan, EXECUTE_DEV);
     if (st != DK_OK)
         return st;
     dk_mpi_plan *p = plan;
-    if (!p->dev_ready && (st = device_setup(p)) != DK_OK)
+    if (!p->dev_ready && (st = device_setup(p, EXECUTE_DEV)) != DK_OK)
         return st;
     dkm_outcome o = {DK_OK, ""};
     size_t bytes = p->own_count * p->esize;
@@ -634,24 +968,6 @@ DK_MPI_API dk_status dk_mpi_gauss_execute(dk_mpi_plan *plan, const dk_buffer *in
         dkm_note(&o, DK_ERR_INVALID_ARGUMENT,
                  "its part holds %zu bytes, but in_local holds %zu and out_local %zu", bytes,
                  dk_buffer_size(in_local), dk_buffer_size(out_local));
-    /* A rank that failed goes on exchanging (its scratch, not the caller's
-     * buffers) so that no other rank waits for it. */
-    const dk_buffer *cur = o.status == DK_OK ? in_local : p->dwork;
-    for (int s = 0; s < p->nstages; s++) {
-        dkm_stage *sg = &p->stages[s];
-        dk_buffer *dst = s == p->nstages - 1 && o.status == DK_OK ? out_local : p->dwork;
-        if (sg->axis >= 0)
-            exchange_device(p, sg, cur, &o);
-        if (sg->plan && o.status == DK_OK) {
-            st = sg->axis < 0 ? dk_gauss_execute(sg->plan, cur, dst) : dk_gauss_execute(sg->plan, p->dext, p->dext);
-            if (st != DK_OK)
-                dkm_note(&o, st, "%s", dk_last_error(p->ctx));
-        }
-        if (sg->axis >= 0 && o.status == DK_OK && p->own_count) {
-            dk_box_copy c = box_copy(&p->own, &sg->ext, 0, &p->own, 0, p->esize);
-            copy_box(p, &o, dst, p->dext, &c);
-        }
-        cur = dst;
-    }
-    return dkm_agree(p->comm, &o, EXECUTE_DEV);
+    run_stages(p, in_local, out_local, &o);
+    return agree_queued(p, &o, EXECUTE_DEV);
 }

@@ -91,6 +91,11 @@ typedef struct dkm_stage {
     dkm_box ext;   /* exchange stage: this rank's box widened along axis */
     int nsend, nrecv;
     dkm_peer *send, *recv;
+    /* halo stage (plan made by dk_gauss_plan_create_halo): the halos below
+     * and above the box along axis, at 0 and lo_count elements into drecv */
+    int halo;
+    dkm_box lo_box, up_box;
+    size_t lo_count, up_count;
 } dkm_stage;
 
 /* A distributed enkf plan's own state (distributed/enkf.c). */
@@ -115,6 +120,9 @@ struct dk_mpi_plan {
     /* device scratch of dk_mpi_gauss_execute, made on its first call */
     int dev_ready;
     struct dk_buffer *dwork, *dext, *dsend, *drecv;
+    int halo_path;               /* gauss: split axes filtered with halos in place (no widened copy) */
+    int profile;                 /* dk_mpi_plan_set_profile: queued collectives timed alone */
+    struct dk_buffer *din, *dout, *dstatus; /* the host call's part on the device; the queued agreement */
     MPI_Request *requests;
     int nrequests;
     struct dkm_comm *xfer; /* how reductions cross ranks (distributed/comm.c); NULL: MPI */

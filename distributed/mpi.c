@@ -272,6 +272,14 @@ DK_MPI_API dk_status dk_mpi_plan_stats_reset(dk_mpi_plan *plan)
     return DK_OK;
 }
 
+DK_MPI_API dk_status dk_mpi_plan_set_profile(dk_mpi_plan *plan, int on)
+{
+    if (!plan)
+        return dkm_fail(DK_ERR_INVALID_ARGUMENT, "dk_mpi_plan_set_profile: plan must not be NULL");
+    plan->profile = on != 0;
+    return DK_OK;
+}
+
 DK_MPI_API void dk_mpi_plan_destroy(dk_mpi_plan *plan)
 {
     if (!plan)

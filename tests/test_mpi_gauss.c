@@ -230,6 +230,21 @@ static int device_matches(dk_context *ctx, dk_mpi_plan *plan, const void *in, co
     return ok;
 }
 
+/* The path dk_mpi_gauss_plan_path must report: every in-tree backend
+ * filters exact rf with the zero or constant boundary with halos in place;
+ * anything else split goes through a widened copy. Collective. */
+static const char *expected_path(const dk_gauss_desc *d, const dk_mpi_part *part)
+{
+    int mine = 0, split;
+    for (int a = 0; a < d->ndim; a++)
+        if ((d->axes & (1u << a)) && part->extent[a] && part->extent[a] < d->shape[a])
+            mine = 1;
+    MPI_Allreduce(&mine, &split, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    int halo = d->mode == DK_GAUSS_EXACT && d->method == DK_GAUSS_RF &&
+               (d->boundary == DK_BOUNDARY_ZERO || d->boundary == DK_BOUNDARY_CONSTANT);
+    return !split ? "local" : halo ? "halo" : "widened";
+}
+
 /* Runs the distributed filter on d with this rank's part and compares with
  * the reference on the whole field; reports on rank 0. */
 static void check_case(dk_context *ctx, const char *name, const dk_gauss_desc *d, const dk_mpi_part *part,
@@ -249,8 +264,13 @@ static void check_case(dk_context *ctx, const char *name, const dk_gauss_desc *d
     dk_status st = dk_mpi_gauss_plan_create(ctx, MPI_COMM_WORLD, d, part, &plan);
     double err = 0.0;
     char why[1200] = "";
+    const char *path = expected_path(d, part), *taken = dk_mpi_gauss_plan_path(plan);
     if (st != DK_OK) {
         snprintf(why, sizeof why, "plan: %s", dk_mpi_last_error());
+        ok = 0;
+    } else if (!taken || strcmp(taken, path)) {
+        /* a silent fall-back from the halo path would pass every value check */
+        snprintf(why, sizeof why, "the plan takes the %s path, %s expected", taken ? taken : "(NULL)", path);
         ok = 0;
     } else {
         /* twice: the plan is reused */
@@ -422,6 +442,30 @@ static void bad_input(dk_context *ctx)
     if (rank == 0)
         printf("%-4s the same plan executes on device buffers afterwards\n", ok ? "ok" : "FAIL");
     failures += !ok;
+    /* profile on: the collectives waited for one by one, the same bits */
+    float *r0 = malloc(bytes + sizeof *buf), *r1 = malloc(bytes + sizeof *buf);
+    for (size_t k = 0; k < part.extent[0]; k++)
+        buf[k] = (float)((k * 7 + part.offset[0]) % 11);
+    dk_mpi_stats stats = {0, 0};
+    st = dk_buffer_write(dbuf, buf, bytes);
+    st = st == DK_OK ? dk_mpi_gauss_execute(plan, dbuf, dbuf) : st;
+    st = st == DK_OK ? dk_buffer_read(dbuf, r0, bytes) : st;
+    st = st == DK_OK ? dk_mpi_plan_stats_reset(plan) : st;
+    st = st == DK_OK ? dk_mpi_plan_set_profile(plan, 1) : st;
+    st = st == DK_OK ? dk_buffer_write(dbuf, buf, bytes) : st;
+    st = st == DK_OK ? dk_mpi_gauss_execute(plan, dbuf, dbuf) : st;
+    st = st == DK_OK ? dk_buffer_read(dbuf, r1, bytes) : st;
+    dk_mpi_plan_stats(plan, &stats);
+    dk_mpi_plan_set_profile(plan, 0);
+    ok = all_ranks(st == DK_OK && r0 && r1 && !memcmp(r0, r1, bytes) && stats.comm_calls > 0 &&
+                   dk_mpi_plan_set_profile(NULL, 1) == DK_ERR_INVALID_ARGUMENT);
+    if (rank == 0)
+        printf("%-4s profile on: the same result, its communication counted\n", ok ? "ok" : "FAIL");
+    failures += !ok;
+    free(r0);
+    free(r1);
+    for (size_t k = 0; k < part.extent[0]; k++)
+        buf[k] = 0.0f;
     dk_buffer_destroy(small);
     dk_buffer_destroy(dbuf);
     dk_mpi_plan_destroy(plan);
@@ -450,8 +494,8 @@ static void bad_input(dk_context *ctx)
      * then a device that fails at every execute */
     part_of(&line, &part);
     snprintf(who, sizeof who, "rank %d of %d: ", size - 1, size);
-    const char *names[2] = {"nogauss", "mpifaulty"};
-    for (int k = 0; k < 2; k++) {
+    const char *names[3] = {"nogauss", "mpifaulty", "mpihalofaulty"};
+    for (int k = 0; k < 3; k++) {
         dk_context *other = NULL;
         st = last ? dk_context_create(names[k], &other) : DK_OK;
         if (!all_ranks(st == DK_OK)) {
@@ -472,13 +516,118 @@ static void bad_input(dk_context *ctx)
             if (rank == 0 && !ok)
                 printf("FAIL plan on the faulty device: %s\n", dk_mpi_last_error());
             failures += !ok;
+            /* mpihalofaulty offers execute_halo: the split line goes the halo
+             * path, whose outcome is agreed after the exchanges */
+            const char *path = dk_mpi_gauss_plan_path(plan), *want = size == 1 ? "local"
+                                                                 : k == 2   ? "halo"
+                                                                            : "widened";
+            ok = all_ranks(path && !strcmp(path, want));
+            if (rank == 0)
+                printf("%-4s %s on the last rank: the plan takes the %s path\n", ok ? "ok" : "FAIL", names[k],
+                       want);
+            failures += !ok;
             st = dk_mpi_gauss_execute_host(plan, buf, buf);
-            expect_failure("device failure at execute on the last rank", st, DK_ERR_BACKEND, "(simulated)");
+            expect_failure(k == 2 ? "device failure at execute_halo on the last rank"
+                                  : "device failure at execute on the last rank",
+                           st, DK_ERR_BACKEND, "(simulated)");
+            /* and again: the failure leaves no rank behind in a later call */
+            st = dk_mpi_gauss_execute_host(plan, buf, buf);
+            expect_failure("the same failure on the next call", st, DK_ERR_BACKEND, "(simulated)");
         }
         dk_mpi_plan_destroy(plan);
         dk_context_destroy(other);
     }
     free(buf);
+}
+
+/* ---- the queued device path without a GPU (tests/test_mpi_queue.c) ---- */
+
+/* The plugin mpiqueue on every rank: its communicator queues, so halos go
+ * straight from the box and land in place, and dk_mpi_gauss_execute agrees
+ * by a sum behind the data, as cuda with NCCL does. Every geometry against
+ * the reference; then an execute_halo that fails on the last rank only. */
+static void queued_path(void)
+{
+    dk_context *q = NULL;
+    dk_status st = dk_context_create("mpiqueue", &q);
+    if (!all_ranks(st == DK_OK)) {
+        if (rank == 0)
+            printf("FAIL the test plugin mpiqueue could not be opened (DAKIT_PLUGIN_PATH must name the build's "
+                   "tests folder): %s\n", dk_last_error(NULL));
+        failures++;
+        dk_context_destroy(q);
+        return;
+    }
+    static const dk_dtype dtypes[] = {DK_F32, DK_F64};
+    static const dk_boundary bounds[] = {DK_BOUNDARY_ZERO, DK_BOUNDARY_CONSTANT};
+    int combo = 0;
+    for (int gi = 0; gi < NGEOMS; gi++)
+        for (int ti = 0; ti < 2; ti++)
+            for (int bi = 0; bi < 2; bi++) {
+                dk_mpi_part part;
+                dk_gauss_desc d;
+                part_of(&geoms[gi], &part);
+                desc_of(&geoms[gi], dtypes[ti], bounds[bi], 4, &d);
+                check_case(q, geoms[gi].name, &d, &part, combo++ % 3 == 0);
+            }
+
+    /* 2-D tiles: the queued transport, then a failure on the last rank */
+    const geom *g = &geoms[6];
+    dk_mpi_part part;
+    dk_gauss_desc d;
+    part_of(g, &part);
+    desc_of(g, DK_F64, DK_BOUNDARY_CONSTANT, 4, &d);
+    size_t n = count_of(d.ndim, d.shape), local = count_of(d.ndim, part.extent), bytes = local * sizeof(double);
+    double *x = malloc(n * sizeof *x), *in = malloc(bytes + 8), *r0 = malloc(bytes + 8), *r1 = malloc(bytes + 8);
+    fill(x, DK_F64, n);
+    box_copy(in, x, &d, &part, 1);
+    dk_mpi_plan *plan = NULL;
+    dk_buffer *bin = NULL, *bout = NULL;
+    st = dk_mpi_gauss_plan_create(q, MPI_COMM_WORLD, &d, &part, &plan);
+    if (st == DK_OK && (dk_buffer_create(q, bytes + 8, &bin) != DK_OK || dk_buffer_create(q, bytes + 8, &bout) != DK_OK ||
+                        dk_buffer_write(bin, in, bytes) != DK_OK))
+        st = DK_ERR_BACKEND;
+    int ok = all_ranks(st == DK_OK);
+    if (ok) {
+        st = dk_mpi_gauss_execute(plan, bin, bout);
+        ok = all_ranks(st == DK_OK && dk_buffer_read(bout, r0, bytes) == DK_OK);
+    }
+    const char *transport = plan ? dk_mpi_plan_transport(plan) : "";
+    int queued = size == 1 || !strncmp(transport, "device (mpiqueue)", 17);
+    ok = all_ranks(ok && queued);
+    if (rank == 0)
+        printf("%-4s mpiqueue on every rank: 2d_tiles through %s\n", ok ? "ok" : "FAIL", transport);
+    failures += !ok;
+    if (ok && size > 1) {
+        char who[64];
+        snprintf(who, sizeof who, "rank %d of %d", size - 1, size);
+        if (rank == size - 1)
+            setenv("DAKIT_TEST_QUEUE_FAIL", "1", 1);
+        st = dk_mpi_gauss_execute(plan, bin, bout);
+        unsetenv("DAKIT_TEST_QUEUE_FAIL");
+        /* the sentence is the failing rank's own there, a pointer to it elsewhere */
+        uint64_t v[2] = {(uint64_t)st, ~(uint64_t)st}, r[2];
+        MPI_Allreduce(v, r, 2, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+        ok = all_ranks(st == DK_ERR_BACKEND && strstr(dk_mpi_last_error(), who) &&
+                       (rank != size - 1 || strstr(dk_mpi_last_error(), "(simulated)"))) &&
+             r[0] == ~r[1];
+        if (rank == 0)
+            printf("%-4s execute_halo failing on the last rank, agreed behind the data: every rank: %s: %s\n",
+                   ok ? "ok" : "FAIL", dk_status_string(st), dk_mpi_last_error());
+        else if (!ok)
+            fprintf(stderr, "rank %d: %s: %s\n", rank, dk_status_string(st), dk_mpi_last_error());
+        failures += !ok;
+        st = dk_mpi_gauss_execute(plan, bin, bout);
+        ok = all_ranks(st == DK_OK && dk_buffer_read(bout, r1, bytes) == DK_OK && !memcmp(r0, r1, bytes));
+        if (rank == 0)
+            printf("%-4s the next execute: the same bits as before the failure\n", ok ? "ok" : "FAIL");
+        failures += !ok;
+    }
+    dk_buffer_destroy(bin);
+    dk_buffer_destroy(bout);
+    dk_mpi_plan_destroy(plan);
+    free(x), free(in), free(r0), free(r1);
+    dk_context_destroy(q);
 }
 
 int main(int argc, char **argv)
@@ -508,6 +657,12 @@ int main(int argc, char **argv)
     if (rank == 0)
         printf("-- bad input\n");
     bad_input(ctx);
+    /* once, beside the cpu backend's run: it does not depend on the backend */
+    if (!strcmp(dk_context_backend(ctx), "cpu")) {
+        if (rank == 0)
+            printf("-- the queued device path (plugin mpiqueue)\n");
+        queued_path();
+    }
 
     return mpi_test_end(ctx);
 }

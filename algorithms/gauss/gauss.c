@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "gauss_internal.h"
+#include "../../core/halo.h"
 
 DK_API void dk_gauss_desc_init(dk_gauss_desc *desc)
 {
@@ -294,7 +295,42 @@ DK_API const char *const *dk_gauss_variants(const dk_context *ctx)
     return ctx->backend->plugin->gauss->variants;
 }
 
+static dk_status plan_create(dk_context *ctx, const dk_gauss_desc *desc, const size_t *halo_max, dk_plan **plan);
+
 DK_API dk_status dk_gauss_plan_create(dk_context *ctx, const dk_gauss_desc *desc, dk_plan **plan)
+{
+    return plan_create(ctx, desc, NULL, plan);
+}
+
+DK_API int dk_gauss_halo_offered(const dk_context *ctx, const dk_gauss_desc *desc)
+{
+    const dk_plugin *pl = ctx && desc ? ctx->backend->plugin : NULL;
+    return pl && pl->gauss && (pl->gauss_features & DK_GAUSS_FEATURE_HALO) && pl->gauss->execute_halo &&
+           desc->mode == DK_GAUSS_EXACT && desc->method == DK_GAUSS_RF &&
+           (desc->boundary == DK_BOUNDARY_ZERO || desc->boundary == DK_BOUNDARY_CONSTANT);
+}
+
+DK_API dk_status dk_gauss_plan_create_halo(dk_context *ctx, const dk_gauss_desc *desc,
+                                           const size_t halo_max[DK_MAX_DIMS], dk_plan **plan)
+{
+    if (plan)
+        *plan = NULL;
+    if (!ctx || !desc || !halo_max || !plan)
+        return dk_fail(ctx, DK_ERR_INVALID_ARGUMENT, "dk_gauss_plan_create_halo: no argument may be NULL");
+    if (!dk_gauss_halo_offered(ctx, desc))
+        return dk_fail(ctx, DK_ERR_NOT_IMPLEMENTED,
+                       "gauss: backend '%s' does not filter this description with halos (exact mode, rf, the zero "
+                       "or constant boundary, and a plugin with execute_halo are needed)",
+                       ctx->backend->plugin->name);
+    int axes = 0;
+    for (int a = 0; a < desc->ndim && a < DK_MAX_DIMS; a++)
+        axes += (desc->axes >> a) & 1u;
+    if (axes != 1 || desc->axes >> desc->ndim)
+        return dk_fail(ctx, DK_ERR_INVALID_ARGUMENT, "dk_gauss_plan_create_halo: the plan must filter one axis");
+    return plan_create(ctx, desc, halo_max, plan);
+}
+
+static dk_status plan_create(dk_context *ctx, const dk_gauss_desc *desc, const size_t *halo_max, dk_plan **plan)
 {
     if (!ctx || !plan)
         return dk_fail(ctx, DK_ERR_INVALID_ARGUMENT, "dk_gauss_plan_create: ctx and plan must not be NULL");
@@ -317,6 +353,8 @@ DK_API dk_status dk_gauss_plan_create(dk_context *ctx, const dk_gauss_desc *desc
                        "lists the backends", ctx->backend->plugin->name, dk_gauss_boundary_name(desc->boundary));
     if (!(setup.desc.variant = dk_pick_variant(ctx, DK_ALGO_GAUSS, ops->variants, desc->variant)))
         return DK_ERR_NOT_IMPLEMENTED;
+    for (int a = 0; halo_max && a < desc->ndim; a++)
+        setup.halo_max[a] = (desc->axes & (1u << a)) ? halo_max[a] : 0;
     dk_plan *p = calloc(1, sizeof *p);
     if (!p)
         return dk_fail(ctx, DK_ERR_OUT_OF_MEMORY, "gauss: out of host memory");
@@ -445,4 +483,46 @@ DK_API dk_status dk_gauss_execute_host(dk_plan *plan, const void *in, void *out)
         break;
     }
     return staged(plan, in, out);
+}
+
+DK_API dk_status dk_gauss_execute_halo(dk_plan *plan, const dk_buffer *in, dk_buffer *out, dk_gauss_halo_side lower,
+                                       dk_gauss_halo_side upper)
+{
+    const char *what = "dk_gauss_execute_halo";
+    dk_status st = check_plan(plan, what);
+    if (st != DK_OK)
+        return st;
+    const dk_gauss_setup *setup = plan->state;
+    const dk_gauss_desc *d = &setup->desc;
+    int axis = 0;
+    while (axis < d->ndim && !(d->axes & (1u << axis)))
+        axis++;
+    size_t es = dk_dtype_size(d->dtype), bytes = setup->count * es;
+    if (!in || !out || in == out || in->ctx != plan->ctx || out->ctx != plan->ctx || in->bytes < bytes ||
+        out->bytes < bytes)
+        return dk_fail(plan->ctx, DK_ERR_INVALID_ARGUMENT,
+                       "%s: in and out must be two distinct buffers of the plan's context holding %zu bytes", what,
+                       bytes);
+    dk_gauss_halo_side side[2] = {lower, upper};
+    for (int k = 0; k < 2; k++) {
+        if (!side[k].count)
+            continue;
+        size_t need = (setup->count / d->shape[axis] * side[k].count + side[k].offset) * es;
+        if (side[k].count > setup->halo_max[axis] || !side[k].buffer || side[k].buffer->ctx != plan->ctx ||
+            side[k].buffer->bytes < need)
+            return dk_fail(plan->ctx, DK_ERR_INVALID_ARGUMENT,
+                           "%s: the %s halo (%zu values a line, at most %zu) needs a buffer of the plan's context "
+                           "holding %zu bytes", what, k ? "upper" : "lower", side[k].count, setup->halo_max[axis],
+                           need);
+    }
+    dk_gauss_halo h = {axis,
+                       lower.count ? lower.buffer->handle : NULL,
+                       upper.count ? upper.buffer->handle : NULL,
+                       lower.offset, upper.offset, lower.count, upper.count};
+    const dk_gauss_ops *ops = plan->ctx->backend->plugin->gauss;
+    dk_msg msg = {{0}};
+    dk_device_enter(plan->ctx);
+    st = ops->execute_halo(plan->impl, &h, in->handle, out->handle, &msg);
+    dk_device_leave(plan->ctx);
+    return st == DK_OK ? DK_OK : dk_fail_msg(plan->ctx, st, &msg, "gauss: execution with halos failed");
 }

@@ -86,6 +86,8 @@ typedef struct cpu_gauss_plan {
     size_t width[DK_MAX_DIMS];    /* on it: lane buffer row, in elements */
     int fused;                    /* the last two axes in one pass (choose_fused) */
     size_t fuse_pieces, fuse_rows, fuse_tiles, fuse_stride, fuse_need;
+    size_t halo_elems;            /* execute_halo: per thread, a lane buffer of the longest line */
+    void *halo_buffers;           /* threads * halo_elems elements, or NULL */
 } cpu_gauss_plan;
 
 static int max_threads(void)
@@ -339,6 +341,7 @@ static void cpu_gauss_plan_destroy(void *plan)
         return;
     free(p->buffers);
     free(p->scratch);
+    free(p->halo_buffers);
     free(p);
 }
 
@@ -422,6 +425,20 @@ static dk_status cpu_gauss_plan_create(void *device, const dk_gauss_setup *setup
     /* Lanes a short batch leaves unused still get filtered; zeros keep them
      * free of denormals and NaN until real data has passed through. */
     memset(p->buffers, 0, buffer_bytes);
+    for (int a = 0; a < d->ndim; a++)
+        if (setup->halo_max[a]) {
+            size_t m = (d->shape[a] + 2 * setup->halo_max[a]) * p->lanes;
+            p->halo_elems = m > p->halo_elems ? m : p->halo_elems;
+        }
+    if (p->halo_elems) {
+        p->halo_elems = div_up(p->halo_elems * esize, CACHE_LINE) * CACHE_LINE / esize;
+        size_t bytes = (size_t)p->threads * p->halo_elems * esize;
+        if (!(p->halo_buffers = alloc_aligned(bytes))) {
+            dk_msg_set(msg, "cannot allocate %zu bytes of gauss work memory for halos", bytes);
+            cpu_gauss_plan_destroy(p);
+            return DK_ERR_OUT_OF_MEMORY;
+        }
+    }
     *plan = p;
     return DK_OK;
 }
@@ -1015,6 +1032,75 @@ DEFINE_FUSED(fused_f64, double, LANES_F64, TRANSPOSE_F64, gather_f64_avx2, scatt
 DEFINE_EXTENDED_AXIS(extended_axis_f32, float, rf_single_f32)
 DEFINE_EXTENDED_AXIS(extended_axis_f64, double, rf_single_f64)
 
+/* execute_halo: LANES whole lines at a time, each read from the lower halo,
+ * the box and the upper halo into the lane buffer, filtered there as one
+ * line (the boundary rule at its ends) and its box part written out. Lane
+ * t is line (t / inner, t % inner), so along a strided axis the lanes are
+ * adjacent lines and each row is a contiguous run. */
+#define DEFINE_HALO_AXIS(NAME, T, LANES, RF_AVX2, RF_BASE)                             \
+    static void NAME(const cpu_gauss_plan *p, const dk_gauss_halo *h, const T *src,    \
+                     const T *lower, const T *upper, T *dst)                           \
+    {                                                                                  \
+        const dk_gauss_desc *d = &p->setup.desc;                                       \
+        const dk_axis_view v = dk_axis_view_of(d, h->axis);                            \
+        const size_t lc = h->lower_count, uc = h->upper_count, m = lc + v.n + uc;      \
+        const size_t lines = v.outer * v.inner, groups = div_up(lines, LANES);        \
+        const T alpha = (T)p->setup.alpha[h->axis];                                    \
+        void (*rf)(T *, size_t, size_t, T, int, dk_boundary) = p->avx2 ? RF_AVX2 : RF_BASE; \
+        _Pragma("omp parallel num_threads(p->threads)")                                \
+        {                                                                              \
+            T *buf = (T *)p->halo_buffers + (size_t)thread_index() * p->halo_elems;    \
+            _Pragma("omp for schedule(dynamic, 1)")                                    \
+            for (size_t g = 0; g < groups; g++) {                                      \
+                size_t t0 = g * LANES, cnt = lines - t0 < LANES ? lines - t0 : LANES;  \
+                for (size_t k = 0; k < LANES; k++) {                                   \
+                    size_t t = t0 + (k < cnt ? k : 0), o = t / v.inner, j = t % v.inner; \
+                    const T *lo = lower + o * lc * v.inner + j;                        \
+                    const T *mid = src + o * v.n * v.inner + j;                        \
+                    const T *up = upper + o * uc * v.inner + j;                        \
+                    size_t i = 0;                                                      \
+                    for (; i < lc; i++)                                                \
+                        buf[i * LANES + k] = lo[i * v.inner];                          \
+                    for (; i < lc + v.n; i++)                                          \
+                        buf[i * LANES + k] = mid[(i - lc) * v.inner];                  \
+                    for (; i < m; i++)                                                 \
+                        buf[i * LANES + k] = up[(i - lc - v.n) * v.inner];             \
+                }                                                                      \
+                rf(buf, m, LANES, alpha, d->K, d->boundary);                           \
+                for (size_t k = 0; k < cnt; k++) {                                     \
+                    size_t t = t0 + k, o = t / v.inner, j = t % v.inner;               \
+                    T *y = dst + o * v.n * v.inner + j;                                \
+                    for (size_t i = 0; i < v.n; i++)                                   \
+                        y[i * v.inner] = buf[(lc + i) * LANES + k];                    \
+                }                                                                      \
+            }                                                                          \
+        }                                                                              \
+    }
+
+DEFINE_HALO_AXIS(halo_axis_f32, float, LANES_F32, rf_lanes_f32_avx2, rf_lanes_f32_base)
+DEFINE_HALO_AXIS(halo_axis_f64, double, LANES_F64, rf_lanes_f64_avx2, rf_lanes_f64_base)
+
+static dk_status cpu_gauss_execute_halo(void *plan, const dk_gauss_halo *h, const void *in, void *out, dk_msg *msg)
+{
+    cpu_gauss_plan *p = plan;
+    if (!p || !h || !in || !out || in == out || h->axis < 0 || h->axis >= p->setup.desc.ndim ||
+        !p->setup.halo_max[h->axis] || h->lower_count > p->setup.halo_max[h->axis] ||
+        h->upper_count > p->setup.halo_max[h->axis] || (h->lower_count && !h->lower) ||
+        (h->upper_count && !h->upper) || p->setup.extended[h->axis] || p->setup.desc.mode != DK_GAUSS_EXACT) {
+        dk_msg_set(msg, "gauss execute_halo: a plan made for halos along the axis, distinct in and out, and "
+                        "halos within its halo_max are needed");
+        return DK_ERR_INVALID_ARGUMENT;
+    }
+    size_t es = element_size(p->setup.desc.dtype);
+    const char *lower = (const char *)h->lower + h->lower_offset * es;
+    const char *upper = (const char *)h->upper + h->upper_offset * es;
+    if (p->setup.desc.dtype == DK_F32)
+        halo_axis_f32(p, h, in, (const float *)lower, (const float *)upper, out);
+    else
+        halo_axis_f64(p, h, in, (const double *)lower, (const double *)upper, out);
+    return DK_OK;
+}
+
 static dk_status cpu_gauss_execute(void *plan, const void *in, void *out, dk_msg *msg)
 {
     cpu_gauss_plan *p = plan;
@@ -1062,4 +1148,5 @@ const dk_gauss_ops dk_cpu_gauss_ops = {
     .plan_create = cpu_gauss_plan_create,
     .execute = cpu_gauss_execute,
     .plan_destroy = cpu_gauss_plan_destroy,
+    .execute_halo = cpu_gauss_execute_halo,
 };

@@ -237,7 +237,7 @@ static const dk_plugin cpu_plugin = {
     .buffer_unwrap = cpu_buffer_unwrap,
     .device_native = cpu_device_native,
     .gauss = &dk_cpu_gauss_ops,
-    .gauss_features = DK_GAUSS_FEATURE_RECURSIVE | DK_GAUSS_FEATURE_MODES,
+    .gauss_features = DK_GAUSS_FEATURE_RECURSIVE | DK_GAUSS_FEATURE_MODES | DK_GAUSS_FEATURE_HALO,
     .buffer_copy_box = cpu_buffer_copy_box,
     .gbees = &dk_cpu_gbees_ops,
 #ifdef DK_CPU_ENKF

@@ -411,7 +411,7 @@ static const dk_plugin cuda_plugin = {
 #ifdef DK_CUDA_HAVE_NCCL
     .comm = &dk_cuda_comm_ops,
 #endif
-    .gauss_features = DK_GAUSS_FEATURE_RECURSIVE | DK_GAUSS_FEATURE_MODES,
+    .gauss_features = DK_GAUSS_FEATURE_RECURSIVE | DK_GAUSS_FEATURE_MODES | DK_GAUSS_FEATURE_HALO,
     .buffer_copy_box = cuda_buffer_copy_box,
     .letkf = &dk_cuda_letkf_ops,
 #ifdef DK_CUDA_HAVE_NCCL

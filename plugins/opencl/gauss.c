@@ -68,6 +68,10 @@ typedef struct gauss_plan {
     double cval;
     cl_mem temp;    /* count elements: the other half of the ping-pong */
     cl_mem scratch; /* window work areas; NULL when no pass needs them */
+    cl_kernel halo_kernel; /* execute_halo (rf_halo); NULL for plans without halos */
+    cl_mem halo_scratch;   /* its halos' values, 2 halo_max a line */
+    size_t halo_max, halo_lines, halo_n, halo_inner;
+    double halo_alpha;
     int npasses;
     axis_pass pass[DK_MAX_DIMS];
 } gauss_plan;
@@ -326,6 +330,10 @@ static void gauss_plan_destroy(void *handle)
         clReleaseMemObject(plan->temp);
     if (plan->scratch)
         clReleaseMemObject(plan->scratch);
+    if (plan->halo_kernel)
+        clReleaseKernel(plan->halo_kernel);
+    if (plan->halo_scratch)
+        clReleaseMemObject(plan->halo_scratch);
     free(plan);
 }
 
@@ -441,13 +449,35 @@ static dk_status gauss_plan_create(void *device, const dk_gauss_setup *setup, vo
     CL_TRY_GOTO(err, fail, "gauss: creating kernel rf_windows");
     plan->extended_kernel = clCreateKernel(program, "extended_segments", &err);
     CL_TRY_GOTO(err, fail, "gauss: creating kernel extended_segments");
-    st = dk_opencl_alloc(dev, setup->count * esize, NULL, &plan->temp, msg,
-                         "gauss: allocating the plan's ping-pong buffer");
-    if (st == DK_OK && scratch_values)
+    /* a plan made for execute_halo (libdakit-mpi's split axes) runs rf_halo
+     * alone: no ping-pong buffer or window scratch beside the caller's box */
+    int halo_only = 0;
+    for (int a = 0; a < d->ndim; a++)
+        halo_only |= setup->halo_max[a] != 0;
+    if (!halo_only)
+        st = dk_opencl_alloc(dev, setup->count * esize, NULL, &plan->temp, msg,
+                             "gauss: allocating the plan's ping-pong buffer");
+    if (st == DK_OK && scratch_values && !halo_only)
         st = dk_opencl_alloc(dev, scratch_values * esize, NULL, &plan->scratch, msg,
                              "gauss: allocating the plan's scratch");
     if (st != DK_OK)
         goto fail;
+    for (int a = 0; a < d->ndim; a++)
+        if (setup->halo_max[a]) {
+            plan->halo_max = setup->halo_max[a];
+            plan->halo_n = d->shape[a];
+            plan->halo_lines = setup->count / d->shape[a];
+            plan->halo_inner = dk_axis_view_of(d, a).inner;
+            plan->halo_alpha = setup->alpha[a];
+        }
+    if (plan->halo_max) {
+        plan->halo_kernel = clCreateKernel(program, "rf_halo", &err);
+        CL_TRY_GOTO(err, fail, "gauss: creating kernel rf_halo");
+        st = dk_opencl_alloc(dev, 2 * plan->halo_max * plan->halo_lines * esize, NULL, &plan->halo_scratch, msg,
+                             "gauss: allocating the plan's halo scratch");
+        if (st != DK_OK)
+            goto fail;
+    }
     *out = plan;
     return DK_OK;
 fail:
@@ -673,6 +703,10 @@ static dk_status gauss_execute(void *handle, const void *in_handle, void *out_ha
     dk_opencl_device *dev = plan->dev;
     cl_mem in = (cl_mem)in_handle, out = (cl_mem)out_handle;
     size_t bytes = plan->count * (plan->dtype == DK_F64 ? sizeof(double) : sizeof(float));
+    if (plan->halo_max) { /* its ping-pong buffer was never made */
+        dk_msg_set(msg, "opencl gauss: this plan was made for execute_halo only");
+        return DK_ERR_INVALID_ARGUMENT;
+    }
     dk_status st = dk_opencl_enter(dev, msg);
     if (st != DK_OK)
         return st;
@@ -707,9 +741,64 @@ fail:
     return st;
 }
 
+static dk_status gauss_execute_halo(void *handle, const dk_gauss_halo *h, const void *in_handle,
+                                    void *out_handle, dk_msg *msg)
+{
+    gauss_plan *plan = handle;
+    if (!plan || !plan->halo_kernel || !h || in_handle == out_handle || h->lower_count > plan->halo_max ||
+        h->upper_count > plan->halo_max || !plan->rf) {
+        dk_msg_set(msg, "opencl gauss execute_halo: a plan made for halos, distinct in and out, and halos within "
+                        "its halo_max are needed");
+        return DK_ERR_INVALID_ARGUMENT;
+    }
+    dk_opencl_device *dev = plan->dev;
+    dk_status st = dk_opencl_enter(dev, msg);
+    if (st != DK_OK)
+        return st;
+    cl_mem in = (cl_mem)in_handle, out = (cl_mem)out_handle, scratch = plan->halo_scratch;
+    /* an absent halo is never read; the kernel still needs a buffer there */
+    cl_mem lower = h->lower_count ? (cl_mem)h->lower : in, upper = h->upper_count ? (cl_mem)h->upper : in;
+    cl_ulong lo_off = h->lower_offset, up_off = h->upper_offset, n = plan->halo_n, lines = plan->halo_lines;
+    cl_ulong lc = h->lower_count, uc = h->upper_count, inner = plan->halo_inner;
+    cl_kernel k = plan->halo_kernel;
+    cl_int err = CL_SUCCESS;
+    int arg = 0;
+    err |= clSetKernelArg(k, arg++, sizeof in, &in);
+    err |= clSetKernelArg(k, arg++, sizeof out, &out);
+    err |= clSetKernelArg(k, arg++, sizeof lower, &lower);
+    err |= clSetKernelArg(k, arg++, sizeof lo_off, &lo_off);
+    err |= clSetKernelArg(k, arg++, sizeof upper, &upper);
+    err |= clSetKernelArg(k, arg++, sizeof up_off, &up_off);
+    err |= clSetKernelArg(k, arg++, sizeof scratch, &scratch);
+    err |= clSetKernelArg(k, arg++, sizeof n, &n);
+    err |= clSetKernelArg(k, arg++, sizeof inner, &inner);
+    err |= clSetKernelArg(k, arg++, sizeof lines, &lines);
+    err |= clSetKernelArg(k, arg++, sizeof lc, &lc);
+    err |= clSetKernelArg(k, arg++, sizeof uc, &uc);
+    if (plan->dtype == DK_F64) {
+        double alpha = plan->halo_alpha;
+        err |= clSetKernelArg(k, arg++, sizeof alpha, &alpha);
+    } else {
+        float alpha = (float)plan->halo_alpha;
+        err |= clSetKernelArg(k, arg++, sizeof alpha, &alpha);
+    }
+    cl_int K = plan->K, constant = plan->constant_boundary;
+    err |= clSetKernelArg(k, arg++, sizeof K, &K);
+    err |= clSetKernelArg(k, arg++, sizeof constant, &constant);
+    CL_TRY_GOTO(err, fail, "gauss: setting rf_halo's arguments");
+    size_t local = 64, global = (lines + local - 1) / local * local;
+    CL_TRY_GOTO(clEnqueueNDRangeKernel(dev->queue, k, 1, NULL, &global, &local, 0, NULL, NULL), fail,
+                "gauss: launching rf_halo");
+    return dk_opencl_finish(dev, DK_OPENCL_MAY_QUEUE, msg, "gauss: finishing rf_halo");
+fail:
+    clFinish(dev->queue);
+    return st;
+}
+
 const dk_gauss_ops dk_opencl_gauss_ops = {
     .variants = gauss_variants,
     .plan_create = gauss_plan_create,
     .execute = gauss_execute,
     .plan_destroy = gauss_plan_destroy,
+    .execute_halo = gauss_execute_halo,
 };

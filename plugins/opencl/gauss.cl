@@ -749,3 +749,47 @@ static void ext_cols(__global const REAL *src, __global REAL *dst, __global cons
 EXT_KERNELS(1)
 EXT_KERNELS(2)
 EXT_KERNELS(3)
+
+/* execute_halo: one work-item per line (line t = o * inner + j), filtered as
+ * the line lower halo | box | upper halo (lc + n + uc values) with the
+ * boundary rule at its two ends. The box's values live in dst and the
+ * halos' in scratch, value i of the lower halo at scratch[i * lines + t]
+ * and value i of the upper one at scratch[(lc + i) * lines + t]; the
+ * arithmetic is rf_span's. */
+#define HALO_AT(i)                                                                                 \
+    (*((i) < lc ? scratch + (i) * lines + t                                                        \
+       : (i) < lc + n ? dst + (o * n + (i) - lc) * inner + j                                       \
+                      : scratch + ((i) - n) * lines + t))
+__kernel void rf_halo(__global const REAL *src, __global REAL *dst, __global const REAL *lower,
+                      ulong lower_offset, __global const REAL *upper, ulong upper_offset,
+                      __global REAL *scratch, ulong n, ulong inner, ulong lines, ulong lc, ulong uc,
+                      REAL alpha, int K, int constant_boundary)
+{
+    const ulong t = get_global_id(0);
+    if (t >= lines)
+        return;
+    const ulong o = t / inner, j = t % inner, m = lc + n + uc, last = m - 1;
+    for (ulong i = 0; i < lc; i++)
+        HALO_AT(i) = lower[lower_offset + (o * lc + i) * inner + j];
+    for (ulong i = 0; i < n; i++)
+        dst[(o * n + i) * inner + j] = src[(o * n + i) * inner + j];
+    for (ulong i = 0; i < uc; i++)
+        HALO_AT(lc + n + i) = upper[upper_offset + (o * uc + i) * inner + j];
+    const REAL beta = (REAL)1 - alpha;
+    for (int k = 0; k < K; k++) {
+        REAL u = HALO_AT(last);
+        REAL p = constant_boundary ? HALO_AT(0) : (REAL)0;
+        for (ulong i = 0; i <= last; i++) {
+            p = beta * HALO_AT(i) + alpha * p;
+            HALO_AT(i) = p;
+        }
+        REAL s = constant_boundary ? u + (p - u) / ((REAL)1 + alpha) : beta * p;
+        HALO_AT(last) = s;
+        for (ulong i = last; i > 0;) {
+            i--;
+            s = beta * HALO_AT(i) + alpha * s;
+            HALO_AT(i) = s;
+        }
+    }
+}
+#undef HALO_AT

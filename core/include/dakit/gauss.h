@@ -152,6 +152,9 @@ size_t dk_gauss_window_halo(const dk_gauss_desc *desc, int axis);
  * with the zero and constant boundaries. */
 #define DK_GAUSS_FEATURE_RECURSIVE 1u /* methods deriche and vyv */
 #define DK_GAUSS_FEATURE_MODES 2u     /* boundaries reflect, mirror, nearest, wrap, cval */
+#define DK_GAUSS_FEATURE_HALO 4u      /* dk_gauss_ops.execute_halo is there (a table built
+                                         before it ends earlier: the core reads the entry
+                                         only where this bit is set) */
 
 /* deriche and vyv along one axis, in parallel form: y = y+ + y-, each the
  * sum over `count` sections s of a causal and an anti-causal recursion
@@ -225,7 +228,25 @@ typedef struct dk_gauss_setup {
     size_t reach[DK_MAX_DIMS];   /* extended axes: values per side (not clipped
                                     to the line; the continuation repeats) */
     dk_gauss_iir iir[DK_MAX_DIMS]; /* deriche and vyv: the sections */
+    /* Appended for execute_halo (libdakit-mpi): the most halo values per
+     * side that execute_halo passes along each axis; 0 everywhere for a
+     * plan that is never executed with halos. */
+    size_t halo_max[DK_MAX_DIMS];
 } dk_gauss_setup;
+
+/* execute_halo's halos: the plan's field is a box of a longer field, cut
+ * along `axis`; each line along it goes on before the box's first value
+ * with lower_count values and after its last with upper_count values, held
+ * in their own buffers as arrays of the box's shape but with lower_count
+ * (upper_count) values along `axis`, C order, starting lower_offset
+ * (upper_offset) elements into the buffer. A count of 0: no halo on that
+ * side (the buffer is then NULL and not read). */
+typedef struct dk_gauss_halo {
+    int axis;
+    const void *lower, *upper;         /* buffer handles */
+    size_t lower_offset, upper_offset; /* elements */
+    size_t lower_count, upper_count;   /* values per line, <= setup->halo_max[axis] */
+} dk_gauss_halo;
 
 typedef struct dk_gauss_ops {
     /* Required. NULL-terminated variant names; the first is the default. */
@@ -242,6 +263,18 @@ typedef struct dk_gauss_ops {
     dk_status (*execute)(void *plan, const void *in, void *out, struct dk_msg *msg);
     /* Required. Frees the plan; called once, also after a failed execute. */
     void (*plan_destroy)(void *plan);
+    /* Optional (appended; read only with DK_GAUSS_FEATURE_HALO; without
+     * it libdakit-mpi filters a widened copy of the box instead). Filters along halo->axis alone the line made of the
+     * lower halo, the box's line and the upper halo, as one line of that
+     * length (the boundary rule at its two ends), and writes the box's part
+     * to out; the halos are read where they lie, never copied into a
+     * widened field. Called only for plans whose setup->halo_max[axis] is
+     * set, whose desc.axes is that one axis, in exact mode with method rf
+     * and the zero or constant boundary; in and out are distinct. Returns
+     * when the result is in out, or sooner under DK_QUEUE_ASYNC, as
+     * execute. */
+    dk_status (*execute_halo)(void *plan, const dk_gauss_halo *halo, const void *in, void *out,
+                              struct dk_msg *msg);
 } dk_gauss_ops;
 
 /* Helpers every backend shares, so that all decompose alike. */

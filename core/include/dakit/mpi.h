@@ -93,6 +93,14 @@ dk_status dk_mpi_gauss_execute(dk_mpi_plan *plan, const dk_buffer *in_local, dk_
  * propagates. Local: call it on every rank with the same policy. */
 dk_status dk_mpi_gauss_plan_set_nan(dk_mpi_plan *plan, dk_gauss_nan policy);
 
+/* How a distributed gauss plan filters the axes that are split between
+ * ranks: "halo" where every rank's plugin filters its box in place with
+ * the received halos in their own buffers (dk_gauss_ops.execute_halo),
+ * "widened" where a widened copy of the box is filtered instead, "local"
+ * where no filtered axis is split (nothing is exchanged); NULL for a plan
+ * that is not a distributed gauss plan. The same on every rank. Local. */
+const char *dk_mpi_gauss_plan_path(const dk_mpi_plan *plan);
+
 /* How the plan's reductions cross ranks: "device (nccl)" where every rank's
  * backend offers device-side communication on a device of its own, else
  * "host (MPI): " and the reason (docs/distributed.md, "Device-side
@@ -116,6 +124,15 @@ typedef struct dk_mpi_stats {
 dk_status dk_mpi_plan_stats(const dk_mpi_plan *plan, dk_mpi_stats *stats);
 /* Zeroes the plan's counts (between a warm-up and the timed runs, say). */
 dk_status dk_mpi_plan_stats_reset(dk_mpi_plan *plan);
+/* Where a plan queues its collectives on the device's queue (gauss on
+ * device buffers with a device communicator, dk_mpi_plan_transport), the
+ * stats count only the time to queue them, and the wait that ends the call
+ * waits for the filtering too. With profile on (1), an execute first waits
+ * for the work queued before each collective and then for the collective
+ * itself, so that comm_seconds is the collectives' own time; that wait
+ * costs what queueing saves, so time executes with it off (0, the start).
+ * Blocking collectives are counted either way. Local. */
+dk_status dk_mpi_plan_set_profile(dk_mpi_plan *plan, int on);
 
 /* ---- enkf (docs/distributed.md, "enkf") ----
  *
