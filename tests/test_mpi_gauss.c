@@ -51,6 +51,11 @@ static const geom geoms[] = {
     {"3d_slabs", 3, {20, 24, 30}, 7, {2, 3, 1.5}, SLABS, 0},
     {"3d_split2_axes02", 3, {12, 16, 40}, 5, {2, 0, 4}, SLABS, 2},
     {"3d_tiles12", 3, {10, 30, 28}, 7, {1.5, 3, 2}, TILES12, 0},
+    /* parts long enough for the compiled windows of cuda's execute_halo:
+     * a strided split axis of 64 lines (k_halo_reg, k_halo_gen in float64)
+     * and a contiguous one (k_halo_row) */
+    {"2d_split0_long", 2, {600, 64}, 3, {2, 2}, SLABS, 0},
+    {"2d_split1_long", 2, {8, 700}, 3, {2, 3}, SLABS, 1},
 };
 #define NGEOMS ((int)(sizeof geoms / sizeof geoms[0]))
 
