@@ -77,6 +77,9 @@ struct Args {
     /* syevj: A and b of the batch written out (build), Q, lambda read back (finish) */
     double *bat_A, *bat_b, *bat_lam;
     int *overflow;
+    /* MODE 0 over a list of points instead of [i0, i1) where set (the warp variant's leftovers) */
+    const int32_t *list;
+    const int *list_count;
 };
 
 /* One compiled body for the counting and the analysis kernels, so both see
@@ -560,8 +563,9 @@ template <typename T, int MODE> __global__ void __launch_bounds__(256) k_points(
     if (threadIdx.x == 0)
         geo = a.geo;
     __syncthreads();
-    for (long long i = a.i0 + blockIdx.x; i < a.i1; i += gridDim.x) {
-        const long long slot = i - a.i0;
+    const long long todo = a.list ? (long long)*a.list_count : a.i1 - a.i0;
+    for (long long t = blockIdx.x; t < todo; t += gridDim.x) {
+        const long long i = a.list ? (long long)a.list[t] : a.i0 + t, slot = t;
         const int k = a.k, kp = a.kp;
         if constexpr (MODE == 2) {
             double *bs = at<double>(smem, a.L.bs);
@@ -596,12 +600,581 @@ template <typename T, int MODE> __global__ void __launch_bounds__(256) k_points(
     }
 }
 
+/* ---- the variant "warp": one warp per point, the eigenproblem by tridiagonalization and QL ----
+ *
+ * A batch of points goes through three kernels:
+ *   k_warp_system  one warp per point: the selection (ballot compaction in
+ *                  the reference's order; the cap by rank), A and b, the
+ *                  Householder reduction A = H T H^T in the warp's shared
+ *                  memory, H^T x and H^T b; T, those two vectors and the
+ *                  reflectors go to the batch's arrays;
+ *   k_warp_ql      one thread per point: implicit QL on T (T = G L G^T),
+ *                  its rotations applied to the two vectors as they come and
+ *                  logged; then xam, y = f(L) G^T H^T x and G y by the log
+ *                  replayed backwards;
+ *   k_warp_finish  one warp per point: a = H (G y), RTPP/RTPS, xa, spread.
+ * Only W x and x . w are needed, never W itself, so no eigenvector is
+ * formed. A point whose QL does not converge or outgrows its log is left to
+ * the jacobi kernel (MODE 0 over a list), as are ensembles above W_MAX_K. */
+
+const int W_MAX_K = 64;  /* members the warp kernels take */
+const int W_WARPS = 2;   /* warps a block of the warp kernels */
+const int W_CH = 8;      /* observation rows staged at a time */
+const int W_QL_ITER = 30; /* QL iterations an eigenvalue before giving up */
+const unsigned FULL = 0xffffffffu;
+
+struct WArgs {
+    dk_letkf_geometry geo;
+    const double *grid_pos, *obs_pos;
+    const int32_t *order;
+    const uint64_t *ckey;
+    const int32_t *cstart;
+    long long cells;
+    const double *yp, *dep, *rinv;
+    const void *xb;
+    void *xa;
+    int32_t *nobs;
+    double *spread;
+    long long i0, i1, batch; /* the batch's points [i0, i1); its arrays hold batch slots */
+    int k, kp, ld, cap, logcap;
+    long long lcap, scap;
+    double g, rtpp, rtps;
+    /* per warp (global): candidate list and capped selection */
+    int32_t *lidx, *sidx;
+    double *lrho, *srho;
+    /* per slot: reflectors (k x k: reflector j's v[r] at j * k + r for r > j + 1, tau_j at j * k + j) */
+    double *refl;
+    /* k x batch each, slot fastest: T's diagonal and subdiagonal, H^T x (then G y), H^T b */
+    double *td, *te, *tu, *tb;
+    double *xm, *xam; /* batch */
+    int32_t *failed;  /* batch: 1 where the jacobi kernel takes the point */
+    /* the QL log, logcap x batch, slot fastest */
+    double *lc, *ls;
+    uint8_t *li;
+    int32_t *redo; /* n: points for the jacobi kernel */
+    int *redo_count;
+    int *overflow;
+};
+
+/* The sum over the warp, the same bits in every lane (the butterfly adds
+ * the same pair in each lane of a pair). */
+__device__ __forceinline__ double warp_sum(double v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(FULL, v, o);
+    return v;
+}
+
+/* Per-warp shared memory, in doubles then ints. */
+struct WLayout {
+    int A, Y, WY, dch, xs, bs, vs, ws; /* double offsets */
+    int vstart, voff;                  /* int offsets past the doubles */
+    int doubles, ints, bytes;
+};
+
+__host__ __device__ inline WLayout wlayout(int kp)
+{
+    WLayout L;
+    int o = 0;
+    L.A = o, o += kp * (kp + 1);
+    L.Y = o, o += W_CH * kp;
+    L.WY = o, o += W_CH * kp;
+    L.dch = o, o += W_CH;
+    L.xs = o, o += kp;
+    L.bs = o, o += kp;
+    L.vs = o, o += kp;
+    L.ws = o, o += kp;
+    L.doubles = o;
+    L.vstart = 0;
+    L.voff = MAX_VISITS;
+    L.ints = 2 * MAX_VISITS + 2;
+    L.bytes = (L.doubles * 8 + L.ints * 4 + 15) / 16 * 16;
+    return L;
+}
+
+/* The observations of the point at pos (warp-wide): sorted positions in
+ * *idx, weights in *rho, in the reference's order, or by rank under the cap.
+ * gw: the warp's index among all warps (its global lists). */
+__device__ int warp_select(const WArgs &a, const dk_letkf_geometry *geo, const double *pos, int *vstart, int *voff,
+                           long long gw, const int32_t **idx, const double **rho)
+{
+    const int lane = threadIdx.x & 31;
+    int b[DK_LETKF_POS] = {0, 0, 0, 0};
+    for (int d = 0; d < geo->dims; d++)
+        b[d] = dk_letkf_cell(geo, d, pos[d]);
+    const int visits = dk_letkf_visits(geo);
+    for (int t = lane; t < visits; t += 32) {
+        dk_letkf_key_t key;
+        int s = 0, len = 0;
+        if (dk_letkf_visit_key(geo, b, t, &key)) {
+            long long c = find_cell(a.ckey, a.cells, key);
+            if (c >= 0) {
+                s = a.cstart[c];
+                len = a.cstart[c + 1] - s;
+            }
+        }
+        vstart[t] = s;
+        voff[t + 1] = len;
+    }
+    __syncwarp();
+    if (lane == 0) {
+        voff[0] = 0;
+        for (int t = 0; t < visits; t++)
+            voff[t + 1] += voff[t];
+    }
+    __syncwarp();
+    const int total = voff[visits];
+    int32_t *lidx = a.lidx + gw * a.lcap;
+    double *lrho = a.lrho + gw * a.lcap;
+    long long count = 0;
+    for (int base = 0; base < total; base += 32) {
+        int c = base + lane, j = -1;
+        double r = 0.0;
+        if (c < total) {
+            j = candidate_obs(c, vstart, voff, visits);
+            r = obs_weight(geo, pos, a.obs_pos + (long long)j * DK_LETKF_POS);
+        }
+        unsigned keep = __ballot_sync(FULL, r > 0.0);
+        long long at_ = count + __popc(keep & ((1u << lane) - 1u));
+        if (r > 0.0) {
+            if (at_ < a.lcap) {
+                lidx[at_] = j;
+                lrho[at_] = r;
+            } else
+                atomicExch(a.overflow, 1);
+        }
+        count += __popc(keep);
+    }
+    __syncwarp();
+    if (count > a.lcap)
+        count = a.lcap;
+    if (a.cap <= 0 || count <= a.cap) {
+        *idx = lidx;
+        *rho = lrho;
+        return (int)count;
+    }
+    /* the cap: each candidate's rank by (rho descending, original index ascending) */
+    int32_t *sidx = a.sidx + gw * a.scap;
+    double *srho = a.srho + gw * a.scap;
+    for (int c = lane; c < count; c += 32) {
+        double rc = lrho[c];
+        int32_t oc = a.order[lidx[c]];
+        int rank = 0;
+        for (int d = 0; d < count; d++) {
+            double rd = lrho[d];
+            rank += rd > rc || (rd == rc && a.order[lidx[d]] < oc);
+        }
+        if (rank < a.cap) {
+            sidx[rank] = lidx[c];
+            srho[rank] = rc;
+        }
+    }
+    __syncwarp();
+    *idx = sidx;
+    *rho = srho;
+    return a.cap;
+}
+
+/* A = sum_j rho_j / r_j Y_j Y_j^T (kp x kp, leading dimension ld, zero past
+ * k, full) and b, over chunks of W_CH gathered rows; each lane owns 2 x 2
+ * tiles of the lower triangle for a chunk. */
+__device__ void warp_accumulate(const WArgs &a, double *A, double *Y, double *WY, double *dch, double *bs, int nsel,
+                                const int32_t *idx, const double *rho)
+{
+    const int lane = threadIdx.x & 31, k = a.k, kp = a.kp, ld = a.ld, h = kp / 2;
+    for (int e = lane; e < kp * ld; e += 32)
+        A[e] = 0.0;
+    for (int l = lane; l < kp; l += 32)
+        bs[l] = 0.0;
+    const int tiles = h * (h + 1) / 2;
+    for (int base = 0; base < nsel; base += W_CH) {
+        const int cnt = nsel - base < W_CH ? nsel - base : W_CH;
+        __syncwarp();
+        for (int e = lane; e < cnt * kp; e += 32) {
+            int q = e / kp, l = e - q * kp;
+            long long j = idx[base + q];
+            double y = l < k ? a.yp[j * k + l] : 0.0;
+            Y[e] = y;
+            WY[e] = rho[base + q] * a.rinv[j] * y;
+            if (l == 0)
+                dch[q] = a.dep[j];
+        }
+        __syncwarp();
+        for (int t = lane; t < tiles + kp; t += 32) {
+            if (t >= tiles) {
+                int l = t - tiles;
+                double s = bs[l];
+                for (int q = 0; q < cnt; q++)
+                    s = fma(WY[q * kp + l], dch[q], s);
+                bs[l] = s;
+                continue;
+            }
+            int P, Q;
+            tile_of(t, &P, &Q);
+            int r0 = 2 * P, c0 = 2 * Q;
+            double a00 = A[r0 * ld + c0], a01 = A[r0 * ld + c0 + 1];
+            double a10 = A[(r0 + 1) * ld + c0], a11 = A[(r0 + 1) * ld + c0 + 1];
+            for (int q = 0; q < cnt; q++) {
+                const double *w = WY + q * kp, *y = Y + q * kp;
+                double w0 = w[r0], w1 = w[r0 + 1], y0 = y[c0], y1 = y[c0 + 1];
+                a00 = fma(w0, y0, a00);
+                a01 = fma(w0, y1, a01);
+                a10 = fma(w1, y0, a10);
+                a11 = fma(w1, y1, a11);
+            }
+            A[r0 * ld + c0] = a00;
+            A[r0 * ld + c0 + 1] = a01;
+            A[(r0 + 1) * ld + c0] = a10;
+            A[(r0 + 1) * ld + c0 + 1] = a11;
+        }
+    }
+    __syncwarp();
+    /* the upper triangle from the lower (the diagonal tiles are whole already) */
+    for (int e = lane; e < kp * kp; e += 32) {
+        int r = e / kp, c = e - r * kp;
+        if (r / 2 < c / 2)
+            A[r * ld + c] = A[c * ld + r];
+    }
+    __syncwarp();
+}
+
+/* A (k x k, full, shared) = H T H^T, H = H_0 ... H_{k-3}, H_j = I - tau_j
+ * v_j v_j^T acting on rows j + 1 .. (v_j[j + 1] = 1): T's diagonal into d,
+ * its subdiagonal into e (global, element l at l * stride), v_j[r] for
+ * r > j + 1 kept in A[r][j] and tau_j in A[j][j + 1] (both outside what later
+ * steps touch). */
+__device__ void warp_tridiagonal(int k, int ld, double *A, double *vs, double *ws, double *d, double *e,
+                                 long long stride)
+{
+    const int lane = threadIdx.x & 31;
+    for (int j = 0; j < k - 2; j++) {
+        const int r0 = j + 1;
+        double sig = 0.0;
+        for (int r = r0 + 1 + lane; r < k; r += 32) {
+            double x = A[r * ld + j];
+            sig = fma(x, x, sig);
+        }
+        sig = warp_sum(sig);
+        const double alpha = A[r0 * ld + j];
+        if (lane == 0)
+            d[j * stride] = A[j * ld + j];
+        if (sig == 0.0) {
+            /* the column is reduced already: H_j = I */
+            if (lane == 0) {
+                e[j * stride] = alpha;
+                A[j * ld + r0] = 0.0;
+            }
+            continue;
+        }
+        const double norm = sqrt(fma(alpha, alpha, sig));
+        const double beta = alpha >= 0.0 ? -norm : norm;
+        const double tau = (beta - alpha) / beta, scale = 1.0 / (alpha - beta);
+        for (int r = r0 + lane; r < k; r += 32) {
+            double v = r == r0 ? 1.0 : A[r * ld + j] * scale;
+            vs[r] = v;
+            if (r > r0)
+                A[r * ld + j] = v;
+        }
+        if (lane == 0) {
+            e[j * stride] = beta;
+            A[j * ld + r0] = tau;
+        }
+        __syncwarp();
+        /* p = tau A22 v (column r of the symmetric A22 is its row r), w = p - (tau / 2)(p . v) v */
+        double pv = 0.0;
+        for (int r = r0 + lane; r < k; r += 32) {
+            double p = 0.0;
+            for (int c = r0; c < k; c++)
+                p = fma(A[c * ld + r], vs[c], p);
+            p *= tau;
+            ws[r] = p;
+            pv = fma(p, vs[r], pv);
+        }
+        pv = warp_sum(pv);
+        const double half = 0.5 * tau * pv;
+        for (int r = r0 + lane; r < k; r += 32)
+            ws[r] = fma(-half, vs[r], ws[r]);
+        __syncwarp();
+        /* A22 -= v w^T + w v^T, a column a lane */
+        for (int c = r0 + lane; c < k; c += 32) {
+            const double vc = vs[c], wc = ws[c];
+            for (int r = r0; r < k; r++)
+                A[r * ld + c] -= fma(vs[r], wc, ws[r] * vc);
+        }
+        __syncwarp();
+    }
+    if (lane == 0) {
+        d[(k - 2) * stride] = A[(k - 2) * ld + k - 2];
+        d[(k - 1) * stride] = A[(k - 1) * ld + k - 1];
+        e[(k - 2) * stride] = A[(k - 1) * ld + k - 2];
+        e[(k - 1) * stride] = 0.0;
+    }
+    __syncwarp();
+}
+
+/* z <- H^T z = H_{k-3} ... H_0 z for the two shared vectors x and y, the
+ * reflectors as warp_tridiagonal left them in A. */
+__device__ void warp_reflect_t(int k, int ld, const double *A, double *x, double *y)
+{
+    const int lane = threadIdx.x & 31;
+    for (int j = 0; j < k - 2; j++) {
+        const double tau = A[j * ld + j + 1];
+        if (tau == 0.0)
+            continue;
+        double sx = 0.0, sy = 0.0;
+        for (int r = j + 1 + lane; r < k; r += 32) {
+            double v = r == j + 1 ? 1.0 : A[r * ld + j];
+            sx = fma(v, x[r], sx);
+            sy = fma(v, y[r], sy);
+        }
+        sx = warp_sum(sx) * tau;
+        sy = warp_sum(sy) * tau;
+        for (int r = j + 1 + lane; r < k; r += 32) {
+            double v = r == j + 1 ? 1.0 : A[r * ld + j];
+            x[r] = fma(-sx, v, x[r]);
+            y[r] = fma(-sy, v, y[r]);
+        }
+        __syncwarp();
+    }
+}
+
+template <typename T> __global__ void __launch_bounds__(W_WARPS * 32) k_warp_system(WArgs a)
+{
+    extern __shared__ __align__(16) char smem[];
+    __shared__ dk_letkf_geometry geo;
+    if (threadIdx.x == 0)
+        geo = a.geo;
+    __syncthreads();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x / 32, k = a.k;
+    const WLayout L = wlayout(a.kp);
+    double *base = (double *)(smem + (size_t)warp * L.bytes);
+    int *ib = (int *)(base + L.doubles);
+    double *A = base + L.A, *xs = base + L.xs, *bs = base + L.bs;
+    const long long gw = (long long)blockIdx.x * W_WARPS + warp, nw = (long long)gridDim.x * W_WARPS;
+    const long long B = a.batch, cnt = a.i1 - a.i0;
+    const T *xb = (const T *)a.xb;
+    for (long long s = gw; s < cnt; s += nw) {
+        const long long i = a.i0 + s;
+        double pos[DK_LETKF_POS];
+        for (int d = 0; d < DK_LETKF_POS; d++)
+            pos[d] = a.grid_pos[i * DK_LETKF_POS + d];
+        const int32_t *idx;
+        const double *rho;
+        int nsel = warp_select(a, &geo, pos, ib + L.vstart, ib + L.voff, gw, &idx, &rho);
+        warp_accumulate(a, A, base + L.Y, base + L.WY, base + L.dch, bs, nsel, idx, rho);
+        double xsum = 0.0;
+        for (int l = lane; l < k; l += 32) {
+            double x = (double)xb[i * k + l];
+            xs[l] = x;
+            xsum += x;
+        }
+        const double xm = warp_sum(xsum) / k;
+        for (int l = lane; l < k; l += 32)
+            xs[l] -= xm;
+        warp_tridiagonal(k, a.ld, A, base + L.vs, base + L.ws, a.td + s, a.te + s, B);
+        warp_reflect_t(k, a.ld, A, xs, bs);
+        for (int l = lane; l < k; l += 32) {
+            a.tu[l * B + s] = xs[l];
+            a.tb[l * B + s] = bs[l];
+        }
+        double *R = a.refl + s * k * k;
+        for (int e = lane; e < k * k; e += 32) {
+            int j = e / k, r = e - j * k;
+            if (j < k - 2 && r > j + 1)
+                R[e] = A[r * a.ld + j];
+            else if (j < k - 2 && r == j)
+                R[e] = A[j * a.ld + j + 1];
+        }
+        if (lane == 0) {
+            a.xm[s] = xm;
+            if (a.nobs)
+                a.nobs[i] = nsel;
+        }
+        __syncwarp();
+    }
+}
+
+/* One thread per point: implicit QL with Wilkinson's shift on T (td, te),
+ * each rotation applied to tu and tb and logged; then xam = xm + (G^T H^T
+ * x) . (G^T H^T b) / (g + lambda), y = sqrt((k - 1) / (g + lambda)) G^T
+ * H^T x, and G y (the log backwards) into tu. */
+__global__ void __launch_bounds__(128) k_warp_ql(WArgs a)
+{
+    const long long s = blockIdx.x * (long long)blockDim.x + threadIdx.x, B = a.batch;
+    if (s >= a.i1 - a.i0)
+        return;
+    const int n = a.k;
+    double *d = a.td + s, *e = a.te + s, *u = a.tu + s, *b = a.tb + s;
+    double *lc = a.lc + s, *ls = a.ls + s;
+    uint8_t *li = a.li + s;
+    int nrot = 0;
+    bool ok = true;
+    /* an off-diagonal below eps ||T|| is negligible (the reduction to T left
+     * errors of that size): without this floor, the noise eigenvalues of a
+     * rank-deficient A (fewer observations than members) iterate long */
+    double tnorm = 0.0;
+    for (int l = 0; l < n; l++)
+        tnorm = fmax(tnorm, fabs(d[l * B]) + fabs(e[l * B]));
+    const double negligible = DBL_EPSILON * tnorm;
+    for (int l = 0; l < n && ok; l++) {
+        int iter = 0;
+        for (;;) {
+            int m = l;
+            for (; m < n - 1; m++) {
+                double dd = fabs(d[m * B]) + fabs(d[(m + 1) * B]);
+                if (fabs(e[m * B]) <= fmax(DBL_EPSILON * dd, negligible))
+                    break;
+            }
+            if (m == l)
+                break;
+            if (++iter > W_QL_ITER || nrot + (m - l) > a.logcap) {
+                ok = false;
+                break;
+            }
+            const double dl = d[l * B], el = e[l * B];
+            double g = (d[(l + 1) * B] - dl) / (2.0 * el);
+            double r = hypot(g, 1.0);
+            g = d[m * B] - dl + el / (g + (g >= 0.0 ? r : -r));
+            double sn = 1.0, cs = 1.0, p = 0.0;
+            bool restart = false;
+            for (int i = m - 1; i >= l; i--) {
+                const double ei = e[i * B], f = sn * ei, bb = cs * ei;
+                r = hypot(f, g);
+                e[(i + 1) * B] = r;
+                if (r == 0.0) {
+                    /* the rotation underflowed: split here and iterate again */
+                    d[(i + 1) * B] -= p;
+                    e[m * B] = 0.0;
+                    restart = true;
+                    break;
+                }
+                sn = f / r;
+                cs = g / r;
+                g = d[(i + 1) * B] - p;
+                r = fma(d[i * B] - g, sn, 2.0 * cs * bb);
+                p = sn * r;
+                d[(i + 1) * B] = g + p;
+                g = fma(cs, r, -bb);
+                double u0 = u[i * B], u1 = u[(i + 1) * B];
+                u[(i + 1) * B] = fma(sn, u0, cs * u1);
+                u[i * B] = fma(cs, u0, -sn * u1);
+                double b0 = b[i * B], b1 = b[(i + 1) * B];
+                b[(i + 1) * B] = fma(sn, b0, cs * b1);
+                b[i * B] = fma(cs, b0, -sn * b1);
+                lc[nrot * B] = cs;
+                ls[nrot * B] = sn;
+                li[nrot * B] = (uint8_t)i;
+                nrot++;
+            }
+            if (restart)
+                continue;
+            d[l * B] -= p;
+            e[l * B] = g;
+            e[m * B] = 0.0;
+        }
+    }
+    a.failed[s] = !ok;
+    if (!ok) {
+        int at_ = atomicAdd(a.redo_count, 1);
+        a.redo[at_] = (int32_t)(a.i0 + s);
+        return;
+    }
+    double xam = a.xm[s];
+    for (int l = 0; l < n; l++) {
+        const double ev = a.g + d[l * B];
+        xam = fma(u[l * B], b[l * B] / ev, xam);
+        u[l * B] *= sqrt((double)(n - 1) / ev);
+    }
+    a.xam[s] = xam;
+    for (int t = nrot - 1; t >= 0; t--) {
+        const int i = li[t * B];
+        const double cs = lc[t * B], sn = ls[t * B];
+        const double y0 = u[i * B], y1 = u[(i + 1) * B];
+        u[i * B] = fma(cs, y0, sn * y1);
+        u[(i + 1) * B] = fma(-sn, y0, cs * y1);
+    }
+}
+
+/* One warp per point: a = H (G y) by the reflectors from the last, RTPP,
+ * RTPS, the analysis row and its spread. */
+template <typename T> __global__ void __launch_bounds__(W_WARPS * 32) k_warp_finish(WArgs a)
+{
+    __shared__ double sh[W_WARPS][2][W_MAX_K];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x / 32, k = a.k;
+    double *ys = sh[warp][0], *xs = sh[warp][1];
+    const long long gw = (long long)blockIdx.x * W_WARPS + warp, nw = (long long)gridDim.x * W_WARPS;
+    const long long B = a.batch, cnt = a.i1 - a.i0;
+    const T *xb = (const T *)a.xb;
+    T *xa = (T *)a.xa;
+    for (long long s = gw; s < cnt; s += nw) {
+        if (a.failed[s])
+            continue;
+        const long long i = a.i0 + s;
+        const double xm = a.xm[s], xam = a.xam[s];
+        const double *R = a.refl + s * k * k;
+        for (int l = lane; l < k; l += 32) {
+            ys[l] = a.tu[l * B + s];
+            xs[l] = (double)xb[i * k + l] - xm;
+        }
+        __syncwarp();
+        for (int j = k - 3; j >= 0; j--) {
+            const double tau = R[j * k + j];
+            if (tau == 0.0)
+                continue;
+            double sy = 0.0;
+            for (int r = j + 1 + lane; r < k; r += 32)
+                sy = fma(r == j + 1 ? 1.0 : R[j * k + r], ys[r], sy);
+            sy = warp_sum(sy) * tau;
+            for (int r = j + 1 + lane; r < k; r += 32)
+                ys[r] = fma(-sy, r == j + 1 ? 1.0 : R[j * k + r], ys[r]);
+            __syncwarp();
+        }
+        double sb = 0.0, sa = 0.0;
+        for (int l = lane; l < k; l += 32) {
+            double v = ys[l];
+            if (a.rtpp > 0.0)
+                v = (1.0 - a.rtpp) * v + a.rtpp * xs[l];
+            ys[l] = v;
+            sb = fma(xs[l], xs[l], sb);
+            sa = fma(v, v, sa);
+        }
+        sb = sqrt(warp_sum(sb) / (k - 1));
+        sa = sqrt(warp_sum(sa) / (k - 1));
+        const double factor = a.rtps > 0.0 && sa > 0.0 ? 1.0 + a.rtps * (sb - sa) / sa : 1.0;
+        double mean = 0.0;
+        for (int l = lane; l < k; l += 32) {
+            double v = xam + factor * ys[l];
+            ys[l] = v;
+            mean += v;
+        }
+        mean = warp_sum(mean) / k;
+        double sp = 0.0;
+        for (int l = lane; l < k; l += 32)
+            sp += (ys[l] - mean) * (ys[l] - mean);
+        sp = warp_sum(sp);
+        if (lane == 0 && a.spread)
+            a.spread[i] = sqrt(sp / (k - 1));
+        for (int l = lane; l < k; l += 32)
+            xa[i * k + l] = (T)ys[l];
+        __syncwarp();
+    }
+}
+
+/* syevj: any nonzero info of the batch into *flag (the largest). */
+__global__ void k_syevj_info(const int *info, int count, int *flag)
+{
+    for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < count; t += gridDim.x * blockDim.x)
+        if (info[t] != 0)
+            atomicMax(flag, info[t] > 0 ? info[t] : 1 << 30);
+}
+
 /* ---- host side ---- */
 
 struct Plan {
     dk_cuda_device *dev;
     dk_letkf_desc desc;
     int syevj; /* the variant */
+    int warp;  /* the variant warp, with members <= W_MAX_K */
     Args a;    /* what every launch shares */
     int threads, blocks;
     long long count_max;
@@ -618,6 +1191,13 @@ struct Plan {
     int lwork;
     cusolverDnHandle_t solver;
     syevjInfo_t params;
+    /* warp */
+    WArgs w;
+    int w_blocks;
+    size_t w_smem;
+    int32_t *d_wlidx, *d_wsidx, *d_wfailed, *d_redo;
+    double *d_wlrho, *d_wsrho, *d_refl, *d_td, *d_te, *d_tu, *d_tb, *d_wxm, *d_wxam, *d_lc, *d_ls;
+    uint8_t *d_li;
 };
 
 void plan_destroy(void *handle)
@@ -628,7 +1208,10 @@ void plan_destroy(void *handle)
     if (cudaSetDevice(p->dev->ordinal) == cudaSuccess) {
         void *ptrs[] = {p->d_grid_pos, p->d_obs_pos, p->d_yp,   p->d_dep,   p->d_rinv, p->d_order,  p->d_cstart,
                         p->d_count,    p->d_ckey,    p->d_overflow, p->d_lidx, p->d_sidx, p->d_nobs_tmp, p->d_lrho,
-                        p->d_srho,     p->d_v,       p->d_batA, p->d_batb,  p->d_batlam, p->d_work, p->d_info};
+                        p->d_srho,     p->d_v,       p->d_batA, p->d_batb,  p->d_batlam, p->d_work, p->d_info,
+                        p->d_wlidx,    p->d_wsidx,   p->d_wfailed, p->d_redo, p->d_wlrho, p->d_wsrho, p->d_refl,
+                        p->d_td,       p->d_te,      p->d_tu,   p->d_tb,    p->d_wxm,  p->d_wxam,   p->d_lc,
+                        p->d_ls,       p->d_li};
         for (void *q : ptrs)
             if (q)
                 cudaFree(q);
@@ -801,6 +1384,83 @@ dk_status plan_syevj(Plan *p, dk_msg *msg)
     return DK_OK;
 }
 
+/* The warp variant's kernels: shared memory, blocks, per-warp lists and the
+ * batch's arrays (the batch as large as 256 points a multiprocessor, or as
+ * fits 1 GiB). Called after size_kernels (the jacobi kernel takes the
+ * leftovers). */
+dk_status plan_warp(Plan *p, dk_msg *msg)
+{
+    const Args &a = p->a;
+    WArgs &w = p->w;
+    const int k = a.k;
+    const long long n = (long long)p->desc.n;
+    memset(&w, 0, sizeof w);
+    w.geo = a.geo;
+    w.grid_pos = a.grid_pos, w.obs_pos = a.obs_pos, w.order = a.order;
+    w.ckey = a.ckey, w.cstart = a.cstart, w.cells = a.cells;
+    w.yp = a.yp, w.dep = a.dep, w.rinv = a.rinv;
+    w.k = k, w.kp = a.kp, w.ld = a.kp + 1, w.cap = a.cap;
+    w.lcap = a.lcap, w.scap = a.scap > 0 ? a.scap : 1;
+    w.g = a.g, w.rtpp = a.rtpp, w.rtps = a.rtps;
+    w.overflow = p->d_overflow;
+    w.redo_count = p->d_overflow + 3;
+    /* a QL iteration for eigenvalue l rotates at most k - 1 - l times; about k^2 / 2 in all is usual */
+    w.logcap = 3 * k * k / 2 + 64;
+    const WLayout L = wlayout(w.kp);
+    p->w_smem = (size_t)W_WARPS * L.bytes;
+    if (p->w_smem > p->dev->smem_optin - 1024) {
+        dk_msg_set(msg, "cuda letkf: the warp variant needs %zu bytes of shared memory a block; this device allows %zu",
+                   p->w_smem, p->dev->smem_optin - 1024);
+        return DK_ERR_NOT_IMPLEMENTED;
+    }
+    const void *kf = p->desc.dtype == DK_F32 ? (const void *)k_warp_system<float> : (const void *)k_warp_system<double>;
+    CUDA_TRY(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)p->w_smem),
+             "setting the letkf warp kernel's shared memory");
+    int per_sm = 0;
+    CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kf, W_WARPS * 32, p->w_smem),
+             "the letkf warp kernel's occupancy");
+    if (per_sm < 1) {
+        dk_msg_set(msg, "cuda letkf: the warp kernel does not fit a multiprocessor with %zu bytes of shared memory",
+                   p->w_smem);
+        return DK_ERR_NOT_IMPLEMENTED;
+    }
+    p->w_blocks = per_sm * p->dev->sm_count;
+    const long long warps = (long long)p->w_blocks * W_WARPS;
+    CUDA_TRY(cudaMalloc((void **)&p->d_wlidx, (size_t)(warps * w.lcap) * sizeof(int32_t)), "the letkf warp lists");
+    CUDA_TRY(cudaMalloc((void **)&p->d_wlrho, (size_t)(warps * w.lcap) * sizeof(double)), "the letkf warp lists");
+    CUDA_TRY(cudaMalloc((void **)&p->d_wsidx, (size_t)(warps * w.scap) * sizeof(int32_t)), "the letkf warp lists");
+    CUDA_TRY(cudaMalloc((void **)&p->d_wsrho, (size_t)(warps * w.scap) * sizeof(double)), "the letkf warp lists");
+    const long long per_point = (long long)k * k * 8 + 4LL * k * 8 + 2 * 8 + 4 + (long long)w.logcap * 17;
+    long long batch = (long long)p->dev->sm_count * 256;
+    if (batch > (1LL << 30) / per_point)
+        batch = (1LL << 30) / per_point;
+    if (batch > n)
+        batch = n;
+    if (batch < 1)
+        batch = 1;
+    w.batch = batch;
+    const size_t bk = (size_t)(batch * k);
+    CUDA_TRY(cudaMalloc((void **)&p->d_refl, bk * k * sizeof(double)), "the letkf warp batch");
+    CUDA_TRY(cudaMalloc((void **)&p->d_td, bk * sizeof(double)), "the letkf warp batch");
+    CUDA_TRY(cudaMalloc((void **)&p->d_te, bk * sizeof(double)), "the letkf warp batch");
+    CUDA_TRY(cudaMalloc((void **)&p->d_tu, bk * sizeof(double)), "the letkf warp batch");
+    CUDA_TRY(cudaMalloc((void **)&p->d_tb, bk * sizeof(double)), "the letkf warp batch");
+    CUDA_TRY(cudaMalloc((void **)&p->d_wxm, (size_t)batch * sizeof(double)), "the letkf warp batch");
+    CUDA_TRY(cudaMalloc((void **)&p->d_wxam, (size_t)batch * sizeof(double)), "the letkf warp batch");
+    CUDA_TRY(cudaMalloc((void **)&p->d_wfailed, (size_t)batch * sizeof(int32_t)), "the letkf warp batch");
+    const size_t logn = (size_t)batch * (size_t)w.logcap;
+    CUDA_TRY(cudaMalloc((void **)&p->d_lc, logn * sizeof(double)), "the letkf warp rotation log");
+    CUDA_TRY(cudaMalloc((void **)&p->d_ls, logn * sizeof(double)), "the letkf warp rotation log");
+    CUDA_TRY(cudaMalloc((void **)&p->d_li, logn), "the letkf warp rotation log");
+    CUDA_TRY(cudaMalloc((void **)&p->d_redo, (size_t)n * sizeof(int32_t)), "the letkf warp leftovers");
+    w.lidx = p->d_wlidx, w.lrho = p->d_wlrho, w.sidx = p->d_wsidx, w.srho = p->d_wsrho;
+    w.refl = p->d_refl, w.td = p->d_td, w.te = p->d_te, w.tu = p->d_tu, w.tb = p->d_tb;
+    w.xm = p->d_wxm, w.xam = p->d_wxam, w.failed = p->d_wfailed;
+    w.lc = p->d_lc, w.ls = p->d_ls, w.li = p->d_li;
+    w.redo = p->d_redo;
+    return DK_OK;
+}
+
 dk_status plan_fill(Plan *p, const dk_letkf_setup *s, dk_msg *msg)
 {
     const dk_letkf_desc *d = &s->desc;
@@ -839,8 +1499,9 @@ dk_status plan_fill(Plan *p, const dk_letkf_setup *s, dk_msg *msg)
     CUDA_TRY(cudaMalloc((void **)&p->d_dep, m * sizeof(double)), "the letkf departures");
     CUDA_TRY(cudaMalloc((void **)&p->d_rinv, m * sizeof(double)), "the letkf departures");
     CUDA_TRY(cudaMalloc((void **)&p->d_count, n * sizeof(int32_t)), "the letkf counts");
-    CUDA_TRY(cudaMalloc((void **)&p->d_overflow, 2 * sizeof(int)), "the letkf counts");
-    CUDA_TRY(cudaMemsetAsync(p->d_overflow, 0, 2 * sizeof(int), sm), "the letkf counts");
+    /* d_overflow: [0] a list outgrown, [1] the longest list (plan), [2] syevj's worst info, [3] the warp variant's leftovers */
+    CUDA_TRY(cudaMalloc((void **)&p->d_overflow, 4 * sizeof(int)), "the letkf counts");
+    CUDA_TRY(cudaMemsetAsync(p->d_overflow, 0, 4 * sizeof(int), sm), "the letkf counts");
     a.grid_pos = p->d_grid_pos, a.obs_pos = p->d_obs_pos, a.order = p->d_order;
     a.ckey = p->d_ckey, a.cstart = p->d_cstart;
     a.yp = p->d_yp, a.dep = p->d_dep, a.rinv = p->d_rinv;
@@ -860,10 +1521,12 @@ dk_status plan_fill(Plan *p, const dk_letkf_setup *s, dk_msg *msg)
         return st;
     if (p->syevj && (st = plan_syevj(p, msg)) != DK_OK)
         return st;
+    if (p->warp && (st = plan_warp(p, msg)) != DK_OK)
+        return st;
     return DK_OK;
 }
 
-const char *const variants[] = {"jacobi", "syevj", NULL};
+const char *const variants[] = {"warp", "jacobi", "syevj", NULL};
 
 dk_status plan_create(void *device, const dk_letkf_setup *setup, void **out, dk_msg *msg)
 {
@@ -885,6 +1548,9 @@ dk_status plan_create(void *device, const dk_letkf_setup *setup, void **out, dk_
     p->dev = dev;
     p->desc = setup->desc;
     p->syevj = setup->desc.variant && strcmp(setup->desc.variant, "syevj") == 0;
+    /* warp: the default; above W_MAX_K members it runs the jacobi kernel */
+    p->warp = (!setup->desc.variant || strcmp(setup->desc.variant, "warp") == 0) &&
+              setup->desc.members <= (size_t)W_MAX_K;
     if ((st = plan_fill(p, setup, msg)) != DK_OK) {
         plan_destroy(p);
         return st;
@@ -899,6 +1565,30 @@ template <typename T> dk_status run_analysis(Plan *p, dk_msg *msg)
     cudaStream_t sm = p->dev->stream;
     const long long n = (long long)p->desc.n;
     const size_t smem = (size_t)a.L.bytes;
+    if (p->warp) {
+        WArgs w = p->w;
+        w.xb = a.xb, w.xa = a.xa, w.nobs = a.nobs, w.spread = a.spread;
+        CUDA_TRY(cudaMemsetAsync(w.redo_count, 0, sizeof(int), sm), "the letkf warp leftovers");
+        for (long long i0 = 0; i0 < n; i0 += w.batch) {
+            w.i0 = i0;
+            w.i1 = i0 + w.batch < n ? i0 + w.batch : n;
+            const long long count = w.i1 - w.i0;
+            const long long wb = (count + W_WARPS - 1) / W_WARPS;
+            const int blocks = (int)(wb < p->w_blocks ? wb : p->w_blocks);
+            k_warp_system<T><<<blocks, W_WARPS * 32, p->w_smem, sm>>>(w);
+            CUDA_TRY(cudaGetLastError(), "launching the letkf warp system kernel");
+            k_warp_ql<<<(int)((count + 127) / 128), 128, 0, sm>>>(w);
+            CUDA_TRY(cudaGetLastError(), "launching the letkf QL kernel");
+            k_warp_finish<T><<<blocks, W_WARPS * 32, 0, sm>>>(w);
+            CUDA_TRY(cudaGetLastError(), "launching the letkf warp finishing kernel");
+        }
+        /* the points QL left (no convergence, or a longer log than planned) by the jacobi kernel */
+        a.list = p->d_redo;
+        a.list_count = w.redo_count;
+        k_points<T, 0><<<p->blocks, p->threads, smem, sm>>>(a);
+        CUDA_TRY(cudaGetLastError(), "launching the letkf analysis kernel");
+        return DK_OK;
+    }
     if (!p->syevj) {
         a.i0 = 0, a.i1 = n;
         k_points<T, 0><<<p->blocks, p->threads, smem, sm>>>(a);
@@ -918,6 +1608,8 @@ template <typename T> dk_status run_analysis(Plan *p, dk_msg *msg)
         CUSOLVER_TRY(cusolverDnDsyevjBatched(p->solver, CUSOLVER_EIG_MODE_VECTOR, CUBLAS_FILL_MODE_LOWER, a.k, p->d_batA,
                                              a.k, p->d_batlam, p->d_work, p->lwork, p->d_info, p->params, count),
                      "cusolverDnDsyevjBatched");
+        k_syevj_info<<<(count + 255) / 256, 256, 0, sm>>>(p->d_info, count, p->d_overflow + 2);
+        CUDA_TRY(cudaGetLastError(), "launching the letkf syevj check");
         k_points<T, 2><<<blocks, p->threads, smem, sm>>>(a);
         CUDA_TRY(cudaGetLastError(), "launching the letkf finishing kernel");
     }
@@ -943,6 +1635,8 @@ dk_status analysis(void *handle, const void *xb, const void *yb, const void *obs
     else
         k_obs_space<double><<<ob, 256, 0, sm>>>((const double *)ybp, o, p->d_order, m, k, p->d_yp, p->d_dep, p->d_rinv);
     CUDA_TRY(cudaGetLastError(), "launching the letkf observation kernel");
+    if (p->syevj)
+        CUDA_TRY(cudaMemsetAsync(p->d_overflow + 2, 0, sizeof(int), sm), "resetting the letkf syevj check");
     p->a.xb = ((const dk_cuda_buffer *)xb)->ptr;
     p->a.xa = ((dk_cuda_buffer *)xa)->ptr;
     p->a.nobs = nobs ? (int32_t *)((dk_cuda_buffer *)nobs)->ptr : NULL;
@@ -954,13 +1648,19 @@ dk_status analysis(void *handle, const void *xb, const void *yb, const void *obs
         return st;
     if (!(p->dev->caller && p->dev->async)) {
         /* a candidate list longer than the plan counted would be a bug: say so rather than give a wrong answer */
-        int overflow = 0;
-        CUDA_TRY(cudaMemcpyAsync(&overflow, p->d_overflow, sizeof overflow, cudaMemcpyDeviceToHost, p->dev->stream),
+        int flags[3] = {0, 0, 0};
+        CUDA_TRY(cudaMemcpyAsync(flags, p->d_overflow, sizeof flags, cudaMemcpyDeviceToHost, p->dev->stream),
                  "checking the letkf lists");
         CUDA_TRY(cudaStreamSynchronize(p->dev->stream), "checking the letkf lists");
-        if (overflow) {
+        if (flags[0]) {
             dk_msg_set(msg, "cuda letkf: a point found more candidates than the plan counted (%lld); internal error",
                        p->count_max);
+            return DK_ERR_BACKEND;
+        }
+        if (p->syevj && flags[2]) {
+            /* syevj's info: i > 0 where a matrix did not converge; its results for that point are not eigenpairs */
+            dk_msg_set(msg, "cuda letkf: cuSOLVER's syevjBatched did not converge for a point's %d x %d matrix "
+                            "(info %d); the variants warp and jacobi solve it", k, k, flags[2]);
             return DK_ERR_BACKEND;
         }
     }
