@@ -1565,6 +1565,15 @@ template <typename T> dk_status run_analysis(Plan *p, dk_msg *msg)
     cudaStream_t sm = p->dev->stream;
     const long long n = (long long)p->desc.n;
     const size_t smem = (size_t)a.L.bytes;
+    /* a kernel's shared-memory limit is the process's, not the plan's: another
+     * plan made since (a smaller network) may have lowered it */
+    for (int mode = p->syevj ? 1 : 0; mode <= (p->syevj ? 2 : 0); mode++)
+        CUDA_TRY(cudaFuncSetAttribute(kernel_of<T>(mode), cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
+                 "setting the letkf kernel's shared memory");
+    if (p->warp)
+        CUDA_TRY(cudaFuncSetAttribute((const void *)k_warp_system<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      (int)p->w_smem),
+                 "setting the letkf warp kernel's shared memory");
     if (p->warp) {
         WArgs w = p->w;
         w.xb = a.xb, w.xa = a.xa, w.nobs = a.nobs, w.spread = a.spread;
