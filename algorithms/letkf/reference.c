@@ -17,19 +17,8 @@ static dk_status obs_space(const dk_letkf_setup *s, const void *yb, const double
     *rinv = malloc(m * sizeof **rinv);
     if (!*yp || !*dep || !*rinv)
         return dk_fail(NULL, DK_ERR_OUT_OF_MEMORY, "letkf: out of host memory for the observation ensemble");
-    for (size_t j = 0; j < m; j++) {
-        size_t o = (size_t)s->obs_order[j];
-        double *y = *yp + j * k, mean = 0;
-        for (size_t l = 0; l < k; l++) {
-            y[l] = s->desc.dtype == DK_F32 ? (double)((const float *)yb)[o * k + l] : ((const double *)yb)[o * k + l];
-            mean += y[l];
-        }
-        mean /= (double)k;
-        for (size_t l = 0; l < k; l++)
-            y[l] -= mean;
-        (*dep)[j] = yo[o] - mean;
-        (*rinv)[j] = 1.0 / r[o];
-    }
+    for (size_t j = 0; j < m; j++)
+        dk_letkf_obs_row(s, yb, yo, r, j, *yp + j * k, *dep + j, *rinv + j);
     return DK_OK;
 }
 

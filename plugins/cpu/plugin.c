@@ -16,6 +16,7 @@
 extern const dk_gauss_ops dk_cpu_gauss_ops;
 extern const dk_gbees_ops dk_cpu_gbees_ops; /* gbees.c */
 extern const dk_kmeans_ops dk_cpu_kmeans_ops; /* kmeans.c */
+extern const dk_letkf_ops dk_cpu_letkf_ops;   /* letkf.c */
 void dk_cpu_copy(void *dst, const void *src, size_t bytes);
 #ifdef DK_CPU_ENKF /* enkf.c, built where FFTW and LAPACKE are found */
 extern const dk_enkf_ops dk_cpu_enkf_ops;
@@ -242,6 +243,7 @@ static const dk_plugin cpu_plugin = {
     .enkf = &dk_cpu_enkf_ops,
 #endif
     .kmeans = &dk_cpu_kmeans_ops,
+    .letkf = &dk_cpu_letkf_ops,
 };
 
 DK_PLUGIN_EXPORT const dk_plugin *DK_PLUGIN_ENTRY(void)

@@ -16,7 +16,7 @@
 #define MAX_BACKENDS 16
 #define MAX_RUNS 200
 
-static const bench_suite *const suites[] = {&bench_gauss, &bench_enkf, &bench_kmeans, &bench_gbees};
+static const bench_suite *const suites[] = {&bench_gauss, &bench_enkf, &bench_kmeans, &bench_gbees, &bench_letkf};
 #define NSUITES ((int)(sizeof suites / sizeof suites[0]))
 
 static void usage(FILE *f)
@@ -33,7 +33,8 @@ static void usage(FILE *f)
             "must move) and the ratio to the floor: those bytes over the device's copy\n"
             "bandwidth, timed first on each backend.\n"
             "\n"
-            "  ALGO, --algo ALGO[,...]    algorithms to time: gauss, enkf, kmeans, gbees (default: all)\n"
+            "  ALGO, --algo ALGO[,...]    algorithms to time: gauss, enkf, kmeans, gbees, letkf\n"
+            "                             (default: all)\n"
             "  --backend NAME[,...]|all   backends to time on (default: all usable)\n"
             "  --case NAME[,...]          cases to time, from the list below (default: all)\n"
             "  --csv FILE                 also write one row per case, backend and variant\n"

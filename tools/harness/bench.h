@@ -33,5 +33,6 @@ extern const bench_suite bench_gauss;
 extern const bench_suite bench_enkf;
 extern const bench_suite bench_kmeans;
 extern const bench_suite bench_gbees;
+extern const bench_suite bench_letkf;
 
 #endif

@@ -16,7 +16,8 @@
 #define MAX_BACKENDS 16
 #define MAX_ROWS 4096
 
-static const conform_suite *const suites[] = {&conform_gauss, &conform_enkf, &conform_kmeans, &conform_gbees};
+static const conform_suite *const suites[] = {&conform_gauss, &conform_enkf, &conform_kmeans, &conform_gbees,
+                                                &conform_letkf};
 #define NSUITES ((int)(sizeof suites / sizeof suites[0]))
 
 typedef struct row {
@@ -39,7 +40,8 @@ static void usage(FILE *f)
             "\n"
             "  --backend NAME[,...]|all   backends to test (default: all usable; plugins found but\n"
             "                             refused are listed as not run, with the reason)\n"
-            "  --algo ALGO[,...]          algorithms to test: gauss, enkf, kmeans, gbees (default: all)\n"
+            "  --algo ALGO[,...]          algorithms to test: gauss, enkf, kmeans, gbees, letkf\n"
+            "                             (default: all)\n"
             "  --quick                    the smaller cases only\n"
             "  --junit FILE               also write a JUnit XML report\n"
             "  --ranks P                  run the gauss, enkf and kmeans cases distributed over P MPI\n"

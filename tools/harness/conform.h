@@ -43,5 +43,6 @@ extern const conform_suite conform_gauss;
 extern const conform_suite conform_gbees;
 extern const conform_suite conform_enkf;
 extern const conform_suite conform_kmeans;
+extern const conform_suite conform_letkf;
 
 #endif

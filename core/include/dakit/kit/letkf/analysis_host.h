@@ -105,6 +105,26 @@ static inline int dk_letkf_scratch_make(dk_letkf_scratch *s, int k, size_t cap)
     return 0;
 }
 
+/* The observation space of the j-th sorted observation: its perturbations
+ * Yb[o, :] - mean into yp (k values), the departure yo[o] - mean into *dep
+ * and 1 / r[o] into *rinv, o = obs_order[j] its original index. yb is m x k
+ * of the setup's dtype, yo and r are in the original order. */
+static inline void dk_letkf_obs_row(const dk_letkf_setup *su, const void *yb, const double *yo, const double *r,
+                                    size_t j, double *yp, double *dep, double *rinv)
+{
+    const size_t k = su->desc.members, o = (size_t)su->obs_order[j];
+    double mean = 0.0;
+    for (size_t l = 0; l < k; l++) {
+        yp[l] = su->desc.dtype == DK_F32 ? (double)((const float *)yb)[o * k + l] : ((const double *)yb)[o * k + l];
+        mean += yp[l];
+    }
+    mean /= (double)k;
+    for (size_t l = 0; l < k; l++)
+        yp[l] -= mean;
+    *dep = yo[o] - mean;
+    *rinv = 1.0 / r[o];
+}
+
 /* Index of key in the ascending keys[0 .. cells), or -1. */
 static inline long dk_letkf_find_cell(const uint64_t *keys, size_t cells, uint64_t key)
 {
@@ -170,13 +190,14 @@ static inline long dk_letkf_select(const dk_letkf_setup *su, const double *pos, 
     return (long)count;
 }
 
-/* The analysis of one point from its selection (s->idx, s->rho, nsel).
- * yp: the M x k observation perturbations and dep: the M departures
- * yo - mean(Yb), both in sorted observation order; rinv: 1 / r in sorted
- * order. x: the point's k background values (read), xa: its k analysis
- * values (written; may be x). Returns the analysis spread. */
-static inline double dk_letkf_point(const dk_letkf_setup *su, dk_letkf_scratch *s, long nsel, const double *yp,
-                                    const double *dep, const double *rinv, const double *x, double *xa)
+/* The first half of one point's analysis, from its selection (s->idx,
+ * s->rho, nsel): the perturbations of x (the point's k background values)
+ * into s->x, and A (full, symmetric) and b into s->A, s->b. yp: the M x k
+ * observation perturbations and dep: the M departures yo - mean(Yb), both
+ * in sorted observation order; rinv: 1 / r in sorted order. Returns the
+ * background mean. */
+static inline double dk_letkf_point_system(dk_letkf_scratch *s, long nsel, const double *yp, const double *dep,
+                                           const double *rinv, const double *x)
 {
     const int k = s->k;
     const size_t kk = (size_t)k * (size_t)k;
@@ -202,7 +223,16 @@ static inline double dk_letkf_point(const dk_letkf_setup *su, dk_letkf_scratch *
     for (int l = 0; l < k; l++)
         for (int m = 0; m < l; m++)
             s->A[(size_t)m * k + l] = s->A[(size_t)l * k + m];
-    dk_letkf_jacobi(k, s->A, s->Q, s->lam);
+    return xm;
+}
+
+/* The second half, from A's eigenvectors s->Q (row-major, column e the e-th)
+ * and eigenvalues s->lam, with s->x and s->b from dk_letkf_point_system and
+ * xm the background mean: the point's k analysis values into xa (may be
+ * the background's own array). Returns the analysis spread. */
+static inline double dk_letkf_point_finish(const dk_letkf_setup *su, dk_letkf_scratch *s, double xm, double *xa)
+{
+    const int k = s->k;
     const double g = (double)(k - 1) / su->desc.inflation;
     /* w = Q diag(1 / (g + lam)) Q^T b; W = Q diag(sqrt((k - 1) / (g + lam))) Q^T */
     for (int e = 0; e < k; e++) {
@@ -254,6 +284,19 @@ static inline double dk_letkf_point(const dk_letkf_setup *su, dk_letkf_scratch *
     for (int m = 0; m < k; m++)
         spread += (xa[m] - mean) * (xa[m] - mean);
     return sqrt(spread / (k - 1));
+}
+
+/* The analysis of one point from its selection (s->idx, s->rho, nsel),
+ * with A's eigen-decomposition by cyclic Jacobi: dk_letkf_point_system,
+ * dk_letkf_jacobi, dk_letkf_point_finish. x: the point's k background
+ * values (read), xa: its k analysis values (written; may be x). Returns the
+ * analysis spread. */
+static inline double dk_letkf_point(const dk_letkf_setup *su, dk_letkf_scratch *s, long nsel, const double *yp,
+                                    const double *dep, const double *rinv, const double *x, double *xa)
+{
+    double xm = dk_letkf_point_system(s, nsel, yp, dep, rinv, x);
+    dk_letkf_jacobi(s->k, s->A, s->Q, s->lam);
+    return dk_letkf_point_finish(su, s, xm, xa);
 }
 
 #endif
