@@ -8,6 +8,7 @@
 #include <dakit/plugin.h>
 
 #define DK_OPENCL_GBEES_PROGRAMS 16
+#define DK_OPENCL_LETKF_PROGRAMS 8
 
 /* One opened device: its context, an in-order queue, and the gauss program
  * built once per precision. */
@@ -37,6 +38,12 @@ typedef struct dk_opencl_device {
         int dim;
         cl_program program;
     } gbees[DK_OPENCL_GBEES_PROGRAMS];
+    /* letkf: one program per (dtype, local matrix size), built by letkf.c
+     * on first use; key = size * 2 + (float32) */
+    struct {
+        int key;
+        cl_program program;
+    } letkf[DK_OPENCL_LETKF_PROGRAMS];
 } dk_opencl_device;
 
 /* "CL_OUT_OF_RESOURCES" for -5, and so on; never NULL. */
@@ -103,6 +110,7 @@ dk_status dk_opencl_build(const dk_opencl_device *dev, cl_uint count, const char
 extern const dk_gauss_ops dk_opencl_gauss_ops;
 extern const dk_kmeans_ops dk_opencl_kmeans_ops;
 extern const dk_gbees_ops dk_opencl_gbees_ops;
+extern const struct dk_letkf_ops dk_opencl_letkf_ops; /* dakit/letkf.h */
 #ifdef DK_OPENCL_ENKF /* enkf.c, built where LAPACKE is found */
 extern const dk_enkf_ops dk_opencl_enkf_ops;
 #endif

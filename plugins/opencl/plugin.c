@@ -327,6 +327,9 @@ static void opencl_device_close(void *handle)
     for (int i = 0; i < DK_OPENCL_GBEES_PROGRAMS; i++)
         if (dev->gbees[i].program)
             clReleaseProgram(dev->gbees[i].program);
+    for (int i = 0; i < DK_OPENCL_LETKF_PROGRAMS; i++)
+        if (dev->letkf[i].program)
+            clReleaseProgram(dev->letkf[i].program);
     if (dev->caller)
         clReleaseCommandQueue(dev->caller);
     if (dev->queue) {
@@ -579,6 +582,7 @@ static const dk_plugin opencl_plugin = {
     .kmeans = &dk_opencl_kmeans_ops,
     .kmeans_size = sizeof(dk_kmeans_ops),
     .gbees = &dk_opencl_gbees_ops,
+    .letkf = &dk_opencl_letkf_ops,
 #ifdef DK_OPENCL_ENKF
     .enkf = &dk_opencl_enkf_ops,
 #endif

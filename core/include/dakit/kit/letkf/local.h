@@ -110,8 +110,8 @@ DK_LETKF_FN double dk_letkf_weight(const dk_letkf_geometry *g, const double *p, 
     }
     double dh = sqrt(s);
     if (g->metric == 1) {
-        double half = dh / (2.0 * DK_LETKF_SPHERE_KM);
-        dh = 2.0 * DK_LETKF_SPHERE_KM * asin(half < 1.0 ? half : 1.0);
+        double sine = dh / (2.0 * DK_LETKF_SPHERE_KM);
+        dh = 2.0 * DK_LETKF_SPHERE_KM * asin(sine < 1.0 ? sine : 1.0);
     }
     if (dh >= g->radius)
         return 0.0;
