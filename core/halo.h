@@ -9,7 +9,7 @@
 #include <dakit/gauss.h>
 
 /* 1 when the context's plugin filters desc along an axis with halos
- * (DK_GAUSS_FEATURE_HALO, exact mode, rf, the zero or constant boundary). */
+ * (execute_halo in a table of generation 1, exact mode, rf, the zero or constant boundary). */
 int dk_gauss_halo_offered(const dk_context *ctx, const dk_gauss_desc *desc);
 
 /* dk_gauss_plan_create for a plan that dk_gauss_execute_halo runs with at

@@ -262,7 +262,7 @@ DK_PLUGIN_EXPORT const dk_plugin *DK_PLUGIN_ENTRY(void)
     static dk_plugin desc = BROKEN_PLUGIN("commfaulty", DK_PLUGIN_ABI_VERSION, b_probe_one);
     desc.priority = 0;
     desc.kmeans = &c_kmeans;
-    desc.kmeans_size = sizeof(dk_kmeans_ops);
+    desc.ops_generation = DK_PLUGIN_OPS_GENERATION;
     desc.comm = &c_comm;
     return &desc;
 }

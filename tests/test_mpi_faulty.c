@@ -74,7 +74,7 @@ DK_PLUGIN_EXPORT const dk_plugin *DK_PLUGIN_ENTRY(void)
     desc.priority = 0;
     desc.gauss = &f_gauss;
 #ifdef FAULTY_HALO
-    desc.gauss_features = DK_GAUSS_FEATURE_HALO;
+    desc.ops_generation = DK_PLUGIN_OPS_GENERATION;
     desc.buffer_copy_box = f_copy_box;
 #endif
     return &desc;

@@ -250,7 +250,7 @@ DK_PLUGIN_EXPORT const dk_plugin *DK_PLUGIN_ENTRY(void)
     static dk_plugin desc = BROKEN_PLUGIN("mpiqueue", DK_PLUGIN_ABI_VERSION, b_probe_one);
     desc.priority = 0;
     desc.gauss = &q_gauss;
-    desc.gauss_features = DK_GAUSS_FEATURE_HALO;
+    desc.ops_generation = DK_PLUGIN_OPS_GENERATION;
     desc.buffer_copy_box = q_copy_box;
     desc.comm = &q_comm;
     desc.comm_queue = &q_queue;

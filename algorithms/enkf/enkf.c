@@ -496,7 +496,10 @@ double *dk_enkf_perturbed_obs(size_t m, size_t L, const double *y, const double 
 
 static const dk_enkf_ops *parts_of(const dk_plan *plan)
 {
-    const dk_enkf_ops *ops = plan->ctx->backend->plugin->enkf;
+    const dk_plugin *pl = plan->ctx->backend->plugin;
+    const dk_enkf_ops *ops = pl->enkf;
+    if (pl->ops_generation < 1) /* a table from before the parts ends at plan_destroy */
+        return NULL;
     return ops->cov_rows && ops->inflate && ops->update ? ops : NULL;
 }
 

@@ -305,7 +305,7 @@ DK_API dk_status dk_gauss_plan_create(dk_context *ctx, const dk_gauss_desc *desc
 DK_API int dk_gauss_halo_offered(const dk_context *ctx, const dk_gauss_desc *desc)
 {
     const dk_plugin *pl = ctx && desc ? ctx->backend->plugin : NULL;
-    return pl && pl->gauss && (pl->gauss_features & DK_GAUSS_FEATURE_HALO) && pl->gauss->execute_halo &&
+    return pl && pl->gauss && pl->ops_generation >= 1 && pl->gauss->execute_halo &&
            desc->mode == DK_GAUSS_EXACT && desc->method == DK_GAUSS_RF &&
            (desc->boundary == DK_BOUNDARY_ZERO || desc->boundary == DK_BOUNDARY_CONSTANT);
 }

@@ -13,8 +13,8 @@ static const dk_kmeans_ops *phase_ops(const dk_context *ctx)
         return NULL;
     const dk_plugin *pl = ctx->backend->plugin;
     const dk_kmeans_ops *ops = pl->kmeans;
-    /* members past the table's own size are absent */
-    if (!ops || pl->kmeans_size < offsetof(dk_kmeans_ops, objective) + sizeof ops->objective)
+    /* the phases came with the ops tables' generation 1 */
+    if (!ops || pl->ops_generation < 1)
         return NULL;
     return ops->assign_partial && ops->update && ops->objective ? ops : NULL;
 }

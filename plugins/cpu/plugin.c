@@ -237,7 +237,7 @@ static const dk_plugin cpu_plugin = {
     .buffer_unwrap = cpu_buffer_unwrap,
     .device_native = cpu_device_native,
     .gauss = &dk_cpu_gauss_ops,
-    .gauss_features = DK_GAUSS_FEATURE_RECURSIVE | DK_GAUSS_FEATURE_MODES | DK_GAUSS_FEATURE_HALO,
+    .gauss_features = DK_GAUSS_FEATURE_RECURSIVE | DK_GAUSS_FEATURE_MODES,
     .buffer_copy_box = cpu_buffer_copy_box,
     .gbees = &dk_cpu_gbees_ops,
 #ifdef DK_CPU_ENKF
@@ -245,7 +245,7 @@ static const dk_plugin cpu_plugin = {
 #endif
     .kmeans = &dk_cpu_kmeans_ops,
     .letkf = &dk_cpu_letkf_ops,
-    .kmeans_size = sizeof(dk_kmeans_ops),
+    .ops_generation = DK_PLUGIN_OPS_GENERATION,
 };
 
 DK_PLUGIN_EXPORT const dk_plugin *DK_PLUGIN_ENTRY(void)

@@ -411,13 +411,13 @@ static const dk_plugin cuda_plugin = {
 #ifdef DK_CUDA_HAVE_NCCL
     .comm = &dk_cuda_comm_ops,
 #endif
-    .gauss_features = DK_GAUSS_FEATURE_RECURSIVE | DK_GAUSS_FEATURE_MODES | DK_GAUSS_FEATURE_HALO,
+    .gauss_features = DK_GAUSS_FEATURE_RECURSIVE | DK_GAUSS_FEATURE_MODES,
     .buffer_copy_box = cuda_buffer_copy_box,
     .letkf = &dk_cuda_letkf_ops,
 #ifdef DK_CUDA_HAVE_NCCL
     .comm_queue = &dk_cuda_comm_queue_ops,
 #endif
-    .kmeans_size = sizeof(dk_kmeans_ops),
+    .ops_generation = DK_PLUGIN_OPS_GENERATION,
 };
 
 extern "C" DK_PLUGIN_EXPORT const dk_plugin *DK_PLUGIN_ENTRY(void)

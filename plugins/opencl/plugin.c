@@ -577,10 +577,10 @@ static const dk_plugin opencl_plugin = {
     .device_set_queue = opencl_device_set_queue,
     .device_wait = opencl_device_wait,
     .gauss = &dk_opencl_gauss_ops,
-    .gauss_features = DK_GAUSS_FEATURE_RECURSIVE | DK_GAUSS_FEATURE_MODES | DK_GAUSS_FEATURE_HALO,
+    .gauss_features = DK_GAUSS_FEATURE_RECURSIVE | DK_GAUSS_FEATURE_MODES,
     .buffer_copy_box = opencl_buffer_copy_box,
     .kmeans = &dk_opencl_kmeans_ops,
-    .kmeans_size = sizeof(dk_kmeans_ops),
+    .ops_generation = DK_PLUGIN_OPS_GENERATION,
     .gbees = &dk_opencl_gbees_ops,
     .letkf = &dk_opencl_letkf_ops,
 #ifdef DK_OPENCL_ENKF

@@ -152,9 +152,6 @@ size_t dk_gauss_window_halo(const dk_gauss_desc *desc, int axis);
  * with the zero and constant boundaries. */
 #define DK_GAUSS_FEATURE_RECURSIVE 1u /* methods deriche and vyv */
 #define DK_GAUSS_FEATURE_MODES 2u     /* boundaries reflect, mirror, nearest, wrap, cval */
-#define DK_GAUSS_FEATURE_HALO 4u      /* dk_gauss_ops.execute_halo is there (a table built
-                                         before it ends earlier: the core reads the entry
-                                         only where this bit is set) */
 
 /* deriche and vyv along one axis, in parallel form: y = y+ + y-, each the
  * sum over `count` sections s of a causal and an anti-causal recursion
@@ -263,8 +260,8 @@ typedef struct dk_gauss_ops {
     dk_status (*execute)(void *plan, const void *in, void *out, struct dk_msg *msg);
     /* Required. Frees the plan; called once, also after a failed execute. */
     void (*plan_destroy)(void *plan);
-    /* Optional (appended; read only with DK_GAUSS_FEATURE_HALO; without
-     * it libdakit-mpi filters a widened copy of the box instead). Filters along halo->axis alone the line made of the
+    /* Optional (appended in the ops tables' generation 1, DK_PLUGIN_OPS_GENERATION;
+     * without it libdakit-mpi filters a widened copy of the box instead). Filters along halo->axis alone the line made of the
      * lower halo, the box's line and the upper halo, as one line of that
      * length (the boundary rule at its two ends), and writes the box's part
      * to out; the halos are read where they lie, never copied into a

@@ -268,13 +268,21 @@ typedef struct dk_plugin {
     /* Optional, with comm: its collectives queued on the device's queue
      * (above); NULL: the layer calls the blocking ones. */
     const dk_comm_queue_ops *comm_queue;
-    /* Optional: sizeof(dk_kmeans_ops) of the headers the kmeans table was
-     * built with; the core reads its members past that size as absent (0:
-     * the table ends at texture_features). */
-    uint32_t kmeans_size;
+    /* Optional: DK_PLUGIN_OPS_GENERATION of the headers the ops tables were
+     * built with (write DK_PLUGIN_OPS_GENERATION). The core reads the
+     * members a table gained in a later generation than this as absent, so
+     * an older plugin's shorter tables are never read past their end (0,
+     * a plugin built before this member: every table ends where it did). */
+    uint32_t ops_generation;
 } dk_plugin;
 
 #define DK_PLUGIN_SIZE ((uint32_t)sizeof(dk_plugin))
+
+/* The ops tables' generation. 1: the entries libdakit-mpi runs between its
+ * collectives were appended: dk_gauss_ops.execute_halo, dk_enkf_ops.cov_rows,
+ * inflate and update, dk_kmeans_ops.assign_partial, update and objective. A
+ * table that grows again appends its members and moves this number. */
+#define DK_PLUGIN_OPS_GENERATION 1u
 
 typedef const dk_plugin *(*dk_plugin_entry_fn)(void);
 
