@@ -51,26 +51,7 @@ DK_API dk_status dk_kmeans_part_plan_create(dk_context *ctx, const dk_kmeans_des
         setup.stride_feature = desc->n;
     if (!(setup.desc.variant = dk_pick_variant(ctx, DK_ALGO_KMEANS, ops->variants, desc->variant)))
         return DK_ERR_NOT_IMPLEMENTED;
-    dk_plan *p = calloc(1, sizeof *p);
-    if (!p || !(p->state = malloc(sizeof setup))) {
-        free(p);
-        return dk_fail(ctx, DK_ERR_OUT_OF_MEMORY, "kmeans: out of host memory");
-    }
-    p->ctx = ctx;
-    p->algo = DK_ALGO_KMEANS;
-    p->impl_destroy = ops->plan_destroy;
-    memcpy(p->state, &setup, sizeof setup);
-    dk_msg msg = {{0}};
-    dk_device_enter(ctx);
-    st = ops->plan_create(ctx->device, p->state, &p->impl, &msg);
-    dk_device_leave(ctx);
-    if (st != DK_OK) {
-        p->impl = NULL;
-        dk_plan_destroy(p);
-        return dk_fail_msg(ctx, st, &msg, "kmeans: the backend could not make the part's plan");
-    }
-    *plan = p;
-    return DK_OK;
+    return dk_kmeans_plan_from_setup(ctx, ops, &setup, "the part's plan", plan);
 }
 
 /* The buffer's handle after its checks; NULL with the error set. */

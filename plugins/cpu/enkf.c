@@ -604,13 +604,14 @@ static dk_status cpu_enkf_cov_rows(void *plan, const void *e, const dk_enkf_box 
     size_t ny = s->desc.loc_ndim == 2 ? s->desc.ny : N;
     size_t count = (own->hi[0] - own->lo[0]) * (own->hi[1] - own->lo[1]);
     dk_dtype t = s->desc.dtype;
+    const size_t es = t == DK_F64 ? sizeof(double) : sizeof(float);
     double *e64 = t == DK_F64 ? (double *)e : widen(e, t, N * L), *p64 = malloc(N * M * sizeof *p64);
     dk_status rc = DK_ERR_OUT_OF_MEMORY;
     if (!e64 || !p64)
         dk_msg_set(msg, "out of host memory");
     else if ((rc = cov64(q, e64, p64, NULL, msg)) == DK_OK) {
         for (size_t k = 0; k < count; k++)
-            narrow(p64 + box_row(own, ny, k) * M, (char *)pht + k * M * dk_dtype_size(t), t, M);
+            narrow(p64 + box_row(own, ny, k) * M, (char *)pht + k * M * es, t, M);
         for (size_t a = 0; part && a < M; a++) {
             double *h = calloc(M + L, sizeof *h), *hx = h + M;
             if (!h) {
@@ -628,7 +629,6 @@ static dk_status cpu_enkf_cov_rows(void *plan, const void *e, const dk_enkf_box 
                     hx[l] += s->values[u] * (t == DK_F32 ? (double)((const float *)x)[k * L + l]
                                                           : ((const double *)x)[k * L + l]);
             }
-            size_t es = dk_dtype_size(t);
             narrow(h, (char *)part + (at + a * M) * es, t, M);
             if (x)
                 narrow(hx, (char *)part + (at + M * M + a * L) * es, t, L);

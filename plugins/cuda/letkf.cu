@@ -294,6 +294,42 @@ __device__ __forceinline__ void tile_of(int t, int *P, int *Q)
     *Q = t - p * (p + 1) / 2;
 }
 
+/* One chunk of cnt gathered observations added into A's lower-triangle
+ * tiles (row stride ld) and b's first nb entries, the work dealt from
+ * thread t0 in steps of `step` (a block's threads or a warp's lanes): WY
+ * holds w_j Y_j, Y the rows, dch the departures, each row kp apart. */
+__device__ __forceinline__ void add_chunk(int t0, int step, int tiles, int nb, int kp, int ld, const double *WY,
+                                          const double *Y, const double *dch, int cnt, double *A, double *bs)
+{
+    for (int t = t0; t < tiles + nb; t += step) {
+        if (t >= tiles) {
+            int l = t - tiles;
+            double s = bs[l];
+            for (int q = 0; q < cnt; q++)
+                s = fma(WY[q * kp + l], dch[q], s);
+            bs[l] = s;
+            continue;
+        }
+        int P, Q;
+        tile_of(t, &P, &Q);
+        int r0 = 2 * P, c0 = 2 * Q;
+        double a00 = A[r0 * ld + c0], a01 = A[r0 * ld + c0 + 1];
+        double a10 = A[(r0 + 1) * ld + c0], a11 = A[(r0 + 1) * ld + c0 + 1];
+        for (int q = 0; q < cnt; q++) {
+            const double *w = WY + q * kp, *y = Y + q * kp;
+            double w0 = w[r0], w1 = w[r0 + 1], y0 = y[c0], y1 = y[c0 + 1];
+            a00 = fma(w0, y0, a00);
+            a01 = fma(w0, y1, a01);
+            a10 = fma(w1, y0, a10);
+            a11 = fma(w1, y1, a11);
+        }
+        A[r0 * ld + c0] = a00;
+        A[r0 * ld + c0 + 1] = a01;
+        A[(r0 + 1) * ld + c0] = a10;
+        A[(r0 + 1) * ld + c0 + 1] = a11;
+    }
+}
+
 /* A = sum_j rho_j / r_j Y_j Y_j^T (kp x kp, zero past k) and b in shared
  * memory, over chunks of ch gathered rows. */
 __device__ void accumulate(const Args &a, char *smem, int nsel, const int32_t *idx, const double *rho)
@@ -320,33 +356,7 @@ __device__ void accumulate(const Args &a, char *smem, int nsel, const int32_t *i
                 dch[q] = a.dep[j];
         }
         __syncthreads();
-        for (int t = threadIdx.x; t < tiles + k; t += blockDim.x) {
-            if (t >= tiles) {
-                int l = t - tiles;
-                double s = bs[l];
-                for (int q = 0; q < cnt; q++)
-                    s = fma(WY[q * kp + l], dch[q], s);
-                bs[l] = s;
-                continue;
-            }
-            int P, Q;
-            tile_of(t, &P, &Q);
-            int r0 = 2 * P, c0 = 2 * Q;
-            double a00 = A[r0 * kp + c0], a01 = A[r0 * kp + c0 + 1];
-            double a10 = A[(r0 + 1) * kp + c0], a11 = A[(r0 + 1) * kp + c0 + 1];
-            for (int q = 0; q < cnt; q++) {
-                const double *w = WY + q * kp, *y = Y + q * kp;
-                double w0 = w[r0], w1 = w[r0 + 1], y0 = y[c0], y1 = y[c0 + 1];
-                a00 = fma(w0, y0, a00);
-                a01 = fma(w0, y1, a01);
-                a10 = fma(w1, y0, a10);
-                a11 = fma(w1, y1, a11);
-            }
-            A[r0 * kp + c0] = a00;
-            A[r0 * kp + c0 + 1] = a01;
-            A[(r0 + 1) * kp + c0] = a10;
-            A[(r0 + 1) * kp + c0 + 1] = a11;
-        }
+        add_chunk(threadIdx.x, blockDim.x, tiles, k, kp, kp, WY, Y, dch, cnt, A, bs);
     }
     __syncthreads();
     /* the upper triangle from the lower (the diagonal tiles are symmetric already) */
@@ -800,33 +810,7 @@ __device__ void warp_accumulate(const WArgs &a, double *A, double *Y, double *WY
                 dch[q] = a.dep[j];
         }
         __syncwarp();
-        for (int t = lane; t < tiles + kp; t += 32) {
-            if (t >= tiles) {
-                int l = t - tiles;
-                double s = bs[l];
-                for (int q = 0; q < cnt; q++)
-                    s = fma(WY[q * kp + l], dch[q], s);
-                bs[l] = s;
-                continue;
-            }
-            int P, Q;
-            tile_of(t, &P, &Q);
-            int r0 = 2 * P, c0 = 2 * Q;
-            double a00 = A[r0 * ld + c0], a01 = A[r0 * ld + c0 + 1];
-            double a10 = A[(r0 + 1) * ld + c0], a11 = A[(r0 + 1) * ld + c0 + 1];
-            for (int q = 0; q < cnt; q++) {
-                const double *w = WY + q * kp, *y = Y + q * kp;
-                double w0 = w[r0], w1 = w[r0 + 1], y0 = y[c0], y1 = y[c0 + 1];
-                a00 = fma(w0, y0, a00);
-                a01 = fma(w0, y1, a01);
-                a10 = fma(w1, y0, a10);
-                a11 = fma(w1, y1, a11);
-            }
-            A[r0 * ld + c0] = a00;
-            A[r0 * ld + c0 + 1] = a01;
-            A[(r0 + 1) * ld + c0] = a10;
-            A[(r0 + 1) * ld + c0 + 1] = a11;
-        }
+        add_chunk(lane, 32, tiles, kp, kp, ld, WY, Y, dch, cnt, A, bs);
     }
     __syncwarp();
     /* the upper triangle from the lower (the diagonal tiles are whole already) */
