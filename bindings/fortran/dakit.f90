@@ -1562,24 +1562,21 @@ contains
   end function
 
   ! The shape of an optional diagnostic (empty when absent) and its address.
+  ! The shape and address of a diagnostics array that was passed. Callers
+  ! test present() themselves: handing an absent contiguous optional on to
+  ! another optional dummy makes gfortran read its missing descriptor.
   subroutine optional_int(a, sh, p)
-    integer(c_int32_t), intent(in), target, contiguous, optional :: a(:)
+    integer(c_int32_t), intent(in), target, contiguous :: a(:)
     integer(c_size_t), allocatable, intent(out) :: sh(:)
     type(c_ptr), intent(out) :: p
-    p = c_null_ptr
-    allocate(sh(0))
-    if (.not. present(a)) return
     sh = shape(a, c_size_t)
     p = c_loc(a)
   end subroutine
 
   subroutine optional_real(a, sh, p)
-    real(c_double), intent(in), target, contiguous, optional :: a(:)
+    real(c_double), intent(in), target, contiguous :: a(:)
     integer(c_size_t), allocatable, intent(out) :: sh(:)
     type(c_ptr), intent(out) :: p
-    p = c_null_ptr
-    allocate(sh(0))
-    if (.not. present(a)) return
     sh = shape(a, c_size_t)
     p = c_loc(a)
   end subroutine
@@ -1594,8 +1591,11 @@ contains
     integer(c_int) :: status
     integer(c_size_t), allocatable :: sn(:), ss(:)
     type(c_ptr) :: pn, ps
-    call optional_int(nobs, sn, pn)
-    call optional_real(spread, ss, ps)
+    allocate(sn(0), ss(0))
+    pn = c_null_ptr
+    ps = c_null_ptr
+    if (present(nobs)) call optional_int(nobs, sn, pn)
+    if (present(spread)) call optional_real(spread, ss, ps)
     status = check_letkf(plan, DK_F32, shape(xb, c_size_t), shape(yb, c_size_t), yo, r, shape(xa, c_size_t), sn, ss)
     if (status == DK_OK) &
       status = c_letkf_execute_host(plan%ptr, c_loc(xb), c_loc(yb), c_loc(yo), c_loc(r), c_loc(xa), pn, ps)
@@ -1611,8 +1611,11 @@ contains
     integer(c_int) :: status
     integer(c_size_t), allocatable :: sn(:), ss(:)
     type(c_ptr) :: pn, ps
-    call optional_int(nobs, sn, pn)
-    call optional_real(spread, ss, ps)
+    allocate(sn(0), ss(0))
+    pn = c_null_ptr
+    ps = c_null_ptr
+    if (present(nobs)) call optional_int(nobs, sn, pn)
+    if (present(spread)) call optional_real(spread, ss, ps)
     status = check_letkf(plan, DK_F64, shape(xb, c_size_t), shape(yb, c_size_t), yo, r, shape(xa, c_size_t), sn, ss)
     if (status == DK_OK) &
       status = c_letkf_execute_host(plan%ptr, c_loc(xb), c_loc(yb), c_loc(yo), c_loc(r), c_loc(xa), pn, ps)
@@ -1629,8 +1632,11 @@ contains
     integer(c_int) :: status
     integer(c_size_t), allocatable :: sn(:), ss(:)
     type(c_ptr) :: pn, ps
-    call optional_int(nobs, sn, pn)
-    call optional_real(spread, ss, ps)
+    allocate(sn(0), ss(0))
+    pn = c_null_ptr
+    ps = c_null_ptr
+    if (present(nobs)) call optional_int(nobs, sn, pn)
+    if (present(spread)) call optional_real(spread, ss, ps)
     status = check_letkf(plan, DK_F32, shape(x, c_size_t), shape(yb, c_size_t), yo, r, shape(x, c_size_t), sn, ss)
     if (status == DK_OK) &
       status = c_letkf_execute_host(plan%ptr, c_loc(x), c_loc(yb), c_loc(yo), c_loc(r), c_loc(x), pn, ps)
@@ -1646,8 +1652,11 @@ contains
     integer(c_int) :: status
     integer(c_size_t), allocatable :: sn(:), ss(:)
     type(c_ptr) :: pn, ps
-    call optional_int(nobs, sn, pn)
-    call optional_real(spread, ss, ps)
+    allocate(sn(0), ss(0))
+    pn = c_null_ptr
+    ps = c_null_ptr
+    if (present(nobs)) call optional_int(nobs, sn, pn)
+    if (present(spread)) call optional_real(spread, ss, ps)
     status = check_letkf(plan, DK_F64, shape(x, c_size_t), shape(yb, c_size_t), yo, r, shape(x, c_size_t), sn, ss)
     if (status == DK_OK) &
       status = c_letkf_execute_host(plan%ptr, c_loc(x), c_loc(yb), c_loc(yo), c_loc(r), c_loc(x), pn, ps)
@@ -1728,8 +1737,11 @@ contains
     integer(c_size_t), allocatable :: sn(:), ss(:)
     type(c_ptr) :: pn, ps
     call dkf_error_clear()
-    call optional_int(nobs, sn, pn)
-    call optional_real(spread, ss, ps)
+    allocate(sn(0), ss(0))
+    pn = c_null_ptr
+    ps = c_null_ptr
+    if (present(nobs)) call optional_int(nobs, sn, pn)
+    if (present(spread)) call optional_real(spread, ss, ps)
     status = letkf_desc_with(desc, grid, obs, 'dk_letkf_reference', d)
     if (status == DK_OK .and. d%dtype /= DK_F32) &
       status = fail(c_null_ptr, 'dk_letkf_reference: desc%dtype is not DK_F32 but the arrays are real(c_float)')
@@ -1751,8 +1763,11 @@ contains
     integer(c_size_t), allocatable :: sn(:), ss(:)
     type(c_ptr) :: pn, ps
     call dkf_error_clear()
-    call optional_int(nobs, sn, pn)
-    call optional_real(spread, ss, ps)
+    allocate(sn(0), ss(0))
+    pn = c_null_ptr
+    ps = c_null_ptr
+    if (present(nobs)) call optional_int(nobs, sn, pn)
+    if (present(spread)) call optional_real(spread, ss, ps)
     status = letkf_desc_with(desc, grid, obs, 'dk_letkf_reference', d)
     if (status == DK_OK .and. d%dtype /= DK_F64) &
       status = fail(c_null_ptr, 'dk_letkf_reference: desc%dtype is not DK_F64 but the arrays are real(c_double)')

@@ -227,7 +227,7 @@ const dk_backend_info *cli_backends(int *count)
             b->name[sizeof b->name - 1] = b->version[sizeof b->version - 1] = b->path[sizeof b->path - 1] = '\0';
             b->reason[sizeof b->reason - 1] = b->algorithms[sizeof b->algorithms - 1] = '\0';
             b->comm[sizeof b->comm - 1] = '\0';
-            for (int a = 0; a < 4; a++)
+            for (size_t a = 0; a < sizeof b->variants / sizeof b->variants[0]; a++)
                 b->variants[a][sizeof b->variants[a] - 1] = '\0';
             for (int d = 0; d < DK_MAX_DEVICES; d++)
                 b->devices[d].name[sizeof b->devices[d].name - 1] = '\0';
