@@ -210,6 +210,27 @@ __global__ void k_obs_space(const T *yb, const double *obs, const int32_t *order
 
 template <typename P> __device__ __forceinline__ P *at(char *smem, long long off) { return (P *)(smem + off); }
 
+/* The cap: the candidates of rank below cap by (rho descending, original
+ * index ascending) into sidx/srho at their rank, the work dealt from
+ * thread t0 in steps of `step` (a block's threads or a warp's lanes). */
+__device__ __forceinline__ void cap_by_rank(int t0, int step, int count, const int32_t *lidx, const double *lrho,
+                                            const int32_t *order, int cap, int32_t *sidx, double *srho)
+{
+    for (int c = t0; c < count; c += step) {
+        double rc = lrho[c];
+        int32_t oc = order[lidx[c]];
+        int rank = 0;
+        for (int d = 0; d < count; d++) {
+            double rd = lrho[d];
+            rank += rd > rc || (rd == rc && order[lidx[d]] < oc);
+        }
+        if (rank < cap) {
+            sidx[rank] = lidx[c];
+            srho[rank] = rc;
+        }
+    }
+}
+
 /* The observations of the point at pos: sorted positions in *idx, weights
  * in *rho (the reference's set; in its order without a cap, by rank with
  * one). Returns how many. */
@@ -263,19 +284,7 @@ __device__ int select_obs(const Args &a, const dk_letkf_geometry *geo, char *sme
     /* the cap: each candidate's rank by (rho descending, original index ascending) */
     int32_t *sidx = L.sidx >= 0 ? at<int32_t>(smem, L.sidx) : a.g_sidx + blockIdx.x * a.scap;
     double *srho = L.srho >= 0 ? at<double>(smem, L.srho) : a.g_srho + blockIdx.x * a.scap;
-    for (int c = threadIdx.x; c < count; c += blockDim.x) {
-        double rc = lrho[c];
-        int32_t oc = a.order[lidx[c]];
-        int rank = 0;
-        for (int d = 0; d < count; d++) {
-            double rd = lrho[d];
-            rank += rd > rc || (rd == rc && a.order[lidx[d]] < oc);
-        }
-        if (rank < a.cap) {
-            sidx[rank] = lidx[c];
-            srho[rank] = rc;
-        }
-    }
+    cap_by_rank(threadIdx.x, blockDim.x, count, lidx, lrho, a.order, a.cap, sidx, srho);
     __syncthreads();
     *idx = sidx;
     *rho = srho;
@@ -766,19 +775,7 @@ __device__ int warp_select(const WArgs &a, const dk_letkf_geometry *geo, const d
     /* the cap: each candidate's rank by (rho descending, original index ascending) */
     int32_t *sidx = a.sidx + gw * a.scap;
     double *srho = a.srho + gw * a.scap;
-    for (int c = lane; c < count; c += 32) {
-        double rc = lrho[c];
-        int32_t oc = a.order[lidx[c]];
-        int rank = 0;
-        for (int d = 0; d < count; d++) {
-            double rd = lrho[d];
-            rank += rd > rc || (rd == rc && a.order[lidx[d]] < oc);
-        }
-        if (rank < a.cap) {
-            sidx[rank] = lidx[c];
-            srho[rank] = rc;
-        }
-    }
+    cap_by_rank(lane, 32, count, lidx, lrho, a.order, a.cap, sidx, srho);
     __syncwarp();
     *idx = sidx;
     *rho = srho;
