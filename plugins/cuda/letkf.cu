@@ -623,8 +623,8 @@ template <typename T, int MODE> __global__ void __launch_bounds__(256) k_points(
  *
  * A batch of points goes through three kernels:
  *   k_warp_system  one warp per point: the selection (ballot compaction in
- *                  the reference's order; the cap by rank), A and b, the
- *                  Householder reduction A = H T H^T in the warp's shared
+ *                  the reference's order; the cap by rank), A and b (on the
+ *                  float64 tensor cores, 8 x 8 tiles), the Householder reduction A = H T H^T in the warp's shared
  *                  memory, H^T x and H^T b; T, those two vectors and the
  *                  reflectors go to the batch's arrays;
  *   k_warp_ql      one thread per point: implicit QL on T (T = G L G^T),
@@ -638,7 +638,6 @@ template <typename T, int MODE> __global__ void __launch_bounds__(256) k_points(
 
 const int W_MAX_K = 64;  /* members the warp kernels take */
 const int W_WARPS = 2;   /* warps a block of the warp kernels */
-const int W_CH = 8;      /* observation rows staged at a time */
 const int W_QL_ITER = 30; /* QL iterations an eigenvalue before giving up */
 const unsigned FULL = 0xffffffffu;
 
@@ -667,13 +666,22 @@ struct WArgs {
     double *td, *te, *tu, *tb;
     double *xm, *xam; /* batch */
     int32_t *failed;  /* batch: 1 where the jacobi kernel takes the point */
-    /* the QL log, logcap x batch, slot fastest */
-    double *lc, *ls;
+    /* the QL log, each slot's own run: logcap packed rotations (pack_rotation),
+     * and sweepcap sweeps' rows (lo, hi: the rotations of rows hi - 1 down to lo) */
+    double *lv;
     uint8_t *li;
+    int sweepcap;
     int32_t *redo; /* n: points for the jacobi kernel */
     int *redo_count;
     int *overflow;
 };
+
+/* Where element l (of rows) of batch slot s lies in the batch's per-point
+ * arrays: 32 slots side by side, a group of 32 slots after another, so a
+ * warp's accesses are one 256-byte line and a slot's rows stay near. */
+__device__ __forceinline__ long long wslot(long long s, int rows) { return (s >> 5) * 32LL * rows + (s & 31); }
+const int WS = 32; /* the stride between a slot's rows */
+const int QL_B = 64; /* threads a block of the QL kernel */
 
 /* The sum over the warp, the same bits in every lane (the butterfly adds
  * the same pair in each lane of a pair). */
@@ -686,7 +694,7 @@ __device__ __forceinline__ double warp_sum(double v)
 
 /* Per-warp shared memory, in doubles then ints. */
 struct WLayout {
-    int A, Y, WY, dch, xs, bs, vs, ws; /* double offsets */
+    int A, xs, bs, vs, ws; /* double offsets */
     int vstart, voff;                  /* int offsets past the doubles */
     int doubles, ints, bytes;
 };
@@ -696,9 +704,6 @@ __host__ __device__ inline WLayout wlayout(int kp)
     WLayout L;
     int o = 0;
     L.A = o, o += kp * (kp + 1);
-    L.Y = o, o += W_CH * kp;
-    L.WY = o, o += W_CH * kp;
-    L.dch = o, o += W_CH;
     L.xs = o, o += kp;
     L.bs = o, o += kp;
     L.vs = o, o += kp;
@@ -736,11 +741,22 @@ __device__ int warp_select(const WArgs &a, const dk_letkf_geometry *geo, const d
         voff[t + 1] = len;
     }
     __syncwarp();
-    if (lane == 0) {
-        voff[0] = 0;
-        for (int t = 0; t < visits; t++)
-            voff[t + 1] += voff[t];
+    /* running offsets by a warp scan, 32 visits at a time */
+    int carry = 0;
+    for (int t0 = 0; t0 < visits; t0 += 32) {
+        const int t = t0 + lane;
+        int v = t < visits ? voff[t + 1] : 0;
+        for (int o = 1; o < 32; o <<= 1) {
+            int u = __shfl_up_sync(FULL, v, o);
+            if (lane >= o)
+                v += u;
+        }
+        if (t < visits)
+            voff[t + 1] = carry + v;
+        carry += __shfl_sync(FULL, v, 31);
     }
+    if (lane == 0)
+        voff[0] = 0;
     __syncwarp();
     const int total = voff[visits];
     int32_t *lidx = a.lidx + gw * a.lcap;
@@ -782,39 +798,97 @@ __device__ int warp_select(const WArgs &a, const dk_letkf_geometry *geo, const d
     return a.cap;
 }
 
-/* A = sum_j rho_j / r_j Y_j Y_j^T (kp x kp, leading dimension ld, zero past
- * k, full) and b, over chunks of W_CH gathered rows; each lane owns 2 x 2
- * tiles of the lower triangle for a chunk. */
-__device__ void warp_accumulate(const WArgs &a, double *A, double *Y, double *WY, double *dch, double *bs, int nsel,
-                                const int32_t *idx, const double *rho)
+/* D += A B on the tensor cores: one 8 x 8 x 4 float64 product a warp (A's
+ * element in each lane at row lane / 4, column lane % 4; B's at row lane % 4,
+ * column lane / 4; D's two at row lane / 4, columns 2 (lane % 4) + 0, 1). */
+__device__ __forceinline__ void mma_884(double *d, double a_, double b_)
 {
-    const int lane = threadIdx.x & 31, k = a.k, kp = a.kp, ld = a.ld, h = kp / 2;
-    for (int e = lane; e < kp * ld; e += 32)
-        A[e] = 0.0;
-    for (int l = lane; l < kp; l += 32)
-        bs[l] = 0.0;
-    const int tiles = h * (h + 1) / 2;
-    for (int base = 0; base < nsel; base += W_CH) {
-        const int cnt = nsel - base < W_CH ? nsel - base : W_CH;
-        __syncwarp();
-        for (int e = lane; e < cnt * kp; e += 32) {
-            int q = e / kp, l = e - q * kp;
-            long long j = idx[base + q];
-            double y = l < k ? a.yp[j * k + l] : 0.0;
-            Y[e] = y;
-            WY[e] = rho[base + q] * a.rinv[j] * y;
-            if (l == 0)
-                dch[q] = a.dep[j];
-        }
-        __syncwarp();
-        add_chunk(lane, 32, tiles, kp, kp, ld, WY, Y, dch, cnt, A, bs);
+    asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};\n"
+                 : "+d"(d[0]), "+d"(d[1])
+                 : "d"(a_), "d"(b_));
+}
+
+/* Selected row j's weight rho / r, departure and members 8 I + lane / 4
+ * (zeros past the selection and past k). */
+template <int T8>
+__device__ __forceinline__ void gather_rows(const WArgs &a, int j, int nsel, const int32_t *idx, const double *rho,
+                                            double *w, double *dep, double *y)
+{
+    const int r = (threadIdx.x & 31) >> 2, k = a.k;
+    long long row = 0;
+    if (j < nsel) {
+        row = idx[j];
+        *w = rho[j] * a.rinv[row];
+        *dep = a.dep[row];
     }
-    __syncwarp();
-    /* the upper triangle from the lower (the diagonal tiles are whole already) */
-    for (int e = lane; e < kp * kp; e += 32) {
-        int r = e / kp, c = e - r * kp;
-        if (r / 2 < c / 2)
-            A[r * ld + c] = A[c * ld + r];
+#pragma unroll
+    for (int I = 0; I < T8; I++) {
+        const int c = 8 * I + r;
+        y[I] = j < nsel && c < k ? a.yp[row * k + c] : 0.0;
+    }
+}
+
+/* A = sum_j rho_j / r_j Y_j Y_j^T (8 T8 x 8 T8 in shared memory, leading
+ * dimension ld, zero past k, both triangles) and b, four observations at a
+ * time: lane (q, r) = (lane % 4, lane / 4) loads observation q's members
+ * 8 I + r straight from the gathered ensemble, and each lower 8 x 8 tile of A
+ * is one tensor-core product a step, kept in registers until the end. */
+template <int T8>
+__device__ void warp_accumulate(const WArgs &a, double *A, double *bs, int nsel, const int32_t *idx, const double *rho)
+{
+    const int lane = threadIdx.x & 31, q = lane & 3, r = lane >> 2, ld = a.ld;
+    constexpr int TILES = T8 * (T8 + 1) / 2;
+    double acc[TILES][2], bp[T8];
+#pragma unroll
+    for (int t = 0; t < TILES; t++)
+        acc[t][0] = acc[t][1] = 0.0;
+#pragma unroll
+    for (int I = 0; I < T8; I++)
+        bp[I] = 0.0;
+    /* the next four rows are loaded while the tensor cores take these four */
+    double w = 0.0, dep = 0.0, y[T8];
+    gather_rows<T8>(a, q, nsel, idx, rho, &w, &dep, y);
+    for (int base = 0; base < nsel; base += 4) {
+        double wn = 0.0, depn = 0.0, yn[T8];
+        gather_rows<T8>(a, base + 4 + q, nsel, idx, rho, &wn, &depn, yn);
+        double wy[T8];
+#pragma unroll
+        for (int I = 0; I < T8; I++) {
+            wy[I] = w * y[I];
+            bp[I] = fma(wy[I], dep, bp[I]);
+        }
+        int t = 0;
+#pragma unroll
+        for (int I = 0; I < T8; I++)
+#pragma unroll
+            for (int J = 0; J <= I; J++)
+                mma_884(acc[t++], y[I], wy[J]);
+        w = wn, dep = depn;
+#pragma unroll
+        for (int I = 0; I < T8; I++)
+            y[I] = yn[I];
+    }
+    /* the lower triangle, mirrored (a diagonal tile's upper half is the same sum in another order: dropped) */
+    int t = 0;
+#pragma unroll
+    for (int I = 0; I < T8; I++)
+#pragma unroll
+        for (int J = 0; J <= I; J++, t++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int row = 8 * I + r, col = 8 * J + 2 * q + h;
+                if (row >= col) {
+                    A[row * ld + col] = acc[t][h];
+                    A[col * ld + row] = acc[t][h];
+                }
+            }
+#pragma unroll
+    for (int I = 0; I < T8; I++) {
+        double v = bp[I];
+        v += __shfl_xor_sync(FULL, v, 1);
+        v += __shfl_xor_sync(FULL, v, 2);
+        if (q == 0)
+            bs[8 * I + r] = v;
     }
     __syncwarp();
 }
@@ -861,25 +935,52 @@ __device__ void warp_tridiagonal(int k, int ld, double *A, double *vs, double *w
             A[j * ld + r0] = tau;
         }
         __syncwarp();
-        /* p = tau A22 v (column r of the symmetric A22 is its row r), w = p - (tau / 2)(p . v) v */
+        /* p = tau A22 v (column r of the symmetric A22 is its row r), w = p - (tau / 2)(p . v) v. The trailing
+         * block is S wide: lanes take its columns in groups of cw (8, 16 or 32) and its rows 32 / cw at a time,
+         * so a small block still keeps every lane busy. */
+        const int S = k - r0, cw = S <= 8 ? 8 : S <= 16 ? 16 : 32, rstep = 32 / cw;
+        const int lc = lane & (cw - 1), lr = lane / cw;
         double pv = 0.0;
-        for (int r = r0 + lane; r < k; r += 32) {
-            double p = 0.0;
-            for (int c = r0; c < k; c++)
-                p = fma(A[c * ld + r], vs[c], p);
+        for (int c0 = r0; c0 < k; c0 += cw) {
+            const int c = c0 + lc;
+            double p0 = 0.0, p1 = 0.0;
+            if (c < k) {
+                int r = r0 + lr;
+                for (; r + rstep < k; r += 2 * rstep) {
+                    p0 = fma(A[r * ld + c], vs[r], p0);
+                    p1 = fma(A[(r + rstep) * ld + c], vs[r + rstep], p1);
+                }
+                if (r < k)
+                    p0 = fma(A[r * ld + c], vs[r], p0);
+            }
+            double p = p0 + p1;
+            for (int o = cw; o < 32; o <<= 1)
+                p += __shfl_xor_sync(FULL, p, o);
             p *= tau;
-            ws[r] = p;
-            pv = fma(p, vs[r], pv);
+            if (c < k && lr == 0) {
+                ws[c] = p;
+                pv = fma(p, vs[c], pv);
+            }
         }
         pv = warp_sum(pv);
         const double half = 0.5 * tau * pv;
         for (int r = r0 + lane; r < k; r += 32)
             ws[r] = fma(-half, vs[r], ws[r]);
         __syncwarp();
-        /* A22 -= v w^T + w v^T, a column a lane */
-        for (int c = r0 + lane; c < k; c += 32) {
+        /* A22 -= v w^T + w v^T */
+        for (int c0 = r0; c0 < k; c0 += cw) {
+            const int c = c0 + lc;
+            if (c >= k)
+                continue;
             const double vc = vs[c], wc = ws[c];
-            for (int r = r0; r < k; r++)
+            int r = r0 + lr;
+            for (; r + rstep < k; r += 2 * rstep) {
+                const double v0 = vs[r], w0 = ws[r], v1 = vs[r + rstep], w1 = ws[r + rstep];
+                const double a0 = A[r * ld + c], a1 = A[(r + rstep) * ld + c];
+                A[r * ld + c] = a0 - fma(v0, wc, w0 * vc);
+                A[(r + rstep) * ld + c] = a1 - fma(v1, wc, w1 * vc);
+            }
+            if (r < k)
                 A[r * ld + c] -= fma(vs[r], wc, ws[r] * vc);
         }
         __syncwarp();
@@ -919,7 +1020,10 @@ __device__ void warp_reflect_t(int k, int ld, const double *A, double *x, double
     }
 }
 
-template <typename T> __global__ void __launch_bounds__(W_WARPS * 32) k_warp_system(WArgs a)
+/* six blocks a multiprocessor: the tridiagonal reduction is a chain of short
+ * steps, so more warps in flight hide it (at most 170 registers; 256 for
+ * the larger tiles of more than 40 members) */
+template <typename T, int T8> __global__ void __launch_bounds__(W_WARPS * 32, T8 <= 5 ? 6 : 4) k_warp_system(WArgs a)
 {
     extern __shared__ __align__(16) char smem[];
     __shared__ dk_letkf_geometry geo;
@@ -932,7 +1036,7 @@ template <typename T> __global__ void __launch_bounds__(W_WARPS * 32) k_warp_sys
     int *ib = (int *)(base + L.doubles);
     double *A = base + L.A, *xs = base + L.xs, *bs = base + L.bs;
     const long long gw = (long long)blockIdx.x * W_WARPS + warp, nw = (long long)gridDim.x * W_WARPS;
-    const long long B = a.batch, cnt = a.i1 - a.i0;
+    const long long cnt = a.i1 - a.i0;
     const T *xb = (const T *)a.xb;
     for (long long s = gw; s < cnt; s += nw) {
         const long long i = a.i0 + s;
@@ -942,7 +1046,7 @@ template <typename T> __global__ void __launch_bounds__(W_WARPS * 32) k_warp_sys
         const int32_t *idx;
         const double *rho;
         int nsel = warp_select(a, &geo, pos, ib + L.vstart, ib + L.voff, gw, &idx, &rho);
-        warp_accumulate(a, A, base + L.Y, base + L.WY, base + L.dch, bs, nsel, idx, rho);
+        warp_accumulate<T8>(a, A, bs, nsel, idx, rho);
         double xsum = 0.0;
         for (int l = lane; l < k; l += 32) {
             double x = (double)xb[i * k + l];
@@ -952,11 +1056,12 @@ template <typename T> __global__ void __launch_bounds__(W_WARPS * 32) k_warp_sys
         const double xm = warp_sum(xsum) / k;
         for (int l = lane; l < k; l += 32)
             xs[l] -= xm;
-        warp_tridiagonal(k, a.ld, A, base + L.vs, base + L.ws, a.td + s, a.te + s, B);
+        const long long o = wslot(s, k);
+        warp_tridiagonal(k, a.ld, A, base + L.vs, base + L.ws, a.td + o, a.te + o, WS);
         warp_reflect_t(k, a.ld, A, xs, bs);
         for (int l = lane; l < k; l += 32) {
-            a.tu[l * B + s] = xs[l];
-            a.tb[l * B + s] = bs[l];
+            a.tu[o + l * WS] = xs[l];
+            a.tb[o + l * WS] = bs[l];
         }
         double *R = a.refl + s * k * k;
         for (int e = lane; e < k * k; e += 32) {
@@ -975,19 +1080,65 @@ template <typename T> __global__ void __launch_bounds__(W_WARPS * 32) k_warp_sys
     }
 }
 
+/* The system kernel for 8 t8 padded members. */
+template <typename T> const void *warp_system_of(int t8)
+{
+    switch (t8) {
+    case 1: return (const void *)k_warp_system<T, 1>;
+    case 2: return (const void *)k_warp_system<T, 2>;
+    case 3: return (const void *)k_warp_system<T, 3>;
+    case 4: return (const void *)k_warp_system<T, 4>;
+    case 5: return (const void *)k_warp_system<T, 5>;
+    case 6: return (const void *)k_warp_system<T, 6>;
+    case 7: return (const void *)k_warp_system<T, 7>;
+    default: return (const void *)k_warp_system<T, 8>;
+    }
+}
+
+/* A rotation in one double: the smaller of |cs|, |sn| (at most 1/sqrt(2);
+ * the other, sqrt(1 - v^2), loses nothing) plus 4 x code, code saying which
+ * was kept and the other's sign. Subtracting 4 x code again is exact, so the
+ * kept value is off by at most half an ulp of 12, 9e-16: a rotation's
+ * error is absolute. */
+__device__ __forceinline__ double pack_rotation(double cs, double sn)
+{
+    const bool keep_sn = fabs(sn) <= fabs(cs);
+    const double v = keep_sn ? sn : cs, other = keep_sn ? cs : sn;
+    return v + 4.0 * ((keep_sn ? 0 : 2) + (other < 0.0 ? 1 : 0));
+}
+
+__device__ __forceinline__ void unpack_rotation(double w, double *cs, double *sn)
+{
+    const int code = (int)floor((w + 2.0) * 0.25);
+    const double v = w - 4.0 * code;
+    const double other = copysign(sqrt(fmax(0.0, fma(-v, v, 1.0))), (code & 1) ? -1.0 : 1.0);
+    *cs = (code & 2) ? v : other;
+    *sn = (code & 2) ? other : v;
+}
+
 /* One thread per point: implicit QL with Wilkinson's shift on T (td, te),
  * each rotation applied to tu and tb and logged; then xam = xm + (G^T H^T
  * x) . (G^T H^T b) / (g + lambda), y = sqrt((k - 1) / (g + lambda)) G^T
  * H^T x, and G y (the log backwards) into tu. */
-__global__ void __launch_bounds__(128) k_warp_ql(WArgs a)
+__global__ void __launch_bounds__(QL_B) k_warp_ql(WArgs a)
 {
-    const long long s = blockIdx.x * (long long)blockDim.x + threadIdx.x, B = a.batch;
+    /* T's diagonal and subdiagonal in shared memory: the convergence scans and the rotations read them in a
+     * dependent chain */
+    extern __shared__ double qsm[];
+    const long long s = blockIdx.x * (long long)blockDim.x + threadIdx.x;
     if (s >= a.i1 - a.i0)
         return;
     const int n = a.k;
-    double *d = a.td + s, *e = a.te + s, *u = a.tu + s, *b = a.tb + s;
-    double *lc = a.lc + s, *ls = a.ls + s;
-    uint8_t *li = a.li + s;
+    const long long o = wslot(s, a.k);
+    double *__restrict__ d = qsm + threadIdx.x, *__restrict__ e = qsm + (size_t)n * QL_B + threadIdx.x;
+    double *__restrict__ u = a.tu + o, *__restrict__ b = a.tb + o;
+    for (int l = 0; l < n; l++) {
+        d[l * QL_B] = a.td[o + l * WS];
+        e[l * QL_B] = a.te[o + l * WS];
+    }
+    double *__restrict__ lv = a.lv + s * a.logcap;
+    uint8_t *__restrict__ li = a.li + s * 2 * a.sweepcap;
+    int nsweep = 0;
     int nrot = 0;
     bool ok = true;
     /* an off-diagonal below eps ||T|| is negligible (the reduction to T left
@@ -995,63 +1146,85 @@ __global__ void __launch_bounds__(128) k_warp_ql(WArgs a)
      * rank-deficient A (fewer observations than members) iterate long */
     double tnorm = 0.0;
     for (int l = 0; l < n; l++)
-        tnorm = fmax(tnorm, fabs(d[l * B]) + fabs(e[l * B]));
+        tnorm = fmax(tnorm, fabs(d[l * QL_B]) + fabs(e[l * QL_B]));
     const double negligible = DBL_EPSILON * tnorm;
     for (int l = 0; l < n && ok; l++) {
         int iter = 0;
         for (;;) {
             int m = l;
             for (; m < n - 1; m++) {
-                double dd = fabs(d[m * B]) + fabs(d[(m + 1) * B]);
-                if (fabs(e[m * B]) <= fmax(DBL_EPSILON * dd, negligible))
+                double dd = fabs(d[m * QL_B]) + fabs(d[(m + 1) * QL_B]);
+                if (fabs(e[m * QL_B]) <= fmax(DBL_EPSILON * dd, negligible))
                     break;
             }
             if (m == l)
                 break;
-            if (++iter > W_QL_ITER || nrot + (m - l) > a.logcap) {
+            if (++iter > W_QL_ITER || nrot + (m - l) > a.logcap || nsweep >= a.sweepcap) {
                 ok = false;
                 break;
             }
-            const double dl = d[l * B], el = e[l * B];
-            double g = (d[(l + 1) * B] - dl) / (2.0 * el);
+            const double dl = d[l * QL_B], el = e[l * QL_B];
+            double g = (d[(l + 1) * QL_B] - dl) / (2.0 * el);
             double r = hypot(g, 1.0);
-            g = d[m * B] - dl + el / (g + (g >= 0.0 ? r : -r));
+            g = d[m * QL_B] - dl + el / (g + (g >= 0.0 ? r : -r));
             double sn = 1.0, cs = 1.0, p = 0.0;
             bool restart = false;
+            /* row i + 1's d, u and b ride in registers from one rotation to the next (dn, un, bn), and row i - 1's
+             * inputs are loaded a rotation ahead: the chain of dependent arithmetic is then the rotation's latency */
+            double dn = d[m * QL_B], un = u[m * WS], bn = b[m * WS];
+            double ei = e[(m - 1) * QL_B], di = d[(m - 1) * QL_B], ui = u[(m - 1) * WS], bi = b[(m - 1) * WS];
             for (int i = m - 1; i >= l; i--) {
-                const double ei = e[i * B], f = sn * ei, bb = cs * ei;
-                r = hypot(f, g);
-                e[(i + 1) * B] = r;
-                if (r == 0.0) {
+                double e_next = 0.0, d_next = 0.0, u_next = 0.0, b_next = 0.0;
+                if (i > l) {
+                    e_next = e[(i - 1) * QL_B];
+                    d_next = d[(i - 1) * QL_B];
+                    u_next = u[(i - 1) * WS];
+                    b_next = b[(i - 1) * WS];
+                }
+                const double f = sn * ei, bb = cs * ei;
+                const double r2 = fma(f, f, g * g);
+                if (r2 < DBL_MIN) {
                     /* the rotation underflowed: split here and iterate again */
-                    d[(i + 1) * B] -= p;
-                    e[m * B] = 0.0;
+                    if (i + 1 < m) {
+                        li[2 * nsweep] = (uint8_t)(i + 1);
+                        li[2 * nsweep + 1] = (uint8_t)m;
+                        nsweep++;
+                    }
+                    e[(i + 1) * QL_B] = 0.0;
+                    d[(i + 1) * QL_B] = dn - p;
+                    u[(i + 1) * WS] = un;
+                    b[(i + 1) * WS] = bn;
+                    e[m * QL_B] = 0.0;
                     restart = true;
                     break;
                 }
-                sn = f / r;
-                cs = g / r;
-                g = d[(i + 1) * B] - p;
-                r = fma(d[i * B] - g, sn, 2.0 * cs * bb);
+                const double inv = rsqrt(r2);
+                e[(i + 1) * QL_B] = r2 * inv;
+                sn = f * inv;
+                cs = g * inv;
+                g = dn - p;
+                r = fma(di - g, sn, 2.0 * cs * bb);
                 p = sn * r;
-                d[(i + 1) * B] = g + p;
+                d[(i + 1) * QL_B] = g + p;
                 g = fma(cs, r, -bb);
-                double u0 = u[i * B], u1 = u[(i + 1) * B];
-                u[(i + 1) * B] = fma(sn, u0, cs * u1);
-                u[i * B] = fma(cs, u0, -sn * u1);
-                double b0 = b[i * B], b1 = b[(i + 1) * B];
-                b[(i + 1) * B] = fma(sn, b0, cs * b1);
-                b[i * B] = fma(cs, b0, -sn * b1);
-                lc[nrot * B] = cs;
-                ls[nrot * B] = sn;
-                li[nrot * B] = (uint8_t)i;
-                nrot++;
+                u[(i + 1) * WS] = fma(sn, ui, cs * un);
+                un = fma(cs, ui, -sn * un);
+                b[(i + 1) * WS] = fma(sn, bi, cs * bn);
+                bn = fma(cs, bi, -sn * bn);
+                lv[nrot++] = pack_rotation(cs, sn);
+                dn = di;
+                ei = e_next, di = d_next, ui = u_next, bi = b_next;
             }
             if (restart)
                 continue;
-            d[l * B] -= p;
-            e[l * B] = g;
-            e[m * B] = 0.0;
+            li[2 * nsweep] = (uint8_t)l;
+            li[2 * nsweep + 1] = (uint8_t)m;
+            nsweep++;
+            u[l * WS] = un;
+            b[l * WS] = bn;
+            d[l * QL_B] -= p;
+            e[l * QL_B] = g;
+            e[m * QL_B] = 0.0;
         }
     }
     a.failed[s] = !ok;
@@ -1062,29 +1235,36 @@ __global__ void __launch_bounds__(128) k_warp_ql(WArgs a)
     }
     double xam = a.xm[s];
     for (int l = 0; l < n; l++) {
-        const double ev = a.g + d[l * B];
-        xam = fma(u[l * B], b[l * B] / ev, xam);
-        u[l * B] *= sqrt((double)(n - 1) / ev);
+        const double ev = a.g + d[l * QL_B];
+        xam = fma(u[l * WS], b[l * WS] / ev, xam);
+        u[l * WS] *= sqrt((double)(n - 1) / ev);
     }
     a.xam[s] = xam;
-    for (int t = nrot - 1; t >= 0; t--) {
-        const int i = li[t * B];
-        const double cs = lc[t * B], sn = ls[t * B];
-        const double y0 = u[i * B], y1 = u[(i + 1) * B];
-        u[i * B] = fma(cs, y0, sn * y1);
-        u[(i + 1) * B] = fma(-sn, y0, cs * y1);
+    /* G y: the sweeps backwards, each one's rotations up its rows (lo, lo + 1), (lo + 1, lo + 2), ...; the row
+     * being rotated rides in c, the next row's value is loaded a rotation ahead */
+    int pos = nrot;
+    for (int t = nsweep - 1; t >= 0; t--) {
+        const int lo = li[2 * t], hi = li[2 * t + 1];
+        double c = u[lo * WS], y1 = u[(lo + 1) * WS];
+        for (int i = lo; i < hi; i++) {
+            const double y1_next = i + 2 <= hi ? u[(i + 2) * WS] : 0.0;
+            double cs, sn;
+            unpack_rotation(lv[--pos], &cs, &sn);
+            u[i * WS] = fma(cs, c, sn * y1);
+            c = fma(-sn, c, cs * y1);
+            y1 = y1_next;
+        }
+        u[hi * WS] = c;
     }
 }
 
-/* One warp per point: a = H (G y) by the reflectors from the last, RTPP,
- * RTPS, the analysis row and its spread. */
 template <typename T> __global__ void __launch_bounds__(W_WARPS * 32) k_warp_finish(WArgs a)
 {
     __shared__ double sh[W_WARPS][2][W_MAX_K];
     const int lane = threadIdx.x & 31, warp = threadIdx.x / 32, k = a.k;
     double *ys = sh[warp][0], *xs = sh[warp][1];
     const long long gw = (long long)blockIdx.x * W_WARPS + warp, nw = (long long)gridDim.x * W_WARPS;
-    const long long B = a.batch, cnt = a.i1 - a.i0;
+    const long long cnt = a.i1 - a.i0;
     const T *xb = (const T *)a.xb;
     T *xa = (T *)a.xa;
     for (long long s = gw; s < cnt; s += nw) {
@@ -1094,7 +1274,7 @@ template <typename T> __global__ void __launch_bounds__(W_WARPS * 32) k_warp_fin
         const double xm = a.xm[s], xam = a.xam[s];
         const double *R = a.refl + s * k * k;
         for (int l = lane; l < k; l += 32) {
-            ys[l] = a.tu[l * B + s];
+            ys[l] = a.tu[wslot(s, k) + l * WS];
             xs[l] = (double)xb[i * k + l] - xm;
         }
         __syncwarp();
@@ -1177,7 +1357,7 @@ struct Plan {
     int w_blocks;
     size_t w_smem;
     int32_t *d_wlidx, *d_wsidx, *d_wfailed, *d_redo;
-    double *d_wlrho, *d_wsrho, *d_refl, *d_td, *d_te, *d_tu, *d_tb, *d_wxm, *d_wxam, *d_lc, *d_ls;
+    double *d_wlrho, *d_wsrho, *d_refl, *d_td, *d_te, *d_tu, *d_tb, *d_wxm, *d_wxam, *d_lv;
     uint8_t *d_li;
 };
 
@@ -1191,8 +1371,8 @@ void plan_destroy(void *handle)
                         p->d_count,    p->d_ckey,    p->d_overflow, p->d_lidx, p->d_sidx, p->d_nobs_tmp, p->d_lrho,
                         p->d_srho,     p->d_v,       p->d_batA, p->d_batb,  p->d_batlam, p->d_work, p->d_info,
                         p->d_wlidx,    p->d_wsidx,   p->d_wfailed, p->d_redo, p->d_wlrho, p->d_wsrho, p->d_refl,
-                        p->d_td,       p->d_te,      p->d_tu,   p->d_tb,    p->d_wxm,  p->d_wxam,   p->d_lc,
-                        p->d_ls,       p->d_li};
+                        p->d_td,       p->d_te,      p->d_tu,   p->d_tb,    p->d_wxm,  p->d_wxam,   p->d_lv,
+                        p->d_li};
         for (void *q : ptrs)
             if (q)
                 cudaFree(q);
@@ -1366,8 +1546,7 @@ dk_status plan_syevj(Plan *p, dk_msg *msg)
 }
 
 /* The warp variant's kernels: shared memory, blocks, per-warp lists and the
- * batch's arrays (the batch as large as 256 points a multiprocessor, or as
- * fits 1 GiB). Called after size_kernels (the jacobi kernel takes the
+ * batch's arrays. Called after size_kernels (the jacobi kernel takes the
  * leftovers). */
 dk_status plan_warp(Plan *p, dk_msg *msg)
 {
@@ -1380,13 +1559,15 @@ dk_status plan_warp(Plan *p, dk_msg *msg)
     w.grid_pos = a.grid_pos, w.obs_pos = a.obs_pos, w.order = a.order;
     w.ckey = a.ckey, w.cstart = a.cstart, w.cells = a.cells;
     w.yp = a.yp, w.dep = a.dep, w.rinv = a.rinv;
-    w.k = k, w.kp = a.kp, w.ld = a.kp + 1, w.cap = a.cap;
+    /* the tensor-core tiles are 8 wide */
+    w.k = k, w.kp = (k + 7) / 8 * 8, w.ld = w.kp + 1, w.cap = a.cap;
     w.lcap = a.lcap, w.scap = a.scap > 0 ? a.scap : 1;
     w.g = a.g, w.rtpp = a.rtpp, w.rtps = a.rtps;
     w.overflow = p->d_overflow;
     w.redo_count = p->d_overflow + 3;
     /* a QL iteration for eigenvalue l rotates at most k - 1 - l times; about k^2 / 2 in all is usual */
     w.logcap = 3 * k * k / 2 + 64;
+    w.sweepcap = 4 * k + 16; /* about 1.5 QL iterations an eigenvalue is usual */
     const WLayout L = wlayout(w.kp);
     p->w_smem = (size_t)W_WARPS * L.bytes;
     if (p->w_smem > p->dev->smem_optin - 1024) {
@@ -1394,7 +1575,7 @@ dk_status plan_warp(Plan *p, dk_msg *msg)
                    p->w_smem, p->dev->smem_optin - 1024);
         return DK_ERR_NOT_IMPLEMENTED;
     }
-    const void *kf = p->desc.dtype == DK_F32 ? (const void *)k_warp_system<float> : (const void *)k_warp_system<double>;
+    const void *kf = p->desc.dtype == DK_F32 ? warp_system_of<float>(w.kp / 8) : warp_system_of<double>(w.kp / 8);
     CUDA_TRY(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)p->w_smem),
              "setting the letkf warp kernel's shared memory");
     int per_sm = 0;
@@ -1411,16 +1592,22 @@ dk_status plan_warp(Plan *p, dk_msg *msg)
     CUDA_TRY(cudaMalloc((void **)&p->d_wlrho, (size_t)(warps * w.lcap) * sizeof(double)), "the letkf warp lists");
     CUDA_TRY(cudaMalloc((void **)&p->d_wsidx, (size_t)(warps * w.scap) * sizeof(int32_t)), "the letkf warp lists");
     CUDA_TRY(cudaMalloc((void **)&p->d_wsrho, (size_t)(warps * w.scap) * sizeof(double)), "the letkf warp lists");
-    const long long per_point = (long long)k * k * 8 + 4LL * k * 8 + 2 * 8 + 4 + (long long)w.logcap * 17;
-    long long batch = (long long)p->dev->sm_count * 256;
-    if (batch > (1LL << 30) / per_point)
-        batch = (1LL << 30) / per_point;
+    const long long per_point = (long long)k * k * 8 + 4LL * k * 8 + 2 * 8 + 4 + (long long)w.logcap * 8 + 2LL * w.sweepcap;
+    /* the QL kernel is a thread a point: enough points for every multiprocessor's threads, in at most a quarter of
+     * the free memory (at least 1 GiB) */
+    size_t free_b = 0, total_b = 0;
+    CUDA_TRY(cudaMemGetInfo(&free_b, &total_b), "asking the device's free memory");
+    const long long budget = (long long)(free_b / 4 > (1ull << 30) ? free_b / 4 : (1ull << 30));
+    long long batch = (long long)p->dev->sm_count * 1024;
+    if (batch > budget / per_point)
+        batch = budget / per_point;
     if (batch > n)
         batch = n;
     if (batch < 1)
         batch = 1;
     w.batch = batch;
-    const size_t bk = (size_t)(batch * k);
+    /* rounded up to whole groups of 32 slots (wslot) */
+    const size_t bk = (size_t)((batch + 31) / 32 * 32 * k);
     CUDA_TRY(cudaMalloc((void **)&p->d_refl, bk * k * sizeof(double)), "the letkf warp batch");
     CUDA_TRY(cudaMalloc((void **)&p->d_td, bk * sizeof(double)), "the letkf warp batch");
     CUDA_TRY(cudaMalloc((void **)&p->d_te, bk * sizeof(double)), "the letkf warp batch");
@@ -1429,15 +1616,14 @@ dk_status plan_warp(Plan *p, dk_msg *msg)
     CUDA_TRY(cudaMalloc((void **)&p->d_wxm, (size_t)batch * sizeof(double)), "the letkf warp batch");
     CUDA_TRY(cudaMalloc((void **)&p->d_wxam, (size_t)batch * sizeof(double)), "the letkf warp batch");
     CUDA_TRY(cudaMalloc((void **)&p->d_wfailed, (size_t)batch * sizeof(int32_t)), "the letkf warp batch");
-    const size_t logn = (size_t)batch * (size_t)w.logcap;
-    CUDA_TRY(cudaMalloc((void **)&p->d_lc, logn * sizeof(double)), "the letkf warp rotation log");
-    CUDA_TRY(cudaMalloc((void **)&p->d_ls, logn * sizeof(double)), "the letkf warp rotation log");
-    CUDA_TRY(cudaMalloc((void **)&p->d_li, logn), "the letkf warp rotation log");
+    CUDA_TRY(cudaMalloc((void **)&p->d_lv, (size_t)batch * (size_t)w.logcap * sizeof(double)),
+             "the letkf warp rotation log");
+    CUDA_TRY(cudaMalloc((void **)&p->d_li, (size_t)batch * 2 * (size_t)w.sweepcap), "the letkf warp rotation log");
     CUDA_TRY(cudaMalloc((void **)&p->d_redo, (size_t)n * sizeof(int32_t)), "the letkf warp leftovers");
     w.lidx = p->d_wlidx, w.lrho = p->d_wlrho, w.sidx = p->d_wsidx, w.srho = p->d_wsrho;
     w.refl = p->d_refl, w.td = p->d_td, w.te = p->d_te, w.tu = p->d_tu, w.tb = p->d_tb;
     w.xm = p->d_wxm, w.xam = p->d_wxam, w.failed = p->d_wfailed;
-    w.lc = p->d_lc, w.ls = p->d_ls, w.li = p->d_li;
+    w.lv = p->d_lv, w.li = p->d_li;
     w.redo = p->d_redo;
     return DK_OK;
 }
@@ -1552,11 +1738,15 @@ template <typename T> dk_status run_analysis(Plan *p, dk_msg *msg)
         CUDA_TRY(cudaFuncSetAttribute(kernel_of<T>(mode), cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem),
                  "setting the letkf kernel's shared memory");
     if (p->warp)
-        CUDA_TRY(cudaFuncSetAttribute((const void *)k_warp_system<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        CUDA_TRY(cudaFuncSetAttribute(warp_system_of<T>(p->w.kp / 8), cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       (int)p->w_smem),
                  "setting the letkf warp kernel's shared memory");
     if (p->warp) {
         WArgs w = p->w;
+        const size_t ql_smem = (size_t)2 * w.k * QL_B * sizeof(double);
+        CUDA_TRY(cudaFuncSetAttribute((const void *)k_warp_ql, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      (int)ql_smem),
+                 "setting the letkf QL kernel's shared memory");
         w.xb = a.xb, w.xa = a.xa, w.nobs = a.nobs, w.spread = a.spread;
         CUDA_TRY(cudaMemsetAsync(w.redo_count, 0, sizeof(int), sm), "the letkf warp leftovers");
         for (long long i0 = 0; i0 < n; i0 += w.batch) {
@@ -1565,9 +1755,11 @@ template <typename T> dk_status run_analysis(Plan *p, dk_msg *msg)
             const long long count = w.i1 - w.i0;
             const long long wb = (count + W_WARPS - 1) / W_WARPS;
             const int blocks = (int)(wb < p->w_blocks ? wb : p->w_blocks);
-            k_warp_system<T><<<blocks, W_WARPS * 32, p->w_smem, sm>>>(w);
+            void *args[] = {&w};
+            CUDA_TRY(cudaLaunchKernel(warp_system_of<T>(w.kp / 8), blocks, W_WARPS * 32, args, p->w_smem, sm),
+                     "launching the letkf warp system kernel");
             CUDA_TRY(cudaGetLastError(), "launching the letkf warp system kernel");
-            k_warp_ql<<<(int)((count + 127) / 128), 128, 0, sm>>>(w);
+            k_warp_ql<<<(int)((count + QL_B - 1) / QL_B), QL_B, ql_smem, sm>>>(w);
             CUDA_TRY(cudaGetLastError(), "launching the letkf QL kernel");
             k_warp_finish<T><<<blocks, W_WARPS * 32, 0, sm>>>(w);
             CUDA_TRY(cudaGetLastError(), "launching the letkf warp finishing kernel");
