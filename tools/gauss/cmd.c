@@ -113,7 +113,8 @@ static void usage(FILE *f)
             "  --reference           use the serial reference instead of a backend\n"
             "  --decomp AxB[xC]      under mpirun with more than one rank: the pieces per axis of\n"
             "                        the rank grid, their product the number of ranks (default:\n"
-            "                        slabs along axis 0); each rank reads and writes only its box\n");
+            "                        slabs along axis 0); each rank reads only its box and writes\n"
+            "                        it into a .npy; a .nc output is gathered and written by rank 0\n");
 }
 
 /* --mask: the values of x where the mask is 0 become NaN (missing). */

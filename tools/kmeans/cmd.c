@@ -72,7 +72,8 @@ static void usage(FILE *f)
             "  --reference        the serial reference instead of a backend\n"
             "\n"
             "Under mpirun with more than one rank (--in and --radolan): with --in each rank reads\n"
-            "and writes only its contiguous range of points; with --radolan every rank reads the\n"
+            "only its contiguous range of points and writes it into a .npy (a .nc output is gathered\n"
+            "and written by rank 0); with --radolan every rank reads the\n"
             "file and computes the features of its band of rows (standardized by statistics summed\n"
             "over the ranks), and rank 0 writes the labels and the picture. The iterations reduce\n"
             "the per-cluster sums over the ranks.\n");
