@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <limits.h>
 #include <stddef.h>
 #include <pthread.h>
@@ -18,8 +19,6 @@
 #include <dakit/gbees.h>
 #include <dakit/kmeans.h>
 
-#define MAX_PLUGINS 64
-
 typedef struct entry {
     dk_backend backend;    /* plugin == NULL: refused before the descriptor was usable */
     dk_plugin desc;        /* the plugin's descriptor, zero past its own size */
@@ -28,8 +27,10 @@ typedef struct entry {
     int probed;
 } entry;
 
-static entry entries[MAX_PLUGINS];
-static int entry_count;
+/* Grown while discovering (once, before any context points into it), so
+ * that no folder's plugin is dropped for the number of files before it. */
+static entry *entries;
+static int entry_count, entry_capacity;
 static pthread_once_t discovered = PTHREAD_ONCE_INIT;
 static pthread_mutex_t probe_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -98,16 +99,57 @@ static void warn_if_writable(const char *path, const char *what)
                path);
 }
 
-static void load_plugin(const char *path)
+static entry *new_entry(const char *real)
 {
-    char real[PATH_MAX];
-    if (!realpath(path, real) || already_seen(real) || entry_count == MAX_PLUGINS)
-        return;
-    warn_if_writable(real, "file");
+    if (entry_count == entry_capacity) {
+        int cap = entry_capacity ? 2 * entry_capacity : 16;
+        entry *grown = realloc(entries, (size_t)cap * sizeof *grown);
+        if (!grown) {
+            dk_log(DK_LOG_ERROR, "out of memory after %d plugin files; %s and any after it are not loaded",
+                   entry_count, real);
+            return NULL;
+        }
+        entries = grown;
+        entry_capacity = cap;
+    }
     entry *e = &entries[entry_count++];
     memset(e, 0, sizeof *e);
     snprintf(e->info.path, sizeof e->info.path, "%s", real);
     snprintf(e->backend.path, sizeof e->backend.path, "%s", real);
+    return e;
+}
+
+static void load_plugin(const char *path)
+{
+    char real[PATH_MAX];
+    struct stat st;
+    if (!realpath(path, real)) {
+        /* a dangling link: named, as every file discovery passes over */
+        int why = errno;
+        entry *e = already_seen(path) ? NULL : new_entry(path);
+        if (e) {
+            refuse(e, "skipped: %s", strerror(why));
+            dk_log(DK_LOG_WARN, "plugin discovery skipped %s: %s", path, e->info.reason);
+        }
+        return;
+    }
+    if (already_seen(real))
+        return;
+    entry *e = new_entry(real);
+    if (!e)
+        return;
+    /* dlopen reads the file: a FIFO would block every process forever */
+    const char *not_plugin = stat(real, &st) != 0 ? strerror(errno)
+                             : S_ISFIFO(st.st_mode) ? "a FIFO, not a regular file"
+                             : S_ISDIR(st.st_mode)  ? "a folder, not a regular file"
+                             : !S_ISREG(st.st_mode) ? "a device or socket, not a regular file"
+                                                    : NULL;
+    if (not_plugin) {
+        refuse(e, "skipped: %s (a plugin is a shared object file)", not_plugin);
+        dk_log(DK_LOG_WARN, "plugin discovery skipped %s: %s", real, e->info.reason);
+        return;
+    }
+    warn_if_writable(real, "file");
 
     e->handle = dlopen(real, RTLD_NOW | RTLD_LOCAL);
     if (!e->handle) {
@@ -461,8 +503,12 @@ static int by_preference(const void *a, const void *b)
 /* Tries the usable backends not yet tried, highest priority first. */
 static int open_auto(int device, int *tried, dk_context **out, char *why, size_t why_len)
 {
-    entry *order[MAX_PLUGINS];
+    entry **order = malloc((entry_count ? (size_t)entry_count : 1) * sizeof *order);
     int n = 0;
+    if (!order) {
+        snprintf(why, why_len, "out of memory");
+        return 0;
+    }
     for (int i = 0; i < entry_count; i++) {
         if (entries[i].backend.plugin && !tried[i]) {
             probe_entry(&entries[i]);
@@ -470,12 +516,13 @@ static int open_auto(int device, int *tried, dk_context **out, char *why, size_t
         }
     }
     qsort(order, (size_t)n, sizeof order[0], by_preference);
-    for (int i = 0; i < n; i++) {
+    int ok = 0;
+    for (int i = 0; i < n && !ok; i++) {
         tried[order[i] - entries] = 1;
-        if (open_on(order[i], device, out, why, why_len))
-            return 1;
+        ok = open_on(order[i], device, out, why, why_len);
     }
-    return 0;
+    free(order);
+    return ok;
 }
 
 DK_API dk_status dk_context_create(const char *backend, dk_context **out)
@@ -503,7 +550,9 @@ DK_API dk_status dk_context_create(const char *backend, dk_context **out)
         device = (int)d;
     }
 
-    int tried[MAX_PLUGINS] = {0};
+    int *tried = calloc(entry_count ? (size_t)entry_count : 1, sizeof *tried);
+    if (!tried)
+        return dk_fail(NULL, DK_ERR_OUT_OF_MEMORY, "dk_context_create: out of memory");
     char reasons[1024] = "", why[600];
     size_t used = 0;
     const char *p = backend;
@@ -528,8 +577,10 @@ DK_API dk_status dk_context_create(const char *backend, dk_context **out)
                 ok = open_on(e, device, out, why, sizeof why);
             }
         }
-        if (ok)
+        if (ok) {
+            free(tried);
             return DK_OK;
+        }
         if (why[0])
             used += (size_t)snprintf(reasons + used, used < sizeof reasons ? sizeof reasons - used : 0,
                                      "%s%s", used ? "; " : "", why);
@@ -537,6 +588,7 @@ DK_API dk_status dk_context_create(const char *backend, dk_context **out)
         if (*p == ',')
             p++;
     }
+    free(tried);
     char avail[256];
     describe_backends(avail, sizeof avail, DK_ALGO_GAUSS, 0);
     return dk_fail(NULL, DK_ERR_NO_BACKEND,

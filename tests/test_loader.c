@@ -1,9 +1,13 @@
 /* The loader refuses each broken plugin with its reason, keeps the good
  * ones working, and names what is available when asked for what is not. */
 #include <dlfcn.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <dakit/dakit.h>
 
@@ -21,8 +25,77 @@ static const dk_backend_info *find(const dk_backend_info *all, int n, const char
     return NULL;
 }
 
-int main(void)
+/* Run in a child whose DAKIT_PLUGIN_PATH is a folder of many files that
+ * are no plugins, a FIFO and a dangling link among them: discovery must
+ * neither block on the FIFO nor drop the plugins found after them. */
+static int crowded_folder_child(void)
 {
+    int n = dk_backend_count(), junk = 0, fifo = 0, dangling = 0;
+    for (int i = 0; i < n; i++) {
+        dk_backend_info info;
+        if (dk_backend_get(i, &info) != DK_OK || !strrchr(info.path, '/'))
+            continue;
+        const char *base = strrchr(info.path, '/') + 1;
+        if (!strncmp(base, "junk", 4))
+            junk += !info.usable && strstr(info.reason, "not a loadable shared object") != NULL;
+        else if (!strcmp(base, "fifo.so"))
+            fifo = !info.usable && strstr(info.reason, "skipped: a FIFO") != NULL;
+        else if (!strcmp(base, "dangling.so"))
+            dangling = !info.usable && strstr(info.reason, "skipped: No such file") != NULL;
+    }
+    CHECK(junk == 70, "all 70 files that are no plugin are listed with their reason (%d were)", junk);
+    CHECK(fifo, "the FIFO is named as skipped");
+    CHECK(dangling, "the dangling link is named as skipped");
+    dk_context *ctx = NULL;
+    CHECK(dk_context_create("cpu", &ctx) == DK_OK, "the cpu plugin, found after 72 other files, opens: %s",
+          dk_last_error(NULL));
+    dk_context_destroy(ctx);
+    return failures ? 1 : 0;
+}
+
+static void crowded_folder(const char *self)
+{
+    char dir[] = "/tmp/dakit_loader_XXXXXX", path[512];
+    CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+    for (int k = 0; k < 70; k++) {
+        snprintf(path, sizeof path, "%s/junk%02d.so", dir, k);
+        FILE *f = fopen(path, "w");
+        if (f) {
+            fputs("not a shared object\n", f);
+            fclose(f);
+        }
+    }
+    snprintf(path, sizeof path, "%s/fifo.so", dir);
+    CHECK(mkfifo(path, 0600) == 0, "mkfifo");
+    snprintf(path, sizeof path, "%s/dangling.so", dir);
+    CHECK(symlink("/nonexistent/dakit-none.so", path) == 0, "symlink");
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("DAKIT_PLUGIN_PATH", dir, 1);
+        alarm(15); /* a discovery that blocks on the FIFO fails instead of hanging the suite */
+        execl(self, self, "crowded", dir, (char *)NULL);
+        _exit(127);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "discovery in a crowded folder: %s %d",
+          WIFSIGNALED(status) ? "killed by signal" : "exit", WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+    for (int k = 0; k < 70; k++) {
+        snprintf(path, sizeof path, "%s/junk%02d.so", dir, k);
+        unlink(path);
+    }
+    snprintf(path, sizeof path, "%s/fifo.so", dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/dangling.so", dir);
+    unlink(path);
+    rmdir(dir);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && !strcmp(argv[1], "crowded"))
+        return crowded_folder_child();
+    crowded_folder("/proc/self/exe");
     int n = dk_backend_count();
     dk_backend_info all[64];
     for (int i = 0; i < n && i < 64; i++)

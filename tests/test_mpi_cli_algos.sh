@@ -57,7 +57,7 @@ def check(what, ok, detail=""):
     if not ok:
         fails += 1
 
-def run_mpi(np, args, tag, last_dir=None):
+def run_mpi(np, args, tag, last_dir=None, timeout=280):
     """Each rank's stderr and exit status into its own files; every rank runs
     in tmp/good, the last one in last_dir when given."""
     quoted = " ".join("'" + a.replace("'", "'\\''") + "'" for a in [dakit] + args)
@@ -65,7 +65,7 @@ def run_mpi(np, args, tag, last_dir=None):
     script = (f'cd "{P("good")}"; if [ "{r}" = {np - 1} ] && [ -n "{last_dir or ""}" ]; then cd "{last_dir}"; fi; '
               f'{quoted} >"{tmp}/{tag}.out.{r}" 2>"{tmp}/{tag}.err.{r}"; s=$?; echo $s >"{tmp}/{tag}.rc.{r}"; exit $s')
     p = subprocess.run([mpirun, "-n", str(np), "--oversubscribe", "--mca", "orte_abort_on_non_zero_status", "0",
-                        "sh", "-c", script], env=env, capture_output=True, text=True, timeout=280)
+                        "sh", "-c", script], env=env, capture_output=True, text=True, timeout=timeout)
     def text(name):
         path = P(name)
         return open(path).read() if os.path.exists(path) else ""
@@ -207,6 +207,115 @@ for j, (what, args, needle, prefix) in enumerate(bad):
               and not [f for f in os.listdir(tmp) if ".tmp-" in f])
         check(f"{what} at {np} ranks: every rank exits 1 with the same sentence, no output", ok,
               f"exit {rcs}: {lines}")
+# ---- issue 30 (cpu only: the command's logic, not the backend's) ----
+if backend == "cpu":
+    # ranks whose node-local copies differ from rank 0's: every rank stops
+    # with the same sentence, none waits in a collective
+    npy(G("g.npy"), (16, 12), [rnd.uniform(-1, 1) for _ in range(16 * 12)], "<f4")
+    def diff_dir(j):  # the last rank's folder: the good files but one
+        os.mkdir(P(f"diff{j}"))
+        for f in os.listdir(P("good")):
+            shutil.copy(G(f), P(f"diff{j}", f))
+        return lambda n: P(f"diff{j}", n)
+    D = diff_dir(0)
+    npy(D("X.npy"), (3, d), X[:3 * d], "<f4")  # fewer points than --k on the last rank alone
+    D = diff_dir(1)
+    npy(D("C0.npy"), (4, d), [v + 1.0 for v in split_npy(G("C0.npy"))[3]], "<f4")
+    D = diff_dir(2)
+    import gzip
+    raw = bytearray(gzip.open(radolan).read())
+    at = len(raw) - 900 * 450  # a pixel in the middle of the 900 x 900 bytes: another valid value
+    raw[at] = 100 if raw[at] != 100 else 101
+    with gzip.open(D("radar.gz"), "wb") as f:
+        f.write(bytes(raw))
+    D = diff_dir(3)
+    npy(D("g.npy"), (12, 16), [rnd.uniform(-1, 1) for _ in range(16 * 12)], "<f4")
+    D = diff_dir(4)
+    cvals = list(split_npy(G("c.npy"))[3])
+    cvals[3] = 0.5
+    npy(D("c.npy"), (N,), cvals)
+    differ = [
+        ("kmeans --in, the last rank's X.npy holds 3 points", ["kmeans", "--in", "X.npy", "--k", "4", "--labels", "OUT"],
+         "but rank 0's is float32 (403, 3)"),
+        ("kmeans --init, the last rank's C0.npy differs", ["kmeans", "--in", "X.npy", "--k", "4", "--init", "C0.npy",
+                                                           "--labels", "OUT"], "C0.npy differs from rank 0's"),
+        ("kmeans --radolan, the last rank's composite differs in one pixel",
+         ["kmeans", "--radolan", "radar.gz", "--labels", "OUT"], "radar.gz differs from rank 0's"),
+        ("gauss, the last rank's g.npy is 12 x 16", ["gauss", "--in", "g.npy", "--sigma", "2", "--out", "OUT"],
+         "but rank 0's is float32 (16, 12)"),
+        ("enkf cov, the last rank's c.npy differs in one value",
+         ["enkf", "cov", "--ens", "E.npy", "--loc", "c.npy", "--H", "H.mtx", "--out", "OUT"], "c.npy differs from rank 0's"),
+    ]
+    for j, (what, args, needle) in enumerate(differ):
+        for np in (2, 3):
+            out = P(f"differ{j}_{np}.npy")
+            try:
+                rc, texts, rcs = run_mpi(np, [out if a == "OUT" else a for a in args] + b, f"differ{j}_{np}", P(f"diff{j}"),
+                                         timeout=90)
+            except subprocess.TimeoutExpired:
+                check(f"{what} at {np} ranks: no hang", False, "mpirun did not end within 90 s")
+                continue
+            lines = [t.strip().splitlines()[-1] if t.strip() else "" for t in texts]
+            ok = all(l == lines[0] for l in lines) and needle in lines[0] and rcs == ["1"] * np and not os.path.exists(out)
+            check(f"{what} at {np} ranks: every rank exits 1 with the same sentence, no output", ok,
+                  f"exit {rcs}: {lines}")
+
+    # netCDF in and out under mpirun, against one process (ncdump's values)
+    import re
+    have_ncdump = shutil.which("ncdump") is not None
+    def nc_values(path):
+        """The numbers of ncdump's data section (coordinates and the variable)."""
+        if not os.path.exists(path) or open(path, "rb").read(4) != b"\x89HDF":
+            return None
+        if not have_ncdump:
+            return []
+        p = subprocess.run(["ncdump", path], capture_output=True, text=True)
+        if p.returncode != 0:
+            return None
+        return [float(v) for v in re.findall(r"[-+]?(?:\d+\.?\d*(?:e[-+]?\d+)?|_)(?=[ ,;\n])",
+                                             p.stdout.split("data:", 1)[-1]) if v != "_"]
+    def close(a, b):  # ncdump prints floats to 7 digits: 1e-5 of the largest value
+        if a is None or b is None or len(a) != len(b):
+            return False
+        scale = max([abs(v) for v in a] + [1.0])
+        return max((abs(x - y) for x, y in zip(a, b)), default=0.0) <= 1e-5 * scale
+    npy(G("g3.npy"), (3, 16, 12), [rnd.uniform(-1, 1) for _ in range(3 * 16 * 12)], "<f4")
+    npy(G("X64.npy"), (npts, d), X)
+    setup = [["gauss", "--in", "g.npy", "--sigma", "0.5", "--out", "g.nc"],
+             ["gauss", "--in", "g3.npy", "--sigma", "0.5", "--out", "g3.nc"],
+             ["gauss", "--in", "X64.npy", "--axes", "0", "--sigma", "0.01", "--out", "X.nc"]]
+    made = all(subprocess.run([dakit] + a + b, env=env, capture_output=True, cwd=P("good")).returncode == 0
+               for a in setup)
+    if not made:
+        print("skip: this dakit writes no netCDF (built without netCDF-C)")
+    nc_cases = [
+        ("gauss X.nc -> .nc", ["gauss", "--in", "g.nc", "--sigma", "2", "--out", "OUT.nc"]),
+        ("gauss X.nc:VAR[hyperslab] -> .nc", ["gauss", "--in", "g3.nc:data[dim0=1,dim1=2:14]", "--sigma", "1.5",
+                                              "--out", "OUT.nc"]),
+        ("gauss .npy -> .nc", ["gauss", "--in", "g.npy", "--sigma", "2", "--out", "OUT.nc"]),
+        ("kmeans --in X.nc (float64) -> .nc", ["kmeans", "--in", "X.nc", "--k", "4", "--labels", "OUT.nc",
+                                               "--centroids", "OUT2.nc"]),
+        ("enkf cov -> .nc", ["enkf", "cov", "--ens", "E.npy", "--loc", "c.npy", "--H", "H.mtx", "--out", "OUT.nc",
+                             "--hpht", "OUT2.nc"]),
+        ("enkf analysis 2-D c -> .nc", ["enkf", "analysis", "--ens", "E2.npy", "--loc", "c2.npy", "--H", "H2.mtx",
+                                        "--obs", "y.npy", "--obs-var", "r.npy", "--seed", "7", "--out", "OUT.nc"]),
+    ]
+    for j, (what, args) in enumerate(nc_cases if made else []):
+        ref = [a.replace("OUT", P(f"ncref{j}_")) for a in args]
+        p = subprocess.run([dakit] + ref + b, env=env, capture_output=True, text=True, cwd=P("good"))
+        if p.returncode != 0:
+            check(f"{what}: the single-process run", False, p.stderr.strip()[-300:])
+            continue
+        for np in (2, 3):
+            got = [a.replace("OUT", P(f"nc{j}_{np}_")) for a in args]
+            rc, texts, rcs = run_mpi(np, got + b, f"nc{j}_{np}")
+            outs = [(r_, g_) for r_, g_ in zip(ref, got) if r_ != g_]
+            ok = rcs == ["0"] * np and all(nc_values(g_) is not None for _, g_ in outs)
+            if ok and have_ncdump:
+                ok = all(close(nc_values(r_), nc_values(g_)) for r_, g_ in outs)
+            check(f"{what} at {np} ranks: netCDF-4 output, the values of one process", ok,
+                  f"exit {rcs}: {[t.strip()[-200:] for t in texts]}")
+
 print(f"{fails} failure(s)")
 sys.exit(1 if fails else 0)
 PY

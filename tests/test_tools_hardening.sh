@@ -321,6 +321,38 @@ run(["gauss", "--in", P("clean.npy"), "--out", P("m3.npy"), "--sigma", "2", "--m
 run(["gauss", "--in", P("clean.npy"), "--out", P("m3.npy"), "--sigma", "2", "--nan", "maybe"], 2,
     "--nan maybe is refused", "--nan must be error, ignore or propagate")
 
+# Issue 30: per-member outputs all or nothing; a member pattern whose width
+# overflows an int; kmeans --in with --png
+for m in range(4):
+    npy(P(f"mem_{m}.npy"), (8,), [float((i * 7 + m * 3) % 5) for i in range(8)])
+npy(P("c8.npy"), (8,), [1.0, 0.6, 0.2] + [0.0] * 5)
+npy(P("y2.npy"), (2,), [1.0, 2.0])
+npy(P("r2.npy"), (2,), [0.5, 0.5])
+with open(P("h8.mtx"), "w") as f:
+    f.write("%%MatrixMarket matrix coordinate real general\n2 8 2\n1 2 1.0\n2 6 1.0\n")
+ana = ["enkf", "analysis", "--ens", P("mem_{}.npy"), "--loc", P("c8.npy"), "--H", P("h8.mtx"), "--obs", P("y2.npy"),
+       "--obs-var", P("r2.npy"), "--backend", "cpu", "--out", P("ana_{}.npy")]
+run(ana + ["--seed", "1"], 0, "enkf analysis to one file per member")
+before = {m: open(P(f"ana_{m}.npy"), "rb").read() for m in range(4)}
+os.remove(P("ana_2.npy"))
+os.symlink("/proc/version", P("ana_2.npy"))  # its temporary file cannot be made in /proc
+run(ana + ["--seed", "2"], 1, "a member output that cannot be written fails the command", "ana_2.npy")
+check(all(open(P(f"ana_{m}.npy"), "rb").read() == before[m] for m in (0, 1, 3)),
+      "after a failure at member 2 the previous cycle's members 0, 1 and 3 are all still there")
+check(not [f for f in os.listdir(tmp) if ".tmp-" in f], "no temporary member file is left behind",
+      str([f for f in os.listdir(tmp) if ".tmp-" in f]))
+os.remove(P("ana_2.npy"))
+run(ana + ["--seed", "2"], 0, "the same analysis with every member writable")
+check(all(open(P(f"ana_{m}.npy"), "rb").read() != before[m] for m in range(4)), "then every member is new")
+run(ana[:-1] + [P("ana_{:4294967299d}.npy"), "--seed", "1"], 1,
+    "an output pattern whose width overflows an int is refused", "member pattern")
+run(["enkf", "analysis", "--ens", P("mem_{:4294967299d}.npy")] + ana[4:] + ["--seed", "1"], 1,
+    "an input pattern whose width overflows an int is refused", "member pattern")
+npy(P("pts.npy"), (10, 2), [float(i % 7) for i in range(20)], dtype="<f4")
+run(["kmeans", "--in", P("pts.npy"), "--k", "2", "--png", P("pts.png"), "--backend", "cpu"], 2,
+    "kmeans --in with --png is refused, not ignored", "--png draws the radar picture")
+check(not os.path.exists(P("pts.png")), "and no picture is claimed")
+
 print(f"{fails} failure(s)")
 subprocess.run(["rm", "-rf", tmp])
 sys.exit(1 if fails else 0)

@@ -44,6 +44,7 @@ int dist_single_process(const char *cmd, const char *s, const int *decomp, int n
 #include <fcntl.h>
 #include <unistd.h>
 
+#include "cli/netcdf.h"
 #include "cli/npy.h"
 #include "cli/output.h"
 
@@ -272,5 +273,196 @@ int dist_write_npy_root(const char *path, const char *descr, size_t esize, int n
     for (int a = 0; a < ndim && rank == 0; a++)
         extent[a] = shape[a];
     return dist_write_npy(path, descr, esize, ndim, shape, ndim, shape, offset, extent, data, msg, len);
+}
+
+static const char *dtype_name(dk_dtype t)
+{
+    return t == DK_F32 ? "float32" : t == DK_F64 ? "float64" : "of an unknown type";
+}
+
+static void shape_text(char *out, size_t len, int ndim, const unsigned long long *shape)
+{
+    size_t at = (size_t)snprintf(out, len, "(");
+    for (int a = 0; a < ndim && a < NPY_MAX_DIMS && at < len; a++)
+        at += (size_t)snprintf(out + at, len - at, "%s%llu", a ? ", " : "", shape[a]);
+    if (at < len)
+        snprintf(out + at, len - at, "%s)", ndim == 1 ? "," : "");
+}
+
+int dist_same_header(const char *path, dk_dtype dtype, int ndim, const size_t *shape, char *msg, size_t len)
+{
+    int rank, size, failed = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    unsigned long long mine[2 + NPY_MAX_DIMS] = {(unsigned long long)dtype, (unsigned long long)ndim};
+    unsigned long long root[2 + NPY_MAX_DIMS];
+    for (int a = 0; a < ndim && a < NPY_MAX_DIMS; a++)
+        mine[2 + a] = shape[a];
+    memcpy(root, mine, sizeof root);
+    MPI_Bcast(root, 2 + NPY_MAX_DIMS, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+    if (memcmp(root, mine, sizeof root) != 0) {
+        char a[256], b[256];
+        shape_text(a, sizeof a, (int)mine[1], mine + 2);
+        shape_text(b, sizeof b, (int)root[1], root + 2);
+        snprintf(msg, len, "rank %d of %d: its %s is %s %s but rank 0's is %s %s; every rank must read the same "
+                 "file (node-local copies must be identical)", rank, size, path, dtype_name((dk_dtype)mine[0]), a,
+                 dtype_name((dk_dtype)root[0]), b);
+        failed = 1;
+    }
+    return dist_agree(failed, msg, len);
+}
+
+/* FNV-1a: a change anywhere in the bytes changes it */
+static unsigned long long hash_bytes(const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    unsigned long long h = 1469598103934665603ULL;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 1099511628211ULL;
+    return h;
+}
+
+int dist_same_bytes(const char *what, const void *data, size_t n, char *msg, size_t len)
+{
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    unsigned long long mine[2] = {n, hash_bytes(data, n)}, root[2] = {mine[0], mine[1]};
+    MPI_Bcast(root, 2, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+    int failed = root[0] != mine[0] || root[1] != mine[1];
+    if (failed)
+        snprintf(msg, len, "rank %d of %d: its %s differs from rank 0's (%llu bytes against %llu%s); every rank "
+                 "must read the same file (node-local copies must be identical)", rank, size, what, mine[0], root[0],
+                 root[0] == mine[0] ? ", other values" : "");
+    return dist_agree(failed, msg, len);
+}
+
+/* Copies a box (C order) into its place in the whole array, a row of the
+ * last axis at a time. */
+static void place_box(unsigned char *whole, size_t esize, int vdim, const size_t *vshape, const size_t *offset,
+                      const size_t *extent, const unsigned char *box)
+{
+    size_t rows = 1, row_bytes = extent[vdim - 1] * esize;
+    for (int a = 0; a < vdim; a++)
+        if (extent[a] == 0)
+            return;
+    for (int a = 0; a < vdim - 1; a++)
+        rows *= extent[a];
+    for (size_t r = 0; r < rows; r++) {
+        size_t rest = r, at = 0, stride = 1, idx[NPY_MAX_DIMS];
+        for (int a = vdim - 2; a >= 0; a--) {
+            idx[a] = offset[a] + rest % extent[a];
+            rest /= extent[a];
+        }
+        for (int a = vdim - 1; a >= 0; a--) {
+            at += (a == vdim - 1 ? offset[a] : idx[a]) * stride;
+            stride *= vshape[a];
+        }
+        memcpy(whole + at * esize, box + r * row_bytes, row_bytes);
+    }
+}
+
+#define CHUNK ((size_t)1 << 30) /* MPI counts are ints */
+
+int dist_gather_box(size_t esize, int vdim, const size_t *vshape, const size_t *offset, const size_t *extent,
+                    const void *box, void **whole, char *msg, size_t len)
+{
+    int rank, size, failed = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    size_t total = 1, mine = 1;
+    for (int a = 0; a < vdim; a++) {
+        total *= vshape[a];
+        mine *= extent[a];
+    }
+    *whole = NULL;
+    unsigned char *part = NULL;
+    if (rank == 0 && !(*whole = malloc(total ? total * esize : 1)))
+        failed = FAILED("rank 0 of %d: out of memory for the whole %zu values it writes", size, total);
+    if (dist_agree(failed, msg, len))
+        return 1;
+    if (rank != 0) {
+        unsigned long long geo[2 * NPY_MAX_DIMS] = {0};
+        for (int a = 0; a < vdim; a++) {
+            geo[a] = offset[a];
+            geo[NPY_MAX_DIMS + a] = extent[a];
+        }
+        MPI_Send(geo, 2 * NPY_MAX_DIMS, MPI_UNSIGNED_LONG_LONG, 0, 0, MPI_COMM_WORLD);
+        for (size_t at = 0; at < mine * esize; at += CHUNK) {
+            size_t n = mine * esize - at < CHUNK ? mine * esize - at : CHUNK;
+            MPI_Send((const unsigned char *)box + at, (int)n, MPI_BYTE, 0, 1, MPI_COMM_WORLD);
+        }
+    } else {
+        place_box(*whole, esize, vdim, vshape, offset, extent, box);
+        for (int r = 1; r < size; r++) {
+            unsigned long long geo[2 * NPY_MAX_DIMS];
+            size_t off[NPY_MAX_DIMS], ext[NPY_MAX_DIMS], count = 1;
+            MPI_Recv(geo, 2 * NPY_MAX_DIMS, MPI_UNSIGNED_LONG_LONG, r, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            for (int a = 0; a < vdim; a++) {
+                off[a] = geo[a];
+                ext[a] = geo[NPY_MAX_DIMS + a];
+                count *= ext[a];
+            }
+            /* a part that cannot be held is still received, so that its rank does not wait forever */
+            unsigned char *grown = count && !failed ? realloc(part, count * esize) : part;
+            if (count && !grown)
+                failed = FAILED("rank 0 of %d: out of memory for rank %d's part", size, r);
+            else
+                part = grown;
+            unsigned char sink[4096];
+            for (size_t at = 0; at < count * esize; at += CHUNK) {
+                size_t n = count * esize - at < CHUNK ? count * esize - at : CHUNK;
+                if (failed)
+                    for (size_t got = 0; got < n; got += sizeof sink)
+                        MPI_Recv(sink, (int)(n - got < sizeof sink ? n - got : sizeof sink), MPI_BYTE, r, 1,
+                                 MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                else
+                    MPI_Recv(part + at, (int)n, MPI_BYTE, r, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            }
+            if (!failed)
+                place_box(*whole, esize, vdim, vshape, off, ext, part);
+        }
+    }
+    free(part);
+    if (dist_agree(failed, msg, len)) {
+        free(*whole);
+        *whole = NULL;
+        return 1;
+    }
+    return 0;
+}
+
+int dist_writes_in_parts(const char *path)
+{
+    return !array_is_netcdf_name(path) && !strchr(path, '{');
+}
+
+int dist_write(const char *path, const char *descr, size_t esize, int ndim, const size_t *shape, int vdim,
+               const size_t *vshape, const size_t *offset, const size_t *extent, const void *box,
+               dist_root_writer write, void *arg, char *msg, size_t len)
+{
+    if (dist_writes_in_parts(path))
+        return dist_write_npy(path, descr, esize, ndim, shape, vdim, vshape, offset, extent, box, msg, len);
+    int rank, failed = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    void *whole = NULL;
+    if (dist_gather_box(esize, vdim, vshape, offset, extent, box, &whole, msg, len))
+        return 1;
+    if (rank == 0 && write(path, whole, arg, msg, len) != 0)
+        failed = 1;
+    free(whole);
+    return dist_agree(failed, msg, len);
+}
+
+int dist_write_root(const char *path, const char *descr, size_t esize, int ndim, const size_t *shape,
+                    const void *data, dist_root_writer write, void *arg, char *msg, size_t len)
+{
+    int rank, failed = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (dist_writes_in_parts(path))
+        return dist_write_npy_root(path, descr, esize, ndim, shape, data, msg, len);
+    if (rank == 0 && write(path, data, arg, msg, len) != 0)
+        failed = 1;
+    return dist_agree(failed, msg, len);
 }
 #endif

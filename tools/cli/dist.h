@@ -73,6 +73,44 @@ int dist_write_npy(const char *path, const char *descr, size_t esize, int ndim, 
  * as dist_write_npy with rank 0 owning everything. */
 int dist_write_npy_root(const char *path, const char *descr, size_t esize, int ndim, const size_t *shape,
                         const void *data, char *msg, size_t len);
+
+/* Every rank-dependent check agreed: each rank reads its own copy of the
+ * inputs (node-local files), and a rank whose copy differs from rank 0's
+ * would leave the others waiting in a collective. Both are collective and
+ * return 0, or 1 on every rank with the sentence of the lowest rank that
+ * differs. dist_same_header compares an array's dtype and shape (the header
+ * of the file path); dist_same_bytes n bytes of data (by length and a 64-bit
+ * hash), for inputs every rank reads whole (what names them). */
+int dist_same_header(const char *path, dk_dtype dtype, int ndim, const size_t *shape, char *msg, size_t len);
+int dist_same_bytes(const char *what, const void *data, size_t n, char *msg, size_t len);
+
+/* Collective: the array of vdim axes and shape vshape of which each rank
+ * holds the box [offset, offset + extent) in C order (esize bytes a value),
+ * assembled on rank 0 in *whole (a new allocation; NULL elsewhere). 0, or 1
+ * on every rank with the same sentence. */
+int dist_gather_box(size_t esize, int vdim, const size_t *vshape, const size_t *offset, const size_t *extent,
+                    const void *box, void **whole, char *msg, size_t len);
+
+/* Whether the ranks write path together, each its box at its offsets: a
+ * .npy name without a member pattern. Any other output (netCDF, one file
+ * per member) is written by rank 0 alone, by the writer of one process. */
+int dist_writes_in_parts(const char *path);
+
+/* An output's one-process writer: writes the whole array at path (from
+ * dist_gather_box) with what arg carries; 0, or nonzero with the sentence
+ * in err. */
+typedef int (*dist_root_writer)(const char *path, const void *whole, void *arg, char *err, size_t len);
+
+/* Collective: writes the output path in the format its name says. A
+ * dist_writes_in_parts name: dist_write_npy (descr, esize, ndim, shape as
+ * there); else the boxes gathered on rank 0, which calls write. 0, or 1 on
+ * every rank with the same sentence and no file made. */
+int dist_write(const char *path, const char *descr, size_t esize, int ndim, const size_t *shape, int vdim,
+               const size_t *vshape, const size_t *offset, const size_t *extent, const void *box,
+               dist_root_writer write, void *arg, char *msg, size_t len);
+/* The same for a whole array that rank 0 holds (the others pass anything). */
+int dist_write_root(const char *path, const char *descr, size_t esize, int ndim, const size_t *shape,
+                    const void *data, dist_root_writer write, void *arg, char *msg, size_t len);
 #endif
 
 #endif

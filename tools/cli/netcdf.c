@@ -691,7 +691,7 @@ static int member_path(const char *pattern, int m, char *path, size_t plen)
         p++;
         if (*p == '0')
             zero = 1, p++;
-        while (isdigit((unsigned char)*p))
+        while (isdigit((unsigned char)*p) && width <= 32) /* no int overflow on a long field */
             width = width * 10 + (*p++ - '0');
         if (width > 32)
             return -1;

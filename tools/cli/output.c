@@ -17,11 +17,22 @@
 static char *volatile pending[SLOTS];
 static int handlers_installed;
 
+/* The files of an open group, written and waiting for their names; the
+ * signal handler removes them too. A node is complete before it is linked. */
+typedef struct held {
+    struct held *next;
+    char tmp[4096], path[4096];
+} held;
+static held *volatile group_files;
+static int group_open;
+
 static void on_signal(int sig)
 {
     for (int i = 0; i < SLOTS; i++)
         if (pending[i])
             unlink(pending[i]);
+    for (held *h = group_files; h; h = h->next)
+        unlink(h->tmp);
     signal(sig, SIG_DFL);
     raise(sig);
 }
@@ -220,6 +231,20 @@ int output_commit(output *o, char *err, size_t len)
     if (fclose(o->f) != 0 && !o->error)
         o->error = EIO;
     o->f = NULL;
+    if (!o->error && o->tmp[0] && group_open) {
+        held *h = malloc(sizeof *h);
+        if (!h)
+            o->error = ENOMEM;
+        else {
+            snprintf(h->tmp, sizeof h->tmp, "%s", o->tmp);
+            snprintf(h->path, sizeof h->path, "%s", o->path);
+            h->next = group_files;
+            group_files = h;
+            release(o);
+            o->tmp[0] = '\0';
+            return 0;
+        }
+    }
     if (!o->error && o->tmp[0] && rename(o->tmp, o->path) != 0)
         o->error = errno;
     int e = o->error;
@@ -231,4 +256,37 @@ int output_commit(output *o, char *err, size_t len)
     release(o);
     o->tmp[0] = '\0';
     return e ? -1 : 0;
+}
+
+void output_group_begin(void)
+{
+    group_open = 1;
+}
+
+int output_group_end(int keep, char *err, size_t len)
+{
+    int rc = 0;
+    group_open = 0;
+    /* renamed in the order written (the list holds the last first) */
+    held *order = NULL;
+    while (group_files) {
+        held *h = group_files;
+        group_files = h->next;
+        h->next = order;
+        order = h;
+        if (!keep)
+            unlink(h->tmp);
+    }
+    while (order) {
+        held *h = order;
+        order = h->next;
+        if (keep && rc == 0 && rename(h->tmp, h->path) != 0) {
+            snprintf(err, len, "writing %s failed: %s", h->path, strerror(errno));
+            rc = -1;
+        }
+        if (rc != 0)
+            unlink(h->tmp);
+        free(h);
+    }
+    return rc;
 }

@@ -34,4 +34,15 @@ void output_abort(output *o);
  * For checking outputs before the work, so that a typo costs no time. */
 int output_check(const char *path, char *err, size_t len);
 
+/* Files that appear together or not at all (an ensemble's member files):
+ * between output_group_begin and output_group_end, output_commit writes,
+ * syncs and closes each file but leaves it at its temporary name.
+ * output_group_end(1, ...) then gives every one its name, and
+ * output_group_end(0, ...) removes them all, so a failure at any member
+ * leaves every earlier file as it was. A file written in place (a pipe) is
+ * not held. 0, or -1 with "writing PATH failed: reason" in err (the files
+ * not yet renamed removed). Groups do not nest. */
+void output_group_begin(void);
+int output_group_end(int keep, char *err, size_t len);
+
 #endif

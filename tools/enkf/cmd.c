@@ -294,6 +294,22 @@ static int load(const inputs *in, loaded *ld, int header_only, char *msg, size_t
 
 /* A result in float64: the analysis ensemble in its input's layout (ens),
  * PHT over the state and the observations, HPHT plain. */
+static dk_status write_result(const char *path, const char *name, const double *d, size_t rows, size_t cols,
+                              const array_origin *ens, char *err, size_t len)
+{
+    size_t shape[2] = {rows, cols};
+    /* one file per member: all of them or none (the previous cycle's stay) */
+    output_group_begin();
+    dk_status st = !strcmp(name, "analysis")
+                       ? array_write_ensemble(path, d, rows, cols, ens, err, len)
+                   : !strcmp(name, "PHT")
+                       ? array_write_state_by(path, name, d, rows, cols, ens, "observation", err, len)
+                       : array_write(path, name, ARRAY_F64, 2, shape, d, NULL, 0, err, len);
+    if (output_group_end(st == DK_OK, err, len) != 0)
+        st = DK_ERR_IO;
+    return st;
+}
+
 static int write_f64(const char *path, const char *name, const void *data, dk_dtype t, size_t rows, size_t cols,
                      const array_origin *ens)
 {
@@ -303,12 +319,7 @@ static int write_f64(const char *path, const char *name, const void *data, dk_dt
     for (size_t k = 0; k < rows * cols; k++)
         d[k] = t == DK_F32 ? (double)((const float *)data)[k] : ((const double *)data)[k];
     char err[4200];
-    size_t shape[2] = {rows, cols};
-    dk_status st = !strcmp(name, "analysis")
-                       ? array_write_ensemble(path, d, rows, cols, ens, err, sizeof err)
-                   : !strcmp(name, "PHT")
-                       ? array_write_state_by(path, name, d, rows, cols, ens, "observation", err, sizeof err)
-                       : array_write(path, name, ARRAY_F64, 2, shape, d, NULL, 0, err, sizeof err);
+    dk_status st = write_result(path, name, d, rows, cols, ens, err, sizeof err);
     free(d);
     return st == DK_OK ? 0 : cli_error(CMD, 1, "%s", err);
 }
@@ -559,6 +570,20 @@ static double *to_f64(const void *data, dk_dtype t, size_t count)
 #undef FAILED
 #define FAILED(...) (snprintf(msg, sizeof msg, __VA_ARGS__), 1)
 
+/* An output that rank 0 writes alone (netCDF, one file per member), the
+ * gathered result in float64 */
+typedef struct enkf_output {
+    const char *name;
+    size_t rows, cols;
+    const array_origin *ens;
+} enkf_output;
+
+static int write_whole(const char *path, const void *whole, void *arg, char *err, size_t len)
+{
+    const enkf_output *o = arg;
+    return write_result(path, o->name, whole, o->rows, o->cols, o->ens, err, len) != DK_OK;
+}
+
 /* enkf cov or analysis with every rank on its own rows of the state: the
  * same files as one process, each rank reading and writing only its rows. */
 static int run_distributed(const inputs *in, int analysis)
@@ -581,7 +606,17 @@ static int run_distributed(const inputs *in, int analysis)
              (analysis && read_observations(in, ld.H.rows, &y, &r, msg, sizeof msg) >= 0);
     if (dist_agree(failed, msg, sizeof msg))
         goto done;
-    /* from here every rank has the same headers, c and H */
+    /* each rank read its own copies: from here every rank has rank 0's
+     * headers, c, H and observations, or all stop */
+    if (dist_same_header(in->ens, ld.ens.dtype, ld.ens.ndim, ld.ens.shape, msg, sizeof msg) ||
+        dist_same_header(in->loc, ld.loc.dtype, ld.loc.ndim, ld.loc.shape, msg, sizeof msg) ||
+        dist_same_bytes(in->loc, ld.loc64, ld.loc.count * sizeof *ld.loc64, msg, sizeof msg) ||
+        dist_same_bytes(in->H, ld.H.indptr, (ld.H.rows + 1) * sizeof *ld.H.indptr, msg, sizeof msg) ||
+        dist_same_bytes(in->H, ld.H.indices, (size_t)ld.H.indptr[ld.H.rows] * sizeof *ld.H.indices, msg, sizeof msg) ||
+        dist_same_bytes(in->H, ld.H.values, (size_t)ld.H.indptr[ld.H.rows] * sizeof *ld.H.values, msg, sizeof msg) ||
+        (analysis && (dist_same_bytes(in->obs, y, ld.H.rows * sizeof *y, msg, sizeof msg) ||
+                      dist_same_bytes(in->obs_var, r, ld.H.rows * sizeof *r, msg, sizeof msg))))
+        goto done;
     size_t N = ld.desc.n, L = ld.desc.members, M = ld.H.rows, w = dk_dtype_size(in->dtype);
     int nd = ld.desc.loc_ndim == 2 ? 2 : 1;
     size_t grid[2] = {nd == 2 ? ld.desc.nx : N, ld.desc.ny};
@@ -621,9 +656,10 @@ static int run_distributed(const inputs *in, int analysis)
     size_t cols = analysis ? L : M, shape[2] = {N, cols};
     if (!(out64 = to_f64(result, in->dtype, ev.points * cols)))
         failed = FAILED("rank %d of %d: out of memory", rank, size);
+    enkf_output eo = {analysis ? "analysis" : "PHT", N, cols, &ld.origin};
     if (dist_agree(failed, msg, sizeof msg) ||
-        dist_write_npy(in->out, "<f8", 8, 2, shape, ov.ndim, ov.shape, ov.offset, ov.extent, out64, msg,
-                       sizeof msg))
+        dist_write(in->out, "<f8", 8, 2, shape, ov.ndim, ov.shape, ov.offset, ov.extent, out64, write_whole, &eo, msg,
+                   sizeof msg))
         goto done;
     if (hpht) {
         free(out64);
@@ -631,7 +667,8 @@ static int run_distributed(const inputs *in, int analysis)
         if (!(out64 = to_f64(hpht, in->dtype, M * M)))
             failed = FAILED("rank %d of %d: out of memory", rank, size);
         if (dist_agree(failed, msg, sizeof msg) ||
-            dist_write_npy_root(in->hpht, "<f8", 8, 2, hshape, out64, msg, sizeof msg))
+            dist_write_root(in->hpht, "<f8", 8, 2, hshape, out64, write_whole,
+                            &(enkf_output){"HPHT", M, M, NULL}, msg, sizeof msg))
             goto done;
     }
     if (rank == 0)

@@ -7,13 +7,14 @@
 #include "cli/commands.h"
 #include "cli/dist.h"
 #include "cli/netcdf.h"
+#include "cli/netcdf_dist.h"
 #include "cli/npy.h"
 #include "cli/output.h"
 
 #ifdef DK_TOOLS_MPI
 #include <dakit/mpi.h>
 
-static int run_distributed(const char *cmd, const char *in_path, const char *out_path, dk_gauss_desc *d,
+static int run_distributed(const char *cmd, const char *in_path, const char *var, const char *out_path, dk_gauss_desc *d,
                            const char *dtype_s, const char *axes_s, long *axes, int naxes, const double *sig,
                            int nsig, const char *sigma_s, const char *backend, const int *decomp, int ndecomp,
                            int use_reference);
@@ -112,7 +113,8 @@ static void usage(FILE *f)
             "  --reference           use the serial reference instead of a backend\n"
             "  --decomp AxB[xC]      under mpirun with more than one rank: the pieces per axis of\n"
             "                        the rank grid, their product the number of ranks (default:\n"
-            "                        slabs along axis 0); each rank reads and writes only its box\n");
+            "                        slabs along axis 0); each rank reads only its box and writes\n"
+            "                        it into a .npy; a .nc output is gathered and written by rank 0\n");
 }
 
 /* --mask: the values of x where the mask is 0 become NaN (missing). */
@@ -268,7 +270,7 @@ int cmd_gauss(int argc, char **argv)
     {
         int own;
         if (dist_begin(&own)) {
-            int rc = run_distributed(cmd, in_path, out_path, &d, dtype_s, axes_s, axes, naxes, sig, nsig, sigma_s,
+            int rc = run_distributed(cmd, in_path, var, out_path, &d, dtype_s, axes_s, axes, naxes, sig, nsig, sigma_s,
                                      backend, decomp, ndecomp, use_reference);
             dist_end(own);
             return rc;
@@ -362,7 +364,23 @@ done:
 #ifdef DK_TOOLS_MPI
 #define FAILED(...) (snprintf(msg, sizeof msg, __VA_ARGS__), 1)
 
-static int run_distributed(const char *cmd, const char *in_path, const char *out_path, dk_gauss_desc *d,
+/* A netCDF output under mpirun: rank 0 writes the gathered field as one
+ * process would, like the input */
+typedef struct gauss_output {
+    dk_dtype dtype;
+    int ndim;
+    const size_t *shape;
+    const array_origin *like;
+} gauss_output;
+
+static int write_whole(const char *path, const void *whole, void *arg, char *err, size_t len)
+{
+    const gauss_output *g = arg;
+    return array_write(path, g->like->netcdf ? g->like->var : "data", g->dtype == DK_F64 ? ARRAY_F64 : ARRAY_F32,
+                       g->ndim, g->shape, whole, g->like, 1, err, len) != DK_OK;
+}
+
+static int run_distributed(const char *cmd, const char *in_path, const char *var, const char *out_path, dk_gauss_desc *d,
                            const char *dtype_s, const char *axes_s, long *axes, int naxes, const double *sig,
                            int nsig, const char *sigma_s, const char *backend, const int *decomp, int ndecomp,
                            int use_reference)
@@ -375,9 +393,10 @@ static int run_distributed(const char *cmd, const char *in_path, const char *out
     void *file_box = NULL, *box = NULL;
     dk_context *ctx = NULL;
     dk_mpi_plan *plan = NULL;
+    array_source src;
+    array_origin origin;
     npy_array x;
     memset(&x, 0, sizeof x);
-    size_t in_offset = 0;
 
     if (use_reference)
         return cli_error(cmd, 2, "--reference runs in one process; under mpirun (%d ranks) each rank filters "
@@ -387,12 +406,15 @@ static int run_distributed(const char *cmd, const char *in_path, const char *out
                                  "distributed); under mpirun (%d ranks) --nan error or propagate", size);
     if (output_check(out_path, err, sizeof err) != 0)
         failed = FAILED("%s", err);
-    else if (npy_read_header(in_path, &x, &in_offset, err, sizeof err) != DK_OK)
+    else if (array_source_open(&src, in_path, var, &origin, err, sizeof err) != DK_OK)
         failed = FAILED("%s", err);
     if (dist_agree(failed, msg, sizeof msg))
         return cli_error(cmd, 1, "%s", msg);
-    /* from here every rank has the same header: the checks below give the
-     * same answer everywhere */
+    x = src.hdr;
+    /* from here every rank has the same header (or all stop): the checks
+     * below give the same answer everywhere */
+    if (dist_same_header(in_path, x.dtype, x.ndim, x.shape, msg, sizeof msg))
+        return cli_error(cmd, 1, "%s", msg);
     if (x.ndim < 1 || x.ndim > DK_MAX_DIMS)
         return cli_error(cmd, 1, "%s has %d dimensions; 1, 2 or 3 are supported", in_path, x.ndim);
     d->ndim = x.ndim;
@@ -417,7 +439,7 @@ static int run_distributed(const char *cmd, const char *in_path, const char *out
         failed = FAILED("rank %d of %d: %s", rank, size, dk_last_error(NULL));
     else if (!(file_box = malloc(count ? count * fsize : 1)) || !(box = malloc(count ? count * esize : 1)))
         failed = FAILED("rank %d of %d: out of memory (its part holds %zu values)", rank, size, count);
-    else if (npy_read_box(in_path, &x, in_offset, part.offset, part.extent, file_box, err, sizeof err) != DK_OK)
+    else if (array_source_read_box(&src, part.offset, part.extent, file_box, err, sizeof err) != DK_OK)
         failed = FAILED("rank %d of %d: %s", rank, size, err);
     if (dist_agree(failed, msg, sizeof msg))
         goto done;
@@ -440,8 +462,9 @@ static int run_distributed(const char *cmd, const char *in_path, const char *out
         goto done;
     double t1 = cli_now();
 
-    if (dist_write_npy(out_path, d->dtype == DK_F64 ? "<f8" : "<f4", esize, x.ndim, x.shape, x.ndim, x.shape,
-                       part.offset, part.extent, box, msg, sizeof msg))
+    gauss_output go = {d->dtype, x.ndim, x.shape, &origin};
+    if (dist_write(out_path, d->dtype == DK_F64 ? "<f8" : "<f4", esize, x.ndim, x.shape, x.ndim, x.shape, part.offset,
+                   part.extent, box, write_whole, &go, msg, sizeof msg))
         goto done;
     if (rank == 0)
         fprintf(stderr, "dakit gauss: %s -> %s on %d ranks (rank 0: %s, %s), %.3f s including transfers\n",

@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/dist.h"
 #include "cli/netcdf.h"
+#include "cli/netcdf_dist.h"
 #include "cli/plot.h"
 #include "cli/npy.h"
 #include "cli/output.h"
@@ -71,14 +72,15 @@ static void usage(FILE *f)
             "  --reference        the serial reference instead of a backend\n"
             "\n"
             "Under mpirun with more than one rank (--in and --radolan): with --in each rank reads\n"
-            "and writes only its contiguous range of points; with --radolan every rank reads the\n"
+            "only its contiguous range of points and writes it into a .npy (a .nc output is gathered\n"
+            "and written by rank 0); with --radolan every rank reads the\n"
             "file and computes the features of its band of rows (standardized by statistics summed\n"
             "over the ranks), and rank 0 writes the labels and the picture. The iterations reduce\n"
             "the per-cluster sums over the ranks.\n");
 }
 
 #ifdef DK_TOOLS_MPI
-static int run_distributed(const char *in_path, const char *init_path, const char *labels_path,
+static int run_distributed(const char *in_path, const char *var, const char *init_path, const char *labels_path,
                            const char *centroids_path, const char *backend, const char *variant, int k, int iters,
                            double tol, int use_reference);
 static int run_radar_distributed(const char *path, const char *labels_path, const char *png_path,
@@ -171,6 +173,9 @@ int cmd_kmeans(int argc, char **argv)
         k = 6;
     if (k < 1)
         return cli_error(cmd, 2, "--k is required with --in: a number of clusters from 1 to %d", DK_KMEANS_MAX_K);
+    if (in_path && png_path)
+        return cli_error(cmd, 2, "--png draws the radar picture of --radolan or --odim; points from --in have no "
+                                 "picture (write --labels and --centroids and plot them)");
     if (cli_options_only)
         return 0;
 #ifdef DK_TOOLS_MPI
@@ -181,7 +186,7 @@ int cmd_kmeans(int argc, char **argv)
             int rc = odim_path ? cli_error(cmd, 2, "--odim runs in one process; under mpirun give --radolan or --in")
                      : radolan_path ? run_radar_distributed(radolan_path, labels_path, png_path, backend, &o,
                                                             use_reference)
-                                    : run_distributed(in_path, init_path, labels_path, centroids_path, backend, variant,
+                                    : run_distributed(in_path, var, init_path, labels_path, centroids_path, backend, variant,
                                                     k, iters, tol, use_reference);
             dist_end(own);
             return rc;
@@ -389,8 +394,24 @@ static void initial_centroids(const dk_kmeans_desc *d, const float *x, const uin
     free(sum);
 }
 
+/* A netCDF output under mpirun: rank 0 writes the gathered array as one
+ * process would */
+typedef struct kmeans_output {
+    array_kind kind;
+    int ndim;
+    const size_t *shape;
+    const char *name;
+    const array_origin *like;
+} kmeans_output;
+
+static int write_whole(const char *path, const void *whole, void *arg, char *err, size_t len)
+{
+    const kmeans_output *k = arg;
+    return array_write(path, k->name, k->kind, k->ndim, k->shape, whole, k->like, 0, err, len) != DK_OK;
+}
+
 /* kmeans --in with every rank on its own contiguous range of points. */
-static int run_distributed(const char *in_path, const char *init_path, const char *labels_path,
+static int run_distributed(const char *in_path, const char *var, const char *init_path, const char *labels_path,
                            const char *centroids_path, const char *backend, const char *variant, int k, int iters,
                            double tol, int use_reference)
 {
@@ -403,7 +424,9 @@ static int run_distributed(const char *in_path, const char *init_path, const cha
                                  "points on a backend", size);
     char msg[4400] = "", err[4200];
     npy_array X = {0}, C0 = {0};
-    size_t x_offset = 0;
+    array_source src;
+    array_origin origin;
+    void *file_pts = NULL;
     float *pts = NULL, *init = NULL, *cent = NULL;
     int32_t *labels = NULL;
     dk_context *ctx = NULL;
@@ -412,12 +435,15 @@ static int run_distributed(const char *in_path, const char *init_path, const cha
     for (int o = 0; o < 2 && !failed; o++)
         if (outs[o] && output_check(outs[o], err, sizeof err) != 0)
             failed = FAILED("%s", err);
-    if (!failed && npy_read_header(in_path, &X, &x_offset, err, sizeof err) != DK_OK)
+    if (!failed && array_source_open(&src, in_path, var, &origin, err, sizeof err) != DK_OK)
         failed = FAILED("%s", err);
     if (dist_agree(failed, msg, sizeof msg))
         goto done;
-    /* the same header on every rank: the checks below agree by themselves */
-    if (X.dtype != DK_F32 || X.ndim < 1 || X.ndim > 2) {
+    X = src.hdr;
+    /* the same header on every rank (or all stop): the checks below agree by themselves */
+    if (dist_same_header(in_path, X.dtype, X.ndim, X.shape, msg, sizeof msg))
+        goto done;
+    if ((X.dtype != DK_F32 && !src.netcdf) || X.ndim < 1 || X.ndim > 2) {
         failed = FAILED("%s must be a float32 array of shape (n, d) or (n,)", in_path);
         goto done;
     }
@@ -451,8 +477,12 @@ static int run_distributed(const char *in_path, const char *init_path, const cha
     else if (!(pts = malloc(npts ? npts * d.d * sizeof *pts : 1)) || !(labels = malloc(npts ? npts * 4 : 1)) ||
              !(init = malloc(kd * sizeof *init)) || !(cent = malloc(kd * sizeof *cent)))
         failed = FAILED("rank %d of %d: out of memory for its %zu points", rank, size, npts);
-    else if (npy_read_box(in_path, &X, x_offset, off, ext, pts, err, sizeof err) != DK_OK)
+    else if (X.dtype == DK_F64 && !(file_pts = malloc(npts ? npts * d.d * sizeof(double) : 1)))
+        failed = FAILED("rank %d of %d: out of memory for its %zu points", rank, size, npts);
+    else if (array_source_read_box(&src, off, ext, file_pts ? file_pts : pts, err, sizeof err) != DK_OK)
         failed = FAILED("rank %d of %d: %s", rank, size, err);
+    for (size_t i = 0; !failed && file_pts && i < npts * d.d; i++) /* netCDF's doubles: the features are float32 */
+        pts[i] = (float)((double *)file_pts)[i];
     for (size_t i = 0; !failed && i < npts * d.d; i++)
         if (!isfinite(pts[i]))
             failed = FAILED("kmeans: feature %d of point %zu is %g; every feature must be a finite number",
@@ -469,6 +499,8 @@ static int run_distributed(const char *in_path, const char *init_path, const cha
     }
     if (dist_agree(failed, msg, sizeof msg))
         goto done;
+    if (init_path && dist_same_bytes(init_path, init, kd * sizeof *init, msg, sizeof msg))
+        goto done;
     if (!init_path)
         initial_centroids(&d, pts, NULL, npts, init);
 
@@ -483,9 +515,12 @@ static int run_distributed(const char *in_path, const char *init_path, const cha
         goto done;
     double seconds = cli_now() - t0;
     size_t cshape[2] = {(size_t)d.k, (size_t)d.d};
-    if (labels_path && dist_write_npy(labels_path, "<i4", 4, 1, &d.n, 1, &d.n, off, ext, labels, msg, sizeof msg))
+    kmeans_output lo = {ARRAY_I32, 1, &d.n, "labels", &origin}, co = {ARRAY_F32, 2, cshape, "centroids", NULL};
+    if (labels_path &&
+        dist_write(labels_path, "<i4", 4, 1, &d.n, 1, &d.n, off, ext, labels, write_whole, &lo, msg, sizeof msg))
         goto done;
-    if (centroids_path && dist_write_npy_root(centroids_path, "<f4", 4, 2, cshape, cent, msg, sizeof msg))
+    if (centroids_path &&
+        dist_write_root(centroids_path, "<f4", 4, 2, cshape, cent, write_whole, &co, msg, sizeof msg))
         goto done;
     if (rank == 0) {
         char where[300];
@@ -498,8 +533,8 @@ done:
         cli_error(cmd, 1, "%s", msg);
     dk_mpi_plan_destroy(plan);
     dk_context_destroy(ctx);
-    npy_free(&X);
     npy_free(&C0);
+    free(file_pts);
     free(pts);
     free(labels);
     free(init);
@@ -547,7 +582,11 @@ static int run_radar_distributed(const char *path, const char *labels_path, cons
         failed = FAILED("%s: a %zu x %zu grid is too large to gather on rank 0", path, r.rows, r.cols);
     if (dist_agree(failed, msg, sizeof msg))
         goto done;
-    /* the same file on every rank (agreed above), so the grid is the same */
+    /* every rank filters its band from its own copy: the grids and values must be rank 0's */
+    size_t grid[2] = {r.rows, r.cols};
+    if (dist_same_header(path, DK_F32, 2, grid, msg, sizeof msg) ||
+        dist_same_bytes(path, r.value, r.rows * r.cols * sizeof *r.value, msg, sizeof msg))
+        goto done;
     const size_t rows = r.rows, cols = r.cols, n = rows * cols, kf = (size_t)o->k * F;
     dk_mpi_part rpart;
     if (dist_decompose(cmd, path, 1, &rows, NULL, 0, &rpart)) {
