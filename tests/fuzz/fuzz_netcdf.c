@@ -73,11 +73,14 @@ static int write_file(fuzz_bytes *b, int *ndims_out)
     int nd = 1 + fb_u8(b) % 4, dims[4];
     size_t size[4];
     double total = 1;
+    int huge = 0;
     for (int d = 0; d < nd; d++) {
         uint8_t k = fb_u8(b);
-        /* now and then, in netCDF-4 (no bytes behind it), a huge one: 2^40
-         * and more, beyond any memory, so that reading it whole must be refused */
-        size[d] = k < 200 || !nc4 ? k % 7 : (size_t)1 << (40 + k % 24);
+        /* now and then, in netCDF-4 (no bytes behind it), one huge one: 2^40
+         * to 2^51, beyond any memory, so that reading it whole must be refused
+         * (a dataset past 2^64 bytes fails in nc_close, and libnetcdf leaks then) */
+        size[d] = k < 200 || !nc4 || huge ? k % 7 : (size_t)1 << (40 + k % 12);
+        huge |= size[d] > 6;
         total *= size[d] ? (double)size[d] : 1;
         char name[16];
         snprintf(name, sizeof name, "%s%d", d == 0 && (flags & 2) ? "member" : "d", d);
@@ -131,7 +134,7 @@ static int write_file(fuzz_bytes *b, int *ndims_out)
         if (t == NC_CHAR) {
             char *c = malloc(n ? n : 1);
             for (size_t i = 0; i < n; i++)
-                c[i] = (char)x[i];
+                c[i] = (char)(0x20 + i % 90);
             nc_put_vara_text(id, v, start, count, c);
             free(c);
         } else {

@@ -94,9 +94,8 @@ static void write_volume(fuzz_bytes *b)
     }
     hsize_t dims[2] = {rays, bins};
     hid_t sp = H5Screate_simple(2, dims, NULL), pl = H5Pcreate(H5P_DATASET_CREATE);
-    static const hid_t *const types[] = {&H5T_NATIVE_UCHAR, &H5T_NATIVE_USHORT, &H5T_NATIVE_FLOAT,
-                                         &H5T_NATIVE_DOUBLE, &H5T_NATIVE_INT};
-    hid_t t = *types[kind % 5], st = -1;
+    hid_t types[] = {H5T_NATIVE_UCHAR, H5T_NATIVE_USHORT, H5T_NATIVE_FLOAT, H5T_NATIVE_DOUBLE, H5T_NATIVE_INT};
+    hid_t t = types[kind % 5], st = -1;
     if (kind % 16 == 15) { /* strings */
         st = H5Tcopy(H5T_C_S1);
         H5Tset_size(st, 4);

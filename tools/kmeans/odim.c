@@ -216,7 +216,7 @@ dk_status odim_read(const char *path, const char *quantity, int sweep, odim_swee
         goto done;
     }
     size_t nb[2] = {out->nrays, out->nbins}, n, bytes;
-    double gib;
+    double gib = 0;
     if (size_product(nb, 2, sizeof(double) + sizeof(float) + 1, &n, &bytes) != 0 || !size_fits_memory(bytes, &gib)) {
         st = FAIL(DK_ERR_FORMAT, "%s: %s's %zu x %zu bins need more than this machine's memory (%.3g GiB)", path,
                   name, out->nrays, out->nbins, gib);
