@@ -21,12 +21,21 @@
 
 static char dir[64], in_path[128], out_path[128];
 
+/* The folder and its files go when the fuzzer ends. */
+static void clean_up(void)
+{
+    unlink(in_path);
+    unlink(out_path);
+    rmdir(dir);
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc, (void)argv;
     snprintf(dir, sizeof dir, "/tmp/dakit-fuzz-nc-XXXXXX");
     if (!mkdtemp(dir))
         abort();
+    atexit(clean_up);
     snprintf(in_path, sizeof in_path, "%s/in.nc", dir);
     snprintf(out_path, sizeof out_path, "%s/out.nc", dir);
     return 0;

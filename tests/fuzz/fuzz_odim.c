@@ -18,12 +18,20 @@
 
 static char dir[64], path[128], elsewhere[128];
 
+/* The folder and its files go when the fuzzer ends. */
+static void clean_up(void)
+{
+    unlink(path);
+    rmdir(dir);
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc, (void)argv;
     snprintf(dir, sizeof dir, "/tmp/dakit-fuzz-odim-XXXXXX");
     if (!mkdtemp(dir))
         abort();
+    atexit(clean_up);
     snprintf(path, sizeof path, "%s/vol.h5", dir);
     snprintf(elsewhere, sizeof elsewhere, "%s/elsewhere.bin", dir);
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);

@@ -36,12 +36,25 @@ static void make(const char *name, int with_time)
     nc_close(id);
 }
 
+/* The folder and its files go when the fuzzer ends. */
+static void clean_up(void)
+{
+    static const char *const names[] = {"f.nc", "m_0.nc", "m_1.nc", "m_2.nc", "m_000.nc", "m_001.nc", "m_  1.nc"};
+    for (int k = 0; k < 7; k++) {
+        char p[128];
+        snprintf(p, sizeof p, "%s/%s", dir, names[k]);
+        unlink(p);
+    }
+    rmdir(dir);
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc, (void)argv;
     snprintf(dir, sizeof dir, "/tmp/dakit-fuzz-spec-XXXXXX");
     if (!mkdtemp(dir))
         abort();
+    atexit(clean_up);
     make("f.nc", 1);
     static const char *const members[] = {"m_0.nc", "m_1.nc", "m_2.nc", "m_000.nc", "m_001.nc", "m_  1.nc"};
     for (int k = 0; k < 6; k++)
