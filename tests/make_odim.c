@@ -10,7 +10,17 @@
  *   make_odim OUT.h5 roll R          the same with ray i stored at ray i + R
  *   make_odim OUT.h5 corrupt         the same with sweep 1's compressed
  *                                    chunk overwritten (reading it fails)
- *   make_odim OUT.h5 plain           an HDF5 file without ODIM attributes */
+ *   make_odim OUT.h5 plain           an HDF5 file without ODIM attributes
+ * Hostile variants (sweep 1 changed; nothing of them is written to FILE):
+ *   make_odim OUT.h5 where NAME V    sweep 1's where/NAME (elangle, rscale,
+ *                                    rstart, ...) is V (strtod: inf, 1e308)
+ *   make_odim OUT.h5 string          sweep 1's data are strings
+ *   make_odim OUT.h5 external FILE   sweep 1's data live in FILE (HDF5
+ *                                    external storage)
+ *   make_odim OUT.h5 virtual FILE    sweep 1's data are a virtual dataset
+ *                                    mapped from FILE:/dataset1/data1/data
+ *   make_odim OUT.h5 hdf5-external FILE   no ODIM: a root dataset T, 4 x 5
+ *                                    float64, stored in FILE (read by netCDF) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,14 +73,33 @@ static double scene(double az, double r, int sweep)
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: make_odim OUT.h5 [roll R | corrupt | plain]\n");
+        fprintf(stderr, "usage: make_odim OUT.h5 [roll R | corrupt | plain | where NAME V | string | external FILE | "
+                        "virtual FILE | hdf5-external FILE]\n");
         return 2;
     }
-    int roll = argc > 3 && !strcmp(argv[2], "roll") ? atoi(argv[3]) : 0;
-    int corrupt = argc > 2 && !strcmp(argv[2], "corrupt"), plain = argc > 2 && !strcmp(argv[2], "plain");
+    const char *mode = argc > 2 ? argv[2] : "";
+    int roll = argc > 3 && !strcmp(mode, "roll") ? atoi(argv[3]) : 0;
+    int corrupt = !strcmp(mode, "corrupt"), plain = !strcmp(mode, "plain");
+    int string = !strcmp(mode, "string");
+    const char *external = argc > 3 && !strcmp(mode, "external") ? argv[3] : NULL;
+    const char *virtual = argc > 3 && !strcmp(mode, "virtual") ? argv[3] : NULL;
+    const char *where_name = argc > 4 && !strcmp(mode, "where") ? argv[3] : NULL;
+    double where_value = where_name ? strtod(argv[4], NULL) : 0;
     hid_t f = H5Fcreate(argv[1], H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
     if (f < 0)
         return 1;
+    if (argc > 3 && !strcmp(mode, "hdf5-external")) {
+        hsize_t dims[2] = {4, 5};
+        hid_t sp = H5Screate_simple(2, dims, NULL), pl = H5Pcreate(H5P_DATASET_CREATE);
+        H5Pset_external(pl, argv[3], 0, H5F_UNLIMITED);
+        hid_t d = H5Dcreate2(f, "T", H5T_IEEE_F64LE, sp, H5P_DEFAULT, pl, H5P_DEFAULT);
+        int ok = d >= 0;
+        H5Dclose(d);
+        H5Pclose(pl);
+        H5Sclose(sp);
+        H5Fclose(f);
+        return ok ? 0 : 1;
+    }
     if (!plain) {
         attr_str(f, "Conventions", "ODIM_H5/V2_2");
         hid_t w = group(f, "what");
@@ -106,6 +135,10 @@ int main(int argc, char **argv)
         attr_num(w, "rscale", 500.0, 0);
         attr_num(w, "rstart", 0.0, 0);
         attr_num(w, "a1gate", 0, 1);
+        if (where_name && s == 1) {
+            H5Adelete(w, where_name);
+            attr_num(w, where_name, where_value, 0);
+        }
         attr_str(wt, "product", "SCAN");
         attr_str(wt, "startdate", "20140810");
         attr_str(wt, "starttime", s == 1 ? "205000" : "205030");
@@ -122,8 +155,34 @@ int main(int argc, char **argv)
         hid_t sp = H5Screate_simple(2, dims, NULL), pl = H5Pcreate(H5P_DATASET_CREATE);
         H5Pset_chunk(pl, 2, dims);
         H5Pset_deflate(pl, 6);
-        hid_t data = H5Dcreate2(d, "data", H5T_STD_U8LE, sp, H5P_DEFAULT, pl, H5P_DEFAULT);
-        H5Dwrite(data, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, raw);
+        hid_t data;
+        if (s == 1 && (string || external || virtual)) {
+            H5Pclose(pl);
+            pl = H5Pcreate(H5P_DATASET_CREATE);
+            hid_t t = H5Tcopy(H5T_C_S1);
+            H5Tset_size(t, 8);
+            if (external)
+                H5Pset_external(pl, external, 0, H5F_UNLIMITED);
+            if (virtual) {
+                hid_t src = H5Screate_simple(2, dims, NULL);
+                H5Pset_virtual(pl, sp, virtual, "/dataset1/data1/data", src);
+                H5Sclose(src);
+            }
+            data = H5Dcreate2(d, "data", string ? t : H5T_STD_U8LE, sp, H5P_DEFAULT, pl, H5P_DEFAULT);
+            if (string) {
+                static char text[NRAYS][NBINS][8];
+                for (int i = 0; i < NRAYS; i++)
+                    for (int j = 0; j < NBINS; j++)
+                        snprintf(text[i][j], 8, "%d", raw[i][j]);
+                H5Dwrite(data, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, text);
+            }
+            H5Tclose(t);
+            if (data < 0)
+                return 1;
+        } else {
+            data = H5Dcreate2(d, "data", H5T_STD_U8LE, sp, H5P_DEFAULT, pl, H5P_DEFAULT);
+            H5Dwrite(data, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, raw);
+        }
         H5Dflush(data);
         haddr_t addr = 0;
         hsize_t size = 0;

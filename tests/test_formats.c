@@ -18,6 +18,7 @@
 #include <dakit/dakit.h>
 
 #include "check.h"
+#include "cli/netcdf.h"
 #include "cli/npy.h"
 
 static char dir[256];
@@ -26,7 +27,7 @@ static const char *dakit;
 static int run(const char *args, char *out, size_t out_len)
 {
     char cmd[4096];
-    snprintf(cmd, sizeof cmd, "cd %s && %s %s 2>&1", dir, dakit, args);
+    snprintf(cmd, sizeof cmd, "cd %s && timeout 120 %s %s 2>&1", dir, dakit, args); /* a hang fails, not waits */
     FILE *p = popen(cmd, "r");
     size_t n = fread(out, 1, out_len - 1, p);
     out[n] = '\0';
@@ -215,6 +216,239 @@ static void write_ensemble(const char *name, int member_first, int nmem_files)
     NC(nc_put_var_int(id, vm, mem));
     NC(nc_put_var_float(id, v, T));
     NC(nc_close(id));
+}
+
+/* Whether a temporary output (".NAME.tmp-...") was left in the folder. */
+static int leftovers(void)
+{
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "ls -a %s | grep -q '\\.tmp-'", dir);
+    return system(cmd) == 0;
+}
+
+/* A netCDF-4 file with T(y 3, x 4) = 0..11, open for more definitions: *id. */
+static void begin_t(const char *name, int *id, int *dy, int *dx, int *v, int format)
+{
+    NC(nc_create(at(name), format | NC_CLOBBER, id));
+    NC(nc_def_dim(*id, "y", 3, dy));
+    NC(nc_def_dim(*id, "x", 4, dx));
+    int dims[2] = {*dy, *dx};
+    NC(nc_def_var(*id, "T", NC_DOUBLE, 2, dims, v));
+}
+
+static void end_t(int id, int v)
+{
+    double T[12];
+    for (int i = 0; i < 12; i++)
+        T[i] = i;
+    NC(nc_enddef(id));
+    NC(nc_put_var_double(id, v, T));
+    NC(nc_close(id));
+}
+
+/* The values the commands read from spec (array_read), as double. */
+static double *values_read(const char *spec, size_t *n, char *out, size_t out_len)
+{
+    npy_array a;
+    out[0] = '\0';
+    if (array_read(at(spec), NULL, &a, NULL, out, out_len) != DK_OK)
+        return NULL;
+    double *x = malloc((a.count ? a.count : 1) * sizeof *x);
+    for (size_t i = 0; i < a.count; i++)
+        x[i] = a.dtype == DK_F64 ? ((double *)a.data)[i] : ((float *)a.data)[i];
+    *n = a.count;
+    npy_free(&a);
+    return x;
+}
+
+/* Issue 30: hostile netCDF-4, HDF5 and ODIM_H5 files, each refused with a
+ * sentence (or read right), never a crash, a hang or a file read that the
+ * user did not name. */
+static void hostile_files(const char *odim)
+{
+    char out[16384], cmd[8192];
+    int id, dy, dx, v, rc;
+    size_t n;
+
+    /* 1. a variable named like a dimension with 1001 dimensions: was a stack overflow writing the output */
+    begin_t("md.nc", &id, &dy, &dx, &v, 0); /* classic: netCDF-4 allows 32 */
+    int many[1001];
+    for (int k = 0; k < 1000; k++) {
+        char name[16];
+        snprintf(name, sizeof name, "a%d", k);
+        NC(nc_def_dim(id, name, 1, &many[k]));
+    }
+    many[1000] = dx;
+    int vx;
+    NC(nc_def_var(id, "x", NC_BYTE, 1001, many, &vx));
+    end_t(id, v);
+    rc = run("gauss --in md.nc:T --out md_out.nc --sigma 1 --reference", out, sizeof out);
+    CHECK(rc == 0 && exists("md_out.nc") && !leftovers(), "x(a0..a999, x) beside T(y, x): exit %d: %s", rc, out);
+
+    /* 2. a global attribute of a compound type: was a free of an uninitialised pointer */
+    begin_t("cg.nc", &id, &dy, &dx, &v, NC_NETCDF4);
+    nc_type ct;
+    struct { int a; double b; } pair = {1, 2.0};
+    NC(nc_def_compound(id, sizeof pair, "pair_t", &ct));
+    NC(nc_insert_compound(id, ct, "a", 0, NC_INT));
+    NC(nc_insert_compound(id, ct, "b", sizeof(double), NC_DOUBLE));
+    NC(nc_put_att(id, NC_GLOBAL, "pair", ct, 1, &pair));
+    end_t(id, v);
+    rc = run("gauss --in cg.nc:T --out cg_out.nc --sigma 1 --reference", out, sizeof out);
+    CHECK(rc == 1 && strstr(out, "global attribute pair has a user-defined type") && !exists("cg_out.nc") &&
+              !leftovers(), "a compound global attribute: exit %d: %s", rc, out);
+
+    /* 3. sizes from the file: 2^61 + 1 doubles (the byte count wrapped to 8), and one value written at 2^60
+     * along an unlimited dimension (HDF5 grew past 10 GB) */
+    int dt;
+    size_t far = (size_t)1 << 61, one = 1;
+    double x = 7;
+    NC(nc_create(at("ov.nc"), NC_NETCDF4 | NC_CLOBBER, &id));
+    NC(nc_def_dim(id, "a", NC_UNLIMITED, &dt));
+    NC(nc_def_var(id, "T", NC_DOUBLE, 1, &dt, &v));
+    NC(nc_enddef(id));
+    NC(nc_put_vara_double(id, v, &far, &one, &x));
+    NC(nc_close(id));
+    rc = run("gauss --in ov.nc:T --out ov_out.npy --sigma 1 --reference", out, sizeof out);
+    CHECK(rc == 1 && strstr(out, "2305843009213693953 values: their size in bytes overflows") &&
+              !exists("ov_out.npy"), "2^61 + 1 doubles: exit %d: %s", rc, out);
+    NC(nc_create(at("ul.nc"), NC_NETCDF4 | NC_CLOBBER, &id));
+    NC(nc_def_dim(id, "t", NC_UNLIMITED, &dt));
+    NC(nc_def_var(id, "T", NC_DOUBLE, 1, &dt, &v));
+    NC(nc_enddef(id));
+    far = (size_t)1 << 60;
+    NC(nc_put_vara_double(id, v, &far, &one, &x));
+    NC(nc_close(id));
+    rc = run("gauss --in ul.nc:T --out ul_out.npy --sigma 1 --reference", out, sizeof out);
+    CHECK(rc == 1 && strstr(out, "more than this machine's memory") && !exists("ul_out.npy"),
+          "a value at 2^60 along an unlimited dimension: exit %d: %s", rc, out);
+    double *got = values_read("ul.nc:T[t=1152921504606846974:1152921504606846977]", &n, out, sizeof out);
+    CHECK(got && n == 3 && isnan(got[0]) && isnan(got[1]) && got[2] == 7,
+          "the last 3 values of it (unwritten: NaN, then 7): %s", out);
+    free(got);
+
+    /* 4. ODIM geometry that is infinite or absurd: was NaN coordinates and a picture indexed out of bounds */
+    static const char *const geometry[][2] = {{"elangle", "inf"}, {"rscale", "1e308"}, {"rstart", "-inf"},
+                                              {"elangle", "nan"}};
+    for (int k = 0; k < 4; k++) {
+        snprintf(cmd, sizeof cmd, "cd %s && %s bad_geo.h5 where %s %s", dir, odim, geometry[k][0], geometry[k][1]);
+        CHECK(system(cmd) == 0, "make_odim where %s %s", geometry[k][0], geometry[k][1]);
+        rc = run("kmeans --odim bad_geo.h5 --k 3 --labels geo.nc --png geo.png --reference", out, sizeof out);
+        CHECK(rc == 1 && (strstr(out, "must be a finite number") || strstr(out, "lacks")) && !exists("geo.nc") &&
+                  !exists("geo.png"), "ODIM where/%s = %s: exit %d: %s", geometry[k][0], geometry[k][1], rc, out);
+    }
+
+    /* 5. data in another file (HDF5 external storage), a FIFO (was a hang), a virtual dataset */
+    FILE *f = fopen(at("secret.bin"), "wb");
+    for (int i = 0; i < 20; i++) {
+        double s = 1000 + i;
+        fwrite(&s, sizeof s, 1, f);
+    }
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "cd %s && %s ext.h5 hdf5-external secret.bin && %s extf.h5 hdf5-external fifo && "
+             "mkfifo fifo && %s vole.h5 external secret.bin && %s volv.h5 virtual vol.h5", dir, odim, odim, odim,
+             odim);
+    CHECK(system(cmd) == 0, "make_odim external, virtual");
+    rc = run("gauss --in ext.h5:T --out ext_out.nc --sigma 1 --reference", out, sizeof out);
+    CHECK(rc == 1 && strstr(out, "keeps its data in another file") && !exists("ext_out.nc"),
+          "netCDF-4 data in another file: exit %d: %s", rc, out);
+    rc = run("gauss --in extf.h5:T --out extf_out.nc --sigma 1 --reference", out, sizeof out);
+    CHECK(rc == 1 && strstr(out, "keeps its data in another file"), "data in a FIFO: exit %d: %s", rc, out);
+    rc = run("kmeans --odim vole.h5 --labels ve.nc --reference", out, sizeof out);
+    CHECK(rc == 1 && strstr(out, "keeps its data in another file") && !exists("ve.nc"),
+          "ODIM data in another file: exit %d: %s", rc, out);
+    rc = run("kmeans --odim volv.h5 --labels vv.nc --reference", out, sizeof out);
+    CHECK(rc == 1 && strstr(out, "is virtual") && !exists("vv.nc"), "ODIM virtual data: exit %d: %s", rc, out);
+
+    /* 8. CF decoding as netCDF4-python: a vector missing_value, _Unsigned, unwritten values (the default fill),
+     * a scale_factor that is NaN or text */
+    NC(nc_create(at("cf.nc"), NC_NETCDF4 | NC_CLOBBER, &id));
+    int d4, vm, vu, vf, vn, vt;
+    NC(nc_def_dim(id, "i", 4, &d4));
+    NC(nc_def_var(id, "M", NC_SHORT, 1, &d4, &vm));
+    NC(nc_def_var(id, "U", NC_BYTE, 1, &d4, &vu));
+    NC(nc_def_var(id, "F", NC_FLOAT, 1, &d4, &vf));
+    NC(nc_def_var(id, "N", NC_SHORT, 1, &d4, &vn));
+    NC(nc_def_var(id, "X", NC_SHORT, 1, &d4, &vt));
+    short mv[2] = {-1, -2};
+    NC(nc_put_att_short(id, vm, "missing_value", NC_SHORT, 2, mv));
+    NC(nc_put_att_text(id, vu, "_Unsigned", 4, "true"));
+    double nan_scale = NAN;
+    NC(nc_put_att_double(id, vn, "scale_factor", NC_DOUBLE, 1, &nan_scale));
+    NC(nc_put_att_text(id, vt, "scale_factor", 3, "0.1"));
+    NC(nc_enddef(id));
+    short ms[4] = {1, -1, -2, 5}, ns[4] = {1, 2, 3, 4};
+    signed char us[4] = {-1, 1, -128, 127};
+    float fs[2] = {1.5f, 2.5f};
+    size_t zero = 0, two = 2;
+    NC(nc_put_var_short(id, vm, ms));
+    NC(nc_put_var_schar(id, vu, us));
+    NC(nc_put_vara_float(id, vf, &zero, &two, fs));
+    NC(nc_put_var_short(id, vn, ns));
+    NC(nc_put_var_short(id, vt, ns));
+    NC(nc_close(id));
+    got = values_read("cf.nc:M", &n, out, sizeof out);
+    CHECK(got && n == 4 && got[0] == 1 && isnan(got[1]) && isnan(got[2]) && got[3] == 5,
+          "missing_value = {-1, -2}: %g %g %g %g: %s", got ? got[0] : 0, got ? got[1] : 0, got ? got[2] : 0,
+          got ? got[3] : 0, out);
+    free(got);
+    got = values_read("cf.nc:U", &n, out, sizeof out);
+    CHECK(got && n == 4 && got[0] == 255 && got[1] == 1 && got[2] == 128 && got[3] == 127,
+          "_Unsigned = true on bytes -1 1 -128 127: %g %g %g %g: %s", got ? got[0] : 0, got ? got[1] : 0,
+          got ? got[2] : 0, got ? got[3] : 0, out);
+    free(got);
+    got = values_read("cf.nc:F", &n, out, sizeof out);
+    CHECK(got && n == 4 && got[0] == 1.5 && got[1] == 2.5 && isnan(got[2]) && isnan(got[3]),
+          "values never written (the default fill): %g %g %g %g: %s", got ? got[0] : 0, got ? got[1] : 0,
+          got ? got[2] : 0, got ? got[3] : 0, out);
+    free(got);
+    rc = run("gauss --in cf.nc:N --out cfn.npy --sigma 1 --reference", out, sizeof out);
+    CHECK(rc == 1 && strstr(out, "scale_factor is nan") && !exists("cfn.npy"), "scale_factor NaN: %d: %s", rc, out);
+    rc = run("gauss --in cf.nc:X --out cfx.npy --sigma 1 --reference", out, sizeof out);
+    CHECK(rc == 1 && strstr(out, "the attribute scale_factor is text") && !exists("cfx.npy"),
+          "scale_factor '0.1' (text): %d: %s", rc, out);
+
+    /* 13. a .npy through a pipe: the format check consumed it ("is not a .npy file") */
+    snprintf(cmd, sizeof cmd, "cd %s && cat e.npy | timeout 60 %s gauss --in /dev/stdin --out pg.npy --sigma 1 "
+             "--reference >/dev/null 2>&1", dir, dakit);
+    rc = system(cmd);
+    size_t m;
+    double *pg = read_npy("pg.npy", &m);
+    CHECK(rc == 0 && pg && m == 120, "gauss --in a pipe: status %d", rc);
+    free(pg);
+
+    /* 15. a negative index: was "index y=18446744073709551615" */
+    rc = run("gauss --in 'field.nc:T[time=0,y=-1]' --out neg.nc --sigma 1 --reference", out, sizeof out);
+    CHECK(rc != 0 && strstr(out, "no negative ones") && !strstr(out, "18446744073709551615") && !exists("neg.nc"),
+          "hyperslab [y=-1]: %d: %s", rc, out);
+
+    /* 17. a history of NC_STRING kept; members of shapes (4, 5) and (5, 4); ODIM data of strings */
+    begin_t("hs.nc", &id, &dy, &dx, &v, NC_NETCDF4);
+    const char *hist[1] = {"made by a string history"};
+    NC(nc_put_att_string(id, NC_GLOBAL, "history", 1, hist));
+    end_t(id, v);
+    rc = run("gauss --in hs.nc:T --out hs_out.nc --sigma 1 --reference", out, sizeof out);
+    CHECK(rc == 0 && strstr(att_text("hs_out.nc", NULL, "history"), "dakit gauss") &&
+              strstr(att_text("hs_out.nc", NULL, "history"), "\nmade by a string history"),
+          "a history of strings: '%s' %s", att_text("hs_out.nc", NULL, "history"), out);
+    for (int m = 0; m < 2; m++) {
+        char name[32];
+        snprintf(name, sizeof name, "sm_%03d.nc", m);
+        NC(nc_create(at(name), NC_NETCDF4 | NC_CLOBBER, &id));
+        NC(nc_def_dim(id, "y", m ? 5 : 4, &dy));
+        NC(nc_def_dim(id, "x", m ? 4 : 5, &dx));
+        int dims[2] = {dy, dx};
+        NC(nc_def_var(id, "T", NC_DOUBLE, 2, dims, &v));
+        NC(nc_close(id));
+    }
+    rc = run("enkf cov --ens 'sm_{:03d}.nc:T' --loc c.npy --H H.mtx --out sm.npy --reference", out, sizeof out);
+    CHECK(rc == 1 && strstr(out, "has shape 5 x 4 but the first member has 4 x 5") && !exists("sm.npy"),
+          "members of shapes (4, 5) and (5, 4): %d: %s", rc, out);
+    snprintf(cmd, sizeof cmd, "cd %s && %s vols.h5 string", dir, odim);
+    CHECK(system(cmd) == 0, "make_odim string");
+    rc = run("kmeans --odim vols.h5 --labels vs.nc --reference", out, sizeof out);
+    CHECK(rc == 1 && strstr(out, "holds text (strings), not numbers") && !strstr(out, "damaged") && !exists("vs.nc"),
+          "ODIM data of strings: %d: %s", rc, out);
 }
 
 int main(int argc, char **argv)
@@ -434,6 +668,7 @@ int main(int argc, char **argv)
               "dakit %s: exit %d, expected '%s' and no %s; said: %s", bad[k].args, rc, bad[k].says, bad[k].output,
               out);
     }
+    hostile_files(odim_path);
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (!failures && system(cmd) != 0)
         printf("could not remove %s\n", dir);

@@ -151,6 +151,13 @@ run(["kmeans", "--radolan", P("bomb.gz"), "--reference"], 1,
     mem_mb=512, timeout=20)
 open(P("pr.bin"), "wb").write(radolan("RW", 1, 2, b"\0" * 4, pr="E+999"))
 run(["kmeans", "--radolan", P("pr.bin"), "--reference"], 1, "RADOLAN precision E+999: refused", "precision")
+# issue 30: 31 February gave radolan_time 2024-02-31 but time 2024-03-02
+feb31 = radolan("RX", 4, 4, b"\xc8" * 8 + b"\x50" * 8, by=False).replace(b"RX022050100000814", b"RX312050100000224", 1)
+open(P("feb31.bin"), "wb").write(feb31)
+run(["kmeans", "--radolan", P("feb31.bin"), "--labels", P("feb31.nc"), "--reference"], 1,
+    "RADOLAN date 31.02.2024: refused", "not a date and time of the calendar")
+open(P("feb29.bin"), "wb").write(feb31.replace(b"RX31", b"RX29", 1))
+run(["kmeans", "--radolan", P("feb29.bin"), "--k", "2", "--reference"], 0, "RADOLAN date 29.02.2024 (a leap day): read")
 open(P("gp.bin"), "wb").write(radolan("RX", 0, 3, b"", by=False))
 run(["kmeans", "--radolan", P("gp.bin"), "--reference"], 1, "RADOLAN grid 0 x 3: refused", "grid size")
 

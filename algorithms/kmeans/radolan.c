@@ -86,9 +86,19 @@ static dk_status parse_header(const unsigned char *bytes, size_t size, dk_radola
     memcpy(out->product, header, 2);
     /* DDhhmm after the product, then the 5-digit WMO number and MMYY */
     unsigned D, h, mi, mo, y;
-    if (text >= 17 && sscanf(header + 2, "%2u%2u%2u%*5c%2u%2u", &D, &h, &mi, &mo, &y) == 5 && D >= 1 && D <= 31 &&
-        h < 24 && mi < 60 && mo >= 1 && mo <= 12)
+    if (text >= 17 && sscanf(header + 2, "%2u%2u%2u%*5c%2u%2u", &D, &h, &mi, &mo, &y) == 5) {
+        /* a date that is no day of the calendar (31 February) is a damaged
+         * header: refused, so no reader of it (labels' time) goes on */
+        static const unsigned days[12] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+        int leap = (2000 + y) % 4 == 0; /* 2000-2099: every fourth year */
+        if (!(mo >= 1 && mo <= 12 && D >= 1 && D <= days[mo - 1] && (mo != 2 || D <= 28 + (unsigned)leap) &&
+              h < 24 && mi < 60)) {
+            snprintf(err, len, "RADOLAN %.2s: the header's time %02u.%02u.20%02u %02u:%02u (DDhhmm ... MMYY) is "
+                     "not a date and time of the calendar", header, D, mo, y, h, mi);
+            return DK_ERR_FORMAT;
+        }
         snprintf(out->time, sizeof out->time, "20%02u-%02u-%02u %02u:%02u UTC", y, mo, D, h, mi);
+    }
     if (in_list(one_byte, header))
         out->bytes_per_pixel = 1;
     else if (in_list(two_byte, header))

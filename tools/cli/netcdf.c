@@ -98,6 +98,84 @@ static int sniff(const char *path)
     return 0;
 }
 
+/* "2305843009213693953 x 4": a shape for a sentence. */
+static const char *shape_text(const size_t *count, int nd, char *buf, size_t n)
+{
+    buf[0] = '\0';
+    for (int d = 0; d < nd; d++) {
+        size_t at = strlen(buf);
+        snprintf(buf + at, n - at, "%s%zu", d ? " x " : "", count[d]);
+    }
+    return buf;
+}
+
+#ifdef DK_HAVE_HDF5
+#include <hdf5.h>
+
+typedef struct elsewhere {
+    char *why;
+    size_t len;
+    const char *path;
+} elsewhere;
+
+static herr_t check_link(hid_t group, const char *name, const H5L_info_t *info, void *p)
+{
+    elsewhere *e = p;
+    if (info->type == H5L_TYPE_EXTERNAL) {
+        snprintf(e->why, e->len, "%s: /%s is an external link to another file; dakit reads only what the file "
+                 "itself holds", e->path, name);
+        return 1;
+    }
+    if (info->type != H5L_TYPE_HARD)
+        return 0;
+    hid_t obj = H5Oopen(group, name, H5P_DEFAULT);
+    if (obj < 0)
+        return 0;
+    int found = 0;
+    if (H5Iget_type(obj) == H5I_DATASET) {
+        hid_t dcpl = H5Dget_create_plist(obj);
+        if (dcpl >= 0) {
+            if (H5Pget_external_count(dcpl) > 0) {
+                snprintf(e->why, e->len, "%s: the dataset /%s keeps its data in another file (HDF5 external "
+                         "storage); dakit reads only what the file itself holds", e->path, name);
+                found = 1;
+            } else if (H5Pget_layout(dcpl) == H5D_VIRTUAL) {
+                snprintf(e->why, e->len, "%s: the dataset /%s is virtual (its data lives in other files); dakit "
+                         "reads only what the file itself holds", e->path, name);
+                found = 1;
+            }
+            H5Pclose(dcpl);
+        }
+    }
+    H5Oclose(obj);
+    return found;
+}
+
+int hdf5_points_elsewhere(const char *path, char *why, size_t len)
+{
+    htri_t is = -1;
+    hid_t file = -1;
+    int found = 0;
+    elsewhere e = {why, len, path};
+    H5E_BEGIN_TRY
+    {
+        is = H5Fis_hdf5(path);
+        if (is > 0 && (file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT)) >= 0) {
+            found = H5Lvisit(file, H5_INDEX_NAME, H5_ITER_NATIVE, check_link, &e) > 0;
+            H5Fclose(file);
+        }
+    }
+    H5E_END_TRY;
+    return found;
+}
+#else
+int hdf5_points_elsewhere(const char *path, char *why, size_t len)
+{
+    (void)path, (void)why, (void)len;
+    return 0;
+}
+#endif
+
 #ifdef DK_HAVE_NETCDF
 
 int array_have_netcdf(void)
@@ -228,14 +306,15 @@ static dk_status parse_slab(int ncid, const char *path, const char *var, const c
             return FAIL(DK_ERR_INVALID_ARGUMENT, "%s: variable %s has no dimension '%s'", path, var, name);
         char *end;
         errno = 0;
-        unsigned long long a = strtoull(eq + 1, &end, 10), b;
-        if (end == eq + 1 || errno)
-            return FAIL(DK_ERR_INVALID_ARGUMENT, "%s:%s: '%s=' must be followed by an index or start:stop", path,
-                        var, name);
+        /* strtoull takes "-1" as 2^64 - 1: an index must start with a digit */
+        unsigned long long a = isdigit((unsigned char)eq[1]) ? strtoull(eq + 1, &end, 10) : 0, b;
+        if (!isdigit((unsigned char)eq[1]) || errno)
+            return FAIL(DK_ERR_INVALID_ARGUMENT, "%s:%s: '%s=' must be followed by an index from 0 or start:stop "
+                        "(indices count from 0; no negative ones)", path, var, name);
         if (*end == ':') {
             const char *s = end + 1;
-            b = strtoull(s, &end, 10);
-            if (end == s || errno || b <= a || b > size[d])
+            b = isdigit((unsigned char)*s) ? strtoull(s, &end, 10) : 0;
+            if (!isdigit((unsigned char)*s) || errno || b <= a || b > size[d])
                 return FAIL(DK_ERR_INVALID_ARGUMENT,
                             "%s:%s: the range %s=%llu:... must end after its start and at most at %zu (the "
                             "dimension's length)", path, var, name, a, size[d]);
@@ -261,15 +340,156 @@ static dk_status parse_slab(int ncid, const char *path, const char *var, const c
     return DK_OK;
 }
 
-/* The attribute name as a double, or NAN when absent or not numeric. */
-static double att_double(int ncid, int varid, const char *name)
+/* A numeric attribute of up to max values: 0 absent, the number of values,
+ * or -1 with a sentence when it is text, of a user-defined type or longer. */
+static int att_numbers(int ncid, int varid, const char *path, const char *var, const char *name, double *v,
+                       size_t max, char *err, size_t len)
 {
     nc_type t;
     size_t n;
-    double v;
-    if (nc_inq_att(ncid, varid, name, &t, &n) != NC_NOERR || n != 1 || t == NC_CHAR || t == NC_STRING)
+    if (nc_inq_att(ncid, varid, name, &t, &n) != NC_NOERR)
+        return 0;
+    if (t == NC_CHAR || t == NC_STRING || t > NC_STRING || n == 0) {
+        snprintf(err, len, "%s:%s: the attribute %s is %s, not a number; dakit (as netCDF4-python) cannot apply "
+                 "it: fix or delete the attribute (ncatted -a %s,%s,d,,)", path, var, name,
+                 t == NC_CHAR || t == NC_STRING ? "text" : n == 0 ? "empty" : "of a user-defined type", name, var);
+        return -1;
+    }
+    if (n > max) {
+        snprintf(err, len, "%s:%s: the attribute %s has %zu values; dakit takes at most %zu", path, var, name, n,
+                 max);
+        return -1;
+    }
+    if (nc_get_att_double(ncid, varid, name, v) != NC_NOERR) {
+        snprintf(err, len, "%s:%s: the attribute %s cannot be read as numbers", path, var, name);
+        return -1;
+    }
+    return (int)n;
+}
+
+#define CF_MAX_MISSING 256
+
+/* How the stored values become physical ones, as netCDF4-python's
+ * automatic mask and scale does it: a value equal to _FillValue (or, when
+ * there is none, to the type's default fill, except for bytes without fill
+ * mode) or to any of missing_value's values is missing; _Unsigned = "true"
+ * reads a signed integer type as unsigned; a value outside valid_range (or
+ * valid_min, valid_max) is missing; then value * scale_factor + add_offset.
+ * Missing values become NaN. */
+typedef struct cf_decode {
+    int have_fill;
+    double fill;
+    int n_missing;
+    double missing[CF_MAX_MISSING];
+    double unsigned_span; /* 2^bits for an _Unsigned integer type, else 0 */
+    double vmin, vmax;    /* -inf, +inf when absent */
+    double scale, offset;
+    int packed;
+} cf_decode;
+
+static double default_fill(nc_type t)
+{
+    switch (t) {
+    case NC_BYTE: return NC_FILL_BYTE;
+    case NC_UBYTE: return NC_FILL_UBYTE;
+    case NC_SHORT: return NC_FILL_SHORT;
+    case NC_USHORT: return NC_FILL_USHORT;
+    case NC_INT: return NC_FILL_INT;
+    case NC_UINT: return NC_FILL_UINT;
+    case NC_INT64: return (double)NC_FILL_INT64;
+    case NC_UINT64: return (double)NC_FILL_UINT64;
+    case NC_FLOAT: return NC_FILL_FLOAT;
+    default: return NC_FILL_DOUBLE;
+    }
+}
+
+static dk_status cf_read(int ncid, int varid, nc_type xtype, const char *path, const char *var, cf_decode *cf,
+                         char *err, size_t len)
+{
+    memset(cf, 0, sizeof *cf);
+    cf->vmin = -INFINITY, cf->vmax = INFINITY, cf->scale = 1, cf->offset = 0;
+    double v[2];
+    int n;
+    static const char *const packing[] = {"scale_factor", "add_offset"};
+    for (int k = 0; k < 2; k++) {
+        if ((n = att_numbers(ncid, varid, path, var, packing[k], v, 1, err, len)) < 0)
+            return DK_ERR_FORMAT;
+        if (n == 0)
+            continue;
+        if (!isfinite(v[0]))
+            return FAIL(DK_ERR_FORMAT, "%s:%s: the attribute %s is %g; unpacking needs a finite number", path, var,
+                        packing[k], v[0]);
+        *(k ? &cf->offset : &cf->scale) = v[0];
+        cf->packed = 1;
+    }
+    if ((n = att_numbers(ncid, varid, path, var, "_FillValue", v, 1, err, len)) < 0)
+        return DK_ERR_FORMAT;
+    if (n == 1) {
+        cf->have_fill = 1, cf->fill = v[0];
+    } else {
+        int no_fill = 0;
+        if (nc_inq_var_fill(ncid, varid, &no_fill, NULL) != NC_NOERR)
+            no_fill = 0;
+        /* bytes have no default fill when filling is off (netCDF4-python) */
+        if (!no_fill || (xtype != NC_BYTE && xtype != NC_UBYTE))
+            cf->have_fill = 1, cf->fill = default_fill(xtype);
+    }
+    if ((n = att_numbers(ncid, varid, path, var, "missing_value", cf->missing, CF_MAX_MISSING, err, len)) < 0)
+        return DK_ERR_FORMAT;
+    cf->n_missing = n;
+    char text[16] = "";
+    size_t tl;
+    nc_type tt;
+    if (nc_inq_att(ncid, varid, "_Unsigned", &tt, &tl) == NC_NOERR && tt == NC_CHAR && tl < sizeof text &&
+        nc_get_att_text(ncid, varid, "_Unsigned", text) == NC_NOERR) {
+        text[tl] = '\0';
+        static const struct { nc_type t; double span; } ints[] = {
+            {NC_BYTE, 256.0}, {NC_SHORT, 65536.0}, {NC_INT, 4294967296.0}, {NC_INT64, 18446744073709551616.0}};
+        for (int k = 0; k < 4; k++)
+            if (!strcasecmp(text, "true") && xtype == ints[k].t)
+                cf->unsigned_span = ints[k].span;
+    }
+    if ((n = att_numbers(ncid, varid, path, var, "valid_range", v, 2, err, len)) < 0)
+        return DK_ERR_FORMAT;
+    if (n == 2) {
+        cf->vmin = v[0], cf->vmax = v[1];
+    } else {
+        if (n == 1)
+            return FAIL(DK_ERR_FORMAT, "%s:%s: the attribute valid_range has one value; it needs two (min, max)",
+                        path, var);
+        if ((n = att_numbers(ncid, varid, path, var, "valid_min", v, 1, err, len)) < 0)
+            return DK_ERR_FORMAT;
+        if (n)
+            cf->vmin = v[0];
+        if ((n = att_numbers(ncid, varid, path, var, "valid_max", v, 1, err, len)) < 0)
+            return DK_ERR_FORMAT;
+        if (n)
+            cf->vmax = v[0];
+    }
+    if (isnan(cf->vmin) || isnan(cf->vmax))
+        return FAIL(DK_ERR_FORMAT, "%s:%s: valid_range (or valid_min, valid_max) is NaN", path, var);
+    if (cf->unsigned_span) { /* the limits are stored in the signed type too */
+        if (cf->vmin < 0 && isfinite(cf->vmin))
+            cf->vmin += cf->unsigned_span;
+        if (cf->vmax < 0 && isfinite(cf->vmax))
+            cf->vmax += cf->unsigned_span;
+    }
+    return DK_OK;
+}
+
+/* One stored value (as read, in double) to its physical value or NaN. */
+static double cf_value(const cf_decode *cf, double v)
+{
+    if (isnan(v) || (cf->have_fill && (v == cf->fill || (isnan(cf->fill) && isnan(v)))))
         return NAN;
-    return nc_get_att_double(ncid, varid, name, &v) == NC_NOERR ? v : NAN;
+    for (int k = 0; k < cf->n_missing; k++)
+        if (v == cf->missing[k])
+            return NAN;
+    if (cf->unsigned_span && v < 0)
+        v += cf->unsigned_span;
+    if (v < cf->vmin || v > cf->vmax)
+        return NAN;
+    return cf->packed ? v * cf->scale + cf->offset : v;
 }
 
 /* Reads path's variable (from the spec rest "VAR[slab]" or var) into out. */
@@ -279,6 +499,9 @@ static dk_status nc_read(const char *path, const char *rest, const char *var_opt
     dk_status st = DK_OK;
     int ncid = -1;
     memset(out, 0, sizeof *out);
+    char why[1024];
+    if (hdf5_points_elsewhere(path, why, sizeof why))
+        return FAIL(DK_ERR_FORMAT, "%s", why);
     int rc = nc_open(path, NC_NOWRITE, &ncid);
     if (rc != NC_NOERR) {
         ncid = -1;
@@ -318,12 +541,13 @@ static dk_status nc_read(const char *path, const char *rest, const char *var_opt
     }
     int nd, dimids[NC_MAX_VAR_DIMS];
     nc_type xtype;
-    NC_TRY(nc_inq_var(ncid, varid, NULL, &xtype, &nd, dimids, NULL), "%s: variable %s", path, var);
+    NC_TRY(nc_inq_varndims(ncid, varid, &nd), "%s: variable %s", path, var);
     if (nd < 1 || nd > NPY_MAX_DIMS) {
         st = FAIL(DK_ERR_FORMAT, "%s: variable %s has %d dimensions; 1 to %d are supported", path, var, nd,
                   NPY_MAX_DIMS);
         goto done;
     }
+    NC_TRY(nc_inq_var(ncid, varid, NULL, &xtype, &nd, dimids, NULL), "%s: variable %s", path, var);
     if (xtype == NC_CHAR || xtype == NC_STRING || xtype > NC_STRING) {
         st = FAIL(DK_ERR_FORMAT, "%s: variable %s holds text or a user type, not numbers", path, var);
         goto done;
@@ -334,11 +558,26 @@ static dk_status nc_read(const char *path, const char *rest, const char *var_opt
         NC_TRY(nc_inq_dimlen(ncid, dimids[d], &size[d]), "%s: variable %s", path, var);
     if ((st = parse_slab(ncid, path, var, slab, nd, dimids, size, start, count, keep, err, len)) != DK_OK)
         goto done;
-    double scale = att_double(ncid, varid, "scale_factor"), offset = att_double(ncid, varid, "add_offset");
-    double fill = att_double(ncid, varid, "_FillValue"), missing = att_double(ncid, varid, "missing_value");
-    int packed = !isnan(scale) || !isnan(offset);
-    out->dtype = xtype == NC_FLOAT && !packed ? DK_F32 : DK_F64;
-    out->count = 1;
+    cf_decode cf;
+    if ((st = cf_read(ncid, varid, xtype, path, var, &cf, err, len)) != DK_OK)
+        goto done;
+    out->dtype = xtype == NC_FLOAT && !cf.packed ? DK_F32 : DK_F64;
+    size_t esize = out->dtype == DK_F32 ? 4 : 8, bytes;
+    char shape[256];
+    double gib;
+    if (size_product(count, nd, esize, &out->count, &bytes) != 0) {
+        st = FAIL(DK_ERR_FORMAT, "%s:%s: %s values: their size in bytes overflows", path, var,
+                  shape_text(count, nd, shape, sizeof shape));
+        goto done;
+    }
+    if (!size_fits_memory(bytes, &gib)) {
+        char first[NC_MAX_NAME + 1] = "dim";
+        nc_inq_dimname(ncid, dimids[0], first);
+        st = FAIL(DK_ERR_FORMAT, "%s:%s: %s values (%.3g GiB) are more than this machine's memory (%.3g GiB); "
+                  "read a part, as in %s:%s[%s=0:10]", path, var, shape_text(count, nd, shape, sizeof shape),
+                  (double)bytes / 1073741824.0, gib, path, var, first);
+        goto done;
+    }
     if (o) {
         memset(o, 0, sizeof *o);
         o->netcdf = 1;
@@ -347,7 +586,6 @@ static dk_status nc_read(const char *path, const char *rest, const char *var_opt
         snprintf(o->var, sizeof o->var, "%s", var);
     }
     for (int d = 0; d < nd; d++) {
-        out->count *= count[d];
         if (!keep[d])
             continue;
         if (o) {
@@ -364,8 +602,7 @@ static dk_status nc_read(const char *path, const char *rest, const char *var_opt
         out->ndim = 1;
         out->shape[0] = 1;
     }
-    size_t esize = out->dtype == DK_F32 ? 4 : 8;
-    if (!(out->data = malloc(out->count ? out->count * esize : 1))) {
+    if (!(out->data = malloc(bytes ? bytes : 1))) {
         st = FAIL(DK_ERR_OUT_OF_MEMORY, "out of memory for %s:%s (%zu values)", path, var, out->count);
         goto done;
     }
@@ -373,14 +610,11 @@ static dk_status nc_read(const char *path, const char *rest, const char *var_opt
         NC_TRY(nc_get_vara_float(ncid, varid, start, count, out->data), "reading %s:%s", path, var);
     else
         NC_TRY(nc_get_vara_double(ncid, varid, start, count, out->data), "reading %s:%s", path, var);
-    /* _FillValue and missing_value are compared in the file's values, before unpacking */
     for (size_t i = 0; i < out->count; i++) {
-        double v = out->dtype == DK_F32 ? ((float *)out->data)[i] : ((double *)out->data)[i];
-        int gone = (!isnan(fill) && v == fill) || (!isnan(missing) && v == missing);
         if (out->dtype == DK_F32)
-            ((float *)out->data)[i] = gone ? NAN : ((float *)out->data)[i];
+            ((float *)out->data)[i] = (float)cf_value(&cf, ((float *)out->data)[i]);
         else
-            ((double *)out->data)[i] = gone ? NAN : v * (isnan(scale) ? 1.0 : scale) + (isnan(offset) ? 0.0 : offset);
+            ((double *)out->data)[i] = cf_value(&cf, ((double *)out->data)[i]);
     }
 done:
     if (st != DK_OK) {
@@ -451,24 +685,61 @@ dk_status array_nc_finish(array_nc *w, dk_status st, char *err, size_t len)
     return out_finish(w, st, err, len);
 }
 
+/* The global history of src, text (NC_CHAR) or strings (NC_STRING, one
+ * line each), into *text (malloc'ed). */
+static dk_status read_history(int src, nc_type t, size_t n, char **text, char *err, size_t len)
+{
+    dk_status st = DK_OK;
+    char **lines = NULL;
+    if (t == NC_CHAR) {
+        if (!(*text = calloc(n + 1, 1)))
+            return FAIL(DK_ERR_OUT_OF_MEMORY, "out of memory for the history attribute");
+        NC_TRY(nc_get_att_text(src, NC_GLOBAL, "history", *text), "reading the global attribute history");
+        return DK_OK;
+    }
+    if (!(lines = calloc(n ? n : 1, sizeof *lines)))
+        return FAIL(DK_ERR_OUT_OF_MEMORY, "out of memory for the history attribute");
+    NC_TRY(nc_get_att_string(src, NC_GLOBAL, "history", lines), "reading the global attribute history");
+    size_t total = 1;
+    for (size_t k = 0; k < n; k++)
+        total += (lines[k] ? strlen(lines[k]) : 0) + 1;
+    if (!(*text = calloc(total, 1))) {
+        st = FAIL(DK_ERR_OUT_OF_MEMORY, "out of memory for the history attribute");
+    } else {
+        for (size_t k = 0; k < n; k++)
+            if (lines[k])
+                strcat(strcat(*text, k ? "\n" : ""), lines[k]);
+    }
+    nc_free_string(n, lines);
+done:
+    free(lines);
+    return st;
+}
+
 /* The global attributes of the source (when there is one), Conventions
  * when it had none, and the history line in front of its history. */
 static dk_status write_globals(int out, int src, char *err, size_t len)
 {
     dk_status st = DK_OK;
     int natts = 0;
-    char *old = NULL;
+    char *old = NULL, *line = NULL;
     size_t oldlen = 0;
     if (src >= 0 && nc_inq_natts(src, &natts) == NC_NOERR)
         for (int a = 0; a < natts; a++) {
             char name[NC_MAX_NAME + 1];
+            nc_type t;
             nc_inq_attname(src, NC_GLOBAL, a, name);
-            if (!strcmp(name, "history")) {
-                nc_type t;
-                if (nc_inq_att(src, NC_GLOBAL, name, &t, &oldlen) == NC_NOERR && t == NC_CHAR &&
-                    (old = calloc(oldlen + 1, 1)))
-                    nc_get_att_text(src, NC_GLOBAL, name, old);
+            NC_TRY(nc_inq_att(src, NC_GLOBAL, name, &t, &oldlen), "reading the global attribute %s", name);
+            if (!strcmp(name, "history") && (t == NC_CHAR || t == NC_STRING)) {
+                if ((st = read_history(src, t, oldlen, &old, err, len)) != DK_OK)
+                    goto done;
                 continue;
+            }
+            if (t > NC_STRING) {
+                st = FAIL(DK_ERR_FORMAT, "the global attribute %s has a user-defined type (compound, enum, vlen or "
+                          "opaque), which dakit does not copy into its netCDF output; write a .npy output or delete "
+                          "the attribute", name);
+                goto done;
             }
             NC_TRY(nc_copy_att(src, NC_GLOBAL, name, out, NC_GLOBAL), "copying the global attribute %s", name);
         }
@@ -479,7 +750,6 @@ static dk_status write_globals(int out, int src, char *err, size_t len)
     struct tm tm;
     gmtime_r(&now, &tm);
     strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    char *line = NULL;
     int n = asprintf(&line, "%s: %s%s%s", stamp, command_line[0] ? command_line : "dakit", old ? "\n" : "",
                      old ? old : "");
     if (n < 0) {
@@ -511,11 +781,18 @@ static dk_status define_dim(int out, int src, const char *name, size_t start, si
         return DK_OK;
     }
     NC_TRY(nc_def_dim(out, name, n, dimid), "defining dimension %s", name);
-    int cv, nd, cdim;
+    int cv, nd;
     nc_type t;
-    if (src < 0 || nc_inq_varid(src, name, &cv) != NC_NOERR || nc_inq_var(src, cv, NULL, &t, &nd, &cdim, NULL) ||
-        nd != 1 || t == NC_STRING || t > NC_STRING)
+    /* a coordinate variable has one dimension: counted before any are read,
+     * since a variable of that name may have up to NC_MAX_VAR_DIMS */
+    if (src < 0 || nc_inq_varid(src, name, &cv) != NC_NOERR || nc_inq_varndims(src, cv, &nd) != NC_NOERR ||
+        nd != 1 || nc_inq_vartype(src, cv, &t) != NC_NOERR || t == NC_STRING || t > NC_STRING)
         return DK_OK;
+    int cdim;
+    char cname[NC_MAX_NAME + 1];
+    if (nc_inq_vardimid(src, cv, &cdim) != NC_NOERR || nc_inq_dimname(src, cdim, cname) != NC_NOERR ||
+        strcmp(cname, name) != 0)
+        return DK_OK; /* x(y) is no coordinate of x */
     size_t tsize;
     nc_inq_type(src, t, NULL, &tsize);
     if (!(*coord = malloc(n * tsize + 1)))
@@ -656,6 +933,11 @@ static dk_status read_file(const char *path, const char *rest, const char *var, 
         memset(o, 0, sizeof *o);
         o->member = -1;
     }
+    /* a pipe (--in <(cat x.npy)) can be read once: no sniffing, and
+     * netCDF, which seeks, is no candidate */
+    struct stat sb;
+    if (!rest && stat(path, &sb) == 0 && !S_ISREG(sb.st_mode) && !S_ISDIR(sb.st_mode))
+        return npy_read(path, out, err, len);
     int kind = sniff(path);
     if (kind == 'c' || (kind == 0 && (rest || array_is_netcdf_name(path)) && is_file(path)))
         return nc_read(path, rest, var, out, o, err, len);
@@ -750,16 +1032,19 @@ static dk_status read_members(const char *pattern, const char *rest, const char 
             goto done;
         if (l == 0) {
             N = m.count;
-            if (!(all = malloc((N * L > 0 ? N * L : 1) * sizeof *all))) {
+            size_t dims[2] = {N, L}, count, bytes;
+            if (size_product(dims, 2, sizeof *all, &count, &bytes) != 0 || !(all = malloc(bytes ? bytes : 1))) {
                 npy_free(&m);
                 st = FAIL(DK_ERR_OUT_OF_MEMORY, "out of memory for %zu members of %zu values", L, N);
                 goto done;
             }
             m0 = m;
             m0.data = NULL;
-        } else if (m.count != N || m.ndim != m0.ndim) {
+        } else if (m.count != N || m.ndim != m0.ndim || memcmp(m.shape, m0.shape, sizeof m.shape)) {
+            char a[256], b[256];
             npy_free(&m);
-            st = FAIL(DK_ERR_FORMAT, "member %s holds %zu values but the first member holds %zu", path, m.count, N);
+            st = FAIL(DK_ERR_FORMAT, "member %s has shape %s but the first member has %s", path,
+                      shape_text(m.shape, m.ndim, a, sizeof a), shape_text(m0.shape, m0.ndim, b, sizeof b));
             goto done;
         }
         for (size_t i = 0; i < N; i++)

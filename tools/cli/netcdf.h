@@ -109,6 +109,13 @@ typedef struct array_nc {
 dk_status array_nc_create(array_nc *w, const char *path, char *err, size_t len);
 dk_status array_nc_finish(array_nc *w, dk_status st, char *err, size_t len);
 
+/* 1 with a sentence in why when the HDF5 file at path (netCDF-4, ODIM_H5)
+ * would make a reader open other files: a dataset with external storage,
+ * a virtual dataset or an external link. 0 otherwise, also when path is not
+ * HDF5 or this dakit has no HDF5. The readers refuse such files: following
+ * them reads files the user did not name (and hangs on a FIFO). */
+int hdf5_points_elsewhere(const char *path, char *why, size_t len);
+
 /* The history line a netCDF output gets: "<UTC time>: dakit <args>" of the
  * running command (set by dakit_main). */
 void array_set_command_line(int argc, char **argv);

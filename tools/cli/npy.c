@@ -60,9 +60,6 @@ static dk_status parse_header(const char *h, npy_array *a, char *err, size_t err
     sh++;
     a->ndim = 0;
     a->count = 1;
-    /* the product of the non-zero dimensions: a zero makes the count 0, but
-     * no dimension may still be so large that using it overflows */
-    size_t nonzero = 1;
     for (;;) {
         while (*sh == ' ' || *sh == ',')
             sh++;
@@ -77,19 +74,45 @@ static dk_status parse_header(const char *h, npy_array *a, char *err, size_t err
         unsigned long long v = strtoull(sh, &end, 10);
         if (errno || end == sh)
             return FAIL(DK_ERR_FORMAT, "a dimension in the shape is out of range");
-        if (v && nonzero > SIZE_MAX / 8 / v)
+        if ((unsigned long long)(size_t)v != v)
             return FAIL(DK_ERR_FORMAT, "the shape's size overflows");
-        if (v)
-            nonzero *= (size_t)v;
         a->shape[a->ndim++] = (size_t)v;
-        a->count *= (size_t)v;
         sh = end;
         while (*sh == ' ')
             sh++;
         if (*sh != ',' && *sh != ')')
             return FAIL(DK_ERR_FORMAT, "the shape is not a tuple of non-negative integers");
     }
+    size_t bytes;
+    if (size_product(a->shape, a->ndim, 8, &a->count, &bytes) != 0)
+        return FAIL(DK_ERR_FORMAT, "the shape's size overflows");
     return DK_OK;
+}
+
+int size_product(const size_t *dims, int n, size_t esize, size_t *count, size_t *bytes)
+{
+    /* the non-zero dimensions are multiplied on their own: a zero makes the
+     * count 0, but no dimension may be so large that using it overflows */
+    size_t all = 1, nonzero = esize ? esize : 1;
+    for (int k = 0; k < n; k++) {
+        if (dims[k] && nonzero > SIZE_MAX / dims[k])
+            return -1;
+        if (dims[k])
+            nonzero *= dims[k];
+        all *= dims[k];
+    }
+    *count = all;
+    *bytes = all * esize;
+    return 0;
+}
+
+int size_fits_memory(size_t bytes, double *gib)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    double have = pages > 0 && page > 0 ? (double)pages * (double)page : 0;
+    if (gib)
+        *gib = have / (1024.0 * 1024.0 * 1024.0);
+    return have == 0 || (double)bytes <= have;
 }
 
 /* Reads and checks the header of the open file f: a's dtype, ndim, shape and
@@ -125,7 +148,8 @@ static dk_status read_header(FILE *f, const char *path, npy_array *a, size_t *da
         goto done;
     }
     struct stat sb;
-    if (fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) && (size_t)sb.st_size < prefix + hlen) {
+    int regular = fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode);
+    if (regular && (size_t)sb.st_size < prefix + hlen) {
         st = FAIL(DK_ERR_FORMAT, "%s: truncated header (%zu bytes announced, the file holds %zu)", path, hlen,
                   (size_t)sb.st_size - prefix);
         goto done;
@@ -143,6 +167,9 @@ static dk_status read_header(FILE *f, const char *path, npy_array *a, size_t *da
         goto done;
     }
     size_t esize = dk_dtype_size(a->dtype), bytes = a->count * esize;
+    *data_offset = prefix + hlen;
+    if (!regular) /* a pipe: its length is known only once read (npy_read) */
+        goto done;
     if (fseek(f, 0, SEEK_END) != 0) {
         st = FAIL(DK_ERR_IO, "%s: cannot seek", path);
         goto done;
@@ -153,10 +180,45 @@ static dk_status read_header(FILE *f, const char *path, npy_array *a, size_t *da
                   path, bytes, total - (long)(prefix + hlen));
         goto done;
     }
-    *data_offset = prefix + hlen;
 done:
     free(header);
     return st;
+}
+
+/* The data of a .npy that is not a regular file (a pipe, `<(cat x.npy)`):
+ * its size cannot be checked first, so the buffer grows only as bytes
+ * arrive, and exactly `bytes` must come. */
+static dk_status read_stream(FILE *f, const char *path, npy_array *a, size_t bytes, char *err, size_t err_len)
+{
+    size_t have = 0, cap = 0;
+    unsigned char *buf = NULL;
+    while (have < bytes) {
+        if (have == cap) {
+            size_t grow = cap ? cap : 1 << 16;
+            cap = bytes - cap < grow ? bytes : cap + grow;
+            unsigned char *more = realloc(buf, cap);
+            if (!more) {
+                free(buf);
+                return FAIL(DK_ERR_OUT_OF_MEMORY, "%s: cannot allocate %zu bytes", path, cap);
+            }
+            buf = more;
+        }
+        size_t n = fread(buf + have, 1, cap - have, f);
+        if (n == 0) {
+            free(buf);
+            return FAIL(DK_ERR_FORMAT, "%s: the header promises %zu bytes of data but the stream ended after %zu",
+                        path, bytes, have);
+        }
+        have += n;
+    }
+    if (fgetc(f) != EOF) {
+        free(buf);
+        return FAIL(DK_ERR_FORMAT, "%s: more data follows the %zu bytes the header promises", path, bytes);
+    }
+    a->data = buf ? buf : malloc(1);
+    if (!a->data)
+        return FAIL(DK_ERR_OUT_OF_MEMORY, "%s: out of memory", path);
+    return DK_OK;
 }
 
 dk_status npy_read(const char *path, npy_array *a, char *err, size_t err_len)
@@ -170,6 +232,11 @@ dk_status npy_read(const char *path, npy_array *a, char *err, size_t err_len)
     if (st != DK_OK)
         goto done;
     size_t bytes = a->count * dk_dtype_size(a->dtype);
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        st = read_stream(f, path, a, bytes, err, err_len);
+        goto done;
+    }
     fseek(f, (long)data_offset, SEEK_SET);
     a->data = malloc(bytes ? bytes : 1);
     if (!a->data) {

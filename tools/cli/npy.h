@@ -27,6 +27,16 @@ dk_status npy_write_typed(const char *path, const char *descr, size_t esize, int
                           const void *data, char *err, size_t err_len);
 void npy_free(npy_array *arr);
 
+/* Sizes read from a file (npy, netCDF, ODIM_H5), multiplied with overflow
+ * checks: *count = dims[0] * ... * dims[n-1] and *bytes = *count * esize.
+ * 0, or -1 when the product of the non-zero sizes times esize does not fit
+ * in size_t (so a zero dimension does not hide an absurd one). */
+int size_product(const size_t *dims, int n, size_t esize, size_t *count, size_t *bytes);
+/* 1 when bytes fit in this machine's physical memory (its size in GiB in
+ * *gib when gib is not NULL): a file may declare more values than it stores
+ * (netCDF-4 fill values, compressed chunks), so this is the ceiling. */
+int size_fits_memory(size_t bytes, double *gib);
+
 /* Sub-boxes, for processes that each read or write their own part (dakit
  * gauss under mpirun). npy_read_header: the checks of npy_read without the
  * data (arr->data NULL), *data_offset where the data starts. A box is, along

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli/netcdf.h"
+
 #define FAIL(st, ...) (snprintf(err, len, __VA_ARGS__), (st))
 
 void odim_free(odim_sweep *s)
@@ -93,6 +95,9 @@ dk_status odim_read(const char *path, const char *quantity, int sweep, odim_swee
     fclose(probe);
     if (H5Fis_hdf5(path) <= 0)
         return FAIL(DK_ERR_FORMAT, "%s is not an HDF5 file, so not an ODIM_H5 volume", path);
+    char why[1024];
+    if (hdf5_points_elsewhere(path, why, sizeof why))
+        return FAIL(DK_ERR_FORMAT, "%s", why);
     hid_t file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT), ds = -1, space = -1;
     if (file < 0)
         return FAIL(DK_ERR_FORMAT, "%s: HDF5 could not open it (damaged?)", path);
@@ -156,15 +161,34 @@ dk_status odim_read(const char *path, const char *quantity, int sweep, odim_swee
     out->rstart_km = attr_double(file, where, "rstart");
     if (isnan(out->rstart_km))
         out->rstart_km = 0;
+    out->lat = attr_double(file, "/where", "lat");
+    out->lon = attr_double(file, "/where", "lon");
+    out->height_m = attr_double(file, "/where", "height");
     if (isnan(gain) || isnan(offset) || isnan(nbins) || isnan(nrays) || isnan(out->rscale_m) ||
-        isnan(out->elangle)) {
-        st = FAIL(DK_ERR_FORMAT, "%s: sweep %d lacks what/gain, offset or where/elangle, nbins, nrays, rscale", path,
-                  sweep);
+        isnan(out->elangle) || isnan(out->lat) || isnan(out->lon) || isnan(out->height_m)) {
+        st = FAIL(DK_ERR_FORMAT, "%s: sweep %d lacks what/gain, offset, where/elangle, nbins, nrays, rscale or the "
+                  "radar's /where lat, lon, height", path, sweep);
         goto done;
     }
-    if (!(nbins >= 1 && nbins <= 100000 && nrays >= 1 && nrays <= 100000 && out->rscale_m > 0 && gain != 0)) {
-        st = FAIL(DK_ERR_FORMAT, "%s: sweep %d has nbins %g, nrays %g, rscale %g, gain %g; ODIM needs nbins and "
-                  "nrays from 1, rscale > 0 and gain != 0", path, sweep, nbins, nrays, out->rscale_m, gain);
+    /* every number that becomes geometry or a value: finite and in range
+     * (an infinite elangle or rscale passed the NaN check and made NaN
+     * coordinates and a picture indexed out of bounds) */
+    static const struct { const char *name; double lo, hi; } limits[] = {
+        {"where/nbins", 1, 100000}, {"where/nrays", 1, 100000}, {"where/elangle (degrees)", -90, 90},
+        {"where/rscale (m)", 0, 100000}, {"where/rstart (km)", 0, 10000}, {"/where/lat", -90, 90},
+        {"/where/lon", -360, 360}, {"/where/height (m)", -1000, 100000}, {"what/gain", -1e30, 1e30},
+        {"what/offset", -1e30, 1e30}, {"what/nodata", -1e300, 1e300}, {"what/undetect", -1e300, 1e300}};
+    double value[] = {nbins, nrays, out->elangle, out->rscale_m, out->rstart_km, out->lat, out->lon, out->height_m,
+                      gain, offset, isnan(nodata) ? 0 : nodata, isnan(undetect) ? 0 : undetect};
+    for (size_t k = 0; k < sizeof limits / sizeof limits[0]; k++)
+        if (!(value[k] >= limits[k].lo && value[k] <= limits[k].hi)) {
+            st = FAIL(DK_ERR_FORMAT, "%s: sweep %d has %s = %g; it must be a finite number from %g to %g", path,
+                      sweep, limits[k].name, value[k], limits[k].lo, limits[k].hi);
+            goto done;
+        }
+    if (out->rscale_m == 0 || gain == 0) {
+        st = FAIL(DK_ERR_FORMAT, "%s: sweep %d has %s 0; ODIM needs it non-zero", path, sweep,
+                  gain == 0 ? "gain" : "rscale");
         goto done;
     }
     out->nbins = (size_t)nbins;
@@ -182,7 +206,22 @@ dk_status odim_read(const char *path, const char *quantity, int sweep, odim_swee
                   out->nbins, where);
         goto done;
     }
-    size_t n = out->nrays * out->nbins;
+    hid_t dtype = H5Dget_type(ds);
+    H5T_class_t dclass = dtype >= 0 ? H5Tget_class(dtype) : H5T_NO_CLASS;
+    if (dtype >= 0)
+        H5Tclose(dtype);
+    if (dclass != H5T_INTEGER && dclass != H5T_FLOAT) {
+        st = FAIL(DK_ERR_FORMAT, "%s: %s holds %s, not numbers; ODIM data are integers or floats", path, name,
+                  dclass == H5T_STRING ? "text (strings)" : "values of another HDF5 class (compound, enum, ...)");
+        goto done;
+    }
+    size_t nb[2] = {out->nrays, out->nbins}, n, bytes;
+    double gib = 0;
+    if (size_product(nb, 2, sizeof(double) + sizeof(float) + 1, &n, &bytes) != 0 || !size_fits_memory(bytes, &gib)) {
+        st = FAIL(DK_ERR_FORMAT, "%s: %s's %zu x %zu bins need more than this machine's memory (%.3g GiB)", path,
+                  name, out->nrays, out->nbins, gib);
+        goto done;
+    }
     double *raw = malloc(n * sizeof *raw);
     out->value = malloc(n * sizeof *out->value);
     out->state = malloc(n);
@@ -206,6 +245,13 @@ dk_status odim_read(const char *path, const char *quantity, int sweep, odim_swee
         } else {
             out->state[i] = 2;
             out->value[i] = (float)(offset + gain * raw[i]);
+            if (!isfinite(out->value[i])) {
+                st = FAIL(DK_ERR_FORMAT, "%s: %s at ray %zu, bin %zu holds %g, which gives %g (offset + gain * "
+                          "value): not a finite number", path, name, i / out->nbins, i % out->nbins, raw[i],
+                          offset + gain * raw[i]);
+                free(raw);
+                goto done;
+            }
             out->values++;
             if (out->value[i] > out->max_value)
                 out->max_value = out->value[i];
@@ -213,9 +259,6 @@ dk_status odim_read(const char *path, const char *quantity, int sweep, odim_swee
     }
     free(raw);
     snprintf(out->quantity, sizeof out->quantity, "%s", quantity);
-    out->lat = attr_double(file, "/where", "lat");
-    out->lon = attr_double(file, "/where", "lon");
-    out->height_m = attr_double(file, "/where", "height");
     attr_string(file, swhat, "startdate", out->date, sizeof out->date);
     attr_string(file, swhat, "starttime", out->time, sizeof out->time);
     if (!out->date[0])
