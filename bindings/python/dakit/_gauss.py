@@ -185,13 +185,13 @@ def _check_truncation(sigma, truncate, radius, who):
 def _legacy(mode, boundary, decomposition, who):
     """The keywords before scipy's signature: boundary= (the C names) and
     mode="exact"/"overlap" (now decomposition=), with a DeprecationWarning."""
-    if mode in GAUSS_MODES:
+    if isinstance(mode, str) and mode in GAUSS_MODES:
         warnings.warn("%s: mode=%r is the decomposition now (decomposition=%r); mode is scipy's boundary mode"
-                      % (who, mode, mode), DeprecationWarning, stacklevel=4)
+                      % (who, mode, mode), DeprecationWarning, stacklevel=3)
         decomposition, mode = mode, "reflect"
     if boundary is not None:
         warnings.warn("%s: boundary= is deprecated; use mode= with scipy's names ('constant' is scipy's, the rf "
-                      "paper's rule is 'rf-constant')" % who, DeprecationWarning, stacklevel=4)
+                      "paper's rule is 'rf-constant')" % who, DeprecationWarning, stacklevel=3)
         if not isinstance(boundary, str) or boundary not in BOUNDARIES:
             raise invalid("%s: boundary is %r; it must be one of %s"
                           % (who, boundary, ", ".join(repr(k) for k in BOUNDARIES)))
