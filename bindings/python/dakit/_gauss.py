@@ -277,9 +277,19 @@ class GaussPlan(Plan):
         self._last = None  # the last call on CUDA memory, when it can be repeated
 
     def __call__(self, x, out=None):
-        """Filters x (a NumPy or CUDA array of the plan's shape and dtype) into
-        out, a new array of the same kind when None; out may be x (in place).
-        Returns out."""
+        """Filters x (a NumPy or CUDA array, or an xarray.DataArray, of the
+        plan's shape and dtype) into out, a new array of the same kind when
+        None; out may be x (in place). Returns out."""
+        values, labels = labelled(x)
+        out_values, out_labels = labelled(out)
+        if labels is None and out_labels is None:
+            return self._call(x, out)
+        result = self._call(values, out_values)
+        if out_labels is not None:
+            return out
+        return labels.like(result) if labels is not None and out is None else result
+
+    def _call(self, x, out):
         # a call repeated on the same CUDA memory (the loop of an assimilation
         # cycle) skips what the first one checked and wrapped
         last = self._last

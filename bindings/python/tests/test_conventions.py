@@ -138,6 +138,9 @@ def test_xarray_round_trips_gauss(rng):
     out = xr.zeros_like(da)
     assert dakit.gauss(da, 2.0, output=out) is out
     np.testing.assert_array_equal(out.values, y.values)
+    with dakit.GaussPlan(da.shape, da.dtype, 2.0) as plan:
+        xr.testing.assert_identical(plan(da), y)
+        assert plan(da, out=out) is out
 
 
 def test_xarray_round_trips_enkf_and_letkf(rng):
