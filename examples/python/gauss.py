@@ -5,7 +5,7 @@ Shows, in four parts:
   1. dakit.gauss on a 2-D field, and a GaussPlan made once and called in a
      loop (as an assimilation cycle does: the plan validates and precomputes
      once, each call runs the filter alone);
-  2. method="deriche" beside the default "rf" (the K-iterated first-order
+  2. the default method="deriche" beside method="rf" (the K-iterated first-order
      recursive filter), and how far each impulse response is from
      scipy.ndimage.gaussian_filter truncated far out (needs SciPy);
   3. nan="ignore": a field with missing values (NaN) smoothed by normalized
@@ -63,7 +63,7 @@ def methods_against_scipy(args):
     worst = {}
     for label, kw in (("rf K=4", dict(method="rf", K=4)), ("rf K=64", dict(method="rf", K=64)),
                       ("deriche", dict(method="deriche"))):
-        y = dakit.gauss(impulse, args.sigma, boundary="zero", backend=args.backend, **kw)
+        y = dakit.gauss(impulse, args.sigma, mode="zero", backend=args.backend, **kw)
         worst[label] = np.abs(y - exact).max() / peak
         print("methods: %-8s max |dakit - scipy| = %.1e of the peak" % (label, worst[label]))
     # rf has the Gaussian's variance but not its shape (excess kurtosis about

@@ -12,6 +12,7 @@ memory an object is.
 """
 import ctypes
 import math
+import sys
 
 import numpy as np
 
@@ -398,3 +399,53 @@ def zero_copy(ctx, who, *ops):
         _cuda.synchronize(ctx.native_device, list(streams))
         return True
     return ctx.memory == DK_MEMORY_HOST
+
+
+def labelled(obj):
+    """xarray in, xarray out: (values, labels) where values is what dakit
+    computes on (the DataArray's .data: NumPy, or CuPy) and labels turns a
+    result back into a DataArray (labels.like). For anything that is not a
+    DataArray: (obj, None). xarray is never imported here: a DataArray can
+    only exist once the caller has imported it."""
+    xr = sys.modules.get("xarray")
+    if xr is None or not isinstance(obj, xr.DataArray):
+        return obj, None
+    return obj.data, Labels(obj)
+
+
+class Labels:
+    """The dims, coordinates, name and attributes of a DataArray given to dakit."""
+
+    __slots__ = ("source",)
+
+    def __init__(self, source):
+        self.source = source
+
+    @property
+    def dims(self):
+        return self.source.dims
+
+    def axis(self, name, who):
+        """The index of a dimension given by its name (or an int, unchanged)."""
+        if isinstance(name, str):
+            if name not in self.source.dims:
+                raise invalid("%s: the DataArray has no dimension %r (its dims are %s)"
+                              % (who, name, ", ".join(map(repr, self.source.dims))))
+            return self.source.dims.index(name)
+        return name
+
+    def like(self, values):
+        """values (of the source's shape) with the source's dims, coordinates,
+        name and attributes."""
+        return self.source.copy(deep=False, data=values)
+
+    def rows(self, values, dims, attrs=False):
+        """values whose first axis is the source's first dimension (a result
+        per state value or point), named `dims` after it: the coordinates
+        along that dimension are kept; attrs only when asked (a covariance
+        or a label is not in the source's units)."""
+        xr = sys.modules["xarray"]
+        first = self.source.dims[0]
+        coords = {k: c for k, c in self.source.coords.items() if c.dims == (first,)}
+        return xr.DataArray(values, dims=(first,) + tuple(dims), coords=coords,
+                            attrs=dict(self.source.attrs) if attrs else {}, name=self.source.name)

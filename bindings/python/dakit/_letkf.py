@@ -8,12 +8,14 @@ enkf): xb (N, k), yb = H(xb) (M, k). Coordinates are host data, (N, d) and
 (M, d) (or (N,) and (M,) for one column), copied by the plan.
 """
 import ctypes
+import functools
+import inspect
 import operator
 import typing
 
 import numpy as np
 
-from ._arrays import Buffers, empty_like, host_input, operand, to_host, usable_here, zero_copy
+from ._arrays import Buffers, empty_like, host_input, labelled, operand, to_host, usable_here, zero_copy
 from ._context import Plan as _Plan
 from ._errors import invalid
 from ._gauss import _choice, _cstr, _float
@@ -43,6 +45,40 @@ class LetkfDiagnostics(typing.NamedTuple):
     nobs: typing.Any
     spread: typing.Any
     omb: np.ndarray
+
+
+def _xarray_io(fn):
+    """xarray in, xarray out for an analysis entry: a DataArray xb (and yb,
+    out) is computed on its data; xa comes back with xb's dims, coordinates
+    and attributes (out itself where given), and the diagnostics nobs and
+    spread along xb's first dimension."""
+    signature = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def entry(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        given = bound.arguments
+        xb, labels = labelled(given["xb"])
+        out_da = given.get("out")
+        if labels is None and labelled(out_da)[1] is None and labelled(given.get("yb"))[1] is None:
+            return fn(*args, **kwargs)
+        given["xb"] = xb
+        if "yb" in given:
+            given["yb"] = labelled(given["yb"])[0]
+        if out_da is not None:
+            given["out"] = labelled(out_da)[0]
+        result = fn(*bound.args, **bound.kwargs)
+        xa, diag = result if isinstance(result, tuple) else (result, None)
+        if labelled(out_da)[1] is not None:
+            xa = out_da
+        elif labels is not None and out_da is None:
+            xa = labels.like(xa)
+        if diag is None:
+            return xa
+        if labels is not None:
+            diag = diag._replace(nobs=labels.rows(diag.nobs, ()), spread=labels.rows(diag.spread, ()))
+        return xa, diag
+    return entry
 
 
 def _count(value, name, who):
@@ -240,6 +276,7 @@ class LetkfPlan(_Plan):
     def _ensemble(self, x, name, rows, who, writable=False):
         return _ensemble(x, name, rows, self.members, self.dtype, who, writable)
 
+    @_xarray_io
     def analysis(self, xb, yb, yo, obs_var, out=None, return_diagnostics=False):
         """The analysis ensemble.
 
@@ -339,6 +376,7 @@ def _background(xb, who):
     return xo
 
 
+@_xarray_io
 def letkf(xb, yb, yo, obs_var, grid_coords, obs_coords, radius, *, inflation=1.0, rtpp=0.0, rtps=0.0,
           max_obs=None, metric="cartesian", period=None, vertical_radius=None, backend=None, variant=None,
           out=None, return_diagnostics=False):
@@ -420,6 +458,7 @@ def letkf(xb, yb, yo, obs_var, grid_coords, obs_coords, radius, *, inflation=1.0
         return plan.analysis(xb, yb, yo, obs_var, out=out, return_diagnostics=return_diagnostics)
 
 
+@_xarray_io
 def letkf_reference(xb, yb, yo, obs_var, grid_coords, obs_coords, radius, *, inflation=1.0, rtpp=0.0, rtps=0.0,
                     max_obs=None, metric="cartesian", period=None, vertical_radius=None, out=None,
                     return_diagnostics=False):

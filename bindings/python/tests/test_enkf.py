@@ -181,7 +181,7 @@ def test_errors(rng):
     loc = np.exp(-np.arange(30) / 4.0)
     y, r = np.zeros(4), np.ones(4)
     with raises(dakit.InvalidArgumentError, "H must be a scipy.sparse matrix"):
-        dakit.enkf.cov(e, loc, [[1.0]])
+        dakit.enkf.cov(e, loc, "H")
     with raises(dakit.InvalidArgumentError, "loc has 29 values", "n = 30"):
         dakit.enkf.cov(e, loc[:29], H)
     with raises(dakit.InvalidArgumentError, "loc has 3 dimensions"):
