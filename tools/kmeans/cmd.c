@@ -220,10 +220,13 @@ int cmd_kmeans(int argc, char **argv)
         if (radar_cluster(ctx, &r, &o, &out, err, sizeof err) != DK_OK) {
             cli_error(cmd, 1, "%s", err);
         } else {
-            report(&out.kmeans, out.seconds, use_reference ? "the serial reference" : dk_context_device(ctx));
+            if (out.dry[0]) /* a dry scan is an outcome: labels of -1 and a picture that says so */
+                printf("%s: every label is -1\n", out.dry);
+            else
+                report(&out.kmeans, out.seconds, use_reference ? "the serial reference" : dk_context_device(ctx));
             printf("texture features %.3f ms, clustering %.3f ms\n", out.feature_seconds * 1e3,
                    out.cluster_seconds * 1e3);
-            for (int c = 0; c < out.k; c++)
+            for (int c = 0; c < out.k && !out.dry[0]; c++)
                 printf("  cluster %d: %zu pixels, mean %.1f dBZ, local mean %.1f, local std %.2f\n", c,
                        out.sizes[c], out.mean_value[c], out.mean_local[c], out.mean_std[c]);
             rc = 0;
