@@ -588,10 +588,15 @@ static int run_radar_distributed(const char *path, const char *labels_path, cons
         double var = stats.valid ? sums[1 + F + j] / (double)stats.valid - stats.mean[j] * stats.mean[j] : 0.0;
         stats.sd[j] = var > 1e-12 ? sqrt(var) : 1.0;
     }
-    if (stats.valid < (size_t)o->k) { /* the same sums everywhere: every rank says it */
-        failed = FAILED("only %zu pixel(s) have data at or above %g; --k %d needs at least as many", stats.valid,
-                        o->min_value, o->k);
-        goto done;
+    /* a dry scan (the same sums everywhere: every rank sees it): labels of -1, no clustering */
+    const int dry = stats.valid < (size_t)o->k;
+    if (dry) {
+        for (size_t i = 0; i < nb; i++)
+            out.labels[i] = -1;
+        for (size_t j = 0; j < kf; j++)
+            out.centroids[j] = NAN;
+        snprintf(out.dry, sizeof out.dry, "a dry scan: %zu pixel(s) at or above %g, fewer than k = %d; nothing "
+                 "clustered", stats.valid, o->min_value, o->k);
     }
     for (size_t i = 0; i < nb; i++)
         for (size_t j = 0; j < F; j++) {
@@ -611,7 +616,8 @@ static int run_radar_distributed(const char *path, const char *labels_path, cons
     d.lambda = o->lambda;
     d.window = o->window;
     float *init = out.centroids; /* init, then the centroids in place */
-    initial_centroids(&d, feat, mask, nb, init);
+    if (!dry)
+        initial_centroids(&d, feat, mask, nb, init);
     double t1 = cli_now();
     /* the layer's parts: image rows with the contiguity cost, else points */
     dk_mpi_part part = rpart;
@@ -619,8 +625,8 @@ static int run_radar_distributed(const char *path, const char *labels_path, cons
         part.offset[0] = row0 * cols;
         part.extent[0] = nb;
     }
-    dk_status st = dk_mpi_kmeans_plan_create(ctx, MPI_COMM_WORLD, &d, &part, &plan);
-    if (st == DK_OK)
+    dk_status st = dry ? DK_OK : dk_mpi_kmeans_plan_create(ctx, MPI_COMM_WORLD, &d, &part, &plan);
+    if (st == DK_OK && !dry)
         st = dk_mpi_kmeans_execute_host(plan, feat, mask, init, out.labels, out.centroids, &out.kmeans);
     if (st != DK_OK)
         failed = FAILED("%s", dk_mpi_last_error());
@@ -671,9 +677,12 @@ static int run_radar_distributed(const char *path, const char *labels_path, cons
     if (rank == 0) {
         char where[300];
         snprintf(where, sizeof where, "%d ranks (rank 0: %s)", size, dk_context_device(ctx));
-        report(&out.kmeans, t2 - t0, where);
+        if (dry)
+            printf("%s: every label is -1\n", out.dry);
+        else
+            report(&out.kmeans, t2 - t0, where);
         printf("texture features %.3f ms, clustering %.3f ms (rank 0)\n", (t1 - t0) * 1e3, (t2 - t1) * 1e3);
-        for (int c = 0; c < out.k; c++)
+        for (int c = 0; c < out.k && !dry; c++)
             printf("  cluster %d: %zu pixels, mean %.1f dBZ, local mean %.1f, local std %.2f\n", c, out.sizes[c],
                    out.mean_value[c], out.mean_local[c], out.mean_std[c]);
         const char *base = strrchr(path, '/');

@@ -120,8 +120,9 @@ void geo_lines_free(geo_lines *l)
 /* The file of kind and resolution (c, l, i, h, f) when it is installed. */
 static int gshhg_path(int kind, char res, char *path, size_t n)
 {
+    /* DAKIT_GSHHG_DIR, when set, is the only place looked in */
     const char *env = getenv("DAKIT_GSHHG_DIR");
-    const char *dirs[2] = {env && *env ? env : NULL, "/usr/share/gmt-gshhg"};
+    const char *dirs[2] = {env, env ? NULL : "/usr/share/gmt-gshhg"};
     for (int d = 0; d < 2; d++) {
         if (!dirs[d])
             continue;

@@ -38,7 +38,8 @@ typedef struct geo_lines {
 
 /* The shorelines (kind 0: coasts and lake shores) or national borders
  * (kind 1) that reach into the box lon0 .. lon1, lat0 .. lat1, from the
- * GSHHG files in DAKIT_GSHHG_DIR or /usr/share/gmt-gshhg, at the finest
+ * GSHHG files in DAKIT_GSHHG_DIR (when set, the only place looked in) or
+ * else /usr/share/gmt-gshhg, at the finest
  * resolution installed that suits a box of about span_km across. 0 with
  * the lines (none when no file is installed), -1 when memory ran out or a
  * file is damaged. */

@@ -548,7 +548,7 @@ done:
 }
 
 static const plot_rgb graticule_color = {0.2, 0.2, 0.2}, coast_color = {0.05, 0.1, 0.45},
-                      border_color = {0, 0, 0}, ring_color = {0.3, 0.3, 0.3};
+                      border_color = {0, 0, 0}, ring_color = {0.25, 0.25, 0.25};
 
 /* The map's lines over a panel, the range rings and the site (ring_km > 0),
  * and the graticule's labels outside its left and bottom edges. */
