@@ -622,7 +622,7 @@ int main(int argc, char **argv)
     CHECK(!strcmp(att_text("rl.nc", NULL, "radolan_product"), "RX") &&
               !strcmp(att_text("rl.nc", NULL, "radolan_time"), "2014-08-10T20:50Z") &&
               !strcmp(att_text("rl.nc", NULL, "radolan_units"), "dBZ") &&
-              !strcmp(att_text("rl.nc", "x", "units"), "km") &&
+              !strcmp(att_text("rl.nc", "x", "units"), "m") &&
               !strcmp(att_text("rl.nc", "crs", "grid_mapping_name"), "polar_stereographic") &&
               !strcmp(att_text("rl.nc", "labels", "grid_mapping"), "crs"),
           "RADOLAN CF attributes: product '%s' time '%s'", att_text("rl.nc", NULL, "radolan_product"),

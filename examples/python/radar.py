@@ -60,7 +60,7 @@ def main():
 
     # the five lines
     try:
-        data, meta = dakit.radar.read_radolan(args.file)
+        data, meta = dakit.radar.read_radolan(args.file, xarray=False)
     except (dakit.FileError, dakit.FormatError) as e:  # libdakit's sentence: missing, truncated, not RADOLAN
         sys.exit("radar: %s" % e)
     labels, centroids = dakit.radar.cluster(data, k=args.k, backend=args.backend)

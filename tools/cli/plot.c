@@ -38,9 +38,13 @@ plot_rgb plot_cmap_color(plot_cmap cm, double t)
     static const double reflectivity[][4] = {{0, 220, 230, 240},      {15 / 70.0, 40, 70, 200},
                                              {30 / 70.0, 40, 180, 80},  {45 / 70.0, 250, 220, 30},
                                              {55 / 70.0, 240, 60, 30},  {1, 200, 30, 200}};
+    /* lightness falls from the pale yellow to the dark purple, so the order reads without the hue */
+    static const double intensity[][4] = {{0, 253, 226, 120},  {0.3, 247, 156, 52}, {0.6, 214, 50, 44},
+                                          {0.8, 150, 20, 90},  {1, 62, 12, 84}};
     switch (cm) {
     case PLOT_CMAP_DIVERGING: return from_stops(diverging, 5, t);
     case PLOT_CMAP_SEQUENTIAL: return from_stops(sequential, 5, t);
+    case PLOT_CMAP_INTENSITY: return from_stops(intensity, 5, t);
     default: return from_stops(reflectivity, 6, t);
     }
 }
@@ -64,6 +68,12 @@ plot_rgb plot_category_color(int c)
     case 4: return (plot_rgb){u, p, v};
     default: return (plot_rgb){v, p, q};
     }
+}
+
+void plot_to_figure(const plot_panel *a, double x, double y, double *fx, double *fy)
+{
+    *fx = a->x + (x - a->left) / (a->right - a->left) * a->w;
+    *fy = a->y + a->h - (y - a->bottom) / (a->top - a->bottom) * a->h;
 }
 
 uint32_t plot_pack(plot_rgb c)
@@ -139,6 +149,11 @@ void plot_box(plot *p, double x, double y, double w, double h, plot_rgb c)
 {
     (void)p, (void)x, (void)y, (void)w, (void)h, (void)c;
 }
+void plot_marker(plot *p, const plot_panel *a, double x, double y, double size)
+{
+    (void)p, (void)a, (void)x, (void)y, (void)size;
+}
+void plot_note(plot *p, const plot_panel *a, const char *text) { (void)p, (void)a, (void)text; }
 
 #else
 
@@ -466,6 +481,33 @@ void plot_box(plot *p, double x, double y, double w, double h, plot_rgb c)
     cairo_set_source_rgb(cr, 0.3, 0.3, 0.3);
     cairo_set_line_width(cr, 0.6);
     cairo_stroke(cr);
+}
+
+void plot_marker(plot *p, const plot_panel *a, double x, double y, double size)
+{
+    double fx, fy;
+    plot_to_figure(a, x, y, &fx, &fy);
+    cairo_t *cr = p->cr;
+    cairo_save(cr);
+    cairo_move_to(cr, fx, fy - size * 0.6);
+    cairo_line_to(cr, fx + size * 0.55, fy + size * 0.4);
+    cairo_line_to(cr, fx - size * 0.55, fy + size * 0.4);
+    cairo_close_path(cr);
+    cairo_set_source_rgb(cr, 1, 1, 1);
+    cairo_fill_preserve(cr);
+    cairo_set_source_rgb(cr, 0, 0, 0);
+    cairo_set_line_width(cr, 1.2);
+    cairo_stroke(cr);
+    cairo_restore(cr);
+}
+
+void plot_note(plot *p, const plot_panel *a, const char *text)
+{
+    const double fs = 13, w = text_width(p, fs, text) + 24, h = 30;
+    double cx = a->x + a->w / 2, cy = a->y + a->h / 2;
+    double bw = w < a->w ? w : a->w;
+    plot_box(p, cx - bw / 2, cy - h / 2, bw, h, (plot_rgb){1, 1, 1});
+    plot_text(p, cx, cy + fs * 0.35, fs, 0, 0, text);
 }
 
 void plot_colorbar(plot *p, double x, double y, double w, double h, plot_cmap cm, double lo, double hi,

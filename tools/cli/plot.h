@@ -21,7 +21,9 @@ typedef struct plot_rgb {
 typedef enum plot_cmap {
     PLOT_CMAP_DIVERGING,   /* blue, white at the middle, red */
     PLOT_CMAP_SEQUENTIAL,  /* white to dark blue (densities) */
-    PLOT_CMAP_REFLECTIVITY /* radar dBZ: light blue, green, yellow, red, magenta */
+    PLOT_CMAP_REFLECTIVITY, /* radar dBZ: light blue, green, yellow, red, magenta */
+    PLOT_CMAP_INTENSITY     /* ordered categories, weak to strong: pale yellow, orange, red, dark purple
+                             * (its lightness falls all the way, and none of it is grey) */
 } plot_cmap;
 
 /* A panel: where its data area lies on the figure (points from the top
@@ -72,6 +74,14 @@ void plot_raster(plot *p, const plot_panel *a, const uint32_t *rgb, int w, int h
  * label (the quantity and its unit) beside them. */
 void plot_colorbar(plot *p, double x, double y, double w, double h, plot_cmap cm, double lo, double hi,
                    const char *label);
+/* Where the data point (x, y) of panel a lies on the figure, in points. */
+void plot_to_figure(const plot_panel *a, double x, double y, double *fx, double *fy);
+/* A site marker at data (x, y): a white triangle with a black outline,
+ * size points high. */
+void plot_marker(plot *p, const plot_panel *a, double x, double y, double size);
+/* One line of text in a white box at the middle of the panel (a message
+ * on a map that has nothing else to show). */
+void plot_note(plot *p, const plot_panel *a, const char *text);
 /* A legend box whose top-left corner is x, y; returns its height. */
 double plot_legend(plot *p, double x, double y, const plot_legend_item *items, int n);
 /* The width of that box, for placing it (at a panel's right edge, say). */

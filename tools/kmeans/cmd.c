@@ -40,15 +40,18 @@ static void usage(FILE *f)
             "from the reflectivity range cut into K equal intervals (each centroid the mean of\n"
             "its interval's pixels) and clusters with the contiguity-weighted cost. The labels\n"
             "are an int32 rows x cols array in the file's row order (row 0 at the south edge),\n"
-            "-1 where masked; the picture shows the reflectivity beside the cluster map, north\n"
-            "up, in km, with a colour bar and a legend (--png FILE: PNG, or SVG or PDF by the\n"
-            "name's extension). --labels L.nc writes CF netCDF on DWD's polar-stereographic\n"
-            "grid (x/y in km, lat/lon per pixel, product, time and unit as attributes).\n"
+            "-1 where masked (everywhere in a dry scan: fewer pixels at or above --min-dbz than\n"
+            "K, which exits 0); the picture shows the reflectivity beside the cluster map, the\n"
+            "clusters coloured by mean reflectivity, with latitude/longitude lines, coasts and\n"
+            "borders where PROJ and GSHHG are installed, a colour bar and a legend (--png FILE:\n"
+            "PNG, or SVG or PDF by the name's extension). --labels L.nc writes CF netCDF on\n"
+            "DWD's polar-stereographic grid (x/y in m, lat/lon per pixel, product, time and unit\n"
+            "as attributes).\n"
             "\n"
             "odim: one sweep of an ODIM_H5 polar volume (OPERA) clustered on its polar grid,\n"
             "rays x bins, the contiguity window and the texture wrapping in azimuth\n"
             "(docs/formats.md); labels int32 nrays x nbins (.nc: with azimuth, range and\n"
-            "lat/lon), the picture a PPI, north up.\n"
+            "lat/lon), the picture a PPI, north up, with range rings and the radar's site.\n"
             "  --quantity Q       the ODIM quantity (default DBZH)\n"
             "  --sweep N          the sweep, /datasetN, from 1 (default 1)\n"
             "  --k K              clusters, 1 to 256 (radar default 6)\n"
@@ -225,10 +228,13 @@ int cmd_kmeans(int argc, char **argv)
         if (radar_cluster(ctx, &r, &o, &out, err, sizeof err) != DK_OK) {
             cli_error(cmd, 1, "%s", err);
         } else {
-            report(&out.kmeans, out.seconds, use_reference ? "the serial reference" : dk_context_device(ctx));
+            if (out.dry[0]) /* a dry scan is an outcome: labels of -1 and a picture that says so */
+                printf("%s: every label is -1\n", out.dry);
+            else
+                report(&out.kmeans, out.seconds, use_reference ? "the serial reference" : dk_context_device(ctx));
             printf("texture features %.3f ms, clustering %.3f ms\n", out.feature_seconds * 1e3,
                    out.cluster_seconds * 1e3);
-            for (int c = 0; c < out.k; c++)
+            for (int c = 0; c < out.k && !out.dry[0]; c++)
                 printf("  cluster %d: %zu pixels, mean %.1f dBZ, local mean %.1f, local std %.2f\n", c,
                        out.sizes[c], out.mean_value[c], out.mean_local[c], out.mean_std[c]);
             rc = 0;
@@ -624,10 +630,15 @@ static int run_radar_distributed(const char *path, const char *labels_path, cons
         double var = stats.valid ? sums[1 + F + j] / (double)stats.valid - stats.mean[j] * stats.mean[j] : 0.0;
         stats.sd[j] = var > 1e-12 ? sqrt(var) : 1.0;
     }
-    if (stats.valid < (size_t)o->k) { /* the same sums everywhere: every rank says it */
-        failed = FAILED("only %zu pixel(s) have data at or above %g; --k %d needs at least as many", stats.valid,
-                        o->min_value, o->k);
-        goto done;
+    /* a dry scan (the same sums everywhere: every rank sees it): labels of -1, no clustering */
+    const int dry = stats.valid < (size_t)o->k;
+    if (dry) {
+        for (size_t i = 0; i < nb; i++)
+            out.labels[i] = -1;
+        for (size_t j = 0; j < kf; j++)
+            out.centroids[j] = NAN;
+        snprintf(out.dry, sizeof out.dry, "a dry scan: %zu pixel(s) at or above %g, fewer than k = %d; nothing "
+                 "clustered", stats.valid, o->min_value, o->k);
     }
     for (size_t i = 0; i < nb; i++)
         for (size_t j = 0; j < F; j++) {
@@ -647,7 +658,8 @@ static int run_radar_distributed(const char *path, const char *labels_path, cons
     d.lambda = o->lambda;
     d.window = o->window;
     float *init = out.centroids; /* init, then the centroids in place */
-    initial_centroids(&d, feat, mask, nb, init);
+    if (!dry)
+        initial_centroids(&d, feat, mask, nb, init);
     double t1 = cli_now();
     /* the layer's parts: image rows with the contiguity cost, else points */
     dk_mpi_part part = rpart;
@@ -655,8 +667,8 @@ static int run_radar_distributed(const char *path, const char *labels_path, cons
         part.offset[0] = row0 * cols;
         part.extent[0] = nb;
     }
-    dk_status st = dk_mpi_kmeans_plan_create(ctx, MPI_COMM_WORLD, &d, &part, &plan);
-    if (st == DK_OK)
+    dk_status st = dry ? DK_OK : dk_mpi_kmeans_plan_create(ctx, MPI_COMM_WORLD, &d, &part, &plan);
+    if (st == DK_OK && !dry)
         st = dk_mpi_kmeans_execute_host(plan, feat, mask, init, out.labels, out.centroids, &out.kmeans);
     if (st != DK_OK)
         failed = FAILED("%s", dk_mpi_last_error());
@@ -707,9 +719,12 @@ static int run_radar_distributed(const char *path, const char *labels_path, cons
     if (rank == 0) {
         char where[300];
         snprintf(where, sizeof where, "%d ranks (rank 0: %s)", size, dk_context_device(ctx));
-        report(&out.kmeans, t2 - t0, where);
+        if (dry)
+            printf("%s: every label is -1\n", out.dry);
+        else
+            report(&out.kmeans, t2 - t0, where);
         printf("texture features %.3f ms, clustering %.3f ms (rank 0)\n", (t1 - t0) * 1e3, (t2 - t1) * 1e3);
-        for (int c = 0; c < out.k; c++)
+        for (int c = 0; c < out.k && !dry; c++)
             printf("  cluster %d: %zu pixels, mean %.1f dBZ, local mean %.1f, local std %.2f\n", c, out.sizes[c],
                    out.mean_value[c], out.mean_local[c], out.mean_std[c]);
         const char *base = strrchr(path, '/');

@@ -10,22 +10,9 @@
 #include <zlib.h>
 
 #include "cli/netcdf.h"
+#include "kmeans/geo.h"
 
 #define FAIL(st, ...) (snprintf(err, len, __VA_ARGS__), (st))
-
-#define RADOLAN_R_KM 6370.04
-#define RADOLAN_LAT_TS 60.0
-#define RADOLAN_LON_0 10.0
-
-void radolan_latlon(double x, double y, double *lat, double *lon)
-{
-    /* the inverse of x = R M cos(phi) sin(lam - lam0), y = -R M cos(phi) cos(lam - lam0),
-     * M = (1 + sin 60) / (1 + sin phi) */
-    const double d2r = M_PI / 180.0, k = RADOLAN_R_KM * (1.0 + sin(RADOLAN_LAT_TS * d2r));
-    double r2 = x * x + y * y;
-    *lat = asin((k * k - r2) / (k * k + r2)) / d2r;
-    *lon = atan2(x, -y) / d2r + RADOLAN_LON_0;
-}
 
 int radolan_time(const char *path, char *iso, size_t n)
 {
@@ -109,45 +96,52 @@ dk_status radolan_labels_write(const char *path, const char *source, const dk_ra
     double *lat = malloc(rows * cols * sizeof *lat), *lon = malloc(rows * cols * sizeof *lon);
     array_nc w = {0};
     dk_status st = DK_OK;
+    char why[256];
+    geo_proj *g = geo_open(GEO_RADOLAN_PROJ, why, sizeof why); /* NULL: no lat/lon variables */
     if (!x || !y || !lat || !lon) {
         st = FAIL(DK_ERR_OUT_OF_MEMORY, "out of memory");
         goto done;
     }
-    /* pixel centres: the corner plus half a kilometre */
+    /* pixel centres in metres: the corner (km) plus half a 1 km pixel */
     for (size_t j = 0; j < cols; j++)
-        x[j] = x0 + (double)j + 0.5;
+        x[j] = (x0 + (double)j + 0.5) * 1000.0;
     for (size_t i = 0; i < rows; i++)
-        y[i] = y0 + (double)i + 0.5;
-    for (size_t i = 0; i < rows; i++)
+        y[i] = (y0 + (double)i + 0.5) * 1000.0;
+    for (size_t i = 0; g && i < rows; i++) {
+        memcpy(lon + i * cols, x, cols * sizeof *x);
         for (size_t j = 0; j < cols; j++)
-            radolan_latlon(x[j], y[i], &lat[i * cols + j], &lon[i * cols + j]);
+            lat[i * cols + j] = y[i];
+        geo_inverse(g, lon + i * cols, lat + i * cols, cols);
+    }
     if ((st = array_nc_create(&w, path, err, len)) != DK_OK)
         goto done;
-    int id = w.ncid, dy, dx, vx, vy, vlat, vlon, vcrs, vl, vt, dims[2];
+    int id = w.ncid, dy, dx, vx, vy, vlat = -1, vlon = -1, vcrs, vl, vt, dims[2];
     NC_TRY(nc_def_dim(id, "y", rows, &dy));
     NC_TRY(nc_def_dim(id, "x", cols, &dx));
     dims[0] = dy, dims[1] = dx;
     NC_TRY(nc_def_var(id, "x", NC_DOUBLE, 1, &dx, &vx));
     NC_TRY(nc_def_var(id, "y", NC_DOUBLE, 1, &dy, &vy));
-    NC_TRY(nc_def_var(id, "lat", NC_DOUBLE, 2, dims, &vlat));
-    NC_TRY(nc_def_var(id, "lon", NC_DOUBLE, 2, dims, &vlon));
+    if (g) {
+        NC_TRY(nc_def_var(id, "lat", NC_DOUBLE, 2, dims, &vlat));
+        NC_TRY(nc_def_var(id, "lon", NC_DOUBLE, 2, dims, &vlon));
+        NC_TRY(nc_def_var_deflate(id, vlat, 1, 1, 4));
+        NC_TRY(nc_def_var_deflate(id, vlon, 1, 1, 4));
+        NC_TRY(put_text(id, vlat, "standard_name", "latitude"));
+        NC_TRY(put_text(id, vlat, "units", "degrees_north"));
+        NC_TRY(put_text(id, vlon, "standard_name", "longitude"));
+        NC_TRY(put_text(id, vlon, "units", "degrees_east"));
+    }
     NC_TRY(nc_def_var(id, "crs", NC_INT, 0, NULL, &vcrs));
     NC_TRY(nc_def_var(id, "time", NC_DOUBLE, 0, NULL, &vt));
     NC_TRY(nc_def_var(id, "labels", NC_INT, 2, dims, &vl));
     NC_TRY(nc_def_var_deflate(id, vl, 1, 1, 4));
-    NC_TRY(nc_def_var_deflate(id, vlat, 1, 1, 4));
-    NC_TRY(nc_def_var_deflate(id, vlon, 1, 1, 4));
     NC_TRY(put_text(id, vx, "standard_name", "projection_x_coordinate"));
-    NC_TRY(put_text(id, vx, "units", "km"));
+    NC_TRY(put_text(id, vx, "units", "m"));
     NC_TRY(put_text(id, vx, "long_name", "x of the pixel centre on the RADOLAN grid"));
     NC_TRY(put_text(id, vy, "standard_name", "projection_y_coordinate"));
-    NC_TRY(put_text(id, vy, "units", "km"));
+    NC_TRY(put_text(id, vy, "units", "m"));
     NC_TRY(put_text(id, vy, "long_name", "y of the pixel centre on the RADOLAN grid (row 0 at the south edge)"));
-    NC_TRY(put_text(id, vlat, "standard_name", "latitude"));
-    NC_TRY(put_text(id, vlat, "units", "degrees_north"));
-    NC_TRY(put_text(id, vlon, "standard_name", "longitude"));
-    NC_TRY(put_text(id, vlon, "units", "degrees_east"));
-    double lon0 = RADOLAN_LON_0, lat0 = 90.0, ts = RADOLAN_LAT_TS, radius = RADOLAN_R_KM * 1000.0, zero = 0.0;
+    double lon0 = 10.0, lat0 = 90.0, ts = 60.0, radius = 6370040.0, zero = 0.0; /* GEO_RADOLAN_PROJ */
     NC_TRY(put_text(id, vcrs, "grid_mapping_name", "polar_stereographic"));
     NC_TRY(nc_put_att_double(id, vcrs, "straight_vertical_longitude_from_pole", NC_DOUBLE, 1, &lon0));
     NC_TRY(nc_put_att_double(id, vcrs, "latitude_of_projection_origin", NC_DOUBLE, 1, &lat0));
@@ -155,12 +149,13 @@ dk_status radolan_labels_write(const char *path, const char *source, const dk_ra
     NC_TRY(nc_put_att_double(id, vcrs, "false_easting", NC_DOUBLE, 1, &zero));
     NC_TRY(nc_put_att_double(id, vcrs, "false_northing", NC_DOUBLE, 1, &zero));
     NC_TRY(nc_put_att_double(id, vcrs, "earth_radius", NC_DOUBLE, 1, &radius));
-    NC_TRY(put_text(id, vcrs, "proj4_params",
-                    "+proj=stere +lat_0=90 +lat_ts=60 +lon_0=10 +a=6370040 +b=6370040 +x_0=0 +y_0=0 +units=km"));
+    NC_TRY(put_text(id, vcrs, "proj4_params", GEO_RADOLAN_PROJ));
+    if (g && *geo_wkt(g))
+        NC_TRY(put_text(id, vcrs, "crs_wkt", geo_wkt(g)));
     NC_TRY(put_text(id, vt, "standard_name", "time"));
     NC_TRY(put_text(id, vt, "units", "minutes since 1970-01-01 00:00:00"));
     NC_TRY(put_text(id, vl, "grid_mapping", "crs"));
-    NC_TRY(put_text(id, vl, "coordinates", "time lat lon"));
+    NC_TRY(put_text(id, vl, "coordinates", g ? "time lat lon" : "time"));
     NC_TRY(label_attrs(id, vl, res, o, r->unit));
     char title[256];
     snprintf(title, sizeof title, "k-means clusters of the DWD RADOLAN %s composite%s%s", r->product,
@@ -176,8 +171,10 @@ dk_status radolan_labels_write(const char *path, const char *source, const dk_ra
     NC_TRY(nc_enddef(id));
     NC_TRY(nc_put_var_double(id, vx, x));
     NC_TRY(nc_put_var_double(id, vy, y));
-    NC_TRY(nc_put_var_double(id, vlat, lat));
-    NC_TRY(nc_put_var_double(id, vlon, lon));
+    if (g) {
+        NC_TRY(nc_put_var_double(id, vlat, lat));
+        NC_TRY(nc_put_var_double(id, vlon, lon));
+    }
     int crs = 0;
     NC_TRY(nc_put_var_int(id, vcrs, &crs));
     if (when[0]) {
@@ -191,6 +188,7 @@ dk_status radolan_labels_write(const char *path, const char *source, const dk_ra
     NC_TRY(nc_put_var_int(id, vl, res->labels));
 done:
     st = array_nc_finish(&w, st, err, len);
+    geo_close(g);
     free(x), free(y), free(lat), free(lon);
     return st;
 }
@@ -208,6 +206,7 @@ dk_status odim_labels_write(const char *path, const char *source, const odim_swe
     double *lat = malloc(nr * nb * sizeof *lat), *lon = malloc(nr * nb * sizeof *lon);
     array_nc w = {0};
     dk_status st = DK_OK;
+    geo_proj *g = NULL;
     if (!az || !rg || !lat || !lon) {
         st = FAIL(DK_ERR_OUT_OF_MEMORY, "out of memory");
         goto done;
@@ -216,40 +215,46 @@ dk_status odim_labels_write(const char *path, const char *source, const odim_swe
         az[i] = (i + 0.5) * 360.0 / (double)nr;
     for (size_t j = 0; j < nb; j++)
         rg[j] = s->rstart_km * 1000.0 + (j + 0.5) * s->rscale_m;
-    /* bin positions by the 4/3 effective earth radius model (standard refraction): height h and ground
-     * distance s of a bin, then the great circle from the radar along the ray's azimuth */
+    /* bin positions by the 4/3 effective earth radius model (standard refraction): the ground distance
+     * of a bin from its height, then the azimuthal equidistant projection around the radar (PROJ) */
+    char def[160], why[256];
+    snprintf(def, sizeof def, "+proj=aeqd +lat_0=%.8f +lon_0=%.8f +R=6371000 +units=m", s->lat, s->lon);
+    g = geo_open(def, why, sizeof why); /* NULL: no lat/lon variables */
     const double d2r = M_PI / 180.0, a_earth = 6371000.0, ke = 4.0 / 3.0, el = s->elangle * d2r;
-    for (size_t i = 0; i < nr; i++)
+    for (size_t i = 0; g && i < nr; i++) {
         for (size_t j = 0; j < nb; j++) {
             double r = rg[j];
             double h = sqrt(r * r + ke * a_earth * ke * a_earth + 2 * r * ke * a_earth * sin(el)) - ke * a_earth;
             double ground = ke * a_earth * asin(r * cos(el) / (ke * a_earth + h));
-            double delta = ground / a_earth, a = az[i] * d2r, la = s->lat * d2r;
-            double lat2 = asin(sin(la) * cos(delta) + cos(la) * sin(delta) * cos(a));
-            lat[i * nb + j] = lat2 / d2r;
-            lon[i * nb + j] = s->lon + atan2(sin(a) * sin(delta) * cos(la), cos(delta) - sin(la) * sin(lat2)) / d2r;
+            lon[i * nb + j] = ground * sin(az[i] * d2r);
+            lat[i * nb + j] = ground * cos(az[i] * d2r);
         }
+        geo_inverse(g, lon + i * nb, lat + i * nb, nb);
+    }
     if ((st = array_nc_create(&w, path, err, len)) != DK_OK)
         goto done;
-    int id = w.ncid, da, dr, va, vr, vlat, vlon, vl, dims[2];
+    int id = w.ncid, da, dr, va, vr, vlat = -1, vlon = -1, vl, dims[2];
     NC_TRY(nc_def_dim(id, "azimuth", nr, &da));
     NC_TRY(nc_def_dim(id, "range", nb, &dr));
     dims[0] = da, dims[1] = dr;
     NC_TRY(nc_def_var(id, "azimuth", NC_DOUBLE, 1, &da, &va));
     NC_TRY(nc_def_var(id, "range", NC_DOUBLE, 1, &dr, &vr));
-    NC_TRY(nc_def_var(id, "lat", NC_DOUBLE, 2, dims, &vlat));
-    NC_TRY(nc_def_var(id, "lon", NC_DOUBLE, 2, dims, &vlon));
+    if (g) {
+        NC_TRY(nc_def_var(id, "lat", NC_DOUBLE, 2, dims, &vlat));
+        NC_TRY(nc_def_var(id, "lon", NC_DOUBLE, 2, dims, &vlon));
+        NC_TRY(put_text(id, vlat, "standard_name", "latitude"));
+        NC_TRY(put_text(id, vlat, "units", "degrees_north"));
+        NC_TRY(put_text(id, vlon, "standard_name", "longitude"));
+        NC_TRY(put_text(id, vlon, "units", "degrees_east"));
+    }
     NC_TRY(nc_def_var(id, "labels", NC_INT, 2, dims, &vl));
     NC_TRY(nc_def_var_deflate(id, vl, 1, 1, 4));
     NC_TRY(put_text(id, va, "units", "degrees"));
     NC_TRY(put_text(id, va, "long_name", "azimuth of the ray centre, clockwise from north"));
     NC_TRY(put_text(id, vr, "units", "m"));
     NC_TRY(put_text(id, vr, "long_name", "slant range to the bin centre"));
-    NC_TRY(put_text(id, vlat, "standard_name", "latitude"));
-    NC_TRY(put_text(id, vlat, "units", "degrees_north"));
-    NC_TRY(put_text(id, vlon, "standard_name", "longitude"));
-    NC_TRY(put_text(id, vlon, "units", "degrees_east"));
-    NC_TRY(put_text(id, vl, "coordinates", "lat lon"));
+    if (g)
+        NC_TRY(put_text(id, vl, "coordinates", "lat lon"));
     NC_TRY(label_attrs(id, vl, res, o, s->quantity));
     double el_deg = s->elangle;
     NC_TRY(nc_put_att_double(id, NC_GLOBAL, "elevation_angle", NC_DOUBLE, 1, &el_deg));
@@ -267,11 +272,14 @@ dk_status odim_labels_write(const char *path, const char *source, const odim_swe
     NC_TRY(nc_enddef(id));
     NC_TRY(nc_put_var_double(id, va, az));
     NC_TRY(nc_put_var_double(id, vr, rg));
-    NC_TRY(nc_put_var_double(id, vlat, lat));
-    NC_TRY(nc_put_var_double(id, vlon, lon));
+    if (g) {
+        NC_TRY(nc_put_var_double(id, vlat, lat));
+        NC_TRY(nc_put_var_double(id, vlon, lon));
+    }
     NC_TRY(nc_put_var_int(id, vl, labels));
 done:
     st = array_nc_finish(&w, st, err, len);
+    geo_close(g);
     free(az), free(rg), free(lat), free(lon);
     return st;
 }

@@ -1,9 +1,11 @@
 /* Cluster labels as CF netCDF, placed on the earth:
  * - a RADOLAN composite's labels on DWD's polar-stereographic grid, with
- *   x/y in km, lat/lon per pixel and a grid_mapping, the product, time and
- *   unit as attributes;
+ *   x/y in metres, lat/lon per pixel and a grid_mapping, the product, time
+ *   and unit as attributes;
  * - an ODIM_H5 sweep's labels on its polar grid (azimuth, range), with the
  *   radar's position, elevation and lat/lon per bin.
+ * Latitude and longitude come from PROJ (kmeans/geo.h); a dakit built
+ * without it writes no lat/lon variables.
  * A name not ending in .nc gets the int32 .npy of before. */
 #ifndef DAKIT_TOOLS_KMEANS_LABELS_NC_H
 #define DAKIT_TOOLS_KMEANS_LABELS_NC_H
@@ -14,11 +16,6 @@
 #include "kmeans/radar.h"
 #include <dakit/radolan.h>
 
-/* The DWD RADOLAN grid: polar stereographic on a sphere of radius 6370.04
- * km, true at 60 N, central meridian 10 E, 1 km pixels; its lower-left
- * corner is dk_radolan_grid_origin (dakit/radolan.h). */
-/* Latitude and longitude (degrees) of the projection point (x, y) in km. */
-void radolan_latlon(double x, double y, double *lat, double *lon);
 /* The time in the header of the composite at path (gzip or plain) as ISO
  * 8601 "YYYY-MM-DDThh:mmZ"; 0, or -1 when it cannot be read. */
 int radolan_time(const char *path, char *iso, size_t n);

@@ -82,8 +82,17 @@ static int draw_ppi(const odim_sweep *s, const int32_t *labels, const radar_resu
     if (strlen(s->date) >= 8 && strlen(s->time) >= 4) /* ODIM: YYYYMMDD, HHMMSS */
         snprintf(pic.time, sizeof pic.time, "%.4s-%.2s-%.2s %.2s:%.2s UTC", s->date, s->date + 4, s->date + 6,
                  s->time, s->time + 2);
+    /* the PPI's x/y are ground distances east and north of the radar: the azimuthal equidistant projection
+     * around it, on the sphere labels_nc.c places the bins on */
+    char proj[160];
+    snprintf(proj, sizeof proj, "+proj=aeqd +lat_0=%.8f +lon_0=%.8f +R=6371000 +units=m", s->lat, s->lon);
+    static const double ring_steps[] = {5, 10, 20, 25, 50, 100, 200};
+    double ring = 250;
+    for (int i = 6; i >= 0; i--)
+        if (max_ground / 1000 / ring_steps[i] <= 5)
+            ring = ring_steps[i];
     radar_frame f = {-max_ground / 1000, -max_ground / 1000, pix / 1000, "km east of the radar",
-                     "km north of the radar", product};
+                     "km north of the radar", product, proj, ring};
     rc = radar_picture(&pic, &r, o, &f, source, path, err, len);
 done:
     free(pic.value);
@@ -144,7 +153,9 @@ int polar_kmeans(dk_context *ctx, const char *path, const char *quantity, int sw
             out.mean_value[c] /= (double)out.sizes[c];
     printf("kmeans: %d iteration(s), objective %.6g over the sweep and %d wrapped rays each side, %.3f ms\n",
            out.kmeans.iterations, out.kmeans.objective, G, out.seconds * 1e3);
-    for (int c = 0; c < out.k; c++)
+    if (out.dry[0])
+        printf("%s: every label is -1\n", out.dry);
+    for (int c = 0; c < out.k && !out.dry[0]; c++)
         printf("  cluster %d: %zu bins, mean %.1f %s\n", c, out.sizes[c], out.mean_value[c], s.quantity);
     rc = 0;
     if (labels_path && odim_labels_write(labels_path, path, &s, sweep, labels, &out, o, err, sizeof err) != DK_OK)

@@ -29,6 +29,9 @@ typedef struct radar_result {
     double seconds, feature_seconds, cluster_seconds;
     size_t *sizes;                                   /* per cluster */
     double *mean_value, *mean_local, *mean_std;      /* per cluster, physical units */
+    /* A dry scan (fewer pixels to cluster than k): every label -1, the
+     * centroids NAN, and this sentence says why; "" when clustered. */
+    char dry[160];
 } radar_result;
 
 /* Reusable state: plans and device buffers for one grid (the benchmark runs
@@ -61,19 +64,28 @@ dk_status radar_cluster(dk_context *ctx, const dk_radolan *r, const radar_option
                         char *err, size_t len);
 void radar_result_free(radar_result *r);
 /* Where a picture's pixels lie: column 0's west edge and row 0's south edge
- * in km, the pixel's side in km, the axis names that say from where, and
- * what the data are for the title ("ODIM_H5 PPI, DBZH, 0.5 deg"); the time
- * is the radolan's. */
+ * in km, the pixel's side in km, and what the data are for the title
+ * ("ODIM_H5 PPI, DBZH, 0.5 deg"); the time is the radolan's. proj: the
+ * PROJ string that turns the frame's x/y (in metres: km * 1000) into
+ * longitude and latitude, for the graticule, coasts and borders; NULL: no
+ * map, and the axes name xname/yname in km. ring_km > 0: range rings that
+ * far apart around the radar at x = y = 0, and the radar's site marked. */
 typedef struct radar_frame {
     double x0_km, y0_km, pixel_km;
     const char *xname, *yname;
     const char *product;
+    const char *proj;
+    double ring_km;
 } radar_frame;
 /* The picture (PNG, SVG or PDF by path's extension): the reflectivity with
- * its colour bar beside the cluster map with its legend (each cluster's
- * mean and share, and what the greys mean), in km, north up; source names
- * the input in the subtitle. frame NULL: a RADOLAN grid, 1 km pixels from
- * its south-west corner. 0, or -1 with a sentence in err. */
+ * its colour bar beside the cluster map, north up, with latitude and
+ * longitude lines, coasts and borders where the frame has a projection.
+ * The clusters are coloured by their mean value on a sequential palette,
+ * and the legend lists them from the strongest down (each cluster's mean
+ * and share, and what the greys mean); a dry scan says so on the map.
+ * source names the input in the subtitle. frame NULL: a RADOLAN grid, its
+ * projection when dakit knows the grid (900 x 900, 1100 x 900), else 1 km
+ * pixels from its south-west corner. 0, or -1 with a sentence in err. */
 int radar_picture(const dk_radolan *r, const radar_result *res, const radar_options *o, const radar_frame *frame,
                   const char *source, const char *path, char *err, size_t len);
 
