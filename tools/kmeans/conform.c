@@ -76,9 +76,9 @@ static const kmeans_case cases[] = {
     {"kpp_blobs_d4_k12",  20000,  4,  12,  30, 1e-6, 1,  0,  PM, 0,   0,   1,   5, 0, 1, 0, DK_KMEANS_INIT_PLUSPLUS},
     {"kpp_masked_fm_k9",  30049,  5,  9,   15, 0,    2,   0,  FM, 151, 199, 1,   5, 1, 1, 0, DK_KMEANS_INIT_PLUSPLUS},
     {"random_masked_k20", 30000,  3,  20,  15, 0,    2,   0,  PM, 150, 200, 1,   5, 1, 1, 0, DK_KMEANS_INIT_RANDOM},
-    {"large_k1000_d3",    50000,  3,  1000, 5, 0,    0,   0,  PM, 0,   0,   1,   5, 0, 1, 0, DK_KMEANS_INIT_PLUSPLUS},
+    {"large_k1000_d3",    30000,  3,  1000, 5, 0,    0,   0,  PM, 0,   0,   1,   5, 0, 1, 0, DK_KMEANS_INIT_PLUSPLUS},
     {"large_k300_fm_d6",  20011,  6,  300, 5,  0,    0,   0,  FM, 0,   0,   1,   5, 0, 1, 0, DK_KMEANS_INIT_RANDOM},
-    {"large_k4096_d16",   100000, 16, 4096, 3, 0,    0,   0,  PM, 0,   0,   1,   5, 0, 0, 0, DK_KMEANS_INIT_RANDOM},
+    {"large_k4096_d16",   30000,  16, 4096, 2, 0,    0,   0,  PM, 0,   0,   1,   5, 0, 0, 0, DK_KMEANS_INIT_RANDOM},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
