@@ -17,6 +17,7 @@ DK_API void dk_kmeans_desc_init(dk_kmeans_desc *desc)
     desc->layout = DK_KMEANS_POINT_MAJOR;
     desc->lambda = 1.0;
     desc->window = 5;
+    desc->init = DK_KMEANS_INIT_GIVEN;
 }
 
 dk_status dk_kmeans_setup_make(const dk_kmeans_desc *desc, dk_kmeans_setup *setup)
@@ -31,9 +32,8 @@ dk_status dk_kmeans_setup_make(const dk_kmeans_desc *desc, dk_kmeans_setup *setu
                        d->d, DK_KMEANS_MAX_D);
     if (d->n > ((size_t)1 << 40) / (size_t)d->d)
         return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "kmeans: n * d = %zu * %d is too large", d->n, d->d);
-    if (d->k < 1 || d->k > DK_KMEANS_MAX_K)
-        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "kmeans: k is %d; it must be between 1 and %d", d->k,
-                       DK_KMEANS_MAX_K);
+    if (d->k < 1)
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "kmeans: k is %d; there must be at least one cluster", d->k);
     if ((size_t)d->k > d->n)
         return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "kmeans: k = %d is larger than the %zu points", d->k,
                        d->n);
@@ -59,6 +59,17 @@ dk_status dk_kmeans_setup_make(const dk_kmeans_desc *desc, dk_kmeans_setup *setu
     if (d->window < 1 || d->window > DK_KMEANS_MAX_WINDOW || d->window % 2 == 0)
         return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "kmeans: window is %d; it must be odd, 1 to %d", d->window,
                        DK_KMEANS_MAX_WINDOW);
+    if (grid && d->lambda < 1 && d->k > DK_KMEANS_MAX_K)
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT,
+                       "kmeans: k is %d; with the contiguity cost (lambda < 1) it must be at most %d", d->k,
+                       DK_KMEANS_MAX_K);
+    if (d->init != DK_KMEANS_INIT_GIVEN && d->init != DK_KMEANS_INIT_PLUSPLUS && d->init != DK_KMEANS_INIT_RANDOM)
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT,
+                       "kmeans: init is %d; it must be DK_KMEANS_INIT_GIVEN, _PLUSPLUS or _RANDOM", (int)d->init);
+    if (d->trials < 0 || d->trials > 1000)
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT,
+                       "kmeans: trials is %d; it must be 0 (2 + ln k) or 1 to 1000 candidates per centroid",
+                       d->trials);
     memset(setup, 0, sizeof *setup);
     setup->desc = *d;
     setup->contiguity = grid && d->lambda < 1;
@@ -237,13 +248,19 @@ DK_API dk_status dk_kmeans_execute(dk_plan *plan, const dk_buffer *points, const
                        dk_algo_name(plan->algo));
     const dk_kmeans_setup *s = plan->state;
     const size_t n = s->desc.n, kd = (size_t)s->desc.k * s->desc.d;
+    const int seeded = s->desc.init != DK_KMEANS_INIT_GIVEN;
     dk_status st;
     if ((st = check_buffer(plan, points, n * s->desc.d * sizeof(float), "points")) != DK_OK ||
         (mask && (st = check_buffer(plan, mask, n, "mask")) != DK_OK) ||
-        (st = check_buffer(plan, init, kd * sizeof(float), "initial centroids")) != DK_OK ||
+        (!seeded && (st = check_buffer(plan, init, kd * sizeof(float), "initial centroids")) != DK_OK) ||
         (st = check_buffer(plan, labels, n * sizeof(int32_t), "labels")) != DK_OK ||
         (st = check_buffer(plan, centroids, kd * sizeof(float), "centroids")) != DK_OK)
         return st;
+    if (seeded) { /* the seeds go to centroids, which execute may take as its init */
+        if ((st = dk_kmeans_seed(plan, points, mask, centroids)) != DK_OK)
+            return st;
+        init = centroids;
+    }
     dk_kmeans_result local;
     memset(&local, 0, sizeof local);
     dk_msg msg = {{0}};
@@ -266,13 +283,15 @@ DK_API dk_status dk_kmeans_execute_host(dk_plan *plan, const float *points, cons
     if (!plan || plan->algo != DK_ALGO_KMEANS)
         return dk_fail(plan ? plan->ctx : NULL, DK_ERR_INVALID_ARGUMENT,
                        "dk_kmeans_execute_host: plan must be a kmeans plan");
-    if (!points || !init || !labels || !centroids)
-        return dk_fail(plan->ctx, DK_ERR_INVALID_ARGUMENT,
-                       "dk_kmeans_execute_host: points, init, labels and centroids must not be NULL");
     const dk_kmeans_setup *s = plan->state;
+    const int seeded = s->desc.init != DK_KMEANS_INIT_GIVEN;
+    if (!points || (!init && !seeded) || !labels || !centroids)
+        return dk_fail(plan->ctx, DK_ERR_INVALID_ARGUMENT,
+                       "dk_kmeans_execute_host: points, init, labels and centroids must not be NULL (init may be "
+                       "when desc.init seeds)");
     if (dk_kmeans_check_points(&s->desc, points, mask, NULL) != DK_OK)
         return dk_fail(plan->ctx, DK_ERR_INVALID_ARGUMENT, "%s", dk_last_error(NULL));
-    for (size_t j = 0; j < (size_t)s->desc.k * s->desc.d; j++)
+    for (size_t j = 0; !seeded && j < (size_t)s->desc.k * s->desc.d; j++)
         if (!isfinite(init[j]))
             return dk_fail(plan->ctx, DK_ERR_INVALID_ARGUMENT,
                            "dk_kmeans_execute_host: initial centroid value %zu is %g; it must be finite", j,
@@ -283,12 +302,12 @@ DK_API dk_status dk_kmeans_execute_host(dk_plan *plan, const float *points, cons
     dk_status st;
     if ((st = dk_buffer_create(ctx, n * s->desc.d * sizeof(float), &bx)) == DK_OK &&
         (!mask || (st = dk_buffer_create(ctx, n, &bm)) == DK_OK) &&
-        (st = dk_buffer_create(ctx, kd * sizeof(float), &bi)) == DK_OK &&
+        (seeded || (st = dk_buffer_create(ctx, kd * sizeof(float), &bi)) == DK_OK) &&
         (st = dk_buffer_create(ctx, n * sizeof(int32_t), &bl)) == DK_OK &&
         (st = dk_buffer_create(ctx, kd * sizeof(float), &bc)) == DK_OK &&
         (st = dk_buffer_write(bx, points, n * s->desc.d * sizeof(float))) == DK_OK &&
         (!mask || (st = dk_buffer_write(bm, mask, n)) == DK_OK) &&
-        (st = dk_buffer_write(bi, init, kd * sizeof(float))) == DK_OK &&
+        (seeded || (st = dk_buffer_write(bi, init, kd * sizeof(float))) == DK_OK) &&
         (st = dk_kmeans_execute(plan, bx, bm, bi, bl, bc, result)) == DK_OK &&
         (st = dk_buffer_read(bl, labels, n * sizeof(int32_t))) == DK_OK)
         st = dk_buffer_read(bc, centroids, kd * sizeof(float));

@@ -40,7 +40,7 @@ static void assign(const dk_kmeans_setup *s, const float *x, const uint8_t *mask
 {
     const dk_kmeans_desc *d = &s->desc;
     const float lambda = (float)d->lambda, inv_d = 1.0f / (float)d->d;
-    int same[DK_KMEANS_MAX_K];
+    int same[DK_KMEANS_MAX_K]; /* prev (the contiguity cost) only with k <= DK_KMEANS_MAX_K */
     const int r = d->window / 2;
     for (size_t i = 0; i < d->n; i++) {
         if (mask && !mask[i]) {
@@ -87,9 +87,11 @@ DK_API dk_status dk_kmeans_reference(const dk_kmeans_desc *desc, const float *po
     dk_status st = dk_kmeans_setup_make(desc, &s);
     if (st != DK_OK)
         return st;
-    if (!points || !init || !labels || !centroids)
+    const int seeded = s.desc.init != DK_KMEANS_INIT_GIVEN;
+    if (!points || (!init && !seeded) || !labels || !centroids)
         return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT,
-                       "kmeans reference: points, init, labels and centroids must not be NULL");
+                       "kmeans reference: points, init, labels and centroids must not be NULL (init may be when "
+                       "desc.init seeds)");
     size_t valid = 0;
     if ((st = dk_kmeans_check_points(desc, points, mask, &valid)) != DK_OK)
         return st;
@@ -103,7 +105,14 @@ DK_API dk_status dk_kmeans_reference(const dk_kmeans_desc *desc, const float *po
         free(C), free(sum), free(count), free(prev);
         return dk_fail(NULL, DK_ERR_OUT_OF_MEMORY, "kmeans reference: out of host memory");
     }
-    memcpy(C, init, kd * sizeof *C);
+    if (seeded)
+        st = dk_kmeans_seed_host(&s, points, mask, C);
+    else
+        memcpy(C, init, kd * sizeof *C);
+    if (st != DK_OK) {
+        free(C), free(sum), free(count), free(prev);
+        return st;
+    }
     if (prev)
         assign(&s, points, mask, C, NULL, prev);
 

@@ -123,6 +123,9 @@ module dakit
     real(c_double) :: lambda
     integer(c_int) :: window
     type(c_ptr) :: variant
+    integer(c_int) :: init       ! DK_KMEANS_INIT_*: 0 given, 1 k-means++, 2 random points
+    integer(c_int64_t) :: seed
+    integer(c_int) :: trials
   end type
 
   type, bind(c), public :: dk_kmeans_result

@@ -46,7 +46,7 @@ def main():
     init = X[rng.choice(len(X), k, replace=False)]  # the same start for both libraries
 
     start = time.perf_counter()
-    km = dakit.KMeans(n_clusters=k, init=init, max_iter=args.iterations, backend=args.backend).fit(X)
+    km = dakit.KMeans(n_clusters=k, init=init, max_iter=args.iterations, tol=0.0, backend=args.backend).fit(X)
     took = time.perf_counter() - start
     print("dakit.KMeans: %d points, k=%d, %d iterations in %.1f ms, inertia %.6g"
           % (len(X), k, km.n_iter_, took * 1e3, km.inertia_))
@@ -57,10 +57,8 @@ def main():
     except ImportError:
         print("scikit-learn: skipped, it is not installed (pip install scikit-learn)")
         return 0
-    # tol=0 and Lloyd's algorithm: the iterations dakit runs. scikit-learn
-    # stops once no label changes; dakit (tol=0) runs them all, moving nothing
-    # more. dakit's labels_ come from the centroids before the last update, so
-    # they equal scikit-learn's once the centroids have stopped moving.
+    # tol=0 and Lloyd's algorithm: both stop once nothing changes any more,
+    # and both give the labels under the final centroids.
     start = time.perf_counter()
     ref = KMeans(n_clusters=k, init=init, n_init=1, algorithm="lloyd", max_iter=args.iterations, tol=0.0).fit(X)
     took = time.perf_counter() - start

@@ -156,12 +156,16 @@ static inline int best_label(const kmeans_plan *p, const float *X, const int32_t
 }
 
 #ifdef KM_AVX2
+/* Centroid vectors of 8 that one pass of the assignment holds (k > that:
+ * the centroids are taken in chunks of this many vectors). */
+#define KM_CHUNK_V (DK_KMEANS_MAX_K / 8)
+
 /* Distances of the P points xs (P 1 or 2: two points share each centroid
  * load and give two independent chains) to the centroid vectors g .. g + G - 1
  * (P and G constant after inlining, so the accumulators stay in registers),
- * stored to dist[point]. */
+ * stored to dist[point] from vector g - g0 on. */
 __attribute__((target("avx2"), always_inline)) static inline void
-distances_group(const float *const *xs, int P, int d, const float *CT, int kv, int g, int G,
+distances_group(const float *const *xs, int P, int d, const float *CT, int kv, int g0, int g, int G,
                 float (*dist)[DK_KMEANS_MAX_K])
 {
     __m256 acc[2][4];
@@ -180,20 +184,22 @@ distances_group(const float *const *xs, int P, int d, const float *CT, int kv, i
     }
     for (int q = 0; q < P; q++)
         for (int j = 0; j < G; j++)
-            _mm256_store_ps(dist[q] + 8 * (g + j), acc[q][j]);
+            _mm256_store_ps(dist[q] + 8 * (g - g0 + j), acc[q][j]);
 }
 
+/* Distances to the centroid vectors g0 .. g0 + gv - 1 (gv <= KM_CHUNK_V). */
 __attribute__((target("avx2"), always_inline)) static inline void
-distances(const float *const *xs, int P, int d, const float *CT, int kv,
+distances(const float *const *xs, int P, int d, const float *CT, int kv, int g0, int gv,
           float (*dist)[DK_KMEANS_MAX_K])
 {
-    int g = 0;
-    for (; g + 4 <= kv; g += 4)
-        distances_group(xs, P, d, CT, kv, g, 4, dist);
-    switch (kv - g) {
-    case 3: distances_group(xs, P, d, CT, kv, g, 3, dist); break;
-    case 2: distances_group(xs, P, d, CT, kv, g, 2, dist); break;
-    case 1: distances_group(xs, P, d, CT, kv, g, 1, dist); break;
+    int g = g0;
+    const int end = g0 + gv;
+    for (; g + 4 <= end; g += 4)
+        distances_group(xs, P, d, CT, kv, g0, g, 4, dist);
+    switch (end - g) {
+    case 3: distances_group(xs, P, d, CT, kv, g0, g, 3, dist); break;
+    case 2: distances_group(xs, P, d, CT, kv, g0, g, 2, dist); break;
+    case 1: distances_group(xs, P, d, CT, kv, g0, g, 1, dist); break;
     }
 }
 
@@ -222,17 +228,27 @@ __attribute__((target("avx2"))) static inline int first_min(const float *dist, i
     return 0; /* not reached: the minimum is one of the lanes */
 }
 
-/* Labels of the P (1 or 2) points xs without contiguity. */
+/* Labels of the P (1 or 2) points xs without contiguity: chunk by chunk,
+ * a later chunk's minimum replacing the best only when strictly less. */
 __attribute__((target("avx2"))) static void best_labels_avx2(const float *const *xs, int P, int d,
                                                              const float *CT, int kv, int *out)
 {
     float dist[2][DK_KMEANS_MAX_K] __attribute__((aligned(32)));
-    if (P == 2)
-        distances(xs, 2, d, CT, kv, dist);
-    else
-        distances(xs, 1, d, CT, kv, dist);
-    for (int q = 0; q < P; q++)
-        out[q] = first_min(dist[q], kv);
+    float best[2] = {INFINITY, INFINITY};
+    for (int g0 = 0; g0 < kv; g0 += KM_CHUNK_V) {
+        const int gv = kv - g0 < KM_CHUNK_V ? kv - g0 : KM_CHUNK_V;
+        if (P == 2)
+            distances(xs, 2, d, CT, kv, g0, gv, dist);
+        else
+            distances(xs, 1, d, CT, kv, g0, gv, dist);
+        for (int q = 0; q < P; q++) {
+            const int j = first_min(dist[q], gv);
+            if (g0 == 0 || dist[q][j] < best[q]) {
+                best[q] = dist[q][j];
+                out[q] = 8 * g0 + j;
+            }
+        }
+    }
 }
 #endif
 
@@ -335,10 +351,10 @@ __attribute__((target("avx2"))) static void contig_labels_avx2(const kmeans_plan
 {
     const dk_kmeans_desc *d = &p->s.desc;
     float dist[2][DK_KMEANS_MAX_K] __attribute__((aligned(32)));
-    if (live == 2)
-        distances(xs, 2, d->d, p->CT, p->kv, dist);
+    if (live == 2) /* contiguity: k <= DK_KMEANS_MAX_K, one chunk */
+        distances(xs, 2, d->d, p->CT, p->kv, 0, p->kv, dist);
     else if (live == 1)
-        distances(xs, 1, d->d, p->CT, p->kv, dist);
+        distances(xs, 1, d->d, p->CT, p->kv, 0, p->kv, dist);
     const float lambda = (float)d->lambda, inv_d = 1.0f / (float)d->d;
     for (int j = 0; j < live; j++) {
         const size_t at_i = i + at[j];
@@ -671,6 +687,59 @@ static dk_status objective(void *handle, const void *points, const void *labels_
     return DK_OK;
 }
 
+/* ---- the seeding's distance pass (dakit/kmeans.h) ---- */
+
+static dk_status seed_distance(void *handle, const void *points, const void *mask_, const void *centre_,
+                               const void *near_, void *out_, void *blocks_, dk_msg *msg)
+{
+    (void)msg;
+    kmeans_plan *p = handle;
+    const dk_kmeans_desc *d = &p->s.desc;
+    const float *X = points, *centre = centre_, *near = near_;
+    const uint8_t *mask = mask_;
+    float *out = out_;
+    double *blocks = blocks_;
+    const long long nb = (long long)((d->n + DK_KMEANS_SEED_BLOCK - 1) / DK_KMEANS_SEED_BLOCK);
+#pragma omp parallel for schedule(static) num_threads(p->threads)
+    for (long long b = 0; b < nb; b++) {
+        const size_t first = (size_t)b * DK_KMEANS_SEED_BLOCK;
+        const size_t end = first + DK_KMEANS_SEED_BLOCK < d->n ? first + DK_KMEANS_SEED_BLOCK : d->n;
+        double sum = 0.0;
+        for (size_t i = first; i < end; i++) {
+            float v = 0.0f;
+            if (!mask || mask[i]) {
+                if (centre) {
+                    for (int f = 0; f < d->d; f++) {
+                        float diff = X[i * p->s.stride_point + (size_t)f * p->s.stride_feature] - centre[f];
+                        v += diff * diff;
+                    }
+                } else {
+                    v = 1.0f;
+                }
+                if (near && near[i] < v)
+                    v = near[i];
+            }
+            out[i] = v;
+            sum += v;
+        }
+        blocks[b] = sum;
+    }
+    return DK_OK;
+}
+
+static dk_status seed_read(void *handle, const void *points, const void *dist, size_t first, size_t count,
+                           float *values, size_t point, float *x, dk_msg *msg)
+{
+    (void)msg;
+    kmeans_plan *p = handle;
+    if (count)
+        memcpy(values, (const float *)dist + first, count * sizeof *values);
+    if (x)
+        for (int f = 0; f < p->s.desc.d; f++)
+            x[f] = ((const float *)points)[point * p->s.stride_point + (size_t)f * p->s.stride_feature];
+    return DK_OK;
+}
+
 /* "simd": the AVX2 assignment where the CPU has it (else scalar). */
 static const char *const variants[] = {"simd", "scalar", NULL};
 
@@ -682,4 +751,6 @@ const dk_kmeans_ops dk_cpu_kmeans_ops = {
     .assign_partial = assign_partial,
     .update = update,
     .objective = objective,
+    .seed_distance = seed_distance,
+    .seed_read = seed_read,
 };

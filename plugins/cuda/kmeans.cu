@@ -1152,6 +1152,138 @@ __global__ void __launch_bounds__(THREADS) k_part_objective(PartArgs a)
     }
 }
 
+/* ---- plain k-means with k > DK_KMEANS_MAX_K: the centroids do not fit in
+ * shared memory whole, so one iteration is four launches on the stream:
+ * k_big_assign (each thread labels a point per pass while the block walks
+ * the centroids in tiles of `rows` rows staged in shared memory, ascending
+ * with strict <: ties to the lowest index), k_big_sums (block b takes a
+ * contiguous chunk of the points; for each block of THREADS clusters,
+ * thread t owns cluster c0 + t and adds the chunk's points of that label,
+ * staged tile by tile in shared memory, in point order, into the phases'
+ * partial layout), then k_part_sums and k_part_update as the phases run
+ * them, the stop flag and the move in the phases' state. ---- */
+template <int DMAX>
+__global__ void __launch_bounds__(THREADS) k_big_assign(PartArgs a, int rows)
+{
+    extern __shared__ __align__(16) unsigned char smem[];
+    float *Cs = (float *)smem;
+    const int tid = threadIdx.x;
+    if (a.state[1] != 0.0)
+        return; /* the whole grid sees the same flag */
+    for (long long base = (long long)blockIdx.x * THREADS; base < a.n; base += (long long)gridDim.x * THREADS) {
+        const long long i = base + tid;
+        const bool live = i < a.n && (!a.mask || a.mask[i]);
+        float x[DMAX];
+#pragma unroll
+        for (int f = 0; f < DMAX; f++)
+            x[f] = 0.0f;
+        if (live)
+            part_point<DMAX>(a, i, x);
+        int best = 0;
+        float best_dist = 0.0f;
+        for (int c0 = 0; c0 < a.k; c0 += rows) {
+            const int nr = min(rows, a.k - c0);
+            __syncthreads();
+            for (int j = tid; j < nr * DMAX; j += THREADS)
+                Cs[j] = j % DMAX < a.d ? a.C[(long long)(c0 + j / DMAX) * a.d + j % DMAX] : 0.0f;
+            __syncthreads();
+            for (int c = 0; live && c < nr; c++) {
+                const float dist = distance2<DMAX>(x, Cs + c * DMAX);
+                if (c0 + c == 0 || dist < best_dist) {
+                    best = c0 + c;
+                    best_dist = dist;
+                }
+            }
+        }
+        if (i < a.n)
+            a.labels[i] = live ? best : -1;
+    }
+}
+
+template <int DMAX>
+__global__ void __launch_bounds__(THREADS) k_big_sums(PartArgs a)
+{
+    extern __shared__ __align__(16) unsigned char smem[];
+    float *xs = (float *)smem;
+    int *ls = (int *)(xs + THREADS * (DMAX + 1));
+    const int tid = threadIdx.x;
+    if (a.state[1] != 0.0)
+        return;
+    const long long chunk = (a.n + gridDim.x - 1) / gridDim.x, first = (long long)blockIdx.x * chunk;
+    const long long last = min(a.n, first + chunk);
+    for (int c0 = 0; c0 < a.k; c0 += THREADS) {
+        const int c = c0 + tid;
+        double acc[DMAX];
+#pragma unroll
+        for (int f = 0; f < DMAX; f++)
+            acc[f] = 0.0;
+        unsigned cnt = 0;
+        for (long long at = first; at < last; at += THREADS) {
+            __syncthreads();
+            const long long i = at + tid;
+            int label = -1;
+            float x[DMAX];
+#pragma unroll
+            for (int f = 0; f < DMAX; f++)
+                x[f] = 0.0f;
+            if (i < last) {
+                label = a.labels[i];
+                if (label >= 0)
+                    part_point<DMAX>(a, i, x);
+            }
+            ls[tid] = label;
+#pragma unroll
+            for (int f = 0; f < DMAX; f++)
+                xs[tid * (DMAX + 1) + f] = x[f];
+            __syncthreads();
+            const int count = (int)min((long long)THREADS, last - at);
+            for (int j = 0; j < count; j++)
+                if (ls[j] == c) {
+#pragma unroll
+                    for (int f = 0; f < DMAX; f++)
+                        acc[f] += (double)xs[j * (DMAX + 1) + f];
+                    cnt++;
+                }
+        }
+        if (c < a.k) {
+            for (int f = 0; f < a.d; f++)
+                a.partial[((long long)c * (a.d + 1) + f) * a.blocks + blockIdx.x] = acc[f];
+            a.partial[((long long)c * (a.d + 1) + a.d) * a.blocks + blockIdx.x] = (double)cnt;
+        }
+    }
+}
+
+/* The seeding's distance pass (dakit/kmeans.h seed_distance): one block
+ * per DK_KMEANS_SEED_BLOCK points, the reference's float distance, the
+ * block's sum in double. */
+__global__ void __launch_bounds__(THREADS) k_seed_distance(PartArgs a, const float *centre, const float *near,
+                                                           float *out, double *blocks)
+{
+    __shared__ double scratch[THREADS / 32];
+    const long long first = (long long)blockIdx.x * DK_KMEANS_SEED_BLOCK;
+    double sum = 0.0;
+    for (long long i = first + threadIdx.x; i < first + DK_KMEANS_SEED_BLOCK && i < a.n; i += THREADS) {
+        float v = 0.0f;
+        if (!a.mask || a.mask[i]) {
+            if (centre) {
+                for (int f = 0; f < a.d; f++) {
+                    const float t = __fsub_rn(a.x[i * a.sp + f * a.sf], centre[f]);
+                    v = f == 0 ? __fmul_rn(t, t) : __fadd_rn(v, __fmul_rn(t, t));
+                }
+            } else {
+                v = 1.0f;
+            }
+            if (near && near[i] < v)
+                v = near[i];
+        }
+        out[i] = v;
+        sum += (double)v;
+    }
+    sum = block_sum(sum, scratch);
+    if (threadIdx.x == 0)
+        blocks[blockIdx.x] = sum;
+}
+
 typedef void (*part_fn)(PartArgs);
 
 template <int DMAX>
@@ -1199,6 +1331,8 @@ kernel_fn pick(int d, bool contig, bool wsum, bool screen, bool prefetch)
     return pick_d<32>(contig, wsum, screen, prefetch);
 }
 
+size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
+
 struct Plan {
     dk_cuda_device *dev;
     dk_kmeans_setup s;
@@ -1215,7 +1349,88 @@ struct Plan {
     size_t part_smem;
     int part_blocks;
     double *part_partial; /* part_blocks * max(k (d + 1), 2) */
+    /* k > DK_KMEANS_MAX_K (plain): the k_big_* launches, in part_blocks
+     * blocks over part_partial */
+    int big, big_rows;
+    void (*big_assign)(PartArgs, int);
+    part_fn big_sums;
+    size_t big_assign_smem, big_sums_smem;
+    double *big_sums_out, *big_state, *big_obj; /* k d + k + 1, 4, 2 doubles */
+    float *big_C;
 };
+
+template <int DMAX>
+void big_pick_d(Plan *p)
+{
+    p->big_assign = k_big_assign<DMAX>;
+    p->big_sums = k_big_sums<DMAX>;
+    p->part_objective = k_part_objective<DMAX>;
+    p->big_sums_smem = (size_t)THREADS * (DMAX + 2) * sizeof(float);
+}
+
+/* The k_big_* plan: kernels, the centroid tile that fits shared memory,
+ * blocks, and one allocation for the partials, sums, state and centroids. */
+dk_status plan_fill_big(Plan *p, const dk_kmeans_setup *setup, dk_msg *msg)
+{
+    const dk_cuda_device *dev = p->dev;
+    const dk_kmeans_desc &d = setup->desc;
+    int dmax = d.d <= 4 ? 4 : d.d <= 8 ? 8 : d.d <= 16 ? 16 : 32;
+    if (dmax == 4)
+        big_pick_d<4>(p);
+    else if (dmax == 8)
+        big_pick_d<8>(p);
+    else if (dmax == 16)
+        big_pick_d<16>(p);
+    else
+        big_pick_d<32>(p);
+    p->big = 1;
+    p->big_rows = 1024; /* 1024 rows: 16 to 128 KiB; halved until a block fits */
+    int per_sm = 0;
+    while (p->big_rows >= 32) {
+        p->big_assign_smem = (size_t)p->big_rows * dmax * sizeof(float);
+        if (p->big_assign_smem > 48 * 1024 &&
+            cudaFuncSetAttribute((const void *)p->big_assign, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)p->big_assign_smem) != cudaSuccess) {
+            cudaGetLastError();
+            p->big_rows /= 2;
+            continue;
+        }
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, (const void *)p->big_assign, THREADS,
+                                                          p->big_assign_smem) == cudaSuccess &&
+            per_sm >= 1)
+            break;
+        cudaGetLastError();
+        p->big_rows /= 2;
+    }
+    if (per_sm < 1) {
+        dk_msg_set(msg, "cuda kmeans: no block of the large-k assignment fits on an SM (d %d)", d.d);
+        return DK_ERR_BACKEND;
+    }
+    const size_t pairs = (size_t)d.k * (d.d + 1);
+    long long tiles = ((long long)d.n + THREADS - 1) / THREADS;
+    long long blocks = (long long)per_sm * dev->sm_count;
+    /* the partials: at most about 256 MiB */
+    long long most = (long long)(((size_t)256 << 20) / (pairs * sizeof(double)));
+    blocks = blocks < tiles ? blocks : tiles;
+    blocks = blocks < most ? blocks : most;
+    p->part_blocks = (int)(blocks < 1 ? 1 : blocks);
+    size_t sizes[] = {align256(pairs * p->part_blocks * sizeof(double)),
+                      align256(((size_t)d.k * d.d + d.k + 1) * sizeof(double)), align256(4 * sizeof(double)),
+                      align256(2 * sizeof(double)), align256((size_t)d.k * d.d * sizeof(float))};
+    size_t total = 0;
+    for (size_t sz : sizes)
+        total += sz;
+    void *scratch = NULL;
+    CUDA_TRY(cudaMalloc(&scratch, total), "allocating the large-k kmeans plan's scratch");
+    p->scratch = scratch;
+    char *at = (char *)scratch;
+    p->part_partial = (double *)at;
+    p->big_sums_out = (double *)(at += sizes[0]);
+    p->big_state = (double *)(at += sizes[1]);
+    p->big_obj = (double *)(at += sizes[2]);
+    p->big_C = (float *)(at += sizes[3]);
+    return DK_OK;
+}
 
 void plan_destroy(void *handle)
 {
@@ -1227,12 +1442,11 @@ void plan_destroy(void *handle)
         cudaFree(p->scratch);
     if (p->tex_scratch)
         cudaFree(p->tex_scratch);
-    if (p->part_partial)
+    if (p->part_partial && !p->big)
         cudaFree(p->part_partial);
     free(p);
 }
 
-size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
 
 /* The plan's kernel, grid and scratch; the caller destroys p on failure. */
 dk_status plan_fill(Plan *p, const dk_kmeans_setup *setup, dk_msg *msg)
@@ -1362,7 +1576,8 @@ dk_status plan_create(void *device, const dk_kmeans_setup *setup, void **out, dk
     }
     p->dev = dev;
     p->s = *setup;
-    st = plan_fill(p, setup, msg);
+    st = !setup->contiguity && setup->desc.k > DK_KMEANS_MAX_K ? plan_fill_big(p, setup, msg)
+                                                                : plan_fill(p, setup, msg);
     if (st != DK_OK) {
         plan_destroy(p);
         return st;
@@ -1430,6 +1645,9 @@ dk_status texture_features(void *handle, const void *value, const void *smoothed
     return DK_OK;
 }
 
+dk_status big_execute(Plan *p, const void *points, const void *mask, const void *init, void *labels,
+                      void *centroids, dk_kmeans_result *res, dk_msg *msg);
+
 dk_status execute(void *handle, const void *points, const void *mask, const void *init, void *labels,
                   void *centroids, dk_kmeans_result *res, dk_msg *msg)
 {
@@ -1437,6 +1655,8 @@ dk_status execute(void *handle, const void *points, const void *mask, const void
     dk_status st = dk_cuda_enter(p->dev, msg);
     if (st != DK_OK)
         return st;
+    if (p->big)
+        return big_execute(p, points, mask, init, labels, centroids, res, msg);
     Args a = p->a;
     a.x = (const float *)((const dk_cuda_buffer *)points)->ptr;
     a.vec4 = a.vec4 && (uintptr_t)a.x % 16 == 0;
@@ -1468,7 +1688,7 @@ PartArgs part_args(const Plan *p, const void *points, const void *mask, const vo
     memset(&a, 0, sizeof a);
     a.x = points ? (const float *)((const dk_cuda_buffer *)points)->ptr : nullptr;
     a.mask = mask ? (const uint8_t *)((const dk_cuda_buffer *)mask)->ptr : nullptr;
-    a.C = (const float *)((const dk_cuda_buffer *)centroids)->ptr;
+    a.C = centroids ? (const float *)((const dk_cuda_buffer *)centroids)->ptr : nullptr;
     a.partial = p->part_partial;
     a.n = (long long)d.n;
     a.sp = (long long)p->s.stride_point;
@@ -1483,6 +1703,107 @@ PartArgs part_args(const Plan *p, const void *points, const void *mask, const vo
     return a;
 }
 
+/* Iterations with the k_big_* launches; the host looks at the stop flag
+ * every BIG_BATCH iterations when tol > 0. */
+const int BIG_BATCH = 8;
+
+dk_status big_execute(Plan *p, const void *points, const void *mask, const void *init, void *labels,
+                      void *centroids, dk_kmeans_result *res, dk_msg *msg)
+{
+    const dk_kmeans_desc &d = p->s.desc;
+    cudaStream_t sm = p->dev->stream;
+    const size_t kd = (size_t)d.k * d.d;
+    PartArgs a = part_args(p, points, mask, NULL);
+    a.C = p->big_C;
+    a.labels = (int32_t *)((dk_cuda_buffer *)labels)->ptr;
+    a.state = p->big_state;
+    CUDA_TRY(cudaMemcpyAsync(p->big_C, ((const dk_cuda_buffer *)init)->ptr, kd * sizeof(float),
+                             cudaMemcpyDeviceToDevice, sm),
+             "copying the initial centroids");
+    CUDA_TRY(cudaMemsetAsync(p->big_state, 0, 4 * sizeof(double), sm), "clearing the kmeans state");
+    CUDA_TRY(cudaMemsetAsync(p->big_sums_out, 0, (kd + d.k + 1) * sizeof(double), sm), "clearing the kmeans sums");
+    double state[4] = {0, 0, 0, 0};
+    for (int t = 0; t < d.max_iters; t++) {
+        p->big_assign<<<p->part_blocks, THREADS, p->big_assign_smem, sm>>>(a, p->big_rows);
+        p->big_sums<<<p->part_blocks, THREADS, p->big_sums_smem, sm>>>(a);
+        k_part_sums<<<d.k * (d.d + 1), 32, 0, sm>>>(p->part_partial, p->part_blocks, d.k, d.d, p->big_sums_out,
+                                                    p->big_state, 0);
+        k_part_update<<<1, THREADS, 0, sm>>>(p->big_sums_out, p->big_C, p->big_state, d.k, d.d, d.tol);
+        CUDA_TRY(cudaGetLastError(), "queueing a large-k kmeans iteration");
+        if (d.tol > 0 && (t + 1) % BIG_BATCH == 0 && t + 1 < d.max_iters) {
+            CUDA_TRY(cudaMemcpyAsync(state, p->big_state, sizeof state, cudaMemcpyDeviceToHost, sm),
+                     "running the kmeans iterations");
+            CUDA_TRY(cudaStreamSynchronize(sm), "running the kmeans iterations");
+            if (state[1] != 0.0)
+                break;
+        }
+    }
+    p->part_objective<<<p->part_blocks, THREADS, 0, sm>>>(a);
+    k_part_sums<<<2, 32, 0, sm>>>(p->part_partial, p->part_blocks, 1, 1, p->big_obj, p->big_obj, 1);
+    CUDA_TRY(cudaGetLastError(), "queueing the kmeans objective");
+    CUDA_TRY(cudaMemcpyAsync(((dk_cuda_buffer *)centroids)->ptr, p->big_C, kd * sizeof(float),
+                             cudaMemcpyDeviceToDevice, sm),
+             "copying the centroids");
+    double obj[2];
+    CUDA_TRY(cudaMemcpyAsync(state, p->big_state, sizeof state, cudaMemcpyDeviceToHost, sm),
+             "running the kmeans iterations");
+    CUDA_TRY(cudaMemcpyAsync(obj, p->big_obj, sizeof obj, cudaMemcpyDeviceToHost, sm), "the kmeans objective");
+    CUDA_TRY(cudaStreamSynchronize(sm), "running the kmeans iterations");
+    res->iterations = (int)state[0];
+    res->objective = obj[0];
+    res->last_move = state[2];
+    res->valid = (size_t)obj[1];
+    res->assign_seconds = 0;
+    res->update_seconds = 0;
+    return DK_OK;
+}
+
+dk_status seed_distance(void *handle, const void *points, const void *mask, const void *centre, const void *near,
+                        void *out, void *blocks, dk_msg *msg)
+{
+    Plan *p = (Plan *)handle;
+    dk_status st = dk_cuda_enter(p->dev, msg);
+    if (st != DK_OK)
+        return st;
+    PartArgs a;
+    memset(&a, 0, sizeof a);
+    a.x = (const float *)((const dk_cuda_buffer *)points)->ptr;
+    a.mask = mask ? (const uint8_t *)((const dk_cuda_buffer *)mask)->ptr : nullptr;
+    a.n = (long long)p->s.desc.n;
+    a.sp = (long long)p->s.stride_point;
+    a.sf = (long long)p->s.stride_feature;
+    a.d = p->s.desc.d;
+    const long long nb = (a.n + DK_KMEANS_SEED_BLOCK - 1) / DK_KMEANS_SEED_BLOCK;
+    k_seed_distance<<<(unsigned)nb, THREADS, 0, p->dev->stream>>>(
+        a, centre ? (const float *)((const dk_cuda_buffer *)centre)->ptr : nullptr,
+        near ? (const float *)((const dk_cuda_buffer *)near)->ptr : nullptr,
+        (float *)((dk_cuda_buffer *)out)->ptr, (double *)((dk_cuda_buffer *)blocks)->ptr);
+    CUDA_TRY(cudaGetLastError(), "queueing the seeding's distance pass");
+    CUDA_TRY(cudaStreamSynchronize(p->dev->stream), "running the seeding's distance pass");
+    return DK_OK;
+}
+
+dk_status seed_read(void *handle, const void *points, const void *dist, size_t first, size_t count, float *values,
+                    size_t point, float *x, dk_msg *msg)
+{
+    Plan *p = (Plan *)handle;
+    dk_status st = dk_cuda_enter(p->dev, msg);
+    if (st != DK_OK)
+        return st;
+    cudaStream_t sm = p->dev->stream;
+    if (count)
+        CUDA_TRY(cudaMemcpyAsync(values, (const float *)((const dk_cuda_buffer *)dist)->ptr + first,
+                                 count * sizeof(float), cudaMemcpyDeviceToHost, sm),
+                 "reading the seeding's distances");
+    const float *X = (const float *)((const dk_cuda_buffer *)points)->ptr;
+    for (int f = 0; x && f < p->s.desc.d; f++)
+        CUDA_TRY(cudaMemcpyAsync(x + f, X + point * p->s.stride_point + (size_t)f * p->s.stride_feature,
+                                 sizeof(float), cudaMemcpyDeviceToHost, sm),
+                 "reading a seeding's point");
+    CUDA_TRY(cudaStreamSynchronize(sm), "reading the seeding's distances");
+    return DK_OK;
+}
+
 dk_status assign_partial(void *handle, const void *points, const void *mask, const void *centroids, const void *prev,
                          void *next, void *labels, void *sums, const void *state, dk_msg *msg)
 {
@@ -1490,6 +1811,10 @@ dk_status assign_partial(void *handle, const void *points, const void *mask, con
     dk_status st = dk_cuda_enter(p->dev, msg);
     if (st != DK_OK)
         return st;
+    if (p->big) {
+        dk_msg_set(msg, "cuda kmeans: the distributed phases take k <= %d", DK_KMEANS_MAX_K);
+        return DK_ERR_NOT_IMPLEMENTED;
+    }
     PartArgs a = part_args(p, points, mask, centroids);
     a.prev = prev ? (const int32_t *)((const dk_cuda_buffer *)prev)->ptr : nullptr;
     a.next = next ? (int32_t *)((dk_cuda_buffer *)next)->ptr : nullptr;
@@ -1555,4 +1880,6 @@ extern "C" const dk_kmeans_ops dk_cuda_kmeans_ops = {
     .assign_partial = assign_partial,
     .update = update,
     .objective = objective,
+    .seed_distance = seed_distance,
+    .seed_read = seed_read,
 };

@@ -3,7 +3,10 @@
  * pipeline. The iterations are enqueued without waiting; with tol > 0 the
  * host looks at the device's stop flag between batches of them (the
  * kernels of an iteration after convergence do nothing), with tol <= 0 not
- * at all. One blocking read at the end brings the result. */
+ * at all. One blocking read at the end brings the result. Plain k-means
+ * with k > DK_KMEANS_MAX_K runs the km_big_* kernels instead (centroids in
+ * tiles through local memory), and the seeding's distance pass is
+ * km_seed_distance. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +33,11 @@ typedef struct kmeans_plan {
     cl_kernel first, assign, update, objective;
     cl_kernel tex_planes, tex_features, tex_stats, tex_standardize, tex_init; /* texture plans only */
     cl_kernel part_assign, part_objective, part_sums, part_update; /* the phases (kmeans.h) */
+    cl_kernel big_assign, big_sums, big_objective; /* k > DK_KMEANS_MAX_K, plain */
+    cl_kernel seed;        /* km_seed_distance */
+    int big;               /* the km_big_* kernels run the iterations */
+    int big_rows;          /* centroid rows per local-memory tile of km_big_assign */
+    cl_mem seed_one;       /* a float 1, bound where a pass has no centre or near */
     int dm;                /* d rounded up to 4, 8, 16 or 32 */
     size_t group;          /* work-group size, a power of two >= k */
     size_t groups;         /* assignment groups */
@@ -55,12 +63,14 @@ static void plan_destroy(void *handle)
         return;
     cl_kernel ks[] = {p->first,      p->assign,       p->update,    p->objective,       p->tex_planes,
                       p->tex_features, p->tex_stats, p->tex_standardize, p->tex_init,
-                      p->part_assign,  p->part_objective, p->part_sums, p->part_update};
+                      p->part_assign,  p->part_objective, p->part_sums, p->part_update,
+                      p->big_assign,   p->big_sums,   p->big_objective, p->seed};
     for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++)
         if (ks[i])
             clReleaseKernel(ks[i]);
     cl_mem ms[] = {p->lab[0],   p->lab[1],  p->C,           p->partial, p->state, p->move2,
-                   p->obj,      p->shape,   p->tex_part,    p->tex_st,  p->tex_partial, p->tex_out};
+                   p->obj,      p->shape,   p->tex_part,    p->tex_st,  p->tex_partial, p->tex_out,
+                   p->seed_one};
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
         release(ms[i]);
     free(p);
@@ -116,6 +126,29 @@ static dk_status size_groups(kmeans_plan *p, cl_kernel *ks, int nk, dk_msg *msg)
             group = most;
     }
     group = pow2_below(group);
+    cl_ulong local = 0;
+    clGetDeviceInfo(dev->id, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local, &local, NULL);
+    if (p->big) {
+        /* km_big_assign: a tile of centroid rows and the reduction; km_big_sums:
+         * a tile of points (features and labels) */
+        p->group = group;
+        size_t rows = group;
+        while (rows > 1 && rows * p->dm * sizeof(float) + group * sizeof(double) + 256 > local)
+            rows /= 2;
+        size_t t = group;
+        while (t > 1 && t * ((p->dm + 1) * sizeof(float) + sizeof(cl_int)) + 256 > local)
+            t /= 2;
+        if (rows * p->dm * sizeof(float) + group * sizeof(double) + 256 > local) {
+            dk_msg_set(msg, "opencl kmeans: %s has %llu bytes of local memory, too few for one centroid row "
+                            "(d = %d)", dev->name, (unsigned long long)local, d->d);
+            return DK_ERR_NOT_IMPLEMENTED;
+        }
+        p->big_rows = (int)rows;
+        p->tile = (int)t;
+        p->tile_w = (int)t;
+        p->halo_bytes = sizeof(cl_short);
+        return DK_OK;
+    }
     if (group < (size_t)d->k) {
         dk_msg_set(msg, "opencl kmeans: %s runs work-groups of at most %zu work-items; the partial sums need "
                         "one per cluster (k = %d); use another backend",
@@ -123,8 +156,6 @@ static dk_status size_groups(kmeans_plan *p, cl_kernel *ks, int nk, dk_msg *msg)
         return DK_ERR_NOT_IMPLEMENTED;
     }
     p->group = group;
-    cl_ulong local = 0;
-    clGetDeviceInfo(dev->id, CL_DEVICE_LOCAL_MEM_SIZE, sizeof local, &local, NULL);
     const int r = d->window / 2;
     /* besides the tile: centroids, the reduction, the flag and some slack */
     const size_t fixed = (size_t)d->k * p->dm * sizeof(float) + group * sizeof(double) + 256;
@@ -179,7 +210,7 @@ static dk_status plan_create(void *device, const dk_kmeans_setup *setup, void **
                    {&p->tex_standardize, "km_tex_standardize"},
                    {&p->tex_init, "km_tex_init"}};
     const int nkernels = texture ? 9 : 4;
-    cl_kernel sized[13];
+    cl_kernel sized[17];
     for (int i = 0; i < nkernels; i++) {
         cl_int err;
         *kernels[i].k = clCreateKernel(prog, kernels[i].name, &err);
@@ -202,7 +233,25 @@ static dk_status plan_create(void *device, const dk_kmeans_setup *setup, void **
         CL_TRY_GOTO(err, fail, "kmeans: creating kernel %s", part[i].name);
         sized[nkernels + i] = *part[i].k;
     }
-    if ((st = size_groups(p, sized, nkernels + 4, msg)) != DK_OK)
+    p->big = !setup->contiguity && d->k > DK_KMEANS_MAX_K;
+    char big_names[3][40];
+    snprintf(big_names[0], sizeof big_names[0], "km_big_assign_%d", p->dm);
+    snprintf(big_names[1], sizeof big_names[1], "km_big_sums_%d", p->dm);
+    snprintf(big_names[2], sizeof big_names[2], "km_big_objective_%d", p->dm);
+    struct {
+        cl_kernel *k;
+        const char *name;
+    } big[] = {{&p->big_assign, big_names[0]},
+               {&p->big_sums, big_names[1]},
+               {&p->big_objective, big_names[2]},
+               {&p->seed, "km_seed_distance"}};
+    for (int i = 0; i < 4; i++) {
+        cl_int err;
+        *big[i].k = clCreateKernel(prog, big[i].name, &err);
+        CL_TRY_GOTO(err, fail, "kmeans: creating kernel %s", big[i].name);
+        sized[nkernels + 4 + i] = *big[i].k;
+    }
+    if ((st = size_groups(p, sized, nkernels + 8, msg)) != DK_OK)
         goto fail;
 
     size_t tiles;
@@ -256,6 +305,8 @@ static dk_status plan_create(void *device, const dk_kmeans_setup *setup, void **
                           (cl_ulong)setup->contiguity, lambda_bits};
     if ((st = dk_opencl_alloc(dev, sizeof shape, NULL, &p->shape, msg,
                               "kmeans: allocating the plan's shape")) != DK_OK ||
+        (st = dk_opencl_alloc(dev, sizeof(cl_float), NULL, &p->seed_one, msg,
+                              "kmeans: allocating the plan's seeding buffer")) != DK_OK ||
         (st = dk_opencl_enter(dev, msg)) != DK_OK)
         goto fail;
     CL_TRY_GOTO(clEnqueueWriteBuffer(dev->queue, p->shape, CL_TRUE, 0, sizeof shape, shape, 0, NULL,
@@ -281,6 +332,127 @@ static cl_int set_args(cl_kernel k, const karg *args, int count)
     for (int i = 0; i < count && err == CL_SUCCESS; i++)
         err = clSetKernelArg(k, (cl_uint)i, args[i].size, args[i].value);
     return err;
+}
+
+/* Reads the state, moves and objective partials after the last kernel
+ * (err: how enqueueing went) into res. */
+static dk_status finish_result(kmeans_plan *p, cl_int err, dk_kmeans_result *res, dk_msg *msg)
+{
+    dk_opencl_device *dev = p->dev;
+    const dk_kmeans_desc *d = &p->s.desc;
+    cl_command_queue q = dev->queue;
+    const size_t kd = (size_t)d->k * d->d;
+    cl_int state[2] = {0, 0};
+    double *host = malloc((2 * p->groups + kd) * sizeof *host);
+    if (!host) {
+        clFinish(q);
+        dk_msg_set(msg, "opencl kmeans: out of host memory");
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    double *obj = host, *move2 = host + 2 * p->groups;
+    /* in-order queue: the last, blocking read finds the others done */
+    if (err == CL_SUCCESS)
+        err = clEnqueueReadBuffer(q, p->state, CL_FALSE, 0, sizeof state, state, 0, NULL, NULL);
+    if (err == CL_SUCCESS)
+        err = clEnqueueReadBuffer(q, p->move2, CL_FALSE, 0, kd * sizeof *move2, move2, 0, NULL, NULL);
+    if (err == CL_SUCCESS)
+        err = clEnqueueReadBuffer(q, p->obj, CL_TRUE, 0, 2 * p->groups * sizeof *obj, obj, 0, NULL, NULL);
+    else
+        clFinish(q);
+    double total = 0, valid = 0, mx = 0;
+    for (size_t g = 0; err == CL_SUCCESS && g < p->groups; g++) {
+        total += obj[2 * g];
+        valid += obj[2 * g + 1];
+    }
+    for (int c = 0; err == CL_SUCCESS && c < d->k; c++) {
+        double m2 = 0;
+        for (int f = 0; f < d->d; f++)
+            m2 += move2[(size_t)c * d->d + f];
+        mx = m2 > mx ? m2 : mx;
+    }
+    free(host);
+    CL_TRY(err, "kmeans: the objective");
+    res->iterations = state[0];
+    res->objective = total;
+    res->last_move = sqrt(mx);
+    res->valid = (size_t)valid;
+    /* the kernels run back to back with no timestamps between them: the
+     * split is not measured here */
+    res->assign_seconds = 0;
+    res->update_seconds = 0;
+    return DK_OK;
+}
+
+/* The iterations with the km_big_* kernels (init already in p->C): per
+ * iteration km_big_assign, km_big_sums, km_update; then the objective. */
+static dk_status big_execute(kmeans_plan *p, cl_mem X, cl_mem mask, cl_int has_mask, cl_mem labels,
+                             cl_mem centroids, cl_int vec4, dk_kmeans_result *res, dk_msg *msg)
+{
+    dk_opencl_device *dev = p->dev;
+    const dk_kmeans_desc *d = &p->s.desc;
+    cl_command_queue q = dev->queue;
+    const size_t kd = (size_t)d->k * d->d, G = p->group, UG = p->update_group;
+    const size_t wide = p->groups * G, update_global = kd * UG;
+    const cl_ulong groups = p->groups;
+    cl_int rows = p->big_rows, tile = p->tile, t0 = 0;
+    karg aa[] = {{sizeof X, &X},
+                 {sizeof mask, &mask},
+                 {sizeof has_mask, &has_mask},
+                 {sizeof p->C, &p->C},
+                 {sizeof labels, &labels},
+                 {sizeof p->state, &p->state},
+                 {sizeof p->move2, &p->move2},
+                 {sizeof p->shape, &p->shape},
+                 {sizeof t0, &t0},
+                 {sizeof d->tol, &d->tol},
+                 {sizeof vec4, &vec4},
+                 {sizeof rows, &rows},
+                 {(size_t)rows * p->dm * sizeof(float), NULL},
+                 {G * sizeof(double), NULL}};
+    karg sa[] = {{sizeof X, &X},
+                 {sizeof labels, &labels},
+                 {sizeof p->partial, &p->partial},
+                 {sizeof p->state, &p->state},
+                 {sizeof p->shape, &p->shape},
+                 {sizeof vec4, &vec4},
+                 {sizeof tile, &tile},
+                 {(size_t)tile * (p->dm + 1) * sizeof(float), NULL},
+                 {(size_t)tile * sizeof(cl_int), NULL}};
+    karg ua[] = {{sizeof p->partial, &p->partial}, {sizeof groups, &groups},       {sizeof p->C, &p->C},
+                 {sizeof p->state, &p->state},     {sizeof p->move2, &p->move2},   {sizeof p->shape, &p->shape},
+                 {UG * sizeof(double), NULL},      {UG * sizeof(double), NULL}};
+    cl_int err = set_args(p->big_assign, aa, 14);
+    if (err == CL_SUCCESS)
+        err = set_args(p->big_sums, sa, 9);
+    if (err == CL_SUCCESS)
+        err = set_args(p->update, ua, 8);
+    CL_TRY(err, "kmeans: setting the kernels' arguments");
+    cl_int state[2] = {0, 0};
+    for (cl_int t = 0; t < d->max_iters; t++) {
+        err = clSetKernelArg(p->big_assign, 8, sizeof t, &t);
+        if (err == CL_SUCCESS)
+            err = clEnqueueNDRangeKernel(q, p->big_assign, 1, NULL, &wide, &G, 0, NULL, NULL);
+        if (err == CL_SUCCESS)
+            err = clEnqueueNDRangeKernel(q, p->big_sums, 1, NULL, &wide, &G, 0, NULL, NULL);
+        if (err == CL_SUCCESS)
+            err = clEnqueueNDRangeKernel(q, p->update, 1, NULL, &update_global, &UG, 0, NULL, NULL);
+        CL_TRY(err, "kmeans: enqueueing an iteration");
+        if (d->tol > 0 && (t + 1) % BATCH == 0 && t + 1 < d->max_iters) {
+            err = clEnqueueReadBuffer(q, p->state, CL_TRUE, 0, sizeof state, state, 0, NULL, NULL);
+            CL_TRY(err, "kmeans: running the iterations");
+            if (state[1])
+                break;
+        }
+    }
+    karg oa[] = {{sizeof X, &X},         {sizeof labels, &labels},   {sizeof p->C, &p->C},
+                 {sizeof p->obj, &p->obj}, {sizeof p->shape, &p->shape}, {sizeof vec4, &vec4},
+                 {G * sizeof(double), NULL}};
+    err = set_args(p->big_objective, oa, 7);
+    if (err == CL_SUCCESS)
+        err = clEnqueueNDRangeKernel(q, p->big_objective, 1, NULL, &wide, &G, 0, NULL, NULL);
+    if (err == CL_SUCCESS)
+        err = clEnqueueCopyBuffer(q, p->C, centroids, 0, 0, kd * sizeof(float), 0, NULL, NULL);
+    return finish_result(p, err, res, msg);
 }
 
 static dk_status execute(void *handle, const void *points, const void *mask_, const void *init,
@@ -309,6 +481,9 @@ static dk_status execute(void *handle, const void *points, const void *mask_, co
     if (err == CL_SUCCESS)
         err = clEnqueueFillBuffer(q, p->state, &zero, sizeof zero, 0, 2 * sizeof zero, 0, NULL, NULL);
     CL_TRY(err, "kmeans: setting up the iterations");
+
+    if (p->big)
+        return big_execute(p, X, mask, has_mask, labels, (cl_mem)centroids, vec4, res, msg);
 
     if (p->s.contiguity) {
         karg a[] = {{sizeof X, &X},       {sizeof mask, &mask},     {sizeof has_mask, &has_mask},
@@ -379,44 +554,7 @@ static dk_status execute(void *handle, const void *points, const void *mask_, co
         err = clEnqueueNDRangeKernel(q, p->objective, 1, NULL, &wide, &G, 0, NULL, NULL);
     if (err == CL_SUCCESS)
         err = clEnqueueCopyBuffer(q, p->C, (cl_mem)centroids, 0, 0, kd * sizeof(float), 0, NULL, NULL);
-    double *host = malloc((2 * p->groups + kd) * sizeof *host);
-    if (!host) {
-        clFinish(q);
-        dk_msg_set(msg, "opencl kmeans: out of host memory");
-        return DK_ERR_OUT_OF_MEMORY;
-    }
-    double *obj = host, *move2 = host + 2 * p->groups;
-    /* in-order queue: the last, blocking read finds the others done */
-    if (err == CL_SUCCESS)
-        err = clEnqueueReadBuffer(q, p->state, CL_FALSE, 0, sizeof state, state, 0, NULL, NULL);
-    if (err == CL_SUCCESS)
-        err = clEnqueueReadBuffer(q, p->move2, CL_FALSE, 0, kd * sizeof *move2, move2, 0, NULL, NULL);
-    if (err == CL_SUCCESS)
-        err = clEnqueueReadBuffer(q, p->obj, CL_TRUE, 0, 2 * p->groups * sizeof *obj, obj, 0, NULL, NULL);
-    else
-        clFinish(q);
-    double total = 0, valid = 0, mx = 0;
-    for (size_t g = 0; err == CL_SUCCESS && g < p->groups; g++) {
-        total += obj[2 * g];
-        valid += obj[2 * g + 1];
-    }
-    for (int c = 0; err == CL_SUCCESS && c < d->k; c++) {
-        double m2 = 0;
-        for (int f = 0; f < d->d; f++)
-            m2 += move2[(size_t)c * d->d + f];
-        mx = m2 > mx ? m2 : mx;
-    }
-    free(host);
-    CL_TRY(err, "kmeans: the objective");
-    res->iterations = state[0];
-    res->objective = total;
-    res->last_move = sqrt(mx);
-    res->valid = (size_t)valid;
-    /* the kernels run back to back with no timestamps between them: the
-     * split is not measured here */
-    res->assign_seconds = 0;
-    res->update_seconds = 0;
-    return DK_OK;
+    return finish_result(p, err, res, msg);
 }
 
 /* ---- the phases of a distributed iteration (dakit/kmeans.h): enqueued
@@ -616,6 +754,60 @@ static dk_status texture_features(void *handle, const void *value_, const void *
     return DK_OK;
 }
 
+/* ---- the seeding's distance pass (dakit/kmeans.h) ---- */
+
+static dk_status seed_distance(void *handle, const void *points, const void *mask_, const void *centre_,
+                               const void *near_, void *out_, void *blocks_, dk_msg *msg)
+{
+    kmeans_plan *p = handle;
+    dk_opencl_device *dev = p->dev;
+    const dk_kmeans_desc *d = &p->s.desc;
+    cl_mem X = (cl_mem)points, out = (cl_mem)out_, blocks = (cl_mem)blocks_;
+    cl_mem mask = mask_ ? (cl_mem)mask_ : p->seed_one, centre = centre_ ? (cl_mem)centre_ : p->seed_one;
+    cl_mem near = near_ ? (cl_mem)near_ : p->seed_one;
+    cl_int has_mask = mask_ != NULL, has_centre = centre_ != NULL, has_near = near_ != NULL;
+    const size_t G = p->group, nb = (d->n + DK_KMEANS_SEED_BLOCK - 1) / DK_KMEANS_SEED_BLOCK, global = nb * G;
+    dk_status st = dk_opencl_enter(dev, msg);
+    if (st != DK_OK)
+        return st;
+    karg a[] = {{sizeof X, &X},           {sizeof mask, &mask},       {sizeof has_mask, &has_mask},
+                {sizeof centre, &centre}, {sizeof has_centre, &has_centre}, {sizeof near, &near},
+                {sizeof has_near, &has_near}, {sizeof out, &out},     {sizeof blocks, &blocks},
+                {sizeof p->shape, &p->shape}, {G * sizeof(double), NULL}};
+    cl_int err = set_args(p->seed, a, 11);
+    if (err == CL_SUCCESS)
+        err = clEnqueueNDRangeKernel(dev->queue, p->seed, 1, NULL, &global, &G, 0, NULL, NULL);
+    if (err == CL_SUCCESS)
+        err = clFinish(dev->queue);
+    CL_TRY(err, "kmeans: the seeding's distance pass");
+    return DK_OK;
+}
+
+static dk_status seed_read(void *handle, const void *points, const void *dist, size_t first, size_t count,
+                           float *values, size_t point, float *x, dk_msg *msg)
+{
+    kmeans_plan *p = handle;
+    dk_opencl_device *dev = p->dev;
+    cl_command_queue q = dev->queue;
+    dk_status st = dk_opencl_enter(dev, msg);
+    if (st != DK_OK)
+        return st;
+    cl_int err = CL_SUCCESS;
+    if (count)
+        err = clEnqueueReadBuffer(q, (cl_mem)dist, CL_FALSE, first * sizeof(float), count * sizeof(float), values,
+                                  0, NULL, NULL);
+    for (int f = 0; x && f < p->s.desc.d && err == CL_SUCCESS; f++)
+        err = clEnqueueReadBuffer(q, (cl_mem)points, CL_FALSE,
+                                  (point * p->s.stride_point + (size_t)f * p->s.stride_feature) * sizeof(float),
+                                  sizeof(float), x + f, 0, NULL, NULL);
+    if (err == CL_SUCCESS)
+        err = clFinish(q);
+    else
+        clFinish(q);
+    CL_TRY(err, "kmeans: reading the seeding's distances");
+    return DK_OK;
+}
+
 static const char *const variants[] = {"tiled", NULL};
 
 const dk_kmeans_ops dk_opencl_kmeans_ops = {
@@ -628,4 +820,6 @@ const dk_kmeans_ops dk_opencl_kmeans_ops = {
     .assign_partial = assign_partial,
     .update = update,
     .objective = objective,
+    .seed_distance = seed_distance,
+    .seed_read = seed_read,
 };

@@ -851,3 +851,209 @@ __kernel void km_tex_init(__global const double *partial, ulong groups, int k, _
     if (l < 7)
         out[l] = st[l];
 }
+
+/* ---- plain k-means with more clusters than a work-group has work-items
+ * (k > the group size G), or more centroids than local memory holds:
+ *   km_big_assign_DM  each work-item labels one point per pass; the group
+ *                     walks the centroids in tiles of CT rows staged in
+ *                     local memory (ascending, strict <: ties to the lowest
+ *                     index, as nearest()).
+ *   km_big_sums_DM    group g takes a contiguous chunk of the points; for
+ *                     each block of G clusters, work-item l owns cluster
+ *                     c0 + l and adds the chunk's points of that label,
+ *                     staged tile by tile in local memory, in point order.
+ *                     The partials have km_assign's layout, so km_update
+ *                     forms the centroids as before.
+ *   km_big_objective_DM  km_objective with the centroid rows read from
+ *                     global memory. ---- */
+
+INLINE void big_assign(const int DM, __global const float *X, __global const uchar *mask, int has_mask,
+                       __global const float *C, __global int *labels, __global int *state,
+                       __global const double *move2, __global const ulong *shape, int t, double tol, int vec4,
+                       int CT, __local float4 *Cs, __local double *red, __local int *flag)
+{
+    const km_shape s = shape_of(shape);
+    const int l = get_local_id(0), G = get_local_size(0);
+    const ulong g = get_group_id(0), groups = get_num_groups(0);
+    int done = broadcast(l == 0 ? state[1] : 0, flag);
+    const int stop = converged(move2, s.k, s.d, t > 0 && !done ? tol : 0.0, red);
+    if (stop && g == 0 && l == 0)
+        state[1] = 1;
+    done = done || stop;
+    const ulong end = done ? 0 : s.n;
+    for (ulong base = g * (ulong)G; base < end; base += groups * (ulong)G) {
+        const ulong i = base + l;
+        const int live = i < s.n && (!has_mask || mask[i]);
+        float x[MAX_DM];
+#pragma unroll
+        for (int f = 0; f < DM; f++)
+            x[f] = 0.0f;
+        if (live)
+            load_point(DM, X, i, s, vec4, x);
+        int best = 0;
+        float best_dist = 0.0f;
+        for (int c0 = 0; c0 < s.k; c0 += CT) {
+            const int rows = min(CT, s.k - c0);
+            barrier(CLK_LOCAL_MEM_FENCE);
+            for (int j = l; j < rows * DM; j += G)
+                ((__local float *)Cs)[j] = j % DM < s.d ? C[(c0 + j / DM) * s.d + j % DM] : 0.0f;
+            barrier(CLK_LOCAL_MEM_FENCE);
+            for (int c = 0; live && c < rows; c++) {
+                const float dist = distance2(DM, x, Cs + c * (DM / 4));
+                if (c0 + c == 0 || dist < best_dist) {
+                    best = c0 + c;
+                    best_dist = dist;
+                }
+            }
+        }
+        if (i < s.n)
+            labels[i] = live ? best : -1;
+    }
+}
+
+INLINE void big_sums(const int DM, __global const float *X, __global const int *labels, __global double *partial,
+                     __global const int *state, __global const ulong *shape, int vec4, int T, __local float *xs,
+                     __local int *ls)
+{
+    const km_shape s = shape_of(shape);
+    const int l = get_local_id(0), G = get_local_size(0);
+    const ulong g = get_group_id(0), groups = get_num_groups(0);
+    const int done = state[1];
+    const ulong chunk = (s.n + groups - 1) / groups, first = g * chunk;
+    const ulong last = done ? first : min(s.n, first + chunk);
+    for (int c0 = 0; c0 < s.k; c0 += G) {
+        const int c = c0 + l;
+        double acc[MAX_DM];
+#pragma unroll
+        for (int f = 0; f < DM; f++)
+            acc[f] = 0.0;
+        uint cnt = 0;
+        for (ulong at = first; at < last; at += T) {
+            barrier(CLK_LOCAL_MEM_FENCE);
+            if (l < T) {
+                const ulong i = at + l;
+                float x[MAX_DM];
+                int label = -1;
+                if (i < last) {
+                    label = labels[i];
+                    if (label >= 0)
+                        load_point(DM, X, i, s, vec4, x);
+                }
+#pragma unroll
+                for (int f = 0; f < DM; f++)
+                    xs[l * (DM + 1) + f] = label >= 0 ? x[f] : 0.0f;
+                ls[l] = label;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            const int count = (int)min((ulong)T, last - at);
+            for (int j = 0; j < count; j++)
+                if (ls[j] == c) {
+#pragma unroll
+                    for (int f = 0; f < DM; f++)
+                        acc[f] += (double)xs[j * (DM + 1) + f];
+                    cnt += 1;
+                }
+        }
+        if (!done && c < s.k) {
+            for (int f = 0; f < s.d; f++)
+                partial[((ulong)c * (ulong)(s.d + 1) + (ulong)f) * groups + g] = acc[f];
+            partial[((ulong)c * (ulong)(s.d + 1) + (ulong)s.d) * groups + g] = (double)cnt;
+        }
+    }
+}
+
+INLINE void big_objective(const int DM, __global const float *X, __global const int *labels,
+                          __global const float *C, __global double *partial, __global const ulong *shape, int vec4,
+                          __local double *scratch)
+{
+    const km_shape s = shape_of(shape);
+    double obj = 0.0, valid = 0.0;
+    for (ulong i = get_global_id(0); i < s.n; i += get_global_size(0)) {
+        const int l = labels[i];
+        if (l < 0)
+            continue;
+        float x[MAX_DM];
+        load_point(DM, X, i, s, vec4, x);
+        float dist = 0.0f;
+        for (int f = 0; f < s.d; f++) {
+            const float t = x[f] - C[l * s.d + f];
+            dist += t * t;
+        }
+        obj += (double)dist;
+        valid += 1.0;
+    }
+    scratch[get_local_id(0)] = obj;
+    tree_sum(scratch);
+    if (get_local_id(0) == 0)
+        partial[2 * get_group_id(0)] = scratch[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    scratch[get_local_id(0)] = valid;
+    tree_sum(scratch);
+    if (get_local_id(0) == 0)
+        partial[2 * get_group_id(0) + 1] = scratch[0];
+}
+
+#define KM_BIG_KERNELS(DM)                                                                                         \
+    __kernel void km_big_assign_##DM(__global const float *X, __global const uchar *mask, int has_mask,          \
+                                     __global const float *C, __global int *labels, __global int *state,          \
+                                     __global const double *move2, __global const ulong *shape, int t,            \
+                                     double tol, int vec4, int CT, __local float4 *Cs, __local double *red)       \
+    {                                                                                                             \
+        __local int flag;                                                                                         \
+        big_assign(DM, X, mask, has_mask, C, labels, state, move2, shape, t, tol, vec4, CT, Cs, red, &flag);    \
+    }                                                                                                             \
+    __kernel void km_big_sums_##DM(__global const float *X, __global const int *labels,                          \
+                                   __global double *partial, __global const int *state,                           \
+                                   __global const ulong *shape, int vec4, int T, __local float *xs,              \
+                                   __local int *ls)                                                               \
+    {                                                                                                             \
+        big_sums(DM, X, labels, partial, state, shape, vec4, T, xs, ls);                                          \
+    }                                                                                                             \
+    __kernel void km_big_objective_##DM(__global const float *X, __global const int *labels,                     \
+                                        __global const float *C, __global double *partial,                        \
+                                        __global const ulong *shape, int vec4, __local double *scratch)           \
+    {                                                                                                             \
+        big_objective(DM, X, labels, C, partial, shape, vec4, scratch);                                           \
+    }
+
+KM_BIG_KERNELS(4)
+KM_BIG_KERNELS(8)
+KM_BIG_KERNELS(16)
+KM_BIG_KERNELS(32)
+
+/* ---- the seeding's distance pass (dakit/kmeans.h seed_distance): one
+ * work-group per block of DK_KMEANS_SEED_BLOCK points, its work-items
+ * striding through the block; the reference's float distance, then a tree
+ * sum in double. ---- */
+#define SEED_BLOCK 1024
+
+__kernel void km_seed_distance(__global const float *X, __global const uchar *mask, int has_mask,
+                               __global const float *centre, int has_centre, __global const float *near,
+                               int has_near, __global float *out, __global double *blocks,
+                               __global const ulong *shape, __local double *scratch)
+{
+    const km_shape s = shape_of(shape);
+    const ulong b = get_group_id(0), first = b * SEED_BLOCK;
+    double sum = 0.0;
+    for (ulong i = first + get_local_id(0); i < first + SEED_BLOCK && i < s.n; i += get_local_size(0)) {
+        float v = 0.0f;
+        if (!has_mask || mask[i]) {
+            if (has_centre) {
+                for (int f = 0; f < s.d; f++) {
+                    const float t = X[i * s.sp + (ulong)f * s.sf] - centre[f];
+                    v += t * t;
+                }
+            } else {
+                v = 1.0f;
+            }
+            if (has_near && near[i] < v)
+                v = near[i];
+        }
+        out[i] = v;
+        sum += (double)v;
+    }
+    scratch[get_local_id(0)] = sum;
+    tree_sum(scratch);
+    if (get_local_id(0) == 0)
+        blocks[b] = scratch[0];
+}

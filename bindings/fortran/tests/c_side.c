@@ -44,7 +44,8 @@ size_t c_layout(int which, size_t *offsets)
         AT(dk_kmeans_desc, n); AT(dk_kmeans_desc, d); AT(dk_kmeans_desc, k);
         AT(dk_kmeans_desc, max_iters); AT(dk_kmeans_desc, tol); AT(dk_kmeans_desc, layout);
         AT(dk_kmeans_desc, rows); AT(dk_kmeans_desc, cols); AT(dk_kmeans_desc, lambda);
-        AT(dk_kmeans_desc, window); AT(dk_kmeans_desc, variant);
+        AT(dk_kmeans_desc, window); AT(dk_kmeans_desc, variant); AT(dk_kmeans_desc, init);
+        AT(dk_kmeans_desc, seed); AT(dk_kmeans_desc, trials);
         offsets[n++] = sizeof(dk_kmeans_desc);
         break;
     case 3:

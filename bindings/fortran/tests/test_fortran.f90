@@ -210,7 +210,8 @@ contains
     call compare_layout(2, 'dk_kmeans_desc', [offset(b, c_loc(k%n)), offset(b, c_loc(k%d)), &
       offset(b, c_loc(k%k)), offset(b, c_loc(k%max_iters)), offset(b, c_loc(k%tol)), offset(b, c_loc(k%layout)), &
       offset(b, c_loc(k%rows)), offset(b, c_loc(k%cols)), offset(b, c_loc(k%lambda)), &
-      offset(b, c_loc(k%window)), offset(b, c_loc(k%variant)), c_sizeof(k)])
+      offset(b, c_loc(k%window)), offset(b, c_loc(k%variant)), offset(b, c_loc(k%init)), &
+      offset(b, c_loc(k%seed)), offset(b, c_loc(k%trials)), c_sizeof(k)])
     b = c_loc(r)
     call compare_layout(3, 'dk_kmeans_result', [offset(b, c_loc(r%iterations)), offset(b, c_loc(r%objective)), &
       offset(b, c_loc(r%last_move)), offset(b, c_loc(r%valid)), offset(b, c_loc(r%assign_seconds)), &

@@ -34,6 +34,7 @@ GAUSS_NAN = {"error": 0, "propagate": 1, "ignore": 2}
 GAUSS_MODES = {"exact": 0, "overlap": 1}
 # dk_kmeans_layout
 DK_KMEANS_POINT_MAJOR, DK_KMEANS_FEATURE_MAJOR = 0, 1
+DK_KMEANS_INIT_GIVEN, DK_KMEANS_INIT_PLUSPLUS, DK_KMEANS_INIT_RANDOM = 0, 1, 2
 # dk_device_kind
 DEVICE_KINDS = {0: "unknown", 1: "cpu", 2: "gpu", 3: "accelerator"}
 # the order of dk_backend_info.variants
@@ -99,7 +100,10 @@ class KMeansDesc(Structure):
                 ("cols", c_size_t),
                 ("lambda_", c_double),
                 ("window", c_int),
-                ("variant", c_char_p)]
+                ("variant", c_char_p),
+                ("init", c_int),
+                ("seed", c_uint64),
+                ("trials", c_int)]
 
 
 class KMeansResult(Structure):
@@ -274,6 +278,8 @@ for _name, _res, _args in [
                                        POINTER(KMeansResult)]),
     ("dk_kmeans_check_points", c_int, [POINTER(KMeansDesc), c_void_p, c_void_p, POINTER(c_size_t)]),
     ("dk_kmeans_initial_centroids", c_int, [POINTER(KMeansDesc), c_void_p, c_void_p, c_int, c_void_p]),
+    ("dk_kmeans_reference", c_int, [POINTER(KMeansDesc), c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,
+                                    POINTER(KMeansResult)]),
     ("dk_kmeans_texture_planes", c_int, [_plan, _buf, _buf]),
     ("dk_kmeans_texture_features", c_int, [_plan, _buf, _buf, c_double, _buf, _buf, _buf,
                                            POINTER(TextureStats)]),

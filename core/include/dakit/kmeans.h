@@ -23,7 +23,11 @@
  *   (Euclidean, double). Stop after iteration t when move_t < tol, or at
  *   t = max_iters.
  * - Results: the last labels and centroids, the iterations run, and the
- *   objective sum_i D(x_i, C[label_i]) over unmasked points (double). */
+ *   objective sum_i D(x_i, C[label_i]) over unmasked points (double).
+ *
+ * The initial centroids C_0 are the caller's (init = DK_KMEANS_INIT_GIVEN,
+ * the default), or seeded from the points by the random stream of `seed`
+ * (the definition is dk_kmeans_seed's, below). */
 #ifndef DAKIT_KMEANS_H
 #define DAKIT_KMEANS_H
 
@@ -37,18 +41,28 @@ extern "C" {
 #endif
 
 #define DK_KMEANS_MAX_D 32
+/* The largest k with the contiguity cost (and of libdakit-mpi's plans);
+ * plain k-means takes any k up to n that the device's memory holds. */
 #define DK_KMEANS_MAX_K 256
 #define DK_KMEANS_MAX_WINDOW 31
+/* Points per block of the seeding's distance sums (dk_kmeans_ops.seed_distance). */
+#define DK_KMEANS_SEED_BLOCK 1024
 
 typedef enum dk_kmeans_layout {
     DK_KMEANS_POINT_MAJOR = 0,  /* n rows of d features (a .npy of shape (n, d)) */
     DK_KMEANS_FEATURE_MAJOR = 1 /* d planes of n values (image feature planes) */
 } dk_kmeans_layout;
 
+typedef enum dk_kmeans_init {
+    DK_KMEANS_INIT_GIVEN = 0,    /* the caller's initial centroids */
+    DK_KMEANS_INIT_PLUSPLUS = 1, /* greedy k-means++ (Arthur & Vassilvitskii; scikit-learn's form) */
+    DK_KMEANS_INIT_RANDOM = 2    /* k distinct unmasked points, uniformly */
+} dk_kmeans_init;
+
 typedef struct dk_kmeans_desc {
     size_t n;          /* points, >= 1 */
     int d;             /* features per point, 1 .. DK_KMEANS_MAX_D */
-    int k;             /* clusters, 1 .. DK_KMEANS_MAX_K, at most n */
+    int k;             /* clusters, 1 .. n (1 .. DK_KMEANS_MAX_K with the contiguity cost) */
     int max_iters;     /* >= 1 */
     double tol;        /* stop when the largest centroid move is below it; 0: run max_iters */
     dk_kmeans_layout layout;
@@ -57,6 +71,9 @@ typedef struct dk_kmeans_desc {
     double lambda;     /* weight of the feature distance, 0 .. 1; 1 = plain k-means */
     int window;        /* w, odd, 1 .. DK_KMEANS_MAX_WINDOW */
     const char *variant; /* NULL: the backend's default; else one of dk_kmeans_variants() */
+    dk_kmeans_init init; /* where C_0 comes from; GIVEN: the init buffer of execute */
+    uint64_t seed;       /* the random stream of the seeded inits */
+    int trials;          /* k-means++ candidates per centroid; 0: 2 + floor(ln k) */
 } dk_kmeans_desc;
 
 typedef struct dk_kmeans_result {
@@ -71,8 +88,8 @@ typedef struct dk_kmeans_result {
     double assign_seconds, update_seconds;
 } dk_kmeans_result;
 
-/* Defaults: point-major, 20 iterations, tol 0, no grid, lambda 1, window 5;
- * the caller sets n, d, k. */
+/* Defaults: point-major, 20 iterations, tol 0, no grid, lambda 1, window 5,
+ * init GIVEN, seed 0, trials 0; the caller sets n, d, k. */
 void dk_kmeans_desc_init(dk_kmeans_desc *desc);
 
 dk_status dk_kmeans_plan_create(dk_context *ctx, const dk_kmeans_desc *desc, dk_plan **plan);
@@ -81,7 +98,8 @@ dk_status dk_kmeans_plan_create(dk_context *ctx, const dk_kmeans_desc *desc, dk_
 const char *const *dk_kmeans_variants(const dk_context *ctx);
 
 /* Buffers on the plan's context: points (n*d float32), mask (n bytes, or
- * NULL: every point counts), init (k*d float32 initial centroids), labels
+ * NULL: every point counts), init (k*d float32 initial centroids; ignored,
+ * and may be NULL, when desc.init seeds them), labels
  * (n int32, written), centroids (k*d float32, written; may be init).
  * result may be NULL. The data are not checked for NaN here (that would read
  * them back); dk_kmeans_execute_host and dk_kmeans_check_points do. */
@@ -89,7 +107,7 @@ dk_status dk_kmeans_execute(dk_plan *plan, const dk_buffer *points, const dk_buf
                             const dk_buffer *init, dk_buffer *labels, dk_buffer *centroids,
                             dk_kmeans_result *result);
 /* The same on host memory; refuses NaN or infinite features and k larger
- * than the number of unmasked points. */
+ * than the number of unmasked points. init may be NULL when desc.init seeds. */
 dk_status dk_kmeans_execute_host(dk_plan *plan, const float *points, const uint8_t *mask,
                                  const float *init, int32_t *labels, float *centroids,
                                  dk_kmeans_result *result);
@@ -107,7 +125,27 @@ dk_status dk_kmeans_check_points(const dk_kmeans_desc *desc, const float *points
 dk_status dk_kmeans_initial_centroids(const dk_kmeans_desc *desc, const float *points,
                                       const uint8_t *mask, int feature, float *centroids);
 
-/* The serial reference that defines the result (host memory). */
+/* The seeded initial centroids of the plan's desc.init (PLUSPLUS or
+ * RANDOM) into centroids (k*d float32), on the device: the distance passes
+ * run in the plugin, the random draws on the host. With a random stream
+ * u_1, u_2, ... of doubles in [0, 1) from desc.seed (splitmix64, 53 bits),
+ * "a draw by weights w" is the first unmasked point i whose running sum
+ * w_0 + ... + w_i exceeds u * sum(w), summed block by block
+ * (DK_KMEANS_SEED_BLOCK points; each block's sum in double, the blocks in
+ * order, then the points of the chosen block in order).
+ * - PLUSPLUS: C_0[0] is a draw by w = 1; then for c = 1 .. k-1, with
+ *   near_i = min over the chosen centroids of D(x_i, C_0[j]), `trials`
+ *   candidates are drawn by w = near, and the one whose potential
+ *   sum_i min(near_i, D(x_i, cand)) is least (the first of equals) becomes
+ *   C_0[c]. Where every near_i is 0 the draws are by w = 1.
+ * - RANDOM: k distinct ranks among the unmasked points by Floyd's
+ *   algorithm (for j = m - k .. m - 1: t = floor(u (j + 1)); j if t was
+ *   taken, else t), the points of those ranks in that order.
+ * dk_kmeans_execute calls it first when desc.init seeds. */
+dk_status dk_kmeans_seed(dk_plan *plan, const dk_buffer *points, const dk_buffer *mask, dk_buffer *centroids);
+
+/* The serial reference that defines the result (host memory); init may be
+ * NULL when desc.init seeds, which it then does on the host. */
 dk_status dk_kmeans_reference(const dk_kmeans_desc *desc, const float *points,
                               const uint8_t *mask, const float *init, int32_t *labels,
                               float *centroids, dk_kmeans_result *result);
@@ -228,6 +266,23 @@ typedef struct dk_kmeans_ops {
      * state says. */
     dk_status (*objective)(void *plan, const void *points, const void *labels, const void *centroids, void *out,
                            struct dk_msg *msg);
+
+    /* Optional, both or none (NULL: dk_kmeans_seed reads the points back
+     * and seeds on the host): the seeding's device side.
+     * seed_distance: for every point i of the plan, out[i] (float) = 0
+     * where masked, else D(x_i, centre) (centre: d floats; NULL: 1), or
+     * min(near[i], that) when near is not NULL; and blocks[b] (double) =
+     * the sum of out over the points of block b (DK_KMEANS_SEED_BLOCK points
+     * each, the last one short), in an order of the plugin's choosing.
+     * near and out may be the same buffer. Finished when it returns. */
+    dk_status (*seed_distance)(void *plan, const void *points, const void *mask, const void *centre,
+                               const void *near, void *out, void *blocks, struct dk_msg *msg);
+    /* seed_read: copies count (<= DK_KMEANS_SEED_BLOCK) values of dist from
+     * point first on into values (host), and, when x (host, d floats) is
+     * not NULL, the features of point `point` into x. Finished when it
+     * returns. */
+    dk_status (*seed_read)(void *plan, const void *points, const void *dist, size_t first, size_t count,
+                           float *values, size_t point, float *x, struct dk_msg *msg);
 } dk_kmeans_ops;
 
 /* The lengths, in doubles, of the phases' sums and state buffers. */
