@@ -83,7 +83,9 @@ static void usage(FILE *f)
             "  --oma FILE            O-A per observation: yo - the mean of H Xa over the members, M\n"
             "                        (needs --H)\n"
             "\n"
-            "A summary line (sizes, backend, time, observations per point) goes to stderr.\n");
+            "A summary line (sizes, backend, time, observations per point) goes to stderr.\n"
+            "Under mpirun -n P each rank analyses its contiguous rows of the points with the observations\n"
+            "of every rank within reach, reading and writing only its rows of .npy files (docs/distributed.md).\n");
 }
 
 typedef struct options {
