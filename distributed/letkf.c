@@ -529,3 +529,198 @@ DK_MPI_API dk_status dk_mpi_letkf_execute_host(dk_mpi_plan *plan, const void *xb
     dk_buffer_destroy(bx), dk_buffer_destroy(by), dk_buffer_destroy(bn), dk_buffer_destroy(bs);
     return st;
 }
+
+/* ---- points assigned by cost (dk_mpi_letkf_balance) ---- */
+
+typedef struct keyed_obs {
+    dk_letkf_key_t key;
+    size_t index;
+} keyed_obs;
+
+static int by_obs_key(const void *a, const void *b)
+{
+    const keyed_obs *x = a, *y = b;
+    return x->key != y->key ? (x->key < y->key ? -1 : 1) : (x->index > y->index) - (x->index < y->index);
+}
+
+/* How many of the m observations (coordinates obs) lie within the radius
+ * of each of the n points: the buckets of kit/letkf/local.h over these
+ * observations (cells as wide as the reach, from their lowest position). */
+static int count_within(const dk_letkf_geometry *shape, const double *grid, size_t n, const double *obs, size_t m,
+                        int64_t *count)
+{
+    dk_letkf_geometry g = *shape;
+    const int nc = g.ncoords;
+    double *pos = malloc((m + 1) * DK_LETKF_POS * sizeof *pos);
+    keyed_obs *keys = malloc((m + 1) * sizeof *keys);
+    if (!pos || !keys) {
+        free(pos), free(keys);
+        return 0;
+    }
+    for (size_t j = 0; j < m; j++)
+        dk_letkf_position(&g, obs + j * (size_t)nc, pos + j * DK_LETKF_POS);
+    for (int a = 0; a < g.dims; a++) {
+        double r = reach(&g, a);
+        if (g.period[a] > 0) {
+            double c = floor(g.period[a] / r);
+            c = c < 1 ? 1 : c > DK_LETKF_MAX_CELLS ? DK_LETKF_MAX_CELLS : c;
+            g.ncell[a] = (int)c, g.cell[a] = g.period[a] / c, g.origin[a] = 0;
+            continue;
+        }
+        double lo = INFINITY, hi = -INFINITY;
+        for (size_t j = 0; j < m; j++)
+            lo = fmin(lo, pos[j * DK_LETKF_POS + (size_t)a]), hi = fmax(hi, pos[j * DK_LETKF_POS + (size_t)a]);
+        double cell = (hi - lo) / r > DK_LETKF_MAX_CELLS - 2 ? (hi - lo) / (DK_LETKF_MAX_CELLS - 2) : r;
+        double c = floor((hi - lo) / cell) + 1;
+        g.cell[a] = cell, g.origin[a] = m ? lo : 0, g.ncell[a] = (int)(c > DK_LETKF_MAX_CELLS ? DK_LETKF_MAX_CELLS : c);
+    }
+    for (size_t j = 0; j < m; j++) {
+        int b[DK_LETKF_POS] = {0, 0, 0, 0};
+        for (int a = 0; a < g.dims; a++)
+            b[a] = dk_letkf_cell(&g, a, pos[j * DK_LETKF_POS + (size_t)a]);
+        keys[j].key = dk_letkf_cell_key(&g, b);
+        keys[j].index = j;
+    }
+    qsort(keys, m, sizeof *keys, by_obs_key);
+    const int visits = dk_letkf_visits(&g);
+    for (size_t i = 0; i < n; i++) {
+        double p[DK_LETKF_POS];
+        int b[DK_LETKF_POS] = {0, 0, 0, 0};
+        dk_letkf_position(&g, grid + i * (size_t)nc, p);
+        int inside = 1;
+        for (int a = 0; a < g.dims; a++) {
+            b[a] = dk_letkf_cell(&g, a, p[a]);
+            inside &= b[a] >= -1 && b[a] <= g.ncell[a];
+        }
+        count[i] = 0;
+        for (int t = 0; inside && m && t < visits; t++) {
+            dk_letkf_key_t key;
+            if (!dk_letkf_visit_key(&g, b, t, &key))
+                continue;
+            size_t lo = 0, hi = m; /* the first of the bucket */
+            while (lo < hi) {
+                size_t mid = (lo + hi) / 2;
+                if (keys[mid].key < key)
+                    lo = mid + 1;
+                else
+                    hi = mid;
+            }
+            for (size_t j = lo; j < m && keys[j].key == key; j++)
+                count[i] += dk_letkf_weight(&g, p, pos + keys[j].index * DK_LETKF_POS) > 0;
+        }
+    }
+    free(pos), free(keys);
+    return 1;
+}
+
+DK_MPI_API dk_status dk_mpi_letkf_balance(MPI_Comm comm, const dk_letkf_desc *local, int32_t *owner, double *cost)
+{
+    static const char *const BAL = "dk_mpi_letkf_balance";
+    dk_status st = dkm_check_comm(comm, BAL);
+    if (st != DK_OK)
+        return st;
+    int rank, size;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    dkm_outcome o = {DK_OK, ""};
+    if (!local || (local->n && (!owner || !local->grid_coords)) || (local->m && !local->obs_coords))
+        BAD("the description must not be NULL, nor owner and grid_coords where n > 0, nor obs_coords where m > 0");
+    else if (local->ncoords < 1 || local->ncoords > DK_LETKF_MAX_COORDS || !(local->radius > 0) ||
+             local->members < 2 || (local->metric == DK_LETKF_SPHERE && local->ncoords < 2))
+        BAD("ncoords (%d), radius (%g) or members (%zu) is out of range (dk_letkf_desc: ncoords 1 to %d, 2 or 3 on "
+            "the sphere; radius > 0; members >= 2)",
+            local->ncoords, local->radius, local->members, DK_LETKF_MAX_COORDS);
+    if ((st = dkm_agree(comm, &o, BAL)) != DK_OK)
+        return st;
+    dk_letkf_geometry geo;
+    memset(&geo, 0, sizeof geo);
+    geo.metric = (int)local->metric;
+    geo.ncoords = local->ncoords;
+    geo.vertical = local->vertical_radius > 0;
+    geo.hdims = local->metric == DK_LETKF_SPHERE ? 3 : local->ncoords - geo.vertical;
+    geo.dims = geo.hdims + geo.vertical;
+    geo.radius = local->radius, geo.vradius = local->vertical_radius;
+    if (local->metric == DK_LETKF_CARTESIAN)
+        for (int a = 0; a < local->ncoords; a++)
+            geo.period[a] = local->period[a];
+
+    /* the observations of every rank within reach of this rank's points, as a plan gathers them */
+    region me, *reg = calloc((size_t)size, sizeof *reg);
+    memset(&me, 0, sizeof me);
+    me.n = local->n, me.m = local->m;
+    bounds(&geo, local->grid_coords, local->n, me.glo, me.ghi);
+    bounds(&geo, local->obs_coords, local->m, me.olo, me.ohi);
+    int *src = malloc((size_t)size * sizeof *src), *dst = malloc((size_t)size * sizeof *dst), nsrc = 0, ndst = 0;
+    size_t *off = malloc(((size_t)size + 1) * sizeof *off);
+    if (!reg || !src || !dst || !off)
+        dkm_note(&o, DK_ERR_OUT_OF_MEMORY, "out of host memory");
+    if (reg)
+        MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, reg, (int)sizeof me, MPI_BYTE, comm);
+    size_t mcomb = 0;
+    for (int q = 0; o.status == DK_OK && q < size; q++)
+        for (int s = 0; s < size; s++) {
+            int in = within_reach(&geo, &reg[q], &reg[s]);
+            if (in && q == rank)
+                off[nsrc] = mcomb, mcomb += reg[s].m, src[nsrc++] = s;
+            if (in && s == rank && q != rank)
+                dst[ndst++] = q;
+        }
+    const size_t nc = (size_t)local->ncoords;
+    double *obs = o.status == DK_OK ? malloc((mcomb + 1) * nc * sizeof *obs) : NULL;
+    int64_t *count = malloc((local->n + 1) * sizeof *count);
+    if (o.status == DK_OK && (!obs || !count))
+        dkm_note(&o, DK_ERR_OUT_OF_MEMORY, "out of host memory for %zu observations", mcomb);
+    if ((st = dkm_agree(comm, &o, BAL)) == DK_OK) {
+        MPI_Request *req = malloc(((size_t)nsrc + (size_t)ndst + 1) * sizeof *req);
+        int nreq = 0;
+        for (int i = 0; req && i < nsrc; i++) {
+            size_t cnt = reg[src[i]].m * nc;
+            if (src[i] == rank)
+                memcpy(obs + off[i] * nc, local->obs_coords, cnt * sizeof *obs);
+            else if (cnt)
+                MPI_Irecv(obs + off[i] * nc, (int)cnt, MPI_DOUBLE, src[i], 75, comm, &req[nreq++]);
+        }
+        for (int i = 0; req && i < ndst; i++)
+            if (local->m)
+                MPI_Isend(local->obs_coords, (int)(local->m * nc), MPI_DOUBLE, dst[i], 75, comm, &req[nreq++]);
+        if (req)
+            MPI_Waitall(nreq, req, MPI_STATUSES_IGNORE);
+        else
+            dkm_note(&o, DK_ERR_OUT_OF_MEMORY, "out of host memory");
+        free(req);
+        if (o.status == DK_OK && !count_within(&geo, local->grid_coords, local->n, obs, mcomb, count))
+            dkm_note(&o, DK_ERR_OUT_OF_MEMORY, "out of host memory for the buckets of %zu observations", mcomb);
+        st = dkm_agree(comm, &o, BAL);
+    }
+    if (st == DK_OK) {
+        /* a point's work: 2 k^2 p for A and b, some 11 k^3 for the eigenproblem and W, in units of 2 k^2 */
+        const double k = (double)local->members;
+        double mine = 0, before = 0, total = 0;
+        for (size_t i = 0; i < local->n; i++) {
+            double p = (double)count[i];
+            if (local->max_obs && p > (double)local->max_obs)
+                p = (double)local->max_obs;
+            double c = p > 0 ? p + 5.5 * k : 1.0;
+            if (cost)
+                cost[i] = c;
+            mine += c;
+        }
+        MPI_Exscan(&mine, &before, 1, MPI_DOUBLE, MPI_SUM, comm);
+        MPI_Allreduce(&mine, &total, 1, MPI_DOUBLE, MPI_SUM, comm);
+        if (rank == 0)
+            before = 0;
+        double share = total / size, at = before;
+        for (size_t i = 0; i < local->n; i++) {
+            double p = (double)count[i], c;
+            if (local->max_obs && p > (double)local->max_obs)
+                p = (double)local->max_obs;
+            c = p > 0 ? p + 5.5 * k : 1.0;
+            double mid = at + 0.5 * c;
+            int r = share > 0 ? (int)(mid / share) : 0;
+            owner[i] = r < 0 ? 0 : r >= size ? size - 1 : r;
+            at += c;
+        }
+    }
+    free(reg), free(src), free(dst), free(off), free(obs), free(count);
+    return st;
+}

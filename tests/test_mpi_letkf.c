@@ -165,6 +165,50 @@ static void *pick(const double *src, size_t count, size_t width, const int *keep
     return out;
 }
 
+/* dk_mpi_letkf_balance on this rank's part: each point's cost must be
+ * its observation count from the analysis (nobs, capped as the analysis
+ * caps) plus 5.5 k, or 1 without observations; the owners must be
+ * non-decreasing in the ranks' order, and no rank's summed cost may exceed
+ * its share (the total / P) by more than one point's. */
+static void check_balance(const tcase *t, const dk_letkf_desc *ld, const int32_t *nobs)
+{
+    size_t n = ld->n;
+    int32_t *owner = malloc(sizeof(int32_t) * (n ? n : 1));
+    double *cost = malloc(sizeof(double) * (n ? n : 1));
+    dk_status st = dk_mpi_letkf_balance(MPI_COMM_WORLD, ld, owner, cost);
+    long wrong = 0, order = 0;
+    double *per = calloc((size_t)size, sizeof(double)), top = 0, total = 0;
+    for (size_t i = 0; st == DK_OK && i < n; i++) {
+        double want = nobs[i] > 0 ? nobs[i] + 5.5 * (double)ld->members : 1.0;
+        wrong += cost[i] != want;
+        order += owner[i] < 0 || owner[i] >= size || (i && owner[i] < owner[i - 1]);
+        if (owner[i] >= 0 && owner[i] < size)
+            per[owner[i]] += cost[i];
+        top = fmax(top, cost[i]);
+    }
+    int last = n ? owner[n - 1] : -1, prev_last;
+    /* the owners continue across ranks: rank r's first is at least rank r-1's last */
+    MPI_Allreduce(MPI_IN_PLACE, per, size, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, &top, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Exscan(&last, &prev_last, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (rank > 0 && n && owner[0] < prev_last)
+        order++;
+    double most = 0;
+    for (int q = 0; q < size; q++)
+        total += per[q], most = fmax(most, per[q]);
+    int ok = all_ranks(st == DK_OK && !wrong && !order) && most <= total / size + top;
+    if (rank == 0)
+        printf("%-4s %s (%s): dk_mpi_letkf_balance: costs from the observation counts, owners in order, largest "
+               "share %.4g of a mean %.4g (one point at most %.4g)%s\n",
+               ok ? "ok" : "FAIL", t->name, dealing_names[t->deal], most, total / size, top,
+               st != DK_OK ? dk_mpi_last_error() : "");
+    if (!ok && st == DK_OK)
+        fprintf(stderr, "rank %d: %s: %ld costs differ from the counts, %ld owners out of order\n", rank, t->name,
+                wrong, order);
+    failures += !ok;
+    free(owner), free(cost), free(per);
+}
+
 static void run_case(dk_context *ctx, const tcase *t, int device)
 {
     problem p;
@@ -258,6 +302,8 @@ static void run_case(dk_context *ctx, const tcase *t, int device)
         fprintf(stderr, "rank %d: %s: error %.3e spread error %.3e, %ld counts differ\n", rank, t->name, err, serr,
                 count_bad);
     failures += !ok;
+    if (st == DK_OK && !device)
+        check_balance(t, &ld, nobs_loc);
     dk_mpi_plan_destroy(plan);
     free(all), free(xb_all), free(yb_all), free(xa_ref), free(nobs_ref), free(spread_ref), free(mine_p), free(mine_o);
     free(gc_loc), free(oc_loc), free(xb_loc), free(yb_loc), free(yo_loc), free(r_loc), free(xa_loc), free(nobs_loc);

@@ -50,8 +50,21 @@ static const ranks_case cases[] = {
                    "memory a rank; 2048 x 2048 on a CPU device), tiles of a near-square rank grid, sigma 2, K 4, "
                    "exact, constant boundary, both axes, in place on device buffers; no plain call (it does not "
                    "fit one device); checked against the serial reference on sampled rows and columns"},
+    {"letkf_ocean", "letkf on the sphere, 1440 x 1080 x 75 points (lon, lat -80 to 90, level; DAKIT_BENCH_LETKF_OCEAN="
+                    "LONxLATxZ for another grid), k 30, 10^6 observations (3000 profiles of every level, the rest "
+                    "surface data at random places; scaled with the grid's columns), radius 300 km, vertical radius "
+                    "10 levels, float64, diagonal R, latitude bands, in place on device buffers; plain (one rank): "
+                    "dk_letkf_execute on the same buffers; checked against dk_letkf_reference on sampled points"},
+    {"letkf_ocean80", "letkf_ocean with 80 members"},
+    {"letkf_ocean_weak", "letkf_ocean grown with the ranks: per rank a band of 270 latitude rows (a quarter of the "
+                         "grid's) and its observations; plain: one rank's band and observations alone"},
+    {"letkf_cluster", "letkf, a 1000 x 1000 unit grid (DAKIT_BENCH_LETKF_CLUSTER=SIDE[xK]), k 40, 10^5 observations, "
+                      "70 % of them in two swaths 8 % of the grid wide, radius 21.9, float64, slabs of equal points; "
+                      "reports the work per rank (observations used summed over its points) and time, max / mean"},
+    {"letkf_cluster_balanced", "letkf_cluster with the points cut by cost (dk_mpi_letkf_balance)"},
 };
 #define HUGE_CASE 10
+#define OCEAN_CASE 11 /* 11 ocean, 12 ocean80, 13 ocean_weak, 14 cluster, 15 cluster_balanced */
 #define FIRST_SCALING 4
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -74,6 +87,11 @@ typedef struct state {
     size_t huge_shape[2];
     double huge_ratio, huge_err, huge_tol;
     int huge_rows, huge_cols;
+    /* the letkf cases of OCEAN_CASE on: the check on sampled points, the work per rank */
+    size_t lk_n, lk_m, lk_k, lk_points;
+    double lk_err, lk_tol, lk_work;
+    long lk_counts_bad;
+    int lk_plain; /* whether the plain call runs */
 } state;
 
 static void release(state *s)
@@ -498,6 +516,329 @@ static dk_status setup_letkf_weak(dk_context *ctx, state *s, int rank)
     return DK_OK;
 }
 
+
+/* ---- letkf_ocean, letkf_ocean80, letkf_ocean_weak, letkf_cluster(_balanced) ----
+ * Every value is a hash of its global index, so a rank makes its own part
+ * and the check below remakes any point or observation without the rest. */
+typedef struct lk_problem {
+    int ocean;
+    size_t nlon, nlat, nz;   /* ocean: points (row, lon, level), level fastest */
+    double lat0, dlat;       /* ocean: the first row's latitude and the rows' spacing (degrees) */
+    size_t ncol, nsurf;      /* ocean: profiles (every level) and surface observations */
+    size_t side;             /* cluster: side x side unit grid */
+    size_t n, m, k;
+    double radius, vradius;
+} lk_problem;
+
+static double lk_u(uint64_t a, uint64_t b)
+{
+    return 0.5 * (huge_factor(a * 0x100000001b3ull + b + 7, (size_t)(a ^ (b << 40))) + 1.0);
+}
+
+static void lk_point(const lk_problem *pr, size_t i, double *c)
+{
+    if (pr->ocean) {
+        size_t z = i % pr->nz, lon = i / pr->nz % pr->nlon, row = i / pr->nz / pr->nlon;
+        c[0] = ((double)lon + 0.5) * 360.0 / (double)pr->nlon;
+        c[1] = pr->lat0 + ((double)row + 0.5) * pr->dlat;
+        c[2] = (double)z;
+    } else
+        c[0] = (double)(i / pr->side), c[1] = (double)(i % pr->side);
+}
+
+static void lk_obs(const lk_problem *pr, size_t j, double *c)
+{
+    if (pr->ocean) {
+        /* uniform on the sphere between the grid's first and last rows */
+        size_t col = j < pr->ncol * pr->nz ? j / pr->nz : j;
+        const double deg = 3.14159265358979323846 / 180.0;
+        double lo = sin(pr->lat0 * deg), hi = sin((pr->lat0 + (double)pr->nlat * pr->dlat) * deg);
+        c[0] = 360.0 * lk_u(col, 1);
+        c[1] = asin(lo + (hi - lo) * lk_u(col, 2)) / deg;
+        c[2] = j < pr->ncol * pr->nz ? (double)(j % pr->nz) : 0.0;
+        return;
+    }
+    double w = (double)pr->side;
+    if (j % 10 < 7) /* two swaths along the grid's second axis, 8 % of the first wide */
+        c[0] = w * (0.15 + 0.5 * (double)(j % 2) + 0.08 * lk_u(j, 1));
+    else
+        c[0] = w * lk_u(j, 1);
+    c[1] = w * lk_u(j, 2);
+    c[0] = fmin(c[0], w - 1), c[1] = fmin(c[1], w - 1);
+}
+
+static double lk_xb(size_t i, size_t l, size_t k) { return 2.0 * lk_u((uint64_t)(i * k + l), 3) - 1.0; }
+static double lk_yb(size_t j, size_t l, size_t k) { return 2.0 * lk_u((uint64_t)(j * k + l), 4) - 1.0; }
+static double lk_yo(size_t j) { return lk_u(j, 5) - 0.5; }
+static double lk_r(size_t j) { return 0.5 + lk_u(j, 6); }
+
+/* The problem of a case: the sizes from the environment where set. */
+static lk_problem lk_make(int which, int size)
+{
+    lk_problem pr;
+    memset(&pr, 0, sizeof pr);
+    if (which >= OCEAN_CASE + 3) {
+        size_t side = 1000, k = 40;
+        const char *e = getenv("DAKIT_BENCH_LETKF_CLUSTER");
+        if (e && *e)
+            sscanf(e, "%zux%zu", &side, &k);
+        pr.side = side < 8 ? 8 : side;
+        pr.k = k < 2 ? 2 : k;
+        pr.n = pr.side * pr.side;
+        pr.m = (size_t)fmax(16.0, 1e5 * (double)pr.n / 1e6);
+        pr.radius = 21.9;
+        return pr;
+    }
+    size_t g[3] = {1440, 1080, 75};
+    const char *e = getenv("DAKIT_BENCH_LETKF_OCEAN");
+    if (e && *e)
+        sscanf(e, "%zux%zux%zu", &g[0], &g[1], &g[2]);
+    pr.ocean = 1;
+    pr.nlon = g[0] < 4 ? 4 : g[0], pr.nz = g[2] < 1 ? 1 : g[2];
+    size_t full = g[1] < 4 ? 4 : g[1];
+    pr.dlat = 170.0 / (double)full;
+    pr.lat0 = -80.0;
+    pr.nlat = which == OCEAN_CASE + 2 ? (full / 4) * (size_t)size : full;
+    double f = (double)(pr.nlon * pr.nlat) / (1440.0 * 1080.0);
+    pr.ncol = (size_t)fmax(4.0, 3000.0 * f);
+    pr.nsurf = (size_t)fmax(16.0, (1e6 - 3000.0 * 75.0) * f);
+    pr.n = pr.nlon * pr.nlat * pr.nz;
+    pr.m = pr.ncol * pr.nz + pr.nsurf;
+    pr.k = which == OCEAN_CASE + 1 ? 80 : 30;
+    pr.radius = 300.0;
+    pr.vradius = 10.0;
+    return pr;
+}
+
+static void lk_desc(const lk_problem *pr, dk_letkf_desc *d)
+{
+    dk_letkf_desc_init(d);
+    d->members = pr->k;
+    d->metric = pr->ocean ? DK_LETKF_SPHERE : DK_LETKF_CARTESIAN;
+    d->ncoords = pr->ocean ? 3 : 2;
+    d->radius = pr->radius;
+    d->vertical_radius = pr->vradius;
+}
+
+/* The rank that holds observation j: the one whose points hold the point
+ * nearest it (ocean: its latitude row; cluster: the nearest grid point). */
+static int lk_holder(const lk_problem *pr, size_t j, const size_t *first, int size)
+{
+    double c[3];
+    lk_obs(pr, j, c);
+    size_t at;
+    if (pr->ocean) {
+        double row = floor((c[1] - pr->lat0) / pr->dlat);
+        row = row < 0 ? 0 : row > (double)(pr->nlat - 1) ? (double)(pr->nlat - 1) : row;
+        at = (size_t)row * pr->nlon * pr->nz;
+    } else
+        at = (size_t)lround(c[0]) * pr->side + (size_t)lround(c[1]);
+    int lo = 0, hi = size - 1; /* the last rank whose first point is <= at */
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (first[mid] <= at)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+/* This rank's points [first[rank], first[rank + 1]) and the observations it
+ * holds, in the form of a description (coordinates in s->gc, s->oc; their
+ * global indices in *obs_index). */
+static int lk_part(const lk_problem *pr, const size_t *first, int rank, int size, state *s, dk_letkf_desc *d,
+                   size_t **obs_index)
+{
+    size_t p0 = first[rank], np = first[rank + 1] - p0, nc = pr->ocean ? 3 : 2, mo = 0;
+    free(s->gc), free(s->oc);
+    s->gc = malloc((np + 1) * nc * sizeof *s->gc);
+    size_t *idx = malloc((pr->m + 1) * sizeof *idx);
+    if (!s->gc || !idx) {
+        free(idx);
+        return 0;
+    }
+    for (size_t i = 0; i < np; i++)
+        lk_point(pr, p0 + i, s->gc + i * nc);
+    for (size_t j = 0; j < pr->m; j++)
+        if (lk_holder(pr, j, first, size) == rank)
+            idx[mo++] = j;
+    s->oc = malloc((mo + 1) * nc * sizeof *s->oc);
+    if (!s->oc) {
+        free(idx);
+        return 0;
+    }
+    for (size_t q = 0; q < mo; q++)
+        lk_obs(pr, idx[q], s->oc + q * nc);
+    lk_desc(pr, d);
+    d->n = np, d->m = mo, d->grid_coords = s->gc, d->obs_coords = s->oc;
+    *obs_index = idx;
+    return 1;
+}
+
+/* The sampled points' check: dk_letkf_reference on them with every
+ * observation within reach of any of them (in global order), against the
+ * distributed analysis read back (xa, nobs); the largest error relative to
+ * the ensemble's scale, as the conformance cases count it. */
+static int lk_check(const lk_problem *pr, state *s, size_t p0, size_t np, const double *xa, const int32_t *nobs)
+{
+    const size_t k = pr->k, nc = pr->ocean ? 3 : 2, S = np < 48 ? np : 48;
+    dk_letkf_desc d;
+    lk_desc(pr, &d);
+    dk_letkf_geometry g;
+    memset(&g, 0, sizeof g);
+    g.metric = (int)d.metric, g.ncoords = d.ncoords, g.vertical = d.vertical_radius > 0;
+    g.hdims = pr->ocean ? 3 : 2, g.dims = g.hdims + g.vertical, g.radius = d.radius, g.vradius = d.vertical_radius;
+    size_t *pick = malloc((S + 1) * sizeof *pick), *sel = malloc((pr->m + 1) * sizeof *sel), ms = 0;
+    double *gc = malloc((S + 1) * nc * sizeof *gc), *pp = malloc((S + 1) * DK_LETKF_POS * sizeof *pp);
+    if (!pick || !sel || !gc || !pp) {
+        free(pick), free(sel), free(gc), free(pp);
+        return 0;
+    }
+    for (size_t q = 0; q < S; q++) {
+        pick[q] = q * np / S + (np / S) / 2;
+        lk_point(pr, p0 + pick[q], gc + q * nc);
+        dk_letkf_position(&g, gc + q * nc, pp + q * DK_LETKF_POS);
+    }
+    for (size_t j = 0; j < pr->m; j++) {
+        double c[3], p[DK_LETKF_POS];
+        lk_obs(pr, j, c);
+        dk_letkf_position(&g, c, p);
+        for (size_t q = 0; q < S; q++)
+            if (dk_letkf_weight(&g, pp + q * DK_LETKF_POS, p) > 0) {
+                sel[ms++] = j;
+                break;
+            }
+    }
+    double *oc = malloc((ms + 1) * nc * sizeof *oc), *xb = malloc((S * k + 1) * sizeof *xb);
+    double *yb = malloc((ms * k + 1) * sizeof *yb), *yo = malloc((ms + 1) * sizeof *yo);
+    double *r = malloc((ms + 1) * sizeof *r), *ref = malloc((S * k + 1) * sizeof *ref);
+    int32_t *nref = malloc((S + 1) * sizeof *nref);
+    int ok = oc && xb && yb && yo && r && ref && nref;
+    for (size_t q = 0; ok && q < ms; q++) {
+        lk_obs(pr, sel[q], oc + q * nc);
+        for (size_t l = 0; l < k; l++)
+            yb[q * k + l] = lk_yb(sel[q], l, k);
+        yo[q] = lk_yo(sel[q]), r[q] = lk_r(sel[q]);
+    }
+    for (size_t q = 0; ok && q < S; q++)
+        for (size_t l = 0; l < k; l++)
+            xb[q * k + l] = lk_xb(p0 + pick[q], l, k);
+    d.n = S, d.m = ms ? ms : 1, d.grid_coords = gc, d.obs_coords = oc;
+    if (ok && ms == 0) { /* no observation near any sample: one far away, which weighs nothing */
+        lk_obs(pr, 0, oc), yb[0] = 0, yo[0] = 0, r[0] = 1;
+        for (size_t l = 0; l < k; l++)
+            yb[l] = lk_yb(0, l, k);
+    }
+    ok = ok && dk_letkf_reference(&d, xb, yb, yo, r, ref, nref, NULL) == DK_OK;
+    for (size_t q = 0; ok && q < S; q++) {
+        double e = 0, scale = 0;
+        for (size_t l = 0; l < k; l++) {
+            e = fmax(e, fabs(xa[pick[q] * k + l] - ref[q * k + l]));
+            scale = fmax(scale, fmax(fabs(xb[q * k + l]), fabs(ref[q * k + l])));
+        }
+        s->lk_err = fmax(s->lk_err, scale > 0 ? e / scale : e);
+        s->lk_counts_bad += nobs[pick[q]] != nref[q];
+    }
+    s->lk_points += ok ? S : 0;
+    free(pick), free(sel), free(gc), free(pp), free(oc), free(xb), free(yb), free(yo), free(r), free(ref), free(nref);
+    return ok;
+}
+
+static dk_status setup_letkf_big(dk_context *ctx, state *s, int which, int rank, int size)
+{
+    lk_problem pr = lk_make(which, size);
+    const size_t k = pr.k, rows = pr.ocean ? pr.nlat : pr.side, per_row = pr.ocean ? pr.nlon * pr.nz : pr.side;
+    s->lk_n = pr.n, s->lk_m = pr.m, s->lk_k = k;
+    s->lk_tol = 1e-10;
+    size_t *first = malloc(((size_t)size + 1) * sizeof *first), *idx = NULL;
+    if (!first)
+        return DK_ERR_OUT_OF_MEMORY;
+    for (int q = 0; q <= size; q++) /* bands of whole rows */
+        first[q] = rows * (size_t)q / (size_t)size * per_row;
+    dk_letkf_desc d;
+    lk_desc(&pr, &d);
+    dk_status st = DK_OK;
+    if (!lk_part(&pr, first, rank, size, s, &d, &idx))
+        st = DK_ERR_OUT_OF_MEMORY;
+    if (st == DK_OK && which == OCEAN_CASE + 4) {
+        /* the points cut again by cost: each rank's count of points per new owner, summed */
+        int32_t *owner = malloc((d.n + 1) * sizeof *owner);
+        uint64_t *per = calloc((size_t)size, sizeof *per);
+        if (!owner || !per || (st = dk_mpi_letkf_balance(MPI_COMM_WORLD, &d, owner, NULL)) != DK_OK)
+            st = st != DK_OK ? st : DK_ERR_OUT_OF_MEMORY;
+        for (size_t i = 0; st == DK_OK && i < d.n; i++)
+            per[owner[i]]++;
+        if (per)
+            MPI_Allreduce(MPI_IN_PLACE, per, size, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+        for (int q = 0; st == DK_OK && q < size; q++)
+            first[q + 1] = first[q] + per[q];
+        free(owner), free(per), free(idx);
+        idx = NULL;
+        if (st == DK_OK && !lk_part(&pr, first, rank, size, s, &d, &idx))
+            st = DK_ERR_OUT_OF_MEMORY;
+    }
+    const size_t p0 = first[rank], np = d.n, mo = d.m;
+    free(first);
+    s->local = np;
+    s->width = mo;
+    s->x0 = malloc((np * k + 1) * sizeof(double));
+    s->in = malloc((mo * k + 1) * sizeof(double));
+    s->y = malloc((mo + 1) * sizeof *s->y);
+    s->r = malloc((mo + 1) * sizeof *s->r);
+    if (st == DK_OK && (!s->x0 || !s->in || !s->y || !s->r))
+        st = DK_ERR_OUT_OF_MEMORY;
+    for (size_t i = 0; st == DK_OK && i < np; i++)
+        for (size_t l = 0; l < k; l++)
+            ((double *)s->x0)[i * k + l] = lk_xb(p0 + i, l, k);
+    for (size_t q = 0; st == DK_OK && q < mo; q++) {
+        for (size_t l = 0; l < k; l++)
+            ((double *)s->in)[q * k + l] = lk_yb(idx[q], l, k);
+        s->y[q] = lk_yo(idx[q]), s->r[q] = lk_r(idx[q]);
+    }
+    free(idx);
+    /* every rank makes every collective call, whatever failed here */
+    dk_status pst = dk_mpi_letkf_plan_create(ctx, MPI_COMM_WORLD, &d, &s->mplan);
+    if (st == DK_OK)
+        st = pst;
+    if (st == DK_OK && (dk_buffer_create(ctx, np * k * 8 + 1, &s->din) != DK_OK ||
+                        dk_buffer_create(ctx, mo * k * 8 + 1, &s->pb[1]) != DK_OK ||
+                        dk_buffer_create(ctx, np * 4 + 1, &s->pb[3]) != DK_OK ||
+                        dk_buffer_write(s->din, s->x0, np * k * 8) != DK_OK ||
+                        dk_buffer_write(s->pb[1], s->in, mo * k * 8) != DK_OK))
+        st = DK_ERR_OUT_OF_MEMORY;
+    free(s->in);
+    s->in = NULL;
+    /* the plain call: one rank's part alone (ocean at one rank, ocean_weak at any) */
+    s->lk_plain = (which == OCEAN_CASE && size == 1) || (which == OCEAN_CASE + 1 && size == 1) ||
+                  which == OCEAN_CASE + 2;
+    if (st == DK_OK && s->lk_plain && np && mo && dk_letkf_plan_create(ctx, &d, &s->plan) != DK_OK)
+        st = DK_ERR_BACKEND;
+    free(s->gc), free(s->oc);
+    s->gc = s->oc = NULL;
+    int bad = st != DK_OK, any;
+    MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (any)
+        return st != DK_OK ? st : DK_ERR_BACKEND;
+    /* one analysis, checked on sampled points, and each rank's work from nobs */
+    st = dk_mpi_letkf_execute(s->mplan, s->din, s->pb[1], s->y, s->r, s->din, s->pb[3], NULL);
+    if (st != DK_OK)
+        return st;
+    int32_t *nobs = malloc((np + 1) * sizeof *nobs);
+    bad = !nobs || dk_buffer_read(s->din, s->x0, np * k * 8) != DK_OK ||
+          dk_buffer_read(s->pb[3], nobs, np * 4) != DK_OK || !lk_check(&pr, s, p0, np, s->x0, nobs);
+    double work = 0;
+    for (size_t i = 0; !bad && i < np; i++)
+        work += nobs[i];
+    s->lk_work = work;
+    free(nobs);
+    /* the analysis runs in place: the timed runs start from this analysis (the same cost) */
+    free(s->x0);
+    s->x0 = NULL;
+    MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    return bad ? DK_ERR_OUT_OF_MEMORY : DK_OK;
+}
+
 /* Collective. 0, or 1 with the sentence in err (the same on every rank). */
 static int setup(dk_context *ctx, int which, state *s, char *err, size_t len)
 {
@@ -515,6 +856,7 @@ static int setup(dk_context *ctx, int which, state *s, char *err, size_t len)
              : which == 6             ? setup_kmeans_weak(ctx, s, size, 3000000)
              : which == 8             ? setup_kmeans_weak(ctx, s, size, 30000000)
              : which == HUGE_CASE     ? setup_gauss_huge(ctx, s, size)
+             : which >= OCEAN_CASE    ? setup_letkf_big(ctx, s, which, rank, size)
                                       : setup_enkf_weak(ctx, s, size);
         if (st != DK_OK)
             snprintf(err, len, "%s", dk_mpi_last_error()[0] ? dk_mpi_last_error() : dk_last_error(ctx));
@@ -634,6 +976,14 @@ static dk_status run(state *s, int distributed)
     case 8:
         return distributed ? dk_mpi_kmeans_execute(s->mplan, s->pb[0], NULL, s->pb[2], s->dout, s->din, NULL)
                            : dk_kmeans_execute(s->plan, s->pb[0], NULL, s->pb[2], s->pb[3], s->pb[4], NULL);
+    case OCEAN_CASE:
+    case OCEAN_CASE + 1:
+    case OCEAN_CASE + 2:
+    case OCEAN_CASE + 3:
+    case OCEAN_CASE + 4:
+        if (!distributed)
+            return s->plan ? dk_letkf_execute(s->plan, s->din, s->pb[1], s->y, s->r, s->din, NULL, NULL) : DK_OK;
+        return dk_mpi_letkf_execute(s->mplan, s->din, s->pb[1], s->y, s->r, s->din, NULL, NULL);
     case 9:
         return distributed ? dk_mpi_letkf_execute(s->mplan, s->din, s->pb[1], s->y, s->r, s->dout, NULL, NULL)
                            : dk_letkf_execute(s->plan, s->pb[0], s->pb[1], s->y, s->r, s->pb[2], NULL, NULL);
@@ -703,7 +1053,7 @@ static int bench_under_mpi(const char *backend, const char *case_s, double min_t
         double start = 0;
         dk_mpi_stats stats = {0, 0};
         for (int r = -1; !stop; r++) {
-            int plain_too = c != HUGE_CASE && (size == 1 || c >= FIRST_SCALING);
+            int plain_too = c >= OCEAN_CASE ? s.lk_plain : c != HUGE_CASE && (size == 1 || c >= FIRST_SCALING);
             for (int k = 0; k < (plain_too ? 2 : 1); k++) {
                 /* the two calls alternate, which goes first too */
                 int distributed = !plain_too || (k == 0) == (r % 2 == 0);
@@ -759,14 +1109,25 @@ static int bench_under_mpi(const char *backend, const char *case_s, double min_t
         dk_mpi_plan_stats(s.mplan, &stats);
         int per = profiled ? np : n; /* the runs the communication was counted over */
         /* per rank: its own median execute and its communication per run */
-        double row[3] = {median(mine, n), stats.comm_seconds / per, (double)stats.comm_calls / per};
-        double *all = rank == 0 ? malloc((size_t)size * 3 * sizeof *all) : NULL;
-        MPI_Gather(row, 3, MPI_DOUBLE, all, 3, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+        double row[4] = {median(mine, n), stats.comm_seconds / per, (double)stats.comm_calls / per, s.lk_work};
+        double *all = rank == 0 ? malloc((size_t)size * 4 * sizeof *all) : NULL;
+        MPI_Gather(row, 4, MPI_DOUBLE, all, 4, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+        double lk[3] = {s.lk_err, (double)s.lk_counts_bad, (double)s.lk_points};
+        if (c >= OCEAN_CASE) {
+            MPI_Allreduce(MPI_IN_PLACE, &lk[0], 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+            MPI_Allreduce(MPI_IN_PLACE, &lk[1], 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        }
         if (rank == 0) {
             double med = median(tm, n), commax = 0;
             for (int q = 0; q < size; q++)
-                commax = fmax(commax, all[3 * q + 1]);
-            if (c == HUGE_CASE) {
+                commax = fmax(commax, all[4 * q + 1]);
+            if (c >= OCEAN_CASE && s.lk_plain) {
+                double plain = median(tp, n);
+                printf("%-14s %5d %11.3f %11.3f %11.3f %8.3f %s\n", cases[c].name, size, med * 1e3, commax * 1e3,
+                       plain * 1e3, plain / med, c == OCEAN_CASE + 2 ? "efficiency" : "plain / distributed");
+            } else if (c >= OCEAN_CASE) {
+                printf("%-14s %5d %11.3f %11.3f %11s %9s\n", cases[c].name, size, med * 1e3, commax * 1e3, "-", "-");
+            } else if (c == HUGE_CASE) {
                 printf("%-14s %5d %11.3f %11.3f %11s %9s\n", cases[c].name, size, med * 1e3, commax * 1e3, "-", "-");
             } else if (c >= FIRST_SCALING) {
                 double plain = median(tp, n);
@@ -778,6 +1139,24 @@ static int bench_under_mpi(const char *backend, const char *case_s, double min_t
                        plain * 1e3, 100.0 * diff / plain);
             } else
                 printf("%-14s %5d %11.3f %11.3f %11s %9s\n", cases[c].name, size, med * 1e3, commax * 1e3, "-", "-");
+            if (c >= OCEAN_CASE) {
+                double wmax = 0, wsum = 0, tmax = 0, tsum = 0;
+                for (int q = 0; q < size; q++) {
+                    wmax = fmax(wmax, all[4 * q + 3]), wsum += all[4 * q + 3];
+                    /* a rank's own work: its execute less its time in MPI calls, waiting for the others included */
+                    double own = all[4 * q] - all[4 * q + 1];
+                    tmax = fmax(tmax, own), tsum += own;
+                }
+                printf("  N %zu points, M %zu observations, k %zu; %.1f observations a point\n", s.lk_n, s.lk_m,
+                       s.lk_k, wsum / (double)s.lk_n);
+                printf("  work per rank (observations used summed over its points): max / mean %.3f; compute time "
+                       "(execute less communication) max / mean %.3f\n",
+                       wsum > 0 ? wmax / (wsum / size) : 0, tsum > 0 ? tmax / (tsum / size) : 0);
+                printf("  check against dk_letkf_reference on %.0f sampled points: max error %.3g of the ensemble's "
+                       "scale (tolerance %.3g), %.0f observation counts differ: %s\n",
+                       lk[2], lk[0], s.lk_tol, lk[1],
+                       lk[0] <= s.lk_tol && lk[1] == 0 && lk[2] > 0 ? "ok" : "FAILED, the distributed result is wrong");
+            }
             printf("  crossing ranks: %s; split axes: %s\n", dk_mpi_plan_transport(s.mplan),
                    dk_mpi_gauss_plan_path(s.mplan) ? dk_mpi_gauss_plan_path(s.mplan) : "-");
             if (c == HUGE_CASE) {
@@ -793,12 +1172,15 @@ static int bench_under_mpi(const char *backend, const char *case_s, double min_t
                        s.huge_err <= s.huge_tol ? "ok" : "FAILED, the distributed result is wrong");
             }
             for (int q = 0; q < size; q++)
-                printf("  rank %-3d execute %9.3f ms (median of %d runs), communication %9.3f ms a run (%.0f calls%s)\n",
-                       q, all[3 * q] * 1e3, n, all[3 * q + 1] * 1e3, all[3 * q + 2],
-                       profiled ? ", timed alone in more runs" : "");
+                printf("  rank %-3d execute %9.3f ms (median of %d runs), communication %9.3f ms a run (%.0f calls%s)%s",
+                       q, all[4 * q] * 1e3, n, all[4 * q + 1] * 1e3, all[4 * q + 2],
+                       profiled ? ", timed alone in more runs" : "", c >= OCEAN_CASE ? "" : "\n"),
+                    c >= OCEAN_CASE ? printf(", work %.0f observations used\n", all[4 * q + 3]) : 0;
             fflush(stdout);
         }
         if (c == HUGE_CASE && !(s.huge_err <= s.huge_tol))
+            wrong = 1;
+        if (c >= OCEAN_CASE && !(lk[0] <= s.lk_tol && lk[1] == 0 && lk[2] > 0))
             wrong = 1;
         free(all);
         release(&s);

@@ -14,6 +14,10 @@
 #include "cli/output.h"
 #include "letkf/l96.h"
 
+#ifdef DK_TOOLS_MPI
+#include "cli/dist.h"
+#endif
+
 static const char *CMD = "letkf";
 
 static void usage(FILE *f)
@@ -79,7 +83,9 @@ static void usage(FILE *f)
             "  --oma FILE            O-A per observation: yo - the mean of H Xa over the members, M\n"
             "                        (needs --H)\n"
             "\n"
-            "A summary line (sizes, backend, time, observations per point) goes to stderr.\n");
+            "A summary line (sizes, backend, time, observations per point) goes to stderr.\n"
+            "Under mpirun -n P each rank analyses its contiguous rows of the points with the observations\n"
+            "of every rank within reach, reading and writing only its rows of .npy files (docs/distributed.md).\n");
 }
 
 typedef struct options {
@@ -207,7 +213,10 @@ typedef struct inputs {
     array_origin xb_origin, yo_origin;
     dk_csr H;
     size_t n, k, m;
-    void *xb_data, *yb_data; /* in the compute dtype */
+    /* under mpirun this rank's rows: points [p0, p0 + np), observations
+     * [o0, o0 + mo); in one process all of them */
+    size_t p0, np, o0, mo;
+    void *xb_data, *yb_data; /* in the compute dtype, this rank's rows */
     double *yo64, *r64, *grid64, *obs64;
 } inputs;
 
@@ -238,8 +247,9 @@ static const char *library_error(const dk_context *ctx)
 }
 
 /* The array's values as float64 (a new allocation), each checked finite;
- * NULL with the sentence in msg. */
-static double *as_f64(const npy_array *a, const char *path, char *msg, size_t len)
+ * NULL with the sentence in msg. first: the index in the whole file of the
+ * array's first value (this rank's rows under mpirun). */
+static double *as_f64_from(const npy_array *a, const char *path, size_t first, char *msg, size_t len)
 {
     double *d = malloc((a->count ? a->count : 1) * sizeof *d);
     if (!d) {
@@ -249,7 +259,7 @@ static double *as_f64(const npy_array *a, const char *path, char *msg, size_t le
     for (size_t i = 0; i < a->count; i++) {
         d[i] = a->dtype == DK_F32 ? (double)((const float *)a->data)[i] : ((const double *)a->data)[i];
         if (!isfinite(d[i])) {
-            snprintf(msg, len, "%s: value %zu is %g; every value must be finite", path, i, d[i]);
+            snprintf(msg, len, "%s: value %zu is %g; every value must be finite", path, first + i, d[i]);
             free(d);
             return NULL;
         }
@@ -257,10 +267,15 @@ static double *as_f64(const npy_array *a, const char *path, char *msg, size_t le
     return d;
 }
 
-/* The values in the compute dtype, checked finite. */
-static void *in_dtype(const npy_array *a, const char *path, dk_dtype dtype, char *msg, size_t len)
+static double *as_f64(const npy_array *a, const char *path, char *msg, size_t len)
 {
-    double *d = as_f64(a, path, msg, len);
+    return as_f64_from(a, path, 0, msg, len);
+}
+
+/* The values in the compute dtype, checked finite. */
+static void *in_dtype(const npy_array *a, const char *path, size_t first, dk_dtype dtype, char *msg, size_t len)
+{
+    double *d = as_f64_from(a, path, first, msg, len);
     if (!d || dtype == DK_F64)
         return d;
     float *f = malloc((a->count ? a->count : 1) * sizeof *f);
@@ -291,11 +306,13 @@ static int read_vector(const char *path, const char *what, size_t want, npy_arra
     return (*out = as_f64(a, path, msg, len)) ? -1 : 1;
 }
 
-/* Coordinates: rows x d, or a vector for d = 1. */
-static int read_coords(const char *path, const char *opt, size_t rows, const char *rows_what, npy_array *a,
-                       int *ncoords, double **out, char *msg, size_t len)
+/* Coordinates: rows x d, or a vector for d = 1. read: the file to read,
+ * or NULL where a already holds it (this rank's rows, first the index of
+ * its first row, with shape[0] the whole file's rows). */
+static int read_coords(const char *read, const char *path, const char *opt, size_t rows, const char *rows_what,
+                       size_t first, npy_array *a, int *ncoords, double **out, char *msg, size_t len)
 {
-    if (array_read(path, NULL, a, NULL, msg, len) != DK_OK)
+    if (read && array_read(read, NULL, a, NULL, msg, len) != DK_OK)
         return 1;
     size_t got = a->ndim >= 1 ? a->shape[0] : 0;
     int d = a->ndim == 1 ? 1 : a->ndim == 2 ? (int)(a->shape[1] <= 8 ? a->shape[1] : 9) : 0;
@@ -307,30 +324,95 @@ static int read_coords(const char *path, const char *opt, size_t rows, const cha
         return FAILED("%s (%s) has %zu rows; it needs %zu, one per %s", path, opt, got, rows,
                       rows_what[0] == 'N' ? "grid point (the rows of --xb)" : "observation (the rows of --yo)");
     *ncoords = d;
-    return (*out = as_f64(a, path, msg, len)) ? -1 : 1;
+    return (*out = as_f64_from(a, path, first * (size_t)d, msg, len)) ? -1 : 1;
 }
 
-static int load(const options *o, inputs *in, int *ncoords, char *msg, size_t len)
+/* The rows [*first, *first + *count) of `total` that rank takes of `size`:
+ * contiguous, the first total % size ranks one row longer. */
+static void split_rows(size_t total, int rank, int size, size_t *first, size_t *count)
+{
+    size_t base = total / (size_t)size, extra = total % (size_t)size, r = (size_t)rank;
+    *count = base + (r < extra);
+    *first = r * base + (r < extra ? r : extra);
+}
+
+/* This rank's rows of an array of rows (*total of them): a .npy file is read
+ * by rows (its header, then only those rows); anything else (netCDF, one
+ * file per member) is read whole and cut. In one process (size 1) it is
+ * array_read / array_read_ensemble as before. */
+static dk_status read_rows(const char *spec, int ensemble, int rank, int size, npy_array *a, array_origin *origin,
+                           size_t *total, size_t *first, char *err, size_t len)
+{
+    memset(a, 0, sizeof *a);
+    size_t data_offset, count;
+    npy_array hdr;
+    if (size > 1 && npy_read_header(spec, &hdr, &data_offset, err, len) == DK_OK && hdr.ndim >= 1) {
+        if (origin) {
+            memset(origin, 0, sizeof *origin);
+            origin->member = -1;
+        }
+        *total = hdr.shape[0];
+        split_rows(*total, rank, size, first, &count);
+        size_t off[NPY_MAX_DIMS] = {*first}, ext[NPY_MAX_DIMS] = {count}, per = 1;
+        for (int d = 1; d < hdr.ndim; d++)
+            ext[d] = hdr.shape[d], per *= hdr.shape[d];
+        *a = hdr;
+        a->shape[0] = count;
+        a->count = count * per;
+        if (!(a->data = malloc(a->count ? a->count * dk_dtype_size(a->dtype) : 1))) {
+            snprintf(err, len, "out of memory for %zu rows of %s", count, spec);
+            return DK_ERR_OUT_OF_MEMORY;
+        }
+        return npy_read_box(spec, &hdr, data_offset, off, ext, a->data, err, len);
+    }
+    dk_status st = ensemble ? array_read_ensemble(spec, NULL, a, origin, err, len)
+                            : array_read(spec, NULL, a, origin, err, len);
+    if (st != DK_OK)
+        return st;
+    *total = a->ndim >= 1 ? a->shape[0] : 0;
+    *first = 0;
+    if (size == 1 || a->ndim < 1)
+        return DK_OK;
+    split_rows(*total, rank, size, first, &count);
+    size_t per = *total ? a->count / *total : 0, es = dk_dtype_size(a->dtype);
+    memmove(a->data, (char *)a->data + *first * per * es, count * per * es);
+    a->shape[0] = count;
+    a->count = count * per;
+    return DK_OK;
+}
+
+/* Keeps values [first, first + count) of rows of `per` doubles. */
+static void keep_rows(double *d, size_t first, size_t count, size_t per)
+{
+    memmove(d, d + first * per, count * per * sizeof *d);
+}
+
+/* Reads and checks the inputs; under mpirun (size > 1) each rank keeps its
+ * rows: Xb and the grid coordinates by points, Yb, yo, r and the
+ * observation coordinates by observations. Yb from --H is left to the
+ * caller there (it needs every rank's points). */
+static int load(const options *o, inputs *in, int rank, int size, int *ncoords, char *msg, size_t len)
 {
     memset(in, 0, sizeof *in);
     const dk_dtype dtype = o->desc.dtype;
-    if (array_read_ensemble(o->xb, NULL, &in->xb, &in->xb_origin, msg, len) != DK_OK)
+    if (read_rows(o->xb, 1, rank, size, &in->xb, &in->xb_origin, &in->n, &in->p0, msg, len) != DK_OK)
         return 1;
     if (in->xb.ndim != 2)
         return FAILED("%s has %d dimension%s; the background ensemble is N x k (state x member)", o->xb,
                       in->xb.ndim, in->xb.ndim == 1 ? "" : "s");
-    in->n = in->xb.shape[0];
+    in->np = in->xb.shape[0];
     in->k = in->xb.shape[1];
     if (in->n < 1)
         return FAILED("%s has no rows; the state needs at least one point", o->xb);
     if (in->k < 2 || in->k > DK_LETKF_MAX_MEMBERS)
         return FAILED("%s has k = %zu members; the LETKF takes 2 to %d", o->xb, in->k, DK_LETKF_MAX_MEMBERS);
-    if (!(in->xb_data = in_dtype(&in->xb, o->xb, dtype, msg, len)))
+    if (!(in->xb_data = in_dtype(&in->xb, o->xb, in->p0 * in->k, dtype, msg, len)))
         return 1;
     int rc;
     if ((rc = read_vector(o->yo, "--yo", 0, &in->yo, &in->yo_origin, &in->yo64, msg, len)) >= 0)
         return rc;
     in->m = in->yo.count;
+    split_rows(in->m, rank, size, &in->o0, &in->mo);
     if (o->r && (rc = read_vector(o->r, "--r", in->m, &in->r, NULL, &in->r64, msg, len)) >= 0)
         return rc;
     if (!o->r) {
@@ -352,29 +434,41 @@ static int load(const options *o, inputs *in, int *ncoords, char *msg, size_t le
                           o->H, in->H.rows, in->H.cols, in->m, in->n);
     }
     if (o->yb) {
-        if (array_read_ensemble(o->yb, NULL, &in->yb, NULL, msg, len) != DK_OK)
+        size_t rows, first;
+        if (read_rows(o->yb, 1, rank, size, &in->yb, NULL, &rows, &first, msg, len) != DK_OK)
             return 1;
-        if (in->yb.ndim != 2 || in->yb.shape[0] != in->m || in->yb.shape[1] != in->k)
+        if (in->yb.ndim != 2 || rows != in->m || in->yb.shape[1] != in->k)
             return FAILED("%s is %s%zu x %zu; Yb must be M x k = %zu x %zu (the observations of --yo by the members "
                           "of --xb)",
-                          o->yb, in->yb.ndim == 2 ? "" : "not 2-D but ", in->yb.ndim >= 1 ? in->yb.shape[0] : 0,
+                          o->yb, in->yb.ndim == 2 ? "" : "not 2-D but ", in->yb.ndim >= 1 ? rows : 0,
                           in->yb.ndim >= 2 ? in->yb.shape[1] : 1, in->m, in->k);
-        if (!(in->yb_data = in_dtype(&in->yb, o->yb, dtype, msg, len)))
+        if (!(in->yb_data = in_dtype(&in->yb, o->yb, in->o0 * in->k, dtype, msg, len)))
             return 1;
-    } else {
+    } else if (size == 1) {
         if (!(in->yb_data = malloc(in->m * in->k * dk_dtype_size(dtype))))
             return FAILED("out of memory for H Xb (%zu x %zu)", in->m, in->k);
         if (dk_letkf_apply_csr(&in->H, dtype, in->k, in->xb_data, in->yb_data) != DK_OK)
             return FAILED("%s: %s", o->H, dk_last_error(NULL));
     }
     int dg, dobs;
-    if ((rc = read_coords(o->grid, "--grid-coords", in->n, "N", &in->grid, &dg, &in->grid64, msg, len)) >= 0 ||
-        (rc = read_coords(o->obs, "--obs-coords", in->m, "M", &in->obs, &dobs, &in->obs64, msg, len)) >= 0)
+    size_t grid_rows, grid_first;
+    if (read_rows(o->grid, 0, rank, size, &in->grid, NULL, &grid_rows, &grid_first, msg, len) != DK_OK)
+        return 1;
+    if (in->grid.ndim >= 1)
+        in->grid.shape[0] = grid_rows; /* read_coords checks the whole file's rows */
+    if ((rc = read_coords(NULL, o->grid, "--grid-coords", in->n, "N", grid_first, &in->grid, &dg, &in->grid64, msg,
+                          len)) >= 0 ||
+        (rc = read_coords(o->obs, o->obs, "--obs-coords", in->m, "M", 0, &in->obs, &dobs, &in->obs64, msg, len)) >= 0)
         return rc;
     if (dg != dobs)
         return FAILED("%s has %d coordinate column%s but %s has %d; points and observations share their columns",
                       o->grid, dg, dg == 1 ? "" : "s", o->obs, dobs);
     *ncoords = dg;
+    if (size > 1) {
+        keep_rows(in->yo64, in->o0, in->mo, 1);
+        keep_rows(in->r64, in->o0, in->mo, 1);
+        keep_rows(in->obs64, in->o0, in->mo, (size_t)dg);
+    }
     return -1;
 }
 
@@ -403,10 +497,9 @@ static void state_origin(const array_origin *ens, array_origin *out)
 
 /* A per-point (N) or per-observation (M) output: netCDF in the layout of
  * like where its sizes fit, else a vector. */
-static int write_vector(const char *path, const char *name, array_kind kind, const void *data, size_t count,
-                        const array_origin *like)
+static dk_status write_vector_err(const char *path, const char *name, array_kind kind, const void *data, size_t count,
+                                  const array_origin *like, char *err, size_t len)
 {
-    char err[4200];
     size_t shape[NPY_MAX_DIMS] = {count};
     int nd = 1;
     if (like->netcdf && array_is_netcdf_name(path) && like->ndim >= 1) {
@@ -419,7 +512,14 @@ static int write_vector(const char *path, const char *name, array_kind kind, con
                 shape[d] = like->count[d];
         }
     }
-    if (array_write(path, name, kind, nd, shape, data, like, 0, err, sizeof err) != DK_OK)
+    return array_write(path, name, kind, nd, shape, data, like, 0, err, len);
+}
+
+static int write_vector(const char *path, const char *name, array_kind kind, const void *data, size_t count,
+                        const array_origin *like)
+{
+    char err[4200];
+    if (write_vector_err(path, name, kind, data, count, like, err, sizeof err) != DK_OK)
         return cli_error(CMD, 1, "%s", err);
     return 0;
 }
@@ -448,6 +548,10 @@ static int check_outputs(const options *o)
     return 0;
 }
 
+#ifdef DK_TOOLS_MPI
+static int run_distributed(const options *o);
+#endif
+
 static int run_analysis(int argc, char **argv)
 {
     options o;
@@ -464,7 +568,15 @@ static int run_analysis(int argc, char **argv)
     int32_t *nobs = NULL;
     double *spread = NULL, *dep = NULL;
     int ncoords = 0;
-    if ((rc = load(&o, &in, &ncoords, msg, sizeof msg)) >= 0) {
+#ifdef DK_TOOLS_MPI
+    int own;
+    if (dist_begin(&own)) {
+        rc = run_distributed(&o);
+        dist_end(own);
+        return rc;
+    }
+#endif
+    if ((rc = load(&o, &in, 0, 1, &ncoords, msg, sizeof msg)) >= 0) {
         cli_error(CMD, rc, "%s", msg);
         goto done;
     }
@@ -559,6 +671,225 @@ done:
     unload(&in);
     return rc;
 }
+
+#ifdef DK_TOOLS_MPI
+/* ---- dakit letkf under mpirun (docs/distributed.md, "letkf") ----
+ * Each rank reads its contiguous rows of the points (Xb, the grid
+ * coordinates) and of the observations (Yb, yo, r, their coordinates),
+ * hands them to dk_mpi_letkf_*, and writes its rows of every output. */
+
+/* An output of rows (total of them, cols values each): a .npy name is
+ * written by the ranks together, each its rows (dist_write_npy); anything
+ * else (netCDF, one file per member) is gathered on rank 0 and written by
+ * the one-process writer. */
+typedef struct part_output {
+    const char *path, *name;
+    array_kind kind;
+    int ensemble; /* the analysis (array_write_ensemble) rather than a vector */
+    size_t total, cols;
+    const array_origin *like;
+} part_output;
+
+static int write_part(const part_output *po, size_t first, size_t rows, const void *box, char *msg, size_t len)
+{
+    int rank, size, failed = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    const size_t esize = po->kind == ARRAY_I32 ? 4 : 8;
+    const char *descr = po->kind == ARRAY_I32 ? "<i4" : "<f8";
+    if (!array_is_netcdf_name(po->path) && !strchr(po->path, '{')) {
+        int nd = po->ensemble ? 2 : 1;
+        size_t shape[2] = {po->total, po->cols}, off[2] = {first, 0}, ext[2] = {rows, po->cols};
+        return dist_write_npy(po->path, descr, esize, nd, shape, nd, shape, off, ext, box, msg, len);
+    }
+    /* rows gathered on rank 0, in bytes, in pieces that an int counts */
+    size_t row = po->cols * esize;
+    int *counts = malloc((size_t)size * sizeof *counts), *displs = malloc((size_t)size * sizeof *displs);
+    char *whole = rank == 0 ? malloc(po->total * row + 1) : NULL;
+    if (!counts || !displs || (rank == 0 && !whole))
+        failed = FAILED("rank %d of %d: out of memory for %s", rank, size, po->path);
+    else if (po->total * row > (size_t)INT32_MAX)
+        failed = FAILED("%s: %zu bytes are too many to gather on rank 0; write a .npy file, which every rank "
+                        "writes its rows of", po->path, po->total * row);
+    if (!dist_agree(failed, msg, len)) {
+        for (int q = 0; q < size; q++) {
+            size_t f, c;
+            split_rows(po->total, q, size, &f, &c);
+            counts[q] = (int)(c * row), displs[q] = (int)(f * row);
+        }
+        MPI_Gatherv(box, (int)(rows * row), MPI_BYTE, whole, counts, displs, MPI_BYTE, 0, MPI_COMM_WORLD);
+        if (rank == 0) {
+            dk_status st = po->ensemble ? array_write_ensemble(po->path, (const double *)whole, po->total, po->cols,
+                                                               po->like, msg, len)
+                                        : write_vector_err(po->path, po->name, po->kind, whole, po->total, po->like,
+                                                           msg, len);
+            failed = st != DK_OK;
+        }
+        failed = dist_agree(failed, msg, len);
+    } else
+        failed = 1;
+    free(counts), free(displs), free(whole);
+    return failed;
+}
+
+/* Yb = H X from this rank's points (H's columns [p0, p0 + np)): each rank's
+ * terms summed in float64 in H's order, the ranks' sums then added (so the
+ * rounding differs from one process's in the last bits); this rank's
+ * observations' rows in the compute dtype. NULL with the sentence. */
+static void *apply_distributed(const dk_csr *H, dk_dtype dtype, size_t k, const void *x, const inputs *in,
+                               char *msg, size_t len)
+{
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    size_t M = H->rows, es = dk_dtype_size(dtype);
+    double *y = calloc(M * k + 1, sizeof *y);
+    void *own = malloc(in->mo * k * es + 1);
+    int failed = !y || !own ? FAILED("rank %d of %d: out of memory for H X (%zu x %zu)", rank, size, M, k) : 0;
+    if (dist_agree(failed, msg, len)) {
+        free(y), free(own);
+        return NULL;
+    }
+    for (size_t j = 0; j < M; j++)
+        for (int64_t t = H->indptr[j]; t < H->indptr[j + 1]; t++) {
+            size_t c = (size_t)H->indices[t];
+            if (c < in->p0 || c >= in->p0 + in->np)
+                continue;
+            for (size_t l = 0; l < k; l++) {
+                size_t at = (c - in->p0) * k + l;
+                double v = dtype == DK_F32 ? (double)((const float *)x)[at] : ((const double *)x)[at];
+                y[j * k + l] += H->values[t] * v;
+            }
+        }
+    for (size_t done = 0; done < M * k; done += (size_t)1 << 26) {
+        size_t piece = M * k - done < ((size_t)1 << 26) ? M * k - done : (size_t)1 << 26;
+        MPI_Allreduce(MPI_IN_PLACE, y + done, (int)piece, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    }
+    for (size_t i = 0; i < in->mo * k; i++) {
+        double v = y[in->o0 * k + i];
+        if (dtype == DK_F32)
+            ((float *)own)[i] = (float)v;
+        else
+            ((double *)own)[i] = v;
+    }
+    free(y);
+    return own;
+}
+
+static int run_distributed(const options *o)
+{
+    int rank, size, failed = 0, rc = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (o->reference)
+        return cli_error(CMD, 2, "--reference runs in one process; under mpirun (%d ranks) each rank analyses "
+                                 "its points on a backend", size);
+    char msg[4400] = "";
+    const size_t len = sizeof msg;
+    inputs in;
+    memset(&in, 0, sizeof in);
+    dk_context *ctx = NULL;
+    dk_mpi_plan *plan = NULL;
+    double *xa64 = NULL, *spread = NULL, *dep = NULL;
+    void *xa = NULL, *ya = NULL;
+    int32_t *nobs = NULL;
+    int ncoords = 0;
+    const char *outs[] = {o->out, o->nobs, o->spread, o->omb, o->oma};
+    for (size_t i = 0; i < sizeof outs / sizeof outs[0] && !failed; i++)
+        if (outs[i] && output_check(outs[i], msg, len) != 0)
+            failed = 1;
+    if (!failed && load(o, &in, rank, size, &ncoords, msg, len) >= 0)
+        failed = 1;
+    if (dist_agree(failed, msg, len))
+        goto done;
+    const dk_dtype dtype = o->desc.dtype;
+    const size_t k = in.k, es = dk_dtype_size(dtype);
+    if (!in.yb_data && !(in.yb_data = apply_distributed(&in.H, dtype, k, in.xb_data, &in, msg, len)))
+        goto done;
+    dk_letkf_desc d = o->desc;
+    d.n = in.np;
+    d.members = k;
+    d.m = in.mo;
+    d.ncoords = ncoords;
+    d.grid_coords = in.grid64;
+    d.obs_coords = in.obs64;
+    dist_choose_device(o->backend);
+    xa = malloc(in.np * k * es + 1);
+    xa64 = malloc(in.np * k * sizeof *xa64 + 1);
+    nobs = malloc(in.np * sizeof *nobs + 1);
+    spread = malloc(in.np * sizeof *spread + 1);
+    dep = malloc(in.mo * sizeof *dep + 1);
+    if (!xa || !xa64 || !nobs || !spread || !dep)
+        failed = FAILED("rank %d of %d: out of memory for its %zu points", rank, size, in.np);
+    else if (dk_context_create(o->backend, &ctx) != DK_OK)
+        failed = FAILED("rank %d of %d: %s", rank, size, dk_last_error(NULL));
+    if (dist_agree(failed, msg, len))
+        goto done;
+    double t0 = MPI_Wtime();
+    dk_status st = dk_mpi_letkf_plan_create(ctx, MPI_COMM_WORLD, &d, &plan);
+    if (st == DK_OK)
+        st = dk_mpi_letkf_execute_host(plan, in.xb_data, in.yb_data, in.yo64, in.r64, xa, nobs, spread);
+    /* collective: on failure every rank has the same sentence */
+    if (st != DK_OK)
+        failed = FAILED("%s", dk_mpi_last_error());
+    if (dist_agree(failed, msg, len))
+        goto done;
+    double mine = MPI_Wtime() - t0, ms;
+    MPI_Reduce(&mine, &ms, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+    long long used = 0, used_all;
+    int32_t lo = INT32_MAX, hi = 0, lo_all, hi_all;
+    for (size_t i = 0; i < in.np; i++) {
+        used += nobs[i];
+        lo = nobs[i] < lo ? nobs[i] : lo;
+        hi = nobs[i] > hi ? nobs[i] : hi;
+    }
+    MPI_Reduce(&used, &used_all, 1, MPI_LONG_LONG, MPI_SUM, 0, MPI_COMM_WORLD);
+    MPI_Reduce(&lo, &lo_all, 1, MPI_INT32_T, MPI_MIN, 0, MPI_COMM_WORLD);
+    MPI_Reduce(&hi, &hi_all, 1, MPI_INT32_T, MPI_MAX, 0, MPI_COMM_WORLD);
+    if (rank == 0)
+        fprintf(stderr,
+                "dakit letkf: N=%zu k=%zu M=%zu on %d ranks (rank 0: %s (%s)%s%s; observations crossing ranks: %s): "
+                "%.3f ms (plan and analysis); observations per point %d to %d, mean %.1f\n",
+                in.n, k, in.m, size, dk_context_backend(ctx), dk_context_device(ctx), o->variant ? ", variant " : "",
+                o->variant ? o->variant : "", dk_mpi_plan_transport(plan), ms * 1e3, lo_all, hi_all,
+                (double)used_all / (double)in.n);
+    for (size_t i = 0; i < in.np * k; i++)
+        xa64[i] = dtype == DK_F32 ? (double)((const float *)xa)[i] : ((const double *)xa)[i];
+    array_origin per_point;
+    state_origin(&in.xb_origin, &per_point);
+    part_output out = {o->out, "analysis", ARRAY_F64, 1, in.n, k, &in.xb_origin};
+    part_output pn = {o->nobs, "nobs", ARRAY_I32, 0, in.n, 1, &per_point};
+    part_output ps = {o->spread, "spread", ARRAY_F64, 0, in.n, 1, &per_point};
+    if (write_part(&out, in.p0, in.np, xa64, msg, len) || (o->nobs && write_part(&pn, in.p0, in.np, nobs, msg, len)) ||
+        (o->spread && write_part(&ps, in.p0, in.np, spread, msg, len)))
+        goto done;
+    if (o->omb) {
+        if (dk_letkf_departures(dtype, in.mo, k, in.yb_data, in.yo64, dep) != DK_OK)
+            failed = FAILED("rank %d of %d: %s", rank, size, dk_last_error(NULL));
+        part_output po = {o->omb, "omb", ARRAY_F64, 0, in.m, 1, &in.yo_origin};
+        if (dist_agree(failed, msg, len) || write_part(&po, in.o0, in.mo, dep, msg, len))
+            goto done;
+    }
+    if (o->oma) {
+        if (!(ya = apply_distributed(&in.H, dtype, k, xa, &in, msg, len)))
+            goto done;
+        if (dk_letkf_departures(dtype, in.mo, k, ya, in.yo64, dep) != DK_OK)
+            failed = FAILED("rank %d of %d: %s", rank, size, dk_last_error(NULL));
+        part_output po = {o->oma, "oma", ARRAY_F64, 0, in.m, 1, &in.yo_origin};
+        if (dist_agree(failed, msg, len) || write_part(&po, in.o0, in.mo, dep, msg, len))
+            goto done;
+    }
+    rc = 0;
+done:
+    if (rc)
+        cli_error(CMD, 1, "%s", msg);
+    dk_mpi_plan_destroy(plan);
+    dk_context_destroy(ctx);
+    unload(&in);
+    free(xa), free(xa64), free(ya), free(nobs), free(spread), free(dep);
+    return rc;
+}
+#endif
 
 int cmd_letkf(int argc, char **argv)
 {

@@ -281,6 +281,22 @@ dk_status dk_mpi_letkf_execute_host(dk_mpi_plan *plan, const void *xb_local, con
                                     const double *yo_local, const double *r_local, void *xa_local,
                                     int32_t *nobs_local, double *spread_local);
 
+/* Collective. Points assigned by cost, for observations that crowd some
+ * ranks' points (satellite swaths, radar): local is this rank's points and
+ * observations as for dk_mpi_letkf_plan_create (only n, m, members,
+ * ncoords, metric, radius, vertical_radius, period, max_obs and the
+ * coordinates are read). Each point's work is estimated from the
+ * observations within the radius of it (every rank's, found as a plan finds
+ * them; at most max_obs) as p + 5.5 k (A and b cost 2 k^2 p, the k x k
+ * eigenproblem and W some 11 k^3), 1 for a point without any. The points,
+ * in the order rank 0's, rank 1's, ..., are cut into P contiguous runs of
+ * about equal summed work: owner[i] (n values) is the rank that should
+ * analyse this rank's point i (non-decreasing along the ranks' order, so a
+ * decomposition into slabs stays slabs). cost (n values) or NULL: each
+ * point's estimate. The caller moves the points (their rows of Xb and
+ * their coordinates) and makes the plan on the new sets. */
+dk_status dk_mpi_letkf_balance(MPI_Comm comm, const dk_letkf_desc *local, int32_t *owner, double *cost);
+
 #ifdef __cplusplus
 }
 #endif
