@@ -189,7 +189,24 @@ def _close_all():
         ctx.close()
 
 
-class Plan:
+class Closing:
+    """close() on leaving a with block and when collected."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+class Plan(Closing):
     """What every plan shares: its context, its dk_plan, one caller at a time."""
 
     def __init__(self, backend):
@@ -221,19 +238,6 @@ class Plan:
         h, self._handle = self._handle, None
         if h is not None and self._pid == os.getpid():
             C.dk_plan_destroy(h)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001
-            pass
 
 
 # ---- info ----

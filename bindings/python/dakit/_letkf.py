@@ -184,6 +184,17 @@ def _departures(dtype, y, yo, k):
     return out
 
 
+
+def _letkf_dtype(dtype, who):
+    """dtype as a NumPy dtype the LETKF computes on, or dakit's error."""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise invalid("%s: dtype %r is not a NumPy dtype" % (who, dtype)) from None
+    if dt not in _DTYPES:
+        raise invalid("%s: dtype is %s; the LETKF computes on float32 or float64 ensembles" % (who, dt))
+    return dt
+
 class LetkfPlan(_Plan):
     """An LETKF analysis on one grid and observation network, executed many
     times.
@@ -255,12 +266,7 @@ class LetkfPlan(_Plan):
                  backend=None, diagnostics=False):
         who = "dakit.LetkfPlan"
         super().__init__(backend)
-        try:
-            self.dtype = np.dtype(dtype)
-        except TypeError:
-            raise invalid("%s: dtype %r is not a NumPy dtype" % (who, dtype)) from None
-        if self.dtype not in _DTYPES:
-            raise invalid("%s: dtype is %s; the LETKF computes on float32 or float64 ensembles" % (who, self.dtype))
+        self.dtype = _letkf_dtype(dtype, who)
         d, keep = _desc(grid_coords, obs_coords, radius, members, self.dtype, inflation, rtpp, rtps, max_obs,
                         metric, period, vertical_radius, variant, who)
         h = ctypes.c_void_p()

@@ -28,9 +28,9 @@ from ctypes import POINTER, c_char_p, c_double, c_int, c_void_p
 import numpy as np
 
 from ._errors import invalid, raise_status
-from ._letkf import LetkfDiagnostics, _DTYPES, _departures, _desc, _ensemble, _obs
+from ._letkf import LetkfDiagnostics, _DTYPES, _departures, _desc, _ensemble, _letkf_dtype, _obs
 from ._arrays import empty_like, operand
-from ._context import context_for
+from ._context import Closing, context_for
 from ._native import LetkfDesc, library_path
 
 __all__ = ["LetkfPlan", "letkf", "letkf_balance", "available"]
@@ -117,7 +117,7 @@ def _check(lib, status):
         raise_status(status, _last_error(lib))
 
 
-class LetkfPlan:
+class LetkfPlan(Closing):
     """A distributed LETKF analysis (``dk_mpi_letkf_*``) on this rank's
     points and observations, executed many times.
 
@@ -151,12 +151,7 @@ class LetkfPlan:
         self._handle = None
         lib = _lib_or_raise(who)
         handle, ctype = _comm_handle(comm, who)
-        try:
-            self.dtype = np.dtype(dtype)
-        except TypeError:
-            raise invalid("%s: dtype %r is not a NumPy dtype" % (who, dtype)) from None
-        if self.dtype not in _DTYPES:
-            raise invalid("%s: dtype is %s; the LETKF computes on float32 or float64 ensembles" % (who, self.dtype))
+        self.dtype = _letkf_dtype(dtype, who)
         d, keep = _desc(grid_coords, obs_coords, radius, members, self.dtype, inflation, rtpp, rtps, max_obs,
                         metric, period, vertical_radius, variant, who)
         self._lib, self._ctx = lib, context_for(backend)
@@ -228,19 +223,6 @@ class LetkfPlan:
             self._lib.dk_mpi_plan_destroy.restype = None
             self._lib.dk_mpi_plan_destroy.argtypes = [c_void_p]
             self._lib.dk_mpi_plan_destroy(h)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001
-            pass
 
     def __repr__(self):
         return "dakit.mpi.LetkfPlan(n=%d, m=%d, members=%d, dtype=%s, transport=%r)" % (
