@@ -883,7 +883,7 @@ DK_MPI_API dk_status dk_mpi_letkf_balance(MPI_Comm comm, const dk_letkf_desc *lo
         for (int a = 0; a < local->ncoords; a++)
             geo.period[a] = local->period[a];
 
-    /* the observations of every rank within reach of this rank's points, as a plan gathers them */
+    /* the observations of every rank within reach of this rank's points: whole blocks, by bounding regions */
     region me, *reg = calloc((size_t)size, sizeof *reg);
     memset(&me, 0, sizeof me);
     me.n = local->n, me.m = local->m;
