@@ -1,20 +1,21 @@
 /* Distributed LETKF: each rank owns any set of grid points and holds any
  * set of observations. The local analyses are independent, so the layer's
- * one job is the observation halo: at plan time every rank learns which
- * ranks' observations can lie within the localization radius of its points
- * (bounding regions in position space, widened by the buckets' reach), and
- * gets their coordinates; at each execute their Yb rows, yo and r arrive
- * as whole blocks, device to device where the plan has a device
- * communicator. The local plan then analyses this rank's points with
- * its own and the received observations; its search picks those within
- * the radius, so the result is the single-process analysis whatever the
- * decomposition (to the rounding of the order the observations are summed
- * in, docs/distributed.md).
+ * one job is the observation halo. At plan time the ranks agree on the
+ * whole network's bucket grid (dk_letkf_bucket_shape over the span of
+ * every rank's observations), each rank names the buckets its points visit,
+ * and each rank sends every other exactly its observations in those
+ * buckets: their coordinates once, then at each execute their Yb rows
+ * (device to device where the plan has a device communicator), yo and r.
+ * The local plan, cut over the same span, then finds each point's
+ * observations in the same buckets and the same order as one process
+ * does, so the analysis is the single process's bit for bit whatever the
+ * decomposition.
  *
- * The combined observations of a rank are its sources' blocks in rank
- * order, each in its holder's order: a rank that would receive none
- * (nothing within reach) still takes the nearest block, so that its local
- * plan has an observation network; observations beyond the radius weigh
+ * The combined observations of a rank are its own, whole, and the others'
+ * selections, in rank order, each in its holder's order: a subsequence of
+ * the global order. A rank with points that would get none (nothing within
+ * reach anywhere) still gets one observation from the lowest rank holding
+ * any, so that its local plan has an observation network; it weighs
  * nothing. */
 #include <math.h>
 #include <stdint.h>
@@ -47,14 +48,21 @@ struct dkm_letkf {
     dk_letkf_desc desc;   /* this rank's description (coordinates not kept) */
     dk_plan *local;       /* NULL on a rank without points */
     size_t n, m_own, m_comb;
-    int nsrc;             /* ranks whose blocks this rank receives (itself included) */
+    int nsrc;             /* ranks whose observations this rank receives (itself included) */
     int *src;             /* their ranks, ascending */
     size_t *src_off;      /* nsrc + 1: each block's first combined observation */
-    int ndst;             /* ranks this rank sends its block to (itself excluded) */
+    int ndst;             /* ranks this rank sends observations to (itself excluded) */
     int *dst;
+    size_t *sel_off;      /* ndst + 1: each destination's run of sel */
+    int32_t *sel;         /* this rank's observations each destination needs, ascending per destination */
+    size_t *first;        /* ndst: sel's first where a destination's are one contiguous range, else SIZE_MAX */
+    int packed;           /* some destination's observations are not one range: Yb rows packed on the host */
     double *yo, *r;       /* m_comb, host */
+    double *send_yo, *send_r; /* sel_off[ndst]: the packed yo and r */
     void *yb_host;        /* m_comb * k, host staging of the combined Yb */
+    void *own_host, *send_host; /* m_own * k and sel_off[ndst] * k: this rank's Yb and the packed rows */
     dk_buffer *yb;        /* m_comb * k on the device */
+    dk_buffer *send_dev;  /* sel_off[ndst] * k on the device, where packed with a device communicator */
     MPI_Datatype rowtype; /* one observation's k members, for the host-staged exchange */
 };
 
@@ -64,7 +72,10 @@ void dkm_letkf_free(struct dkm_letkf *l)
         return;
     dk_plan_destroy(l->local);
     dk_buffer_destroy(l->yb);
+    dk_buffer_destroy(l->send_dev);
     free(l->src), free(l->src_off), free(l->dst), free(l->yo), free(l->r), free(l->yb_host);
+    free(l->sel_off), free(l->sel), free(l->first), free(l->send_yo), free(l->send_r), free(l->own_host);
+    free(l->send_host);
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (l->rowtype != MPI_DATATYPE_NULL && !finalized)
@@ -127,17 +138,160 @@ static int within_reach(const dk_letkf_geometry *g, const region *p, const regio
     return 1;
 }
 
-/* The squared gap between p's points and q's observations' bounds (for the
- * fall-back block of a rank that sees none). */
-static double gap(const dk_letkf_geometry *g, const region *p, const region *q)
+typedef struct keyed_obs {
+    dk_letkf_key_t key;
+    size_t index;
+} keyed_obs;
+
+static int by_obs_key(const void *a, const void *b)
 {
-    double s = 0;
-    for (int a = 0; a < g->dims; a++) {
-        double d = q->olo[a] - p->ghi[a];
-        d = p->glo[a] - q->ohi[a] > d ? p->glo[a] - q->ohi[a] : d;
-        s += d > 0 ? d * d : 0;
+    const keyed_obs *x = a, *y = b;
+    return x->key != y->key ? (x->key < y->key ? -1 : 1) : (x->index > y->index) - (x->index < y->index);
+}
+
+static int by_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int by_cells(const void *a, const void *b)
+{
+    return memcmp(a, b, DK_LETKF_POS * sizeof(int));
+}
+
+static int by_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The keys of every bucket that n points (coordinates grid) visit in the
+ * buckets g, ascending and distinct, in a new *keys. 0 when out of memory. */
+static int visited_keys(const dk_letkf_geometry *g, const double *grid, size_t n, uint64_t **keys, size_t *count)
+{
+    typedef struct cells {
+        int b[DK_LETKF_POS];
+    } cells;
+    cells *c = malloc((n + 1) * sizeof *c);
+    *keys = NULL, *count = 0;
+    if (!c)
+        return 0;
+    size_t nc = 0;
+    for (size_t i = 0; i < n; i++) {
+        double pos[DK_LETKF_POS];
+        cells here;
+        memset(&here, 0, sizeof here);
+        dk_letkf_position(g, grid + i * (size_t)g->ncoords, pos);
+        for (int a = 0; a < g->dims; a++)
+            here.b[a] = dk_letkf_cell(g, a, pos[a]);
+        /* neighbours along a grid share cells: most repeats go here, before the sort */
+        if (!nc || memcmp(&c[nc - 1], &here, sizeof here))
+            c[nc++] = here;
     }
-    return s;
+    qsort(c, nc, sizeof *c, by_cells);
+    const int visits = dk_letkf_visits(g);
+    uint64_t *k = malloc((nc * (size_t)visits + 1) * sizeof *k);
+    if (!k) {
+        free(c);
+        return 0;
+    }
+    size_t nk = 0;
+    for (size_t i = 0; i < nc; i++) {
+        if (i && !memcmp(&c[i], &c[i - 1], sizeof *c))
+            continue;
+        for (int t = 0; t < visits; t++) {
+            dk_letkf_key_t key;
+            if (dk_letkf_visit_key(g, c[i].b, t, &key))
+                k[nk++] = key;
+        }
+    }
+    free(c);
+    qsort(k, nk, sizeof *k, by_u64);
+    size_t u = 0;
+    for (size_t i = 0; i < nk; i++)
+        if (!u || k[i] != k[u - 1])
+            k[u++] = k[i];
+    *keys = k, *count = u;
+    return 1;
+}
+
+/* Appends v to l->sel (used of cap), growing it; 0 when out of memory. */
+static int push_sel(struct dkm_letkf *l, size_t *cap, size_t *used, int32_t v)
+{
+    if (*used == *cap) {
+        int32_t *grown = realloc(l->sel, 2 * *cap * sizeof *grown);
+        if (!grown)
+            return 0;
+        l->sel = grown, *cap *= 2;
+    }
+    l->sel[(*used)++] = v;
+    return 1;
+}
+
+/* Which of this rank's observations each other rank with points needs:
+ * those in the buckets it visits (all_need: every rank's keys, ascending,
+ * ncount and ndispl as MPI_Allgatherv took them). Fills l's dst, sel_off,
+ * sel and first; 0 when out of memory. */
+static int select_for_ranks(struct dkm_letkf *l, const dk_letkf_geometry *net, const dk_letkf_desc *local,
+                            const region *reg, int rank, int size, const uint64_t *all_need, const int *ncount,
+                            const int *ndispl)
+{
+    const size_t m = local->m;
+    keyed_obs *ko = malloc((m + 1) * sizeof *ko);
+    size_t cap = m + 1, used = 0;
+    l->dst = malloc((size_t)size * sizeof *l->dst);
+    l->sel_off = malloc(((size_t)size + 1) * sizeof *l->sel_off);
+    l->first = malloc((size_t)size * sizeof *l->first);
+    l->sel = malloc(cap * sizeof *l->sel);
+    if (!ko || !l->dst || !l->sel_off || !l->first || !l->sel) {
+        free(ko);
+        return 0;
+    }
+    for (size_t j = 0; j < m; j++) {
+        double pos[DK_LETKF_POS];
+        int b[DK_LETKF_POS] = {0, 0, 0, 0};
+        dk_letkf_position(net, local->obs_coords + j * (size_t)net->ncoords, pos);
+        for (int a = 0; a < net->dims; a++)
+            b[a] = dk_letkf_cell(net, a, pos[a]);
+        ko[j].key = dk_letkf_cell_key(net, b);
+        ko[j].index = j;
+    }
+    qsort(ko, m, sizeof *ko, by_obs_key);
+    /* the lowest rank holding observations gives one to a rank with points that would get none */
+    int giver = 0;
+    while (giver < size && !reg[giver].m)
+        giver++;
+    for (int q = 0; q < size; q++) {
+        if (q == rank || !reg[q].n || !m)
+            continue;
+        size_t start = used, j = 0;
+        for (int e = 0; e < ncount[q]; e++) {
+            uint64_t key = all_need[ndispl[q] + e];
+            while (j < m && ko[j].key < key)
+                j++;
+            for (; j < m && ko[j].key == key; j++)
+                if (!push_sel(l, &cap, &used, (int32_t)ko[j].index)) {
+                    free(ko);
+                    return 0;
+                }
+        }
+        if (used == start && rank == giver && !reg[q].m && !push_sel(l, &cap, &used, 0)) {
+            free(ko);
+            return 0;
+        }
+        if (used == start)
+            continue;
+        qsort(l->sel + start, used - start, sizeof *l->sel, by_i32);
+        int one_range = l->sel[used - 1] - l->sel[start] == (int32_t)(used - 1 - start);
+        l->first[l->ndst] = one_range ? (size_t)l->sel[start] : SIZE_MAX;
+        l->packed |= !one_range;
+        l->sel_off[l->ndst] = start;
+        l->dst[l->ndst++] = q;
+    }
+    l->sel_off[l->ndst] = used;
+    free(ko);
+    return 1;
 }
 
 #define BAD(...) dkm_note(&o, DK_ERR_INVALID_ARGUMENT, __VA_ARGS__)
@@ -201,7 +355,7 @@ DK_MPI_API dk_status dk_mpi_letkf_plan_create(dk_context *ctx, MPI_Comm comm, co
     if ((st = dkm_agree(comm, &o, CREATE)) != DK_OK)
         return st;
 
-    /* every rank's regions, and so its sources */
+    /* every rank's observations' bounds: the whole network's span, and so its buckets */
     region me, *reg = calloc((size_t)size, sizeof *reg);
     struct dkm_letkf *l = calloc(1, sizeof *l);
     dk_mpi_plan *p = calloc(1, sizeof *p);
@@ -213,19 +367,64 @@ DK_MPI_API dk_status dk_mpi_letkf_plan_create(dk_context *ctx, MPI_Comm comm, co
         dkm_note(&o, DK_ERR_OUT_OF_MEMORY, "out of host memory");
     memset(&me, 0, sizeof me);
     me.n = local->n, me.m = local->m;
-    bounds(&geo, local->grid_coords, local->n, me.glo, me.ghi);
     bounds(&geo, local->obs_coords, local->m, me.olo, me.ohi);
     if (reg)
         MPI_Allgather(&me, (int)sizeof me, MPI_BYTE, reg, (int)sizeof me, MPI_BYTE, comm);
     size_t total_m = 0;
+    double span_lo[DK_LETKF_POS], span_hi[DK_LETKF_POS];
+    for (int a = 0; a < DK_LETKF_POS; a++)
+        span_lo[a] = INFINITY, span_hi[a] = -INFINITY;
     if (o.status == DK_OK) {
-        for (int q = 0; q < size; q++)
+        for (int q = 0; q < size; q++) {
             total_m += reg[q].m;
+            for (int a = 0; a < DK_LETKF_POS; a++)
+                span_lo[a] = fmin(span_lo[a], reg[q].olo[a]), span_hi[a] = fmax(span_hi[a], reg[q].ohi[a]);
+        }
         if (total_m == 0)
             BAD("no rank holds an observation; an analysis needs at least one");
         if (total_m > (size_t)INT32_MAX)
             BAD("the ranks hold %zu observations; at most %d", total_m, INT32_MAX);
     }
+    dk_letkf_geometry net;
+    memset(&net, 0, sizeof net);
+    if (o.status == DK_OK && (st = dk_letkf_bucket_shape(local, span_lo, span_hi, &net)) != DK_OK)
+        dkm_note(&o, st, "%s", dk_last_error(NULL));
+    /* the buckets this rank's points visit, every rank's gathered */
+    uint64_t *need = NULL, *all_need = NULL;
+    size_t nneed = 0;
+    int *ncount = calloc((size_t)size, sizeof *ncount), *ndispl = calloc((size_t)size, sizeof *ndispl);
+    if (o.status == DK_OK && (!ncount || !ndispl || !visited_keys(&net, local->grid_coords, local->n, &need, &nneed)))
+        dkm_note(&o, DK_ERR_OUT_OF_MEMORY, "out of host memory for the buckets of %zu points", local->n);
+    if (o.status == DK_OK && nneed > (size_t)INT32_MAX)
+        BAD("this rank's points visit %zu buckets; at most %d", nneed, INT32_MAX);
+    if ((st = dkm_agree(comm, &o, CREATE)) != DK_OK) {
+        free(need), free(ncount), free(ndispl);
+        goto fail;
+    }
+    int mine_need = (int)nneed;
+    MPI_Allgather(&mine_need, 1, MPI_INT, ncount, 1, MPI_INT, comm);
+    size_t total_need = 0;
+    for (int q = 0; q < size; q++)
+        ndispl[q] = (int)total_need, total_need += (size_t)ncount[q];
+    if (total_need > (size_t)INT32_MAX)
+        BAD("the ranks' points visit %zu buckets in all; at most %d", total_need, INT32_MAX);
+    else if (!(all_need = malloc((total_need + 1) * sizeof *all_need)))
+        dkm_note(&o, DK_ERR_OUT_OF_MEMORY, "out of host memory for %zu bucket keys", total_need);
+    if ((st = dkm_agree(comm, &o, CREATE)) != DK_OK) {
+        free(need), free(ncount), free(ndispl), free(all_need);
+        goto fail;
+    }
+    MPI_Allgatherv(need, mine_need, MPI_UINT64_T, all_need, ncount, ndispl, MPI_UINT64_T, comm);
+    free(need);
+    /* what each rank needs of this rank's observations */
+    uint64_t *send_cnt = calloc((size_t)size, sizeof *send_cnt), *recv_cnt = calloc((size_t)size, sizeof *recv_cnt);
+    if (!send_cnt || !recv_cnt || !select_for_ranks(l, &net, local, reg, rank, size, all_need, ncount, ndispl))
+        dkm_note(&o, DK_ERR_OUT_OF_MEMORY, "out of host memory for the observation halo");
+    free(all_need), free(ncount), free(ndispl);
+    for (int i = 0; o.status == DK_OK && i < l->ndst; i++)
+        send_cnt[l->dst[i]] = l->sel_off[i + 1] - l->sel_off[i];
+    if (send_cnt && recv_cnt)
+        MPI_Alltoall(send_cnt, 1, MPI_UINT64_T, recv_cnt, 1, MPI_UINT64_T, comm);
     if (o.status == DK_OK) {
         if (MPI_Type_contiguous((int)(local->members * dk_dtype_size(local->dtype)), MPI_BYTE, &l->rowtype) !=
                 MPI_SUCCESS ||
@@ -237,42 +436,27 @@ DK_MPI_API dk_status dk_mpi_letkf_plan_create(dk_context *ctx, MPI_Comm comm, co
         l->m_own = local->m;
         l->src = malloc((size_t)size * sizeof *l->src);
         l->src_off = malloc(((size_t)size + 1) * sizeof *l->src_off);
-        l->dst = malloc((size_t)size * sizeof *l->dst);
-        if (!l->src || !l->src_off || !l->dst)
+        if (!l->src || !l->src_off)
             dkm_note(&o, DK_ERR_OUT_OF_MEMORY, "out of host memory");
     }
     if (o.status == DK_OK) {
-        /* sources of every rank (so each knows whom it sends to) */
-        for (int q = 0; q < size; q++) {
-            int any = 0, nearest = -1;
-            double best = INFINITY;
-            for (int s = 0; s < size; s++) {
-                int in = within_reach(&geo, &reg[q], &reg[s]);
-                any |= in;
-                if (reg[q].n && reg[s].m && gap(&geo, &reg[q], &reg[s]) < best)
-                    best = gap(&geo, &reg[q], &reg[s]), nearest = s;
-                if (in && q == rank)
-                    l->src[l->nsrc++] = s;
-                if (in && s == rank && q != rank)
-                    l->dst[l->ndst++] = q;
-            }
-            if (!any && nearest >= 0) {
-                if (q == rank)
-                    l->src[l->nsrc++] = nearest;
-                if (nearest == rank && q != rank)
-                    l->dst[l->ndst++] = q;
-            }
-        }
+        /* a rank without points receives nothing; with points, its own
+         * observations whole and the others' selections, in rank order */
         size_t off = 0;
-        for (int i = 0; i < l->nsrc; i++) {
-            l->src_off[i] = off;
-            off += reg[l->src[i]].m;
+        for (int q = 0; l->n && q < size; q++) {
+            size_t cnt = q == rank ? l->m_own : (size_t)recv_cnt[q];
+            if (!cnt)
+                continue;
+            l->src[l->nsrc] = q;
+            l->src_off[l->nsrc++] = off;
+            off += cnt;
         }
         l->src_off[l->nsrc] = off;
         l->m_comb = off;
     }
+    free(send_cnt), free(recv_cnt);
     /* the sources' coordinates, then the local plan over this rank's points */
-    double *obs = NULL;
+    double *obs = NULL, *send_coords = NULL;
     const size_t nc = (size_t)local->ncoords;
     if (o.status == DK_OK && l->m_comb) {
         obs = malloc(l->m_comb * nc * sizeof *obs);
@@ -281,27 +465,43 @@ DK_MPI_API dk_status dk_mpi_letkf_plan_create(dk_context *ctx, MPI_Comm comm, co
         if (!obs || !l->yo || !l->r)
             dkm_note(&o, DK_ERR_OUT_OF_MEMORY, "out of host memory for %zu observations", l->m_comb);
     }
-    if ((st = dkm_agree(comm, &o, CREATE)) != DK_OK)
+    if (o.status == DK_OK && l->ndst) {
+        size_t sent = l->sel_off[l->ndst];
+        send_coords = malloc(sent * nc * sizeof *send_coords);
+        l->send_yo = malloc(sent * sizeof *l->send_yo);
+        l->send_r = malloc(sent * sizeof *l->send_r);
+        if (!send_coords || !l->send_yo || !l->send_r)
+            dkm_note(&o, DK_ERR_OUT_OF_MEMORY, "out of host memory for the %zu observations sent", sent);
+        for (size_t e = 0; send_coords && e < sent; e++)
+            memcpy(send_coords + e * nc, local->obs_coords + (size_t)l->sel[e] * nc, nc * sizeof *send_coords);
+    }
+    if ((st = dkm_agree(comm, &o, CREATE)) != DK_OK) {
+        free(obs), free(send_coords);
         goto fail;
+    }
     MPI_Request *req = malloc(((size_t)l->nsrc + (size_t)l->ndst + 1) * sizeof *req);
     int nreq = 0;
-    for (int i = 0; i < l->nsrc; i++) {
+    for (int i = 0; req && i < l->nsrc; i++) {
         size_t cnt = (l->src_off[i + 1] - l->src_off[i]) * nc;
         if (l->src[i] == rank)
             memcpy(obs + l->src_off[i] * nc, local->obs_coords, cnt * sizeof *obs);
-        else if (cnt)
+        else
             MPI_Irecv(obs + l->src_off[i] * nc, (int)cnt, MPI_DOUBLE, l->src[i], 71, comm, &req[nreq++]);
     }
-    for (int i = 0; i < l->ndst; i++)
-        if (l->m_own)
-            MPI_Isend(local->obs_coords, (int)(l->m_own * nc), MPI_DOUBLE, l->dst[i], 71, comm, &req[nreq++]);
-    MPI_Waitall(nreq, req, MPI_STATUSES_IGNORE);
+    for (int i = 0; req && i < l->ndst; i++)
+        MPI_Isend(send_coords + l->sel_off[i] * nc, (int)((l->sel_off[i + 1] - l->sel_off[i]) * nc), MPI_DOUBLE,
+                  l->dst[i], 71, comm, &req[nreq++]);
+    if (req)
+        MPI_Waitall(nreq, req, MPI_STATUSES_IGNORE);
+    else
+        dkm_note(&o, DK_ERR_OUT_OF_MEMORY, "out of host memory");
     free(req);
-    if (l->n) {
+    free(send_coords);
+    if (l->n && o.status == DK_OK) {
         dk_letkf_desc d = *local;
         d.m = l->m_comb;
         d.obs_coords = obs;
-        if ((st = dk_letkf_plan_create(ctx, &d, &l->local)) != DK_OK)
+        if ((st = dk_letkf_plan_create_span(ctx, &d, span_lo, span_hi, &l->local)) != DK_OK)
             dkm_note(&o, st, "%s", dk_last_error(ctx));
         else if ((st = dk_buffer_create(ctx, l->m_comb * local->members * dk_dtype_size(local->dtype), &l->yb)) !=
                  DK_OK)
@@ -322,7 +522,6 @@ DK_MPI_API dk_status dk_mpi_letkf_plan_create(dk_context *ctx, MPI_Comm comm, co
     *plan = p;
     return DK_OK;
 fail:
-    free(obs);
     free(reg);
     dkm_letkf_free(l);
     if (p && p->comm != MPI_COMM_NULL)
@@ -367,7 +566,8 @@ static struct dkm_letkf *letkf_of(dk_mpi_plan *plan, const char *what)
     return plan->letkf;
 }
 
-/* The combined yo and r on the host: every source's block, by MPI (small). */
+/* The combined yo and r on the host: this rank's whole, the others'
+ * selections packed and sent by MPI (small). */
 static void gather_obs(dk_mpi_plan *p, struct dkm_letkf *l, const double *yo, const double *r)
 {
     MPI_Request *req = malloc(2 * ((size_t)l->nsrc + (size_t)l->ndst + 1) * sizeof *req);
@@ -379,34 +579,66 @@ static void gather_obs(dk_mpi_plan *p, struct dkm_letkf *l, const double *yo, co
         if (l->src[i] == p->rank) {
             memcpy(l->yo + off, yo, cnt * sizeof *yo);
             memcpy(l->r + off, r, cnt * sizeof *r);
-        } else if (cnt) {
+        } else {
             MPI_Irecv(l->yo + off, (int)cnt, MPI_DOUBLE, l->src[i], 72, p->comm, &req[nreq++]);
             MPI_Irecv(l->r + off, (int)cnt, MPI_DOUBLE, l->src[i], 73, p->comm, &req[nreq++]);
         }
     }
-    for (int i = 0; i < l->ndst && l->m_own; i++) {
-        MPI_Isend(yo, (int)l->m_own, MPI_DOUBLE, l->dst[i], 72, p->comm, &req[nreq++]);
-        MPI_Isend(r, (int)l->m_own, MPI_DOUBLE, l->dst[i], 73, p->comm, &req[nreq++]);
+    for (int i = 0; i < l->ndst; i++) {
+        size_t off = l->sel_off[i], cnt = l->sel_off[i + 1] - off;
+        for (size_t e = off; e < off + cnt; e++)
+            l->send_yo[e] = yo[l->sel[e]], l->send_r[e] = r[l->sel[e]];
+        MPI_Isend(l->send_yo + off, (int)cnt, MPI_DOUBLE, l->dst[i], 72, p->comm, &req[nreq++]);
+        MPI_Isend(l->send_r + off, (int)cnt, MPI_DOUBLE, l->dst[i], 73, p->comm, &req[nreq++]);
     }
     DKM_COMM(p->comm, MPI_Waitall(nreq, req, MPI_STATUSES_IGNORE));
     free(req);
 }
 
+/* The rows of this rank's Yb that the destinations need, packed in sel's
+ * order into l->send_host (on a failed read, whatever own_host holds: the
+ * agreement after the exchange discards the analysis). */
+static void pack_rows(struct dkm_letkf *l, const dk_buffer *yb_local, size_t row, dkm_outcome *o, dk_context *ctx)
+{
+    size_t sent = l->sel_off[l->ndst];
+    if (!l->own_host)
+        l->own_host = malloc(l->m_own * row + 1);
+    if (!l->send_host)
+        l->send_host = malloc(sent * row + 1);
+    if (!l->own_host || !l->send_host) {
+        dkm_note(o, DK_ERR_OUT_OF_MEMORY, "out of host memory for the observation halo");
+        return;
+    }
+    dk_status st = dk_buffer_read(yb_local, l->own_host, l->m_own * row);
+    if (st != DK_OK)
+        dkm_note(o, st, "%s", dk_last_error(ctx));
+    for (size_t e = 0; e < sent; e++)
+        memcpy((char *)l->send_host + e * row, (const char *)l->own_host + (size_t)l->sel[e] * row, row);
+}
+
 /* The combined Yb on the device: this rank's block by a device copy, the
- * others device to device (NCCL) or staged through the host (MPI). Every
- * rank makes every MPI call whatever failed before, so none waits. */
+ * others' selections device to device (NCCL: a destination's rows sent
+ * straight from yb_local where they are one range, else packed on the
+ * host into a device buffer) or staged through the host (MPI). Every rank
+ * makes every MPI call whatever failed before, so none waits. */
 static void gather_yb(dk_mpi_plan *p, struct dkm_letkf *l, const dk_buffer *yb_local, dkm_outcome *o)
 {
-    const size_t row = l->desc.members * dk_dtype_size(l->desc.dtype);
+    const size_t row = l->desc.members * dk_dtype_size(l->desc.dtype), sent = l->ndst ? l->sel_off[l->ndst] : 0;
     dk_comm *dc = dkm_device_comm(p);
     dk_status st;
+    if (l->ndst && (!dc || l->packed))
+        pack_rows(l, yb_local, row, o, p->ctx);
     if (dc) {
+        if (l->packed && !l->send_dev &&
+            (st = dk_buffer_create(p->ctx, sent * row, &l->send_dev)) != DK_OK)
+            dkm_note(o, st, "%s", dk_last_error(p->ctx));
+        if (l->packed && l->send_dev && l->send_host &&
+            (st = dk_buffer_write(l->send_dev, l->send_host, sent * row)) != DK_OK)
+            dkm_note(o, st, "%s", dk_last_error(p->ctx));
         dk_comm_move *mv = calloc((size_t)l->nsrc + (size_t)l->ndst + 1, sizeof *mv);
         int nm = 0;
         for (int i = 0; mv && i < l->nsrc; i++) {
             size_t off = l->src_off[i], cnt = l->src_off[i + 1] - off;
-            if (!cnt)
-                continue;
             if (l->src[i] != p->rank) {
                 mv[nm++] = (dk_comm_move){l->src[i], 1, l->yb, off * row, cnt * row};
                 continue;
@@ -421,42 +653,48 @@ static void gather_yb(dk_mpi_plan *p, struct dkm_letkf *l, const dk_buffer *yb_l
             if ((st = dk_buffer_copy_box(l->yb, yb_local, &box)) != DK_OK)
                 dkm_note(o, st, "%s", dk_last_error(p->ctx));
         }
-        for (int i = 0; mv && i < l->ndst && l->m_own; i++)
-            mv[nm++] = (dk_comm_move){l->dst[i], 0, (dk_buffer *)yb_local, 0, l->m_own * row};
-        /* a rank out of memory still joins the exchange, with nothing to move;
-         * its peers' NCCL calls then end at the communicator's time limit */
+        for (int i = 0; mv && i < l->ndst; i++) {
+            size_t off = l->sel_off[i], cnt = l->sel_off[i + 1] - off;
+            if (l->first[i] != SIZE_MAX)
+                mv[nm++] = (dk_comm_move){l->dst[i], 0, (dk_buffer *)yb_local, l->first[i] * row, cnt * row};
+            else
+                mv[nm++] = (dk_comm_move){l->dst[i], 0, l->send_dev, off * row, cnt * row};
+        }
+        /* a rank without what it must send still joins the exchange, with
+         * nothing to move; its peers' NCCL calls then end at the
+         * communicator's time limit */
         if (!mv)
             dkm_note(o, DK_ERR_OUT_OF_MEMORY, "out of host memory");
+        if (l->packed && (!l->send_dev || !l->send_host))
+            nm = 0;
         DKM_COMM(p->comm, st = dk_comm_exchange(dc, mv, nm));
         if (st != DK_OK)
             dkm_note(o, st, "%s", dk_last_error(p->ctx));
         free(mv);
         return;
     }
-    /* host staging: this rank's block read, exchanged by MPI, the whole written */
-    char *host = l->yb_host, *own = l->m_own ? malloc(l->m_own * row) : NULL;
+    /* host staging: the combined block assembled on the host, then written */
+    char *host = l->yb_host;
     if (!host && l->m_comb)
         host = l->yb_host = malloc(l->m_comb * row);
     MPI_Request *req = malloc(((size_t)l->nsrc + (size_t)l->ndst + 1) * sizeof *req);
-    if ((l->m_own && !own) || (l->m_comb && !host) || !req)
+    if ((l->m_comb && !host) || !req)
         dkm_note(o, DK_ERR_OUT_OF_MEMORY, "out of host memory for the observation halo");
-    else if (l->m_own && (st = dk_buffer_read(yb_local, own, l->m_own * row)) != DK_OK)
-        dkm_note(o, st, "%s", dk_last_error(p->ctx));
     int nreq = 0;
-    if (req && (!l->m_own || own) && (!l->m_comb || host)) {
+    if (req && (!l->m_comb || host)) {
         for (int i = 0; i < l->nsrc; i++) {
             size_t off = l->src_off[i], cnt = l->src_off[i + 1] - off;
-            if (l->src[i] == p->rank)
-                memcpy(host + off * row, own, cnt * row);
-            else if (cnt)
+            if (l->src[i] != p->rank)
                 MPI_Irecv(host + off * row, (int)cnt, l->rowtype, l->src[i], 74, p->comm, &req[nreq++]);
+            else if ((st = dk_buffer_read(yb_local, host + off * row, cnt * row)) != DK_OK)
+                dkm_note(o, st, "%s", dk_last_error(p->ctx));
         }
-        for (int i = 0; i < l->ndst && l->m_own; i++)
-            MPI_Isend(own, (int)l->m_own, l->rowtype, l->dst[i], 74, p->comm, &req[nreq++]);
+        for (int i = 0; i < l->ndst && l->send_host; i++)
+            MPI_Isend((char *)l->send_host + l->sel_off[i] * row, (int)(l->sel_off[i + 1] - l->sel_off[i]),
+                      l->rowtype, l->dst[i], 74, p->comm, &req[nreq++]);
     }
     DKM_COMM(p->comm, MPI_Waitall(nreq, req, MPI_STATUSES_IGNORE));
     free(req);
-    free(own);
     if (o->status == DK_OK && l->yb && (st = dk_buffer_write(l->yb, host, l->m_comb * row)) != DK_OK)
         dkm_note(o, st, "%s", dk_last_error(p->ctx));
 }
@@ -530,18 +768,19 @@ DK_MPI_API dk_status dk_mpi_letkf_execute_host(dk_mpi_plan *plan, const void *xb
     return st;
 }
 
-/* ---- points assigned by cost (dk_mpi_letkf_balance) ---- */
-
-typedef struct keyed_obs {
-    dk_letkf_key_t key;
-    size_t index;
-} keyed_obs;
-
-static int by_obs_key(const void *a, const void *b)
+DK_MPI_API dk_status dk_mpi_letkf_halo(const dk_mpi_plan *plan, uint64_t *received, uint64_t *sent)
 {
-    const keyed_obs *x = a, *y = b;
-    return x->key != y->key ? (x->key < y->key ? -1 : 1) : (x->index > y->index) - (x->index < y->index);
+    struct dkm_letkf *l = letkf_of((dk_mpi_plan *)plan, "dk_mpi_letkf_halo");
+    if (!l)
+        return DK_ERR_INVALID_ARGUMENT;
+    if (!received || !sent)
+        return dkm_fail(DK_ERR_INVALID_ARGUMENT, "dk_mpi_letkf_halo: received and sent must not be NULL");
+    *received = l->m_comb - (l->nsrc ? l->m_own : 0);
+    *sent = l->ndst ? l->sel_off[l->ndst] : 0;
+    return DK_OK;
 }
+
+/* ---- points assigned by cost (dk_mpi_letkf_balance) ---- */
 
 /* How many of the m observations (coordinates obs) lie within the radius
  * of each of the n points: the buckets of kit/letkf/local.h over these
@@ -644,7 +883,7 @@ DK_MPI_API dk_status dk_mpi_letkf_balance(MPI_Comm comm, const dk_letkf_desc *lo
         for (int a = 0; a < local->ncoords; a++)
             geo.period[a] = local->period[a];
 
-    /* the observations of every rank within reach of this rank's points, as a plan gathers them */
+    /* the observations of every rank within reach of this rank's points: whole blocks, by bounding regions */
     region me, *reg = calloc((size_t)size, sizeof *reg);
     memset(&me, 0, sizeof me);
     me.n = local->n, me.m = local->m;

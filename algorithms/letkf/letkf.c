@@ -107,8 +107,9 @@ static int by_key(const void *a, const void *b)
     return (x->index > y->index) - (x->index < y->index);
 }
 
-/* The buckets' shape from the observations' positions (pos, m x DK_LETKF_POS). */
-static void shape_buckets(dk_letkf_geometry *g, const double *pos, size_t m)
+/* The buckets' shape for observations whose positions span [lo[a], hi[a]]
+ * along each non-periodic component a. */
+static void shape_buckets(dk_letkf_geometry *g, const double *lo, const double *hi)
 {
     const double margin = 1.0 + 1e-9; /* a neighbour within the radius never falls two cells away by rounding */
     for (int a = 0; a < g->dims; a++) {
@@ -129,23 +130,66 @@ static void shape_buckets(dk_letkf_geometry *g, const double *pos, size_t m)
             g->origin[a] = 0;
             continue;
         }
-        double lo = INFINITY, hi = -INFINITY;
-        for (size_t j = 0; j < m; j++) {
-            double v = pos[j * DK_LETKF_POS + (size_t)a];
-            lo = v < lo ? v : lo;
-            hi = v > hi ? v : hi;
-        }
-        double extent = hi - lo, cell = reach;
+        double extent = hi[a] - lo[a], cell = reach;
         if (extent / cell > DK_LETKF_MAX_CELLS - 2)
             cell = extent / (DK_LETKF_MAX_CELLS - 2);
         g->cell[a] = cell;
-        g->origin[a] = lo;
+        g->origin[a] = lo[a];
         double n = floor(extent / cell) + 1;
         g->ncell[a] = (int)(n > DK_LETKF_MAX_CELLS ? DK_LETKF_MAX_CELLS : n);
     }
 }
 
-dk_status dk_letkf_setup_build(const dk_letkf_desc *desc, dk_letkf_setup **out)
+/* The metric part of the geometry (no buckets yet) of a checked description. */
+static void geometry_of(const dk_letkf_desc *d, dk_letkf_geometry *g)
+{
+    memset(g, 0, sizeof *g);
+    g->metric = (int)d->metric;
+    g->ncoords = d->ncoords;
+    g->vertical = d->vertical_radius > 0;
+    g->hdims = d->metric == DK_LETKF_SPHERE ? 3 : d->ncoords - g->vertical;
+    g->dims = g->hdims + g->vertical;
+    g->radius = d->radius;
+    g->vradius = d->vertical_radius;
+    if (d->metric == DK_LETKF_CARTESIAN)
+        for (int a = 0; a < d->ncoords; a++)
+            g->period[a] = d->period[a];
+}
+
+/* A given span: finite and lo <= hi along each non-periodic component. */
+static dk_status check_span(const dk_letkf_geometry *g, const double *lo, const double *hi)
+{
+    for (int a = 0; a < g->dims; a++)
+        if (g->period[a] == 0 && !(isfinite(lo[a]) && isfinite(hi[a]) && lo[a] <= hi[a]))
+            return BAD("the buckets' span along position component %d is [%g, %g]; it must be finite with lo <= hi",
+                       a, lo[a], hi[a]);
+    return DK_OK;
+}
+
+DK_API dk_status dk_letkf_bucket_shape(const dk_letkf_desc *desc, const double *lo, const double *hi,
+                                       dk_letkf_geometry *geo)
+{
+    if (!desc || !lo || !hi || !geo)
+        return BAD("dk_letkf_bucket_shape: desc, lo, hi and geo must not be NULL");
+    /* the description's shared fields, checked as a plan checks them */
+    double zero[DK_LETKF_MAX_COORDS] = {0, 0, 0};
+    dk_letkf_desc probe = *desc;
+    probe.n = probe.m = 1;
+    probe.grid_coords = probe.obs_coords = zero;
+    dk_status st = check_desc(&probe);
+    if (st != DK_OK)
+        return st;
+    dk_letkf_geometry g;
+    geometry_of(desc, &g);
+    if ((st = check_span(&g, lo, hi)) != DK_OK)
+        return st;
+    shape_buckets(&g, lo, hi);
+    *geo = g;
+    return DK_OK;
+}
+
+dk_status dk_letkf_setup_build(const dk_letkf_desc *desc, const double *span_lo, const double *span_hi,
+                               dk_letkf_setup **out)
 {
     dk_status st = check_desc(desc);
     if (st != DK_OK)
@@ -180,19 +224,32 @@ dk_status dk_letkf_setup_build(const dk_letkf_desc *desc, dk_letkf_setup **out)
     s->desc.obs_coords = obsc;
 
     dk_letkf_geometry *g = &s->geo;
-    g->metric = (int)d->metric;
-    g->ncoords = d->ncoords;
-    g->vertical = d->vertical_radius > 0;
-    g->hdims = d->metric == DK_LETKF_SPHERE ? 3 : d->ncoords - g->vertical;
-    g->dims = g->hdims + g->vertical;
-    g->radius = d->radius;
-    g->vradius = d->vertical_radius;
-    if (d->metric == DK_LETKF_CARTESIAN)
-        for (int a = 0; a < d->ncoords; a++)
-            g->period[a] = d->period[a];
+    geometry_of(d, g);
     for (size_t j = 0; j < m; j++)
         dk_letkf_position(g, obsc + j * nc, pos + j * DK_LETKF_POS);
-    shape_buckets(g, pos, m);
+    double lo[DK_LETKF_POS], hi[DK_LETKF_POS];
+    for (int a = 0; a < DK_LETKF_POS; a++) {
+        lo[a] = INFINITY, hi[a] = -INFINITY;
+        for (size_t j = 0; j < m; j++) {
+            double v = pos[j * DK_LETKF_POS + (size_t)a];
+            lo[a] = v < lo[a] ? v : lo[a];
+            hi[a] = v > hi[a] ? v : hi[a];
+        }
+    }
+    if (span_lo) {
+        /* another span (every rank's the same): the observations must lie inside it */
+        st = check_span(g, span_lo, span_hi);
+        for (int a = 0; st == DK_OK && a < g->dims; a++)
+            if (g->period[a] == 0 && (lo[a] < span_lo[a] || hi[a] > span_hi[a]))
+                st = BAD("the observations reach [%g, %g] along position component %d, outside the buckets' span "
+                         "[%g, %g]",
+                         lo[a], hi[a], a, span_lo[a], span_hi[a]);
+        if (st != DK_OK) {
+            free(block), free(keys), free(pos);
+            return st;
+        }
+    }
+    shape_buckets(g, span_lo ? span_lo : lo, span_lo ? span_hi : hi);
     for (size_t j = 0; j < m; j++) {
         int b[DK_LETKF_POS] = {0, 0, 0, 0};
         for (int a = 0; a < g->dims; a++)
@@ -258,14 +315,22 @@ DK_API const char *const *dk_letkf_variants(const dk_context *ctx)
 
 DK_API dk_status dk_letkf_plan_create(dk_context *ctx, const dk_letkf_desc *desc, dk_plan **plan)
 {
+    return dk_letkf_plan_create_span(ctx, desc, NULL, NULL, plan);
+}
+
+DK_API dk_status dk_letkf_plan_create_span(dk_context *ctx, const dk_letkf_desc *desc, const double *lo,
+                                           const double *hi, dk_plan **plan)
+{
     if (!ctx || !plan)
         return dk_fail(ctx, DK_ERR_INVALID_ARGUMENT, "dk_letkf_plan_create: ctx and plan must not be NULL");
+    if (!lo != !hi)
+        return dk_fail(ctx, DK_ERR_INVALID_ARGUMENT, "dk_letkf_plan_create_span: give both lo and hi, or neither");
     *plan = NULL;
     const dk_letkf_ops *ops = dk_context_ops(ctx, DK_ALGO_LETKF);
     if (!ops)
         return DK_ERR_NOT_IMPLEMENTED;
     dk_letkf_setup *setup = NULL;
-    dk_status st = dk_letkf_setup_build(desc, &setup);
+    dk_status st = dk_letkf_setup_build(desc, lo, hi, &setup);
     if (st != DK_OK)
         return dk_fail(ctx, st, "%s", dk_last_error(NULL));
     if (!(setup->desc.variant = dk_pick_variant(ctx, DK_ALGO_LETKF, ops->variants, desc->variant))) {

@@ -8,8 +8,11 @@
 
 /* Validates desc and builds its setup in one allocation (free() releases
  * it): the coordinates copied, the observations' positions sorted by
- * bucket. Errors go to dk_last_error(NULL). variant is left as given. */
-dk_status dk_letkf_setup_build(const dk_letkf_desc *desc, dk_letkf_setup **setup);
+ * bucket. The buckets are cut over [span_lo, span_hi] (DK_LETKF_POS
+ * values each) where given, else over the observations' own bounds.
+ * Errors go to dk_last_error(NULL). variant is left as given. */
+dk_status dk_letkf_setup_build(const dk_letkf_desc *desc, const double *span_lo, const double *span_hi,
+                               dk_letkf_setup **setup);
 
 /* Checks yo (finite) and r (finite, > 0), m values each; errors as above. */
 dk_status dk_letkf_check_obs(size_t m, const double *yo, const double *r);

@@ -28,7 +28,7 @@ DK_API dk_status dk_letkf_reference(const dk_letkf_desc *desc, const void *xb, c
     if (!xb || !yb || !xa)
         return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "letkf: xb, yb and xa must not be NULL");
     dk_letkf_setup *s = NULL;
-    dk_status st = dk_letkf_setup_build(desc, &s);
+    dk_status st = dk_letkf_setup_build(desc, NULL, NULL, &s);
     if (st != DK_OK)
         return st;
     const dk_letkf_desc *d = &s->desc;

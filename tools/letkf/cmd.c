@@ -10,6 +10,7 @@
 #include "cli/cli.h"
 #include "cli/commands.h"
 #include "cli/netcdf.h"
+#include "cli/netcdf_dist.h"
 #include "cli/npy.h"
 #include "cli/output.h"
 #include "letkf/l96.h"
@@ -267,11 +268,6 @@ static double *as_f64_from(const npy_array *a, const char *path, size_t first, c
     return d;
 }
 
-static double *as_f64(const npy_array *a, const char *path, char *msg, size_t len)
-{
-    return as_f64_from(a, path, 0, msg, len);
-}
-
 /* The values in the compute dtype, checked finite. */
 static void *in_dtype(const npy_array *a, const char *path, size_t first, dk_dtype dtype, char *msg, size_t len)
 {
@@ -290,20 +286,75 @@ static void *in_dtype(const npy_array *a, const char *path, size_t first, dk_dty
     return f;
 }
 
-/* A vector of `want` values (any shape with one axis of that length). */
-static int read_vector(const char *path, const char *what, size_t want, npy_array *a, array_origin *origin,
-                       double **out, char *msg, size_t len)
+/* The rows [*first, *first + *count) of `total` that rank takes of `size`:
+ * contiguous, the first total % size ranks one row longer. */
+static void split_rows(size_t total, int rank, int size, size_t *first, size_t *count)
 {
-    if (array_read(path, NULL, a, origin, msg, len) != DK_OK)
+    size_t base = total / (size_t)size, extra = total % (size_t)size, r = (size_t)rank;
+    *count = base + (r < extra);
+    *first = r * base + (r < extra ? r : extra);
+}
+
+/* This rank's rows of an array of rows (*total of them): a .npy file or a
+ * netCDF variable is read by rows (its header, then only those rows, through
+ * array_source as the other commands read their parts); an ensemble in
+ * netCDF (whose member dimension may be any) or one file per member is read
+ * whole and cut. In one process (size 1) it is array_read /
+ * array_read_ensemble as before. */
+static dk_status read_rows(const char *spec, int ensemble, int rank, int size, npy_array *a, array_origin *origin,
+                           size_t *total, size_t *first, char *err, size_t len)
+{
+    memset(a, 0, sizeof *a);
+    size_t count;
+    array_source src;
+    /* a spec array_source refuses goes to array_read below, for its own sentence */
+    if (size > 1 && !strchr(spec, '{') && array_source_open(&src, spec, NULL, origin, err, len) == DK_OK &&
+        !(ensemble && src.netcdf) && src.hdr.ndim >= 1) {
+        *a = src.hdr;
+        *total = a->shape[0];
+        split_rows(*total, rank, size, first, &count);
+        size_t off[NPY_MAX_DIMS] = {*first}, ext[NPY_MAX_DIMS] = {count}, per = 1;
+        for (int d = 1; d < a->ndim; d++)
+            ext[d] = a->shape[d], per *= a->shape[d];
+        a->shape[0] = count;
+        a->count = count * per;
+        if (!(a->data = malloc(a->count ? a->count * dk_dtype_size(a->dtype) : 1))) {
+            snprintf(err, len, "out of memory for %zu rows of %s", count, spec);
+            return DK_ERR_OUT_OF_MEMORY;
+        }
+        return array_source_read_box(&src, off, ext, a->data, err, len);
+    }
+    dk_status st = ensemble ? array_read_ensemble(spec, NULL, a, origin, err, len)
+                            : array_read(spec, NULL, a, origin, err, len);
+    if (st != DK_OK)
+        return st;
+    *total = a->ndim >= 1 ? a->shape[0] : 0;
+    *first = 0;
+    if (size == 1 || a->ndim < 1)
+        return DK_OK;
+    split_rows(*total, rank, size, first, &count);
+    size_t per = *total ? a->count / *total : 0, es = dk_dtype_size(a->dtype);
+    memmove(a->data, (char *)a->data + *first * per * es, count * per * es);
+    a->shape[0] = count;
+    a->count = count * per;
+    return DK_OK;
+}
+
+/* A vector of `want` values (0: any number), this rank's rows of it
+ * (*total the whole vector's, *first the index of its first). */
+static int read_vector(const char *path, const char *what, size_t want, int rank, int size, npy_array *a,
+                       array_origin *origin, size_t *total, size_t *first, double **out, char *msg, size_t len)
+{
+    if (read_rows(path, 0, rank, size, a, origin, total, first, msg, len) != DK_OK)
         return 1;
     if (a->ndim != 1)
         return FAILED("%s has %d dimension%s; %s is a vector", path, a->ndim, a->ndim == 1 ? "" : "s", what);
-    if (want && a->count != want)
-        return FAILED("%s holds %zu values; %s needs %zu, one per observation (the rows of --yo)", path, a->count,
+    if (want && *total != want)
+        return FAILED("%s holds %zu values; %s needs %zu, one per observation (the rows of --yo)", path, *total,
                       what, want);
-    if (a->count == 0)
+    if (*total == 0)
         return FAILED("%s is empty; an analysis needs at least one observation", path);
-    return (*out = as_f64(a, path, msg, len)) ? -1 : 1;
+    return (*out = as_f64_from(a, path, *first, msg, len)) ? -1 : 1;
 }
 
 /* Coordinates: rows x d, or a vector for d = 1. read: the file to read,
@@ -325,66 +376,6 @@ static int read_coords(const char *read, const char *path, const char *opt, size
                       rows_what[0] == 'N' ? "grid point (the rows of --xb)" : "observation (the rows of --yo)");
     *ncoords = d;
     return (*out = as_f64_from(a, path, first * (size_t)d, msg, len)) ? -1 : 1;
-}
-
-/* The rows [*first, *first + *count) of `total` that rank takes of `size`:
- * contiguous, the first total % size ranks one row longer. */
-static void split_rows(size_t total, int rank, int size, size_t *first, size_t *count)
-{
-    size_t base = total / (size_t)size, extra = total % (size_t)size, r = (size_t)rank;
-    *count = base + (r < extra);
-    *first = r * base + (r < extra ? r : extra);
-}
-
-/* This rank's rows of an array of rows (*total of them): a .npy file is read
- * by rows (its header, then only those rows); anything else (netCDF, one
- * file per member) is read whole and cut. In one process (size 1) it is
- * array_read / array_read_ensemble as before. */
-static dk_status read_rows(const char *spec, int ensemble, int rank, int size, npy_array *a, array_origin *origin,
-                           size_t *total, size_t *first, char *err, size_t len)
-{
-    memset(a, 0, sizeof *a);
-    size_t data_offset, count;
-    npy_array hdr;
-    if (size > 1 && npy_read_header(spec, &hdr, &data_offset, err, len) == DK_OK && hdr.ndim >= 1) {
-        if (origin) {
-            memset(origin, 0, sizeof *origin);
-            origin->member = -1;
-        }
-        *total = hdr.shape[0];
-        split_rows(*total, rank, size, first, &count);
-        size_t off[NPY_MAX_DIMS] = {*first}, ext[NPY_MAX_DIMS] = {count}, per = 1;
-        for (int d = 1; d < hdr.ndim; d++)
-            ext[d] = hdr.shape[d], per *= hdr.shape[d];
-        *a = hdr;
-        a->shape[0] = count;
-        a->count = count * per;
-        if (!(a->data = malloc(a->count ? a->count * dk_dtype_size(a->dtype) : 1))) {
-            snprintf(err, len, "out of memory for %zu rows of %s", count, spec);
-            return DK_ERR_OUT_OF_MEMORY;
-        }
-        return npy_read_box(spec, &hdr, data_offset, off, ext, a->data, err, len);
-    }
-    dk_status st = ensemble ? array_read_ensemble(spec, NULL, a, origin, err, len)
-                            : array_read(spec, NULL, a, origin, err, len);
-    if (st != DK_OK)
-        return st;
-    *total = a->ndim >= 1 ? a->shape[0] : 0;
-    *first = 0;
-    if (size == 1 || a->ndim < 1)
-        return DK_OK;
-    split_rows(*total, rank, size, first, &count);
-    size_t per = *total ? a->count / *total : 0, es = dk_dtype_size(a->dtype);
-    memmove(a->data, (char *)a->data + *first * per * es, count * per * es);
-    a->shape[0] = count;
-    a->count = count * per;
-    return DK_OK;
-}
-
-/* Keeps values [first, first + count) of rows of `per` doubles. */
-static void keep_rows(double *d, size_t first, size_t count, size_t per)
-{
-    memmove(d, d + first * per, count * per * sizeof *d);
 }
 
 /* Reads and checks the inputs; under mpirun (size > 1) each rank keeps its
@@ -409,22 +400,24 @@ static int load(const options *o, inputs *in, int rank, int size, int *ncoords, 
     if (!(in->xb_data = in_dtype(&in->xb, o->xb, in->p0 * in->k, dtype, msg, len)))
         return 1;
     int rc;
-    if ((rc = read_vector(o->yo, "--yo", 0, &in->yo, &in->yo_origin, &in->yo64, msg, len)) >= 0)
+    size_t rows, first;
+    if ((rc = read_vector(o->yo, "--yo", 0, rank, size, &in->yo, &in->yo_origin, &in->m, &in->o0, &in->yo64, msg,
+                          len)) >= 0)
         return rc;
-    in->m = in->yo.count;
-    split_rows(in->m, rank, size, &in->o0, &in->mo);
-    if (o->r && (rc = read_vector(o->r, "--r", in->m, &in->r, NULL, &in->r64, msg, len)) >= 0)
+    in->mo = in->yo.count;
+    if (o->r && (rc = read_vector(o->r, "--r", in->m, rank, size, &in->r, NULL, &rows, &first, &in->r64, msg, len)) >=
+                    0)
         return rc;
     if (!o->r) {
-        if (!(in->r64 = malloc(in->m * sizeof *in->r64)))
+        if (!(in->r64 = malloc((in->mo ? in->mo : 1) * sizeof *in->r64)))
             return FAILED("out of memory");
-        for (size_t j = 0; j < in->m; j++)
+        for (size_t j = 0; j < in->mo; j++)
             in->r64[j] = o->r_value;
     }
-    for (size_t j = 0; j < in->m; j++)
+    for (size_t j = 0; j < in->mo; j++)
         if (!(in->r64[j] > 0))
-            return FAILED("%s: the error variance of observation %zu is %g; variances must be > 0", o->r, j,
-                          in->r64[j]);
+            return FAILED("%s: the error variance of observation %zu is %g; variances must be > 0", o->r,
+                          in->o0 + j, in->r64[j]);
     if (o->H) {
         if (dk_csr_read_mtx(o->H, &in->H) != DK_OK)
             return FAILED("%s", dk_last_error(NULL));
@@ -434,7 +427,6 @@ static int load(const options *o, inputs *in, int rank, int size, int *ncoords, 
                           o->H, in->H.rows, in->H.cols, in->m, in->n);
     }
     if (o->yb) {
-        size_t rows, first;
         if (read_rows(o->yb, 1, rank, size, &in->yb, NULL, &rows, &first, msg, len) != DK_OK)
             return 1;
         if (in->yb.ndim != 2 || rows != in->m || in->yb.shape[1] != in->k)
@@ -451,24 +443,24 @@ static int load(const options *o, inputs *in, int rank, int size, int *ncoords, 
             return FAILED("%s: %s", o->H, dk_last_error(NULL));
     }
     int dg, dobs;
-    size_t grid_rows, grid_first;
-    if (read_rows(o->grid, 0, rank, size, &in->grid, NULL, &grid_rows, &grid_first, msg, len) != DK_OK)
+    size_t grid_rows, grid_first, obs_rows, obs_first;
+    if (read_rows(o->grid, 0, rank, size, &in->grid, NULL, &grid_rows, &grid_first, msg, len) != DK_OK ||
+        read_rows(o->obs, 0, rank, size, &in->obs, NULL, &obs_rows, &obs_first, msg, len) != DK_OK)
         return 1;
+    /* read_coords checks the whole file's rows */
     if (in->grid.ndim >= 1)
-        in->grid.shape[0] = grid_rows; /* read_coords checks the whole file's rows */
+        in->grid.shape[0] = grid_rows;
+    if (in->obs.ndim >= 1)
+        in->obs.shape[0] = obs_rows;
     if ((rc = read_coords(NULL, o->grid, "--grid-coords", in->n, "N", grid_first, &in->grid, &dg, &in->grid64, msg,
                           len)) >= 0 ||
-        (rc = read_coords(o->obs, o->obs, "--obs-coords", in->m, "M", 0, &in->obs, &dobs, &in->obs64, msg, len)) >= 0)
+        (rc = read_coords(NULL, o->obs, "--obs-coords", in->m, "M", obs_first, &in->obs, &dobs, &in->obs64, msg,
+                          len)) >= 0)
         return rc;
     if (dg != dobs)
         return FAILED("%s has %d coordinate column%s but %s has %d; points and observations share their columns",
                       o->grid, dg, dg == 1 ? "" : "s", o->obs, dobs);
     *ncoords = dg;
-    if (size > 1) {
-        keep_rows(in->yo64, in->o0, in->mo, 1);
-        keep_rows(in->r64, in->o0, in->mo, 1);
-        keep_rows(in->obs64, in->o0, in->mo, (size_t)dg);
-    }
     return -1;
 }
 
@@ -678,10 +670,10 @@ done:
  * coordinates) and of the observations (Yb, yo, r, their coordinates),
  * hands them to dk_mpi_letkf_*, and writes its rows of every output. */
 
-/* An output of rows (total of them, cols values each): a .npy name is
- * written by the ranks together, each its rows (dist_write_npy); anything
- * else (netCDF, one file per member) is gathered on rank 0 and written by
- * the one-process writer. */
+/* An output of rows (total of them, cols values each), through dist_write:
+ * a .npy name written by the ranks together, anything else (netCDF, one
+ * file per member) gathered on rank 0 and written by the one-process
+ * writer below. */
 typedef struct part_output {
     const char *path, *name;
     array_kind kind;
@@ -690,46 +682,21 @@ typedef struct part_output {
     const array_origin *like;
 } part_output;
 
-static int write_part(const part_output *po, size_t first, size_t rows, const void *box, char *msg, size_t len)
+static int write_whole(const char *path, const void *whole, void *arg, char *err, size_t len)
 {
-    int rank, size, failed = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    const part_output *po = arg;
+    dk_status st = po->ensemble ? array_write_ensemble(path, whole, po->total, po->cols, po->like, err, len)
+                                : write_vector_err(path, po->name, po->kind, whole, po->total, po->like, err, len);
+    return st != DK_OK;
+}
+
+static int write_part(part_output *po, size_t first, size_t rows, const void *box, char *msg, size_t len)
+{
     const size_t esize = po->kind == ARRAY_I32 ? 4 : 8;
-    const char *descr = po->kind == ARRAY_I32 ? "<i4" : "<f8";
-    if (!array_is_netcdf_name(po->path) && !strchr(po->path, '{')) {
-        int nd = po->ensemble ? 2 : 1;
-        size_t shape[2] = {po->total, po->cols}, off[2] = {first, 0}, ext[2] = {rows, po->cols};
-        return dist_write_npy(po->path, descr, esize, nd, shape, nd, shape, off, ext, box, msg, len);
-    }
-    /* rows gathered on rank 0, in bytes, in pieces that an int counts */
-    size_t row = po->cols * esize;
-    int *counts = malloc((size_t)size * sizeof *counts), *displs = malloc((size_t)size * sizeof *displs);
-    char *whole = rank == 0 ? malloc(po->total * row + 1) : NULL;
-    if (!counts || !displs || (rank == 0 && !whole))
-        failed = FAILED("rank %d of %d: out of memory for %s", rank, size, po->path);
-    else if (po->total * row > (size_t)INT32_MAX)
-        failed = FAILED("%s: %zu bytes are too many to gather on rank 0; write a .npy file, which every rank "
-                        "writes its rows of", po->path, po->total * row);
-    if (!dist_agree(failed, msg, len)) {
-        for (int q = 0; q < size; q++) {
-            size_t f, c;
-            split_rows(po->total, q, size, &f, &c);
-            counts[q] = (int)(c * row), displs[q] = (int)(f * row);
-        }
-        MPI_Gatherv(box, (int)(rows * row), MPI_BYTE, whole, counts, displs, MPI_BYTE, 0, MPI_COMM_WORLD);
-        if (rank == 0) {
-            dk_status st = po->ensemble ? array_write_ensemble(po->path, (const double *)whole, po->total, po->cols,
-                                                               po->like, msg, len)
-                                        : write_vector_err(po->path, po->name, po->kind, whole, po->total, po->like,
-                                                           msg, len);
-            failed = st != DK_OK;
-        }
-        failed = dist_agree(failed, msg, len);
-    } else
-        failed = 1;
-    free(counts), free(displs), free(whole);
-    return failed;
+    const int nd = po->ensemble ? 2 : 1;
+    size_t shape[2] = {po->total, po->cols}, off[2] = {first, 0}, ext[2] = {rows, po->cols};
+    return dist_write(po->path, po->kind == ARRAY_I32 ? "<i4" : "<f8", esize, nd, shape, nd, shape, off, ext, box,
+                      write_whole, po, msg, len);
 }
 
 /* Yb = H X from this rank's points (H's columns [p0, p0 + np)): each rank's

@@ -155,6 +155,31 @@ typedef struct dk_letkf_ops {
     void (*plan_destroy)(void *plan);
 } dk_letkf_ops;
 
+/* ---- the buckets' span: plans that bucket alike (libdakit-mpi's letkf) ---- */
+
+/* dk_letkf_plan_create, with the observation buckets cut over the span
+ * [lo[a], hi[a]] of each position component a (DK_LETKF_POS values each, in
+ * the position space of dakit/kit/letkf/local.h: the coordinates, on the
+ * sphere x, y, z in km, then the vertical) instead of over the bounds of
+ * desc's own observations; components past the position's, and periodic
+ * ones, are not read. Plans of equal spans and shared fields bucket alike
+ * whatever observations each holds, so a point finds its observations, and
+ * sums them, in the same order: a plan over any subset of a network, in the
+ * network's order, holding every observation within reach of its points,
+ * gives those points the whole network's analysis bit for bit (the
+ * distributed letkf passes the whole network's span on every rank). Every
+ * observation must lie inside the span. lo and hi both NULL: the plain
+ * dk_letkf_plan_create. */
+dk_status dk_letkf_plan_create_span(dk_context *ctx, const dk_letkf_desc *desc, const double *lo, const double *hi,
+                                    dk_plan **plan);
+
+/* The geometry such a plan takes (metric, reach, and the buckets' origin,
+ * cell and ncell), from desc's shared fields (n, m and the coordinates are
+ * not read) and the span: which cell each position falls in, as the plan
+ * will see it (dk_letkf_cell, dk_letkf_visit_key). */
+dk_status dk_letkf_bucket_shape(const dk_letkf_desc *desc, const double *lo, const double *hi,
+                                dk_letkf_geometry *geo);
+
 #ifdef __cplusplus
 }
 #endif

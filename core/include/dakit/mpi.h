@@ -251,12 +251,13 @@ dk_status dk_mpi_kmeans_execute(dk_mpi_plan *plan, const dk_buffer *points_local
  * of Xb) and holds any set of observations (its rows of Yb, yo and r). The
  * observations' global order is rank 0's, then rank 1's, and so on. Every
  * rank's points are analysed with every observation within the radius,
- * whichever rank holds it: the plan finds, from bounding regions, whose
- * observations can reach whose points, and each execute moves those ranks'
- * blocks (Yb device to device through the plan's device communicator where
- * there is one, else staged through MPI; yo and r by MPI). The result is
- * the single-process analysis to the rounding of the order in which each
- * point's observations are summed. */
+ * whichever rank holds it: the plan cuts the whole network into buckets of
+ * the radius's size, and each rank receives the observations in the
+ * buckets its points visit (Yb device to device through the plan's device
+ * communicator where there is one, else staged through MPI; yo and r by
+ * MPI). Each point then sums the same observations in the same order as
+ * one process: the result is the single-process analysis bit for bit on
+ * the same backend. */
 
 /* Collective. local: this rank's points (n, grid_coords; n may be 0) and
  * observations (m, obs_coords; m may be 0), every other field the same on
@@ -280,6 +281,11 @@ dk_status dk_mpi_letkf_execute(dk_mpi_plan *plan, const dk_buffer *xb_local, con
 dk_status dk_mpi_letkf_execute_host(dk_mpi_plan *plan, const void *xb_local, const void *yb_local,
                                     const double *yo_local, const double *r_local, void *xa_local,
                                     int32_t *nobs_local, double *spread_local);
+
+/* Local. The observation halo of this rank's plan: how many observations
+ * it receives from other ranks and sends to them at each execute (their
+ * rows of Yb, yo and r; the coordinates moved once, at plan time). */
+dk_status dk_mpi_letkf_halo(const dk_mpi_plan *plan, uint64_t *received, uint64_t *sent);
 
 /* Collective. Points assigned by cost, for observations that crowd some
  * ranks' points (satellite swaths, radar): local is this rank's points and
