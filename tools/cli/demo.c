@@ -193,6 +193,8 @@ int cmd_demo(int argc, char **argv)
 
     dk_gauss_desc d;
     dk_gauss_desc_init(&d);
+    d.method = DK_GAUSS_RF; /* the picture's smoothed field: rf, K 4, zero boundary */
+    d.boundary = DK_BOUNDARY_ZERO;
     d.ndim = 2;
     d.shape[0] = d.shape[1] = (size_t)size;
     d.axes = 3;
