@@ -82,7 +82,7 @@ static void check_defaults(dk_context *ctx, const char *name)
     d.axes = 3;
     d.sigma[0] = 2;
     d.sigma[1] = 3;
-    float x[600], y[600];
+    float x[600], y[600] = {0};
     double xd[600], want[600], direct[600];
     for (int i = 0; i < 600; i++)
         x[i] = (float)(xd[i] = (i % 11) - 3.0 * (i % 7 == 0));
