@@ -42,6 +42,8 @@ int main(int argc, char **argv)
     }
     dk_gauss_desc g;
     dk_gauss_desc_init(&g);
+    g.method = DK_GAUSS_RF;
+    g.boundary = DK_BOUNDARY_ZERO;
     g.dtype = dtype;
     g.ndim = 2;
     g.shape[0] = n0;

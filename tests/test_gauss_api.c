@@ -12,6 +12,8 @@
 static void good_desc(dk_gauss_desc *d)
 {
     dk_gauss_desc_init(d);
+    d->method = DK_GAUSS_RF;
+    d->boundary = DK_BOUNDARY_ZERO;
     d->ndim = 2;
     d->shape[0] = 20;
     d->shape[1] = 30;
@@ -68,6 +70,45 @@ static const bad_case bad[] = {
     {"blocks 0", "blocks", zero_blocks},
 };
 
+/* The description's defaults: deriche with scipy's 'reflect', so that the
+ * plainest call is scipy.ndimage.gaussian_filter's to the method's accuracy. */
+static void check_defaults(dk_context *ctx, const char *name)
+{
+    dk_gauss_desc d;
+    dk_gauss_desc_init(&d);
+    d.ndim = 2;
+    d.shape[0] = 20;
+    d.shape[1] = 30;
+    d.axes = 3;
+    d.sigma[0] = 2;
+    d.sigma[1] = 3;
+    float x[600], y[600] = {0};
+    double xd[600], want[600], direct[600];
+    for (int i = 0; i < 600; i++)
+        x[i] = (float)(xd[i] = (i % 11) - 3.0 * (i % 7 == 0));
+    dk_plan *plan = NULL;
+    CHECK(dk_gauss_plan_create(ctx, &d, &plan) == DK_OK && dk_gauss_execute_host(plan, x, y) == DK_OK,
+          "%s: the defaults: %s", name, dk_last_error(ctx));
+    dk_plan_destroy(plan);
+    dk_gauss_desc e = d;
+    e.dtype = DK_F64;
+    e.method = DK_GAUSS_DERICHE;
+    e.boundary = DK_BOUNDARY_REFLECT;
+    CHECK(dk_gauss_reference(&e, xd, want) == DK_OK && dk_gauss_direct(&e, xd, direct) == DK_OK, "%s",
+          dk_last_error(NULL));
+    double worst = 0, from_direct = 0;
+    for (int i = 0; i < 600; i++) {
+        worst = fmax(worst, fabs(y[i] - want[i]));
+        from_direct = fmax(from_direct, fabs(want[i] - direct[i]));
+    }
+    /* 64 float32 rounding units of max|x| (10); rf or another boundary is 1e-2 or more away */
+    CHECK(worst <= 64 * 0x1p-24 * 10, "%s: the defaults are not deriche with reflect (%.2e from it)", name, worst);
+    CHECK(from_direct <= 1e-3, "%s: deriche with reflect is %.2e from the sampled Gaussian with reflect", name,
+          from_direct);
+    printf("%s: the defaults give deriche + reflect to %.1e; %.1e from the sampled Gaussian (max|x| 10)\n", name,
+           worst, from_direct);
+}
+
 static void check_backend(const char *name)
 {
     dk_context *ctx;
@@ -76,6 +117,7 @@ static void check_backend(const char *name)
         return;
     }
     printf("backend %s (%s)\n", name, dk_context_device(ctx));
+    check_defaults(ctx, name);
     for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
         dk_gauss_desc d;
         good_desc(&d);
@@ -151,6 +193,13 @@ static void check_backend(const char *name)
 
 int main(void)
 {
+    dk_gauss_desc init;
+    dk_gauss_desc_init(&init);
+    CHECK(init.method == DK_GAUSS_DERICHE && init.boundary == DK_BOUNDARY_REFLECT && init.mode == DK_GAUSS_EXACT &&
+              init.dtype == DK_F32 && init.K == 4 && init.order[0] == 0 && init.cval == 0 && !init.variant,
+          "dk_gauss_desc_init: method %s, boundary %s; deriche and reflect expected",
+          dk_gauss_method_name(init.method), dk_gauss_boundary_name(init.boundary));
+
     /* the serial reference validates the same way */
     dk_gauss_desc d;
     good_desc(&d);
@@ -169,6 +218,8 @@ int main(void)
             ten[i] = i;
         dk_gauss_desc g;
         dk_gauss_desc_init(&g);
+        g.method = DK_GAUSS_RF;
+        g.boundary = DK_BOUNDARY_ZERO;
         g.dtype = DK_F64;
         g.ndim = 1;
         g.shape[0] = 10;

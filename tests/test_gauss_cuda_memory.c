@@ -26,8 +26,7 @@ static dk_status make(dk_context *ctx, int ndim, const size_t *shape, dk_gauss_m
     d.axes = (1u << ndim) - 1;
     d.K = 4;
     d.method = method;
-    if (method != DK_GAUSS_RF)
-        d.boundary = DK_BOUNDARY_REFLECT;
+    d.boundary = method == DK_GAUSS_RF ? DK_BOUNDARY_ZERO : DK_BOUNDARY_REFLECT;
     return dk_gauss_plan_create(ctx, &d, plan);
 }
 

@@ -211,6 +211,8 @@ int main(int argc, char **argv)
         CHECK(strcmp(dk_context_backend(ctx), "nogauss") == 0, "opened %s", dk_context_backend(ctx));
         dk_gauss_desc d;
         dk_gauss_desc_init(&d);
+        d.method = DK_GAUSS_RF;
+        d.boundary = DK_BOUNDARY_ZERO;
         d.ndim = 1;
         d.shape[0] = 16;
         d.axes = 1;

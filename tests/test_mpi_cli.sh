@@ -69,19 +69,21 @@ for name, (shape, dtype) in inputs.items():
         cnt *= s
     npy(os.path.join(tmp, name + ".npy"), shape, values(cnt), dtype)
 
+rf = ["--method", "rf", "--boundary", "zero"]  # the GPU RF paper's filter (the default is deriche, reflect)
 cases = [
-    ("2d_f32", ["--sigma", "2"], 2, None),
-    ("2d_f32", ["--sigma", "2"], 3, None),
-    ("2d_f32", ["--sigma", "2"], 2, "2x1"),
-    ("2d_f32", ["--sigma", "2"], 2, "1x2"),
-    ("2d_f32", ["--sigma", "1.5,3", "--boundary", "constant", "--K", "3"], 3, "1x3"),
-    ("2d_f32", ["--sigma", "2", "--dtype", "f64", "--axes", "1"], 2, None),
-    ("3d_f64", ["--sigma", "1.5"], 2, None),
-    ("3d_f64", ["--sigma", "1.5"], 3, None),
-    ("3d_f64", ["--sigma", "1,2,0.7", "--dtype", "f32"], 3, "1x1x3"),
-    ("3d_f64", ["--sigma", "1.5", "--axes", "0,2"], 2, "1x2x1"),
-    ("2d_f32", ["--sigma", "2", "--mode", "overlap"], 3, "3x1"),
+    ("2d_f32", ["--sigma", "2"] + rf, 2, None),
+    ("2d_f32", ["--sigma", "2"] + rf, 3, None),
+    ("2d_f32", ["--sigma", "2"] + rf, 2, "2x1"),
+    ("2d_f32", ["--sigma", "2"] + rf, 2, "1x2"),
+    ("2d_f32", ["--sigma", "1.5,3", "--method", "rf", "--boundary", "constant", "--K", "3"], 3, "1x3"),
+    ("2d_f32", ["--sigma", "2", "--dtype", "f64", "--axes", "1"] + rf, 2, None),
+    ("3d_f64", ["--sigma", "1.5"] + rf, 2, None),
+    ("3d_f64", ["--sigma", "1.5"] + rf, 3, None),
+    ("3d_f64", ["--sigma", "1,2,0.7", "--dtype", "f32"] + rf, 3, "1x1x3"),
+    ("3d_f64", ["--sigma", "1.5", "--axes", "0,2"] + rf, 2, "1x2x1"),
+    ("2d_f32", ["--sigma", "2", "--mode", "overlap"] + rf, 3, "3x1"),
     ("2d_f32", ["--sigma", "2", "--method", "deriche", "--boundary", "reflect"], 2, "2x1"),
+    ("2d_f32", ["--sigma", "2"], 3, None),  # the defaults
 ]
 for i, (name, opts, np, decomp) in enumerate(cases):
     src = os.path.join(tmp, name + ".npy")

@@ -281,18 +281,19 @@ if backend == "cpu":
         return max((abs(x - y) for x, y in zip(a, b)), default=0.0) <= 1e-5 * scale
     npy(G("g3.npy"), (3, 16, 12), [rnd.uniform(-1, 1) for _ in range(3 * 16 * 12)], "<f4")
     npy(G("X64.npy"), (npts, d), X)
-    setup = [["gauss", "--in", "g.npy", "--sigma", "0.5", "--out", "g.nc"],
-             ["gauss", "--in", "g3.npy", "--sigma", "0.5", "--out", "g3.nc"],
-             ["gauss", "--in", "X64.npy", "--axes", "0", "--sigma", "0.01", "--out", "X.nc"]]
+    rf = ["--method", "rf", "--boundary", "zero"]
+    setup = [["gauss", "--in", "g.npy", "--sigma", "0.5", "--out", "g.nc"] + rf,
+             ["gauss", "--in", "g3.npy", "--sigma", "0.5", "--out", "g3.nc"] + rf,
+             ["gauss", "--in", "X64.npy", "--axes", "0", "--sigma", "0.01", "--out", "X.nc"] + rf]
     made = all(subprocess.run([dakit] + a + b, env=env, capture_output=True, cwd=P("good")).returncode == 0
                for a in setup)
     if not made:
         print("skip: this dakit writes no netCDF (built without netCDF-C)")
     nc_cases = [
-        ("gauss X.nc -> .nc", ["gauss", "--in", "g.nc", "--sigma", "2", "--out", "OUT.nc"]),
+        ("gauss X.nc -> .nc", ["gauss", "--in", "g.nc", "--sigma", "2", "--out", "OUT.nc"] + rf),
         ("gauss X.nc:VAR[hyperslab] -> .nc", ["gauss", "--in", "g3.nc:data[dim0=1,dim1=2:14]", "--sigma", "1.5",
-                                              "--out", "OUT.nc"]),
-        ("gauss .npy -> .nc", ["gauss", "--in", "g.npy", "--sigma", "2", "--out", "OUT.nc"]),
+                                              "--out", "OUT.nc"] + rf),
+        ("gauss .npy -> .nc", ["gauss", "--in", "g.npy", "--sigma", "2", "--out", "OUT.nc"] + rf),
         ("kmeans --in X.nc (float64) -> .nc", ["kmeans", "--in", "X.nc", "--k", "4", "--labels", "OUT.nc",
                                                "--centroids", "OUT2.nc"]),
         ("enkf cov -> .nc", ["enkf", "cov", "--ens", "E.npy", "--loc", "c.npy", "--H", "H.mtx", "--out", "OUT.nc",

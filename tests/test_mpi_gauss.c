@@ -180,6 +180,7 @@ static void part_of(const geom *g, dk_mpi_part *part)
 static void desc_of(const geom *g, dk_dtype t, dk_boundary b, int K, dk_gauss_desc *d)
 {
     dk_gauss_desc_init(d);
+    d->method = DK_GAUSS_RF;
     d->dtype = t;
     d->ndim = g->ndim;
     d->axes = g->axes;

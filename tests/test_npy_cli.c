@@ -83,10 +83,12 @@ int main(int argc, char **argv)
           "round trip");
     npy_free(&back);
 
-    int rc = run("gauss --in x.npy --out y.npy --sigma 3,1.5 --K 5 --boundary constant --backend cpu", out, sizeof out);
+    int rc = run("gauss --in x.npy --out y.npy --sigma 3,1.5 --method rf --K 5 --boundary constant --backend cpu", out,
+                 sizeof out);
     CHECK(rc == 0, "gauss command failed (%d): %s", rc, out);
     dk_gauss_desc d;
     dk_gauss_desc_init(&d);
+    d.method = DK_GAUSS_RF;
     d.dtype = DK_F64;
     d.ndim = 2;
     d.shape[0] = 40;
@@ -108,6 +110,37 @@ int main(int argc, char **argv)
     } else {
         CHECK(0, "reading the command's output: %s", err);
     }
+    /* the command's defaults: deriche with the reflect boundary (scipy's gaussian_filter), not rf */
+    rc = run("gauss --in x.npy --out d.npy --sigma 3,1.5 --backend cpu", out, sizeof out);
+    CHECK(rc == 0, "gauss with the default method failed (%d): %s", rc, out);
+    d.method = DK_GAUSS_DERICHE;
+    d.boundary = DK_BOUNDARY_REFLECT;
+    double *want = malloc(2000 * sizeof(double)), *rf = malloc(2000 * sizeof(double));
+    dk_gauss_reference(&d, a.data, want);
+    d.method = DK_GAUSS_RF;
+    d.boundary = DK_BOUNDARY_ZERO;
+    d.K = 4;
+    dk_gauss_reference(&d, a.data, rf);
+    snprintf(path, sizeof path, "%s/d.npy", dir);
+    if (npy_read(path, &back, err, sizeof err) == DK_OK) {
+        double worst = 0, from_rf = 0;
+        for (int i = 0; i < 2000; i++) {
+            worst = fmax(worst, fabs(((double *)back.data)[i] - want[i]));
+            from_rf = fmax(from_rf, fabs(((double *)back.data)[i] - rf[i]));
+        }
+        CHECK(worst < 1e-13 && from_rf > 1e-2,
+              "the default is not deriche + reflect: %.3e from it, %.3e from rf K 4 with the zero boundary", worst,
+              from_rf);
+        npy_free(&back);
+    } else {
+        CHECK(0, "reading the default command's output: %s", err);
+    }
+    free(want);
+    free(rf);
+    rc = run("gauss --help", out, sizeof out);
+    CHECK(strstr(out, "--method deriche|rf|vyv") && strstr(out, "deriche (default)") &&
+              strstr(out, "(default reflect)"),
+          "--help names the defaults deriche and reflect: %s", out);
     rc = run("gauss --in x.npy --out z.npy --sigma 2 --axes 1 --dtype f32 --backend cpu", out, sizeof out);
     snprintf(path, sizeof path, "%s/z.npy", dir);
     CHECK(rc == 0 && npy_read(path, &back, err, sizeof err) == DK_OK && back.dtype == DK_F32,

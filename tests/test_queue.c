@@ -80,6 +80,8 @@ static void cuda(void)
 
     dk_gauss_desc d;
     dk_gauss_desc_init(&d);
+    d.method = DK_GAUSS_RF;
+    d.boundary = DK_BOUNDARY_ZERO;
     d.ndim = 1;
     d.shape[0] = n;
     d.axes = 1;

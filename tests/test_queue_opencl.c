@@ -79,6 +79,8 @@ int main(void)
 
     dk_gauss_desc d;
     dk_gauss_desc_init(&d);
+    d.method = DK_GAUSS_RF;
+    d.boundary = DK_BOUNDARY_ZERO;
     d.ndim = 2;
     d.shape[0] = ROWS;
     d.shape[1] = COLS;

@@ -31,6 +31,8 @@ static void *work(void *arg)
     worker *w = arg;
     dk_gauss_desc d;
     dk_gauss_desc_init(&d);
+    d.method = DK_GAUSS_RF;
+    d.boundary = DK_BOUNDARY_ZERO;
     d.ndim = 1;
     d.shape[0] = 4096;
     d.axes = 1;

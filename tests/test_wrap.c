@@ -31,6 +31,8 @@ static void field(float *x)
 static dk_plan *plan_on(dk_context *ctx, dk_gauss_desc *d)
 {
     dk_gauss_desc_init(d);
+    d->method = DK_GAUSS_RF;
+    d->boundary = DK_BOUNDARY_ZERO;
     d->ndim = 1;
     d->shape[0] = N;
     d->axes = 1;

@@ -16,11 +16,11 @@ DK_API void dk_gauss_desc_init(dk_gauss_desc *desc)
     memset(desc, 0, sizeof *desc);
     desc->dtype = DK_F32;
     desc->K = 4;
-    desc->boundary = DK_BOUNDARY_ZERO;
+    desc->boundary = DK_BOUNDARY_REFLECT;
     desc->mode = DK_GAUSS_EXACT;
     desc->overlap = 5;
     desc->blocks = 3072;
-    desc->method = DK_GAUSS_RF;
+    desc->method = DK_GAUSS_DERICHE;
     desc->order_poles = 5;
     desc->cval = 0.0;
 }
@@ -238,7 +238,8 @@ dk_status dk_gauss_setup_make(const dk_gauss_desc *desc, dk_gauss_setup *setup)
     if (d->method != DK_GAUSS_RF) {
         if (d->mode != DK_GAUSS_EXACT)
             return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT,
-                           "gauss: overlap mode is the rf paper's block decomposition; %s runs in exact mode only",
+                           "gauss: overlap mode is the rf paper's block decomposition; %s runs in exact mode only "
+                           "(overlap mode needs method rf)",
                            dk_gauss_method_name(d->method));
         for (int a = 0; a < d->ndim; a++)
             if ((d->axes & (1u << a)) && (d->sigma[a] < DK_GAUSS_IIR_MIN_SIGMA ||

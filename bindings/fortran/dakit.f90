@@ -89,7 +89,7 @@ module dakit
     integer(c_size_t) :: overlap
     integer(c_size_t) :: blocks
     type(c_ptr) :: variant                   ! c_null_ptr: the backend's default
-    integer(c_int) :: method                 ! DK_GAUSS_RF (default), DK_GAUSS_DERICHE, DK_GAUSS_VYV
+    integer(c_int) :: method                 ! DK_GAUSS_DERICHE (default), DK_GAUSS_RF, DK_GAUSS_VYV
     integer(c_int) :: order_poles            ! vyv: 3, 4 or 5
     real(c_double) :: cval                   ! DK_BOUNDARY_CVAL: the value outside the field
     integer(c_int) :: order(DK_MAX_DIMS)     ! per C axis: 0 smooths, 1 and 2 the first and second
@@ -364,9 +364,9 @@ module dakit
       type(c_ptr), value :: plan
     end subroutine
 
-    ! Defaults: float32, K = 4, zero boundary, exact mode, overlap 5, 3072
-    ! blocks; the caller sets ndim, shape, axes, sigma (or calls
-    ! dk_gauss_desc_set_array).
+    ! Defaults: float32, deriche with the reflect boundary (as scipy's
+    ! gaussian_filter), exact mode; for rf K = 4, overlap 5, 3072 blocks. The
+    ! caller sets ndim, shape, axes, sigma (or calls dk_gauss_desc_set_array).
     subroutine dk_gauss_desc_init(desc) bind(c, name='dk_gauss_desc_init')
       import :: dk_gauss_desc
       type(dk_gauss_desc), intent(out) :: desc

@@ -18,6 +18,8 @@ int main(void)
     x[N / 2] = 1;
     dk_gauss_desc desc;
     dk_gauss_desc_init(&desc);
+    desc.method = DK_GAUSS_RF; /* the K-iterated recursive filter, K 4 */
+    desc.boundary = DK_BOUNDARY_ZERO;
     desc.ndim = 1;
     desc.shape[0] = N;
     desc.axes = 1;

@@ -22,6 +22,7 @@ double gauss_error_vs_exact(double sigma, dk_gauss_method method, int K, size_t 
     d.sigma[0] = sigma;
     d.K = K;
     d.method = method;
+    d.boundary = DK_BOUNDARY_ZERO;
     if (dk_gauss_reference(&d, x, x) != DK_OK) {
         free(x);
         return -1;

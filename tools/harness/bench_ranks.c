@@ -122,6 +122,8 @@ static dk_status setup_gauss_scaling(dk_context *ctx, state *s, int weak, int si
 {
     dk_gauss_desc g;
     dk_gauss_desc_init(&g);
+    g.method = DK_GAUSS_RF;
+    g.boundary = DK_BOUNDARY_ZERO;
     g.dtype = DK_F32;
     g.ndim = 2;
     g.shape[0] = weak ? 8192 * (size_t)size : 32768;
@@ -295,6 +297,7 @@ static dk_status setup_gauss_huge(dk_context *ctx, state *s, int size)
     n = n > 256 ? n & ~(size_t)255 : n;
     dk_gauss_desc g;
     dk_gauss_desc_init(&g);
+    g.method = DK_GAUSS_RF;
     g.dtype = DK_F32;
     g.ndim = 2;
     g.shape[0] = g.shape[1] = n;
@@ -863,6 +866,8 @@ static int setup(dk_context *ctx, int which, state *s, char *err, size_t len)
     } else if (which == 0) {
         dk_gauss_desc g;
         dk_gauss_desc_init(&g);
+        g.method = DK_GAUSS_RF;
+        g.boundary = DK_BOUNDARY_ZERO;
         g.dtype = DK_F32;
         g.ndim = 2;
         g.shape[0] = g.shape[1] = 2048;

@@ -189,6 +189,8 @@ static dk_status tex_prepare(int i, char *err, size_t len)
     desc_of(c, &d);
     dk_gauss_desc g;
     dk_gauss_desc_init(&g);
+    g.method = DK_GAUSS_RF; /* the radar pipeline's texture (tools/kmeans/radar.c) */
+    g.boundary = DK_BOUNDARY_ZERO;
     g.ndim = 3;
     g.shape[0] = 3;
     g.shape[1] = c->rows;

@@ -78,6 +78,9 @@ dk_status radar_pipeline_create(dk_context *ctx, size_t rows, size_t cols, const
     p->n = rows * cols;
     const size_t n = p->n, F = RADAR_FEATURES, kf = (size_t)o->k * F;
     dk_gauss_desc_init(&p->gd);
+    /* the texture the pipeline's features were made with: rf, zero boundary */
+    p->gd.method = DK_GAUSS_RF;
+    p->gd.boundary = DK_BOUNDARY_ZERO;
     p->gd.ndim = 3;
     p->gd.shape[0] = F;
     p->gd.shape[1] = rows;
@@ -275,6 +278,8 @@ dk_status radar_band_features(dk_context *ctx, const float *value, size_t rows, 
         return DK_OK;
     dk_gauss_desc gd;
     dk_gauss_desc_init(&gd);
+    gd.method = DK_GAUSS_RF; /* as radar_pipeline_create's texture */
+    gd.boundary = DK_BOUNDARY_ZERO;
     gd.ndim = 3;
     gd.shape[0] = F;
     gd.shape[1] = rows;

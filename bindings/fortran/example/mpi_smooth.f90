@@ -19,6 +19,8 @@ program mpi_smooth
   call MPI_Init()
   call check(dk_context_create('auto', ctx))
   call dk_gauss_desc_init(desc)
+  desc%method = DK_GAUSS_RF
+  desc%boundary = DK_BOUNDARY_ZERO
   desc%dtype = DK_F64
   call dk_gauss_desc_set_array(desc, [nx, ny], [4.0_c_double, 2.0_c_double])
   ! slabs along y, one per rank; field(lo(1):hi(1), lo(2):hi(2)) in global indices

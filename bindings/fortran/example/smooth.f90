@@ -22,6 +22,8 @@ program smooth
   ! field(nx, ny) is C's (ny, nx) field; set_array takes Fortran order:
   ! sigma 4 along the first dimension (x), 2 along the second (y)
   call dk_gauss_desc_init(desc)
+  desc%method = DK_GAUSS_RF   ! the recursive filter, K 4 (the default is deriche with reflect)
+  desc%boundary = DK_BOUNDARY_ZERO
   desc%dtype = DK_F64
   call dk_gauss_desc_set_array(desc, shape(field), [4.0_c_double, 2.0_c_double])
   call check(dk_gauss_plan_create(ctx, desc, plan))

@@ -91,12 +91,15 @@ size_t c_layout(int which, size_t *offsets)
     return n;
 }
 
-/* The gauss reference on the test field of C shape shape[0..ndim), sigma per
- * C axis (0: not filtered), into out (dtype). */
+/* The gauss reference (rf with K iterations, zero boundary) on the test
+ * field of C shape shape[0..ndim), sigma per C axis (0: not filtered), into
+ * out (dtype). */
 int c_gauss(int ndim, const size_t *shape, const double *sigma, int K, int dtype, void *out)
 {
     dk_gauss_desc d;
     dk_gauss_desc_init(&d);
+    d.method = DK_GAUSS_RF;
+    d.boundary = DK_BOUNDARY_ZERO;
     d.dtype = (dk_dtype)dtype;
     d.ndim = ndim;
     d.K = K;

@@ -251,8 +251,8 @@ contains
                 gd%update == 1 .and. .not. c_associated(gd%model), 'dk_gbees_desc_init defaults as gbees.h says')
     ! the C defaults, read through the Fortran structures
     call dk_gauss_desc_init(g)
-    call expect(g%dtype == DK_F32 .and. g%K == 4 .and. g%boundary == DK_BOUNDARY_ZERO .and. &
-                g%mode == DK_GAUSS_EXACT .and. g%overlap == 5 .and. g%blocks == 3072 .and. &
+    call expect(g%dtype == DK_F32 .and. g%method == DK_GAUSS_DERICHE .and. g%boundary == DK_BOUNDARY_REFLECT .and. &
+                g%K == 4 .and. g%mode == DK_GAUSS_EXACT .and. g%overlap == 5 .and. g%blocks == 3072 .and. &
                 .not. c_associated(g%variant), 'dk_gauss_desc_init defaults as gauss.h says')
     call dk_kmeans_desc_init(k)
     call expect(k%layout == DK_KMEANS_POINT_MAJOR .and. k%max_iters == 20 .and. k%window == 5 .and. &
@@ -277,6 +277,8 @@ contains
     call expect_ok(c_gauss(2, [integer(c_size_t) :: ny, nx], [4.0_c_double, 2.5_c_double], 4, DK_F64, &
                            c_loc(want)), 'C reference, 2-D')
     call dk_gauss_desc_init(desc)
+    desc%method = DK_GAUSS_RF   ! as c_gauss
+    desc%boundary = DK_BOUNDARY_ZERO
     desc%dtype = DK_F64
     call dk_gauss_desc_set_array(desc, shape(a), [2.5_c_double, 4.0_c_double])
     call expect(desc%ndim == 2 .and. desc%shape(1) == ny .and. desc%shape(2) == nx .and. desc%axes == 3 .and. &
@@ -363,6 +365,8 @@ contains
     call expect_ok(c_gauss(3, [integer(c_size_t) :: n3, n2, n1], [3.0_c_double, 0.0_c_double, 1.5_c_double], &
                            3, DK_F32, c_loc(want)), 'C reference, 3-D')
     call dk_gauss_desc_init(desc)
+    desc%method = DK_GAUSS_RF
+    desc%boundary = DK_BOUNDARY_ZERO
     desc%K = 3
     call dk_gauss_desc_set_array(desc, shape(a), [1.5_c_double, 0.0_c_double, 3.0_c_double])
     call expect_ok(dk_gauss_plan_create(ctx, desc, plan), 'gauss plan, 3-D float32')
@@ -382,6 +386,8 @@ contains
     t = 1
     f = 1
     call dk_gauss_desc_init(desc)
+    desc%method = DK_GAUSS_RF
+    desc%boundary = DK_BOUNDARY_ZERO
     desc%dtype = DK_F64
     call dk_gauss_desc_set_array(desc, shape(a), [1.0_c_double, 1.0_c_double])
     call expect_ok(dk_gauss_plan_create(ctx, desc, plan), 'gauss plan for the refusals')

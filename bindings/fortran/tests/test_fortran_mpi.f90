@@ -147,6 +147,8 @@ contains
     scale = 22.0_c_double / 8   ! max|x|
     tol = (2 * K * 2 + 4) * 2 * epsilon(1.0_c_double) / 2
     call dk_gauss_desc_init(desc)
+    desc%method = DK_GAUSS_RF   ! as c_gauss
+    desc%boundary = DK_BOUNDARY_ZERO
     desc%dtype = DK_F64
     desc%K = K
     call dk_gauss_desc_set_array(desc, [nx, ny], [2.5_c_double, 4.0_c_double])
@@ -318,6 +320,8 @@ contains
     character(len=512) :: mine, first
     character(len=16) :: last
     call dk_gauss_desc_init(desc)
+    desc%method = DK_GAUSS_RF
+    desc%boundary = DK_BOUNDARY_ZERO
     desc%dtype = DK_F64
     call dk_gauss_desc_set_array(desc, [nx, ny], [1.0_c_double, 1.0_c_double])
     call expect_ok(dk_mpi_decompose(MPI_COMM_WORLD, [nx, ny], part, lower=lo, upper=hi), 'decompose, refusal')

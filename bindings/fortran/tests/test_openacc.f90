@@ -58,6 +58,8 @@ program test_openacc
   x = x0
 
   call dk_gauss_desc_init(desc)
+  desc%method = DK_GAUSS_RF
+  desc%boundary = DK_BOUNDARY_ZERO
   desc%dtype = DK_F32
   call dk_gauss_desc_set_array(desc, shape(x), sigma)
   call expect_ok(dk_gauss_plan_create(gpu, desc, gpu_plan), 'gauss plan on cuda', gpu)

@@ -23,8 +23,8 @@ from ._context import Plan, context_for
 from ._errors import invalid
 from ._gauss import _c_int, _float
 from ._kmeans import _KMeansPlan
-from ._native import (C, DK_KMEANS_FEATURE_MAJOR, GaussDesc, KMeansDesc, KMeansResult, Radolan, TextureStats,
-                      check, text)
+from ._native import (BOUNDARIES, C, DK_KMEANS_FEATURE_MAJOR, GAUSS_METHODS, GaussDesc, KMeansDesc, KMeansResult,
+                      Radolan, TextureStats, check, text)
 
 __all__ = ["read_radolan", "read_odim", "cluster"]
 
@@ -311,6 +311,8 @@ def cluster(data, k=6, lam=0.7, window=5, texture_sigma=2.0, min_dbz=5.0, max_it
 
     gd = GaussDesc()
     C.dk_gauss_desc_init(ctypes.byref(gd))
+    gd.method = GAUSS_METHODS["rf"]  # the pipeline's texture, as `dakit kmeans --radar` makes it
+    gd.boundary = BOUNDARIES["zero"]
     gd.ndim = 3
     gd.shape[0], gd.shape[1], gd.shape[2] = FEATURES, rows, cols
     gd.axes = 0x6  # the planes are smoothed over rows and columns, each on its own

@@ -1,7 +1,8 @@
-/* dakit gauss: Gaussian convolution by the K-iterated first-order recursive
- * filter (RF), on a 1-D signal or along axes of a 2-D/3-D C-order field.
+/* dakit gauss: Gaussian convolution by recursive filters (Deriche's by
+ * default, the K-iterated first-order filter RF, or van Vliet-Young-Verbeek's),
+ * on a 1-D signal or along axes of a 2-D/3-D C-order field.
  *
- * With unit spacing, E = K/sigma^2, alpha = 1 + E - sqrt(E(E+2)),
+ * RF, with unit spacing, E = K/sigma^2, alpha = 1 + E - sqrt(E(E+2)),
  * beta = 1 - alpha. One iteration is the advancing pass
  * p_i = beta s_i + alpha p_{i-1}, then the backing pass
  * s_i = beta p_i + alpha s_{i+1}; the filter runs K iterations.
@@ -72,7 +73,7 @@ typedef struct dk_gauss_desc {
     size_t blocks;             /* overlap mode: blocks per line (clamped to the line length) */
     const char *variant;       /* NULL: the backend's default; else one of
                                   dk_gauss_variants() */
-    /* Appended after the rf fields (ABI order); dk_gauss_desc_init gives rf. */
+    /* Appended after the rf fields (ABI order); dk_gauss_desc_init gives deriche. */
     dk_gauss_method method;
     int order_poles;           /* vyv: 3, 4 or 5 poles (read only for vyv) */
     double cval;               /* DK_BOUNDARY_CVAL: the value outside the field */
@@ -81,10 +82,12 @@ typedef struct dk_gauss_desc {
                                   gaussian_filter(order=...) (deriche and vyv only) */
 } dk_gauss_desc;
 
-/* Defaults: float32, rf, K = 4, zero boundary, exact mode, overlap 5, 3072
- * blocks (the GPU RF paper's best configuration), order_poles 5, cval 0,
- * order 0 (smoothing) on every axis;
- * the caller sets ndim, shape, axes, sigma. */
+/* Defaults: float32, deriche (within 5e-4 of the sampled Gaussian's peak;
+ * sigma 0.5 to 1e4) with the reflect boundary, as scipy.ndimage's
+ * gaussian_filter; exact mode, order 0 (smoothing) on every axis, cval 0,
+ * order_poles 5; for rf: K = 4, overlap 5, 3072 blocks (the GPU RF paper's
+ * best configuration). The paper's filter is method = DK_GAUSS_RF with
+ * boundary = DK_BOUNDARY_ZERO. The caller sets ndim, shape, axes, sigma. */
 void dk_gauss_desc_init(dk_gauss_desc *desc);
 
 dk_status dk_gauss_plan_create(dk_context *ctx, const dk_gauss_desc *desc, dk_plan **plan);
