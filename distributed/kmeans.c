@@ -83,7 +83,12 @@ static int valid_description(dkm_outcome *o, const dk_kmeans_desc *d)
     if (d->d < 1 || d->d > DK_KMEANS_MAX_D)
         return BAD("kmeans: d is %d; it must be 1 .. %d", d->d, DK_KMEANS_MAX_D);
     if (d->k < 1 || d->k > DK_KMEANS_MAX_K || (size_t)d->k > d->n)
-        return BAD("kmeans: k is %d; it must be 1 .. %d and at most n (%zu)", d->k, DK_KMEANS_MAX_K, d->n);
+        return BAD("kmeans: k is %d; the distributed layer takes 1 .. %d (DK_KMEANS_MAX_K) and at most n (%zu)",
+                   d->k, DK_KMEANS_MAX_K, d->n);
+    if (d->init != DK_KMEANS_INIT_GIVEN)
+        return BAD("kmeans: the distributed layer starts from the caller's centroids only (desc.init "
+                   "DK_KMEANS_INIT_GIVEN, not %d); seed them with dk_kmeans_seed on one rank and broadcast them",
+                   (int)d->init);
     if (d->max_iters < 1)
         return BAD("kmeans: max_iters is %d; it must be >= 1", d->max_iters);
     if (!(d->tol >= 0) || !isfinite(d->tol))

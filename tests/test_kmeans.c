@@ -1,5 +1,6 @@
-/* kmeans: blobs recovered exactly, the RADOLAN reader on the real composite
- * and on broken copies of it, and bad input refused with a sentence. */
+/* kmeans: blobs recovered exactly, integer sample weights equal to repeated
+ * points, the RADOLAN reader on the real composite and on broken copies of
+ * it, and bad input refused with a sentence. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -193,6 +194,92 @@ static void reader(const char *path, const char *tmpdir)
 #undef err
 }
 
+/* Integer weights mean repeated points (scikit-learn's sample_weight): a
+ * weighted run must give the centroids and objective of the unweighted run
+ * over the points repeated that often, and the same labels; then bad
+ * weights are refused with a sentence. */
+static void weights(dk_context *ctx)
+{
+    const int k = 4, d = 2;
+    const size_t n = 3000;
+    float *x = malloc(n * d * sizeof *x), *w = malloc(n * sizeof *w), init[8], c1[8], c2[8];
+    float *rep = malloc(3 * n * d * sizeof *rep);
+    int32_t *l1 = malloc(n * sizeof *l1), *l2 = malloc(3 * n * sizeof *l2);
+    REQUIRE(x && w && rep && l1 && l2);
+    uint64_t s = 11;
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        for (int f = 0; f < d; f++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            x[i * d + f] = (float)((double)(s >> 11) / 9007199254740992.0 * 10.0);
+        }
+        w[i] = (float)(i % 4); /* 0 to 3 copies */
+        for (int r = 0; r < (int)w[i]; r++, m++)
+            for (int f = 0; f < d; f++)
+                rep[m * d + f] = x[i * d + f];
+    }
+    for (int j = 0; j < k * d; j++)
+        init[j] = (float)(1.0 + 2.5 * j);
+    dk_kmeans_desc desc;
+    dk_kmeans_desc_init(&desc);
+    desc.n = n;
+    desc.d = d;
+    desc.k = k;
+    desc.max_iters = 30;
+    dk_kmeans_desc drep = desc;
+    drep.n = m;
+    dk_plan *plan = NULL, *prep = NULL;
+    dk_kmeans_result r1, r2;
+    REQUIRE(dk_kmeans_plan_create(ctx, &desc, &plan) == DK_OK && dk_kmeans_plan_create(ctx, &drep, &prep) == DK_OK);
+    REQUIRE(dk_kmeans_execute_host_weighted(plan, x, NULL, w, init, l1, c1, &r1) == DK_OK);
+    REQUIRE(dk_kmeans_execute_host(prep, rep, NULL, init, l2, c2, &r2) == DK_OK);
+    for (int j = 0; j < k * d; j++)
+        CHECK(fabsf(c1[j] - c2[j]) <= 1e-5f * 10.0f, "centroid value %d: %g weighted, %g repeated", j, (double)c1[j],
+              (double)c2[j]);
+    CHECK(fabs(r1.objective - r2.objective) <= 1e-6 * r2.objective && r1.iterations == r2.iterations,
+          "objective %.9g weighted, %.9g repeated; iterations %d, %d", r1.objective, r2.objective, r1.iterations,
+          r2.iterations);
+    size_t differ = 0;
+    for (size_t i = 0, at = 0; i < n; at += (size_t)w[i], i++)
+        differ += w[i] > 0 && l1[i] != l2[at];
+    CHECK(differ == 0, "%zu labels differ between the weighted and the repeated points", differ);
+
+    w[5] = -1.0f;
+    CHECK(dk_kmeans_execute_host_weighted(plan, x, NULL, w, init, l1, c1, &r1) == DK_ERR_INVALID_ARGUMENT &&
+              strstr(dk_last_error(ctx), "point 5") && strstr(dk_last_error(ctx), ">= 0"),
+          "negative weight: %s", dk_last_error(ctx));
+    w[5] = NAN;
+    CHECK(dk_kmeans_reference_weighted(&desc, x, NULL, w, init, l1, c1, &r1) == DK_ERR_INVALID_ARGUMENT &&
+              strstr(dk_last_error(NULL), "finite"),
+          "NaN weight: %s", dk_last_error(NULL));
+    for (size_t i = 0; i < n; i++)
+        w[i] = 0.0f;
+    CHECK(dk_kmeans_execute_host_weighted(plan, x, NULL, w, init, l1, c1, &r1) == DK_ERR_INVALID_ARGUMENT &&
+              strstr(dk_last_error(ctx), "sum to 0"),
+          "zero weights: %s", dk_last_error(ctx));
+    dk_plan_destroy(plan);
+    /* random seeding needs k points of positive weight */
+    w[0] = w[1] = w[2] = 1.0f;
+    desc.init = DK_KMEANS_INIT_RANDOM;
+    REQUIRE(dk_kmeans_plan_create(ctx, &desc, &plan) == DK_OK);
+    CHECK(dk_kmeans_execute_host_weighted(plan, x, NULL, w, NULL, l1, c1, &r1) == DK_ERR_INVALID_ARGUMENT &&
+              strstr(dk_last_error(ctx), "positive weight"),
+          "random seeding with 3 weighted points for k 4: %s", dk_last_error(ctx));
+    /* k-means++ never seeds on a point of weight 0 */
+    desc.init = DK_KMEANS_INIT_PLUSPLUS;
+    desc.k = 3;
+    REQUIRE(dk_kmeans_reference_weighted(&desc, x, NULL, w, NULL, l1, c1, &r1) == DK_OK);
+    for (int c = 0; c < 3; c++) {
+        int found = 0;
+        for (int i = 0; i < 3; i++)
+            found |= c1[c * d] == x[i * d] && c1[c * d + 1] == x[i * d + 1];
+        CHECK(found, "centroid %d is not one of the three weighted points", c);
+    }
+    dk_plan_destroy(plan);
+    dk_plan_destroy(prep);
+    free(x), free(w), free(rep), free(l1), free(l2);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 3) {
@@ -202,6 +289,7 @@ int main(int argc, char **argv)
     dk_context *ctx;
     REQUIRE(dk_context_create("cpu", &ctx) == DK_OK);
     blobs(ctx);
+    weights(ctx);
     dk_context_destroy(ctx);
     reader(argv[1], argv[2]);
     printf("%s\n", failures ? "FAILED" : "ok");

@@ -263,6 +263,19 @@ static void bad_input(dk_context *ctx)
     dk_status st = dk_mpi_kmeans_plan_create(ctx, MPI_COMM_WORLD, &b, &part, &plan);
     /* with more ranks rank 0 sees the mismatch first: the lowest failing rank speaks */
     expect_failure("k = 0 on the last rank", st, DK_ERR_INVALID_ARGUMENT, size > 1 ? "k is not the same" : "k is 0");
+    b = d;
+    b.init = DK_KMEANS_INIT_PLUSPLUS;
+    st = dk_mpi_kmeans_plan_create(ctx, MPI_COMM_WORLD, &b, &part, &plan);
+    check("no plan for a seeded init", plan == NULL);
+    expect_failure("init k-means++", st, DK_ERR_INVALID_ARGUMENT, "caller's centroids only");
+    b = d;
+    b.n = 2000;
+    b.k = DK_KMEANS_MAX_K + 1;
+    dk_mpi_part wide;
+    dk_mpi_decompose(MPI_COMM_WORLD, 1, &b.n, NULL, &wide);
+    st = dk_mpi_kmeans_plan_create(ctx, MPI_COMM_WORLD, &b, &wide, &plan);
+    check("no plan for k above the cap", plan == NULL);
+    expect_failure("k = DK_KMEANS_MAX_K + 1", st, DK_ERR_INVALID_ARGUMENT, "DK_KMEANS_MAX_K");
     dk_mpi_part q = part;
     if (last)
         q.extent[0]--;

@@ -113,6 +113,29 @@ DK_API dk_status dk_kmeans_check_points(const dk_kmeans_desc *desc, const float 
     return DK_OK;
 }
 
+DK_API dk_status dk_kmeans_check_weights(const dk_kmeans_desc *desc, const float *weights, const uint8_t *mask)
+{
+    dk_kmeans_setup s;
+    dk_status st = dk_kmeans_setup_make(desc, &s);
+    if (st != DK_OK)
+        return st;
+    if (!weights)
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "kmeans: weights must not be NULL");
+    double total = 0.0;
+    for (size_t i = 0; i < s.desc.n; i++) {
+        if (!(weights[i] >= 0) || isinf(weights[i]))
+            return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT,
+                           "kmeans: the weight of point %zu is %g; every weight must be a finite number >= 0", i,
+                           (double)weights[i]);
+        if (!mask || mask[i])
+            total += weights[i];
+    }
+    if (!(total > 0))
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT,
+                       "kmeans: the weights of the unmasked points sum to 0; at least one must be positive");
+    return DK_OK;
+}
+
 DK_API dk_status dk_kmeans_initial_centroids(const dk_kmeans_desc *desc, const float *points,
                                              const uint8_t *mask, int feature, float *centroids)
 {
@@ -276,9 +299,146 @@ DK_API dk_status dk_kmeans_execute(dk_plan *plan, const dk_buffer *points, const
     return DK_OK;
 }
 
+/* The weighted iterations through the plugin's phases on one device:
+ * assign_weighted -> update, the stop flag read every WEIGHTED_BATCH
+ * iterations when tol > 0 (the phases queued after the stop do nothing),
+ * then objective_weighted. */
+#define WEIGHTED_BATCH 8
+
+static const dk_kmeans_ops *weighted_ops(const dk_context *ctx)
+{
+    const dk_plugin *pl = ctx->backend->plugin;
+    const dk_kmeans_ops *ops = pl->kmeans;
+    if (!ops || pl->ops_generation < 3 || !ops->assign_weighted || !ops->objective_weighted || !ops->update)
+        return NULL;
+    return ops;
+}
+
+static dk_status phase_status(dk_plan *plan, dk_status st, dk_msg *msg, const char *what)
+{
+    return st == DK_OK ? DK_OK : dk_fail_msg(plan->ctx, st, msg, what);
+}
+
+static dk_status run_weighted(dk_plan *plan, const dk_kmeans_ops *ops, const dk_buffer *points,
+                              const dk_buffer *mask, const dk_buffer *weights, dk_buffer *labels,
+                              dk_buffer *centroids, dk_kmeans_result *result)
+{
+    const dk_kmeans_setup *s = plan->state;
+    const dk_kmeans_desc *d = &s->desc;
+    dk_context *ctx = plan->ctx;
+    const size_t r = (size_t)(d->window / 2), wide = s->contiguity ? (d->rows + 2 * r) * d->cols : 0;
+    const size_t nsums = DK_KMEANS_SUMS_LEN(d->k, d->d);
+    dk_buffer *sums = NULL, *state = NULL, *out = NULL, *lab[2] = {NULL, NULL};
+    double *zeros = calloc(nsums > DK_KMEANS_STATE_LEN ? nsums : DK_KMEANS_STATE_LEN, sizeof *zeros);
+    int32_t *none = wide ? malloc(wide * sizeof *none) : NULL;
+    dk_status st = zeros && (!wide || none) ? DK_OK
+                                            : dk_fail(ctx, DK_ERR_OUT_OF_MEMORY, "kmeans: out of host memory");
+    for (size_t i = 0; i < wide && none; i++)
+        none[i] = -1;
+    if (st == DK_OK && (st = dk_buffer_create(ctx, nsums * sizeof(double), &sums)) == DK_OK &&
+        (st = dk_buffer_create(ctx, DK_KMEANS_STATE_LEN * sizeof(double), &state)) == DK_OK &&
+        (st = dk_buffer_create(ctx, 2 * sizeof(double), &out)) == DK_OK &&
+        (st = dk_buffer_write(sums, zeros, nsums * sizeof(double))) == DK_OK)
+        st = dk_buffer_write(state, zeros, DK_KMEANS_STATE_LEN * sizeof(double));
+    for (int j = 0; j < 2 && wide && st == DK_OK; j++)
+        if ((st = dk_buffer_create(ctx, wide * sizeof(int32_t), &lab[j])) == DK_OK)
+            st = dk_buffer_write(lab[j], none, wide * sizeof(int32_t));
+    const void *X = points->handle, *M = mask ? mask->handle : NULL, *W = weights ? weights->handle : NULL;
+    dk_msg msg = {{0}};
+    double host_state[DK_KMEANS_STATE_LEN] = {0}, obj[2] = {0};
+    if (st == DK_OK && wide) { /* the first labels: plain nearest centroid */
+        dk_device_enter(ctx);
+        st = ops->assign_weighted(plan->impl, X, M, W, centroids->handle, NULL, lab[0]->handle, labels->handle,
+                                  sums->handle, state->handle, &msg);
+        dk_device_leave(ctx);
+        st = phase_status(plan, st, &msg, "kmeans: the first labels failed");
+    }
+    for (int t = 0; st == DK_OK && t < d->max_iters; t++) {
+        dk_device_enter(ctx);
+        st = ops->assign_weighted(plan->impl, X, M, W, centroids->handle, wide ? lab[t & 1]->handle : NULL,
+                                  wide ? lab[(t + 1) & 1]->handle : NULL, labels->handle, sums->handle,
+                                  state->handle, &msg);
+        if (st == DK_OK)
+            st = ops->update(plan->impl, sums->handle, centroids->handle, state->handle, &msg);
+        dk_device_leave(ctx);
+        if ((st = phase_status(plan, st, &msg, "kmeans: a weighted iteration failed")) != DK_OK)
+            break;
+        if (d->tol > 0 && (t + 1) % WEIGHTED_BATCH == 0 && t + 1 < d->max_iters) {
+            if ((st = dk_buffer_read(state, host_state, sizeof host_state)) != DK_OK || host_state[1] != 0)
+                break;
+        }
+    }
+    if (st == DK_OK) {
+        dk_device_enter(ctx);
+        st = ops->objective_weighted(plan->impl, X, labels->handle, W, centroids->handle, out->handle, &msg);
+        dk_device_leave(ctx);
+        st = phase_status(plan, st, &msg, "kmeans: the weighted objective failed");
+    }
+    if (st == DK_OK && (st = dk_buffer_read(state, host_state, sizeof host_state)) == DK_OK)
+        st = dk_buffer_read(out, obj, sizeof obj);
+    if (st == DK_OK && result) {
+        memset(result, 0, sizeof *result);
+        result->iterations = (int)host_state[0];
+        result->objective = obj[0];
+        result->last_move = host_state[2];
+        result->valid = (size_t)obj[1];
+    }
+    dk_buffer_destroy(sums);
+    dk_buffer_destroy(state);
+    dk_buffer_destroy(out);
+    dk_buffer_destroy(lab[0]);
+    dk_buffer_destroy(lab[1]);
+    free(zeros), free(none);
+    return st;
+}
+
+DK_API dk_status dk_kmeans_execute_weighted(dk_plan *plan, const dk_buffer *points, const dk_buffer *mask,
+                                            const dk_buffer *weights, const dk_buffer *init, dk_buffer *labels,
+                                            dk_buffer *centroids, dk_kmeans_result *result)
+{
+    if (!weights)
+        return dk_kmeans_execute(plan, points, mask, init, labels, centroids, result);
+    if (!plan)
+        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "dk_kmeans_execute: plan must not be NULL");
+    if (plan->algo != DK_ALGO_KMEANS)
+        return dk_fail(plan->ctx, DK_ERR_INVALID_ARGUMENT, "dk_kmeans_execute: the plan is a %s plan",
+                       dk_algo_name(plan->algo));
+    const dk_kmeans_setup *s = plan->state;
+    const size_t n = s->desc.n, kd = (size_t)s->desc.k * s->desc.d;
+    const int seeded = s->desc.init != DK_KMEANS_INIT_GIVEN;
+    dk_status st;
+    if ((st = check_buffer(plan, points, n * s->desc.d * sizeof(float), "points")) != DK_OK ||
+        (mask && (st = check_buffer(plan, mask, n, "mask")) != DK_OK) ||
+        (st = check_buffer(plan, weights, n * sizeof(float), "weights")) != DK_OK ||
+        (!seeded && (st = check_buffer(plan, init, kd * sizeof(float), "initial centroids")) != DK_OK) ||
+        (st = check_buffer(plan, labels, n * sizeof(int32_t), "labels")) != DK_OK ||
+        (st = check_buffer(plan, centroids, kd * sizeof(float), "centroids")) != DK_OK)
+        return st;
+    const dk_kmeans_ops *ops = weighted_ops(plan->ctx);
+    if (!ops)
+        return dk_fail(plan->ctx, DK_ERR_NOT_IMPLEMENTED,
+                       "kmeans: backend %s takes no sample weights (its ops table lacks assign_weighted and "
+                       "objective_weighted, ops generation 3)",
+                       plan->ctx->backend->plugin->name);
+    if (seeded)
+        st = dk_kmeans_seed_weighted(plan, points, mask, weights, centroids);
+    else if (init != centroids)
+        st = dk_buffer_copy(centroids, init, kd * sizeof(float));
+    if (st != DK_OK)
+        return st;
+    return run_weighted(plan, ops, points, mask, weights, labels, centroids, result);
+}
+
 DK_API dk_status dk_kmeans_execute_host(dk_plan *plan, const float *points, const uint8_t *mask,
                                         const float *init, int32_t *labels, float *centroids,
                                         dk_kmeans_result *result)
+{
+    return dk_kmeans_execute_host_weighted(plan, points, mask, NULL, init, labels, centroids, result);
+}
+
+DK_API dk_status dk_kmeans_execute_host_weighted(dk_plan *plan, const float *points, const uint8_t *mask,
+                                                 const float *weights, const float *init, int32_t *labels,
+                                                 float *centroids, dk_kmeans_result *result)
 {
     if (!plan || plan->algo != DK_ALGO_KMEANS)
         return dk_fail(plan ? plan->ctx : NULL, DK_ERR_INVALID_ARGUMENT,
@@ -289,7 +449,8 @@ DK_API dk_status dk_kmeans_execute_host(dk_plan *plan, const float *points, cons
         return dk_fail(plan->ctx, DK_ERR_INVALID_ARGUMENT,
                        "dk_kmeans_execute_host: points, init, labels and centroids must not be NULL (init may be "
                        "when desc.init seeds)");
-    if (dk_kmeans_check_points(&s->desc, points, mask, NULL) != DK_OK)
+    if (dk_kmeans_check_points(&s->desc, points, mask, NULL) != DK_OK ||
+        (weights && dk_kmeans_check_weights(&s->desc, weights, mask) != DK_OK))
         return dk_fail(plan->ctx, DK_ERR_INVALID_ARGUMENT, "%s", dk_last_error(NULL));
     for (size_t j = 0; !seeded && j < (size_t)s->desc.k * s->desc.d; j++)
         if (!isfinite(init[j]))
@@ -298,21 +459,24 @@ DK_API dk_status dk_kmeans_execute_host(dk_plan *plan, const float *points, cons
                            (double)init[j]);
     const size_t n = s->desc.n, kd = (size_t)s->desc.k * s->desc.d;
     dk_context *ctx = plan->ctx;
-    dk_buffer *bx = NULL, *bm = NULL, *bi = NULL, *bl = NULL, *bc = NULL;
+    dk_buffer *bx = NULL, *bm = NULL, *bw = NULL, *bi = NULL, *bl = NULL, *bc = NULL;
     dk_status st;
     if ((st = dk_buffer_create(ctx, n * s->desc.d * sizeof(float), &bx)) == DK_OK &&
         (!mask || (st = dk_buffer_create(ctx, n, &bm)) == DK_OK) &&
+        (!weights || (st = dk_buffer_create(ctx, n * sizeof(float), &bw)) == DK_OK) &&
         (seeded || (st = dk_buffer_create(ctx, kd * sizeof(float), &bi)) == DK_OK) &&
         (st = dk_buffer_create(ctx, n * sizeof(int32_t), &bl)) == DK_OK &&
         (st = dk_buffer_create(ctx, kd * sizeof(float), &bc)) == DK_OK &&
         (st = dk_buffer_write(bx, points, n * s->desc.d * sizeof(float))) == DK_OK &&
         (!mask || (st = dk_buffer_write(bm, mask, n)) == DK_OK) &&
+        (!weights || (st = dk_buffer_write(bw, weights, n * sizeof(float))) == DK_OK) &&
         (seeded || (st = dk_buffer_write(bi, init, kd * sizeof(float))) == DK_OK) &&
-        (st = dk_kmeans_execute(plan, bx, bm, bi, bl, bc, result)) == DK_OK &&
+        (st = dk_kmeans_execute_weighted(plan, bx, bm, bw, bi, bl, bc, result)) == DK_OK &&
         (st = dk_buffer_read(bl, labels, n * sizeof(int32_t))) == DK_OK)
         st = dk_buffer_read(bc, centroids, kd * sizeof(float));
     dk_buffer_destroy(bx);
     dk_buffer_destroy(bm);
+    dk_buffer_destroy(bw);
     dk_buffer_destroy(bi);
     dk_buffer_destroy(bl);
     dk_buffer_destroy(bc);

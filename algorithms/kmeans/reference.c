@@ -83,6 +83,13 @@ DK_API dk_status dk_kmeans_reference(const dk_kmeans_desc *desc, const float *po
                                      const uint8_t *mask, const float *init, int32_t *labels,
                                      float *centroids, dk_kmeans_result *result)
 {
+    return dk_kmeans_reference_weighted(desc, points, mask, NULL, init, labels, centroids, result);
+}
+
+DK_API dk_status dk_kmeans_reference_weighted(const dk_kmeans_desc *desc, const float *points, const uint8_t *mask,
+                                              const float *weights, const float *init, int32_t *labels,
+                                              float *centroids, dk_kmeans_result *result)
+{
     dk_kmeans_setup s;
     dk_status st = dk_kmeans_setup_make(desc, &s);
     if (st != DK_OK)
@@ -93,20 +100,21 @@ DK_API dk_status dk_kmeans_reference(const dk_kmeans_desc *desc, const float *po
                        "kmeans reference: points, init, labels and centroids must not be NULL (init may be when "
                        "desc.init seeds)");
     size_t valid = 0;
-    if ((st = dk_kmeans_check_points(desc, points, mask, &valid)) != DK_OK)
+    if ((st = dk_kmeans_check_points(desc, points, mask, &valid)) != DK_OK ||
+        (weights && (st = dk_kmeans_check_weights(desc, weights, mask)) != DK_OK))
         return st;
     const dk_kmeans_desc *d = &s.desc;
     const size_t kd = (size_t)d->k * (size_t)d->d;
     float *C = malloc(kd * sizeof *C);
     double *sum = malloc(kd * sizeof *sum);
-    size_t *count = malloc((size_t)d->k * sizeof *count);
+    double *count = malloc((size_t)d->k * sizeof *count); /* the sum of the weights */
     int32_t *prev = s.contiguity ? malloc(d->n * sizeof *prev) : NULL;
     if (!C || !sum || !count || (s.contiguity && !prev)) {
         free(C), free(sum), free(count), free(prev);
         return dk_fail(NULL, DK_ERR_OUT_OF_MEMORY, "kmeans reference: out of host memory");
     }
     if (seeded)
-        st = dk_kmeans_seed_host(&s, points, mask, C);
+        st = dk_kmeans_seed_host(&s, points, mask, weights, C);
     else
         memcpy(C, init, kd * sizeof *C);
     if (st != DK_OK) {
@@ -127,9 +135,10 @@ DK_API dk_status dk_kmeans_reference(const dk_kmeans_desc *desc, const float *po
             int32_t l = labels[i];
             if (l < 0)
                 continue;
-            count[l]++;
+            const double w = weights ? (double)weights[i] : 1.0;
+            count[l] += w;
             for (int f = 0; f < d->d; f++)
-                sum[(size_t)l * d->d + f] += feature(&s, points, i, f);
+                sum[(size_t)l * d->d + f] += w * (double)feature(&s, points, i, f);
         }
         move = 0.0;
         for (int c = 0; c < d->k; c++) {
@@ -138,7 +147,7 @@ DK_API dk_status dk_kmeans_reference(const dk_kmeans_desc *desc, const float *po
             double m2 = 0.0;
             for (int f = 0; f < d->d; f++) {
                 size_t j = (size_t)c * d->d + f;
-                float next = (float)(sum[j] / (double)count[c]);
+                float next = (float)(sum[j] / count[c]);
                 double diff = (double)next - (double)C[j];
                 m2 += diff * diff;
                 C[j] = next;
@@ -154,7 +163,8 @@ DK_API dk_status dk_kmeans_reference(const dk_kmeans_desc *desc, const float *po
     double objective = 0.0;
     for (size_t i = 0; i < d->n; i++)
         if (labels[i] >= 0)
-            objective += distance2(&s, points, i, C + (size_t)labels[i] * d->d);
+            objective += (weights ? (double)weights[i] : 1.0) *
+                         (double)distance2(&s, points, i, C + (size_t)labels[i] * d->d);
     memcpy(centroids, C, kd * sizeof *C);
     if (result) {
         memset(result, 0, sizeof *result);

@@ -127,6 +127,66 @@ static dk_status seed_random(const dk_kmeans_setup *s, const dk_kmeans_seed_io *
     return st;
 }
 
+/* Weighted random: draws without replacement over a binary indexed tree of
+ * the remaining weights (slot 0 of a distance pass without centre: w_i,
+ * 0 where masked), read to the host once. */
+static dk_status seed_random_weighted(const dk_kmeans_setup *s, const dk_kmeans_seed_io *io, uint64_t *rng,
+                                      double *blocks, float *C)
+{
+    const int k = s->desc.k, d = s->desc.d;
+    const size_t n = io->n, B = DK_KMEANS_SEED_BLOCK;
+    dk_status st = io->distance(io->ctx, NULL, -1, 0, blocks);
+    if (st != DK_OK)
+        return st;
+    float *w = malloc(n * sizeof *w);
+    double *tree = calloc(n + 1, sizeof *tree); /* tree[j]: the weights of (j - (j & -j), j] */
+    if (!w || !tree) {
+        free(w), free(tree);
+        return dk_fail(NULL, DK_ERR_OUT_OF_MEMORY, "kmeans seeding: out of host memory for %zu weights", n);
+    }
+    size_t positive = 0;
+    for (size_t first = 0; first < n && st == DK_OK; first += B)
+        st = io->values(io->ctx, 0, first, n - first < B ? n - first : B, w + first);
+    for (size_t j = 1; st == DK_OK && j <= n; j++) {
+        positive += w[j - 1] > 0;
+        tree[j] += w[j - 1];
+        size_t up = j + (j & (~j + 1));
+        if (up <= n)
+            tree[up] += tree[j];
+    }
+    if (st == DK_OK && positive < (size_t)k)
+        st = dk_fail(NULL, DK_ERR_INVALID_ARGUMENT,
+                     "kmeans: k = %d is larger than the %zu unmasked points of positive weight", k, positive);
+    size_t top = 1;
+    while (top * 2 <= n)
+        top *= 2;
+    for (int c = 0; c < k && st == DK_OK; c++) {
+        double total = 0.0;
+        for (size_t j = n; j > 0; j -= j & (~j + 1))
+            total += tree[j];
+        double rest = uniform01(rng) * total;
+        size_t at = 0; /* the points whose running sum is <= the target */
+        for (size_t step = top; step > 0; step /= 2)
+            if (at + step <= n && tree[at + step] <= rest) {
+                at += step;
+                rest -= tree[at];
+            }
+        /* rounding in the tree: the nearest point still of positive weight */
+        size_t i = at < n ? at : n - 1;
+        while (i < n && !(w[i] > 0))
+            i++;
+        if (i == n)
+            for (i = at < n ? at : n - 1; !(w[i] > 0); i--)
+                ;
+        for (size_t j = i + 1; j <= n; j += j & (~j + 1))
+            tree[j] -= w[i];
+        w[i] = 0.0f;
+        st = io->point(io->ctx, i, C + (size_t)c * d);
+    }
+    free(w), free(tree);
+    return st;
+}
+
 static dk_status seed_plusplus(const dk_kmeans_setup *s, const dk_kmeans_seed_io *io, uint64_t *rng,
                                double *bn, double *bt, double *bb, size_t nb, float *C)
 {
@@ -183,7 +243,9 @@ dk_status dk_kmeans_seed_run(const dk_kmeans_setup *s, const dk_kmeans_seed_io *
         return dk_fail(NULL, DK_ERR_OUT_OF_MEMORY, "kmeans seeding: out of host memory");
     uint64_t rng = s->desc.seed;
     dk_status st;
-    if (s->desc.init == DK_KMEANS_INIT_RANDOM)
+    if (s->desc.init == DK_KMEANS_INIT_RANDOM && io->weighted)
+        st = seed_random_weighted(s, io, &rng, blocks, centroids);
+    else if (s->desc.init == DK_KMEANS_INIT_RANDOM)
         st = seed_random(s, io, &rng, blocks, nb, centroids);
     else
         st = seed_plusplus(s, io, &rng, blocks, blocks + nb, blocks + 2 * nb, nb, centroids);
@@ -197,6 +259,7 @@ typedef struct host_io {
     const dk_kmeans_setup *s;
     const float *x;
     const uint8_t *mask;
+    const float *w;
     float *slot[3];
 } host_io;
 
@@ -222,6 +285,8 @@ static dk_status host_distance(void *ctx, const float *centre, int near, int out
                 } else {
                     v = 1.0f;
                 }
+                if (h->w)
+                    v = h->w[i] * v;
                 if (nv && nv[i] < v)
                     v = nv[i];
             }
@@ -249,16 +314,16 @@ static dk_status host_point(void *ctx, size_t i, float *x)
 }
 
 dk_status dk_kmeans_seed_host(const dk_kmeans_setup *s, const float *points, const uint8_t *mask,
-                              float *centroids)
+                              const float *weights, float *centroids)
 {
-    host_io h = {s, points, mask, {NULL, NULL, NULL}};
+    host_io h = {s, points, mask, weights, {NULL, NULL, NULL}};
     dk_status st = DK_OK;
     for (int j = 0; j < 3; j++)
         if (!(h.slot[j] = malloc(s->desc.n * sizeof(float))))
             st = dk_fail(NULL, DK_ERR_OUT_OF_MEMORY, "kmeans seeding: out of host memory for %zu points",
                          s->desc.n);
     if (st == DK_OK) {
-        dk_kmeans_seed_io io = {&h, s->desc.n, host_distance, host_values, host_point};
+        dk_kmeans_seed_io io = {&h, s->desc.n, weights != NULL, host_distance, host_values, host_point};
         st = dk_kmeans_seed_run(s, &io, centroids);
     }
     for (int j = 0; j < 3; j++)
@@ -271,7 +336,7 @@ dk_status dk_kmeans_seed_host(const dk_kmeans_setup *s, const float *points, con
 typedef struct device_io {
     dk_plan *plan;
     const dk_kmeans_ops *ops;
-    const void *points, *mask;
+    const void *points, *mask, *weights;
     dk_buffer *slot[3], *centre, *blocks;
     size_t nb;
 } device_io;
@@ -286,9 +351,13 @@ static dk_status device_distance(void *ctx, const float *centre, int near, int o
     dk_msg msg = {{0}};
     dk_context *c = io->plan->ctx;
     dk_device_enter(c);
-    st = io->ops->seed_distance(io->plan->impl, io->points, io->mask, centre ? io->centre->handle : NULL,
-                                near >= 0 ? io->slot[near]->handle : NULL, io->slot[out]->handle,
-                                io->blocks->handle, &msg);
+    const void *ch = centre ? io->centre->handle : NULL, *nh = near >= 0 ? io->slot[near]->handle : NULL;
+    if (io->weights)
+        st = io->ops->seed_distance_weighted(io->plan->impl, io->points, io->mask, io->weights, ch, nh,
+                                             io->slot[out]->handle, io->blocks->handle, &msg);
+    else
+        st = io->ops->seed_distance(io->plan->impl, io->points, io->mask, ch, nh, io->slot[out]->handle,
+                                    io->blocks->handle, &msg);
     dk_device_leave(c);
     if (st != DK_OK)
         return dk_fail_msg(c, st, &msg, "kmeans: the seeding's distance pass failed");
@@ -316,34 +385,46 @@ static dk_status device_values(void *ctx, int slot, size_t first, size_t count, 
 
 static dk_status device_point(void *ctx, size_t i, float *x) { return device_read(ctx, 0, 0, 0, NULL, i, x); }
 
-/* The plugin's seeding ops, or NULL (they came with the tables' generation 2). */
-static const dk_kmeans_ops *seed_ops(const dk_context *ctx)
+/* The plugin's seeding ops, or NULL (they came with the tables' generation
+ * 2, the weighted pass with 3). */
+static const dk_kmeans_ops *seed_ops(const dk_context *ctx, int weighted)
 {
     const dk_plugin *pl = ctx->backend->plugin;
     const dk_kmeans_ops *ops = pl->kmeans;
     if (!ops || pl->ops_generation < 2 || !ops->seed_distance || !ops->seed_read)
         return NULL;
+    if (weighted && (pl->ops_generation < 3 || !ops->seed_distance_weighted))
+        return NULL;
     return ops;
 }
 
-/* Without the plugin's ops: the points (and mask) come to the host. */
-static dk_status seed_on_host(dk_plan *plan, const dk_buffer *points, const dk_buffer *mask, float *C)
+/* Without the plugin's ops: the points (mask and weights) come to the host. */
+static dk_status seed_on_host(dk_plan *plan, const dk_buffer *points, const dk_buffer *mask,
+                              const dk_buffer *weights, float *C)
 {
     const dk_kmeans_setup *s = plan->state;
     const size_t n = s->desc.n;
     float *x = malloc(n * (size_t)s->desc.d * sizeof *x);
     uint8_t *m = mask ? malloc(n) : NULL;
+    float *w = weights ? malloc(n * sizeof *w) : NULL;
     dk_status st;
-    if (!x || (mask && !m))
+    if (!x || (mask && !m) || (weights && !w))
         st = dk_fail(plan->ctx, DK_ERR_OUT_OF_MEMORY, "kmeans seeding: out of host memory for %zu points", n);
     else if ((st = dk_buffer_read(points, x, n * (size_t)s->desc.d * sizeof *x)) == DK_OK &&
-             (!mask || (st = dk_buffer_read(mask, m, n)) == DK_OK))
-        st = dk_kmeans_seed_host(s, x, m, C);
-    free(x), free(m);
+             (!mask || (st = dk_buffer_read(mask, m, n)) == DK_OK) &&
+             (!weights || (st = dk_buffer_read(weights, w, n * sizeof *w)) == DK_OK))
+        st = dk_kmeans_seed_host(s, x, m, w, C);
+    free(x), free(m), free(w);
     return st;
 }
 
 DK_API dk_status dk_kmeans_seed(dk_plan *plan, const dk_buffer *points, const dk_buffer *mask, dk_buffer *centroids)
+{
+    return dk_kmeans_seed_weighted(plan, points, mask, NULL, centroids);
+}
+
+DK_API dk_status dk_kmeans_seed_weighted(dk_plan *plan, const dk_buffer *points, const dk_buffer *mask,
+                                         const dk_buffer *weights, dk_buffer *centroids)
 {
     if (!plan || plan->algo != DK_ALGO_KMEANS)
         return dk_fail(plan ? plan->ctx : NULL, DK_ERR_INVALID_ARGUMENT, "dk_kmeans_seed: plan must be a kmeans plan");
@@ -355,24 +436,32 @@ DK_API dk_status dk_kmeans_seed(dk_plan *plan, const dk_buffer *points, const dk
                        "DK_KMEANS_INIT_RANDOM",
                        (int)s->desc.init);
     const size_t n = s->desc.n, kd = (size_t)s->desc.k * s->desc.d;
-    if (!points || !centroids || points->ctx != ctx || centroids->ctx != ctx || (mask && mask->ctx != ctx))
+    if (!points || !centroids || points->ctx != ctx || centroids->ctx != ctx || (mask && mask->ctx != ctx) ||
+        (weights && weights->ctx != ctx))
         return dk_fail(ctx, DK_ERR_INVALID_ARGUMENT,
-                       "dk_kmeans_seed: points and centroids must be buffers of the plan's context (mask too, "
-                       "when given)");
+                       "dk_kmeans_seed: points and centroids must be buffers of the plan's context (mask and "
+                       "weights too, when given)");
     if (points->bytes < n * (size_t)s->desc.d * sizeof(float) || (mask && mask->bytes < n) ||
-        centroids->bytes < kd * sizeof(float))
+        (weights && weights->bytes < n * sizeof(float)) || centroids->bytes < kd * sizeof(float))
         return dk_fail(ctx, DK_ERR_INVALID_ARGUMENT,
-                       "dk_kmeans_seed: a buffer is too small (points n*d floats, mask n bytes, centroids k*d "
-                       "floats)");
+                       "dk_kmeans_seed: a buffer is too small (points n*d floats, mask n bytes, weights n floats, "
+                       "centroids k*d floats)");
     float *C = malloc(kd * sizeof *C);
     if (!C)
         return dk_fail(ctx, DK_ERR_OUT_OF_MEMORY, "kmeans seeding: out of host memory");
-    const dk_kmeans_ops *ops = seed_ops(ctx);
+    const dk_kmeans_ops *ops = seed_ops(ctx, weights != NULL);
     dk_status st = DK_OK;
     if (!ops) {
-        st = seed_on_host(plan, points, mask, C);
+        st = seed_on_host(plan, points, mask, weights, C);
     } else {
-        device_io io = {plan, ops, points->handle, mask ? mask->handle : NULL, {NULL, NULL, NULL}, NULL, NULL,
+        device_io io = {plan,
+                        ops,
+                        points->handle,
+                        mask ? mask->handle : NULL,
+                        weights ? weights->handle : NULL,
+                        {NULL, NULL, NULL},
+                        NULL,
+                        NULL,
                         (n + DK_KMEANS_SEED_BLOCK - 1) / DK_KMEANS_SEED_BLOCK};
         for (int j = 0; j < 3 && st == DK_OK; j++)
             st = dk_buffer_create(ctx, n * sizeof(float), &io.slot[j]);
@@ -381,7 +470,7 @@ DK_API dk_status dk_kmeans_seed(dk_plan *plan, const dk_buffer *points, const dk
         if (st == DK_OK)
             st = dk_buffer_create(ctx, io.nb * sizeof(double), &io.blocks);
         if (st == DK_OK) {
-            dk_kmeans_seed_io sio = {&io, n, device_distance, device_values, device_point};
+            dk_kmeans_seed_io sio = {&io, n, weights != NULL, device_distance, device_values, device_point};
             st = dk_kmeans_seed_run(s, &sio, C);
         }
         for (int j = 0; j < 3; j++)

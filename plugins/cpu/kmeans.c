@@ -559,12 +559,13 @@ static int band_label(const kmeans_plan *p, const float *X, const int32_t *prev,
 
 /* Each thread sums a static slice of the points into its own partials,
  * which are then added in thread order: a fixed order for the plan. */
-static dk_status assign_partial(void *handle, const void *points, const void *mask_, const void *centroids,
-                                const void *prev_, void *next_, void *labels_, void *sums_, const void *state_,
-                                dk_msg *msg)
+static dk_status assign_weighted(void *handle, const void *points, const void *mask_, const void *weights_,
+                                 const void *centroids, const void *prev_, void *next_, void *labels_, void *sums_,
+                                 const void *state_, dk_msg *msg)
 {
     (void)msg;
     kmeans_plan *p = handle;
+    const float *W = weights_;
     const double *state = state_;
     if (state[1] != 0)
         return DK_OK;
@@ -604,9 +605,10 @@ static dk_status assign_partial(void *handle, const void *points, const void *ma
                 if (l[q] < 0)
                     continue;
                 double *row = part + (size_t)l[q] * stride;
+                const double w = W ? (double)W[i + q] : 1.0;
                 for (int f = 0; f < dd; f++)
-                    row[f] += X[(i + q) * p->s.stride_point + (size_t)f * p->s.stride_feature];
-                row[dd] += 1.0;
+                    row[f] += w * (double)X[(i + q) * p->s.stride_point + (size_t)f * p->s.stride_feature];
+                row[dd] += w;
             }
         }
     }
@@ -618,6 +620,13 @@ static dk_status assign_partial(void *handle, const void *points, const void *ma
             sums[f < dd ? (size_t)c * dd + f : kd + (size_t)c] = v;
         }
     return DK_OK;
+}
+
+static dk_status assign_partial(void *handle, const void *points, const void *mask, const void *centroids,
+                                const void *prev, void *next, void *labels, void *sums, const void *state,
+                                dk_msg *msg)
+{
+    return assign_weighted(handle, points, mask, NULL, centroids, prev, next, labels, sums, state, msg);
 }
 
 static dk_status update(void *handle, const void *sums_, void *centroids, void *state_, dk_msg *msg)
@@ -658,11 +667,12 @@ static dk_status update(void *handle, const void *sums_, void *centroids, void *
     return DK_OK;
 }
 
-static dk_status objective(void *handle, const void *points, const void *labels_, const void *centroids,
-                           void *out_, dk_msg *msg)
+static dk_status objective_weighted(void *handle, const void *points, const void *labels_, const void *weights_,
+                                    const void *centroids, void *out_, dk_msg *msg)
 {
     (void)msg;
     kmeans_plan *p = handle;
+    const float *W = weights_;
     const dk_kmeans_desc *d = &p->s.desc;
     const float *X = points, *C = centroids;
     const int32_t *labels = labels_;
@@ -679,7 +689,7 @@ static dk_status objective(void *handle, const void *points, const void *labels_
             float diff = X[i * p->s.stride_point + (size_t)f * p->s.stride_feature] - C[(size_t)l * dd + f];
             dist += diff * diff;
         }
-        obj += dist;
+        obj += (W ? (double)W[i] : 1.0) * (double)dist;
     }
     double *out = out_;
     out[0] = obj;
@@ -687,13 +697,21 @@ static dk_status objective(void *handle, const void *points, const void *labels_
     return DK_OK;
 }
 
+static dk_status objective(void *handle, const void *points, const void *labels, const void *centroids, void *out,
+                           dk_msg *msg)
+{
+    return objective_weighted(handle, points, labels, NULL, centroids, out, msg);
+}
+
 /* ---- the seeding's distance pass (dakit/kmeans.h) ---- */
 
-static dk_status seed_distance(void *handle, const void *points, const void *mask_, const void *centre_,
-                               const void *near_, void *out_, void *blocks_, dk_msg *msg)
+static dk_status seed_distance_weighted(void *handle, const void *points, const void *mask_, const void *weights_,
+                                        const void *centre_, const void *near_, void *out_, void *blocks_,
+                                        dk_msg *msg)
 {
     (void)msg;
     kmeans_plan *p = handle;
+    const float *W = weights_;
     const dk_kmeans_desc *d = &p->s.desc;
     const float *X = points, *centre = centre_, *near = near_;
     const uint8_t *mask = mask_;
@@ -716,6 +734,8 @@ static dk_status seed_distance(void *handle, const void *points, const void *mas
                 } else {
                     v = 1.0f;
                 }
+                if (W)
+                    v = W[i] * v;
                 if (near && near[i] < v)
                     v = near[i];
             }
@@ -725,6 +745,12 @@ static dk_status seed_distance(void *handle, const void *points, const void *mas
         blocks[b] = sum;
     }
     return DK_OK;
+}
+
+static dk_status seed_distance(void *handle, const void *points, const void *mask, const void *centre,
+                               const void *near, void *out, void *blocks, dk_msg *msg)
+{
+    return seed_distance_weighted(handle, points, mask, NULL, centre, near, out, blocks, msg);
 }
 
 static dk_status seed_read(void *handle, const void *points, const void *dist, size_t first, size_t count,
@@ -753,4 +779,7 @@ const dk_kmeans_ops dk_cpu_kmeans_ops = {
     .objective = objective,
     .seed_distance = seed_distance,
     .seed_read = seed_read,
+    .assign_weighted = assign_weighted,
+    .objective_weighted = objective_weighted,
+    .seed_distance_weighted = seed_distance_weighted,
 };

@@ -936,6 +936,7 @@ struct PartArgs {
     int32_t *next, *labels;
     double *partial;
     const double *state;
+    const float *w; /* sample weights, or nullptr: every weight 1 */
     long long n, sp, sf, rows, cols;
     int d, k, window, blocks;
     float lambda;
@@ -1006,7 +1007,7 @@ __global__ void __launch_bounds__(THREADS) k_part_assign(PartArgs a)
 #pragma unroll
     for (int f = 0; f < DMAX; f++)
         acc[f] = 0.0;
-    unsigned cnt = 0;
+    double cnt = 0.0; /* the sum of the weights */
     for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         __syncthreads(); /* the last tile's readers are done */
         const long long i = tile * THREADS + tid;
@@ -1036,22 +1037,24 @@ __global__ void __launch_bounds__(THREADS) k_part_assign(PartArgs a)
 #pragma unroll
         for (int f = 0; f < DMAX; f++)
             xs[tid * (DMAX + 1) + f] = x[f];
+        xs[tid * (DMAX + 1) + DMAX] = a.w && label >= 0 ? a.w[i] : 1.0f;
         __syncthreads();
         if (s < slices) {
             const int len = (THREADS + slices - 1) / slices, end = min(THREADS, (s + 1) * len);
             for (int j = s * len; j < end; j++)
                 if (ls[j] == c) {
+                    const double w = (double)xs[j * (DMAX + 1) + DMAX];
 #pragma unroll
                     for (int f = 0; f < DMAX; f++)
-                        acc[f] += (double)xs[j * (DMAX + 1) + f];
-                    cnt++;
+                        acc[f] = __dadd_rn(acc[f], __dmul_rn(w, (double)xs[j * (DMAX + 1) + f]));
+                    cnt += w;
                 }
         }
     }
     /* the slices in slice order */
     for (int f = 0; f <= DMAX; f++) {
         __syncthreads();
-        double v = (double)cnt;
+        double v = cnt;
 #pragma unroll
         for (int g = 0; g < DMAX; g++)
             if (g == f)
@@ -1140,7 +1143,7 @@ __global__ void __launch_bounds__(THREADS) k_part_objective(PartArgs a)
             const float t = __fsub_rn(x[f], a.C[l * a.d + f]);
             dist = f == 0 ? __fmul_rn(t, t) : __fadd_rn(dist, __fmul_rn(t, t));
         }
-        obj += (double)dist;
+        obj += (a.w ? (double)a.w[i] : 1.0) * (double)dist;
         valid += 1.0;
     }
     obj = block_sum(obj, scratch);
@@ -1217,7 +1220,7 @@ __global__ void __launch_bounds__(THREADS) k_big_sums(PartArgs a)
 #pragma unroll
         for (int f = 0; f < DMAX; f++)
             acc[f] = 0.0;
-        unsigned cnt = 0;
+        double cnt = 0.0; /* the sum of the weights */
         for (long long at = first; at < last; at += THREADS) {
             __syncthreads();
             const long long i = at + tid;
@@ -1235,20 +1238,22 @@ __global__ void __launch_bounds__(THREADS) k_big_sums(PartArgs a)
 #pragma unroll
             for (int f = 0; f < DMAX; f++)
                 xs[tid * (DMAX + 1) + f] = x[f];
+            xs[tid * (DMAX + 1) + DMAX] = a.w && label >= 0 ? a.w[i] : 1.0f;
             __syncthreads();
             const int count = (int)min((long long)THREADS, last - at);
             for (int j = 0; j < count; j++)
                 if (ls[j] == c) {
+                    const double w = (double)xs[j * (DMAX + 1) + DMAX];
 #pragma unroll
                     for (int f = 0; f < DMAX; f++)
-                        acc[f] += (double)xs[j * (DMAX + 1) + f];
-                    cnt++;
+                        acc[f] = __dadd_rn(acc[f], __dmul_rn(w, (double)xs[j * (DMAX + 1) + f]));
+                    cnt += w;
                 }
         }
         if (c < a.k) {
             for (int f = 0; f < a.d; f++)
                 a.partial[((long long)c * (a.d + 1) + f) * a.blocks + blockIdx.x] = acc[f];
-            a.partial[((long long)c * (a.d + 1) + a.d) * a.blocks + blockIdx.x] = (double)cnt;
+            a.partial[((long long)c * (a.d + 1) + a.d) * a.blocks + blockIdx.x] = cnt;
         }
     }
 }
@@ -1273,6 +1278,8 @@ __global__ void __launch_bounds__(THREADS) k_seed_distance(PartArgs a, const flo
             } else {
                 v = 1.0f;
             }
+            if (a.w)
+                v = __fmul_rn(a.w[i], v);
             if (near && near[i] < v)
                 v = near[i];
         }
@@ -1302,8 +1309,10 @@ void part_pick(int d, int k, part_fn *assign, part_fn *objective, size_t *smem)
         part_pick_d<8>(assign, objective, smem, k);
     else if (d <= 16)
         part_pick_d<16>(assign, objective, smem, k);
-    else
+    else if (d <= 32)
         part_pick_d<32>(assign, objective, smem, k);
+    else
+        part_pick_d<64>(assign, objective, smem, k);
 }
 
 typedef void (*kernel_fn)(Args);
@@ -1328,7 +1337,9 @@ kernel_fn pick(int d, bool contig, bool wsum, bool screen, bool prefetch)
         return pick_d<8>(contig, wsum, screen, prefetch);
     if (d <= 16)
         return pick_d<16>(contig, wsum, screen, prefetch);
-    return pick_d<32>(contig, wsum, screen, prefetch);
+    if (d <= 32)
+        return pick_d<32>(contig, wsum, screen, prefetch);
+    return pick_d<64>(contig, wsum, screen, prefetch);
 }
 
 size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
@@ -1374,15 +1385,17 @@ dk_status plan_fill_big(Plan *p, const dk_kmeans_setup *setup, dk_msg *msg)
 {
     const dk_cuda_device *dev = p->dev;
     const dk_kmeans_desc &d = setup->desc;
-    int dmax = d.d <= 4 ? 4 : d.d <= 8 ? 8 : d.d <= 16 ? 16 : 32;
+    int dmax = d.d <= 4 ? 4 : d.d <= 8 ? 8 : d.d <= 16 ? 16 : d.d <= 32 ? 32 : 64;
     if (dmax == 4)
         big_pick_d<4>(p);
     else if (dmax == 8)
         big_pick_d<8>(p);
     else if (dmax == 16)
         big_pick_d<16>(p);
-    else
+    else if (dmax == 32)
         big_pick_d<32>(p);
+    else
+        big_pick_d<64>(p);
     p->big = 1;
     p->big_rows = 1024; /* 1024 rows: 16 to 128 KiB; halved until a block fits */
     int per_sm = 0;
@@ -1454,7 +1467,7 @@ dk_status plan_fill(Plan *p, const dk_kmeans_setup *setup, dk_msg *msg)
     const dk_cuda_device *dev = p->dev;
     const dk_kmeans_desc &d = setup->desc;
     size_t kd = (size_t)d.k * d.d;
-    int dmax = d.d <= 4 ? 4 : d.d <= 8 ? 8 : d.d <= 16 ? 16 : 32; /* as pick() */
+    int dmax = d.d <= 4 ? 4 : d.d <= 8 ? 8 : d.d <= 16 ? 16 : d.d <= 32 ? 32 : 64; /* as pick() */
     /* Every variant gives the reference's labels (cuda_kmeans_variants). */
     const char *variant = setup->desc.variant;
     bool wsum = kd <= 512 && strcmp(variant, "atomic") != 0;
@@ -1758,8 +1771,8 @@ dk_status big_execute(Plan *p, const void *points, const void *mask, const void 
     return DK_OK;
 }
 
-dk_status seed_distance(void *handle, const void *points, const void *mask, const void *centre, const void *near,
-                        void *out, void *blocks, dk_msg *msg)
+dk_status seed_distance_weighted(void *handle, const void *points, const void *mask, const void *weights,
+                                 const void *centre, const void *near, void *out, void *blocks, dk_msg *msg)
 {
     Plan *p = (Plan *)handle;
     dk_status st = dk_cuda_enter(p->dev, msg);
@@ -1769,6 +1782,7 @@ dk_status seed_distance(void *handle, const void *points, const void *mask, cons
     memset(&a, 0, sizeof a);
     a.x = (const float *)((const dk_cuda_buffer *)points)->ptr;
     a.mask = mask ? (const uint8_t *)((const dk_cuda_buffer *)mask)->ptr : nullptr;
+    a.w = weights ? (const float *)((const dk_cuda_buffer *)weights)->ptr : nullptr;
     a.n = (long long)p->s.desc.n;
     a.sp = (long long)p->s.stride_point;
     a.sf = (long long)p->s.stride_feature;
@@ -1781,6 +1795,12 @@ dk_status seed_distance(void *handle, const void *points, const void *mask, cons
     CUDA_TRY(cudaGetLastError(), "queueing the seeding's distance pass");
     CUDA_TRY(cudaStreamSynchronize(p->dev->stream), "running the seeding's distance pass");
     return DK_OK;
+}
+
+dk_status seed_distance(void *handle, const void *points, const void *mask, const void *centre, const void *near,
+                        void *out, void *blocks, dk_msg *msg)
+{
+    return seed_distance_weighted(handle, points, mask, nullptr, centre, near, out, blocks, msg);
 }
 
 dk_status seed_read(void *handle, const void *points, const void *dist, size_t first, size_t count, float *values,
@@ -1804,18 +1824,44 @@ dk_status seed_read(void *handle, const void *points, const void *dist, size_t f
     return DK_OK;
 }
 
-dk_status assign_partial(void *handle, const void *points, const void *mask, const void *centroids, const void *prev,
-                         void *next, void *labels, void *sums, const void *state, dk_msg *msg)
+/* A whole plan with k > DK_KMEANS_MAX_K (sample weights): the k_big_*
+ * launches, then the blocks' partials into sums; they do nothing once
+ * state's stop is set. */
+dk_status big_assign_weighted(Plan *p, const void *points, const void *mask, const void *weights,
+                              const void *centroids, void *labels, void *sums, const void *state)
+{
+    const dk_kmeans_desc &d = p->s.desc;
+    cudaStream_t sm = p->dev->stream;
+    PartArgs a = part_args(p, points, mask, centroids);
+    a.w = weights ? (const float *)((const dk_cuda_buffer *)weights)->ptr : nullptr;
+    a.labels = (int32_t *)((dk_cuda_buffer *)labels)->ptr;
+    a.state = (const double *)((const dk_cuda_buffer *)state)->ptr;
+    p->big_assign<<<p->part_blocks, THREADS, p->big_assign_smem, sm>>>(a, p->big_rows);
+    p->big_sums<<<p->part_blocks, THREADS, p->big_sums_smem, sm>>>(a);
+    k_part_sums<<<d.k * (d.d + 1), 32, 0, sm>>>(p->part_partial, p->part_blocks, d.k, d.d,
+                                                (double *)((dk_cuda_buffer *)sums)->ptr, a.state, 0);
+    return DK_OK;
+}
+
+dk_status assign_weighted(void *handle, const void *points, const void *mask, const void *weights,
+                          const void *centroids, const void *prev, void *next, void *labels, void *sums,
+                          const void *state, dk_msg *msg)
 {
     Plan *p = (Plan *)handle;
     dk_status st = dk_cuda_enter(p->dev, msg);
     if (st != DK_OK)
         return st;
     if (p->big) {
-        dk_msg_set(msg, "cuda kmeans: the distributed phases take k <= %d", DK_KMEANS_MAX_K);
-        return DK_ERR_NOT_IMPLEMENTED;
+        if (!points || !labels) {
+            dk_msg_set(msg, "cuda kmeans: the distributed phases take k <= %d", DK_KMEANS_MAX_K);
+            return DK_ERR_NOT_IMPLEMENTED;
+        }
+        big_assign_weighted(p, points, mask, weights, centroids, labels, sums, state);
+        CUDA_TRY(cudaGetLastError(), "queueing the large-k kmeans assignment");
+        return DK_OK;
     }
     PartArgs a = part_args(p, points, mask, centroids);
+    a.w = weights ? (const float *)((const dk_cuda_buffer *)weights)->ptr : nullptr;
     a.prev = prev ? (const int32_t *)((const dk_cuda_buffer *)prev)->ptr : nullptr;
     a.next = next ? (int32_t *)((dk_cuda_buffer *)next)->ptr : nullptr;
     a.labels = labels ? (int32_t *)((dk_cuda_buffer *)labels)->ptr : nullptr;
@@ -1827,6 +1873,17 @@ dk_status assign_partial(void *handle, const void *points, const void *mask, con
                                                                 a.state, 0);
     CUDA_TRY(cudaGetLastError(), "queueing the kmeans assignment");
     return DK_OK;
+}
+
+dk_status assign_partial(void *handle, const void *points, const void *mask, const void *centroids, const void *prev,
+                         void *next, void *labels, void *sums, const void *state, dk_msg *msg)
+{
+    Plan *p = (Plan *)handle;
+    if (p->big) {
+        dk_msg_set(msg, "cuda kmeans: the distributed phases take k <= %d", DK_KMEANS_MAX_K);
+        return DK_ERR_NOT_IMPLEMENTED;
+    }
+    return assign_weighted(handle, points, mask, nullptr, centroids, prev, next, labels, sums, state, msg);
 }
 
 dk_status update(void *handle, const void *sums, void *centroids, void *state, dk_msg *msg)
@@ -1843,14 +1900,15 @@ dk_status update(void *handle, const void *sums, void *centroids, void *state, d
     return DK_OK;
 }
 
-dk_status objective(void *handle, const void *points, const void *labels, const void *centroids, void *out,
-                    dk_msg *msg)
+dk_status objective_weighted(void *handle, const void *points, const void *labels, const void *weights,
+                             const void *centroids, void *out, dk_msg *msg)
 {
     Plan *p = (Plan *)handle;
     dk_status st = dk_cuda_enter(p->dev, msg);
     if (st != DK_OK)
         return st;
     PartArgs a = part_args(p, points, NULL, centroids);
+    a.w = weights ? (const float *)((const dk_cuda_buffer *)weights)->ptr : nullptr;
     a.labels = labels ? (int32_t *)((dk_cuda_buffer *)labels)->ptr : nullptr;
     double *o = (double *)((dk_cuda_buffer *)out)->ptr;
     cudaStream_t sm = p->dev->stream;
@@ -1859,6 +1917,12 @@ dk_status objective(void *handle, const void *points, const void *labels, const 
     k_part_sums<<<2, 32, 0, sm>>>(p->part_partial, p->part_blocks, 1, 1, o, o, 1);
     CUDA_TRY(cudaGetLastError(), "queueing the kmeans objective");
     return DK_OK;
+}
+
+dk_status objective(void *handle, const void *points, const void *labels, const void *centroids, void *out,
+                    dk_msg *msg)
+{
+    return objective_weighted(handle, points, labels, nullptr, centroids, out, msg);
 }
 
 } // namespace
@@ -1882,4 +1946,7 @@ extern "C" const dk_kmeans_ops dk_cuda_kmeans_ops = {
     .objective = objective,
     .seed_distance = seed_distance,
     .seed_read = seed_read,
+    .assign_weighted = assign_weighted,
+    .objective_weighted = objective_weighted,
+    .seed_distance_weighted = seed_distance_weighted,
 };

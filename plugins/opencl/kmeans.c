@@ -38,7 +38,7 @@ typedef struct kmeans_plan {
     int big;               /* the km_big_* kernels run the iterations */
     int big_rows;          /* centroid rows per local-memory tile of km_big_assign */
     cl_mem seed_one;       /* a float 1, bound where a pass has no centre or near */
-    int dm;                /* d rounded up to 4, 8, 16 or 32 */
+    int dm;                /* d rounded up to 4, 8, 16, 32 or 64 */
     size_t group;          /* work-group size, a power of two >= k */
     size_t groups;         /* assignment groups */
     size_t update_group;   /* km_update's work-group size */
@@ -190,7 +190,7 @@ static dk_status plan_create(void *device, const dk_kmeans_setup *setup, void **
     p->dev = dev;
     p->s = *setup;
     const dk_kmeans_desc *d = &setup->desc;
-    p->dm = d->d <= 4 ? 4 : d->d <= 8 ? 8 : d->d <= 16 ? 16 : 32;
+    p->dm = d->d <= 4 ? 4 : d->d <= 8 ? 8 : d->d <= 16 ? 16 : d->d <= 32 ? 32 : 64;
     const int texture = d->layout == DK_KMEANS_FEATURE_MAJOR && d->d == DK_KMEANS_TEXTURE_D && d->rows;
 
     char names[3][32];
@@ -251,7 +251,13 @@ static dk_status plan_create(void *device, const dk_kmeans_setup *setup, void **
         CL_TRY_GOTO(err, fail, "kmeans: creating kernel %s", big[i].name);
         sized[nkernels + 4 + i] = *big[i].k;
     }
-    if ((st = size_groups(p, sized, nkernels + 8, msg)) != DK_OK)
+    st = size_groups(p, sized, nkernels + 8, msg);
+    if (st != DK_OK && !setup->contiguity && !p->big) {
+        /* the centroids do not fit local memory whole: take them in tiles */
+        p->big = 1;
+        st = size_groups(p, sized, nkernels + 8, msg);
+    }
+    if (st != DK_OK)
         goto fail;
 
     size_t tiles;
@@ -560,16 +566,24 @@ static dk_status execute(void *handle, const void *points, const void *mask_, co
 /* ---- the phases of a distributed iteration (dakit/kmeans.h): enqueued
  * on the device's in-order queue without waiting ---- */
 
-static dk_status assign_partial(void *handle, const void *points, const void *mask_, const void *centroids,
-                                const void *prev_, void *next_, void *labels_, void *sums_, const void *state_,
-                                dk_msg *msg)
+static dk_status assign_weighted(void *handle, const void *points, const void *mask_, const void *weights_,
+                                 const void *centroids, const void *prev_, void *next_, void *labels_, void *sums_,
+                                 const void *state_, dk_msg *msg)
 {
     kmeans_plan *p = handle;
     dk_opencl_device *dev = p->dev;
     const dk_kmeans_desc *d = &p->s.desc;
+    if (p->big) {
+        dk_msg_set(msg, "opencl kmeans: the phases and sample weights take k <= %d with every centroid in local "
+                        "memory (k = %d, d = %d here)",
+                   DK_KMEANS_MAX_K, d->k, d->d);
+        return DK_ERR_NOT_IMPLEMENTED;
+    }
     dk_status st = dk_opencl_enter(dev, msg);
     if (st != DK_OK)
         return st;
+    cl_mem wts = weights_ ? (cl_mem)weights_ : p->C;
+    cl_int has_w = weights_ != NULL;
     cl_mem X = (cl_mem)points, labels = (cl_mem)labels_, C = (cl_mem)centroids, sums = (cl_mem)sums_,
            state = (cl_mem)state_;
     /* absent buffers are never read: any valid handle stands in */
@@ -601,11 +615,13 @@ static dk_status assign_partial(void *handle, const void *points, const void *ma
                  {(size_t)tile * (p->dm + 1) * sizeof(float), NULL},
                  {(size_t)tile * sizeof(cl_int), NULL},
                  {p->halo_bytes, NULL},
-                 {G * sizeof(double), NULL}};
+                 {G * sizeof(double), NULL},
+                 {sizeof wts, &wts},
+                 {sizeof has_w, &has_w}};
     karg sa[] = {{sizeof p->partial, &p->partial}, {sizeof groups, &groups}, {sizeof k, &k},
                  {sizeof dd, &dd},                 {sizeof sums, &sums},     {sizeof state, &state},
                  {sizeof always, &always},         {UG * sizeof(double), NULL}};
-    cl_int err = set_args(p->part_assign, aa, 20);
+    cl_int err = set_args(p->part_assign, aa, 22);
     if (err == CL_SUCCESS)
         err = set_args(p->part_sums, sa, 8);
     if (err == CL_SUCCESS)
@@ -614,6 +630,13 @@ static dk_status assign_partial(void *handle, const void *points, const void *ma
         err = clEnqueueNDRangeKernel(dev->queue, p->part_sums, 1, NULL, &pairs_global, &UG, 0, NULL, NULL);
     CL_TRY(err, "kmeans: enqueueing the assignment and its sums");
     return DK_OK;
+}
+
+static dk_status assign_partial(void *handle, const void *points, const void *mask, const void *centroids,
+                                const void *prev, void *next, void *labels, void *sums, const void *state,
+                                dk_msg *msg)
+{
+    return assign_weighted(handle, points, mask, NULL, centroids, prev, next, labels, sums, state, msg);
 }
 
 static dk_status update(void *handle, const void *sums_, void *centroids, void *state_, dk_msg *msg)
@@ -635,15 +658,23 @@ static dk_status update(void *handle, const void *sums_, void *centroids, void *
     return DK_OK;
 }
 
-static dk_status objective(void *handle, const void *points, const void *labels_, const void *centroids,
-                           void *out_, dk_msg *msg)
+static dk_status objective_weighted(void *handle, const void *points, const void *labels_, const void *weights_,
+                                    const void *centroids, void *out_, dk_msg *msg)
 {
     kmeans_plan *p = handle;
     dk_opencl_device *dev = p->dev;
     const dk_kmeans_desc *d = &p->s.desc;
+    if (p->big) {
+        dk_msg_set(msg, "opencl kmeans: the phases and sample weights take k <= %d with every centroid in local "
+                        "memory (k = %d, d = %d here)",
+                   DK_KMEANS_MAX_K, d->k, d->d);
+        return DK_ERR_NOT_IMPLEMENTED;
+    }
     dk_status st = dk_opencl_enter(dev, msg);
     if (st != DK_OK)
         return st;
+    cl_mem wts = weights_ ? (cl_mem)weights_ : p->C;
+    cl_int has_w = weights_ != NULL;
     cl_mem X = points ? (cl_mem)points : p->C, labels = labels_ ? (cl_mem)labels_ : p->C, C = (cl_mem)centroids,
            out = (cl_mem)out_;
     cl_int vec4 = p->s.stride_feature == 1 && p->s.stride_point % 4 == 0 && d->d % 4 == 0;
@@ -652,11 +683,12 @@ static dk_status objective(void *handle, const void *points, const void *labels_
     const size_t G = p->group, UG = p->update_group, wide = p->groups * G, two = 2 * UG;
     karg oa[] = {{sizeof X, &X},         {sizeof labels, &labels}, {sizeof C, &C},
                  {sizeof p->obj, &p->obj}, {sizeof p->shape, &p->shape}, {sizeof vec4, &vec4},
-                 {(size_t)d->k * p->dm * sizeof(float), NULL}, {G * sizeof(double), NULL}};
+                 {(size_t)d->k * p->dm * sizeof(float), NULL}, {G * sizeof(double), NULL},
+                 {sizeof wts, &wts},       {sizeof has_w, &has_w}};
     /* the two columns summed as one cluster of one feature and its count */
     karg sa[] = {{sizeof p->obj, &p->obj}, {sizeof groups, &groups}, {sizeof one, &one}, {sizeof one, &one},
                  {sizeof out, &out},       {sizeof out, &out},       {sizeof one, &one}, {UG * sizeof(double), NULL}};
-    cl_int err = set_args(p->part_objective, oa, 8);
+    cl_int err = set_args(p->part_objective, oa, 10);
     if (err == CL_SUCCESS)
         err = clEnqueueNDRangeKernel(dev->queue, p->part_objective, 1, NULL, &wide, &G, 0, NULL, NULL);
     if (err == CL_SUCCESS)
@@ -665,6 +697,12 @@ static dk_status objective(void *handle, const void *points, const void *labels_
         err = clEnqueueNDRangeKernel(dev->queue, p->part_sums, 1, NULL, &two, &UG, 0, NULL, NULL);
     CL_TRY(err, "kmeans: enqueueing the objective");
     return DK_OK;
+}
+
+static dk_status objective(void *handle, const void *points, const void *labels, const void *centroids, void *out,
+                           dk_msg *msg)
+{
+    return objective_weighted(handle, points, labels, NULL, centroids, out, msg);
 }
 
 /* The device entered, for a plan that makes texture features. */
@@ -756,8 +794,9 @@ static dk_status texture_features(void *handle, const void *value_, const void *
 
 /* ---- the seeding's distance pass (dakit/kmeans.h) ---- */
 
-static dk_status seed_distance(void *handle, const void *points, const void *mask_, const void *centre_,
-                               const void *near_, void *out_, void *blocks_, dk_msg *msg)
+static dk_status seed_distance_weighted(void *handle, const void *points, const void *mask_, const void *weights_,
+                                        const void *centre_, const void *near_, void *out_, void *blocks_,
+                                        dk_msg *msg)
 {
     kmeans_plan *p = handle;
     dk_opencl_device *dev = p->dev;
@@ -765,7 +804,8 @@ static dk_status seed_distance(void *handle, const void *points, const void *mas
     cl_mem X = (cl_mem)points, out = (cl_mem)out_, blocks = (cl_mem)blocks_;
     cl_mem mask = mask_ ? (cl_mem)mask_ : p->seed_one, centre = centre_ ? (cl_mem)centre_ : p->seed_one;
     cl_mem near = near_ ? (cl_mem)near_ : p->seed_one;
-    cl_int has_mask = mask_ != NULL, has_centre = centre_ != NULL, has_near = near_ != NULL;
+    cl_mem wts = weights_ ? (cl_mem)weights_ : p->seed_one;
+    cl_int has_mask = mask_ != NULL, has_centre = centre_ != NULL, has_near = near_ != NULL, has_w = weights_ != NULL;
     const size_t G = p->group, nb = (d->n + DK_KMEANS_SEED_BLOCK - 1) / DK_KMEANS_SEED_BLOCK, global = nb * G;
     dk_status st = dk_opencl_enter(dev, msg);
     if (st != DK_OK)
@@ -773,14 +813,21 @@ static dk_status seed_distance(void *handle, const void *points, const void *mas
     karg a[] = {{sizeof X, &X},           {sizeof mask, &mask},       {sizeof has_mask, &has_mask},
                 {sizeof centre, &centre}, {sizeof has_centre, &has_centre}, {sizeof near, &near},
                 {sizeof has_near, &has_near}, {sizeof out, &out},     {sizeof blocks, &blocks},
-                {sizeof p->shape, &p->shape}, {G * sizeof(double), NULL}};
-    cl_int err = set_args(p->seed, a, 11);
+                {sizeof p->shape, &p->shape}, {G * sizeof(double), NULL}, {sizeof wts, &wts},
+                {sizeof has_w, &has_w}};
+    cl_int err = set_args(p->seed, a, 13);
     if (err == CL_SUCCESS)
         err = clEnqueueNDRangeKernel(dev->queue, p->seed, 1, NULL, &global, &G, 0, NULL, NULL);
     if (err == CL_SUCCESS)
         err = clFinish(dev->queue);
     CL_TRY(err, "kmeans: the seeding's distance pass");
     return DK_OK;
+}
+
+static dk_status seed_distance(void *handle, const void *points, const void *mask, const void *centre,
+                               const void *near, void *out, void *blocks, dk_msg *msg)
+{
+    return seed_distance_weighted(handle, points, mask, NULL, centre, near, out, blocks, msg);
 }
 
 static dk_status seed_read(void *handle, const void *points, const void *dist, size_t first, size_t count,
@@ -822,4 +869,7 @@ const dk_kmeans_ops dk_opencl_kmeans_ops = {
     .objective = objective,
     .seed_distance = seed_distance,
     .seed_read = seed_read,
+    .assign_weighted = assign_weighted,
+    .objective_weighted = objective_weighted,
+    .seed_distance_weighted = seed_distance_weighted,
 };

@@ -23,7 +23,7 @@
  * enqueue iterations ahead and look at the flag only now and then. (Nothing
  * returns early: every work-item still passes every barrier, which PoCL's
  * work-group loops require.)
- * DM is the feature count rounded up to 4, 8, 16 or 32; the kernels are
+ * DM is the feature count rounded up to 4, 8, 16, 32 or 64; the kernels are
  * instantiated once per DM so that points and sums live in registers.
  * Distances and costs are float with contraction off, rounded operation by
  * operation as the reference rounds them; the zero padding adds exact
@@ -33,7 +33,7 @@
 
 #define INLINE static inline
 /* private arrays are declared this long; only their first DM entries are used */
-#define MAX_DM 32
+#define MAX_DM 64
 
 typedef struct {
     ulong n, sp, sf, rows, cols;
@@ -166,10 +166,11 @@ INLINE int contig_label(const int DM, km_shape s, const float *x, __local const 
 }
 
 /* Work-item (c, s) = (l % k, l / k) adds the points of slice s of the tile
- * (T points, labels ls, features xs with rows DM + 1 floats apart) that carry
- * label c. */
+ * (T points, labels ls, features xs with rows DM + 1 floats apart, the
+ * point's weight last) that carry label c, each feature times the weight,
+ * and their weights. */
 INLINE void add_tile(const int DM, __local const int *ls, __local const float *xs, int T, int k, double *acc,
-                     uint *cnt)
+                     double *cnt)
 {
     const int l = get_local_id(0), slices = get_local_size(0) / k;
     const int c = l % k, s = l / k;
@@ -178,17 +179,18 @@ INLINE void add_tile(const int DM, __local const int *ls, __local const float *x
     const int len = (T + slices - 1) / slices, end = min(T, (s + 1) * len);
     for (int j = s * len; j < end; j++)
         if (ls[j] == c) {
+            const double w = (double)xs[j * (DM + 1) + DM];
 #pragma unroll
             for (int f = 0; f < DM; f++)
-                acc[f] += (double)xs[j * (DM + 1) + f];
-            *cnt += 1;
+                acc[f] += w * (double)xs[j * (DM + 1) + f];
+            *cnt += w;
         }
 }
 
 /* The slices' sums in slice order into partial[pair * groups + group],
  * pair = c * (d + 1) + f, f = d for the count. red holds one double per
  * work-item. */
-INLINE void write_partials(const int DM, const double *acc, uint cnt, int k, int d, int active,
+INLINE void write_partials(const int DM, const double *acc, double cnt, int k, int d, int active,
                            __local double *red, __global double *partial, ulong groups)
 {
     const int l = get_local_id(0), slices = get_local_size(0) / k;
@@ -196,7 +198,7 @@ INLINE void write_partials(const int DM, const double *acc, uint cnt, int k, int
 #pragma unroll
     for (int f = 0; f <= DM; f++) {
         barrier(CLK_LOCAL_MEM_FENCE);
-        red[l] = f < DM ? acc[f] : (double)cnt;
+        red[l] = f < DM ? acc[f] : cnt;
         barrier(CLK_LOCAL_MEM_FENCE);
         const int col = f < DM ? f : d;
         if (active && l < k && (f < d || f == DM)) {
@@ -259,7 +261,7 @@ INLINE void assign(const int DM, __global const float *X, __global const uchar *
 #pragma unroll
     for (int f = 0; f < DM; f++)
         acc[f] = 0.0;
-    uint cnt = 0;
+    double cnt = 0.0;
     for (ulong tile = g; tile < tiles; tile += groups) {
         barrier(CLK_LOCAL_MEM_FENCE); /* the last tile's readers are done */
         ulong row0 = 0, col0 = 0;
@@ -301,6 +303,7 @@ INLINE void assign(const int DM, __global const float *X, __global const uchar *
 #pragma unroll
             for (int f = 0; f < DM; f++)
                 xs[l * (DM + 1) + f] = x[f];
+            xs[l * (DM + 1) + DM] = 1.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         add_tile(DM, ls, xs, T, s.k, acc, &cnt);
@@ -403,6 +406,7 @@ KM_KERNELS(4)
 KM_KERNELS(8)
 KM_KERNELS(16)
 KM_KERNELS(32)
+KM_KERNELS(64)
 
 /* Work-group w forms coordinate w = (c, f) of the new centroids from the
  * groups' partials (a fixed order: strided sums, then a tree), its squared
@@ -457,7 +461,8 @@ INLINE void part_assign(const int DM, __global const float *X, __global const uc
                         __global const float *C, __global const int *prev, __global int *next, int has_prev,
                         int has_next, __global int *cur, __global double *partial, __global const double *state,
                         __global const ulong *shape, int vec4, int T, int TW, __local float4 *Cs, __local float *xs,
-                        __local int *ls, __local short *halo, __local double *red, __local int *flag)
+                        __local int *ls, __local short *halo, __local double *red, __local int *flag,
+                        __global const float *wts, int has_w)
 {
     const km_shape s = shape_of(shape);
     const int l = get_local_id(0);
@@ -472,7 +477,7 @@ INLINE void part_assign(const int DM, __global const float *X, __global const uc
 #pragma unroll
     for (int f = 0; f < DM; f++)
         acc[f] = 0.0;
-    uint cnt = 0;
+    double cnt = 0.0;
     for (ulong tile = get_group_id(0); tile < tiles; tile += groups) {
         barrier(CLK_LOCAL_MEM_FENCE); /* the last tile's readers are done */
         ulong row0 = 0, col0 = 0;
@@ -519,6 +524,7 @@ INLINE void part_assign(const int DM, __global const float *X, __global const uc
 #pragma unroll
             for (int f = 0; f < DM; f++)
                 xs[l * (DM + 1) + f] = x[f];
+            xs[l * (DM + 1) + DM] = has_w && label >= 0 ? wts[i] : 1.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         add_tile(DM, ls, xs, T, s.k, acc, &cnt);
@@ -530,7 +536,7 @@ INLINE void part_assign(const int DM, __global const float *X, __global const uc
  * partial[g] and partial[groups + g]. */
 INLINE void part_objective(const int DM, __global const float *X, __global const int *labels,
                            __global const float *C, __global double *partial, __global const ulong *shape, int vec4,
-                           __local float4 *Cs, __local double *scratch)
+                           __local float4 *Cs, __local double *scratch, __global const float *wts, int has_w)
 {
     const km_shape s = shape_of(shape);
     stage_centroids(DM, C, (__local float *)Cs, s.k, s.d);
@@ -541,7 +547,7 @@ INLINE void part_objective(const int DM, __global const float *X, __global const
             continue;
         float x[MAX_DM];
         load_point(DM, X, i, s, vec4, x);
-        obj += (double)distance2(DM, x, Cs + l * (DM / 4));
+        obj += (has_w ? (double)wts[i] : 1.0) * (double)distance2(DM, x, Cs + l * (DM / 4));
         valid += 1.0;
     }
     scratch[get_local_id(0)] = obj;
@@ -561,24 +567,26 @@ INLINE void part_objective(const int DM, __global const float *X, __global const
                                       int has_prev, int has_next, __global int *cur, __global double *partial,    \
                                       __global const double *state, __global const ulong *shape, int vec4, int T, \
                                       int TW, __local float4 *Cs, __local float *xs, __local int *ls,             \
-                                      __local short *halo, __local double *red)                                   \
+                                      __local short *halo, __local double *red, __global const float *wts,        \
+                                      int has_w)                                                                  \
     {                                                                                                             \
         __local int flag;                                                                                         \
         part_assign(DM, X, mask, has_mask, C, prev, next, has_prev, has_next, cur, partial, state, shape, vec4,   \
-                    T, TW, Cs, xs, ls, halo, red, &flag);                                                         \
+                    T, TW, Cs, xs, ls, halo, red, &flag, wts, has_w);                                             \
     }                                                                                                             \
     __kernel void km_part_objective_##DM(__global const float *X, __global const int *labels,                    \
                                          __global const float *C, __global double *partial,                      \
                                          __global const ulong *shape, int vec4, __local float4 *Cs,               \
-                                         __local double *scratch)                                                 \
+                                         __local double *scratch, __global const float *wts, int has_w)           \
     {                                                                                                             \
-        part_objective(DM, X, labels, C, partial, shape, vec4, Cs, scratch);                                      \
+        part_objective(DM, X, labels, C, partial, shape, vec4, Cs, scratch, wts, has_w);                          \
     }
 
 KM_PART_KERNELS(4)
 KM_PART_KERNELS(8)
 KM_PART_KERNELS(16)
 KM_PART_KERNELS(32)
+KM_PART_KERNELS(64)
 
 /* Work-group w sums pair w = c (d + 1) + f of the groups' partials (strided
  * sums, then a tree: a fixed order) into out[c d + f], or out[k d + c] for
@@ -781,7 +789,7 @@ __kernel void km_tex_standardize(__global float *points, __global const uchar *m
     const double mu[3] = {st[1], st[2], st[3]}, sd[3] = {st[4], st[5], st[6]};
     const double lo = st[7], width = st[8];
     double acc[4] = {0, 0, 0, 0};
-    uint cnt = 0;
+    double cnt = 0.0;
     for (ulong tile = g; tile < tiles; tile += groups) {
         barrier(CLK_LOCAL_MEM_FENCE);
         if (l < T) {
@@ -803,6 +811,7 @@ __kernel void km_tex_standardize(__global float *points, __global const uchar *m
             for (int j = 0; j < 3; j++)
                 xs[l * 5 + j] = f[j];
             xs[l * 5 + 3] = 0.0f;
+            xs[l * 5 + 4] = 1.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
         add_tile(4, ls, xs, T, k, acc, &cnt);
@@ -1020,6 +1029,7 @@ KM_BIG_KERNELS(4)
 KM_BIG_KERNELS(8)
 KM_BIG_KERNELS(16)
 KM_BIG_KERNELS(32)
+KM_BIG_KERNELS(64)
 
 /* ---- the seeding's distance pass (dakit/kmeans.h seed_distance): one
  * work-group per block of DK_KMEANS_SEED_BLOCK points, its work-items
@@ -1030,7 +1040,8 @@ KM_BIG_KERNELS(32)
 __kernel void km_seed_distance(__global const float *X, __global const uchar *mask, int has_mask,
                                __global const float *centre, int has_centre, __global const float *near,
                                int has_near, __global float *out, __global double *blocks,
-                               __global const ulong *shape, __local double *scratch)
+                               __global const ulong *shape, __local double *scratch, __global const float *wts,
+                               int has_w)
 {
     const km_shape s = shape_of(shape);
     const ulong b = get_group_id(0), first = b * SEED_BLOCK;
@@ -1046,6 +1057,8 @@ __kernel void km_seed_distance(__global const float *X, __global const uchar *ma
             } else {
                 v = 1.0f;
             }
+            if (has_w)
+                v = wts[i] * v;
             if (has_near && near[i] < v)
                 v = near[i];
         }

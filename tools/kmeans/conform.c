@@ -17,7 +17,11 @@
  * which the reference computes on the host and the backend with its
  * distance pass: the same draws unless a block sum differs by a rounding unit
  * right at a draw, so the checks above hold unchanged. The large_k cases
- * (k > 256, plain k-means) take the centroids in tiles.
+ * (k > 256, plain k-means) take the centroids in tiles. The w_* cases give
+ * every point a sample weight (about one in ten 0, the others in [0.25, 3))
+ * and run dk_kmeans_execute_host_weighted against
+ * dk_kmeans_reference_weighted, with the same checks; d64 is
+ * DK_KMEANS_MAX_D (scikit-learn's digits).
  * The texture_* cases check the texture features of dakit/kmeans.h instead:
  * from a reflectivity-like image with no-data holes, the planes must equal
  * the reference's; from the reference's smoothed planes, the mask and the
@@ -49,41 +53,50 @@ typedef struct kmeans_case {
     int quick;
     int texture;       /* 1: the texture features, not a clustering */
     dk_kmeans_init seeded; /* where the initial centroids come from (GIVEN: equal intervals) */
+    int weighted;      /* sample weights */
 } kmeans_case;
 
 #define PM DK_KMEANS_POINT_MAJOR
 #define FM DK_KMEANS_FEATURE_MAJOR
 
 static const kmeans_case cases[] = {
-    /* name               n       d   k    it  tol   blob far layout rows cols lambda w  mask quick texture init */
-    {"k1",                1000,   3,  1,   5,  0,    0,   0,  PM, 0,   0,   1,   5, 0, 1, 0, DK_KMEANS_INIT_GIVEN},
-    {"d1_k4",             5000,   1,  4,   20, 0,    1,   0,  PM, 0,   0,   1,   5, 0, 1, 0, DK_KMEANS_INIT_GIVEN},
-    {"blobs_d4_k5",       20000,  4,  5,   20, 0,    1,   0,  PM, 0,   0,   1,   5, 0, 1, 0, DK_KMEANS_INIT_GIVEN},
-    {"uniform_d8_k16",    60000,  8,  16,  20, 0,    0,   0,  PM, 0,   0,   1,   5, 0, 1, 0, DK_KMEANS_INIT_GIVEN},
-    {"empty_cluster",     8000,   2,  6,   10, 0,    1,   1,  PM, 0,   0,   1,   5, 0, 1, 0, DK_KMEANS_INIT_GIVEN},
-    {"tol_stops_early",   20000,  4,  5,   100, 1e-4, 1,  0,  PM, 0,   0,   1,   5, 0, 1, 0, DK_KMEANS_INIT_GIVEN},
-    {"feature_major",     30000,  5,  7,   15, 0,    0,   0,  FM, 0,   0,   1,   5, 0, 1, 0, DK_KMEANS_INIT_GIVEN},
-    {"masked_plain",      30000,  3,  6,   15, 0,    2,   0,  FM, 150, 200, 1,   5, 1, 1, 0, DK_KMEANS_INIT_GIVEN},
-    {"d32_k256",          40000,  32, 256, 5,  0,    0,   0,  PM, 0,   0,   1,   5, 0, 0, 0, DK_KMEANS_INIT_GIVEN},
-    {"odd_n_k37_masked",  30049,  5,  37,  15, 0,    2,   0,  PM, 151, 199, 1,   5, 1, 1, 0, DK_KMEANS_INIT_GIVEN},
-    {"contig_l0.7_w5",    30000,  3,  6,   20, 0,    2,   0,  FM, 150, 200, 0.7, 5, 1, 1, 0, DK_KMEANS_INIT_GIVEN},
-    {"contig_l0.5_w3",    30000,  4,  5,   10, 0,    2,   0,  FM, 200, 150, 0.5, 3, 0, 1, 0, DK_KMEANS_INIT_GIVEN},
-    {"contig_l0.9_w9_pm", 16384,  3,  8,   10, 0,    2,   0,  PM, 128, 128, 0.9, 9, 1, 1, 0, DK_KMEANS_INIT_GIVEN},
-    {"contig_k1",         2500,   2,  1,   3,  0,    2,   0,  FM, 50,  50,  0.7, 5, 1, 1, 0, DK_KMEANS_INIT_GIVEN},
-    {"contig_radar_size", 810000, 3,  6,   20, 0,    2,   0,  FM, 900, 900, 0.7, 5, 1, 0, 0, DK_KMEANS_INIT_GIVEN},
-    {"texture_k6",        120000, 3,  6,   20, 0,    2,   0,  FM, 300, 400, 0.7, 5, 1, 1, 1, DK_KMEANS_INIT_GIVEN},
-    {"texture_k40",       90000,  3,  40,  20, 0,    2,   0,  FM, 300, 300, 0.7, 5, 1, 0, 1, DK_KMEANS_INIT_GIVEN},
-    {"kpp_blobs_d4_k12",  20000,  4,  12,  30, 1e-6, 1,  0,  PM, 0,   0,   1,   5, 0, 1, 0, DK_KMEANS_INIT_PLUSPLUS},
-    {"kpp_masked_fm_k9",  30049,  5,  9,   15, 0,    2,   0,  FM, 151, 199, 1,   5, 1, 1, 0, DK_KMEANS_INIT_PLUSPLUS},
-    {"random_masked_k20", 30000,  3,  20,  15, 0,    2,   0,  PM, 150, 200, 1,   5, 1, 1, 0, DK_KMEANS_INIT_RANDOM},
-    {"large_k1000_d3",    30000,  3,  1000, 5, 0,    0,   0,  PM, 0,   0,   1,   5, 0, 1, 0, DK_KMEANS_INIT_PLUSPLUS},
-    {"large_k300_fm_d6",  20011,  6,  300, 5,  0,    0,   0,  FM, 0,   0,   1,   5, 0, 1, 0, DK_KMEANS_INIT_RANDOM},
-    {"large_k4096_d16",   30000,  16, 4096, 2, 0,    0,   0,  PM, 0,   0,   1,   5, 0, 0, 0, DK_KMEANS_INIT_RANDOM},
+    /* name               n       d   k    it  tol   blob far layout rows cols lambda w  mask quick texture init     w */
+    {"k1",                1000,   3,  1,   5,  0,    0,   0,  PM, 0,   0,   1,   5, 0, 1, 0, DK_KMEANS_INIT_GIVEN, 0},
+    {"d1_k4",             5000,   1,  4,   20, 0,    1,   0,  PM, 0,   0,   1,   5, 0, 1, 0, DK_KMEANS_INIT_GIVEN, 0},
+    {"blobs_d4_k5",       20000,  4,  5,   20, 0,    1,   0,  PM, 0,   0,   1,   5, 0, 1, 0, DK_KMEANS_INIT_GIVEN, 0},
+    {"uniform_d8_k16",    60000,  8,  16,  20, 0,    0,   0,  PM, 0,   0,   1,   5, 0, 1, 0, DK_KMEANS_INIT_GIVEN, 0},
+    {"empty_cluster",     8000,   2,  6,   10, 0,    1,   1,  PM, 0,   0,   1,   5, 0, 1, 0, DK_KMEANS_INIT_GIVEN, 0},
+    {"tol_stops_early",   20000,  4,  5,   100, 1e-4, 1,  0,  PM, 0,   0,   1,   5, 0, 1, 0, DK_KMEANS_INIT_GIVEN, 0},
+    {"feature_major",     30000,  5,  7,   15, 0,    0,   0,  FM, 0,   0,   1,   5, 0, 1, 0, DK_KMEANS_INIT_GIVEN, 0},
+    {"masked_plain",      30000,  3,  6,   15, 0,    2,   0,  FM, 150, 200, 1,   5, 1, 1, 0, DK_KMEANS_INIT_GIVEN, 0},
+    {"d32_k256",          40000,  32, 256, 5,  0,    0,   0,  PM, 0,   0,   1,   5, 0, 0, 0, DK_KMEANS_INIT_GIVEN, 0},
+    {"odd_n_k37_masked",  30049,  5,  37,  15, 0,    2,   0,  PM, 151, 199, 1,   5, 1, 1, 0, DK_KMEANS_INIT_GIVEN, 0},
+    {"contig_l0.7_w5",    30000,  3,  6,   20, 0,    2,   0,  FM, 150, 200, 0.7, 5, 1, 1, 0, DK_KMEANS_INIT_GIVEN, 0},
+    {"contig_l0.5_w3",    30000,  4,  5,   10, 0,    2,   0,  FM, 200, 150, 0.5, 3, 0, 1, 0, DK_KMEANS_INIT_GIVEN, 0},
+    {"contig_l0.9_w9_pm", 16384,  3,  8,   10, 0,    2,   0,  PM, 128, 128, 0.9, 9, 1, 1, 0, DK_KMEANS_INIT_GIVEN, 0},
+    {"contig_k1",         2500,   2,  1,   3,  0,    2,   0,  FM, 50,  50,  0.7, 5, 1, 1, 0, DK_KMEANS_INIT_GIVEN, 0},
+    {"contig_radar_size", 810000, 3,  6,   20, 0,    2,   0,  FM, 900, 900, 0.7, 5, 1, 0, 0, DK_KMEANS_INIT_GIVEN, 0},
+    {"texture_k6",        120000, 3,  6,   20, 0,    2,   0,  FM, 300, 400, 0.7, 5, 1, 1, 1, DK_KMEANS_INIT_GIVEN, 0},
+    {"texture_k40",       90000,  3,  40,  20, 0,    2,   0,  FM, 300, 300, 0.7, 5, 1, 0, 1, DK_KMEANS_INIT_GIVEN, 0},
+    {"kpp_blobs_d4_k12",  20000,  4,  12,  30, 1e-6, 1,  0,  PM, 0,   0,   1,   5, 0, 1, 0, DK_KMEANS_INIT_PLUSPLUS, 0},
+    {"kpp_masked_fm_k9",  30049,  5,  9,   15, 0,    2,   0,  FM, 151, 199, 1,   5, 1, 1, 0, DK_KMEANS_INIT_PLUSPLUS, 0},
+    {"random_masked_k20", 30000,  3,  20,  15, 0,    2,   0,  PM, 150, 200, 1,   5, 1, 1, 0, DK_KMEANS_INIT_RANDOM, 0},
+    {"large_k1000_d3",    30000,  3,  1000, 5, 0,    0,   0,  PM, 0,   0,   1,   5, 0, 1, 0, DK_KMEANS_INIT_PLUSPLUS, 0},
+    {"large_k300_fm_d6",  20011,  6,  300, 5,  0,    0,   0,  FM, 0,   0,   1,   5, 0, 1, 0, DK_KMEANS_INIT_RANDOM, 0},
+    {"large_k4096_d16",   30000,  16, 4096, 2, 0,    0,   0,  PM, 0,   0,   1,   5, 0, 0, 0, DK_KMEANS_INIT_RANDOM, 0},
+    {"d64_k10_kpp",       6000,   64, 10,  20, 1e-4, 1,  0,  PM, 0,   0,   1,   5, 0, 1, 0, DK_KMEANS_INIT_PLUSPLUS, 0},
+    {"w_blobs_d4_k5",     20000,  4,  5,   20, 0,    1,   0,  PM, 0,   0,   1,   5, 0, 1, 0, DK_KMEANS_INIT_GIVEN, 1},
+    {"w_empty_cluster",   8000,   2,  6,   10, 0,    1,   1,  PM, 0,   0,   1,   5, 0, 1, 0, DK_KMEANS_INIT_GIVEN, 1},
+    {"w_kpp_tol_d6_k8",   20000,  6,  8,   100, 1e-4, 1,  0,  PM, 0,   0,   1,   5, 0, 1, 0, DK_KMEANS_INIT_PLUSPLUS, 1},
+    {"w_random_masked_fm", 30049, 5,  12,  15, 0,    2,   0,  FM, 151, 199, 1,   5, 1, 1, 0, DK_KMEANS_INIT_RANDOM, 1},
+    {"w_contig_l0.7_w5",  30000,  3,  6,   20, 0,    2,   0,  FM, 150, 200, 0.7, 5, 1, 1, 0, DK_KMEANS_INIT_GIVEN, 1},
+    {"w_d64_k10_kpp",     6000,   64, 10,  20, 1e-4, 1,  0,  PM, 0,   0,   1,   5, 0, 1, 0, DK_KMEANS_INIT_PLUSPLUS, 1},
+    {"w_large_k300_d3",   20000,  3,  300, 5,  0,    0,   0,  PM, 0,   0,   1,   5, 0, 1, 0, DK_KMEANS_INIT_PLUSPLUS, 1},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
 static struct {
-    float *x, *init, *cref;
+    float *x, *init, *cref, *w;
     uint8_t *mask;
     int32_t *lref;
     dk_kmeans_result rref;
@@ -153,6 +166,7 @@ static void km_release(int i)
     free(prep[i].x);
     free(prep[i].init);
     free(prep[i].cref);
+    free(prep[i].w);
     free(prep[i].mask);
     free(prep[i].lref);
     free(prep[i].value);
@@ -295,6 +309,17 @@ static dk_status km_prepare(int i, char *err, size_t len)
         return DK_ERR_OUT_OF_MEMORY;
     }
     make_points(c, prep[i].x, prep[i].mask);
+    if (c->weighted) {
+        if (!(prep[i].w = malloc(c->n * sizeof(float)))) {
+            snprintf(err, len, "out of host memory");
+            return DK_ERR_OUT_OF_MEMORY;
+        }
+        uint64_t ws = 0x77656967687473ull + c->n;
+        for (size_t j = 0; j < c->n; j++) {
+            double u = 0.5 * (cli_random(&ws) + 1.0); /* [0, 1) */
+            prep[i].w[j] = j % 10 == 3 ? 0.0f : (float)(0.25 + 2.75 * u);
+        }
+    }
     float scale = 0;
     for (size_t j = 0; j < c->n * c->d; j++)
         scale = fabsf(prep[i].x[j]) > scale ? fabsf(prep[i].x[j]) : scale;
@@ -306,9 +331,8 @@ static dk_status km_prepare(int i, char *err, size_t len)
         for (int f = 0; f < c->d; f++)
             prep[i].init[(size_t)(c->k / 2) * c->d + f] = 1000.0f;
     if (st == DK_OK)
-        st = dk_kmeans_reference(&d, prep[i].x, prep[i].mask, c->seeded ? NULL : prep[i].init, prep[i].lref,
-                                 prep[i].cref,
-                                 &prep[i].rref);
+        st = dk_kmeans_reference_weighted(&d, prep[i].x, prep[i].mask, prep[i].w, c->seeded ? NULL : prep[i].init,
+                                          prep[i].lref, prep[i].cref, &prep[i].rref);
     if (st != DK_OK)
         snprintf(err, len, "%s", dk_last_error(NULL));
     return st;
@@ -336,9 +360,12 @@ static void km_run(dk_context *ctx, const char *variant, int i, conform_result *
         snprintf(r->detail, sizeof r->detail, "out of host memory");
         goto done;
     }
-    if (dk_kmeans_plan_create(ctx, &d, &plan) != DK_OK ||
-        dk_kmeans_execute_host(plan, prep[i].x, prep[i].mask, c->seeded ? NULL : prep[i].init, labels, cent,
-                               &res) != DK_OK) {
+    dk_status st = dk_kmeans_plan_create(ctx, &d, &plan);
+    if (st == DK_OK)
+        st = dk_kmeans_execute_host_weighted(plan, prep[i].x, prep[i].mask, prep[i].w,
+                                             c->seeded ? NULL : prep[i].init, labels, cent, &res);
+    if (st != DK_OK) {
+        r->not_implemented = st == DK_ERR_NOT_IMPLEMENTED;
         snprintf(r->detail, sizeof r->detail, "%s", dk_last_error(ctx));
         goto done;
     }
@@ -387,9 +414,12 @@ static int km_run_ranks(dk_context *ctx, const char *variant, int i, conform_res
     r->error = INFINITY;
     r->passed = 0;
     r->tolerance = 1e-5;
-    if (c->texture || c->seeded || c->k > DK_KMEANS_MAX_K) {
+    if (c->texture || c->seeded || c->k > DK_KMEANS_MAX_K || c->weighted) {
         snprintf(r->detail, sizeof r->detail, "%s run in one process",
-                 c->texture ? "the texture features" : c->seeded ? "the seeded inits" : "k > 256");
+                 c->texture    ? "the texture features"
+                 : c->seeded   ? "the seeded inits"
+                 : c->weighted ? "sample weights"
+                               : "k > 256");
         return 1;
     }
     int rank, size;

@@ -69,9 +69,15 @@ class KMeans:
     cost. variant: one of Context.variants("kmeans"). backend: None, a name
     or a dakit.Context.
 
+    sample_weight (fit, score): one weight per sample, finite and >= 0, as
+    scikit-learn's: the centroids are weighted means, the inertia and the
+    k-means++ draws are weighted, 'random' draws samples by weight; equal
+    weights change nothing.
+
     After fit: cluster_centers_ (float32), labels_ (int32, each sample's
     nearest centroid, -1 where masked), inertia_ (the sum of squared
-    distances of the samples to their centroids), n_iter_ (iterations of the
+    distances of the samples to their centroids, times their weights),
+    n_iter_ (iterations of the
     kept run), n_features_in_, last_move_ (the largest centroid move of the
     kept run's last iteration).
     """
@@ -139,6 +145,30 @@ class KMeans:
         if mo.shape != (n,):
             raise invalid("%s: mask has shape %s; it must hold one value per sample, (%d,)" % (who, mo.shape, n))
         return mo
+
+    def _weights(self, sample_weight, n, who):
+        """float32 host weights, one per sample, or None where there are
+        none or all are equal and positive (which weights nothing)."""
+        if sample_weight is None:
+            return None
+        w = to_host(operand(sample_weight, "sample_weight", who, (np.float32, np.float64))) \
+            if cuda_interface(sample_weight) is not None else sample_weight
+        try:
+            w = np.asarray(w, dtype=np.float64)
+        except (TypeError, ValueError) as e:
+            raise invalid("%s: sample_weight cannot be read as numbers: %s" % (who, e)) from None
+        if w.shape == ():
+            w = np.full(n, float(w))
+        if w.shape != (n,):
+            raise invalid("%s: sample_weight has shape %s; it must hold one weight per sample, (%d,)"
+                          % (who, w.shape, n))
+        bad = np.flatnonzero(~(np.isfinite(w) & (w >= 0)))
+        if bad.size:
+            raise invalid("%s: sample_weight[%d] is %g; every weight must be a finite number >= 0"
+                          % (who, bad[0], w[bad[0]]))
+        if n and w[0] > 0 and np.all(w == w[0]):
+            return None
+        return np.ascontiguousarray(w, dtype=np.float32)
 
     def _desc(self, n, d, max_iter, who, k=None, tol=0.0, init=DK_KMEANS_INIT_GIVEN, seed=0):
         desc = KMeansDesc()
@@ -216,9 +246,9 @@ class KMeans:
 
     # ---- running ----
 
-    def _run(self, xo, mo, init, max_iter, who, k=None, tol=0.0, how=DK_KMEANS_INIT_GIVEN, seed=0):
+    def _run(self, xo, mo, init, max_iter, who, k=None, tol=0.0, how=DK_KMEANS_INIT_GIVEN, seed=0, weights=None):
         """One plan over xo from the (k, d) float32 centroids init, or
-        seeded by `how` (init None)."""
+        seeded by `how` (init None); weights: None or n float32."""
         n, d = xo.shape
         if init is not None:
             k = init.shape[0]
@@ -236,6 +266,9 @@ class KMeans:
                     # what dk_kmeans_execute_host checks before copying
                     check(C.dk_kmeans_check_points(ctypes.byref(desc), xo.ptr, None if mo is None else mo.ptr,
                                                    None), None)
+                if weights is not None:
+                    check(C.dk_kmeans_check_weights(ctypes.byref(desc), weights.ctypes.data,
+                                                    None if mo is None or mo.device else mo.ptr), None)
                 if init is not None:
                     bad = np.flatnonzero(~np.isfinite(init))
                     if bad.size:
@@ -244,47 +277,44 @@ class KMeans:
                 with Buffers(ctx, how_) as b:
                     if xo.device:  # device points: the small arrays travel through dakit buffers
                         bi = None if init is None else b.create(init.nbytes, init)
+                        bw = None if weights is None else b.create(weights.nbytes, weights)
                         bl, bc = b.create(labels.nbytes), b.create(centers.nbytes)
                     else:
                         bi = None if init is None else b.wrap(operand(init, "init", who, (np.float32,)))
+                        bw = None if weights is None else b.wrap(operand(weights, "sample_weight", who,
+                                                                         (np.float32,)))
                         bl = b.wrap(operand(labels, "labels", who, (np.int32,), writable=True))
                         bc = b.wrap(operand(centers, "centers", who, (np.float32,), writable=True))
-                    check(C.dk_kmeans_execute(plan.handle, b.wrap(xo), b.wrap(mo), bi, bl, bc,
-                                              ctypes.byref(result)), ctx.handle)
+                    check(C.dk_kmeans_execute_weighted(plan.handle, b.wrap(xo), b.wrap(mo), bw, bi, bl, bc,
+                                                       ctypes.byref(result)), ctx.handle)
                     if xo.device:
                         b.read(bl, labels)
                         b.read(bc, centers)
             else:
-                check(C.dk_kmeans_execute_host(plan.handle, xo.ptr, None if mo is None else mo.ptr,
-                                               None if init is None else init.ctypes.data, labels.ctypes.data,
-                                               centers.ctypes.data, ctypes.byref(result)), ctx.handle)
+                check(C.dk_kmeans_execute_host_weighted(plan.handle, xo.ptr, None if mo is None else mo.ptr,
+                                                        None if weights is None else weights.ctypes.data,
+                                                        None if init is None else init.ctypes.data,
+                                                        labels.ctypes.data, centers.ctypes.data,
+                                                        ctypes.byref(result)), ctx.handle)
         return labels, centers, result
 
-    def _inertia(self, xo, labels, centers):
+    def _inertia(self, xo, labels, centers, weights=None):
         x = to_host(xo)
         keep = labels >= 0
         diff = x[keep].astype(np.float64) - centers[labels[keep]].astype(np.float64)
-        return float(np.einsum("ij,ij->", diff, diff))
+        d2 = np.einsum("ij,ij->i", diff, diff)
+        return float(d2.sum() if weights is None else np.dot(weights[keep].astype(np.float64), d2))
 
     def fit(self, X, y=None, sample_weight=None, mask=None):
         """Clusters X, (n_samples, n_features). mask: optional, one bool per
         sample; False excludes it (label -1). y is ignored. sample_weight:
-        None or equal weights (which change nothing); unequal weights are
-        refused."""
+        None, a number, or one finite weight >= 0 per sample."""
         who = "dakit.KMeans.fit"
         xo = self._points(X, who)
         mo = self._mask(mask, xo.shape[0], who)
         usable_here(context_for(self.backend), who, xo, mo)
         n, d = xo.shape
-        if sample_weight is not None:
-            w = np.asarray(to_host(sample_weight) if cuda_interface(sample_weight) is not None else sample_weight,
-                           dtype=np.float64)
-            if w.shape not in ((), (n,)):
-                raise invalid("%s: sample_weight has shape %s; it must hold one weight per sample, (%d,)"
-                              % (who, w.shape, n))
-            if not np.all(np.isfinite(w)) or np.any(w <= 0) or np.ptp(np.atleast_1d(w)) != 0:
-                raise invalid("%s: sample_weight must be None or equal positive weights; dakit's k-means does "
-                              "not weight samples yet" % who)
+        weights = self._weights(sample_weight, n, who)
         if self.algorithm != "lloyd":
             raise invalid("%s: algorithm is %r; dakit runs 'lloyd' only" % (who, self.algorithm))
         max_iter = _c_int(self.max_iter, "max_iter", who)
@@ -310,11 +340,12 @@ class KMeans:
             else:
                 start = self._given(init, k, d, who)
             labels, centers, result = self._run(xo, mo, start, max_iter, who, k=k, tol=tol, how=how,
-                                                seed=seeds[run])
+                                                seed=seeds[run], weights=weights)
             if result.last_move != 0.0 and self.grid_shape is None:
                 # the last labels came before the last update: label under the final centroids
                 labels, _, _ = self._run(xo, mo, centers, 1, who)
-            inertia = self._inertia(xo, labels, centers) if self.grid_shape is None else float(result.objective)
+            inertia = self._inertia(xo, labels, centers, weights) if self.grid_shape is None \
+                else float(result.objective)
             if best is None or inertia < best[0]:
                 best = (inertia, labels, centers, result)
         inertia, labels, centers, result = best
@@ -341,10 +372,13 @@ class KMeans:
     def predict(self, X, sample_weight=None, mask=None):
         """The label of each sample under cluster_centers_ (with the
         contiguity cost where the estimator has it): one dakit iteration
-        started from the fitted centroids."""
+        started from the fitted centroids. sample_weight is checked and
+        otherwise unused: a weight moves no label (scikit-learn deprecated
+        it here)."""
         who = "dakit.KMeans.predict"
         xo = self._fitted(X, who)
         n = xo.shape[0]
+        self._weights(sample_weight, n, who)
         mo = self._mask(mask, n, who)
         usable_here(context_for(self.backend), who, xo, mo)
         k = self.cluster_centers_.shape[0]
@@ -380,10 +414,15 @@ class KMeans:
         return self.fit(X, sample_weight=sample_weight).transform(X)
 
     def score(self, X, y=None, sample_weight=None):
-        """Minus the inertia of X under cluster_centers_ (scikit-learn's sign:
-        larger is better)."""
+        """Minus the inertia of X under cluster_centers_, each squared
+        distance times its sample's weight (scikit-learn's sign: larger is
+        better)."""
         who = "dakit.KMeans.score"
         xo = self._fitted(X, who)
-        if sample_weight is not None:
-            raise invalid("%s: sample_weight is not supported; dakit's k-means does not weight samples yet" % who)
-        return -self._inertia(xo, self.predict(X), self.cluster_centers_)
+        weights = self._weights(sample_weight, xo.shape[0], who)
+        if weights is None and sample_weight is not None:  # equal weights: the inertia times that weight
+            scale = float(np.ravel(np.asarray(to_host(sample_weight) if cuda_interface(sample_weight) is not None
+                                              else sample_weight, dtype=np.float64))[0])
+        else:
+            scale = 1.0
+        return -scale * self._inertia(xo, self.predict(X), self.cluster_centers_, weights)

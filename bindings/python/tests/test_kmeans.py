@@ -154,8 +154,8 @@ def test_errors_worded_by_libdakit(backend, rng):
         dakit.KMeans(3, lambda_=0.5, backend=backend).fit(X)
     with raises(dakit.InvalidArgumentError, "grid 10 x 11 does not hold the 100 points"):
         dakit.KMeans(3, lambda_=0.5, grid_shape=(10, 11), backend=backend).fit(X)
-    with raises(dakit.InvalidArgumentError, "d is 40"):
-        dakit.KMeans(3, backend=backend).fit(np.zeros((100, 40), np.float32))
+    with raises(dakit.InvalidArgumentError, "d is 65", "1 to 64"):
+        dakit.KMeans(3, backend=backend).fit(np.zeros((100, 65), np.float32))
     with raises(dakit.NotImplementedByBackendError, "no variant 'nope'"):
         dakit.KMeans(3, variant="nope", backend=backend).fit(X)
     with raises(dakit.InvalidArgumentError, "k is -1"):
@@ -166,8 +166,14 @@ def test_errors_worded_by_libdakit(backend, rng):
         dakit.KMeans(3, tol=-1, backend=backend).fit(X)
     with raises(dakit.InvalidArgumentError, "init is 'kmeans++'"):
         dakit.KMeans(3, init="kmeans++", backend=backend).fit(X)
-    with raises(dakit.InvalidArgumentError, "sample_weight must be None or equal"):
-        dakit.KMeans(3, backend=backend).fit(X, sample_weight=np.arange(100.0))
+    with raises(dakit.InvalidArgumentError, "sample_weight[4] is -1", ">= 0"):
+        dakit.KMeans(3, backend=backend).fit(X, sample_weight=np.where(np.arange(100) == 4, -1.0, 1.0))
+    with raises(dakit.InvalidArgumentError, "sample_weight has shape (99,)", "(100,)"):
+        dakit.KMeans(3, backend=backend).fit(X, sample_weight=np.ones(99))
+    with raises(dakit.InvalidArgumentError, "weights of the unmasked points sum to 0"):
+        dakit.KMeans(3, init=X[:3], backend=backend).fit(X, sample_weight=np.zeros(100))
+    with raises(dakit.InvalidArgumentError, "3 unmasked points of positive weight"):
+        dakit.KMeans(4, init="random", backend=backend).fit(X, sample_weight=(np.arange(100) < 3) * 1.0)
     with raises(dakit.InvalidArgumentError, "with the contiguity cost", "at most 256"):
         dakit.KMeans(300, lambda_=0.5, grid_shape=(20, 20), backend=backend).fit(np.zeros((400, 1), np.float32))
 
@@ -176,6 +182,7 @@ def _data_sets():
     datasets = pytest.importorskip("sklearn.datasets")
     X, _ = datasets.make_blobs(n_samples=10000, centers=10, n_features=6, cluster_std=2.0, random_state=3)
     yield "blobs", X.astype(np.float32), 10
+    yield "load_digits", datasets.load_digits().data.astype(np.float32), 10  # 64 features, as shipped
     for load, k in [(datasets.load_wine, 3), (datasets.load_breast_cancer, 8)]:
         D = load().data
         yield load.__name__, ((D - D.mean(0)) / D.std(0)).astype(np.float32), k
@@ -228,3 +235,64 @@ def test_large_k(backend, rng):
     np.testing.assert_array_equal(km.labels_, ref.labels_)
     np.testing.assert_array_equal(km.cluster_centers_, ref.cluster_centers_)
     assert len(np.unique(km.labels_)) > 600
+
+
+@pytest.mark.parametrize("backend", KMEANS)
+def test_sample_weight_as_scikit_learn(backend, rng):
+    """Lloyd's iterations with sample weights from the same initial
+    centroids: scikit-learn and dakit give the same labels, centroids
+    (within 1e-5) and weighted inertia; score and predict take the weights."""
+    sklearn_cluster = pytest.importorskip("sklearn.cluster")
+    X = blobs(rng, n=3000, k=5, d=3)
+    w = rng.uniform(0, 4, 3000)
+    w[::7] = 0
+    init = X[:5].copy()
+    ref = sklearn_cluster.KMeans(5, init=init, n_init=1, max_iter=300, tol=0.0).fit(X, sample_weight=w)
+    km = dakit.KMeans(5, init=init, max_iter=300, tol=0.0, backend=backend).fit(X, sample_weight=w)
+    np.testing.assert_array_equal(km.labels_, ref.labels_)
+    np.testing.assert_allclose(km.cluster_centers_, ref.cluster_centers_, rtol=0, atol=1e-5)
+    assert km.inertia_ == pytest.approx(ref.inertia_, rel=1e-5)
+    assert km.score(X, sample_weight=w) == pytest.approx(ref.score(X, sample_weight=w), rel=1e-5)
+    assert km.score(X, sample_weight=2.0) == pytest.approx(2 * km.score(X), rel=1e-12)
+    np.testing.assert_array_equal(km.predict(X, sample_weight=w), ref.predict(X))
+    plain = dakit.KMeans(5, init=init, max_iter=300, tol=0.0, backend=backend).fit(X)
+    assert np.abs(plain.cluster_centers_ - km.cluster_centers_).max() > 1e-3  # the weights moved the centroids
+
+
+@pytest.mark.parametrize("backend", KMEANS)
+def test_sample_weight_integer_is_repetition(backend, rng):
+    """Integer weights are repeated samples (for k-means++ seeding too: a
+    sample of weight 0 is never a seed), and equal weights change nothing."""
+    X = blobs(rng, n=1500, k=4, d=2)
+    w = rng.integers(0, 4, 1500).astype(np.float64)
+    km = dakit.KMeans(4, init=X[w > 0][:4], max_iter=100, tol=0.0, backend=backend).fit(X, sample_weight=w)
+    rep = dakit.KMeans(4, init=X[w > 0][:4], max_iter=100, tol=0.0, backend=backend).fit(np.repeat(X, w.astype(int), 0))
+    np.testing.assert_allclose(km.cluster_centers_, rep.cluster_centers_, rtol=0, atol=1e-5)
+    assert km.inertia_ == pytest.approx(rep.inertia_, rel=1e-5)
+    only = np.zeros(1500)
+    only[[3, 50, 700, 1200]] = [1, 2, 3, 4]
+    seeded = dakit.KMeans(4, max_iter=1, random_state=5, backend=backend).fit(X, sample_weight=only)
+    assert set(np.unique(seeded.labels_[[3, 50, 700, 1200]])) == {0, 1, 2, 3}
+    for init in ("k-means++", "random"):
+        a = dakit.KMeans(4, init=init, random_state=3, backend=backend).fit(X)
+        b = dakit.KMeans(4, init=init, random_state=3, backend=backend).fit(X, sample_weight=np.full(1500, 2.5))
+        np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
+        assert b.inertia_ == pytest.approx(a.inertia_, rel=1e-12)
+
+
+@pytest.mark.parametrize("backend", KMEANS)
+def test_sample_weight_inertia_as_scikit_learn(backend):
+    """Seeded runs with sample weights: the mean weighted inertia over seeds
+    within 1 % of scikit-learn's with the same n_init, on blobs and digits."""
+    sklearn_cluster = pytest.importorskip("sklearn.cluster")
+    datasets = pytest.importorskip("sklearn.datasets")
+    X, _ = datasets.make_blobs(n_samples=6000, centers=8, n_features=5, cluster_std=2.0, random_state=4)
+    digits = datasets.load_digits().data.astype(np.float32)
+    for X, k in [(X.astype(np.float32), 8), (digits, 10)]:
+        w = np.random.default_rng(9).uniform(0.1, 3.0, len(X))
+        for init, n_init in (("k-means++", 5), ("random", "auto")):  # 'auto': 10 random starts
+            ours = [dakit.KMeans(k, init=init, n_init=n_init, random_state=s, backend=backend)
+                    .fit(X, sample_weight=w).inertia_ for s in range(3)]
+            theirs = [sklearn_cluster.KMeans(k, init=init, n_init=n_init, random_state=s)
+                      .fit(X, sample_weight=w).inertia_ for s in range(3)]
+            assert np.mean(ours) == pytest.approx(np.mean(theirs), rel=0.01), (X.shape, init)

@@ -27,7 +27,16 @@
  *
  * The initial centroids C_0 are the caller's (init = DK_KMEANS_INIT_GIVEN,
  * the default), or seeded from the points by the random stream of `seed`
- * (the definition is dk_kmeans_seed's, below). */
+ * (the definition is dk_kmeans_seed's, below).
+ *
+ * Sample weights (scikit-learn's sample_weight; the _weighted calls): point
+ * i has weight w_i, finite and >= 0 (no weights: every w_i = 1, the
+ * definition above). C_t[c] = sum w_i x_i / sum w_i over the points
+ * labelled c (each product and the sums in double, rounded to float), or
+ * C_{t-1}[c] when that sum of weights is 0; the objective is
+ * sum_i w_i D(x_i, C[label_i]) (double). Labels, costs and moves are as
+ * above: a weight changes no distance. The seeding draws by weights, see
+ * dk_kmeans_seed_weighted. */
 #ifndef DAKIT_KMEANS_H
 #define DAKIT_KMEANS_H
 
@@ -40,7 +49,7 @@
 extern "C" {
 #endif
 
-#define DK_KMEANS_MAX_D 32
+#define DK_KMEANS_MAX_D 64
 /* The largest k with the contiguity cost (and of libdakit-mpi's plans);
  * plain k-means takes any k up to n that the device's memory holds. */
 #define DK_KMEANS_MAX_K 256
@@ -111,11 +120,27 @@ dk_status dk_kmeans_execute(dk_plan *plan, const dk_buffer *points, const dk_buf
 dk_status dk_kmeans_execute_host(dk_plan *plan, const float *points, const uint8_t *mask,
                                  const float *init, int32_t *labels, float *centroids,
                                  dk_kmeans_result *result);
+/* With sample weights (the definition above): weights is n float32 on the
+ * plan's context, or NULL (every weight 1: dk_kmeans_execute). The
+ * backend runs the iterations through its phases (dk_kmeans_ops
+ * assign_weighted, update, objective_weighted); a backend without them
+ * refuses weights with a sentence. */
+dk_status dk_kmeans_execute_weighted(dk_plan *plan, const dk_buffer *points, const dk_buffer *mask,
+                                     const dk_buffer *weights, const dk_buffer *init, dk_buffer *labels,
+                                     dk_buffer *centroids, dk_kmeans_result *result);
+/* The same on host memory; also refuses a weight that is negative or not
+ * finite, and unmasked weights that sum to 0. */
+dk_status dk_kmeans_execute_host_weighted(dk_plan *plan, const float *points, const uint8_t *mask,
+                                          const float *weights, const float *init, int32_t *labels,
+                                          float *centroids, dk_kmeans_result *result);
 
 /* Checks host points: finite features, at least k unmasked points. Errors go
  * to dk_last_error(NULL). *valid (may be NULL) gets the unmasked count. */
 dk_status dk_kmeans_check_points(const dk_kmeans_desc *desc, const float *points,
                                  const uint8_t *mask, size_t *valid);
+/* Checks host weights (n floats): each finite and >= 0, and those of the
+ * unmasked points summing to more than 0. Errors go to dk_last_error(NULL). */
+dk_status dk_kmeans_check_weights(const dk_kmeans_desc *desc, const float *weights, const uint8_t *mask);
 
 /* The paper's initial centroids: the range [lo, hi] of feature `feature` over
  * the unmasked points is cut into k equal intervals, each point goes to the
@@ -143,12 +168,30 @@ dk_status dk_kmeans_initial_centroids(const dk_kmeans_desc *desc, const float *p
  *   taken, else t), the points of those ranks in that order.
  * dk_kmeans_execute calls it first when desc.init seeds. */
 dk_status dk_kmeans_seed(dk_plan *plan, const dk_buffer *points, const dk_buffer *mask, dk_buffer *centroids);
+/* The same with sample weights w (n float32, or NULL: dk_kmeans_seed), as
+ * scikit-learn seeds with sample_weight:
+ * - PLUSPLUS: as above with every weight of a draw and of a potential
+ *   multiplied by w_i: C_0[0] a draw by w, the candidates drawn by
+ *   w_i near_i, the potential sum_i w_i min(near_i, D(x_i, cand)), each
+ *   w_i D a float product (so w_i min(a, b) = min(w_i a, w_i b) exactly).
+ * - RANDOM: k draws without replacement, draw j by the weights of the
+ *   unmasked points not drawn before it: the first point whose running
+ *   sum of those weights exceeds u times their total (host arithmetic in
+ *   double over a binary indexed tree); at least k unmasked points must
+ *   have a positive weight.
+ * dk_kmeans_execute_weighted calls it first when desc.init seeds. */
+dk_status dk_kmeans_seed_weighted(dk_plan *plan, const dk_buffer *points, const dk_buffer *mask,
+                                  const dk_buffer *weights, dk_buffer *centroids);
 
 /* The serial reference that defines the result (host memory); init may be
  * NULL when desc.init seeds, which it then does on the host. */
 dk_status dk_kmeans_reference(const dk_kmeans_desc *desc, const float *points,
                               const uint8_t *mask, const float *init, int32_t *labels,
                               float *centroids, dk_kmeans_result *result);
+/* The same with sample weights (n floats, or NULL: every weight 1). */
+dk_status dk_kmeans_reference_weighted(const dk_kmeans_desc *desc, const float *points, const uint8_t *mask,
+                                       const float *weights, const float *init, int32_t *labels,
+                                       float *centroids, dk_kmeans_result *result);
 
 /* ---- texture features of an image (the radar pipeline), on the device ----
  *
@@ -283,6 +326,27 @@ typedef struct dk_kmeans_ops {
      * returns. */
     dk_status (*seed_read)(void *plan, const void *points, const void *dist, size_t first, size_t count,
                            float *values, size_t point, float *x, struct dk_msg *msg);
+
+    /* Optional, all three or none (generation 3; NULL: the core refuses
+     * sample weights on this backend): the weighted forms, on any plan of
+     * the backend (a whole problem's, any k it took, or a part's).
+     * weights: n floats, or NULL (every weight 1).
+     * assign_weighted: assign_partial, with sums[c d + f] = sum of
+     * (double) w_i * x_if and sums[k d + c] = sum of w_i (double) over the
+     * points labelled c; update then forms the weighted means. */
+    dk_status (*assign_weighted)(void *plan, const void *points, const void *mask, const void *weights,
+                                 const void *centroids, const void *prev, void *next, void *labels, void *sums,
+                                 const void *state, struct dk_msg *msg);
+    /* objective_weighted: objective with out[0] = sum of (double) w_i *
+     * D(x, centroids[label]) (out[1] still the count). */
+    dk_status (*objective_weighted)(void *plan, const void *points, const void *labels, const void *weights,
+                                    const void *centroids, void *out, struct dk_msg *msg);
+    /* seed_distance_weighted: seed_distance with out[i] = w_i * D(x_i,
+     * centre) (a float product; centre NULL: w_i) before the min with
+     * near[i]; 0 where masked. */
+    dk_status (*seed_distance_weighted)(void *plan, const void *points, const void *mask, const void *weights,
+                                        const void *centre, const void *near, void *out, void *blocks,
+                                        struct dk_msg *msg);
 } dk_kmeans_ops;
 
 /* The lengths, in doubles, of the phases' sums and state buffers. */

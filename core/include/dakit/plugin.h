@@ -281,9 +281,11 @@ typedef struct dk_plugin {
 /* The ops tables' generation. 1: the entries libdakit-mpi runs between its
  * collectives were appended: dk_gauss_ops.execute_halo, dk_enkf_ops.cov_rows,
  * inflate and update, dk_kmeans_ops.assign_partial, update and objective.
- * 2: dk_kmeans_ops.seed_distance and seed_read (the seeded inits). A
- * table that grows again appends its members and moves this number. */
-#define DK_PLUGIN_OPS_GENERATION 2u
+ * 2: dk_kmeans_ops.seed_distance and seed_read (the seeded inits).
+ * 3: dk_kmeans_ops.assign_weighted, objective_weighted and
+ * seed_distance_weighted (sample weights). A table that grows again
+ * appends its members and moves this number. */
+#define DK_PLUGIN_OPS_GENERATION 3u
 
 typedef const dk_plugin *(*dk_plugin_entry_fn)(void);
 
