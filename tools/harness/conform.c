@@ -349,7 +349,7 @@ int cmd_conform(int argc, char **argv)
         printf("no usable backend found (dakit info says why)\n");
 
     static row rows[MAX_ROWS];
-    int nrows = 0, failed_total = 0, lacking = 0;
+    int nrows = 0, failed_total = 0, lacking = 0, ref_failed = 0;
     progress_start(&prog);
     char missing[MAX_BACKENDS][128] = {{0}}; /* algorithms a present backend lacks */
     int optional[MAX_BACKENDS] = {0};         /* cases of optional features a backend lacks */
@@ -379,6 +379,7 @@ int cmd_conform(int argc, char **argv)
             if (present && su->prepare(i, err, sizeof err) != DK_OK) {
                 printf("%-8s %-24s reference failed: %s\n", su->algo, su->name(i), err);
                 failed_total++;
+                ref_failed++;
                 su->release(i);
                 continue;
             }
@@ -434,10 +435,12 @@ int cmd_conform(int argc, char **argv)
         if (!ctx[b])
             printf("verdict %-8s ABSENT: %s\n", names[b], absent[b]);
         else
-            printf("verdict %-8s %s: %d passed, %d failed (%s)%s%s%s\n", names[b],
-                   fail ? "FAIL" : pass ? "PASS" : "NOTHING RUN", pass, fail, dk_context_device(ctx[b]),
+            /* a case whose reference failed ran on no backend: each verdict says so and fails */
+            printf("verdict %-8s %s: %d passed, %d failed (%s)%s%s%s%s\n", names[b],
+                   fail || ref_failed ? "FAIL" : pass ? "PASS" : "NOTHING RUN", pass, fail, dk_context_device(ctx[b]),
                    missing[b][0] ? "; not implemented: " : "", missing[b],
-                   optional[b] ? "; cases of optional features it lacks were not run" : "");
+                   optional[b] ? "; cases of optional features it lacks were not run" : "",
+                   ref_failed ? "; cases whose reference failed were not run (above)" : "");
     }
     for (int r = 0; r < nrefused; r++)
         printf("verdict %-8s NOT RUN: %s\n", refused[r].name, refused[r].reason);
