@@ -248,31 +248,33 @@ int cmd_conform(int argc, char **argv)
     int quick = 0, ranks = 0;
     progress prog;
     progress_init(&prog, cmd);
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+    static const struct option option_table[] = {CLI_FLAG("help"), CLI_VALUE("ranks"), CLI_FLAG("quick"),
+        CLI_VALUE("backend"), CLI_VALUE("algo"), CLI_VALUE("junit"), CLI_FLAG("progress"), CLI_FLAG("quiet"),
+        {0}};
+    cli_args args = {.cmd = cmd, .argc = argc, .argv = argv, .options = option_table};
+    int more;
+    while ((more = cli_next(&args)) == 1) {
+        const char *a = args.opt, *v = args.value;
+        if (!strcmp(a, "--help")) {
             usage(stdout);
             return 0;
-        } else if (progress_option(&prog, argv[i])) {
+        } else if (progress_option(&prog, a)) {
             continue;
-        } else if (!strcmp(argv[i], "--ranks")) {
-            const char *v = cli_value(cmd, argc, argv, &i);
-            if (!v || cli_int(cmd, "--ranks", v, 1, 1 << 20, &ranks))
+        } else if (!strcmp(a, "--ranks")) {
+            if (cli_int(cmd, a, v, 1, 1 << 20, &ranks))
                 return 2;
-        } else if (!strcmp(argv[i], "--quick")) {
+        } else if (!strcmp(a, "--quick")) {
             quick = 1;
-        } else if (!strcmp(argv[i], "--backend")) {
-            if (!(backend_s = cli_value(cmd, argc, argv, &i)))
-                return 2;
-        } else if (!strcmp(argv[i], "--algo")) {
-            if (!(algo_s = cli_value(cmd, argc, argv, &i)))
-                return 2;
-        } else if (!strcmp(argv[i], "--junit")) {
-            if (!(junit = cli_value(cmd, argc, argv, &i)))
-                return 2;
-        } else {
-            return cli_error(cmd, 2, "unknown option '%s' (dakit conform --help)", argv[i]);
+        } else if (!strcmp(a, "--backend")) {
+            backend_s = v;
+        } else if (!strcmp(a, "--algo")) {
+            algo_s = v;
+        } else if (!strcmp(a, "--junit")) {
+            junit = v;
         }
     }
+    if (more)
+        return more;
     for (const char *p = algo_s; p && *p;) {
         size_t len = strcspn(p, ",");
         int known = 0;
