@@ -31,17 +31,20 @@ typedef struct row {
 
 static void usage(FILE *f)
 {
+    /* the algorithms from the suites themselves, so that the text stays true */
+    char algos[128] = "";
+    for (int s = 0; s < NSUITES; s++)
+        snprintf(algos + strlen(algos), sizeof algos - strlen(algos), "%s%s", s ? "|" : "", suites[s]->algo);
     fprintf(f,
-            "usage: dakit conform [--backend NAME[,NAME...]|all] [--algo gauss] [--quick] [--junit FILE]\n"
-            "                     [--ranks P] [--progress|--quiet]\n"
+            "usage: dakit conform [--backend NAME[,NAME...]|all] [--algo %s[,...]]\n"
+            "                     [--quick] [--junit FILE] [--ranks P] [--progress|--quiet]\n"
             "\n"
             "Runs the shared conformance cases on each selected backend (every variant it offers)\n"
             "against the serial reference and prints a table and one verdict per backend.\n"
             "\n"
             "  --backend NAME[,...]|all   backends to test (default: all usable; plugins found but\n"
             "                             refused are listed as not run, with the reason)\n"
-            "  --algo ALGO[,...]          algorithms to test: gauss, enkf, kmeans, gbees, letkf\n"
-            "                             (default: all)\n"
+            "  --algo ALGO[,...]          algorithms to test, a comma list (default: all)\n"
             "  --quick                    the smaller cases only\n"
             "  --junit FILE               also write a JUnit XML report\n"
             "  --ranks P                  run the gauss, enkf and kmeans cases distributed over P MPI\n"
@@ -57,7 +60,8 @@ static void usage(FILE *f)
             "4 some selected backend is absent or lacks a selected algorithm; 77 nothing could\n"
             "run (no selected backend is present, or none implements the algorithms): a skip.\n"
             "With --backend all, a refused plugin (a driver missing, a probe that crashed)\n"
-            "changes none of these.\n");
+            "changes none of these.\n",
+            algos);
 }
 
 static void xml_escape(FILE *f, const char *s)
