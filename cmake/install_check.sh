@@ -41,10 +41,14 @@ echo "$bench" | grep "radar_900: data" | head -1
 
 if [ "$man" = man ]; then
   echo "== man pages"
-  for page in dakit dakit-gauss dakit-enkf dakit-kmeans; do
+  for page in dakit dakit-gauss dakit-enkf dakit-kmeans dakit-letkf dakit-gbees-plot dakit-gbees-mc; do
     f="$prefix/share/man/man1/$page.1"
     [ -s "$f" ] || { echo "no man page $f"; exit 1; }
     grep -q '^\.SH NAME' "$f" || { echo "$f is no man page"; exit 1; }
+  done
+  # every document a man page names is installed where its SEE ALSO says
+  for doc in $(cat "$prefix"/share/man/man1/*.1 | grep -o 'docs/[a-z-]*\.md' | sort -u); do
+    [ -s "$prefix/share/doc/dakit/$doc" ] || { echo "a man page names $doc, not installed in share/doc/dakit"; exit 1; }
   done
   ls "$prefix/share/man/man1"
 fi

@@ -44,7 +44,7 @@ void dk_log(dk_log_level level, const char *fmt, ...)
         return;
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "dakit %s: ", tags[level]);
+    fprintf(stderr, "dakit: %s: ", tags[level]);
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);

@@ -141,6 +141,12 @@ int main(int argc, char **argv)
     CHECK(strstr(out, "--method deriche|rf|vyv") && strstr(out, "deriche (default)") &&
               strstr(out, "(default reflect)"),
           "--help names the defaults deriche and reflect: %s", out);
+    /* getopt_long: --opt=value, in any order, gives the same file */
+    rc = run("gauss --backend=cpu --sigma=3,1.5 --method=rf --K=5 --boundary=constant --in=x.npy --out=y2.npy", out, sizeof out);
+    CHECK(rc == 0, "gauss with --opt=value failed (%d): %s", rc, out);
+    char cmp[1200];
+    snprintf(cmp, sizeof cmp, "cmp -s %s/y.npy %s/y2.npy", dir, dir);
+    CHECK(system(cmp) == 0, "--opt=value and --opt value gave different files");
     rc = run("gauss --in x.npy --out z.npy --sigma 2 --axes 1 --dtype f32 --backend cpu", out, sizeof out);
     snprintf(path, sizeof path, "%s/z.npy", dir);
     CHECK(rc == 0 && npy_read(path, &back, err, sizeof err) == DK_OK && back.dtype == DK_F32,
@@ -209,6 +215,36 @@ int main(int argc, char **argv)
         CHECK(rc != 0 && rc < 128, "'%s': exit %d", flags[k].args, rc);
         CHECK(strstr(out, flags[k].expect) != NULL, "'%s': message lacks '%s': %s", flags[k].args, flags[k].expect,
               out);
+    }
+    /* a bad option: the same sentence in every command, exit status 2 */
+    static const struct {
+        const char *args, *expect;
+    } options[] = {
+        {"gauss --in x.npy --out o.npy --sigma 2 --frobnicate", "dakit gauss: unknown option '--frobnicate' (dakit gauss --help)"},
+        {"gauss --in x.npy --out o.npy --sig 2", "dakit gauss: unknown option '--sig' (dakit gauss --help)"},
+        {"gauss --in x.npy --out o.npy --sigma", "dakit gauss: --sigma needs a value (dakit gauss --help)"},
+        {"gauss --in x.npy --out o.npy --sigma 2 --reference=yes",
+         "dakit gauss: --reference takes no value, not '--reference=yes' (dakit gauss --help)"},
+        {"gauss --in x.npy --out o.npy --sigma 2 stray", "dakit gauss: unexpected argument 'stray' (dakit gauss --help)"},
+        {"gauss -q", "dakit gauss: unknown option '-q' (dakit gauss --help)"},
+        {"kmeans --frobnicate", "dakit kmeans: unknown option '--frobnicate' (dakit kmeans --help)"},
+        {"enkf cov --frobnicate", "dakit enkf: unknown option '--frobnicate' (dakit enkf --help)"},
+        {"enkf l96 --frobnicate", "dakit enkf: unknown option '--frobnicate' (dakit enkf --help)"},
+        {"letkf --frobnicate", "dakit letkf: unknown option '--frobnicate' (dakit letkf --help)"},
+        {"letkf l96 --frobnicate", "dakit letkf l96: unknown option '--frobnicate' (dakit letkf l96 --help)"},
+        {"gbees --frobnicate", "dakit gbees: unknown option '--frobnicate' (dakit gbees --help)"},
+        {"gbees-plot run --frobnicate", "dakit gbees-plot: unknown option '--frobnicate' (dakit gbees-plot --help)"},
+        {"gbees-plot run other", "dakit gbees-plot: unexpected argument 'other' (dakit gbees-plot --help)"},
+        {"gbees-mc --frobnicate", "dakit gbees-mc: unknown option '--frobnicate' (dakit gbees-mc --help)"},
+        {"conform --frobnicate", "dakit conform: unknown option '--frobnicate' (dakit conform --help)"},
+        {"bench --frobnicate", "dakit bench: unknown option '--frobnicate' (dakit bench --help)"},
+        {"demo --frobnicate", "dakit demo: unknown option '--frobnicate' (dakit demo --help)"},
+        {"info --frobnicate", "dakit info: unknown option '--frobnicate' (dakit info --help)"},
+    };
+    for (size_t k = 0; k < sizeof options / sizeof options[0]; k++) {
+        rc = run(options[k].args, out, sizeof out);
+        CHECK(rc == 2 && strstr(out, options[k].expect) != NULL, "'%s': exit %d, not 2 with '%s': %s",
+              options[k].args, rc, options[k].expect, out);
     }
     rc = run("gauss --help", out, sizeof out);
     CHECK(rc == 0 && strstr(out, "usage: dakit gauss"), "--help");

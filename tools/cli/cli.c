@@ -195,13 +195,61 @@ int cli_double(const char *cmd, const char *opt, const char *value, double lo, d
     return 0;
 }
 
-const char *cli_value(const char *cmd, int argc, char **argv, int *i)
+/* The option written in arg, as its table row: "--name" or "--name=..." */
+static const struct option *option_named(const struct option *options, const char *arg)
 {
-    if (*i + 1 >= argc) {
-        cli_error(cmd, 2, "%s needs a value", argv[*i]);
+    if (strncmp(arg, "--", 2) != 0)
         return NULL;
+    size_t len = strcspn(arg + 2, "=");
+    for (const struct option *o = options; o->name; o++)
+        if (strlen(o->name) == len && !strncmp(o->name, arg + 2, len))
+            return o;
+    return NULL;
+}
+
+static int bad_option(const cli_args *a, const char *what, const char *arg)
+{
+    return cli_error(a->cmd, 2, "%s '%.64s%s' (dakit %s --help)", what, arg,
+                     strlen(arg) > 64 ? "..." : "", a->cmd);
+}
+
+int cli_next(cli_args *a)
+{
+    if (a->next == 0)
+        optind = 0; /* glibc starts afresh: each command, and each run of the fuzz target */
+    opterr = 0;
+    int index = -1;
+    int c = getopt_long(a->argc, a->argv, ":h", a->options, &index);
+    a->next = optind;
+    if (c == -1) {
+        if (a->argc - optind > a->operands)
+            return bad_option(a, "unexpected argument", a->argv[optind + a->operands]);
+        return 0;
     }
-    return argv[++*i];
+    if (c == 'h') {
+        snprintf(a->opt, sizeof a->opt, "--help");
+        a->value = NULL;
+        return 1;
+    }
+    if (c == '?' && optopt) {
+        char shortopt[3] = {'-', (char)optopt, 0};
+        return bad_option(a, "unknown option", shortopt);
+    }
+    /* getopt_long has passed the option, and its value when separate */
+    const char *arg = a->argv[optind - 1];
+    if (c == 0 && a->options[index].has_arg && optarg == arg)
+        arg = a->argv[optind - 2];
+    const struct option *o = option_named(a->options, arg);
+    if (c == ':' && o)
+        return cli_error(a->cmd, 2, "--%s needs a value (dakit %s --help)", o->name, a->cmd);
+    if (c == '?' && o && !o->has_arg)
+        return cli_error(a->cmd, 2, "--%s takes no value, not '%.64s' (dakit %s --help)", o->name, arg, a->cmd);
+    /* an abbreviation is refused too: its meaning would change as options are added */
+    if (c != 0 || !o)
+        return bad_option(a, "unknown option", arg);
+    snprintf(a->opt, sizeof a->opt, "--%s", o->name);
+    a->value = o->has_arg ? optarg : NULL;
+    return 1;
 }
 
 double cli_now(void)

@@ -2,6 +2,7 @@
 #ifndef DAKIT_TOOLS_CLI_CLI_H
 #define DAKIT_TOOLS_CLI_CLI_H
 
+#include <getopt.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -14,8 +15,27 @@ int cli_error(const char *cmd, int code, const char *fmt, ...) __attribute__((fo
  * junk, a value out of range or too many values. */
 int cli_parse_doubles(const char *s, double *out, int max);
 int cli_parse_ints(const char *s, long *out, int max);
-/* The value after a flag, or NULL (with the error printed) when missing. */
-const char *cli_value(const char *cmd, int argc, char **argv, int *i);
+/* A command's options for cli_next: getopt_long's table, ending with a
+ * zero row. A flag is CLI_FLAG("name"), an option with a value
+ * CLI_VALUE("name"); -h stands for --help. */
+#define CLI_FLAG(name) {name, no_argument, NULL, 0}
+#define CLI_VALUE(name) {name, required_argument, NULL, 0}
+typedef struct cli_args {
+    const char *cmd; /* as in "dakit CMD: ..." and "dakit CMD --help" */
+    int argc;
+    char **argv; /* argv[0] the command; getopt_long moves operands to the end */
+    const struct option *options;
+    int operands; /* how many operands (arguments that are not options) it takes */
+    int next;     /* 0 before the first call; at the end, the index of the first operand */
+    char opt[72]; /* the option found, as "--name" whichever way it was written */
+    const char *value; /* its value (--name value or --name=value), NULL for a flag */
+} cli_args;
+/* The next option of a.argv, by getopt_long: 1 with a->opt and a->value
+ * set, 0 at the end of the options, or 2 (the usage exit status, which the
+ * caller returns) after printing the one sentence every command gives for
+ * an unknown option, an abbreviated one, a missing or unwanted value, or
+ * an operand too many. */
+int cli_next(cli_args *a);
 
 /* Numeric options: every numeric option of every command goes through these.
  * The whole of value must be the number (no blanks, no trailing text), it

@@ -132,14 +132,16 @@ int cmd_demo(int argc, char **argv)
     int out_given = 0;
     int size = 2048;
     double sigma = 12;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+    static const struct option option_table[] = {CLI_FLAG("help"), CLI_VALUE("out"), CLI_VALUE("backend"),
+        CLI_VALUE("size"), CLI_VALUE("sigma"), {0}};
+    cli_args args = {.cmd = cmd, .argc = argc, .argv = argv, .options = option_table};
+    int more;
+    while ((more = cli_next(&args)) == 1) {
+        const char *a = args.opt, *v = args.value;
+        if (!strcmp(a, "--help")) {
             usage(stdout);
             return 0;
         }
-        if (!(v = cli_value(cmd, argc, argv, &i)))
-            return 2;
         if (!strcmp(a, "--out"))
             out_path = v, out_given = 1;
         else if (!strcmp(a, "--backend"))
@@ -150,9 +152,10 @@ int cmd_demo(int argc, char **argv)
         } else if (!strcmp(a, "--sigma")) {
             if (cli_double(cmd, a, v, 0, 1000, CLI_OPEN_LO | CLI_OPEN_HI, &sigma))
                 return 2;
-        } else
-            return cli_error(cmd, 2, "unknown option '%s' (dakit demo --help)", a);
+        }
     }
+    if (more)
+        return more;
     if (cli_options_only)
         return 0;
     char err[4200];

@@ -6,14 +6,17 @@
 
 int cmd_info(int argc, char **argv)
 {
-    if (argc > 1 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
+    static const struct option option_table[] = {CLI_FLAG("help"), {0}};
+    cli_args args = {.cmd = "info", .argc = argc, .argv = argv, .options = option_table};
+    int more = cli_next(&args);
+    if (more == 1) {
         printf("usage: dakit info\n\nLists every plugin found, its version, devices, algorithms and\n"
                "their variants, and the reason any plugin was refused. Each plugin is probed\n"
                "in a child process, so one whose probe crashes or hangs is listed as refused.\n");
         return 0;
     }
-    if (argc > 1)
-        return cli_error("info", 2, "unknown option '%s' (dakit info --help)", argv[1]);
+    if (more)
+        return more;
     if (cli_options_only)
         return 0;
     int n;

@@ -133,9 +133,15 @@ static int parse(int argc, char **argv, inputs *in, int analysis)
     memset(in, 0, sizeof *in);
     in->dtype = DK_F64;
     in->inflation = 1.0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+    static const struct option option_table[] = {CLI_FLAG("help"), CLI_FLAG("reference"), CLI_VALUE("ens"),
+        CLI_VALUE("loc"), CLI_VALUE("H"), CLI_VALUE("out"), CLI_VALUE("hpht"), CLI_VALUE("obs"),
+        CLI_VALUE("obs-var"), CLI_VALUE("backend"), CLI_VALUE("variant"), CLI_VALUE("decomp"), CLI_VALUE("scheme"),
+        CLI_VALUE("dtype"), CLI_VALUE("seed"), CLI_VALUE("inflation"), {0}};
+    cli_args args = {.cmd = CMD, .argc = argc, .argv = argv, .options = option_table};
+    int more;
+    while ((more = cli_next(&args)) == 1) {
+        const char *a = args.opt, *v = args.value;
+        if (!strcmp(a, "--help")) {
             usage(stdout);
             return 0;
         }
@@ -143,8 +149,6 @@ static int parse(int argc, char **argv, inputs *in, int analysis)
             in->reference = 1;
             continue;
         }
-        if (!(v = cli_value(CMD, argc, argv, &i)))
-            return 2;
         if (!strcmp(a, "--ens"))
             in->ens = v;
         else if (!strcmp(a, "--loc"))
@@ -186,9 +190,10 @@ static int parse(int argc, char **argv, inputs *in, int analysis)
         } else if (!strcmp(a, "--inflation") && analysis) {
             if (cli_double(CMD, a, v, 0, INFINITY, CLI_OPEN_LO, &in->inflation))
                 return 2;
-        } else
-            return cli_error(CMD, 2, "unknown option '%s' (dakit enkf --help)", a);
+        }
     }
+    if (more)
+        return more;
     if (!in->ens || !in->loc || !in->H || !in->out)
         return cli_error(CMD, 2, "--ens, --loc, --H and --out are required (dakit enkf --help)");
     if (analysis && (!in->obs || !in->obs_var || !in->have_seed))
@@ -735,16 +740,20 @@ static int run_l96(int argc, char **argv)
     int png_given = 0;
     progress prog;
     progress_init(&prog, "enkf l96");
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+    static const struct option option_table[] = {CLI_FLAG("help"), CLI_VALUE("members"), CLI_VALUE("cycles"),
+        CLI_VALUE("spinup"), CLI_VALUE("every"), CLI_VALUE("loc-radius"), CLI_VALUE("inflation"),
+        CLI_VALUE("max-rmse"), CLI_VALUE("min-rmse"), CLI_VALUE("seed"), CLI_VALUE("png"), CLI_VALUE("svg"),
+        CLI_VALUE("pdf"), CLI_VALUE("backend"), CLI_FLAG("progress"), CLI_FLAG("quiet"), {0}};
+    cli_args args = {.cmd = CMD, .argc = argc, .argv = argv, .options = option_table};
+    int more;
+    while ((more = cli_next(&args)) == 1) {
+        const char *a = args.opt, *v = args.value;
+        if (!strcmp(a, "--help")) {
             usage(stdout);
             return 0;
         }
         if (progress_option(&prog, a))
             continue;
-        if (!(v = cli_value(CMD, argc, argv, &i)))
-            return 2;
         int bad = 0;
         if (!strcmp(a, "--members"))
             bad = cli_int(CMD, a, v, 2, 4096, &members);
@@ -772,11 +781,11 @@ static int run_l96(int argc, char **argv)
             pdf = v;
         else if (!strcmp(a, "--backend"))
             backend = v;
-        else
-            return cli_error(CMD, 2, "unknown option '%s' (dakit enkf --help)", a);
         if (bad)
             return bad;
     }
+    if (more)
+        return more;
     if (cli_options_only)
         return 0;
     if (!png_given && !plot_built()) {

@@ -156,17 +156,22 @@ int cmd_gauss(int argc, char **argv)
     dk_gauss_desc_init(&d);
     int use_reference = 0;
     const char *decomp_s = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+    static const struct option option_table[] = {CLI_FLAG("help"), CLI_FLAG("reference"), CLI_VALUE("in"),
+        CLI_VALUE("out"), CLI_VALUE("var"), CLI_VALUE("sigma"), CLI_VALUE("axes"), CLI_VALUE("backend"),
+        CLI_VALUE("variant"), CLI_VALUE("dtype"), CLI_VALUE("mask"), CLI_VALUE("nan"), CLI_VALUE("decomp"),
+        CLI_VALUE("K"), CLI_VALUE("order"), CLI_VALUE("order-poles"), CLI_VALUE("cval"), CLI_VALUE("method"),
+        CLI_VALUE("boundary"), CLI_VALUE("mode"), CLI_VALUE("overlap"), CLI_VALUE("blocks"), {0}};
+    cli_args args = {.cmd = cmd, .argc = argc, .argv = argv, .options = option_table};
+    int more;
+    while ((more = cli_next(&args)) == 1) {
+        const char *a = args.opt, *v = args.value;
+        if (!strcmp(a, "--help")) {
             usage(stdout);
             return 0;
         } else if (!strcmp(a, "--reference")) {
             use_reference = 1;
             continue;
         }
-        if (!(v = cli_value(cmd, argc, argv, &i)))
-            return 2;
         int bad = 0;
         if (!strcmp(a, "--in"))
             in_path = v;
@@ -237,11 +242,11 @@ int cmd_gauss(int argc, char **argv)
             bad = cli_size(cmd, a, v, 0, 1000000000, &d.overlap);
         else if (!strcmp(a, "--blocks"))
             bad = cli_size(cmd, a, v, 1, 1000000000, &d.blocks);
-        else
-            return cli_error(cmd, 2, "unknown option '%s' (dakit gauss --help)", a);
         if (bad)
             return bad;
     }
+    if (more)
+        return more;
     if (!in_path || !out_path || !sigma_s)
         return cli_error(cmd, 2, "--in, --out and --sigma are required (dakit gauss --help)");
     if (mask_path && nan_given && nan_policy != DK_GAUSS_NAN_IGNORE)

@@ -68,9 +68,15 @@ int cmd_gbees(int argc, char **argv)
     int use_reference = 0;
     progress prog;
     progress_init(&prog, cmd);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+    static const struct option option_table[] = {CLI_FLAG("help"), CLI_FLAG("list-models"), CLI_FLAG("no-update"),
+        CLI_FLAG("reference"), CLI_VALUE("model"), CLI_VALUE("meas"), CLI_VALUE("out"), CLI_VALUE("backend"),
+        CLI_VALUE("variant"), CLI_VALUE("threshold"), CLI_VALUE("cfl"), CLI_VALUE("dx-factor"), CLI_VALUE("t-end"),
+        CLI_VALUE("snapshots"), CLI_VALUE("del-step"), CLI_FLAG("progress"), CLI_FLAG("quiet"), {0}};
+    cli_args args = {.cmd = cmd, .argc = argc, .argv = argv, .options = option_table};
+    int more;
+    while ((more = cli_next(&args)) == 1) {
+        const char *a = args.opt;
+        if (!strcmp(a, "--help")) {
             usage(stdout);
             return 0;
         }
@@ -89,9 +95,7 @@ int cmd_gbees(int argc, char **argv)
         }
         if (progress_option(&prog, a))
             continue;
-        const char *v = cli_value(cmd, argc, argv, &i);
-        if (!v)
-            return 2;
+        const char *v = args.value;
         int bad = 0;
         if (!strcmp(a, "--model"))
             model_s = v;
@@ -115,11 +119,11 @@ int cmd_gbees(int argc, char **argv)
             bad = cli_int(cmd, a, v, 2, 100000, &d.snapshots);
         else if (!strcmp(a, "--del-step"))
             bad = cli_int(cmd, a, v, 1, 1000000, &d.del_step);
-        else
-            return cli_error(cmd, 2, "unknown option '%s' (dakit gbees --help)", a);
         if (bad)
             return bad;
     }
+    if (more)
+        return more;
     if (!model_s || !meas_dir || !out_dir)
         return cli_error(cmd, 2, "--model, --meas and --out are required (dakit gbees --help)");
     if (!*out_dir || strlen(out_dir) > 4000)
@@ -384,31 +388,28 @@ int cmd_gbees_plot(int argc, char **argv)
 {
     const char *cmd = "gbees-plot", *dir = NULL, *format = "png";
     int panel = 200;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+    static const struct option option_table[] = {CLI_FLAG("help"), CLI_VALUE("size"), CLI_VALUE("format"), {0}};
+    cli_args args = {.cmd = cmd, .argc = argc, .argv = argv, .options = option_table, .operands = 1};
+    int more;
+    while ((more = cli_next(&args)) == 1) {
+        const char *a = args.opt, *v = args.value;
+        if (!strcmp(a, "--help")) {
             plot_usage(stdout);
             return 0;
-        }
-        if (!strcmp(argv[i], "--size")) {
-            const char *v = cli_value(cmd, argc, argv, &i);
-            if (!v)
-                return 2;
-            int bad = cli_int(cmd, "--size", v, 20, 2000, &panel);
+        } else if (!strcmp(a, "--size")) {
+            int bad = cli_int(cmd, a, v, 20, 2000, &panel);
             if (bad)
                 return bad;
-        } else if (!strcmp(argv[i], "--format")) {
-            const char *v = cli_value(cmd, argc, argv, &i);
-            if (!v)
-                return 2;
+        } else if (!strcmp(a, "--format")) {
             if (strcmp(v, "png") && strcmp(v, "svg") && strcmp(v, "pdf"))
                 return cli_error(cmd, 2, "--format must be png, svg or pdf, not '%s'", v);
             format = v;
-        } else if (argv[i][0] == '-') {
-            return cli_error(cmd, 2, "unknown option '%s'", argv[i]);
-        } else {
-            dir = argv[i];
         }
     }
+    if (more)
+        return more;
+    if (args.next < argc)
+        dir = argv[args.next];
     if (!dir)
         return cli_error(cmd, 2, "a run folder is required (dakit gbees-plot --help)");
     if (cli_options_only)

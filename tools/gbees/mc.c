@@ -593,15 +593,18 @@ int cmd_gbees_mc(int argc, char **argv)
     size_t samples = 100000, draws = 0;
     int draws_given = 0;
     uint64_t seed = 1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+    static const struct option option_table[] = {CLI_FLAG("help"), CLI_VALUE("model"), CLI_VALUE("meas"),
+        CLI_VALUE("pdf"), CLI_VALUE("t"), CLI_VALUE("samples"), CLI_VALUE("seed"), CLI_VALUE("draws"),
+        CLI_VALUE("threshold"), {0}};
+    cli_args args = {.cmd = cmd, .argc = argc, .argv = argv, .options = option_table};
+    int more;
+    while ((more = cli_next(&args)) == 1) {
+        const char *a = args.opt;
+        if (!strcmp(a, "--help")) {
             mc_usage(stdout);
             return 0;
         }
-        const char *v = cli_value(cmd, argc, argv, &i);
-        if (!v)
-            return 2;
+        const char *v = args.value;
         int bad = 0;
         if (!strcmp(a, "--model"))
             model_s = v;
@@ -620,11 +623,11 @@ int cmd_gbees_mc(int argc, char **argv)
             draws_given = 1;
         } else if (!strcmp(a, "--threshold"))
             bad = cli_double(cmd, a, v, 0, 1, CLI_OPEN_LO | CLI_OPEN_HI, &threshold);
-        else
-            return cli_error(cmd, 2, "unknown option '%s' (dakit gbees-mc --help)", a);
         if (bad)
             return bad;
     }
+    if (more)
+        return more;
     if (!model_s || !meas_dir || !pdf || t < 0)
         return cli_error(cmd, 2, "--model, --meas, --pdf and --t >= 0 are required (dakit gbees-mc --help)");
     const dk_gbees_model *model = dk_gbees_model_find(model_s);

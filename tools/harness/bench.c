@@ -167,43 +167,42 @@ int cmd_bench(int argc, char **argv)
     int max_runs = 50, ranks = 0;
     progress prog;
     progress_init(&prog, cmd);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+    static const struct option option_table[] = {CLI_FLAG("help"), CLI_VALUE("algo"), CLI_VALUE("backend"),
+        CLI_VALUE("case"), CLI_VALUE("csv"), CLI_VALUE("min-time"), CLI_VALUE("ranks"), CLI_VALUE("max-runs"),
+        CLI_FLAG("progress"), CLI_FLAG("quiet"), {0}};
+    /* the algorithms may also be given as an operand: dakit bench gauss */
+    cli_args args = {.cmd = cmd, .argc = argc, .argv = argv, .options = option_table, .operands = 1};
+    int more;
+    while ((more = cli_next(&args)) == 1) {
+        const char *a = args.opt, *v = args.value;
+        if (!strcmp(a, "--help")) {
             usage(stdout);
             return 0;
         } else if (progress_option(&prog, a)) {
             continue;
-        } else if (a[0] != '-') {
-            algo_s = a;
         } else if (!strcmp(a, "--algo")) {
-            if (!(algo_s = cli_value(cmd, argc, argv, &i)))
-                return 2;
+            algo_s = v;
         } else if (!strcmp(a, "--backend")) {
-            if (!(backend_s = cli_value(cmd, argc, argv, &i)))
-                return 2;
+            backend_s = v;
         } else if (!strcmp(a, "--case")) {
-            if (!(case_s = cli_value(cmd, argc, argv, &i)))
-                return 2;
+            case_s = v;
         } else if (!strcmp(a, "--csv")) {
-            if (!(csv_path = cli_value(cmd, argc, argv, &i)))
-                return 2;
+            csv_path = v;
         } else if (!strcmp(a, "--min-time")) {
-            const char *v = cli_value(cmd, argc, argv, &i);
-            if (!v || cli_double(cmd, a, v, 0, 86400, 0, &min_time))
+            if (cli_double(cmd, a, v, 0, 86400, 0, &min_time))
                 return 2;
         } else if (!strcmp(a, "--ranks")) {
-            const char *v = cli_value(cmd, argc, argv, &i);
-            if (!v || cli_int(cmd, a, v, 1, 1 << 20, &ranks))
+            if (cli_int(cmd, a, v, 1, 1 << 20, &ranks))
                 return 2;
         } else if (!strcmp(a, "--max-runs")) {
-            const char *v = cli_value(cmd, argc, argv, &i);
-            if (!v || cli_int(cmd, a, v, 3, MAX_RUNS, &max_runs))
+            if (cli_int(cmd, a, v, 3, MAX_RUNS, &max_runs))
                 return 2;
-        } else {
-            return cli_error(cmd, 2, "unknown option '%s' (dakit bench --help)", a);
         }
     }
+    if (more)
+        return more;
+    if (args.next < argc)
+        algo_s = argv[args.next];
     if (ranks) {
         if (cli_options_only)
             return 0;

@@ -31,17 +31,20 @@ typedef struct row {
 
 static void usage(FILE *f)
 {
+    /* the algorithms from the suites themselves, so that the text stays true */
+    char algos[128] = "";
+    for (int s = 0; s < NSUITES; s++)
+        snprintf(algos + strlen(algos), sizeof algos - strlen(algos), "%s%s", s ? "|" : "", suites[s]->algo);
     fprintf(f,
-            "usage: dakit conform [--backend NAME[,NAME...]|all] [--algo gauss] [--quick] [--junit FILE]\n"
-            "                     [--ranks P] [--progress|--quiet]\n"
+            "usage: dakit conform [--backend NAME[,NAME...]|all] [--algo %s[,...]]\n"
+            "                     [--quick] [--junit FILE] [--ranks P] [--progress|--quiet]\n"
             "\n"
             "Runs the shared conformance cases on each selected backend (every variant it offers)\n"
             "against the serial reference and prints a table and one verdict per backend.\n"
             "\n"
             "  --backend NAME[,...]|all   backends to test (default: all usable; plugins found but\n"
             "                             refused are listed as not run, with the reason)\n"
-            "  --algo ALGO[,...]          algorithms to test: gauss, enkf, kmeans, gbees, letkf\n"
-            "                             (default: all)\n"
+            "  --algo ALGO[,...]          algorithms to test, a comma list (default: all)\n"
             "  --quick                    the smaller cases only\n"
             "  --junit FILE               also write a JUnit XML report\n"
             "  --ranks P                  run the gauss, enkf and kmeans cases distributed over P MPI\n"
@@ -57,7 +60,8 @@ static void usage(FILE *f)
             "4 some selected backend is absent or lacks a selected algorithm; 77 nothing could\n"
             "run (no selected backend is present, or none implements the algorithms): a skip.\n"
             "With --backend all, a refused plugin (a driver missing, a probe that crashed)\n"
-            "changes none of these.\n");
+            "changes none of these.\n",
+            algos);
 }
 
 static void xml_escape(FILE *f, const char *s)
@@ -248,31 +252,33 @@ int cmd_conform(int argc, char **argv)
     int quick = 0, ranks = 0;
     progress prog;
     progress_init(&prog, cmd);
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+    static const struct option option_table[] = {CLI_FLAG("help"), CLI_VALUE("ranks"), CLI_FLAG("quick"),
+        CLI_VALUE("backend"), CLI_VALUE("algo"), CLI_VALUE("junit"), CLI_FLAG("progress"), CLI_FLAG("quiet"),
+        {0}};
+    cli_args args = {.cmd = cmd, .argc = argc, .argv = argv, .options = option_table};
+    int more;
+    while ((more = cli_next(&args)) == 1) {
+        const char *a = args.opt, *v = args.value;
+        if (!strcmp(a, "--help")) {
             usage(stdout);
             return 0;
-        } else if (progress_option(&prog, argv[i])) {
+        } else if (progress_option(&prog, a)) {
             continue;
-        } else if (!strcmp(argv[i], "--ranks")) {
-            const char *v = cli_value(cmd, argc, argv, &i);
-            if (!v || cli_int(cmd, "--ranks", v, 1, 1 << 20, &ranks))
+        } else if (!strcmp(a, "--ranks")) {
+            if (cli_int(cmd, a, v, 1, 1 << 20, &ranks))
                 return 2;
-        } else if (!strcmp(argv[i], "--quick")) {
+        } else if (!strcmp(a, "--quick")) {
             quick = 1;
-        } else if (!strcmp(argv[i], "--backend")) {
-            if (!(backend_s = cli_value(cmd, argc, argv, &i)))
-                return 2;
-        } else if (!strcmp(argv[i], "--algo")) {
-            if (!(algo_s = cli_value(cmd, argc, argv, &i)))
-                return 2;
-        } else if (!strcmp(argv[i], "--junit")) {
-            if (!(junit = cli_value(cmd, argc, argv, &i)))
-                return 2;
-        } else {
-            return cli_error(cmd, 2, "unknown option '%s' (dakit conform --help)", argv[i]);
+        } else if (!strcmp(a, "--backend")) {
+            backend_s = v;
+        } else if (!strcmp(a, "--algo")) {
+            algo_s = v;
+        } else if (!strcmp(a, "--junit")) {
+            junit = v;
         }
     }
+    if (more)
+        return more;
     for (const char *p = algo_s; p && *p;) {
         size_t len = strcspn(p, ",");
         int known = 0;

@@ -109,17 +109,22 @@ int cmd_kmeans(int argc, char **argv)
     int k = -1, iters = 20, window = 5;
     double lambda = 0.7, tol = 0, min_dbz = 5, tsigma = 2;
     int use_reference = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+    static const struct option option_table[] = {CLI_FLAG("help"), CLI_FLAG("reference"), CLI_VALUE("radolan"),
+        CLI_VALUE("in"), CLI_VALUE("odim"), CLI_VALUE("quantity"), CLI_VALUE("sweep"), CLI_VALUE("var"),
+        CLI_VALUE("init"), CLI_VALUE("labels"), CLI_VALUE("centroids"), CLI_VALUE("png"), CLI_VALUE("backend"),
+        CLI_VALUE("variant"), CLI_VALUE("k"), CLI_VALUE("iters"), CLI_VALUE("window"), CLI_VALUE("lambda"),
+        CLI_VALUE("tol"), CLI_VALUE("min-dbz"), CLI_VALUE("texture-sigma"), {0}};
+    cli_args args = {.cmd = cmd, .argc = argc, .argv = argv, .options = option_table};
+    int more;
+    while ((more = cli_next(&args)) == 1) {
+        const char *a = args.opt, *v = args.value;
+        if (!strcmp(a, "--help")) {
             usage(stdout);
             return 0;
         } else if (!strcmp(a, "--reference")) {
             use_reference = 1;
             continue;
         }
-        if (!(v = cli_value(cmd, argc, argv, &i)))
-            return 2;
         int bad = 0;
         if (!strcmp(a, "--radolan"))
             radolan_path = v;
@@ -162,11 +167,11 @@ int cmd_kmeans(int argc, char **argv)
             bad = cli_double(cmd, a, v, -INFINITY, INFINITY, 0, &min_dbz);
         else if (!strcmp(a, "--texture-sigma"))
             bad = cli_double(cmd, a, v, 0, DK_GAUSS_MAX_SIGMA, CLI_OPEN_LO, &tsigma);
-        else
-            return cli_error(cmd, 2, "unknown option '%s' (dakit kmeans --help)", a);
         if (bad)
             return bad;
     }
+    if (more)
+        return more;
     if (!!radolan_path + !!in_path + !!odim_path != 1)
         return cli_error(cmd, 2, "give one of --radolan FILE, --odim FILE or --in X.npy (dakit kmeans --help)");
     if (odim_path && !odim_available())

@@ -103,9 +103,17 @@ static int parse(int argc, char **argv, options *o)
     memset(o, 0, sizeof *o);
     dk_letkf_desc_init(&o->desc);
     int have_radius = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+    static const struct option option_table[] = {CLI_FLAG("help"), CLI_FLAG("reference"), CLI_VALUE("xb"),
+        CLI_VALUE("yb"), CLI_VALUE("H"), CLI_VALUE("yo"), CLI_VALUE("r"), CLI_VALUE("r-value"),
+        CLI_VALUE("grid-coords"), CLI_VALUE("obs-coords"), CLI_VALUE("out"), CLI_VALUE("nobs"), CLI_VALUE("spread"),
+        CLI_VALUE("omb"), CLI_VALUE("oma"), CLI_VALUE("backend"), CLI_VALUE("variant"), CLI_VALUE("radius"),
+        CLI_VALUE("vertical-radius"), CLI_VALUE("metric"), CLI_VALUE("period"), CLI_VALUE("max-obs"),
+        CLI_VALUE("inflation"), CLI_VALUE("rtpp"), CLI_VALUE("rtps"), CLI_VALUE("dtype"), {0}};
+    cli_args args = {.cmd = CMD, .argc = argc, .argv = argv, .options = option_table};
+    int more;
+    while ((more = cli_next(&args)) == 1) {
+        const char *a = args.opt, *v = args.value;
+        if (!strcmp(a, "--help")) {
             usage(stdout);
             return 0;
         }
@@ -113,8 +121,6 @@ static int parse(int argc, char **argv, options *o)
             o->reference = 1;
             continue;
         }
-        if (!(v = cli_value(CMD, argc, argv, &i)))
-            return 2;
         int bad = 0;
         if (!strcmp(a, "--xb"))
             o->xb = v;
@@ -185,11 +191,12 @@ static int parse(int argc, char **argv, options *o)
                 o->desc.dtype = DK_F32;
             else
                 return cli_error(CMD, 2, "--dtype must be f32 or f64, not '%.64s'", v);
-        } else
-            return cli_error(CMD, 2, "unknown option '%s' (dakit letkf --help)", a);
+        }
         if (bad)
             return bad;
     }
+    if (more)
+        return more;
     if (!o->xb || !o->yo || !o->grid || !o->obs || !o->out || !have_radius)
         return cli_error(CMD, 2, "--xb, --yo, --grid-coords, --obs-coords, --radius and --out are required "
                                  "(dakit letkf --help)");

@@ -79,9 +79,16 @@ static int parse(int argc, char **argv, l96_options *o, progress *prog)
     *o = (l96_options){.members = 20, .spinup = 500, .cycles = 2000, .every = 200, .radius = DEFAULT_RADIUS,
                        .inflation = 1.04, .max_rmse = -1, .min_rmse = -1, .seed = 1, .dtype = DK_F64,
                        .png = "letkf-l96.png"};
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+    static const struct option option_table[] = {CLI_FLAG("help"), CLI_FLAG("reference"), CLI_VALUE("members"),
+        CLI_VALUE("cycles"), CLI_VALUE("spinup"), CLI_VALUE("every"), CLI_VALUE("radius"), CLI_VALUE("inflation"),
+        CLI_VALUE("max-obs"), CLI_VALUE("max-rmse"), CLI_VALUE("min-rmse"), CLI_VALUE("seed"), CLI_VALUE("dtype"),
+        CLI_VALUE("png"), CLI_VALUE("svg"), CLI_VALUE("pdf"), CLI_VALUE("truth"), CLI_VALUE("obs"),
+        CLI_VALUE("backend"), CLI_FLAG("progress"), CLI_FLAG("quiet"), {0}};
+    cli_args args = {.cmd = CMD, .argc = argc, .argv = argv, .options = option_table};
+    int more;
+    while ((more = cli_next(&args)) == 1) {
+        const char *a = args.opt, *v = args.value;
+        if (!strcmp(a, "--help")) {
             letkf_l96_usage(stdout);
             return 0;
         }
@@ -91,8 +98,6 @@ static int parse(int argc, char **argv, l96_options *o, progress *prog)
             o->reference = 1;
             continue;
         }
-        if (!(v = cli_value(CMD, argc, argv, &i)))
-            return 2;
         int bad = 0;
         if (!strcmp(a, "--members"))
             bad = cli_int(CMD, a, v, 2, DK_LETKF_MAX_MEMBERS, &o->members);
@@ -133,11 +138,11 @@ static int parse(int argc, char **argv, l96_options *o, progress *prog)
             o->obs = v;
         else if (!strcmp(a, "--backend"))
             o->backend = v;
-        else
-            return cli_error(CMD, 2, "unknown option '%s' (dakit letkf l96 --help)", a);
         if (bad)
             return bad;
     }
+    if (more)
+        return more;
     if (o->reference && o->backend)
         return cli_error(CMD, 2, "--reference runs the serial reference; it takes no --backend");
     if (cli_options_only)
