@@ -13,7 +13,24 @@ from ._native import (ALGORITHMS, C, DEVICE_KINDS, DK_MEMORY_CUDA, DK_MEMORY_HOS
                       string_list, text)
 
 
-class Context:
+class Closing:
+    """close() on leaving a with block and when collected."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+class Context(Closing):
     """One backend on one device.
 
     backend: None picks automatically (DAKIT_BACKEND, else GPUs first, then
@@ -119,19 +136,6 @@ class Context:
             self._wraps = {}
             self._handle = None
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001 - never raise from a finalizer
-            pass
-
     def __repr__(self):
         state = "" if self._handle is not None else ", closed"
         return "dakit.Context(backend=%r, device=%r%s)" % (self.backend, self.device, state)
@@ -187,23 +191,6 @@ def _close_all():
         contexts = list(_named.values()) + ([_default] if _default is not None else [])
     for ctx in contexts:
         ctx.close()
-
-
-class Closing:
-    """close() on leaving a with block and when collected."""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-        return False
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:  # noqa: BLE001
-            pass
 
 
 class Plan(Closing):
