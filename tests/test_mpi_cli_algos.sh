@@ -20,29 +20,19 @@ if ! "$dakit" info 2>/dev/null | grep -A30 "^$backend " | grep -q "^  device 0:"
     echo "skip: backend $backend has no usable device here (dakit info says why)"; exit 77
 fi
 radolan=$(cd "$(dirname "$0")" && pwd)/data/raa01-rx_10000-1408102050-dwd---bin.gz
-exec python3 - "$dakit" "$mpirun" "$backend" "$radolan" <<'PY'
+exec env DK_TESTS="$(cd "$(dirname "$0")" && pwd)" python3 - "$dakit" "$mpirun" "$backend" "$radolan" <<'PY'
 import math, os, random, shutil, struct, subprocess, sys, tempfile
+sys.path.insert(0, os.environ["DK_TESTS"])
+import mpi_cli_common as common  # noqa: E402
 dakit, mpirun, backend, radolan = sys.argv[1:5]
 tmp = tempfile.mkdtemp(prefix="mpi-cli-algos-")
-fails = 0
 env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1")
 P = lambda *n: os.path.join(tmp, *n)
 
-def npy(path, shape, values, dtype="<f8"):
-    header = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (
-        dtype, "".join(f"{s}," for s in shape))
-    header += " " * (63 - (10 + len(header)) % 64) + "\n"
-    code = {"<f8": "d", "<f4": "f", "<i4": "i"}[dtype]
-    with open(path, "wb") as f:
-        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
-        f.write(struct.pack("<%d%s" % (len(values), code), *values))
-
-def split_npy(path):
-    raw = open(path, "rb").read()
-    hlen = struct.unpack("<H", raw[8:10])[0]
-    head, data = raw[:10 + hlen], raw[10 + hlen:]
-    code = "d" if b"'<f8'" in head else "i" if b"'<i4'" in head else "f"
-    return head, code, data, struct.unpack("<%d%s" % (len(data) // 4 if code != "d" else len(data) // 8, code), data)
+npy, split_npy = common.npy, common.split_npy
+tally = common.Tally()
+check = tally.check
+run_mpi = common.mpi_runner(dakit, mpirun, tmp, env)
 
 def mtx(path, rows, cols, entries):
     with open(path, "w") as f:
@@ -50,26 +40,6 @@ def mtx(path, rows, cols, entries):
         f.write(f"{rows} {cols} {len(entries)}\n")
         for i, j, v in entries:
             f.write(f"{i + 1} {j + 1} {v!r}\n")
-
-def check(what, ok, detail=""):
-    global fails
-    print(("ok   " if ok else "FAIL ") + what + (("  " + detail) if detail else ""), flush=True)
-    if not ok:
-        fails += 1
-
-def run_mpi(np, args, tag, last_dir=None, timeout=280):
-    """Each rank's stderr and exit status into its own files; every rank runs
-    in tmp/good, the last one in last_dir when given."""
-    quoted = " ".join("'" + a.replace("'", "'\\''") + "'" for a in [dakit] + args)
-    r = "$OMPI_COMM_WORLD_RANK"
-    script = (f'cd "{P("good")}"; if [ "{r}" = {np - 1} ] && [ -n "{last_dir or ""}" ]; then cd "{last_dir}"; fi; '
-              f'{quoted} >"{tmp}/{tag}.out.{r}" 2>"{tmp}/{tag}.err.{r}"; s=$?; echo $s >"{tmp}/{tag}.rc.{r}"; exit $s')
-    p = subprocess.run([mpirun, "-n", str(np), "--oversubscribe", "--mca", "orte_abort_on_non_zero_status", "0",
-                        "sh", "-c", script], env=env, capture_output=True, text=True, timeout=timeout)
-    def text(name):
-        path = P(name)
-        return open(path).read() if os.path.exists(path) else ""
-    return p.returncode, [text(f"{tag}.err.{k}") for k in range(np)], [text(f"{tag}.rc.{k}").strip() for k in range(np)]
 
 # ---- inputs, in tmp/good ----
 os.mkdir(P("good"))
@@ -317,6 +287,6 @@ if backend == "cpu":
             check(f"{what} at {np} ranks: netCDF-4 output, the values of one process", ok,
                   f"exit {rcs}: {[t.strip()[-200:] for t in texts]}")
 
-print(f"{fails} failure(s)")
-sys.exit(1 if fails else 0)
+print(f"{tally.fails} failure(s)")
+sys.exit(1 if tally.fails else 0)
 PY

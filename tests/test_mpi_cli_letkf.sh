@@ -22,48 +22,22 @@ if [ -z "$mpirun" ] || ! [ -x "$mpirun" ]; then echo "skip: no mpirun or mpiexec
 if ! "$dakit" info 2>/dev/null | grep -A30 "^$backend " | grep -q "^  device 0:"; then
     echo "skip: backend $backend has no usable device here (dakit info says why)"; exit 77
 fi
-exec python3 - "$dakit" "$mpirun" "$backend" "$quick" <<'PY'
+exec env DK_TESTS="$(cd "$(dirname "$0")" && pwd)" python3 - "$dakit" "$mpirun" "$backend" "$quick" <<'PY'
 import math, os, random, re, shutil, struct, subprocess, sys, tempfile
+sys.path.insert(0, os.environ["DK_TESTS"])
+import mpi_cli_common as common  # noqa: E402
 dakit, mpirun, backend, quick = sys.argv[1:5]
 tmp = tempfile.mkdtemp(prefix="mpi-cli-letkf-")
-fails = 0
 env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_NUM_THREADS="1")
 P = lambda *n: os.path.join(tmp, *n)
 G = lambda n: P("good", n)
 os.mkdir(P("good"))
 rnd = random.Random(28)
 
-def npy(path, shape, values, dtype="<f8"):
-    header = "{'descr': '%s', 'fortran_order': False, 'shape': (%s), }" % (
-        dtype, "".join(f"{s}," for s in shape))
-    header += " " * (63 - (10 + len(header)) % 64) + "\n"
-    code = {"<f8": "d", "<f4": "f", "<i4": "i"}[dtype]
-    with open(path, "wb") as f:
-        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
-        f.write(struct.pack("<%d%s" % (len(values), code), *values))
-
-def split_npy(path):
-    raw = open(path, "rb").read()
-    hlen = struct.unpack("<H", raw[8:10])[0]
-    head, data = raw[:10 + hlen], raw[10 + hlen:]
-    code = "d" if b"'<f8'" in head else "i" if b"'<i4'" in head else "f"
-    return head, code, data, struct.unpack("<%d%s" % (len(data) // (8 if code == "d" else 4), code), data)
-
-def check(what, ok, detail=""):
-    global fails
-    print(("ok   " if ok else "FAIL ") + what + (("  " + detail) if detail else ""), flush=True)
-    if not ok:
-        fails += 1
-
-def run_mpi(np, args, tag, last_dir=None):
-    quoted = " ".join("'" + a.replace("'", "'\\''") + "'" for a in [dakit] + args)
-    r = "$OMPI_COMM_WORLD_RANK"
-    script = (f'cd "{P("good")}"; if [ "{r}" = {np - 1} ] && [ -n "{last_dir or ""}" ]; then cd "{last_dir}"; fi; '
-              f'{quoted} >"{tmp}/{tag}.out.{r}" 2>"{tmp}/{tag}.err.{r}"; s=$?; echo $s >"{tmp}/{tag}.rc.{r}"; exit $s')
-    p = subprocess.run([mpirun, "-n", str(np), "--oversubscribe", "--mca", "orte_abort_on_non_zero_status", "0",
-                        "sh", "-c", script], env=env, capture_output=True, text=True, timeout=280)
-    text = lambda name: open(P(name)).read() if os.path.exists(P(name)) else ""
-    return p.returncode, [text(f"{tag}.err.{k}") for k in range(np)], [text(f"{tag}.rc.{k}").strip() for k in range(np)]
+npy, split_npy = common.npy, common.split_npy
+tally = common.Tally()
+check = tally.check
+run_mpi = common.mpi_runner(dakit, mpirun, tmp, env)
 
 # ---- inputs ----
 def plane(tag, nx, ny, m, k, period=None):
@@ -214,6 +188,6 @@ for np in (3,):
           and rcs == ["1"] * np and not os.path.exists(out) and not [f for f in os.listdir(tmp) if ".tmp-" in f])
     check(f"a NaN in the last rank's Xb rows at {np} ranks: every rank exits 1 with the same sentence, no output",
           ok, f"exit {rcs}: {lines}")
-print(f"{fails} failure(s)")
-sys.exit(1 if fails else 0)
+print(f"{tally.fails} failure(s)")
+sys.exit(1 if tally.fails else 0)
 PY
