@@ -200,6 +200,7 @@ int main(int argc, char **argv)
         {"gauss --in x.npy --out o.npy --sigma 0", "sigma"},
         {"gauss --in x.npy --out o.npy --sigma nan", "sigma"},
         {"gauss --in x.npy --out o.npy --sigma 2 --K 0", "--K"},
+        {"gauss --in x.npy --out o.npy --sigma 2 --K 3", "with --method deriche it would be ignored"},
         {"gauss --in x.npy --out o.npy --sigma 2 --axes 2", "axis 2 is out of range"},
         {"gauss --in x.npy --out o.npy --sigma 1,2,3", "one per filtered axis"},
         {"gauss --in x.npy --out o.npy --sigma 2 --backend quantum", "Available backends"},

@@ -151,7 +151,7 @@ int cmd_gauss(int argc, char **argv)
     const char *cmd = "gauss";
     const char *in_path = NULL, *out_path = NULL, *sigma_s = NULL, *axes_s = NULL, *backend = NULL;
     const char *dtype_s = NULL, *var = NULL, *mask_path = NULL;
-    int nan_given = 0;
+    int nan_given = 0, k_given = 0;
     dk_gauss_desc d;
     dk_gauss_desc_init(&d);
     int use_reference = 0;
@@ -202,8 +202,10 @@ int cmd_gauss(int argc, char **argv)
         }
         else if (!strcmp(a, "--decomp"))
             decomp_s = v;
-        else if (!strcmp(a, "--K"))
+        else if (!strcmp(a, "--K")) {
             bad = cli_int(cmd, a, v, 1, 1000000, &d.K);
+            k_given = 1;
+        }
         else if (!strcmp(a, "--order")) {
             norders = cli_parse_ints(v, orders, DK_MAX_DIMS);
             for (int k = 0; k < norders; k++)
@@ -247,6 +249,10 @@ int cmd_gauss(int argc, char **argv)
     }
     if (more)
         return more;
+    /* an option of another method than the one chosen would be silently ignored */
+    if (k_given && d.method != DK_GAUSS_RF)
+        return cli_error(cmd, 2, "--K is the rf method's iteration count; with --method %s it would be ignored "
+                                 "(add --method rf)", dk_gauss_method_name(d.method));
     if (!in_path || !out_path || !sigma_s)
         return cli_error(cmd, 2, "--in, --out and --sigma are required (dakit gauss --help)");
     if (mask_path && nan_given && nan_policy != DK_GAUSS_NAN_IGNORE)
