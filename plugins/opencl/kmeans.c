@@ -193,10 +193,12 @@ static dk_status plan_create(void *device, const dk_kmeans_setup *setup, void **
     p->dm = d->d <= 4 ? 4 : d->d <= 8 ? 8 : d->d <= 16 ? 16 : d->d <= 32 ? 32 : 64;
     const int texture = d->layout == DK_KMEANS_FEATURE_MAJOR && d->d == DK_KMEANS_TEXTURE_D && d->rows;
 
-    char names[3][32];
-    snprintf(names[0], sizeof names[0], "km_first_labels_%d", p->dm);
-    snprintf(names[1], sizeof names[1], "km_assign_%d", p->dm);
-    snprintf(names[2], sizeof names[2], "km_objective_%d", p->dm);
+    /* the kernels for this many features, then the fixed ones; the texture kernels last, made for texture plans only */
+    static const char *const per_d[] = {"km_first_labels", "km_assign", "km_objective", "km_part_assign",
+                                        "km_part_objective", "km_big_assign", "km_big_sums", "km_big_objective"};
+    char names[8][40];
+    for (int i = 0; i < 8; i++)
+        snprintf(names[i], sizeof names[i], "%s_%d", per_d[i], p->dm);
     struct {
         cl_kernel *k;
         const char *name;
@@ -204,12 +206,20 @@ static dk_status plan_create(void *device, const dk_kmeans_setup *setup, void **
                    {&p->assign, names[1]},
                    {&p->objective, names[2]},
                    {&p->update, "km_update"},
+                   {&p->part_assign, names[3]},
+                   {&p->part_objective, names[4]},
+                   {&p->part_sums, "km_part_sums"},
+                   {&p->part_update, "km_part_update"},
+                   {&p->big_assign, names[5]},
+                   {&p->big_sums, names[6]},
+                   {&p->big_objective, names[7]},
+                   {&p->seed, "km_seed_distance"},
                    {&p->tex_planes, "km_tex_planes"},
                    {&p->tex_features, "km_tex_features"},
                    {&p->tex_stats, "km_tex_stats"},
                    {&p->tex_standardize, "km_tex_standardize"},
                    {&p->tex_init, "km_tex_init"}};
-    const int nkernels = texture ? 9 : 4;
+    const int nkernels = texture ? 17 : 12;
     cl_kernel sized[17];
     for (int i = 0; i < nkernels; i++) {
         cl_int err;
@@ -217,45 +227,12 @@ static dk_status plan_create(void *device, const dk_kmeans_setup *setup, void **
         CL_TRY_GOTO(err, fail, "kmeans: creating kernel %s", kernels[i].name);
         sized[i] = *kernels[i].k;
     }
-    char part_names[2][40];
-    snprintf(part_names[0], sizeof part_names[0], "km_part_assign_%d", p->dm);
-    snprintf(part_names[1], sizeof part_names[1], "km_part_objective_%d", p->dm);
-    struct {
-        cl_kernel *k;
-        const char *name;
-    } part[] = {{&p->part_assign, part_names[0]},
-                {&p->part_objective, part_names[1]},
-                {&p->part_sums, "km_part_sums"},
-                {&p->part_update, "km_part_update"}};
-    for (int i = 0; i < 4; i++) {
-        cl_int err;
-        *part[i].k = clCreateKernel(prog, part[i].name, &err);
-        CL_TRY_GOTO(err, fail, "kmeans: creating kernel %s", part[i].name);
-        sized[nkernels + i] = *part[i].k;
-    }
     p->big = !setup->contiguity && d->k > DK_KMEANS_MAX_K;
-    char big_names[3][40];
-    snprintf(big_names[0], sizeof big_names[0], "km_big_assign_%d", p->dm);
-    snprintf(big_names[1], sizeof big_names[1], "km_big_sums_%d", p->dm);
-    snprintf(big_names[2], sizeof big_names[2], "km_big_objective_%d", p->dm);
-    struct {
-        cl_kernel *k;
-        const char *name;
-    } big[] = {{&p->big_assign, big_names[0]},
-               {&p->big_sums, big_names[1]},
-               {&p->big_objective, big_names[2]},
-               {&p->seed, "km_seed_distance"}};
-    for (int i = 0; i < 4; i++) {
-        cl_int err;
-        *big[i].k = clCreateKernel(prog, big[i].name, &err);
-        CL_TRY_GOTO(err, fail, "kmeans: creating kernel %s", big[i].name);
-        sized[nkernels + 4 + i] = *big[i].k;
-    }
-    st = size_groups(p, sized, nkernels + 8, msg);
+    st = size_groups(p, sized, nkernels, msg);
     if (st != DK_OK && !setup->contiguity && !p->big) {
         /* the centroids do not fit local memory whole: take them in tiles */
         p->big = 1;
-        st = size_groups(p, sized, nkernels + 8, msg);
+        st = size_groups(p, sized, nkernels, msg);
     }
     if (st != DK_OK)
         goto fail;
