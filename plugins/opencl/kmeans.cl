@@ -341,6 +341,20 @@ INLINE void tree_sum(__local double *scratch)
     barrier(CLK_LOCAL_MEM_FENCE);
 }
 
+/* The work-group's objective and count into partial[2 g] and partial[2 g + 1]. */
+INLINE void objective_partials(double obj, double valid, __local double *scratch, __global double *partial)
+{
+    scratch[get_local_id(0)] = obj;
+    tree_sum(scratch);
+    if (get_local_id(0) == 0)
+        partial[2 * get_group_id(0)] = scratch[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    scratch[get_local_id(0)] = valid;
+    tree_sum(scratch);
+    if (get_local_id(0) == 0)
+        partial[2 * get_group_id(0) + 1] = scratch[0];
+}
+
 /* Per work-group: the objective under the final centroids and the unmasked
  * count, into partial[2 g] and partial[2 g + 1]. The final labels are
  * lab[0] or lab[1] by the parity of the iterations run; with contiguity they
@@ -365,15 +379,7 @@ INLINE void objective(const int DM, __global const float *X, __global const int 
         obj += (double)distance2(DM, x, Cs + l * (DM / 4));
         valid += 1.0;
     }
-    scratch[get_local_id(0)] = obj;
-    tree_sum(scratch);
-    if (get_local_id(0) == 0)
-        partial[2 * get_group_id(0)] = scratch[0];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    scratch[get_local_id(0)] = valid;
-    tree_sum(scratch);
-    if (get_local_id(0) == 0)
-        partial[2 * get_group_id(0) + 1] = scratch[0];
+    objective_partials(obj, valid, scratch, partial);
 }
 
 #define KM_KERNELS(DM)                                                                                             \
@@ -991,15 +997,7 @@ INLINE void big_objective(const int DM, __global const float *X, __global const 
         obj += (double)dist;
         valid += 1.0;
     }
-    scratch[get_local_id(0)] = obj;
-    tree_sum(scratch);
-    if (get_local_id(0) == 0)
-        partial[2 * get_group_id(0)] = scratch[0];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    scratch[get_local_id(0)] = valid;
-    tree_sum(scratch);
-    if (get_local_id(0) == 0)
-        partial[2 * get_group_id(0) + 1] = scratch[0];
+    objective_partials(obj, valid, scratch, partial);
 }
 
 #define KM_BIG_KERNELS(DM)                                                                                         \
