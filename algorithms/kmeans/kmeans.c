@@ -260,9 +260,11 @@ static dk_status check_buffer(dk_plan *plan, const dk_buffer *b, size_t bytes, c
     return DK_OK;
 }
 
-DK_API dk_status dk_kmeans_execute(dk_plan *plan, const dk_buffer *points, const dk_buffer *mask,
-                                   const dk_buffer *init, dk_buffer *labels, dk_buffer *centroids,
-                                   dk_kmeans_result *result)
+/* The plan and the buffers of an execute (weights and init where given or
+ * needed), each sentence naming dk_kmeans_execute. */
+static dk_status check_execute(dk_plan *plan, const dk_buffer *points, const dk_buffer *mask,
+                               const dk_buffer *weights, const dk_buffer *init, const dk_buffer *labels,
+                               const dk_buffer *centroids)
 {
     if (!plan)
         return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "dk_kmeans_execute: plan must not be NULL");
@@ -275,10 +277,23 @@ DK_API dk_status dk_kmeans_execute(dk_plan *plan, const dk_buffer *points, const
     dk_status st;
     if ((st = check_buffer(plan, points, n * s->desc.d * sizeof(float), "points")) != DK_OK ||
         (mask && (st = check_buffer(plan, mask, n, "mask")) != DK_OK) ||
+        (weights && (st = check_buffer(plan, weights, n * sizeof(float), "weights")) != DK_OK) ||
         (!seeded && (st = check_buffer(plan, init, kd * sizeof(float), "initial centroids")) != DK_OK) ||
         (st = check_buffer(plan, labels, n * sizeof(int32_t), "labels")) != DK_OK ||
         (st = check_buffer(plan, centroids, kd * sizeof(float), "centroids")) != DK_OK)
         return st;
+    return DK_OK;
+}
+
+DK_API dk_status dk_kmeans_execute(dk_plan *plan, const dk_buffer *points, const dk_buffer *mask,
+                                   const dk_buffer *init, dk_buffer *labels, dk_buffer *centroids,
+                                   dk_kmeans_result *result)
+{
+    dk_status st = check_execute(plan, points, mask, NULL, init, labels, centroids);
+    if (st != DK_OK)
+        return st;
+    const dk_kmeans_setup *s = plan->state;
+    const int seeded = s->desc.init != DK_KMEANS_INIT_GIVEN;
     if (seeded) { /* the seeds go to centroids, which execute may take as its init */
         if ((st = dk_kmeans_seed(plan, points, mask, centroids)) != DK_OK)
             return st;
@@ -398,22 +413,12 @@ DK_API dk_status dk_kmeans_execute_weighted(dk_plan *plan, const dk_buffer *poin
 {
     if (!weights)
         return dk_kmeans_execute(plan, points, mask, init, labels, centroids, result);
-    if (!plan)
-        return dk_fail(NULL, DK_ERR_INVALID_ARGUMENT, "dk_kmeans_execute: plan must not be NULL");
-    if (plan->algo != DK_ALGO_KMEANS)
-        return dk_fail(plan->ctx, DK_ERR_INVALID_ARGUMENT, "dk_kmeans_execute: the plan is a %s plan",
-                       dk_algo_name(plan->algo));
-    const dk_kmeans_setup *s = plan->state;
-    const size_t n = s->desc.n, kd = (size_t)s->desc.k * s->desc.d;
-    const int seeded = s->desc.init != DK_KMEANS_INIT_GIVEN;
-    dk_status st;
-    if ((st = check_buffer(plan, points, n * s->desc.d * sizeof(float), "points")) != DK_OK ||
-        (mask && (st = check_buffer(plan, mask, n, "mask")) != DK_OK) ||
-        (st = check_buffer(plan, weights, n * sizeof(float), "weights")) != DK_OK ||
-        (!seeded && (st = check_buffer(plan, init, kd * sizeof(float), "initial centroids")) != DK_OK) ||
-        (st = check_buffer(plan, labels, n * sizeof(int32_t), "labels")) != DK_OK ||
-        (st = check_buffer(plan, centroids, kd * sizeof(float), "centroids")) != DK_OK)
+    dk_status st = check_execute(plan, points, mask, weights, init, labels, centroids);
+    if (st != DK_OK)
         return st;
+    const dk_kmeans_setup *s = plan->state;
+    const size_t kd = (size_t)s->desc.k * s->desc.d;
+    const int seeded = s->desc.init != DK_KMEANS_INIT_GIVEN;
     const dk_kmeans_ops *ops = weighted_ops(plan->ctx);
     if (!ops)
         return dk_fail(plan->ctx, DK_ERR_NOT_IMPLEMENTED,
