@@ -120,7 +120,7 @@ run(["gauss", "--in", P("hlen.npy"), "--out", P("o.npy"), "--sigma", "1"], 1,
     ".npy header length 1 MiB in a 20-byte file: refused before reading it", "truncated header")
 npy(P("wide_pts.npy"), (2, 100), values=[0.0] * 200, dtype="<f4")
 run(["kmeans", "--in", P("wide_pts.npy"), "--k", "1", "--reference"], 1, "kmeans points with 100 features",
-    "1 to 32")
+    "k-means takes 1 to 64")
 
 def radolan(product, rows, cols, data, by=True, pr="E-01", extra=""):
     body = f"{product}022050100000814" + ("BY%7d" if by else "") + f"VS 3SW   2.13.1PR {pr}INT   5GP{rows:4d}x{cols:4d}" + extra + "MS 10<boo,ros>\x03"
