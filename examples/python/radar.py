@@ -36,7 +36,7 @@ def save_png(path, data, labels, meta):
     fig, (a, b) = plt.subplots(1, 2, figsize=(11, 5), constrained_layout=True)
     im = a.imshow(data, origin="lower", cmap="viridis")  # row 0 is the grid's south edge
     fig.colorbar(im, ax=a, label=meta["unit"])
-    a.set_title("%s %s" % (meta["product"], meta["time"]))
+    a.set_title("%s %s" % (meta["product"], meta["time"].strftime("%Y-%m-%d %H:%M UTC")))
     k = labels.max() + 1
     im = b.imshow(np.ma.masked_less(labels, 0), origin="lower", cmap=plt.get_cmap("tab10", k),
                   vmin=-0.5, vmax=k - 0.5, interpolation="nearest")
@@ -67,7 +67,7 @@ def main():
     clustered = labels >= 0                  # -1: no data, or below 5 dBZ
     sizes = np.bincount(labels[clustered], minlength=args.k)
     print("radar: %s %s, %d x %d pixels, %d with data, %d clustered"
-          % (meta["product"], meta["time"], meta["rows"], meta["cols"], meta["data_pixels"], clustered.sum()))
+          % (meta["product"], meta["time"].strftime("%Y-%m-%d %H:%M UTC"), meta["rows"], meta["cols"], meta["data_pixels"], clustered.sum()))
 
     for c in range(args.k):
         inside = data[labels == c]
