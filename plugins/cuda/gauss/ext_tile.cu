@@ -266,9 +266,6 @@ template <typename T> cudaError_t launch(const Launch<T> &l)
     return cudaSuccess;
 }
 
-cudaError_t launch_f32(const Launch<float> &l) { return launch<float>(l); }
-cudaError_t launch_f64(const Launch<double> &l) { return launch<double>(l); }
-
 } // namespace
 
 /* deriche and vyv through k_ext_tile, unless DAKIT_GAUSS_CUDA_EXTENDED=simple
@@ -346,6 +343,6 @@ const Solver dk_cuda_gauss::solver_ext_tile = {
     .name = "ext_tile",
     .size = NULL,
     .prepare = prepare,
-    .launch_f32 = launch_f32,
-    .launch_f64 = launch_f64,
+    .launch_f32 = launch<float>,
+    .launch_f64 = launch<double>,
 };

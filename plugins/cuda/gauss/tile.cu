@@ -534,15 +534,12 @@ template <typename T> cudaError_t launch(const Launch<T> &l)
     return cudaGetLastError();
 }
 
-cudaError_t launch_f32(const Launch<float> &l) { return launch<float>(l); }
-cudaError_t launch_f64(const Launch<double> &l) { return launch<double>(l); }
-
 } // namespace
 
 const Solver dk_cuda_gauss::solver_tile = {
     .name = "tile",
     .size = size,
     .prepare = prepare,
-    .launch_f32 = launch_f32,
-    .launch_f64 = launch_f64,
+    .launch_f32 = launch<float>,
+    .launch_f64 = launch<double>,
 };
