@@ -49,7 +49,7 @@ static int is_file(const char *path)
 /* Splits spec into the file and what follows its ':' (variable and
  * hyperslab): the longest prefix that names a file, or the part before the
  * first ':' when none does (the error then names that file). */
-static void split_spec(const char *spec, char *path, size_t plen, const char **rest)
+void array_split_spec(const char *spec, char *path, size_t plen, const char **rest)
 {
     *rest = NULL;
     snprintf(path, plen, "%s", spec);
@@ -81,7 +81,7 @@ pattern:
 }
 
 /* What the first bytes say: 'n' .npy, 'c' netCDF (classic or HDF5-based), 0 neither or unreadable. */
-static int sniff(const char *path)
+int array_sniff(const char *path)
 {
     unsigned char b[8] = {0};
     FILE *f = fopen(path, "rb");
@@ -938,7 +938,7 @@ static dk_status read_file(const char *path, const char *rest, const char *var, 
     struct stat sb;
     if (!rest && stat(path, &sb) == 0 && !S_ISREG(sb.st_mode) && !S_ISDIR(sb.st_mode))
         return npy_read(path, out, err, len);
-    int kind = sniff(path);
+    int kind = array_sniff(path);
     if (kind == 'c' || (kind == 0 && (rest || array_is_netcdf_name(path)) && is_file(path)))
         return nc_read(path, rest, var, out, o, err, len);
     if (rest && *rest)
@@ -956,7 +956,7 @@ dk_status array_read(const char *spec, const char *var, npy_array *out, array_or
     if (strchr(spec, '{'))
         return FAIL(DK_ERR_INVALID_ARGUMENT, "%s: a {} pattern names an ensemble's member files; it is taken only "
                                              "where an ensemble is read", spec);
-    split_spec(spec, path, sizeof path, &rest);
+    array_split_spec(spec, path, sizeof path, &rest);
     return read_file(path, rest, var, out, origin, err, len);
 }
 
@@ -1076,7 +1076,7 @@ dk_status array_read_ensemble(const char *spec, const char *var, npy_array *out,
     array_origin local;
     array_origin *o = origin ? origin : &local;
     memset(out, 0, sizeof *out);
-    split_spec(spec, path, sizeof path, &rest);
+    array_split_spec(spec, path, sizeof path, &rest);
     if (strchr(path, '{'))
         return read_members(path, rest, var, out, o, err, len);
     dk_status st = read_file(path, rest, var, out, o, err, len);

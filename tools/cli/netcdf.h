@@ -97,6 +97,11 @@ dk_status array_write_state_by(const char *path, const char *name, const double 
 
 /* 1 when path names a netCDF output (ends in .nc, .nc4 or .netcdf). */
 int array_is_netcdf_name(const char *path);
+/* A spec's file and what follows its ':' (*rest NULL when nothing does):
+ * the longest prefix that names a file, else the part before the first ':'. */
+void array_split_spec(const char *spec, char *path, size_t plen, const char **rest);
+/* What a file's first bytes say: 'n' .npy, 'c' netCDF (classic or HDF5-based), 0 neither or unreadable. */
+int array_sniff(const char *path);
 
 /* For writers of their own netCDF layouts (kmeans/labels_nc.c): a netCDF-4
  * file made at a temporary name, with Conventions CF-1.8 and the history

@@ -18,35 +18,6 @@ static int is_file(const char *path)
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-/* netCDF by its first bytes (classic or HDF5-based), as array_read tells */
-static int is_netcdf(const char *path)
-{
-    unsigned char b[8] = {0};
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return 0;
-    size_t got = fread(b, 1, sizeof b, f);
-    fclose(f);
-    return (got >= 4 && !memcmp(b, "CDF", 3) && (b[3] == 1 || b[3] == 2 || b[3] == 5)) ||
-           (got >= 8 && !memcmp(b, "\x89HDF\r\n\x1a\n", 8));
-}
-
-/* The file of a spec and what follows its ':' (as array_read splits it:
- * the longest prefix that names a file). */
-static const char *split(const char *spec, char *path, size_t plen)
-{
-    snprintf(path, plen, "%s", spec);
-    if (is_file(spec))
-        return NULL;
-    for (const char *c = strrchr(spec, ':'); c; c = c > spec ? memrchr(spec, ':', (size_t)(c - spec)) : NULL) {
-        snprintf(path, plen, "%.*s", (int)(c - spec), spec);
-        if (is_file(path))
-            return c + 1;
-    }
-    snprintf(path, plen, "%s", spec);
-    return NULL;
-}
-
 /* array_read's own sentence for a spec it refuses (it refuses before
  * reading values); a generic one if it reads it after all. */
 static dk_status refusal(const char *spec, const char *var, const char *why, char *err, size_t len)
@@ -236,8 +207,9 @@ dk_status array_source_open(array_source *s, const char *spec, const char *var, 
     if (strchr(spec, '{'))
         return FAIL(DK_ERR_INVALID_ARGUMENT, "%s: a {} pattern names an ensemble's member files; it is taken only "
                                              "where an ensemble is read", spec);
-    const char *rest = split(spec, s->path, sizeof s->path);
-    if (is_netcdf(s->path) || (rest && is_file(s->path))) {
+    const char *rest;
+    array_split_spec(spec, s->path, sizeof s->path, &rest);
+    if (array_sniff(s->path) == 'c' || (rest && is_file(s->path))) {
 #ifdef DK_HAVE_NETCDF
         s->netcdf = 1;
         return open_netcdf(s, spec, rest, var, origin, err, len);
