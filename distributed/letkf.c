@@ -324,27 +324,12 @@ DK_MPI_API dk_status dk_mpi_letkf_plan_create(dk_context *ctx, MPI_Comm comm, co
     memset(&geo, 0, sizeof geo);
     if (o.status == DK_OK) {
         mine = scalars_of(local);
-        double zero[DK_LETKF_MAX_COORDS] = {0, 0, 0};
-        dk_letkf_desc probe = *local;
-        probe.n = probe.m = 1;
-        probe.grid_coords = probe.obs_coords = zero;
-        if (local->metric == DK_LETKF_SPHERE)
-            probe.grid_coords = probe.obs_coords = zero; /* lon 0, lat 0 */
-        dk_plan *check = NULL;
-        if ((st = dk_letkf_plan_create(ctx, &probe, &check)) != DK_OK)
-            dkm_note(&o, st, "%s", dk_last_error(ctx));
-        else {
-            geo.metric = (int)local->metric;
-            geo.ncoords = local->ncoords;
-            geo.vertical = local->vertical_radius > 0;
-            geo.hdims = local->metric == DK_LETKF_SPHERE ? 3 : local->ncoords - geo.vertical;
-            geo.dims = geo.hdims + geo.vertical;
-            geo.radius = local->radius, geo.vradius = local->vertical_radius;
-            if (local->metric == DK_LETKF_CARTESIAN)
-                for (int a = 0; a < local->ncoords; a++)
-                    geo.period[a] = local->period[a];
-        }
-        dk_plan_destroy(check);
+        /* the shared fields checked as a plan checks them, on the host (the
+         * backend's own limits come with the local plan, agreed below), and
+         * the metric that places positions */
+        const double zero[DK_LETKF_POS] = {0, 0, 0, 0};
+        if ((st = dk_letkf_bucket_shape(local, zero, zero, &geo)) != DK_OK)
+            dkm_note(&o, st, "%s", dk_last_error(NULL));
     }
     if (all)
         MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, comm);
@@ -862,6 +847,9 @@ DK_MPI_API dk_status dk_mpi_letkf_balance(MPI_Comm comm, const dk_letkf_desc *lo
     MPI_Comm_rank(comm, &rank);
     MPI_Comm_size(comm, &size);
     dkm_outcome o = {DK_OK, ""};
+    dk_letkf_geometry geo;
+    memset(&geo, 0, sizeof geo);
+    const double zero[DK_LETKF_POS] = {0, 0, 0, 0};
     if (!local || (local->n && (!owner || !local->grid_coords)) || (local->m && !local->obs_coords))
         BAD("the description must not be NULL, nor owner and grid_coords where n > 0, nor obs_coords where m > 0");
     else if (local->ncoords < 1 || local->ncoords > DK_LETKF_MAX_COORDS || !(local->radius > 0) ||
@@ -869,19 +857,10 @@ DK_MPI_API dk_status dk_mpi_letkf_balance(MPI_Comm comm, const dk_letkf_desc *lo
         BAD("ncoords (%d), radius (%g) or members (%zu) is out of range (dk_letkf_desc: ncoords 1 to %d, 2 or 3 on "
             "the sphere; radius > 0; members >= 2)",
             local->ncoords, local->radius, local->members, DK_LETKF_MAX_COORDS);
+    else if ((st = dk_letkf_bucket_shape(local, zero, zero, &geo)) != DK_OK)
+        dkm_note(&o, st, "%s", dk_last_error(NULL)); /* the other fields, checked as a plan checks them */
     if ((st = dkm_agree(comm, &o, BAL)) != DK_OK)
         return st;
-    dk_letkf_geometry geo;
-    memset(&geo, 0, sizeof geo);
-    geo.metric = (int)local->metric;
-    geo.ncoords = local->ncoords;
-    geo.vertical = local->vertical_radius > 0;
-    geo.hdims = local->metric == DK_LETKF_SPHERE ? 3 : local->ncoords - geo.vertical;
-    geo.dims = geo.hdims + geo.vertical;
-    geo.radius = local->radius, geo.vradius = local->vertical_radius;
-    if (local->metric == DK_LETKF_CARTESIAN)
-        for (int a = 0; a < local->ncoords; a++)
-            geo.period[a] = local->period[a];
 
     /* the observations of every rank within reach of this rank's points: whole blocks, by bounding regions */
     region me, *reg = calloc((size_t)size, sizeof *reg);
