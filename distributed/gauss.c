@@ -905,8 +905,8 @@ static void run_stages(dk_mpi_plan *p, const dk_buffer *in, dk_buffer *out, dkm_
 /* The outcome agreed without an MPI round trip where the exchanges run on a
  * device communicator that queues: each rank's status in its slot of a
  * vector summed on the device queue behind the data, read back with the
- * wait that ends the call anyway; every rank then returns the lowest
- * failing rank's status. A rank that never reaches the sum makes the
+ * wait that ends the call anyway; only when a rank failed do the ranks
+ * agree over MPI on its sentence. A rank that never reaches the sum makes the
  * others' wait end at the communicator's time limit (aborted), so no rank
  * hangs. Elsewhere, dkm_agree. */
 static dk_status agree_queued(dk_mpi_plan *p, const dkm_outcome *o, const char *what)
@@ -945,10 +945,8 @@ static dk_status agree_queued(dk_mpi_plan *p, const dkm_outcome *o, const char *
     free(v);
     if (agreed == DK_OK)
         return DK_OK;
-    if (first == p->rank)
-        return dkm_fail(agreed, "%s: rank %d of %d: %s", what, first, p->size, o->msg);
-    return dkm_fail(agreed, "%s: rank %d of %d failed (%s); its own sentence is on that rank", what, first,
-                    p->size, dk_status_string(agreed));
+    /* a failure, off the hot path: every rank knows, so all ask for the sentence */
+    return dkm_agree(p->comm, o, what);
 }
 
 DK_MPI_API dk_status dk_mpi_gauss_execute(dk_mpi_plan *plan, const dk_buffer *in_local, dk_buffer *out_local)

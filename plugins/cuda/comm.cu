@@ -7,10 +7,15 @@
  * communicator calls then fail with the reason, and the layer stages
  * through the host). Only nccl.h is needed at build time.
  *
- * Communicators are non-blocking (ncclConfig_t.blocking = 0) so that no
- * call waits forever: creation and every collective are polled, with
+ * Communicators are blocking by default: NCCL then queues a collective in
+ * the calling thread, where a non-blocking one hands every call to a
+ * thread of its own and costs about six times as much to queue
+ * (docs/distributed.md). The layer agrees over MPI right before creation,
+ * so every rank comes. Every wait on the device is polled, with
  * ncclCommGetAsyncError, until done, failed, or past the time limit
- * (DAKIT_CUDA_NCCL_TIMEOUT seconds), when the communicator is aborted. */
+ * (DAKIT_CUDA_NCCL_TIMEOUT seconds), when the communicator is aborted;
+ * DAKIT_CUDA_NCCL_BLOCKING=0 makes non-blocking communicators, whose
+ * creation and queuing are polled the same way. */
 #include <dlfcn.h>
 #include <pthread.h>
 #include <sched.h>
@@ -222,7 +227,7 @@ static dk_status cuda_comm_create(void *device, const void *id, int nranks, int 
     ncclUniqueId u;
     memcpy(&u, id, sizeof u);
     ncclResult_t r;
-    if (nccl.nonblocking) {
+    if (nccl.nonblocking && !dk_tuning_long("DAKIT_CUDA_NCCL_BLOCKING", 1, 0, 1)) {
         ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
         cfg.blocking = 0;
         r = nccl.CommInitRankConfig(&c->nc, nranks, u, rank, &cfg);
