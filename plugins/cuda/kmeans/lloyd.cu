@@ -1,0 +1,735 @@
+/* dakit cuda plugin, kmeans: the whole Lloyd loop in one cooperative kernel
+ * (k_lloyd), for every plan with contiguity or k <= DK_KMEANS_MAX_K; the
+ * variants are its template flags, picked in plan.cu.
+ *
+ * A persistent grid (as many blocks as fit on the device at once) runs every
+ * iteration; grid-wide syncs separate the phases, and the convergence test is
+ * made on the device, so the host launches once and reads the result once.
+ *   A  each thread takes points in a grid-stride loop (whole warps step
+ *      together), two at a time for d <= 8, holds their features in
+ *      registers (two 16-byte loads for point-major d = 8, and so on), finds
+ *      each one's least-cost centroid (centroids in shared memory, rows
+ *      padded to DMAX so they are read 16 bytes at a time; contiguity reads
+ *      the previous labels of the w x w window) and writes the label. Labels
+ *      are the reference's bit for bit: every distance and cost that decides
+ *      a label is rounded operation by operation as the reference rounds it
+ *      (_rn intrinsics, no FMA contraction), and plain k-means first screens
+ *      the centroids by a cheaper bound and recomputes exactly where two are
+ *      close (screened_labels). The lanes of a warp with the same label then
+ *      sum their points by shuffles (__match_any_sync groups them), and one
+ *      lane per distinct label adds into its warp's partial sums in shared
+ *      memory: no two lanes hit the same address, so no atomics (or the
+ *      block's one copy with shared atomics, when per-warp copies would not
+ *      fit). No global atomic at all. The block then writes its partial sums
+ *      and counts to global memory.
+ *   B  one warp per (cluster, feature) reduces the partials of every block,
+ *      in double and in a fixed order, and writes the new centroid
+ *      coordinate (the old one when the cluster is empty) and its move.
+ *   C  every block reads all moves and stops when the largest is below tol.
+ * After the loop: the objective (double) and, with contiguity, the final
+ * labels copied out of the ping-pong buffers; plain k-means run to max_iters
+ * gets its objective from the last iteration instead (see the kernel's end).
+ * Data written by other blocks in the same launch are read with __ldcg (L2),
+ * since L1 is not coherent across SMs.
+ * Thread 0 of block 0 stamps %globaltimer at the phase boundaries, which gives
+ * the assignment / update split without a second launch. */
+#include <cooperative_groups.h>
+
+#include "kmeans.cuh"
+
+using namespace dk_cuda_kmeans;
+
+namespace cg = cooperative_groups;
+
+namespace {
+
+__device__ __forceinline__ unsigned long long globaltimer()
+{
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+/* Plain nearest centroids of P points, screened. The nearest centroid
+ * maximizes B_c = x.c - |c|^2 / 2, which is 8 FMAs per centroid for d 8
+ * (one chain from h_c = -|c|^2 / 2) instead of the exact distance's 23
+ * separately rounded operations; each point keeps its largest and second
+ * largest B. With s2 = |x|^2, the exact float distance is
+ * D_c = s2 - 2 B_c + e_c, |e_c| <= 3 (d + 2) u R^2 to first order (u = 2^-24,
+ * R = |x| + max|c|, R^2 <= 2 (s2 + rmax2)): the chain's rounding, the
+ * rounding of |c|^2, and D's own. So when the best B beats the second by
+ * more than eps = 12 (d + 2) u (s2 + rmax2) (twice that bound, for the
+ * second-order terms and the rounding of the test itself) the best one is
+ * the strict exact minimum: the reference's label. Otherwise (a near-tie,
+ * or inf / NaN from huge values) the whole warp recomputes its labels with
+ * the exact distances, which for the other lanes gives the same labels. A
+ * tiny absolute term covers subnormal rounding. Every lane of the warp must
+ * call it. */
+template <int DMAX, int P>
+__device__ __forceinline__ void screened_labels(const float (*x)[DMAX], const float *Cs, const float *Ch, int k,
+                                                float rmax2, float eps_coef, int *l)
+{
+    float b1[P], b2[P];
+    int i1[P];
+#pragma unroll
+    for (int p = 0; p < P; p++) {
+        b1[p] = b2[p] = -INFINITY;
+        i1[p] = 0;
+    }
+    for (int c = 0; c < k; c++) {
+        float cc[DMAX];
+#pragma unroll
+        for (int q = 0; q < DMAX / 4; q++)
+            *(float4 *)(cc + 4 * q) = *(const float4 *)(Cs + c * DMAX + 4 * q);
+        const float h = Ch[c];
+#pragma unroll
+        for (int p = 0; p < P; p++) {
+            float B = h;
+#pragma unroll
+            for (int f = 0; f < DMAX; f++)
+                B = __fmaf_rn(x[p][f], cc[f], B);
+            i1[p] = B > b1[p] ? c : i1[p];
+            b2[p] = fminf(b1[p], fmaxf(b2[p], B));
+            b1[p] = fmaxf(b1[p], B);
+        }
+    }
+    bool near = false;
+#pragma unroll
+    for (int p = 0; p < P; p++) {
+        float s2 = 0.0f;
+#pragma unroll
+        for (int f = 0; f < DMAX; f++)
+            s2 = __fmaf_rn(x[p][f], x[p][f], s2);
+        const float eps = __fmaf_rn(eps_coef, s2 + rmax2, 1e-37f);
+        near |= !(b1[p] - b2[p] > eps);
+        l[p] = i1[p];
+    }
+    if (__any_sync(0xffffffffu, near))
+        exact_labels<DMAX, P>(x, Cs, k, l);
+}
+
+template <int DMAX>
+__device__ __forceinline__ void load_point(const Args &a, long long i, float *x)
+{
+    if (DMAX % 4 == 0 && a.vec4) {
+        const float4 *row = (const float4 *)(a.x + i * a.sp);
+#pragma unroll
+        for (int q = 0; q < DMAX / 4; q++) {
+            float4 v = 4 * q < a.d ? __ldg(row + q) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            x[4 * q] = v.x;
+            x[4 * q + 1] = v.y;
+            x[4 * q + 2] = v.z;
+            x[4 * q + 3] = v.w;
+        }
+        return;
+    }
+#pragma unroll
+    for (int f = 0; f < DMAX; f++)
+        x[f] = f < a.d ? __ldg(a.x + i * a.sp + f * a.sf) : 0.0f;
+}
+
+/* Sums v over the lanes of `peers` (the lanes holding the same key as this
+ * one) by a tree of shuffles; the total ends in the lowest lane of peers.
+ * Every lane of the warp must call it. */
+template <int DMAX>
+__device__ __forceinline__ void sum_peers(unsigned peers, float *v, int d)
+{
+    const int lane = threadIdx.x & 31;
+    unsigned rank = __popc(peers & ((1u << lane) - 1u)); /* peers below me */
+    unsigned above = peers & ~((2u << lane) - 1u);       /* peers above me */
+    if (lane == 31)
+        above = 0;
+    while (__any_sync(0xffffffffu, above != 0)) {
+        int next = __ffs(above) - 1; /* the next peer above, -1 for none */
+#pragma unroll
+        for (int f = 0; f < DMAX; f++)
+            if (f < d) {
+                float t = __shfl_sync(0xffffffffu, v[f], next < 0 ? lane : next);
+                if (next >= 0)
+                    v[f] += t;
+            }
+        /* lanes at odd rank have been added into the lane below them */
+        unsigned done = __ballot_sync(0xffffffffu, rank & 1u);
+        above &= ~done;
+        rank >>= 1;
+    }
+}
+
+/* Adds the lane's point x (label l, -1 for none) into the partial sums:
+ * lanes with the same label first sum by shuffles, then the lowest of them
+ * adds. WSUM: sums and counts are this warp's own copy, and the adding lanes
+ * hold distinct labels, so plain adds suffice (and the order is fixed);
+ * otherwise the block's one copy takes shared atomics. Rows are ds = d | 1
+ * floats apart: an odd stride puts the same feature of different labels in
+ * different banks (with 8 the adding lanes of 16 labels met in 4 banks).
+ * Every lane calls it. */
+template <int DMAX, bool WSUM>
+__device__ __forceinline__ void accumulate(int l, float *x, int d, int ds, float *sums, unsigned *counts)
+{
+    const int lane = threadIdx.x & 31;
+    unsigned peers = __match_any_sync(0xffffffffu, l);
+    sum_peers<DMAX>(peers, x, d);
+    if (l >= 0 && lane == __ffs(peers) - 1) {
+#pragma unroll
+        for (int f = 0; f < DMAX; f++)
+            if (f < d) {
+                if (WSUM)
+                    sums[l * ds + f] += x[f];
+                else
+                    atomicAdd(&sums[l * ds + f], x[f]);
+            }
+        if (WSUM)
+            counts[l] += (unsigned)__popc(peers);
+        else
+            atomicAdd(&counts[l], (unsigned)__popc(peers));
+    }
+    if (WSUM)
+        __syncwarp();
+}
+
+/* The contiguity cost with the previous labels of the window staged in
+ * shared memory: halo holds the labels of a (TILE_H + 2r) x (32 + 2r) patch
+ * (-1 outside the image or masked), and (hy, hx) is this pixel in it. The
+ * arithmetic is the reference's, rounded as it rounds. */
+template <int DMAX>
+__device__ __forceinline__ int best_label_tile(const Args &a, const float *x, const float *Cs, const short *halo,
+                                               int hw, int hy, int hx)
+{
+    const int r = a.window / 2;
+    /* the neighbours' labels counted once, each count in `bits` bits of one
+     * 64-bit word where k of them fit (window 5, k <= 12), instead of one
+     * pass over the window per centroid */
+    const int neighbours = (2 * r + 1) * (2 * r + 1) - 1, bits = 32 - __clz(neighbours);
+    const bool packed = a.k * bits <= 64;
+    unsigned long long counts = 0;
+    int m = 0;
+    for (int y = -r; y <= r; y++)
+        for (int c = -r; c <= r; c++) {
+            const int l = halo[(hy + y) * hw + hx + c];
+            if ((y || c) && l >= 0) {
+                m++;
+                if (packed)
+                    counts += 1ull << (bits * l);
+            }
+        }
+    const float inv_d = __fdiv_rn(1.0f, (float)a.d);
+    int best = 0;
+    float best_cost = 0.0f;
+    for (int c = 0; c < a.k; c++) {
+        const float dist = distance2<DMAX>(x, Cs + c * DMAX);
+        int same = 0;
+        if (packed)
+            same = (int)((counts >> (bits * c)) & ((1ull << bits) - 1ull));
+        else if (m)
+            for (int y = -r; y <= r; y++)
+                for (int cx = -r; cx <= r; cx++)
+                    same += (y || cx) && halo[(hy + y) * hw + hx + cx] == c;
+        const float cost = contig_cost(a.lambda, dist, inv_d, m, same);
+        if (c == 0 || cost < best_cost) {
+            best = c;
+            best_cost = cost;
+        }
+    }
+    return best;
+}
+
+const int TILE_H = THREADS / 32; /* contiguity tiles: one warp per row of 32 pixels */
+
+/* WSUM per-warp partial sums without atomics (see accumulate); SCREEN the
+ * plain labels through screened_labels (else exact_labels for every point);
+ * PF the plain path loads the next step's points before it labels this
+ * step's. The plain path takes P points per thread per step (2 for d <= 8:
+ * each centroid row read from shared memory serves both). */
+template <int DMAX, bool CONTIG, bool WSUM, bool SCREEN, bool PF = false>
+__global__ void __launch_bounds__(THREADS, DMAX <= 8 ? 3 : 1) k_lloyd(Args a)
+{
+    constexpr int P = DMAX <= 8 ? 2 : 1;
+    cg::grid_group grid = cg::this_grid();
+    extern __shared__ __align__(16) unsigned char smem[];
+    const int kd = a.k * a.d;
+    const int ds = a.d | 1;
+    const int kdpad = a.k * DMAX;
+    const int copies = WSUM ? THREADS / 32 : 1;
+    float *Cs = (float *)smem;
+    float *Ch = Cs + kdpad;
+    float *sums = Ch + a.k;
+    unsigned *counts = (unsigned *)(sums + copies * a.k * ds);
+    short *halo = (short *)(counts + copies * a.k);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    float *my_sums = WSUM ? sums + warp * a.k * ds : sums;
+    unsigned *my_counts = WSUM ? counts + warp * a.k : counts;
+    __shared__ double scratch[THREADS / 32];
+    __shared__ int stop, rmax_bits;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const bool timer = blockIdx.x == 0 && threadIdx.x == 0;
+    unsigned long long assign_ns = 0, update_ns = 0;
+    /* screened_labels' bound, see there */
+    const float eps_coef = 12.0f * (float)(a.d + 2) * 0x1p-24f;
+    if (threadIdx.x == 0)
+        stop = 0; /* read first after phase A's __syncthreads */
+
+    if (CONTIG) {
+        /* labels of iteration 0: plain nearest centroid to the initial ones */
+        for (int j = threadIdx.x; j < kdpad; j += blockDim.x)
+            Cs[j] = j % DMAX < a.d ? a.init[j / DMAX * a.d + j % DMAX] : 0.0f;
+        __syncthreads();
+        for (long long i = first; i < a.n; i += stride) {
+            if (a.mask && !a.mask[i]) {
+                a.lab[0][i] = -1;
+                continue;
+            }
+            float x[1][DMAX];
+            load_point<DMAX>(a, i, x[0]);
+            int l;
+            exact_labels<DMAX, 1>(x, Cs, a.k, &l);
+            a.lab[0][i] = l;
+        }
+        grid.sync();
+    }
+
+    int it = 0;
+    double move = 0;
+    while (it < a.max_iters) {
+        unsigned long long t0 = timer ? globaltimer() : 0;
+        const float *Cprev = it == 0 ? a.init : a.cent[(it - 1) & 1];
+        float *Cnext = a.cent[it & 1];
+        const int32_t *prev = CONTIG ? a.lab[it & 1] : nullptr;
+        int32_t *cur = CONTIG ? a.lab[(it + 1) & 1] : a.labels;
+        /* plain k-means, last iteration: each point's exact distance to its
+         * centroid, for the objective without another pass (see below) */
+        const bool fold = !CONTIG && it == a.max_iters - 1;
+        /* A: assignment and block partial sums */
+        for (int j = threadIdx.x; j < kdpad; j += blockDim.x)
+            Cs[j] = j % DMAX < a.d ? __ldcg(Cprev + j / DMAX * a.d + j % DMAX) : 0.0f;
+        for (int j = threadIdx.x; j < copies * a.k * ds; j += blockDim.x)
+            sums[j] = 0.0f;
+        for (int j = threadIdx.x; j < copies * a.k; j += blockDim.x)
+            counts[j] = 0;
+        if (threadIdx.x == 0)
+            rmax_bits = 0;
+        __syncthreads();
+        float rmax2 = 0.0f;
+        if (SCREEN && !CONTIG) {
+            for (int c = threadIdx.x; c < a.k; c += blockDim.x) {
+                float q = 0.0f;
+#pragma unroll
+                for (int f = 0; f < DMAX; f++)
+                    q = __fmaf_rn(Cs[c * DMAX + f], Cs[c * DMAX + f], q);
+                Ch[c] = -0.5f * q;
+                atomicMax(&rmax_bits, __float_as_int(q)); /* q >= 0: its bits order as ints */
+            }
+            __syncthreads();
+            rmax2 = __int_as_float(rmax_bits);
+        }
+        if (CONTIG) {
+            /* tiles of TILE_H rows x 32 columns, their window's labels staged
+             * in shared memory once instead of read k + 1 times per pixel */
+            const int r = a.window / 2, hw = 32 + 2 * r, hh = TILE_H + 2 * r;
+            const long long tiles_x = (a.cols + 31) / 32, tiles = tiles_x * ((a.rows + TILE_H - 1) / TILE_H);
+            for (long long t = blockIdx.x; t < tiles; t += gridDim.x) {
+                const long long row0 = t / tiles_x * TILE_H, col0 = t % tiles_x * 32;
+                __syncthreads(); /* the last tile's readers are done with halo */
+                for (int j = threadIdx.x; j < hh * hw; j += blockDim.x) {
+                    long long y = row0 - r + j / hw, c = col0 - r + j % hw;
+                    halo[j] = y >= 0 && y < a.rows && c >= 0 && c < a.cols ? (short)__ldcg(prev + y * a.cols + c)
+                                                                           : (short)-1;
+                }
+                __syncthreads();
+                const long long row = row0 + warp, col = col0 + lane;
+                int l = -1;
+                float x[DMAX];
+#pragma unroll
+                for (int f = 0; f < DMAX; f++)
+                    x[f] = 0.0f;
+                if (row < a.rows && col < a.cols) {
+                    const long long i = row * a.cols + col;
+                    if (!a.mask || a.mask[i]) {
+                        load_point<DMAX>(a, i, x);
+                        l = best_label_tile<DMAX>(a, x, Cs, halo, hw, warp + r, lane + r);
+                    }
+                    cur[i] = l;
+                }
+                accumulate<DMAX, WSUM>(l, x, a.d, ds, my_sums, my_counts);
+            }
+        } else {
+            /* P points per thread, all loads issued before any is used;
+             * whole warps step together (stride and first - lane are
+             * multiples of 32), so every lane takes part in the shuffles */
+            double obj = 0.0;
+            /* PF: the next step's points are loaded before this step's
+             * labels are computed, so their latency hides behind the work */
+            float xn[PF ? P : 1][DMAX];
+            if (PF)
+#pragma unroll
+                for (int p = 0; p < P; p++) {
+                    const long long i = first - lane + p * stride + lane;
+#pragma unroll
+                    for (int f = 0; f < DMAX; f++)
+                        xn[PF ? p : 0][f] = 0.0f;
+                    if (i < a.n)
+                        load_point<DMAX>(a, i, xn[PF ? p : 0]);
+                }
+            for (long long base = first - lane; base < a.n; base += P * stride) {
+                float x[P][DMAX];
+                long long idx[P];
+                int l[P];
+#pragma unroll
+                for (int p = 0; p < P; p++) {
+                    idx[p] = base + p * stride + lane;
+                    if (PF) {
+                        const long long i = idx[p] + P * stride;
+#pragma unroll
+                        for (int f = 0; f < DMAX; f++) {
+                            x[p][f] = xn[PF ? p : 0][f];
+                            xn[PF ? p : 0][f] = 0.0f;
+                        }
+                        if (i < a.n)
+                            load_point<DMAX>(a, i, xn[PF ? p : 0]);
+                    } else {
+#pragma unroll
+                        for (int f = 0; f < DMAX; f++)
+                            x[p][f] = 0.0f;
+                        if (idx[p] < a.n)
+                            load_point<DMAX>(a, idx[p], x[p]);
+                    }
+                }
+                if (SCREEN)
+                    screened_labels<DMAX, P>(x, Cs, Ch, a.k, rmax2, eps_coef, l);
+                else
+                    exact_labels<DMAX, P>(x, Cs, a.k, l);
+#pragma unroll
+                for (int p = 0; p < P; p++) {
+                    const bool valid = idx[p] < a.n && (!a.mask || a.mask[idx[p]]);
+                    if (!valid) {
+                        l[p] = -1;
+#pragma unroll
+                        for (int f = 0; f < DMAX; f++)
+                            x[p][f] = 0.0f;
+                    }
+                    if (idx[p] < a.n)
+                        cur[idx[p]] = l[p];
+                    if (fold && valid)
+                        obj += distance2<DMAX>(x[p], Cs + l[p] * DMAX);
+                }
+#pragma unroll
+                for (int p = 0; p < P; p++)
+                    accumulate<DMAX, WSUM>(l[p], x[p], a.d, ds, my_sums, my_counts);
+            }
+            if (fold) {
+                obj = block_sum(obj, scratch);
+                if (threadIdx.x == 0)
+                    a.pobj[blockIdx.x] = obj;
+            }
+        }
+        __syncthreads();
+        /* the warps' copies in a fixed order */
+        for (int j = threadIdx.x; j < kd; j += blockDim.x) {
+            const int c = j / a.d, f = j % a.d;
+            float t = 0.0f;
+            for (int w = 0; w < copies; w++)
+                t += sums[(w * a.k + c) * ds + f];
+            a.psum[(size_t)blockIdx.x * kd + j] = t;
+        }
+        for (int j = threadIdx.x; j < a.k; j += blockDim.x) {
+            unsigned t = 0;
+            for (int w = 0; w < copies; w++)
+                t += counts[w * a.k + j];
+            a.pcount[(size_t)blockIdx.x * a.k + j] = t;
+        }
+        grid.sync();
+        unsigned long long t1 = timer ? globaltimer() : 0;
+
+        /* B: one warp per (cluster, feature), spread over the blocks first so
+         * the partials' reads come from many SMs at once; each lane sums a
+         * fixed set of blocks in double, then a fixed shuffle tree: the
+         * result does not depend on timing. The count is summed again by
+         * each of the cluster's warps (integers: exact). */
+        for (int w = blockIdx.x + gridDim.x * warp; w < kd; w += gridDim.x * (THREADS / 32)) {
+            const int c = w / a.d;
+            double s = 0.0;
+            unsigned long long cnt = 0;
+            for (int b = lane; b < (int)gridDim.x; b += 32) {
+                s += (double)__ldcg(a.psum + (size_t)b * kd + w);
+                cnt += __ldcg(a.pcount + (size_t)b * a.k + c);
+            }
+            for (int o = 16; o > 0; o >>= 1) {
+                s += __shfl_down_sync(0xffffffffu, s, o);
+                cnt += __shfl_down_sync(0xffffffffu, cnt, o);
+            }
+            if (lane == 0) {
+                const float old = __ldcg(Cprev + w);
+                const float next = cnt ? (float)(s / (double)cnt) : old;
+                const double diff = (double)next - (double)old;
+                Cnext[w] = next;
+                a.move2[w] = __dmul_rn(diff, diff);
+                if (fold) {
+                    /* sum over the cluster's points of |x - next|^2 - |x - old|^2
+                     * = cnt (|m - next|^2 - |m - old|^2), m their mean; this
+                     * feature's share */
+                    const double m = cnt ? s / (double)cnt : 0.0, e = m - (double)next, g = m - (double)old;
+                    a.corr[w] = (double)cnt * (e * e - g * g);
+                    a.corr_old[w] = (double)cnt * g * g;
+                    if (w % a.d == 0)
+                        a.ccount[c] = cnt;
+                }
+            }
+        }
+        grid.sync();
+        it++;
+        /* C: the convergence test, the same in every block: each cluster's
+         * move^2 summed over its features in order as the reference does,
+         * the largest by a block reduction (max: any order). With tol <= 0
+         * nothing stops early, so only the last move (for the result) is
+         * needed. */
+        if (a.tol > 0 || it == a.max_iters) {
+            double mx = 0.0;
+            for (int c = threadIdx.x; c < a.k; c += blockDim.x) {
+                double m2 = 0.0;
+                for (int f = 0; f < a.d; f++)
+                    m2 = __dadd_rn(m2, __ldcg(a.move2 + c * a.d + f));
+                mx = fmax(mx, m2);
+            }
+            mx = block_max(mx, scratch);
+            if (threadIdx.x == 0) {
+                move = sqrt(mx);
+                stop = move < a.tol;
+            }
+            __syncthreads();
+        }
+        if (timer) {
+            unsigned long long t2 = globaltimer();
+            assign_ns += t1 - t0;
+            update_ns += t2 - t1;
+        }
+        if (stop)
+            break;
+    }
+
+    const float *Cfin = a.cent[(it - 1) & 1];
+    /* Plain k-means that ran to max_iters: the objective is the sum over the
+     * points of the exact distance to the centroid they were assigned to in
+     * the last iteration (pobj), plus the correction to the final centroids
+     * (corr), which is small when the centroids have settled. When it is not
+     * (a large old-centroid term: cancellation), or with contiguity (the
+     * labels are copied out anyway), or after an early stop, one more pass
+     * computes it directly. The decision is the same in every block. */
+    bool direct = true;
+    if (!CONTIG && it == a.max_iters) {
+        double t = 0, cn = 0, co = 0, nv = 0;
+        for (int b = threadIdx.x; b < (int)gridDim.x; b += blockDim.x)
+            t += __ldcg(a.pobj + b);
+        for (int j = threadIdx.x; j < kd; j += blockDim.x) {
+            cn += __ldcg(a.corr + j);
+            co += __ldcg(a.corr_old + j);
+        }
+        for (int c = threadIdx.x; c < a.k; c += blockDim.x)
+            nv += (double)__ldcg(a.ccount + c);
+        t = block_sum(t, scratch);
+        cn = block_sum(cn, scratch);
+        co = block_sum(co, scratch);
+        nv = block_sum(nv, scratch);
+        if (threadIdx.x == 0) {
+            const double total = t + cn;
+            stop = co <= total; /* reused as the verdict */
+            if (stop && blockIdx.x == 0) {
+                a.result[0] = it;
+                a.result[1] = total;
+                a.result[2] = move;
+                a.result[3] = nv;
+                a.result[4] = (double)assign_ns;
+                a.result[5] = (double)update_ns;
+            }
+        }
+        __syncthreads();
+        direct = !stop;
+    }
+    if (!direct) {
+        if (blockIdx.x == 0)
+            for (int j = threadIdx.x; j < kd; j += blockDim.x)
+                a.out_centroids[j] = __ldcg(Cfin + j);
+        return;
+    }
+
+    /* the objective under the final centroids, and the final labels */
+    for (int j = threadIdx.x; j < kdpad; j += blockDim.x)
+        Cs[j] = j % DMAX < a.d ? __ldcg(Cfin + j / DMAX * a.d + j % DMAX) : 0.0f;
+    __syncthreads();
+    const int32_t *fin = CONTIG ? a.lab[it & 1] : a.labels;
+    double obj = 0;
+    unsigned long long valid = 0;
+    for (long long i = first; i < a.n; i += stride) {
+        int32_t l = __ldcg(fin + i);
+        if (CONTIG)
+            a.labels[i] = l;
+        if (l < 0)
+            continue;
+        valid++;
+        float x[DMAX];
+        load_point<DMAX>(a, i, x);
+        obj += distance2<DMAX>(x, Cs + l * DMAX);
+    }
+    obj = block_sum(obj, scratch);
+    double v = block_sum((double)valid, scratch);
+    if (threadIdx.x == 0) {
+        a.pobj[blockIdx.x] = obj;
+        a.pvalid[blockIdx.x] = (unsigned long long)v;
+    }
+    if (blockIdx.x == 0)
+        for (int j = threadIdx.x; j < kd; j += blockDim.x)
+            a.out_centroids[j] = Cs[j / a.d * DMAX + j % a.d];
+    grid.sync();
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        double total = 0;
+        unsigned long long nv = 0;
+        for (int b = 0; b < (int)gridDim.x; b++) {
+            total += __ldcg(a.pobj + b);
+            nv += __ldcg(a.pvalid + b);
+        }
+        a.result[0] = it;
+        a.result[1] = total;
+        a.result[2] = move;
+        a.result[3] = (double)nv;
+        a.result[4] = (double)assign_ns;
+        a.result[5] = (double)update_ns;
+    }
+}
+
+template <int DMAX>
+kernel_fn pick_d(bool contig, bool wsum, bool screen, bool prefetch)
+{
+    if (contig)
+        return wsum ? k_lloyd<DMAX, true, true, false> : k_lloyd<DMAX, true, false, false>;
+    if (screen && wsum && prefetch)
+        return k_lloyd<DMAX, false, true, true, true>;
+    if (screen)
+        return wsum ? k_lloyd<DMAX, false, true, true> : k_lloyd<DMAX, false, false, true>;
+    return wsum ? k_lloyd<DMAX, false, true, false> : k_lloyd<DMAX, false, false, false>;
+}
+
+kernel_fn pick(int d, bool contig, bool wsum, bool screen, bool prefetch)
+{
+    if (d <= 4)
+        return pick_d<4>(contig, wsum, screen, prefetch);
+    if (d <= 8)
+        return pick_d<8>(contig, wsum, screen, prefetch);
+    if (d <= 16)
+        return pick_d<16>(contig, wsum, screen, prefetch);
+    if (d <= 32)
+        return pick_d<32>(contig, wsum, screen, prefetch);
+    return pick_d<64>(contig, wsum, screen, prefetch);
+}
+
+} // namespace
+
+namespace dk_cuda_kmeans {
+
+/* The cooperative kernel of the variant's flags, its grid and scratch, and
+ * its arguments; the caller destroys p on failure. */
+dk_status lloyd_plan(Plan *p, const dk_kmeans_setup *setup, bool wsum, bool screen, bool prefetch, dk_msg *msg)
+{
+    const dk_cuda_device *dev = p->dev;
+    const dk_kmeans_desc &d = setup->desc;
+    size_t kd = (size_t)d.k * d.d;
+    int dmax = d.d <= 4 ? 4 : d.d <= 8 ? 8 : d.d <= 16 ? 16 : d.d <= 32 ? 32 : 64; /* as pick() */
+    p->kernel = pick(d.d, setup->contiguity != 0, wsum, screen, prefetch);
+    size_t copies = wsum ? THREADS / 32 : 1;
+    size_t ds = (size_t)(d.d | 1);
+    int r = d.window / 2;
+    size_t halo = setup->contiguity ? (size_t)(TILE_H + 2 * r) * (32 + 2 * r) * sizeof(short) : 0;
+    p->smem = ((size_t)d.k * dmax + d.k + copies * d.k * ds) * sizeof(float) + copies * d.k * sizeof(unsigned) + halo;
+    int per_sm = 0;
+    if (p->smem > 48 * 1024)
+        CUDA_TRY(cudaFuncSetAttribute(p->kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)p->smem),
+                 "sizing the kmeans kernel");
+    CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, p->kernel, THREADS, p->smem),
+             "sizing the kmeans kernel");
+    if (per_sm < 1) {
+        dk_msg_set(msg, "cuda kmeans: no block of the kmeans kernel fits on an SM (k %d, d %d)", d.k, d.d);
+        return DK_ERR_BACKEND;
+    }
+    long long wanted = ((long long)d.n + THREADS - 1) / THREADS;
+    long long resident = (long long)per_sm * dev->sm_count;
+    p->blocks = (int)(wanted < resident ? wanted : resident);
+    if (p->blocks < 1)
+        p->blocks = 1;
+
+    size_t B = (size_t)p->blocks;
+    size_t lab = setup->contiguity ? align256(d.n * sizeof(int32_t)) : 0;
+    size_t sizes[] = {lab, lab, align256(kd * sizeof(float)), align256(kd * sizeof(float)),
+                      align256(B * kd * sizeof(float)), align256(B * d.k * sizeof(unsigned)),
+                      align256(kd * sizeof(double)), align256(B * sizeof(double)),
+                      align256(B * sizeof(unsigned long long)), align256(8 * sizeof(double)),
+                      align256(kd * sizeof(double)), align256(kd * sizeof(double)),
+                      align256(d.k * sizeof(unsigned long long))};
+    const int nptr = (int)(sizeof sizes / sizeof sizes[0]);
+    size_t total = 0;
+    for (size_t s : sizes)
+        total += s;
+    void *scratch = NULL;
+    CUDA_TRY(cudaMalloc(&scratch, total), "allocating the kmeans plan's scratch");
+    p->scratch = scratch;
+    char *at = (char *)p->scratch;
+    void *ptr[nptr];
+    for (int j = 0; j < nptr; j++) {
+        ptr[j] = at;
+        at += sizes[j];
+    }
+    Args &a = p->a;
+    a.lab[0] = (int32_t *)ptr[0];
+    a.lab[1] = (int32_t *)ptr[1];
+    a.cent[0] = (float *)ptr[2];
+    a.cent[1] = (float *)ptr[3];
+    a.psum = (float *)ptr[4];
+    a.pcount = (unsigned *)ptr[5];
+    a.move2 = (double *)ptr[6];
+    a.pobj = (double *)ptr[7];
+    a.pvalid = (unsigned long long *)ptr[8];
+    a.result = (double *)ptr[9];
+    a.corr = (double *)ptr[10];
+    a.corr_old = (double *)ptr[11];
+    a.ccount = (unsigned long long *)ptr[12];
+    a.n = (long long)d.n;
+    a.sp = (long long)setup->stride_point;
+    a.sf = (long long)setup->stride_feature;
+    a.d = d.d;
+    a.k = d.k;
+    a.max_iters = d.max_iters;
+    a.window = d.window;
+    a.vec4 = setup->stride_feature == 1 && setup->stride_point % 4 == 0 && d.d % 4 == 0;
+    a.rows = (long long)d.rows;
+    a.cols = (long long)d.cols;
+    a.lambda = (float)d.lambda;
+    a.tol = d.tol;
+    return DK_OK;
+}
+
+/* One launch runs every iteration; the caller has entered the device. */
+dk_status lloyd_execute(Plan *p, const void *points, const void *mask, const void *init, void *labels,
+                        void *centroids, dk_kmeans_result *res, dk_msg *msg)
+{
+    Args a = p->a;
+    a.x = (const float *)((const dk_cuda_buffer *)points)->ptr;
+    a.vec4 = a.vec4 && (uintptr_t)a.x % 16 == 0;
+    a.mask = mask ? (const uint8_t *)((const dk_cuda_buffer *)mask)->ptr : nullptr;
+    a.init = (const float *)((const dk_cuda_buffer *)init)->ptr;
+    a.labels = (int32_t *)((dk_cuda_buffer *)labels)->ptr;
+    a.out_centroids = (float *)((dk_cuda_buffer *)centroids)->ptr;
+    void *args[] = {&a};
+    CUDA_TRY(cudaLaunchCooperativeKernel((const void *)p->kernel, dim3(p->blocks), dim3(THREADS), args, p->smem,
+                                         p->dev->stream),
+             "launching the cooperative kmeans kernel");
+    double r[6];
+    CUDA_TRY(cudaMemcpyAsync(r, a.result, sizeof r, cudaMemcpyDeviceToHost, p->dev->stream),
+             "running the kmeans kernel");
+    CUDA_TRY(cudaStreamSynchronize(p->dev->stream), "running the kmeans kernel");
+    res->iterations = (int)r[0];
+    res->objective = r[1];
+    res->last_move = r[2];
+    res->valid = (size_t)r[3];
+    res->assign_seconds = r[4] * 1e-9;
+    res->update_seconds = r[5] * 1e-9;
+    return DK_OK;
+}
+
+} // namespace dk_cuda_kmeans
