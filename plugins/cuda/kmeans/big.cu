@@ -213,7 +213,7 @@ dk_status big_execute(Plan *p, const void *points, const void *mask, const void 
     for (int t = 0; t < d.max_iters; t++) {
         p->big_assign<<<p->part_blocks, THREADS, p->big_assign_smem, sm>>>(a, p->big_rows);
         p->big_sums<<<p->part_blocks, THREADS, p->big_sums_smem, sm>>>(a);
-        part_sums_launch(p, p->big_sums_out, p->big_state);
+        part_sums_launch(p, p->part_blocks, p->big_sums_out, p->big_state);
         part_update_launch(p, p->big_sums_out, p->big_C, p->big_state);
         CUDA_TRY(cudaGetLastError(), "queueing a large-k kmeans iteration");
         if (d.tol > 0 && (t + 1) % BIG_BATCH == 0 && t + 1 < d.max_iters) {
@@ -256,7 +256,7 @@ dk_status big_assign_weighted(Plan *p, const void *points, const void *mask, con
     a.state = (const double *)((const dk_cuda_buffer *)state)->ptr;
     p->big_assign<<<p->part_blocks, THREADS, p->big_assign_smem, sm>>>(a, p->big_rows);
     p->big_sums<<<p->part_blocks, THREADS, p->big_sums_smem, sm>>>(a);
-    part_sums_launch(p, (double *)((dk_cuda_buffer *)sums)->ptr, a.state);
+    part_sums_launch(p, p->part_blocks, (double *)((dk_cuda_buffer *)sums)->ptr, a.state);
     return DK_OK;
 }
 

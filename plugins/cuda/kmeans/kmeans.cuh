@@ -71,6 +71,7 @@ struct PartArgs {
     const float *w; /* sample weights, or nullptr: every weight 1 */
     long long n, sp, sf, rows, cols;
     int d, k, window, blocks;
+    int vec4; /* point-major, d a multiple of 4, 16-byte aligned rows */
     float lambda;
 };
 
@@ -174,9 +175,106 @@ static __device__ __forceinline__ void exact_labels(const float (*x)[DMAX], cons
     }
 }
 
+/* Plain nearest centroids of P points, screened. The nearest centroid
+ * maximizes B_c = x.c - |c|^2 / 2, which is 8 FMAs per centroid for d 8
+ * (one chain from h_c = -|c|^2 / 2) instead of the exact distance's 23
+ * separately rounded operations; each point keeps its largest and second
+ * largest B. With s2 = |x|^2, the exact float distance is
+ * D_c = s2 - 2 B_c + e_c, |e_c| <= 3 (d + 2) u R^2 to first order (u = 2^-24,
+ * R = |x| + max|c|, R^2 <= 2 (s2 + rmax2)): the chain's rounding, the
+ * rounding of |c|^2, and D's own. So when the best B beats the second by
+ * more than eps = 12 (d + 2) u (s2 + rmax2) (twice that bound, for the
+ * second-order terms and the rounding of the test itself) the best one is
+ * the strict exact minimum: the reference's label. Otherwise (a near-tie,
+ * or inf / NaN from huge values) the whole warp recomputes its labels with
+ * the exact distances, which for the other lanes gives the same labels. A
+ * tiny absolute term covers subnormal rounding. Every lane of the warp must
+ * call it. */
+template <int DMAX, int P>
+static __device__ __forceinline__ void screened_labels(const float (*x)[DMAX], const float *Cs, const float *Ch, int k,
+                                                float rmax2, float eps_coef, int *l)
+{
+    float b1[P], b2[P];
+    int i1[P];
+#pragma unroll
+    for (int p = 0; p < P; p++) {
+        b1[p] = b2[p] = -INFINITY;
+        i1[p] = 0;
+    }
+    for (int c = 0; c < k; c++) {
+        float cc[DMAX];
+#pragma unroll
+        for (int q = 0; q < DMAX / 4; q++)
+            *(float4 *)(cc + 4 * q) = *(const float4 *)(Cs + c * DMAX + 4 * q);
+        const float h = Ch[c];
+#pragma unroll
+        for (int p = 0; p < P; p++) {
+            float B = h;
+#pragma unroll
+            for (int f = 0; f < DMAX; f++)
+                B = __fmaf_rn(x[p][f], cc[f], B);
+            i1[p] = B > b1[p] ? c : i1[p];
+            b2[p] = fminf(b1[p], fmaxf(b2[p], B));
+            b1[p] = fmaxf(b1[p], B);
+        }
+    }
+    bool near = false;
+#pragma unroll
+    for (int p = 0; p < P; p++) {
+        float s2 = 0.0f;
+#pragma unroll
+        for (int f = 0; f < DMAX; f++)
+            s2 = __fmaf_rn(x[p][f], x[p][f], s2);
+        const float eps = __fmaf_rn(eps_coef, s2 + rmax2, 1e-37f);
+        near |= !(b1[p] - b2[p] > eps);
+        l[p] = i1[p];
+    }
+    if (__any_sync(0xffffffffu, near))
+        exact_labels<DMAX, P>(x, Cs, k, l);
+}
+
+/* Sums v over the lanes of `peers` (the lanes holding the same key as this
+ * one) by a tree of shuffles; the total ends in the lowest lane of peers.
+ * Every lane of the warp must call it. */
+template <int DMAX, typename T>
+static __device__ __forceinline__ void sum_peers(unsigned peers, T *v, int d)
+{
+    const int lane = threadIdx.x & 31;
+    unsigned rank = __popc(peers & ((1u << lane) - 1u)); /* peers below me */
+    unsigned above = peers & ~((2u << lane) - 1u);       /* peers above me */
+    if (lane == 31)
+        above = 0;
+    while (__any_sync(0xffffffffu, above != 0)) {
+        int next = __ffs(above) - 1; /* the next peer above, -1 for none */
+#pragma unroll
+        for (int f = 0; f < DMAX; f++)
+            if (f < d) {
+                T t = __shfl_sync(0xffffffffu, v[f], next < 0 ? lane : next);
+                if (next >= 0)
+                    v[f] += t;
+            }
+        /* lanes at odd rank have been added into the lane below them */
+        unsigned done = __ballot_sync(0xffffffffu, rank & 1u);
+        above &= ~done;
+        rank >>= 1;
+    }
+}
+
 template <int DMAX>
 static __device__ __forceinline__ void part_point(const PartArgs &a, long long i, float *x)
 {
+    if (DMAX % 4 == 0 && a.vec4) {
+        const float4 *row = (const float4 *)(a.x + i * a.sp);
+#pragma unroll
+        for (int q = 0; q < DMAX / 4; q++) {
+            const float4 v = 4 * q < a.d ? __ldg(row + q) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            x[4 * q] = v.x;
+            x[4 * q + 1] = v.y;
+            x[4 * q + 2] = v.z;
+            x[4 * q + 3] = v.w;
+        }
+        return;
+    }
 #pragma unroll
     for (int f = 0; f < DMAX; f++)
         x[f] = f < a.d ? __ldg(a.x + i * a.sp + f * a.sf) : 0.0f;
@@ -199,6 +297,10 @@ struct Plan {
     part_fn part_assign, part_objective;
     size_t part_smem;
     int part_blocks;
+    /* the plain phase where its warps' double sums fit (else NULL) */
+    part_fn part_screen;
+    size_t part_screen_smem;
+    int part_screen_blocks;
     double *part_partial; /* part_blocks * max(k (d + 1), 2) */
     /* k > DK_KMEANS_MAX_K (plain): the k_big_* launches, in part_blocks
      * blocks over part_partial */
@@ -229,7 +331,7 @@ dk_status texture_features(void *handle, const void *value, const void *smoothed
 dk_status part_plan(Plan *p, dk_msg *msg);
 void part_pick(int d, int k, part_fn *assign, part_fn *objective, size_t *smem);
 PartArgs part_args(const Plan *p, const void *points, const void *mask, const void *centroids);
-void part_sums_launch(const Plan *p, double *sums, const double *state);
+void part_sums_launch(const Plan *p, int blocks, double *sums, const double *state);
 void part_update_launch(const Plan *p, const double *sums, float *C, double *state);
 void part_objective_launch(const Plan *p, const PartArgs &a, double *out);
 dk_status assign_partial(void *handle, const void *points, const void *mask, const void *centroids, const void *prev,

@@ -50,64 +50,6 @@ __device__ __forceinline__ unsigned long long globaltimer()
     return t;
 }
 
-/* Plain nearest centroids of P points, screened. The nearest centroid
- * maximizes B_c = x.c - |c|^2 / 2, which is 8 FMAs per centroid for d 8
- * (one chain from h_c = -|c|^2 / 2) instead of the exact distance's 23
- * separately rounded operations; each point keeps its largest and second
- * largest B. With s2 = |x|^2, the exact float distance is
- * D_c = s2 - 2 B_c + e_c, |e_c| <= 3 (d + 2) u R^2 to first order (u = 2^-24,
- * R = |x| + max|c|, R^2 <= 2 (s2 + rmax2)): the chain's rounding, the
- * rounding of |c|^2, and D's own. So when the best B beats the second by
- * more than eps = 12 (d + 2) u (s2 + rmax2) (twice that bound, for the
- * second-order terms and the rounding of the test itself) the best one is
- * the strict exact minimum: the reference's label. Otherwise (a near-tie,
- * or inf / NaN from huge values) the whole warp recomputes its labels with
- * the exact distances, which for the other lanes gives the same labels. A
- * tiny absolute term covers subnormal rounding. Every lane of the warp must
- * call it. */
-template <int DMAX, int P>
-__device__ __forceinline__ void screened_labels(const float (*x)[DMAX], const float *Cs, const float *Ch, int k,
-                                                float rmax2, float eps_coef, int *l)
-{
-    float b1[P], b2[P];
-    int i1[P];
-#pragma unroll
-    for (int p = 0; p < P; p++) {
-        b1[p] = b2[p] = -INFINITY;
-        i1[p] = 0;
-    }
-    for (int c = 0; c < k; c++) {
-        float cc[DMAX];
-#pragma unroll
-        for (int q = 0; q < DMAX / 4; q++)
-            *(float4 *)(cc + 4 * q) = *(const float4 *)(Cs + c * DMAX + 4 * q);
-        const float h = Ch[c];
-#pragma unroll
-        for (int p = 0; p < P; p++) {
-            float B = h;
-#pragma unroll
-            for (int f = 0; f < DMAX; f++)
-                B = __fmaf_rn(x[p][f], cc[f], B);
-            i1[p] = B > b1[p] ? c : i1[p];
-            b2[p] = fminf(b1[p], fmaxf(b2[p], B));
-            b1[p] = fmaxf(b1[p], B);
-        }
-    }
-    bool near = false;
-#pragma unroll
-    for (int p = 0; p < P; p++) {
-        float s2 = 0.0f;
-#pragma unroll
-        for (int f = 0; f < DMAX; f++)
-            s2 = __fmaf_rn(x[p][f], x[p][f], s2);
-        const float eps = __fmaf_rn(eps_coef, s2 + rmax2, 1e-37f);
-        near |= !(b1[p] - b2[p] > eps);
-        l[p] = i1[p];
-    }
-    if (__any_sync(0xffffffffu, near))
-        exact_labels<DMAX, P>(x, Cs, k, l);
-}
-
 template <int DMAX>
 __device__ __forceinline__ void load_point(const Args &a, long long i, float *x)
 {
@@ -126,33 +68,6 @@ __device__ __forceinline__ void load_point(const Args &a, long long i, float *x)
 #pragma unroll
     for (int f = 0; f < DMAX; f++)
         x[f] = f < a.d ? __ldg(a.x + i * a.sp + f * a.sf) : 0.0f;
-}
-
-/* Sums v over the lanes of `peers` (the lanes holding the same key as this
- * one) by a tree of shuffles; the total ends in the lowest lane of peers.
- * Every lane of the warp must call it. */
-template <int DMAX>
-__device__ __forceinline__ void sum_peers(unsigned peers, float *v, int d)
-{
-    const int lane = threadIdx.x & 31;
-    unsigned rank = __popc(peers & ((1u << lane) - 1u)); /* peers below me */
-    unsigned above = peers & ~((2u << lane) - 1u);       /* peers above me */
-    if (lane == 31)
-        above = 0;
-    while (__any_sync(0xffffffffu, above != 0)) {
-        int next = __ffs(above) - 1; /* the next peer above, -1 for none */
-#pragma unroll
-        for (int f = 0; f < DMAX; f++)
-            if (f < d) {
-                float t = __shfl_sync(0xffffffffu, v[f], next < 0 ? lane : next);
-                if (next >= 0)
-                    v[f] += t;
-            }
-        /* lanes at odd rank have been added into the lane below them */
-        unsigned done = __ballot_sync(0xffffffffu, rank & 1u);
-        above &= ~done;
-        rank >>= 1;
-    }
 }
 
 /* Adds the lane's point x (label l, -1 for none) into the partial sums:

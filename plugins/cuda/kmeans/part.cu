@@ -9,7 +9,9 @@
  * (c, s) adds slice s of the tile's points labelled c in double; after the
  * last tile the slices are added in a fixed order into the block's
  * partials (pair-major: [(c (d + 1) + f) blocks + b], f = d the count). No
- * atomics, so the sums do not depend on scheduling. k_part_sums: one warp
+ * atomics, so the sums do not depend on scheduling. k_part_screen: the
+ * plain phase without previous labels, labelled as k_lloyd labels and
+ * summed in double by warps (see there). k_part_sums: one warp
  * per pair adds the blocks' partials in a fixed order into the layer's
  * sums. k_part_update: one block forms the centroids from the ranks'
  * reduced sums. state (doubles): iterations, stop, move, failed. */
@@ -140,6 +142,107 @@ __global__ void __launch_bounds__(THREADS) k_part_assign(PartArgs a)
     }
 }
 
+/* k_part_screen: the plain phase (no previous labels) as k_lloyd labels:
+ * P points a thread with whole warps stepping together, screened_labels,
+ * the points loaded 16 bytes at a time where the layout allows. Each warp
+ * adds its lanes' weighted points by label in double (lanes with the same
+ * label summed by shuffles, the lowest adding into the warp's own copy in
+ * shared memory: no atomics), and the block adds its warps' copies in warp
+ * order into its partials, laid out as k_part_assign's. Used where the
+ * warps' copies fit (part_screen_smem). */
+template <int DMAX>
+size_t part_screen_smem(int k, int d)
+{
+    const size_t floats = (size_t)k * DMAX + (size_t)k + 1; /* Cs, Ch, padding to 8 bytes */
+    return floats * sizeof(float) + (size_t)(THREADS / 32) * k * (d + 1) * sizeof(double);
+}
+
+template <int DMAX>
+__device__ __forceinline__ void add_by_label(int l, const float *x, float w, int d, double *sums)
+{
+    double v[DMAX + 1];
+#pragma unroll
+    for (int f = 0; f <= DMAX; f++)
+        v[f] = l < 0 ? 0.0 : f < d ? __dmul_rn((double)w, (double)x[f]) : f == d ? (double)w : 0.0;
+    const unsigned peers = __match_any_sync(0xffffffffu, l);
+    sum_peers<DMAX + 1>(peers, v, d + 1);
+    if (l >= 0 && (threadIdx.x & 31) == __ffs(peers) - 1)
+#pragma unroll
+        for (int f = 0; f <= DMAX; f++)
+            if (f <= d)
+                sums[l * (d + 1) + f] += v[f];
+    __syncwarp();
+}
+
+template <int DMAX>
+__global__ void __launch_bounds__(THREADS, DMAX <= 8 ? 3 : 1) k_part_screen(PartArgs a)
+{
+    constexpr int P = DMAX <= 8 ? 2 : 1;
+    extern __shared__ __align__(16) unsigned char smem[];
+    float *Cs = (float *)smem;
+    float *Ch = Cs + a.k * DMAX;
+    double *sums = (double *)(((uintptr_t)(Ch + a.k) + 7) & ~(uintptr_t)7);
+    __shared__ int rmax_bits;
+    if (a.state[1] != 0.0)
+        return;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, dc = a.d + 1, r = a.window / 2;
+    double *mine = sums + warp * a.k * dc;
+    for (int j = threadIdx.x; j < a.k * DMAX; j += THREADS)
+        Cs[j] = j % DMAX < a.d ? a.C[j / DMAX * a.d + j % DMAX] : 0.0f;
+    for (int j = threadIdx.x; j < (THREADS / 32) * a.k * dc; j += THREADS)
+        sums[j] = 0.0;
+    if (threadIdx.x == 0)
+        rmax_bits = 0;
+    __syncthreads();
+    for (int c = threadIdx.x; c < a.k; c += THREADS) {
+        float q = 0.0f;
+#pragma unroll
+        for (int f = 0; f < DMAX; f++)
+            q = __fmaf_rn(Cs[c * DMAX + f], Cs[c * DMAX + f], q);
+        Ch[c] = -0.5f * q;
+        atomicMax(&rmax_bits, __float_as_int(q)); /* q >= 0: its bits order as ints */
+    }
+    __syncthreads();
+    const float rmax2 = __int_as_float(rmax_bits), eps_coef = 12.0f * (float)(a.d + 2) * 0x1p-24f;
+    const long long stride = (long long)gridDim.x * THREADS;
+    for (long long base = (long long)blockIdx.x * THREADS + warp * 32; base < a.n; base += P * stride) {
+        float x[P][DMAX];
+        long long idx[P];
+        int l[P];
+#pragma unroll
+        for (int p = 0; p < P; p++) {
+            idx[p] = base + p * stride + lane;
+#pragma unroll
+            for (int f = 0; f < DMAX; f++)
+                x[p][f] = 0.0f;
+            if (idx[p] < a.n)
+                part_point<DMAX>(a, idx[p], x[p]);
+        }
+        screened_labels<DMAX, P>(x, Cs, Ch, a.k, rmax2, eps_coef, l);
+#pragma unroll
+        for (int p = 0; p < P; p++) {
+            float w = 1.0f;
+            if (idx[p] >= a.n || (a.mask && !a.mask[idx[p]]))
+                l[p] = -1;
+            else if (a.w)
+                w = a.w[idx[p]];
+            if (idx[p] < a.n) {
+                a.labels[idx[p]] = l[p];
+                if (a.next)
+                    a.next[idx[p] + (long long)r * a.cols] = l[p];
+            }
+            add_by_label<DMAX>(l[p], x[p], w, a.d, mine);
+        }
+    }
+    __syncthreads();
+    for (int j = threadIdx.x; j < a.k * dc; j += THREADS) {
+        double t = 0.0;
+        for (int w = 0; w < THREADS / 32; w++)
+            t += sums[w * a.k * dc + j];
+        a.partial[(long long)j * a.blocks + blockIdx.x] = t;
+    }
+}
+
 /* One warp per pair w = c (d + 1) + f: out[c d + f], or out[k d + c] for
  * the count; always 0: nothing once state's stop is set. */
 __global__ void k_part_sums(const double *partial, int blocks, int k, int d, double *out, const double *state,
@@ -232,6 +335,28 @@ void part_pick_d(part_fn *assign, part_fn *objective, size_t *smem, int k)
     *smem = part_smem<DMAX>(k);
 }
 
+template <int DMAX>
+void screen_pick_d(Plan *p)
+{
+    p->part_screen = k_part_screen<DMAX>;
+    p->part_screen_smem = part_screen_smem<DMAX>(p->s.desc.k, p->s.desc.d);
+}
+
+void screen_pick(Plan *p)
+{
+    const int d = p->s.desc.d;
+    if (d <= 4)
+        screen_pick_d<4>(p);
+    else if (d <= 8)
+        screen_pick_d<8>(p);
+    else if (d <= 16)
+        screen_pick_d<16>(p);
+    else if (d <= 32)
+        screen_pick_d<32>(p);
+    else
+        screen_pick_d<64>(p);
+}
+
 } // namespace
 
 namespace dk_cuda_kmeans {
@@ -267,9 +392,25 @@ dk_status part_plan(Plan *p, dk_msg *msg)
     p->part_blocks = (int)(part_tiles < part_resident ? part_tiles : part_resident);
     if (p->part_blocks < 1)
         p->part_blocks = 1;
+    /* k_part_screen where its warps' copies leave room for 2 blocks an SM */
+    screen_pick(p);
+    int screen_per_sm = 0;
+    if (p->part_screen_smem > 48 * 1024 ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&screen_per_sm, p->part_screen, THREADS,
+                                                      p->part_screen_smem) != cudaSuccess ||
+        screen_per_sm < 2) {
+        cudaGetLastError();
+        p->part_screen = nullptr;
+    } else {
+        const long long resident = (long long)screen_per_sm * dev->sm_count;
+        p->part_screen_blocks = (int)(part_tiles < resident ? part_tiles : resident);
+        if (p->part_screen_blocks < 1)
+            p->part_screen_blocks = 1;
+    }
+    const int most = p->part_blocks > p->part_screen_blocks ? p->part_blocks : p->part_screen_blocks;
     size_t pairs = (size_t)d.k * (d.d + 1) > 2 ? (size_t)d.k * (d.d + 1) : 2;
     void *pp = NULL;
-    CUDA_TRY(cudaMalloc(&pp, pairs * p->part_blocks * sizeof(double)), "allocating the kmeans partial sums");
+    CUDA_TRY(cudaMalloc(&pp, pairs * most * sizeof(double)), "allocating the kmeans partial sums");
     p->part_partial = (double *)pp;
     return DK_OK;
 }
@@ -292,17 +433,18 @@ PartArgs part_args(const Plan *p, const void *points, const void *mask, const vo
     a.k = d.k;
     a.window = d.window;
     a.blocks = p->part_blocks;
+    a.vec4 = a.x && p->s.stride_feature == 1 && p->s.stride_point % 4 == 0 && d.d % 4 == 0 &&
+             (uintptr_t)a.x % 16 == 0;
     a.lambda = (float)d.lambda;
     return a;
 }
 
-/* k_part_sums over the plan's block partials into sums (k d + k doubles);
- * nothing once state's stop is set */
-void part_sums_launch(const Plan *p, double *sums, const double *state)
+/* k_part_sums over the partials of `blocks` blocks into sums (k d + k
+ * doubles); nothing once state's stop is set */
+void part_sums_launch(const Plan *p, int blocks, double *sums, const double *state)
 {
     const dk_kmeans_desc &d = p->s.desc;
-    k_part_sums<<<d.k * (d.d + 1), 32, 0, p->dev->stream>>>(p->part_partial, p->part_blocks, d.k, d.d, sums, state,
-                                                            0);
+    k_part_sums<<<d.k * (d.d + 1), 32, 0, p->dev->stream>>>(p->part_partial, blocks, d.k, d.d, sums, state, 0);
 }
 
 void part_update_launch(const Plan *p, const double *sums, float *C, double *state)
@@ -343,8 +485,13 @@ dk_status assign_weighted(void *handle, const void *points, const void *mask, co
     a.next = next ? (int32_t *)((dk_cuda_buffer *)next)->ptr : nullptr;
     a.labels = labels ? (int32_t *)((dk_cuda_buffer *)labels)->ptr : nullptr;
     a.state = (const double *)((const dk_cuda_buffer *)state)->ptr;
-    p->part_assign<<<p->part_blocks, THREADS, p->part_smem, p->dev->stream>>>(a);
-    part_sums_launch(p, (double *)((dk_cuda_buffer *)sums)->ptr, a.state);
+    if (!a.prev && p->part_screen) {
+        a.blocks = p->part_screen_blocks;
+        p->part_screen<<<a.blocks, THREADS, p->part_screen_smem, p->dev->stream>>>(a);
+    } else {
+        p->part_assign<<<a.blocks, THREADS, p->part_smem, p->dev->stream>>>(a);
+    }
+    part_sums_launch(p, a.blocks, (double *)((dk_cuda_buffer *)sums)->ptr, a.state);
     CUDA_TRY(cudaGetLastError(), "queueing the kmeans assignment");
     return DK_OK;
 }
