@@ -1,7 +1,7 @@
 /* dakit cuda plugin, letkf: what the variants' files share.
  *
- * The LETKF (dakit/letkf.h) on the device; every variant solves a point's
- * local analysis on the device, one at a time per thread block or warp.
+ * The LETKF (dakit/letkf.h): every variant solves the points' local
+ * analyses on the device, a point at a time per thread block or warp.
  *
  * Plan (plan.cu): the grid points' positions, the sorted observations'
  * positions, their original indices and the buckets go to the device once,
