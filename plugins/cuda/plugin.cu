@@ -1,6 +1,6 @@
 /* dakit cuda plugin: the descriptor, device discovery, and device memory.
- * The algorithms live beside this file (gauss/, kmeans.cu, gbees/, enkf/,
- * letkf.cu). Only DK_PLUGIN_ENTRY is exported (-fvisibility=hidden plus the
+ * The algorithms live beside this file (gauss/, kmeans/, gbees/, enkf/,
+ * letkf/). Only DK_PLUGIN_ENTRY is exported (-fvisibility=hidden plus the
  * version script exports.map). */
 #include <stdlib.h>
 #include <string.h>
@@ -377,9 +377,9 @@ static dk_status cuda_buffer_copy_box(void *device, void *dst, const void *src, 
 }
 
 extern "C" const dk_enkf_ops dk_cuda_enkf_ops;     /* enkf/plan.cu */
-extern "C" const dk_kmeans_ops dk_cuda_kmeans_ops; /* kmeans.cu */
+extern "C" const dk_kmeans_ops dk_cuda_kmeans_ops; /* kmeans/plan.cu */
 extern "C" const dk_gbees_ops dk_cuda_gbees_ops;   /* gbees/plan.cu */
-extern "C" const dk_letkf_ops dk_cuda_letkf_ops;   /* letkf.cu */
+extern "C" const dk_letkf_ops dk_cuda_letkf_ops;   /* letkf/plan.cu */
 #ifdef DK_CUDA_HAVE_NCCL
 extern "C" const dk_comm_queue_ops dk_cuda_comm_queue_ops; /* comm.cu */
 extern "C" const dk_comm_ops dk_cuda_comm_ops;     /* comm.cu */

@@ -1,0 +1,258 @@
+/* dakit cuda plugin, letkf: what the variants' files share.
+ *
+ * The LETKF (dakit/letkf.h): every variant solves the points' local
+ * analyses on the device, a point at a time per thread block or warp.
+ *
+ * Plan (plan.cu): the grid points' positions, the sorted observations'
+ * positions, their original indices and the buckets go to the device once,
+ * and k_count (points.cu, with the bucket walk of k_points) counts every
+ * point's candidates (rho > 0), so the analysis knows the longest candidate
+ * list and sizes its lists (shared memory, or global scratch per block
+ * where they do not fit).
+ * Analysis: k_obs_space (plan.cu) writes Y (perturbations), departures and
+ * 1 / r in sorted order, float64 whatever the dtype; then the variant:
+ *   points.cu   "jacobi": k_points, one block per point: the bucket walk of
+ *               kit/letkf/local.h with an ordered compaction (the reference's
+ *               candidate order), the cap by rank (largest rho, ties to the
+ *               lower original index: the reference's set), A and b by 2 x 2
+ *               register tiles over chunks of gathered Y rows, cyclic Jacobi
+ *               with the round-robin (parallel) ordering (k/2 disjoint
+ *               rotations a step, each 2 x 2 block of A rotated on both sides
+ *               by one thread, so one step is two barriers), then w, the
+ *               transform of the point's row (a = W x through Q^T x, never
+ *               forming W), RTPP/RTPS. Above W_MAX_K members it is also what
+ *               "warp" runs, and it takes the points warp.cu leaves;
+ *   syevj.cu    "syevj": k_points' selection and A, b for a batch of points
+ *               written out, cuSOLVER's cusolverDnDsyevjBatched on the batch,
+ *               then k_points' finish;
+ *   warp.cu     "warp" (the default, up to W_MAX_K members): one warp per
+ *               point, k_warp_system (selection, A and b on the tensor
+ *               cores, Householder tridiagonalization), k_warp_ql
+ *               (warp_ql.cu: implicit QL, a thread per point), k_warp_finish.
+ * plan.cu lists the variants, picks one, holds the plan and the ops table.
+ * Every file is compiled without FMA contraction (-fmad=false; the products
+ * that want it call fma()), so a weight is the host's bit for bit where the
+ * positions are, and the cap picks the reference's set at ties. */
+#ifndef DAKIT_CUDA_LETKF_CUH
+#define DAKIT_CUDA_LETKF_CUH
+
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cusolverDn.h>
+
+#define DK_LETKF_FN __host__ __device__ static inline
+#include <dakit/letkf.h>
+#include "../cuda_internal.h"
+
+namespace dk_cuda_letkf {
+
+/* members up to this many (the Jacobi's A must fit a block's shared memory) */
+const int MAX_K = 128;
+const int MAX_VISITS = 81;
+const int WARPS_MAX = 8;
+
+/* Byte offsets of a block's shared memory; -1: not there (global scratch or unused). */
+struct Layout {
+    long long A, V, Y, WY, dch, xs, bs, ae, ze, ws, as, red, rc, rs, rt, scal;
+    long long lrho, srho; /* doubles */
+    long long pp, pq, vstart, vlen, voff, wcount, lidx, sidx; /* ints */
+    long long bytes;
+};
+
+struct Args {
+    dk_letkf_geometry geo;
+    const double *grid_pos; /* n x DK_LETKF_POS */
+    const double *obs_pos;  /* m x DK_LETKF_POS, sorted */
+    const int32_t *order;   /* m */
+    const uint64_t *ckey;   /* cells */
+    const int32_t *cstart;  /* cells + 1 */
+    long long cells;
+    const double *yp, *dep, *rinv; /* sorted order */
+    const void *xb;
+    void *xa;
+    int32_t *nobs;
+    double *spread;
+    long long i0, i1; /* the points [i0, i1) */
+    int k, kp, cap, ch;
+    long long lcap, scap; /* candidate and selection list capacities */
+    double g, rtpp, rtps;
+    Layout L;
+    /* global scratch per block (NULL where shared memory holds it) */
+    int32_t *g_lidx, *g_sidx;
+    double *g_lrho, *g_srho, *g_v;
+    /* syevj: A and b of the batch written out (build), Q, lambda read back (finish) */
+    double *bat_A, *bat_b, *bat_lam;
+    int *overflow;
+    /* MODE 0 over a list of points instead of [i0, i1) where set (the warp variant's leftovers) */
+    const int32_t *list;
+    const int *list_count;
+};
+
+/* One compiled body, never inlined, for the counting and every analysis
+ * kernel, so all see the same weights (each file's copy is the same text
+ * under the same flags). */
+static __device__ __noinline__ double obs_weight(const dk_letkf_geometry *g, const double *p, const double *q)
+{
+    double qq[DK_LETKF_POS];
+    for (int a = 0; a < DK_LETKF_POS; a++)
+        qq[a] = q[a];
+    return dk_letkf_weight(g, p, qq);
+}
+
+static __device__ long long find_cell(const uint64_t *keys, long long cells, uint64_t key)
+{
+    long long lo = 0, hi = cells;
+    while (lo < hi) {
+        long long mid = lo + (hi - lo) / 2;
+        if (keys[mid] < key)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < cells && keys[lo] == key ? lo : -1;
+}
+
+/* The sorted observation of candidate c (0 .. total): the visit holding it
+ * by binary search over the running offsets. */
+static __device__ __forceinline__ int candidate_obs(int c, const int *vstart, const int *voff, int visits)
+{
+    int lo = 0, hi = visits; /* voff[lo] <= c < voff[hi] */
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        if (voff[mid] <= c)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return vstart[lo] + (c - voff[lo]);
+}
+
+/* The cap: the candidates of rank below cap by (rho descending, original
+ * index ascending) into sidx/srho at their rank, the work dealt from
+ * thread t0 in steps of `step` (a block's threads or a warp's lanes). */
+static __device__ __forceinline__ void cap_by_rank(int t0, int step, int count, const int32_t *lidx,
+                                                   const double *lrho, const int32_t *order, int cap,
+                                                   int32_t *sidx, double *srho)
+{
+    for (int c = t0; c < count; c += step) {
+        double rc = lrho[c];
+        int32_t oc = order[lidx[c]];
+        int rank = 0;
+        for (int d = 0; d < count; d++) {
+            double rd = lrho[d];
+            rank += rd > rc || (rd == rc && order[lidx[d]] < oc);
+        }
+        if (rank < cap) {
+            sidx[rank] = lidx[c];
+            srho[rank] = rc;
+        }
+    }
+}
+
+/* the warp variant's (warp.cu, warp_ql.cu) */
+const int W_MAX_K = 64;  /* members the warp kernels take */
+
+struct WArgs {
+    dk_letkf_geometry geo;
+    const double *grid_pos, *obs_pos;
+    const int32_t *order;
+    const uint64_t *ckey;
+    const int32_t *cstart;
+    long long cells;
+    const double *yp, *dep, *rinv;
+    const void *xb;
+    void *xa;
+    int32_t *nobs;
+    double *spread;
+    long long i0, i1, batch; /* the batch's points [i0, i1); its arrays hold batch slots */
+    int k, kp, ld, cap, logcap;
+    long long lcap, scap;
+    double g, rtpp, rtps;
+    /* per warp (global): candidate list and capped selection */
+    int32_t *lidx, *sidx;
+    double *lrho, *srho;
+    /* per slot: reflectors (k x k: reflector j's v[r] at j * k + r for r > j + 1, tau_j at j * k + j) */
+    double *refl;
+    /* k x batch each, slot fastest: T's diagonal and subdiagonal, H^T x (then G y), H^T b */
+    double *td, *te, *tu, *tb;
+    double *xm, *xam; /* batch */
+    int32_t *failed;  /* batch: 1 where the jacobi kernel takes the point */
+    /* the QL log, each slot's own run: logcap packed rotations (pack_rotation),
+     * and sweepcap sweeps' rows (lo, hi: the rotations of rows hi - 1 down to lo) */
+    double *lv;
+    uint8_t *li;
+    int sweepcap;
+    int32_t *redo; /* n: points for the jacobi kernel */
+    int *redo_count;
+    int *overflow;
+};
+
+/* Where element l (of rows) of batch slot s lies in the batch's per-point
+ * arrays: 32 slots side by side, a group of 32 slots after another, so a
+ * warp's accesses are one 256-byte line and a slot's rows stay near. */
+static __device__ __forceinline__ long long wslot(long long s, int rows) { return (s >> 5) * 32LL * rows + (s & 31); }
+const int WS = 32; /* the stride between a slot's rows */
+
+struct Plan {
+    dk_cuda_device *dev;
+    dk_letkf_desc desc;
+    int syevj; /* the variant */
+    int warp;  /* the variant warp, with members <= W_MAX_K */
+    Args a;    /* what every launch shares */
+    int threads, blocks;
+    long long count_max;
+    double *d_grid_pos, *d_obs_pos, *d_yp, *d_dep, *d_rinv;
+    int32_t *d_order, *d_cstart, *d_count;
+    uint64_t *d_ckey;
+    int *d_overflow;
+    int32_t *d_lidx, *d_sidx, *d_nobs_tmp;
+    double *d_lrho, *d_srho, *d_v;
+    /* syevj */
+    long long batch;
+    double *d_batA, *d_batb, *d_batlam, *d_work;
+    int *d_info;
+    int lwork;
+    cusolverDnHandle_t solver;
+    syevjInfo_t params;
+    /* warp */
+    WArgs w;
+    int w_blocks;
+    size_t w_smem;
+    int32_t *d_wlidx, *d_wsidx, *d_wfailed, *d_redo;
+    double *d_wlrho, *d_wsrho, *d_refl, *d_td, *d_te, *d_tu, *d_tb, *d_wxm, *d_wxam, *d_lv;
+    uint8_t *d_li;
+};
+
+/* ---- between the files ---- */
+
+/* points.cu: k_count over the plan's points (p->d_count, the largest count
+ * into d_overflow[1]); the jacobi kernel's layout, chunk, blocks and global
+ * scratch; its shared-memory limit set again before a run (points_prepare);
+ * a launch of k_points in mode 0 (the whole analysis), 1 (selection, A and b
+ * to the syevj batch) or 2 (the analysis from the batch's eigenpairs) */
+dk_status count_candidates(Plan *p, dk_msg *msg);
+dk_status size_kernels(Plan *p, dk_msg *msg);
+template <typename T> dk_status points_prepare(const Plan *p, dk_msg *msg);
+template <typename T> dk_status launch_points(const Plan *p, const Args &a, int mode, int blocks, dk_msg *msg);
+
+/* syevj.cu: the batch and cuSOLVER's handle; the batches of a run */
+dk_status plan_syevj(Plan *p, dk_msg *msg);
+template <typename T> dk_status run_syevj(Plan *p, Args a, dk_msg *msg);
+
+/* warp.cu: the warp kernels' sizing, lists and batch; the batches of a run,
+ * then the points QL left by the jacobi kernel */
+dk_status plan_warp(Plan *p, dk_msg *msg);
+template <typename T> dk_status run_warp(Plan *p, Args a, dk_msg *msg);
+
+/* warp_ql.cu: k_warp_ql's shared-memory limit (before a run) and a launch
+ * over the batch's count points */
+dk_status warp_ql_prepare(const WArgs &w, dk_msg *msg);
+dk_status launch_warp_ql(const WArgs &w, long long count, cudaStream_t sm, dk_msg *msg);
+
+} // namespace dk_cuda_letkf
+
+#endif

@@ -1,0 +1,627 @@
+/* dakit cuda plugin, letkf: the variant "warp", the default up to W_MAX_K
+ * members: one warp per point, the eigenproblem by tridiagonalization and
+ * QL.
+ *
+ * A batch of points goes through three kernels:
+ *   k_warp_system  one warp per point: the selection (ballot compaction in
+ *                  the reference's order; the cap by rank), A and b (on the
+ *                  float64 tensor cores, 8 x 8 tiles), the Householder reduction A = H T H^T in the warp's shared
+ *                  memory, H^T x and H^T b; T, those two vectors and the
+ *                  reflectors go to the batch's arrays;
+ *   k_warp_ql      (warp_ql.cu) one thread per point: implicit QL on T (T = G L G^T),
+ *                  its rotations applied to the two vectors as they come and
+ *                  logged; then xam, y = f(L) G^T H^T x and G y by the log
+ *                  replayed backwards;
+ *   k_warp_finish  one warp per point: a = H (G y), RTPP/RTPS, xa, spread.
+ * Only W x and x . w are needed, never W itself, so no eigenvector is
+ * formed. A point whose QL does not converge or outgrows its log is left to
+ * the jacobi kernel (MODE 0 over a list), as are ensembles above W_MAX_K. */
+#include "letkf.cuh"
+
+using namespace dk_cuda_letkf;
+
+namespace {
+
+const int W_WARPS = 2;   /* warps a block of the warp kernels */
+const unsigned FULL = 0xffffffffu;
+
+/* The sum over the warp, the same bits in every lane (the butterfly adds
+ * the same pair in each lane of a pair). */
+__device__ __forceinline__ double warp_sum(double v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(FULL, v, o);
+    return v;
+}
+
+/* Per-warp shared memory, in doubles then ints. */
+struct WLayout {
+    int A, xs, bs, vs, ws; /* double offsets */
+    int vstart, voff;                  /* int offsets past the doubles */
+    int doubles, ints, bytes;
+};
+
+__host__ __device__ inline WLayout wlayout(int kp)
+{
+    WLayout L;
+    int o = 0;
+    L.A = o, o += kp * (kp + 1);
+    L.xs = o, o += kp;
+    L.bs = o, o += kp;
+    L.vs = o, o += kp;
+    L.ws = o, o += kp;
+    L.doubles = o;
+    L.vstart = 0;
+    L.voff = MAX_VISITS;
+    L.ints = 2 * MAX_VISITS + 2;
+    L.bytes = (L.doubles * 8 + L.ints * 4 + 15) / 16 * 16;
+    return L;
+}
+
+/* The observations of the point at pos (warp-wide): sorted positions in
+ * *idx, weights in *rho, in the reference's order, or by rank under the cap.
+ * gw: the warp's index among all warps (its global lists). */
+__device__ int warp_select(const WArgs &a, const dk_letkf_geometry *geo, const double *pos, int *vstart, int *voff,
+                           long long gw, const int32_t **idx, const double **rho)
+{
+    const int lane = threadIdx.x & 31;
+    int b[DK_LETKF_POS] = {0, 0, 0, 0};
+    for (int d = 0; d < geo->dims; d++)
+        b[d] = dk_letkf_cell(geo, d, pos[d]);
+    const int visits = dk_letkf_visits(geo);
+    for (int t = lane; t < visits; t += 32) {
+        dk_letkf_key_t key;
+        int s = 0, len = 0;
+        if (dk_letkf_visit_key(geo, b, t, &key)) {
+            long long c = find_cell(a.ckey, a.cells, key);
+            if (c >= 0) {
+                s = a.cstart[c];
+                len = a.cstart[c + 1] - s;
+            }
+        }
+        vstart[t] = s;
+        voff[t + 1] = len;
+    }
+    __syncwarp();
+    /* running offsets by a warp scan, 32 visits at a time */
+    int carry = 0;
+    for (int t0 = 0; t0 < visits; t0 += 32) {
+        const int t = t0 + lane;
+        int v = t < visits ? voff[t + 1] : 0;
+        for (int o = 1; o < 32; o <<= 1) {
+            int u = __shfl_up_sync(FULL, v, o);
+            if (lane >= o)
+                v += u;
+        }
+        if (t < visits)
+            voff[t + 1] = carry + v;
+        carry += __shfl_sync(FULL, v, 31);
+    }
+    if (lane == 0)
+        voff[0] = 0;
+    __syncwarp();
+    const int total = voff[visits];
+    int32_t *lidx = a.lidx + gw * a.lcap;
+    double *lrho = a.lrho + gw * a.lcap;
+    long long count = 0;
+    for (int base = 0; base < total; base += 32) {
+        int c = base + lane, j = -1;
+        double r = 0.0;
+        if (c < total) {
+            j = candidate_obs(c, vstart, voff, visits);
+            r = obs_weight(geo, pos, a.obs_pos + (long long)j * DK_LETKF_POS);
+        }
+        unsigned keep = __ballot_sync(FULL, r > 0.0);
+        long long at_ = count + __popc(keep & ((1u << lane) - 1u));
+        if (r > 0.0) {
+            if (at_ < a.lcap) {
+                lidx[at_] = j;
+                lrho[at_] = r;
+            } else
+                atomicExch(a.overflow, 1);
+        }
+        count += __popc(keep);
+    }
+    __syncwarp();
+    if (count > a.lcap)
+        count = a.lcap;
+    if (a.cap <= 0 || count <= a.cap) {
+        *idx = lidx;
+        *rho = lrho;
+        return (int)count;
+    }
+    /* the cap: each candidate's rank by (rho descending, original index ascending) */
+    int32_t *sidx = a.sidx + gw * a.scap;
+    double *srho = a.srho + gw * a.scap;
+    cap_by_rank(lane, 32, count, lidx, lrho, a.order, a.cap, sidx, srho);
+    __syncwarp();
+    *idx = sidx;
+    *rho = srho;
+    return a.cap;
+}
+
+/* D += A B on the tensor cores: one 8 x 8 x 4 float64 product a warp (A's
+ * element in each lane at row lane / 4, column lane % 4; B's at row lane % 4,
+ * column lane / 4; D's two at row lane / 4, columns 2 (lane % 4) + 0, 1). */
+__device__ __forceinline__ void mma_884(double *d, double a_, double b_)
+{
+    asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};\n"
+                 : "+d"(d[0]), "+d"(d[1])
+                 : "d"(a_), "d"(b_));
+}
+
+/* Selected row j's weight rho / r, departure and members 8 I + lane / 4
+ * (zeros past the selection and past k). */
+template <int T8>
+__device__ __forceinline__ void gather_rows(const WArgs &a, int j, int nsel, const int32_t *idx, const double *rho,
+                                            double *w, double *dep, double *y)
+{
+    const int r = (threadIdx.x & 31) >> 2, k = a.k;
+    long long row = 0;
+    if (j < nsel) {
+        row = idx[j];
+        *w = rho[j] * a.rinv[row];
+        *dep = a.dep[row];
+    }
+#pragma unroll
+    for (int I = 0; I < T8; I++) {
+        const int c = 8 * I + r;
+        y[I] = j < nsel && c < k ? a.yp[row * k + c] : 0.0;
+    }
+}
+
+/* A = sum_j rho_j / r_j Y_j Y_j^T (8 T8 x 8 T8 in shared memory, leading
+ * dimension ld, zero past k, both triangles) and b, four observations at a
+ * time: lane (q, r) = (lane % 4, lane / 4) loads observation q's members
+ * 8 I + r straight from the gathered ensemble, and each lower 8 x 8 tile of A
+ * is one tensor-core product a step, kept in registers until the end. */
+template <int T8>
+__device__ void warp_accumulate(const WArgs &a, double *A, double *bs, int nsel, const int32_t *idx, const double *rho)
+{
+    const int lane = threadIdx.x & 31, q = lane & 3, r = lane >> 2, ld = a.ld;
+    constexpr int TILES = T8 * (T8 + 1) / 2;
+    double acc[TILES][2], bp[T8];
+#pragma unroll
+    for (int t = 0; t < TILES; t++)
+        acc[t][0] = acc[t][1] = 0.0;
+#pragma unroll
+    for (int I = 0; I < T8; I++)
+        bp[I] = 0.0;
+    /* the next four rows are loaded while the tensor cores take these four */
+    double w = 0.0, dep = 0.0, y[T8];
+    gather_rows<T8>(a, q, nsel, idx, rho, &w, &dep, y);
+    for (int base = 0; base < nsel; base += 4) {
+        double wn = 0.0, depn = 0.0, yn[T8];
+        gather_rows<T8>(a, base + 4 + q, nsel, idx, rho, &wn, &depn, yn);
+        double wy[T8];
+#pragma unroll
+        for (int I = 0; I < T8; I++) {
+            wy[I] = w * y[I];
+            bp[I] = fma(wy[I], dep, bp[I]);
+        }
+        int t = 0;
+#pragma unroll
+        for (int I = 0; I < T8; I++)
+#pragma unroll
+            for (int J = 0; J <= I; J++)
+                mma_884(acc[t++], y[I], wy[J]);
+        w = wn, dep = depn;
+#pragma unroll
+        for (int I = 0; I < T8; I++)
+            y[I] = yn[I];
+    }
+    /* the lower triangle, mirrored (a diagonal tile's upper half is the same sum in another order: dropped) */
+    int t = 0;
+#pragma unroll
+    for (int I = 0; I < T8; I++)
+#pragma unroll
+        for (int J = 0; J <= I; J++, t++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int row = 8 * I + r, col = 8 * J + 2 * q + h;
+                if (row >= col) {
+                    A[row * ld + col] = acc[t][h];
+                    A[col * ld + row] = acc[t][h];
+                }
+            }
+#pragma unroll
+    for (int I = 0; I < T8; I++) {
+        double v = bp[I];
+        v += __shfl_xor_sync(FULL, v, 1);
+        v += __shfl_xor_sync(FULL, v, 2);
+        if (q == 0)
+            bs[8 * I + r] = v;
+    }
+    __syncwarp();
+}
+
+/* A (k x k, full, shared) = H T H^T, H = H_0 ... H_{k-3}, H_j = I - tau_j
+ * v_j v_j^T acting on rows j + 1 .. (v_j[j + 1] = 1): T's diagonal into d,
+ * its subdiagonal into e (global, element l at l * stride), v_j[r] for
+ * r > j + 1 kept in A[r][j] and tau_j in A[j][j + 1] (both outside what later
+ * steps touch). */
+__device__ void warp_tridiagonal(int k, int ld, double *A, double *vs, double *ws, double *d, double *e,
+                                 long long stride)
+{
+    const int lane = threadIdx.x & 31;
+    for (int j = 0; j < k - 2; j++) {
+        const int r0 = j + 1;
+        double sig = 0.0;
+        for (int r = r0 + 1 + lane; r < k; r += 32) {
+            double x = A[r * ld + j];
+            sig = fma(x, x, sig);
+        }
+        sig = warp_sum(sig);
+        const double alpha = A[r0 * ld + j];
+        if (lane == 0)
+            d[j * stride] = A[j * ld + j];
+        if (sig == 0.0) {
+            /* the column is reduced already: H_j = I */
+            if (lane == 0) {
+                e[j * stride] = alpha;
+                A[j * ld + r0] = 0.0;
+            }
+            continue;
+        }
+        const double norm = sqrt(fma(alpha, alpha, sig));
+        const double beta = alpha >= 0.0 ? -norm : norm;
+        const double tau = (beta - alpha) / beta, scale = 1.0 / (alpha - beta);
+        for (int r = r0 + lane; r < k; r += 32) {
+            double v = r == r0 ? 1.0 : A[r * ld + j] * scale;
+            vs[r] = v;
+            if (r > r0)
+                A[r * ld + j] = v;
+        }
+        if (lane == 0) {
+            e[j * stride] = beta;
+            A[j * ld + r0] = tau;
+        }
+        __syncwarp();
+        /* p = tau A22 v (column r of the symmetric A22 is its row r), w = p - (tau / 2)(p . v) v. The trailing
+         * block is S wide: lanes take its columns in groups of cw (8, 16 or 32) and its rows 32 / cw at a time,
+         * so a small block still keeps every lane busy. */
+        const int S = k - r0, cw = S <= 8 ? 8 : S <= 16 ? 16 : 32, rstep = 32 / cw;
+        const int lc = lane & (cw - 1), lr = lane / cw;
+        double pv = 0.0;
+        for (int c0 = r0; c0 < k; c0 += cw) {
+            const int c = c0 + lc;
+            double p0 = 0.0, p1 = 0.0;
+            if (c < k) {
+                int r = r0 + lr;
+                for (; r + rstep < k; r += 2 * rstep) {
+                    p0 = fma(A[r * ld + c], vs[r], p0);
+                    p1 = fma(A[(r + rstep) * ld + c], vs[r + rstep], p1);
+                }
+                if (r < k)
+                    p0 = fma(A[r * ld + c], vs[r], p0);
+            }
+            double p = p0 + p1;
+            for (int o = cw; o < 32; o <<= 1)
+                p += __shfl_xor_sync(FULL, p, o);
+            p *= tau;
+            if (c < k && lr == 0) {
+                ws[c] = p;
+                pv = fma(p, vs[c], pv);
+            }
+        }
+        pv = warp_sum(pv);
+        const double half = 0.5 * tau * pv;
+        for (int r = r0 + lane; r < k; r += 32)
+            ws[r] = fma(-half, vs[r], ws[r]);
+        __syncwarp();
+        /* A22 -= v w^T + w v^T */
+        for (int c0 = r0; c0 < k; c0 += cw) {
+            const int c = c0 + lc;
+            if (c >= k)
+                continue;
+            const double vc = vs[c], wc = ws[c];
+            int r = r0 + lr;
+            for (; r + rstep < k; r += 2 * rstep) {
+                const double v0 = vs[r], w0 = ws[r], v1 = vs[r + rstep], w1 = ws[r + rstep];
+                const double a0 = A[r * ld + c], a1 = A[(r + rstep) * ld + c];
+                A[r * ld + c] = a0 - fma(v0, wc, w0 * vc);
+                A[(r + rstep) * ld + c] = a1 - fma(v1, wc, w1 * vc);
+            }
+            if (r < k)
+                A[r * ld + c] -= fma(vs[r], wc, ws[r] * vc);
+        }
+        __syncwarp();
+    }
+    if (lane == 0) {
+        d[(k - 2) * stride] = A[(k - 2) * ld + k - 2];
+        d[(k - 1) * stride] = A[(k - 1) * ld + k - 1];
+        e[(k - 2) * stride] = A[(k - 1) * ld + k - 2];
+        e[(k - 1) * stride] = 0.0;
+    }
+    __syncwarp();
+}
+
+/* z <- H^T z = H_{k-3} ... H_0 z for the two shared vectors x and y, the
+ * reflectors as warp_tridiagonal left them in A. */
+__device__ void warp_reflect_t(int k, int ld, const double *A, double *x, double *y)
+{
+    const int lane = threadIdx.x & 31;
+    for (int j = 0; j < k - 2; j++) {
+        const double tau = A[j * ld + j + 1];
+        if (tau == 0.0)
+            continue;
+        double sx = 0.0, sy = 0.0;
+        for (int r = j + 1 + lane; r < k; r += 32) {
+            double v = r == j + 1 ? 1.0 : A[r * ld + j];
+            sx = fma(v, x[r], sx);
+            sy = fma(v, y[r], sy);
+        }
+        sx = warp_sum(sx) * tau;
+        sy = warp_sum(sy) * tau;
+        for (int r = j + 1 + lane; r < k; r += 32) {
+            double v = r == j + 1 ? 1.0 : A[r * ld + j];
+            x[r] = fma(-sx, v, x[r]);
+            y[r] = fma(-sy, v, y[r]);
+        }
+        __syncwarp();
+    }
+}
+
+/* six blocks a multiprocessor: the tridiagonal reduction is a chain of short
+ * steps, so more warps in flight hide it (at most 170 registers; 256 for
+ * the larger tiles of more than 40 members) */
+template <typename T, int T8> __global__ void __launch_bounds__(W_WARPS * 32, T8 <= 5 ? 6 : 4) k_warp_system(WArgs a)
+{
+    extern __shared__ __align__(16) char smem[];
+    __shared__ dk_letkf_geometry geo;
+    if (threadIdx.x == 0)
+        geo = a.geo;
+    __syncthreads();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x / 32, k = a.k;
+    const WLayout L = wlayout(a.kp);
+    double *base = (double *)(smem + (size_t)warp * L.bytes);
+    int *ib = (int *)(base + L.doubles);
+    double *A = base + L.A, *xs = base + L.xs, *bs = base + L.bs;
+    const long long gw = (long long)blockIdx.x * W_WARPS + warp, nw = (long long)gridDim.x * W_WARPS;
+    const long long cnt = a.i1 - a.i0;
+    const T *xb = (const T *)a.xb;
+    for (long long s = gw; s < cnt; s += nw) {
+        const long long i = a.i0 + s;
+        double pos[DK_LETKF_POS];
+        for (int d = 0; d < DK_LETKF_POS; d++)
+            pos[d] = a.grid_pos[i * DK_LETKF_POS + d];
+        const int32_t *idx;
+        const double *rho;
+        int nsel = warp_select(a, &geo, pos, ib + L.vstart, ib + L.voff, gw, &idx, &rho);
+        warp_accumulate<T8>(a, A, bs, nsel, idx, rho);
+        double xsum = 0.0;
+        for (int l = lane; l < k; l += 32) {
+            double x = (double)xb[i * k + l];
+            xs[l] = x;
+            xsum += x;
+        }
+        const double xm = warp_sum(xsum) / k;
+        for (int l = lane; l < k; l += 32)
+            xs[l] -= xm;
+        const long long o = wslot(s, k);
+        warp_tridiagonal(k, a.ld, A, base + L.vs, base + L.ws, a.td + o, a.te + o, WS);
+        warp_reflect_t(k, a.ld, A, xs, bs);
+        for (int l = lane; l < k; l += 32) {
+            a.tu[o + l * WS] = xs[l];
+            a.tb[o + l * WS] = bs[l];
+        }
+        double *R = a.refl + s * k * k;
+        for (int e = lane; e < k * k; e += 32) {
+            int j = e / k, r = e - j * k;
+            if (j < k - 2 && r > j + 1)
+                R[e] = A[r * a.ld + j];
+            else if (j < k - 2 && r == j)
+                R[e] = A[j * a.ld + j + 1];
+        }
+        if (lane == 0) {
+            a.xm[s] = xm;
+            if (a.nobs)
+                a.nobs[i] = nsel;
+        }
+        __syncwarp();
+    }
+}
+
+/* The system kernel for 8 t8 padded members. */
+template <typename T> const void *warp_system_of(int t8)
+{
+    switch (t8) {
+    case 1: return (const void *)k_warp_system<T, 1>;
+    case 2: return (const void *)k_warp_system<T, 2>;
+    case 3: return (const void *)k_warp_system<T, 3>;
+    case 4: return (const void *)k_warp_system<T, 4>;
+    case 5: return (const void *)k_warp_system<T, 5>;
+    case 6: return (const void *)k_warp_system<T, 6>;
+    case 7: return (const void *)k_warp_system<T, 7>;
+    default: return (const void *)k_warp_system<T, 8>;
+    }
+}
+
+template <typename T> __global__ void __launch_bounds__(W_WARPS * 32) k_warp_finish(WArgs a)
+{
+    __shared__ double sh[W_WARPS][2][W_MAX_K];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x / 32, k = a.k;
+    double *ys = sh[warp][0], *xs = sh[warp][1];
+    const long long gw = (long long)blockIdx.x * W_WARPS + warp, nw = (long long)gridDim.x * W_WARPS;
+    const long long cnt = a.i1 - a.i0;
+    const T *xb = (const T *)a.xb;
+    T *xa = (T *)a.xa;
+    for (long long s = gw; s < cnt; s += nw) {
+        if (a.failed[s])
+            continue;
+        const long long i = a.i0 + s;
+        const double xm = a.xm[s], xam = a.xam[s];
+        const double *R = a.refl + s * k * k;
+        for (int l = lane; l < k; l += 32) {
+            ys[l] = a.tu[wslot(s, k) + l * WS];
+            xs[l] = (double)xb[i * k + l] - xm;
+        }
+        __syncwarp();
+        for (int j = k - 3; j >= 0; j--) {
+            const double tau = R[j * k + j];
+            if (tau == 0.0)
+                continue;
+            double sy = 0.0;
+            for (int r = j + 1 + lane; r < k; r += 32)
+                sy = fma(r == j + 1 ? 1.0 : R[j * k + r], ys[r], sy);
+            sy = warp_sum(sy) * tau;
+            for (int r = j + 1 + lane; r < k; r += 32)
+                ys[r] = fma(-sy, r == j + 1 ? 1.0 : R[j * k + r], ys[r]);
+            __syncwarp();
+        }
+        double sb = 0.0, sa = 0.0;
+        for (int l = lane; l < k; l += 32) {
+            double v = ys[l];
+            if (a.rtpp > 0.0)
+                v = (1.0 - a.rtpp) * v + a.rtpp * xs[l];
+            ys[l] = v;
+            sb = fma(xs[l], xs[l], sb);
+            sa = fma(v, v, sa);
+        }
+        sb = sqrt(warp_sum(sb) / (k - 1));
+        sa = sqrt(warp_sum(sa) / (k - 1));
+        const double factor = a.rtps > 0.0 && sa > 0.0 ? 1.0 + a.rtps * (sb - sa) / sa : 1.0;
+        double mean = 0.0;
+        for (int l = lane; l < k; l += 32) {
+            double v = xam + factor * ys[l];
+            ys[l] = v;
+            mean += v;
+        }
+        mean = warp_sum(mean) / k;
+        double sp = 0.0;
+        for (int l = lane; l < k; l += 32)
+            sp += (ys[l] - mean) * (ys[l] - mean);
+        sp = warp_sum(sp);
+        if (lane == 0 && a.spread)
+            a.spread[i] = sqrt(sp / (k - 1));
+        for (int l = lane; l < k; l += 32)
+            xa[i * k + l] = (T)ys[l];
+        __syncwarp();
+    }
+}
+
+} // namespace
+
+namespace dk_cuda_letkf {
+
+/* The warp variant's kernels: shared memory, blocks, per-warp lists and the
+ * batch's arrays. Called after size_kernels (the jacobi kernel takes the
+ * leftovers). */
+dk_status plan_warp(Plan *p, dk_msg *msg)
+{
+    const Args &a = p->a;
+    WArgs &w = p->w;
+    const int k = a.k;
+    const long long n = (long long)p->desc.n;
+    memset(&w, 0, sizeof w);
+    w.geo = a.geo;
+    w.grid_pos = a.grid_pos, w.obs_pos = a.obs_pos, w.order = a.order;
+    w.ckey = a.ckey, w.cstart = a.cstart, w.cells = a.cells;
+    w.yp = a.yp, w.dep = a.dep, w.rinv = a.rinv;
+    /* the tensor-core tiles are 8 wide */
+    w.k = k, w.kp = (k + 7) / 8 * 8, w.ld = w.kp + 1, w.cap = a.cap;
+    w.lcap = a.lcap, w.scap = a.scap > 0 ? a.scap : 1;
+    w.g = a.g, w.rtpp = a.rtpp, w.rtps = a.rtps;
+    w.overflow = p->d_overflow;
+    w.redo_count = p->d_overflow + 3;
+    /* a QL iteration for eigenvalue l rotates at most k - 1 - l times; about k^2 / 2 in all is usual */
+    w.logcap = 3 * k * k / 2 + 64;
+    w.sweepcap = 4 * k + 16; /* about 1.5 QL iterations an eigenvalue is usual */
+    const WLayout L = wlayout(w.kp);
+    p->w_smem = (size_t)W_WARPS * L.bytes;
+    if (p->w_smem > p->dev->smem_optin - 1024) {
+        dk_msg_set(msg, "cuda letkf: the warp variant needs %zu bytes of shared memory a block; this device allows %zu",
+                   p->w_smem, p->dev->smem_optin - 1024);
+        return DK_ERR_NOT_IMPLEMENTED;
+    }
+    const void *kf = p->desc.dtype == DK_F32 ? warp_system_of<float>(w.kp / 8) : warp_system_of<double>(w.kp / 8);
+    CUDA_TRY(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)p->w_smem),
+             "setting the letkf warp kernel's shared memory");
+    int per_sm = 0;
+    CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kf, W_WARPS * 32, p->w_smem),
+             "the letkf warp kernel's occupancy");
+    if (per_sm < 1) {
+        dk_msg_set(msg, "cuda letkf: the warp kernel does not fit a multiprocessor with %zu bytes of shared memory",
+                   p->w_smem);
+        return DK_ERR_NOT_IMPLEMENTED;
+    }
+    p->w_blocks = per_sm * p->dev->sm_count;
+    const long long warps = (long long)p->w_blocks * W_WARPS;
+    CUDA_TRY(cudaMalloc((void **)&p->d_wlidx, (size_t)(warps * w.lcap) * sizeof(int32_t)), "the letkf warp lists");
+    CUDA_TRY(cudaMalloc((void **)&p->d_wlrho, (size_t)(warps * w.lcap) * sizeof(double)), "the letkf warp lists");
+    CUDA_TRY(cudaMalloc((void **)&p->d_wsidx, (size_t)(warps * w.scap) * sizeof(int32_t)), "the letkf warp lists");
+    CUDA_TRY(cudaMalloc((void **)&p->d_wsrho, (size_t)(warps * w.scap) * sizeof(double)), "the letkf warp lists");
+    const long long per_point = (long long)k * k * 8 + 4LL * k * 8 + 2 * 8 + 4 + (long long)w.logcap * 8 + 2LL * w.sweepcap;
+    /* the QL kernel is a thread a point: enough points for every multiprocessor's threads, in at most a quarter of
+     * the free memory (at least 1 GiB) */
+    size_t free_b = 0, total_b = 0;
+    CUDA_TRY(cudaMemGetInfo(&free_b, &total_b), "asking the device's free memory");
+    const long long budget = (long long)(free_b / 4 > (1ull << 30) ? free_b / 4 : (1ull << 30));
+    long long batch = (long long)p->dev->sm_count * 1024;
+    if (batch > budget / per_point)
+        batch = budget / per_point;
+    if (batch > n)
+        batch = n;
+    if (batch < 1)
+        batch = 1;
+    w.batch = batch;
+    /* rounded up to whole groups of 32 slots (wslot) */
+    const size_t bk = (size_t)((batch + 31) / 32 * 32 * k);
+    CUDA_TRY(cudaMalloc((void **)&p->d_refl, bk * k * sizeof(double)), "the letkf warp batch");
+    CUDA_TRY(cudaMalloc((void **)&p->d_td, bk * sizeof(double)), "the letkf warp batch");
+    CUDA_TRY(cudaMalloc((void **)&p->d_te, bk * sizeof(double)), "the letkf warp batch");
+    CUDA_TRY(cudaMalloc((void **)&p->d_tu, bk * sizeof(double)), "the letkf warp batch");
+    CUDA_TRY(cudaMalloc((void **)&p->d_tb, bk * sizeof(double)), "the letkf warp batch");
+    CUDA_TRY(cudaMalloc((void **)&p->d_wxm, (size_t)batch * sizeof(double)), "the letkf warp batch");
+    CUDA_TRY(cudaMalloc((void **)&p->d_wxam, (size_t)batch * sizeof(double)), "the letkf warp batch");
+    CUDA_TRY(cudaMalloc((void **)&p->d_wfailed, (size_t)batch * sizeof(int32_t)), "the letkf warp batch");
+    CUDA_TRY(cudaMalloc((void **)&p->d_lv, (size_t)batch * (size_t)w.logcap * sizeof(double)),
+             "the letkf warp rotation log");
+    CUDA_TRY(cudaMalloc((void **)&p->d_li, (size_t)batch * 2 * (size_t)w.sweepcap), "the letkf warp rotation log");
+    CUDA_TRY(cudaMalloc((void **)&p->d_redo, (size_t)n * sizeof(int32_t)), "the letkf warp leftovers");
+    w.lidx = p->d_wlidx, w.lrho = p->d_wlrho, w.sidx = p->d_wsidx, w.srho = p->d_wsrho;
+    w.refl = p->d_refl, w.td = p->d_td, w.te = p->d_te, w.tu = p->d_tu, w.tb = p->d_tb;
+    w.xm = p->d_wxm, w.xam = p->d_wxam, w.failed = p->d_wfailed;
+    w.lv = p->d_lv, w.li = p->d_li;
+    w.redo = p->d_redo;
+    return DK_OK;
+}
+
+template <typename T> dk_status run_warp(Plan *p, Args a, dk_msg *msg)
+{
+    cudaStream_t sm = p->dev->stream;
+    const long long n = (long long)p->desc.n;
+    CUDA_TRY(cudaFuncSetAttribute(warp_system_of<T>(p->w.kp / 8), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (int)p->w_smem),
+             "setting the letkf warp kernel's shared memory");
+    WArgs w = p->w;
+    dk_status st = warp_ql_prepare(w, msg);
+    if (st != DK_OK)
+        return st;
+    w.xb = a.xb, w.xa = a.xa, w.nobs = a.nobs, w.spread = a.spread;
+    CUDA_TRY(cudaMemsetAsync(w.redo_count, 0, sizeof(int), sm), "the letkf warp leftovers");
+    for (long long i0 = 0; i0 < n; i0 += w.batch) {
+        w.i0 = i0;
+        w.i1 = i0 + w.batch < n ? i0 + w.batch : n;
+        const long long count = w.i1 - w.i0;
+        const long long wb = (count + W_WARPS - 1) / W_WARPS;
+        const int blocks = (int)(wb < p->w_blocks ? wb : p->w_blocks);
+        void *args[] = {&w};
+        CUDA_TRY(cudaLaunchKernel(warp_system_of<T>(w.kp / 8), blocks, W_WARPS * 32, args, p->w_smem, sm),
+                 "launching the letkf warp system kernel");
+        CUDA_TRY(cudaGetLastError(), "launching the letkf warp system kernel");
+        if ((st = launch_warp_ql(w, count, sm, msg)) != DK_OK)
+            return st;
+        k_warp_finish<T><<<blocks, W_WARPS * 32, 0, sm>>>(w);
+        CUDA_TRY(cudaGetLastError(), "launching the letkf warp finishing kernel");
+    }
+    /* the points QL left (no convergence, or a longer log than planned) by the jacobi kernel */
+    a.list = p->d_redo;
+    a.list_count = w.redo_count;
+    return launch_points<T>(p, a, 0, p->blocks, msg);
+}
+
+template dk_status run_warp<float>(Plan *p, Args a, dk_msg *msg);
+template dk_status run_warp<double>(Plan *p, Args a, dk_msg *msg);
+
+} // namespace dk_cuda_letkf
