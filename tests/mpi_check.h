@@ -32,6 +32,22 @@ static uint64_t mpi_check_hash(const char *s)
     return h;
 }
 
+/* Opens one of the build's test plugins (one host "device" each): a
+ * DAKIT_DEVICE that picks this rank's GPU for the backend under test must
+ * not apply to them, so it is set aside for the call. */
+__attribute__((unused)) static dk_status open_test_plugin(const char *name, dk_context **ctx)
+{
+    const char *dev = getenv("DAKIT_DEVICE");
+    char *kept = dev ? strdup(dev) : NULL;
+    unsetenv("DAKIT_DEVICE");
+    dk_status st = dk_context_create(name, ctx);
+    if (kept) {
+        setenv("DAKIT_DEVICE", kept, 1);
+        free(kept);
+    }
+    return st;
+}
+
 /* A collective call that must fail on every rank with status want and the
  * same sentence, which contains `contains`. */
 __attribute__((unused)) static void expect_failure(const char *name, dk_status st, dk_status want, const char *contains)

@@ -688,7 +688,7 @@ static void bad_input(dk_context *ctx)
 
     /* a backend without enkf on the last rank */
     dk_context *other = NULL;
-    st = last ? dk_context_create("mpifaulty", &other) : DK_OK;
+    st = last ? open_test_plugin("mpifaulty", &other) : DK_OK;
     if (!all_ranks(st == DK_OK)) {
         if (rank == 0)
             printf("FAIL the test plugin mpifaulty could not be opened on the last rank (DAKIT_PLUGIN_PATH must "

@@ -503,7 +503,7 @@ static void bad_input(dk_context *ctx)
     const char *names[3] = {"nogauss", "mpifaulty", "mpihalofaulty"};
     for (int k = 0; k < 3; k++) {
         dk_context *other = NULL;
-        st = last ? dk_context_create(names[k], &other) : DK_OK;
+        st = last ? open_test_plugin(names[k], &other) : DK_OK;
         if (!all_ranks(st == DK_OK)) {
             if (rank == 0)
                 printf("FAIL the test plugin %s could not be opened on the last rank (DAKIT_PLUGIN_PATH must "
@@ -555,7 +555,7 @@ static void bad_input(dk_context *ctx)
 static void queued_path(void)
 {
     dk_context *q = NULL;
-    dk_status st = dk_context_create("mpiqueue", &q);
+    dk_status st = open_test_plugin("mpiqueue", &q);
     if (!all_ranks(st == DK_OK)) {
         if (rank == 0)
             printf("FAIL the test plugin mpiqueue could not be opened (DAKIT_PLUGIN_PATH must name the build's "
