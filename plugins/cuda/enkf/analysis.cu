@@ -373,7 +373,17 @@ dk_status dk_cuda_enkf::cov_rows(void *plan, const void *e, const dk_enkf_box *o
         k_widen<float><<<blocks_for(N * L, THREADS), THREADS, 0, st>>>((const float *)ep, p->e64, N * L);
     if ((rc = cov64(p, f32 ? p->e64 : (const double *)ep, p->pht64, NULL, msg)) != DK_OK)
         return rc;
-    if (count > 0) {
+    /* a box of whole rows of the window (slabs) is one run of pht64: a plain
+     * copy, without k_rows' divisions per value */
+    const bool run = own->hi[0] - own->lo[0] == 1 || (own->lo[1] == 0 && (long long)own->hi[1] == ny);
+    const double *first = p->pht64 + ((long long)own->lo[0] * ny + (long long)own->lo[1]) * M;
+    if (count > 0 && run) {
+        if (f32)
+            k_narrow<float><<<blocks_for(count * M, THREADS), THREADS, 0, st>>>(first, (float *)pp, count * M);
+        else
+            CUDA_TRY(cudaMemcpyAsync(pp, first, (size_t)(count * M) * sizeof(double), cudaMemcpyDeviceToDevice, st),
+                     "copying the covariance rows");
+    } else if (count > 0) {
         if (f32)
             k_rows<float><<<blocks_for(count * M, THREADS), THREADS, 0, st>>>(p->pht64, (float *)pp, M, count, *own, ny);
         else
