@@ -24,7 +24,8 @@
  *   ext_tile.cu  k_ext_tile: deriche and vyv staged through shared memory.
  * plan.cu picks the solver of each pass (plan_pass, plan_extended), makes
  * the plan and runs it, and holds the ops table; halo.cu holds
- * execute_halo (libdakit-mpi's split axes) and its kernels.
+ * execute_halo (libdakit-mpi's split axes) and its kernels, beside tile.cu's
+ * k_tile, which it runs on strided axes.
  * Variant "dp" (dynamic parallelism): the host launches a parent grid; each
  * parent thread launches, on the device, the child grid that filters its
  * slice of the blocks of the same kernel (reg, tile and gen).
@@ -66,6 +67,8 @@ struct Geo {
     int JT, KT;          /* a thread block: JT adjacent lines x KT items */
     i64 nj, nk;          /* ceil(inner / JT), ceil(ipl / KT) */
     i64 nblocks;         /* thread blocks of one pass (k_reg, k_gen) */
+    i64 lc, uc;          /* execute_halo's chunk modes: halo rows before and after the n box rows
+                            of the filtered line (item_span<true>) */
 };
 
 template <typename T> struct Coef {
@@ -75,7 +78,10 @@ template <typename T> struct Coef {
 };
 
 /* The item's kept span [ks, ke) and window [ws, we) on its line. W > 0: the
- * fixed window length of GEO_CHUNK. */
+ * fixed window length of GEO_CHUNK. HALO (chunk modes): on execute_halo's
+ * line of g.lc + n + g.uc rows, the box's rows from g.lc on (a template flag,
+ * so that the single-device kernels keep their code). */
+template <bool HALO = false>
 __host__ __device__ __forceinline__ void item_span(const Geo &g, i64 k, int W, i64 &ks, i64 &ke,
                                                    i64 &ws, i64 &we)
 {
@@ -86,20 +92,34 @@ __host__ __device__ __forceinline__ void item_span(const Geo &g, i64 k, int W, i
         ws = ks > g.m ? ks - g.m : 0;
         we = ke + g.m < g.n ? ke + g.m : g.n;
     } else {
-        ks = k * g.L;
-        ke = ks + g.L < g.n ? ks + g.L : g.n;
+        const i64 lc = HALO ? g.lc : 0, m = HALO ? g.lc + g.n + g.uc : g.n;
+        ks = lc + k * g.L;
+        ke = ks + g.L < lc + g.n ? ks + g.L : lc + g.n;
         if (g.mode == GEO_CHUNK) {
             ws = ks - g.h;
-            if (ws > g.n - W)
-                ws = g.n - W;
+            if (ws > m - W)
+                ws = m - W;
             if (ws < 0)
                 ws = 0;
             we = ws + W;
         } else {
             ws = ks > g.h ? ks - g.h : 0;
-            we = ke + g.h < g.n ? ke + g.h : g.n;
+            we = ke + g.h < m ? ke + g.h : m;
         }
     }
+}
+
+/* execute_halo's line (o, j) on a strided axis: row r of lower halo | box |
+ * upper halo (lc + n + uc rows), each part in its own buffer. */
+template <typename T>
+__host__ __device__ __forceinline__ const T *halo_at(const T *lo, const T *box, const T *up, i64 lc, i64 n, i64 uc,
+                                                     i64 inner, i64 o, i64 j, i64 r)
+{
+    if (r < lc)
+        return lo + (o * lc + r) * inner + j;
+    if (r < lc + n)
+        return box + (o * n + r - lc) * inner + j;
+    return up + (o * uc + r - lc - n) * inner + j;
 }
 
 /* Thread block b: the line (o, j) and item k of the calling thread. */
@@ -331,6 +351,7 @@ struct Plan {
     size_t halo_smem;
     i64 halo_L;
     void *halo_scratch;
+    Pass halo_tile; /* execute_halo's k_tile on a strided axis (PATH_TILE; W 0: none) */
 };
 
 inline i64 ceil_div(i64 a, i64 b) { return (a + b - 1) / b; }
@@ -406,6 +427,15 @@ extern const Solver solver_ext_tile; /* ext_tile.cu */
 /* ext_tile.cu: plans the extended pass for k_ext_tile where it applies;
  * false (the pass unchanged) where it does not. */
 bool plan_ext_tile(Plan *p, Pass *ps, i64 lines);
+
+/* tile.cu: execute_halo's k_tile on a strided axis, the line lower halo |
+ * box | upper halo staged row by row from its three buffers (ps: a PATH_TILE
+ * pass over the box's chunks, its window the plan's halo_W). prepare: sizes
+ * its tiles and persistent grid; false where the device cannot run it. */
+bool prepare_tile_halo(const Plan *p, Pass &ps);
+template <typename T>
+cudaError_t launch_tile_halo(const Pass &ps, i64 lc, i64 uc, const T *lo, const T *box, const T *up, T *dst,
+                             const Coef<T> &c, cudaStream_t st);
 
 /* halo.cu: execute_halo's kernel and buffers for the plan, and the entry. */
 dk_status plan_halo(Plan *p, dk_msg *msg);

@@ -1,6 +1,8 @@
 /* dakit cuda plugin, gauss: execute_halo, one axis of a box whose lines
  * go on in halos beside it (libdakit-mpi's split axes). The kernels, as the
- * single-device solvers they follow: k_halo_reg (k_reg's full windows),
+ * single-device solvers they follow: k_tile itself on a strided axis whose
+ * inner is a multiple of 32 (tile.cu: its rows staged from the three
+ * buffers), k_halo_reg (k_reg's full windows) on other strided axes,
  * k_halo_row (the same on the contiguous axis, staged as k_tile stages),
  * k_halo_gen (k_gen's shared-memory windows) and k_halo_line (a whole line
  * a thread); plan_halo picks one. */
@@ -24,11 +26,7 @@ template <typename T>
 __device__ __forceinline__ T halo_load(const T *__restrict__ lo, const T *__restrict__ box,
                                        const T *__restrict__ up, const HaloGeo &g, i64 o, i64 j, i64 i)
 {
-    if (i < g.lc)
-        return __ldg(lo + (o * g.lc + i) * g.inner + j);
-    if (i < g.lc + g.n)
-        return __ldg(box + (o * g.n + i - g.lc) * g.inner + j);
-    return __ldg(up + (o * g.uc + i - g.lc - g.n) * g.inner + j);
+    return __ldg(halo_at(lo, box, up, g.lc, g.n, g.uc, g.inner, o, j, i));
 }
 
 /* The line (o, j) and chunk k of thread id (k_halo_reg, k_halo_gen). */
@@ -222,6 +220,11 @@ dk_status execute_halo_t(Plan *p, const dk_gauss_halo *hl, const T *src, T *dst,
     cudaStream_t stream = p->dev->stream;
     const char *what = "the gauss halo kernel";
     const unsigned threads = 128;
+    if (p->halo_tile.W && ((uintptr_t)src | (uintptr_t)dst | (uintptr_t)lo | (uintptr_t)up) % 16 == 0) {
+        /* k_tile moves 16 bytes at a time; other memory takes k_halo_reg */
+        CUDA_TRY(launch_tile_halo(p->halo_tile, g.lc, g.uc, lo, src, up, dst, c, stream), what);
+        return dk_cuda_finish(p->dev, what, msg);
+    }
     if (!p->halo_W && p->halo_threads) {
         g.L = p->halo_L;
         g.nchunks = ceil_div(g.n, g.L);
@@ -266,7 +269,9 @@ dk_status execute_halo_t(Plan *p, const dk_gauss_halo *hl, const T *src, T *dst,
 
 /* execute_halo: windows of W in registers where the exact halo is shorter
  * than the box (setup.halo is then not clipped) and a compiled W keeps the
- * overhead W / (W - 2h) at most 3 (the least), else whole lines. */
+ * overhead W / (W - 2h) at most 3 (the least), staged by k_tile where the
+ * axis is strided with inner a multiple of 32; else k_halo_gen's windows in
+ * shared memory, else whole lines. */
 dk_status dk_cuda_gauss::plan_halo(Plan *p, dk_msg *msg)
 {
     const dk_gauss_desc *d = &p->setup.desc;
@@ -290,7 +295,35 @@ dk_status dk_cuda_gauss::plan_halo(Plan *p, dk_msg *msg)
         }
     p->halo_threads = 0;
     p->halo_smem = 0;
-    if (p->halo_W && dk_axis_view_of(d, a).inner == 1) {
+    const dk_axis_view v = dk_axis_view_of(d, a);
+    const char *forced = dk_tuning_string("DAKIT_GAUSS_CUDA_HALO");
+    if (p->halo_W && v.inner >= 32 && v.inner % 32 == 0 && !(forced && strcmp(forced, "reg") == 0)) {
+        /* k_tile's strided tiles: 32 adjacent lines by 4 chunks, as the
+         * single-device PATH_TILE; k_halo_reg where the device cannot take them */
+        Pass &ps = p->halo_tile;
+        memset(&ps, 0, sizeof ps);
+        ps.axis = a;
+        ps.path = PATH_TILE;
+        ps.W = p->halo_W;
+        ps.threads = 128;
+        Geo &g = ps.g;
+        g.n = n;
+        g.inner = (i64)v.inner;
+        g.outer = (i64)v.outer;
+        g.mode = GEO_CHUNK;
+        g.h = h;
+        g.L = p->halo_W - 2 * h;
+        g.ipl = ceil_div(n, g.L);
+        g.JT = 32;
+        g.KT = (int)ps.threads / 32;
+        g.nj = g.inner / 32;
+        g.nk = ceil_div(g.ipl, g.KT);
+        g.nblocks = g.nj * g.nk * g.outer;
+        if (!prepare_tile_halo(p, ps))
+            ps.W = 0;
+        return DK_OK;
+    }
+    if (p->halo_W && v.inner == 1) {
         /* k_halo_row: 128 chunks a block, fewer where their span would pass
          * the default 48 KB (32 chunks always fit: W <= 127) */
         const i64 L = p->halo_W - 2 * h;

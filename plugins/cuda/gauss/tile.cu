@@ -10,7 +10,11 @@
  * one tile per block, so they stage nothing ahead.
  * Applies (plan_pass) to exact mode's chunks wherever a compiled W keeps the
  * overhead W / L low, on the contiguous axis and on strided axes whose inner
- * is a multiple of 32. */
+ * is a multiple of 32. execute_halo (halo.cu) runs the strided k_tile on the
+ * line lower halo | box | upper halo, its rows staged from the three buffers
+ * (HaloSrc): the same windows as k_halo_reg, so the same bits. */
+#include <type_traits>
+
 #include "gauss.cuh"
 
 using namespace dk_cuda_gauss;
@@ -39,10 +43,11 @@ __device__ __forceinline__ i64 row_window(const Geo &g, int W, i64 q, i64 *keep_
  *     and writes back rows [K0, K1). */
 struct TileSpan {
     i64 A0, G1, K0, K1; /* contiguous: flat; strided: rows of the line */
-    i64 base;           /* strided: element (o, row 0, column jb*32) */
+    i64 base;           /* strided: element (o, box row 0, column jb*32) */
+    i64 o, col;         /* strided: the tile's outer index and first column jb*32 */
 };
 
-template <typename T, int W, bool STRIDED>
+template <typename T, int W, bool STRIDED, bool HALO = false>
 __device__ __forceinline__ TileSpan tile_span(const Geo &g, i64 t, i64 tq = blockDim.x)
 {
     constexpr int VEC = (int)(16 / sizeof(T));
@@ -60,15 +65,32 @@ __device__ __forceinline__ TileSpan tile_span(const Geo &g, i64 t, i64 tq = bloc
         i64 kb = r % g.nk, o = r / g.nk;
         i64 k0 = kb * g.KT, k1 = (k0 + g.KT < g.ipl ? k0 + g.KT : g.ipl) - 1;
         i64 ks, ke, ws, we;
-        item_span(g, k0, W, ks, ke, ws, we);
+        item_span<HALO>(g, k0, W, ks, ke, ws, we);
         s.A0 = ws;
         s.K0 = ks;
-        item_span(g, k1, W, ks, ke, ws, we);
+        item_span<HALO>(g, k1, W, ks, ke, ws, we);
         s.G1 = we;
         s.K1 = ke;
-        s.base = o * g.n * g.inner + jb * 32;
+        s.o = o;
+        s.col = jb * 32;
+        s.base = o * g.n * g.inner + s.col;
     }
     return s;
+}
+
+/* Stages rows [A0, G1) x 32 columns of a strided tile, laid out [row][column]:
+ * row r's 32 columns from row_at(r) on (16-byte aligned). */
+template <typename T, typename RowAt>
+__device__ __forceinline__ void stage_rows(const TileSpan &s, T *sm, const RowAt &row_at)
+{
+    constexpr int VEC = (int)(16 / sizeof(T));
+    constexpr int PER_ROW = 32 / VEC;
+    const i64 nvec = (s.G1 - s.A0) * PER_ROW;
+    for (i64 v = threadIdx.x; v < nvec; v += blockDim.x) {
+        const i64 r = s.A0 + v / PER_ROW;
+        const int c = (int)(v % PER_ROW) * VEC;
+        cp_async16(sm + (r - s.A0) * 32 + c, row_at(r) + c);
+    }
 }
 
 template <typename T, int W, bool STRIDED>
@@ -84,26 +106,35 @@ __device__ __forceinline__ void tile_stage(const T *__restrict__ src, const Geo 
         for (i64 i = s.A0 + nvec * VEC + threadIdx.x; i < s.G1; i += blockDim.x)
             cp_async_small<sizeof(T)>(sm + (i - s.A0), src + i);
     } else {
-        constexpr int PER_ROW = 32 / VEC;
-        const i64 nvec = (s.G1 - s.A0) * PER_ROW;
-        for (i64 v = threadIdx.x; v < nvec; v += blockDim.x) {
-            i64 r = v / PER_ROW;
-            int c = (int)(v % PER_ROW) * VEC;
-            cp_async16(sm + r * 32 + c, src + s.base + (s.A0 + r) * g.inner + c);
-        }
+        stage_rows(s, sm, [&](i64 r) { return src + s.base + r * g.inner; });
     }
+}
+
+/* execute_halo's source (strided axis): row r of the line lower halo | box |
+ * upper halo from the buffer it lies in. */
+template <typename T> struct HaloSrc {
+    const T *lo, *box, *up;
+};
+
+template <typename T, int W, bool STRIDED>
+__device__ __forceinline__ void tile_stage(const HaloSrc<T> &src, const Geo &g, const TileSpan &s, T *sm)
+{
+    static_assert(STRIDED, "execute_halo's k_tile stages rows of a strided axis");
+    stage_rows(s, sm, [&](i64 r) {
+        return halo_at(src.lo, src.box, src.up, g.lc, g.n, g.uc, g.inner, s.o, s.col, r);
+    });
 }
 
 /* Filters tile t, staged in sm, and writes its kept values to dst. drain:
  * first wait for this thread's pending copies (the next tile's staging may
- * read what this tile is about to overwrite). */
-template <typename T, int W, bool STRIDED>
+ * read what this tile is about to overwrite). HALO: item_span's. */
+template <typename T, int W, bool STRIDED, bool HALO = false>
 __device__ __forceinline__ void tile_filter(T *__restrict__ dst, const Geo &g, const Coef<T> &c,
                                             i64 t, T *sm, bool drain)
 {
     typedef typename Vec<T>::type V;
     constexpr int VEC = (int)(sizeof(V) / sizeof(T));
-    const TileSpan s = tile_span<T, W, STRIDED>(g, t);
+    const TileSpan s = tile_span<T, W, STRIDED, HALO>(g, t);
     T x[W];
     i64 off = 0; /* the window's first element in sm */
     i64 step = 1;
@@ -124,7 +155,7 @@ __device__ __forceinline__ void tile_filter(T *__restrict__ dst, const Geo &g, c
         active = k < g.ipl;
         if (active) {
             i64 ks, ke, ws, we;
-            item_span(g, k, W, ks, ke, ws, we);
+            item_span<HALO>(g, k, W, ks, ke, ws, we);
             off = (ws - s.A0) * 32 + jl;
             step = 32;
             a = (int)(ks - ws);
@@ -161,13 +192,14 @@ __device__ __forceinline__ void tile_filter(T *__restrict__ dst, const Geo &g, c
             vd[v] = vs[v];
         for (i64 i = h1 + nbody * VEC + threadIdx.x; i < s.K1; i += blockDim.x)
             dst[i] = sm[i - s.A0];
-    } else { /* rows [K0, K1) x 32 columns */
+    } else { /* rows [K0, K1) x 32 columns (HALO: the box's rows from g.lc on) */
         constexpr int PER_ROW = 32 / VEC;
+        const i64 lc = HALO ? g.lc : 0;
         const i64 nvec = (s.K1 - s.K0) * PER_ROW;
         for (i64 v = threadIdx.x; v < nvec; v += blockDim.x) {
             i64 r = s.K0 + v / PER_ROW;
             int cc = (int)(v % PER_ROW) * VEC;
-            *reinterpret_cast<V *>(dst + s.base + r * g.inner + cc) =
+            *reinterpret_cast<V *>(dst + s.base + (r - lc) * g.inner + cc) =
                 *reinterpret_cast<const V *>(sm + (r - s.A0) * 32 + cc);
         }
     }
@@ -175,28 +207,30 @@ __device__ __forceinline__ void tile_filter(T *__restrict__ dst, const Geo &g, c
 
 /* Exact mode, full windows of W: persistent blocks loop over tiles
  * [t_begin, t_end) with stride gridDim.x, two shared-memory buffers of `buf`
- * elements each, the next tile staged while the current one is filtered. */
-template <typename T, int W, bool STRIDED>
-__global__ void __launch_bounds__(128) k_tile(const T *__restrict__ src, T *__restrict__ dst,
-                                             Geo g, Coef<T> c, i64 t_begin, i64 t_end, i64 buf)
+ * elements each, the next tile staged while the current one is filtered.
+ * Src: the field (const T *) or execute_halo's three buffers (HaloSrc). */
+template <typename T, int W, bool STRIDED, typename Src = const T *>
+__global__ void __launch_bounds__(128) k_tile(Src src, T *__restrict__ dst, Geo g, Coef<T> c, i64 t_begin,
+                                             i64 t_end, i64 buf)
 {
+    constexpr bool HALO = !std::is_same<Src, const T *>::value;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T *bufs[2] = {reinterpret_cast<T *>(smem_raw), reinterpret_cast<T *>(smem_raw) + buf};
 
     i64 t = t_begin + blockIdx.x;
     int cur = 0;
     if (t < t_end)
-        tile_stage<T, W, STRIDED>(src, g, tile_span<T, W, STRIDED>(g, t), bufs[0]);
+        tile_stage<T, W, STRIDED>(src, g, tile_span<T, W, STRIDED, HALO>(g, t), bufs[0]);
     cp_commit();
     for (; t < t_end; t += gridDim.x) {
         const i64 tn = t + gridDim.x;
         if (tn < t_end)
-            tile_stage<T, W, STRIDED>(src, g, tile_span<T, W, STRIDED>(g, tn), bufs[cur ^ 1]);
+            tile_stage<T, W, STRIDED>(src, g, tile_span<T, W, STRIDED, HALO>(g, tn), bufs[cur ^ 1]);
         cp_commit();
         cp_wait_prev();
         __syncthreads();
 
-        tile_filter<T, W, STRIDED>(dst, g, c, t, bufs[cur], false);
+        tile_filter<T, W, STRIDED, HALO>(dst, g, c, t, bufs[cur], false);
         __syncthreads();
         cur ^= 1;
     }
@@ -252,16 +286,11 @@ __device__ __forceinline__ void tile_stage_ip(const T *src, const Geo &g, const 
             cp_async_small<sizeof(T)>(sm + (i - s.A0), from);
         }
     } else {
-        constexpr int PER_ROW = 32 / VEC;
-        const i64 nvec = (s.G1 - s.A0) * PER_ROW;
-        for (i64 v = threadIdx.x; v < nvec; v += blockDim.x) {
-            const i64 r = s.A0 + v / PER_ROW;
-            const int c = (int)(v % PER_ROW) * VEC;
-            const T *row = eleft && r < s.K0 ? eleft + (r - s.A0) * 32
-                           : eright && r >= s.K1 ? eright + (r - s.K1) * 32
-                                                 : src + s.base + r * g.inner;
-            cp_async16(sm + (r - s.A0) * 32 + c, row + c);
-        }
+        stage_rows(s, sm, [&](i64 r) {
+            return eleft && r < s.K0 ? eleft + (r - s.A0) * 32
+                   : eright && r >= s.K1 ? eright + (r - s.K1) * 32
+                                         : src + s.base + r * g.inner;
+        });
     }
 }
 
@@ -440,21 +469,23 @@ void size(const Plan *p, Pass *ps)
     }
 }
 
+/* Raises kernel's shared-memory limit to the pass's and counts the blocks of
+ * the pass that fit on one SM at once. */
+template <typename F> cudaError_t blocks_per_sm(F *kernel, const Pass &ps, int *per_sm)
+{
+    *per_sm = 0;
+    cudaError_t e = allow_smem(kernel, ps.smem);
+    return e != cudaSuccess ? e : cudaOccupancyMaxActiveBlocksPerMultiprocessor(per_sm, kernel, (int)ps.threads, ps.smem);
+}
+
 /* k_tile: raises the shared-memory limit and sizes the persistent grid to
  * the blocks that fit on the device at once. */
 template <typename T, int W, bool STRIDED> dk_status prepare_tile(Pass &ps, int sm_count, bool dp, dk_msg *msg)
 {
-    auto kernel = k_tile<T, W, STRIDED>;
-    auto kernel_ip = k_tile_ip<T, W, STRIDED>;
     const char *what = "setting a kernel's shared-memory limit";
-    CUDA_TRY(allow_smem(kernel, ps.smem), what);
-    CUDA_TRY(allow_smem(kernel_ip, ps.smem), what);
     int per_sm = 0, per_sm_ip = 0;
-    CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, (int)ps.threads, ps.smem),
-             what);
-    CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm_ip, kernel_ip, (int)ps.threads,
-                                                           ps.smem),
-             what);
+    CUDA_TRY(blocks_per_sm(k_tile<T, W, STRIDED>, ps, &per_sm), what);
+    CUDA_TRY(blocks_per_sm(k_tile_ip<T, W, STRIDED>, ps, &per_sm_ip), what);
     if (per_sm < 1 || per_sm_ip < 1)
         return dk_cuda_fail(msg, cudaErrorInvalidConfiguration, what);
     i64 resident = (i64)per_sm * sm_count;
@@ -543,3 +574,67 @@ const Solver dk_cuda_gauss::solver_tile = {
     .launch_f32 = launch<float>,
     .launch_f64 = launch<double>,
 };
+
+/* ---- execute_halo on a strided axis (halo.cu): k_tile with HaloSrc ---- */
+
+namespace {
+
+/* f(std::integral_constant<int, W>()) for a window W compiled for T. */
+template <typename T, typename F> cudaError_t with_window(int W, F f)
+{
+    switch (W) {
+#define X(w)                                                                                   \
+    case w:                                                                                    \
+        if constexpr (w_built<T>(w))                                                           \
+            return f(std::integral_constant<int, w>());                                        \
+        break;
+        DK_W_CASES(X)
+#undef X
+    }
+    return cudaErrorInvalidValue;
+}
+
+template <typename T> bool prepare_halo_t(const Plan *p, Pass &ps)
+{
+    int per_sm = 0;
+    const cudaError_t e = with_window<T>(ps.W, [&](auto w) {
+        return blocks_per_sm(k_tile<T, decltype(w)::value, true, HaloSrc<T>>, ps, &per_sm);
+    });
+    if (dk_cuda_failed(e) || per_sm < 1)
+        return false;
+    const i64 resident = (i64)per_sm * p->dev->sm_count;
+    ps.grid = ps.ntiles < resident ? ps.ntiles : resident;
+    return true;
+}
+
+} // namespace
+
+bool dk_cuda_gauss::prepare_tile_halo(const Plan *p, Pass &ps)
+{
+    size(p, &ps);
+    if (ps.smem > p->dev->smem_optin)
+        return false;
+    return p->setup.desc.dtype == DK_F32 ? prepare_halo_t<float>(p, ps) : prepare_halo_t<double>(p, ps);
+}
+
+template <typename T>
+cudaError_t dk_cuda_gauss::launch_tile_halo(const Pass &ps, i64 lc, i64 uc, const T *lo, const T *box, const T *up,
+                                            T *dst, const Coef<T> &c, cudaStream_t st)
+{
+    Geo g = ps.g;
+    g.lc = lc;
+    g.uc = uc;
+    const HaloSrc<T> src = {lo, box, up};
+    return with_window<T>(ps.W, [&](auto w) {
+        k_tile<T, decltype(w)::value, true, HaloSrc<T>>
+            <<<(unsigned)ps.grid, ps.threads, ps.smem, st>>>(src, dst, g, c, 0, ps.ntiles, ps.buf);
+        return cudaGetLastError();
+    });
+}
+
+template cudaError_t dk_cuda_gauss::launch_tile_halo<float>(const Pass &, i64, i64, const float *, const float *,
+                                                            const float *, float *, const Coef<float> &,
+                                                            cudaStream_t);
+template cudaError_t dk_cuda_gauss::launch_tile_halo<double>(const Pass &, i64, i64, const double *,
+                                                             const double *, const double *, double *,
+                                                             const Coef<double> &, cudaStream_t);
