@@ -145,8 +145,8 @@ __global__ void __launch_bounds__(THREADS) k_part_assign(PartArgs a)
 /* k_part_screen: the plain phase (no previous labels) as k_lloyd labels:
  * P points a thread with whole warps stepping together, screened_labels,
  * the points loaded 16 bytes at a time where the layout allows. Each warp
- * adds its lanes' weighted points by label (lanes with the same label
- * summed by shuffles, the lowest adding into the warp's own double copy in
+ * adds its lanes' weighted points by label in double (lanes with the same
+ * label summed by shuffles, the lowest adding into the warp's own copy in
  * shared memory: no atomics), and the block adds its warps' copies in warp
  * order into its partials, laid out as k_part_assign's. Used where the
  * warps' copies fit (part_screen_smem). */
@@ -157,25 +157,20 @@ size_t part_screen_smem(int k, int d)
     return floats * sizeof(float) + (size_t)(THREADS / 32) * k * (d + 1) * sizeof(double);
 }
 
-/* The lanes' weighted points and weights by label: summed across the
- * lanes in float (at most 32 terms, a tree of depth 5: a few units in the
- * last place of the group's sum, at half the shuffles of double), added
- * into the warp's double sums by the group's lowest lane. Every lane calls
- * it. */
 template <int DMAX>
 __device__ __forceinline__ void add_by_label(int l, const float *x, float w, int d, double *sums)
 {
-    float v[DMAX + 1];
+    double v[DMAX + 1];
 #pragma unroll
     for (int f = 0; f <= DMAX; f++)
-        v[f] = l < 0 ? 0.0f : f < d ? __fmul_rn(w, x[f]) : f == d ? w : 0.0f;
+        v[f] = l < 0 ? 0.0 : f < d ? __dmul_rn((double)w, (double)x[f]) : f == d ? (double)w : 0.0;
     const unsigned peers = __match_any_sync(0xffffffffu, l);
     sum_peers<DMAX + 1>(peers, v, d + 1);
     if (l >= 0 && (threadIdx.x & 31) == __ffs(peers) - 1)
 #pragma unroll
         for (int f = 0; f <= DMAX; f++)
             if (f <= d)
-                sums[l * (d + 1) + f] += (double)v[f];
+                sums[l * (d + 1) + f] += v[f];
     __syncwarp();
 }
 
