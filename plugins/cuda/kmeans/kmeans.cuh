@@ -260,14 +260,17 @@ static __device__ __forceinline__ void sum_peers(unsigned peers, T *v, int d)
     }
 }
 
+/* Point i's d features into x (zeros past d): 16 bytes at a time where
+ * vec4 says the rows allow it (point-major, d a multiple of 4, aligned). */
 template <int DMAX>
-static __device__ __forceinline__ void part_point(const PartArgs &a, long long i, float *x)
+static __device__ __forceinline__ void load_row(const float *X, long long sp, long long sf, int d, int vec4,
+                                                long long i, float *x)
 {
-    if (DMAX % 4 == 0 && a.vec4) {
-        const float4 *row = (const float4 *)(a.x + i * a.sp);
+    if (DMAX % 4 == 0 && vec4) {
+        const float4 *row = (const float4 *)(X + i * sp);
 #pragma unroll
         for (int q = 0; q < DMAX / 4; q++) {
-            const float4 v = 4 * q < a.d ? __ldg(row + q) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            const float4 v = 4 * q < d ? __ldg(row + q) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             x[4 * q] = v.x;
             x[4 * q + 1] = v.y;
             x[4 * q + 2] = v.z;
@@ -277,7 +280,29 @@ static __device__ __forceinline__ void part_point(const PartArgs &a, long long i
     }
 #pragma unroll
     for (int f = 0; f < DMAX; f++)
-        x[f] = f < a.d ? __ldg(a.x + i * a.sp + f * a.sf) : 0.0f;
+        x[f] = f < d ? __ldg(X + i * sp + f * sf) : 0.0f;
+}
+
+template <int DMAX>
+static __device__ __forceinline__ void part_point(const PartArgs &a, long long i, float *x)
+{
+    load_row<DMAX>(a.x, a.sp, a.sf, a.d, a.vec4, i, x);
+}
+
+/* screened_labels' per-centroid terms: Ch[c] = -|c|^2 / 2 for the rows of
+ * Cs, and the largest |c|^2 into *rmax_bits (as int bits: q >= 0 orders as
+ * ints). The block's threads share the rows; the caller syncs after. */
+template <int DMAX>
+static __device__ __forceinline__ void screen_terms(const float *Cs, float *Ch, int k, int *rmax_bits)
+{
+    for (int c = threadIdx.x; c < k; c += blockDim.x) {
+        float q = 0.0f;
+#pragma unroll
+        for (int f = 0; f < DMAX; f++)
+            q = __fmaf_rn(Cs[c * DMAX + f], Cs[c * DMAX + f], q);
+        Ch[c] = -0.5f * q;
+        atomicMax(rmax_bits, __float_as_int(q));
+    }
 }
 
 inline size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }

@@ -53,21 +53,7 @@ __device__ __forceinline__ unsigned long long globaltimer()
 template <int DMAX>
 __device__ __forceinline__ void load_point(const Args &a, long long i, float *x)
 {
-    if (DMAX % 4 == 0 && a.vec4) {
-        const float4 *row = (const float4 *)(a.x + i * a.sp);
-#pragma unroll
-        for (int q = 0; q < DMAX / 4; q++) {
-            float4 v = 4 * q < a.d ? __ldg(row + q) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            x[4 * q] = v.x;
-            x[4 * q + 1] = v.y;
-            x[4 * q + 2] = v.z;
-            x[4 * q + 3] = v.w;
-        }
-        return;
-    }
-#pragma unroll
-    for (int f = 0; f < DMAX; f++)
-        x[f] = f < a.d ? __ldg(a.x + i * a.sp + f * a.sf) : 0.0f;
+    load_row<DMAX>(a.x, a.sp, a.sf, a.d, a.vec4, i, x);
 }
 
 /* Adds the lane's point x (label l, -1 for none) into the partial sums:
@@ -226,14 +212,7 @@ __global__ void __launch_bounds__(THREADS, DMAX <= 8 ? 3 : 1) k_lloyd(Args a)
         __syncthreads();
         float rmax2 = 0.0f;
         if (SCREEN && !CONTIG) {
-            for (int c = threadIdx.x; c < a.k; c += blockDim.x) {
-                float q = 0.0f;
-#pragma unroll
-                for (int f = 0; f < DMAX; f++)
-                    q = __fmaf_rn(Cs[c * DMAX + f], Cs[c * DMAX + f], q);
-                Ch[c] = -0.5f * q;
-                atomicMax(&rmax_bits, __float_as_int(q)); /* q >= 0: its bits order as ints */
-            }
+            screen_terms<DMAX>(Cs, Ch, a.k, &rmax_bits);
             __syncthreads();
             rmax2 = __int_as_float(rmax_bits);
         }

@@ -194,14 +194,7 @@ __global__ void __launch_bounds__(THREADS, DMAX <= 8 ? 3 : 1) k_part_screen(Part
     if (threadIdx.x == 0)
         rmax_bits = 0;
     __syncthreads();
-    for (int c = threadIdx.x; c < a.k; c += THREADS) {
-        float q = 0.0f;
-#pragma unroll
-        for (int f = 0; f < DMAX; f++)
-            q = __fmaf_rn(Cs[c * DMAX + f], Cs[c * DMAX + f], q);
-        Ch[c] = -0.5f * q;
-        atomicMax(&rmax_bits, __float_as_int(q)); /* q >= 0: its bits order as ints */
-    }
+    screen_terms<DMAX>(Cs, Ch, a.k, &rmax_bits);
     __syncthreads();
     const float rmax2 = __int_as_float(rmax_bits), eps_coef = 12.0f * (float)(a.d + 2) * 0x1p-24f;
     const long long stride = (long long)gridDim.x * THREADS;
