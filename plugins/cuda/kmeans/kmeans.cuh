@@ -323,7 +323,7 @@ struct Plan {
     size_t part_smem;
     int part_blocks;
     /* the plain phase where its warps' double sums fit (else NULL) */
-    part_fn part_screen;
+    part_fn part_screen, part_screen_w; /* without and with sample weights */
     size_t part_screen_smem;
     int part_screen_blocks;
     double *part_partial; /* part_blocks * max(k (d + 1), 2) */

@@ -149,7 +149,9 @@ __global__ void __launch_bounds__(THREADS) k_part_assign(PartArgs a)
  * label summed by shuffles, the lowest adding into the warp's own copy in
  * shared memory: no atomics), and the block adds its warps' copies in warp
  * order into its partials, laid out as k_part_assign's. Used where the
- * warps' copies fit (part_screen_smem). */
+ * warps' copies fit (part_screen_smem). W: with sample weights; without,
+ * a group's count is its size and only the features are shuffled. Four
+ * blocks an SM for d <= 8 (64 registers, no spills). */
 template <int DMAX>
 size_t part_screen_smem(int k, int d)
 {
@@ -157,25 +159,31 @@ size_t part_screen_smem(int k, int d)
     return floats * sizeof(float) + (size_t)(THREADS / 32) * k * (d + 1) * sizeof(double);
 }
 
-template <int DMAX>
+template <int DMAX, bool W>
 __device__ __forceinline__ void add_by_label(int l, const float *x, float w, int d, double *sums)
 {
-    double v[DMAX + 1];
+    /* W: the weighted features and the weights' sum go through the
+     * shuffles; else the features alone, the count being the group's size */
+    constexpr int V = W ? DMAX + 1 : DMAX;
+    double v[V];
 #pragma unroll
-    for (int f = 0; f <= DMAX; f++)
-        v[f] = l < 0 ? 0.0 : f < d ? __dmul_rn((double)w, (double)x[f]) : f == d ? (double)w : 0.0;
+    for (int f = 0; f < V; f++)
+        v[f] = l < 0 ? 0.0 : f < d ? (W ? __dmul_rn((double)w, (double)x[f]) : (double)x[f]) : f == d ? (double)w : 0.0;
     const unsigned peers = __match_any_sync(0xffffffffu, l);
-    sum_peers<DMAX + 1>(peers, v, d + 1);
-    if (l >= 0 && (threadIdx.x & 31) == __ffs(peers) - 1)
+    sum_peers<V>(peers, v, W ? d + 1 : d);
+    if (l >= 0 && (threadIdx.x & 31) == __ffs(peers) - 1) {
 #pragma unroll
-        for (int f = 0; f <= DMAX; f++)
-            if (f <= d)
+        for (int f = 0; f < V; f++)
+            if (f < d || (W && f == d))
                 sums[l * (d + 1) + f] += v[f];
+        if (!W)
+            sums[l * (d + 1) + d] += (double)__popc(peers);
+    }
     __syncwarp();
 }
 
-template <int DMAX>
-__global__ void __launch_bounds__(THREADS, DMAX <= 8 ? 3 : 1) k_part_screen(PartArgs a)
+template <int DMAX, bool W>
+__global__ void __launch_bounds__(THREADS, DMAX <= 8 ? 4 : 1) k_part_screen(PartArgs a)
 {
     constexpr int P = DMAX <= 8 ? 2 : 1;
     extern __shared__ __align__(16) unsigned char smem[];
@@ -217,14 +225,14 @@ __global__ void __launch_bounds__(THREADS, DMAX <= 8 ? 3 : 1) k_part_screen(Part
             float w = 1.0f;
             if (idx[p] >= a.n || (a.mask && !a.mask[idx[p]]))
                 l[p] = -1;
-            else if (a.w)
+            else if (W)
                 w = a.w[idx[p]];
             if (idx[p] < a.n) {
                 a.labels[idx[p]] = l[p];
                 if (a.next)
                     a.next[idx[p] + (long long)r * a.cols] = l[p];
             }
-            add_by_label<DMAX>(l[p], x[p], w, a.d, mine);
+            add_by_label<DMAX, W>(l[p], x[p], w, a.d, mine);
         }
     }
     __syncthreads();
@@ -331,7 +339,8 @@ void part_pick_d(part_fn *assign, part_fn *objective, size_t *smem, int k)
 template <int DMAX>
 void screen_pick_d(Plan *p)
 {
-    p->part_screen = k_part_screen<DMAX>;
+    p->part_screen = k_part_screen<DMAX, false>;
+    p->part_screen_w = k_part_screen<DMAX, true>;
     p->part_screen_smem = part_screen_smem<DMAX>(p->s.desc.k, p->s.desc.d);
 }
 
@@ -385,15 +394,18 @@ dk_status part_plan(Plan *p, dk_msg *msg)
     p->part_blocks = (int)(part_tiles < part_resident ? part_tiles : part_resident);
     if (p->part_blocks < 1)
         p->part_blocks = 1;
-    /* k_part_screen where its warps' copies leave room for 2 blocks an SM */
+    /* k_part_screen where its warps' copies leave room for 2 blocks an SM
+     * (both kinds: the grid is sized for the one of fewer) */
     screen_pick(p);
-    int screen_per_sm = 0;
+    int screen_per_sm = 0, weighted_per_sm = 0;
     if (p->part_screen_smem > 48 * 1024 ||
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&screen_per_sm, p->part_screen, THREADS,
                                                       p->part_screen_smem) != cudaSuccess ||
-        screen_per_sm < 2) {
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&weighted_per_sm, p->part_screen_w, THREADS,
+                                                      p->part_screen_smem) != cudaSuccess ||
+        (screen_per_sm = screen_per_sm < weighted_per_sm ? screen_per_sm : weighted_per_sm) < 2) {
         cudaGetLastError();
-        p->part_screen = nullptr;
+        p->part_screen = p->part_screen_w = nullptr;
     } else {
         const long long resident = (long long)screen_per_sm * dev->sm_count;
         p->part_screen_blocks = (int)(part_tiles < resident ? part_tiles : resident);
@@ -480,7 +492,7 @@ dk_status assign_weighted(void *handle, const void *points, const void *mask, co
     a.state = (const double *)((const dk_cuda_buffer *)state)->ptr;
     if (!a.prev && p->part_screen) {
         a.blocks = p->part_screen_blocks;
-        p->part_screen<<<a.blocks, THREADS, p->part_screen_smem, p->dev->stream>>>(a);
+        (a.w ? p->part_screen_w : p->part_screen)<<<a.blocks, THREADS, p->part_screen_smem, p->dev->stream>>>(a);
     } else {
         p->part_assign<<<a.blocks, THREADS, p->part_smem, p->dev->stream>>>(a);
     }
