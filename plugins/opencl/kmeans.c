@@ -5,8 +5,8 @@
  * kernels of an iteration after convergence do nothing), with tol <= 0 not
  * at all. One blocking read at the end brings the result. Plain k-means
  * with k > DK_KMEANS_MAX_K runs the km_big_* kernels instead (centroids in
- * tiles through local memory), and the seeding's distance pass is
- * km_seed_distance. */
+ * tiles through local memory), as do its phases and sample weights
+ * (km_big_part_*), and the seeding's distance pass is km_seed_distance. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +34,7 @@ typedef struct kmeans_plan {
     cl_kernel tex_planes, tex_features, tex_stats, tex_standardize, tex_init; /* texture plans only */
     cl_kernel part_assign, part_objective, part_sums, part_update; /* the phases (kmeans.h) */
     cl_kernel big_assign, big_sums, big_objective; /* k > DK_KMEANS_MAX_K, plain */
+    cl_kernel big_part_assign, big_part_sums, big_part_objective; /* k > DK_KMEANS_MAX_K: the phases */
     cl_kernel seed;        /* km_seed_distance */
     int big;               /* the km_big_* kernels run the iterations */
     int big_rows;          /* centroid rows per local-memory tile of km_big_assign */
@@ -64,7 +65,8 @@ static void plan_destroy(void *handle)
     cl_kernel ks[] = {p->first,      p->assign,       p->update,    p->objective,       p->tex_planes,
                       p->tex_features, p->tex_stats, p->tex_standardize, p->tex_init,
                       p->part_assign,  p->part_objective, p->part_sums, p->part_update,
-                      p->big_assign,   p->big_sums,   p->big_objective, p->seed};
+                      p->big_assign,   p->big_sums,   p->big_objective, p->seed,
+                      p->big_part_assign, p->big_part_sums, p->big_part_objective};
     for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++)
         if (ks[i])
             clReleaseKernel(ks[i]);
@@ -195,9 +197,10 @@ static dk_status plan_create(void *device, const dk_kmeans_setup *setup, void **
 
     /* the kernels for this many features, then the fixed ones; the texture kernels last, made for texture plans only */
     static const char *const per_d[] = {"km_first_labels", "km_assign", "km_objective", "km_part_assign",
-                                        "km_part_objective", "km_big_assign", "km_big_sums", "km_big_objective"};
-    char names[8][40];
-    for (int i = 0; i < 8; i++)
+                                        "km_part_objective", "km_big_assign", "km_big_sums", "km_big_objective",
+                                        "km_big_part_assign", "km_big_part_sums", "km_big_part_objective"};
+    char names[11][40];
+    for (int i = 0; i < 11; i++)
         snprintf(names[i], sizeof names[i], "%s_%d", per_d[i], p->dm);
     struct {
         cl_kernel *k;
@@ -213,14 +216,17 @@ static dk_status plan_create(void *device, const dk_kmeans_setup *setup, void **
                    {&p->big_assign, names[5]},
                    {&p->big_sums, names[6]},
                    {&p->big_objective, names[7]},
+                   {&p->big_part_assign, names[8]},
+                   {&p->big_part_sums, names[9]},
+                   {&p->big_part_objective, names[10]},
                    {&p->seed, "km_seed_distance"},
                    {&p->tex_planes, "km_tex_planes"},
                    {&p->tex_features, "km_tex_features"},
                    {&p->tex_stats, "km_tex_stats"},
                    {&p->tex_standardize, "km_tex_standardize"},
                    {&p->tex_init, "km_tex_init"}};
-    const int nkernels = texture ? 17 : 12;
-    cl_kernel sized[17];
+    const int nkernels = texture ? 20 : 15;
+    cl_kernel sized[20];
     for (int i = 0; i < nkernels; i++) {
         cl_int err;
         *kernels[i].k = clCreateKernel(prog, kernels[i].name, &err);
@@ -550,12 +556,6 @@ static dk_status assign_weighted(void *handle, const void *points, const void *m
     kmeans_plan *p = handle;
     dk_opencl_device *dev = p->dev;
     const dk_kmeans_desc *d = &p->s.desc;
-    if (p->big) {
-        dk_msg_set(msg, "opencl kmeans: the phases and sample weights take k <= %d with every centroid in local "
-                        "memory (k = %d, d = %d here)",
-                   DK_KMEANS_MAX_K, d->k, d->d);
-        return DK_ERR_NOT_IMPLEMENTED;
-    }
     dk_status st = dk_opencl_enter(dev, msg);
     if (st != DK_OK)
         return st;
@@ -598,11 +598,39 @@ static dk_status assign_weighted(void *handle, const void *points, const void *m
     karg sa[] = {{sizeof p->partial, &p->partial}, {sizeof groups, &groups}, {sizeof k, &k},
                  {sizeof dd, &dd},                 {sizeof sums, &sums},     {sizeof state, &state},
                  {sizeof always, &always},         {UG * sizeof(double), NULL}};
-    cl_int err = set_args(p->part_assign, aa, 22);
+    cl_int err;
+    if (p->big) {
+        /* labels, then each group's partials of its chunk: no contiguity here (plan_create) */
+        cl_int rows = p->big_rows;
+        karg ba[] = {{sizeof X, &X},         {sizeof mask, &mask},   {sizeof has_mask, &has_mask},
+                     {sizeof C, &C},         {sizeof labels, &labels}, {sizeof state, &state},
+                     {sizeof p->shape, &p->shape}, {sizeof vec4, &vec4}, {sizeof rows, &rows},
+                     {(size_t)rows * p->dm * sizeof(float), NULL}};
+        karg bs[] = {{sizeof X, &X},
+                     {sizeof labels, &labels},
+                     {sizeof p->partial, &p->partial},
+                     {sizeof state, &state},
+                     {sizeof p->shape, &p->shape},
+                     {sizeof vec4, &vec4},
+                     {sizeof tile, &tile},
+                     {(size_t)tile * (p->dm + 1) * sizeof(float), NULL},
+                     {(size_t)tile * sizeof(cl_int), NULL},
+                     {sizeof wts, &wts},
+                     {sizeof has_w, &has_w}};
+        err = set_args(p->big_part_assign, ba, 10);
+        if (err == CL_SUCCESS)
+            err = set_args(p->big_part_sums, bs, 11);
+        if (err == CL_SUCCESS)
+            err = clEnqueueNDRangeKernel(dev->queue, p->big_part_assign, 1, NULL, &wide, &G, 0, NULL, NULL);
+        if (err == CL_SUCCESS)
+            err = clEnqueueNDRangeKernel(dev->queue, p->big_part_sums, 1, NULL, &wide, &G, 0, NULL, NULL);
+    } else {
+        err = set_args(p->part_assign, aa, 22);
+        if (err == CL_SUCCESS)
+            err = clEnqueueNDRangeKernel(dev->queue, p->part_assign, 1, NULL, &wide, &G, 0, NULL, NULL);
+    }
     if (err == CL_SUCCESS)
         err = set_args(p->part_sums, sa, 8);
-    if (err == CL_SUCCESS)
-        err = clEnqueueNDRangeKernel(dev->queue, p->part_assign, 1, NULL, &wide, &G, 0, NULL, NULL);
     if (err == CL_SUCCESS)
         err = clEnqueueNDRangeKernel(dev->queue, p->part_sums, 1, NULL, &pairs_global, &UG, 0, NULL, NULL);
     CL_TRY(err, "kmeans: enqueueing the assignment and its sums");
@@ -641,12 +669,6 @@ static dk_status objective_weighted(void *handle, const void *points, const void
     kmeans_plan *p = handle;
     dk_opencl_device *dev = p->dev;
     const dk_kmeans_desc *d = &p->s.desc;
-    if (p->big) {
-        dk_msg_set(msg, "opencl kmeans: the phases and sample weights take k <= %d with every centroid in local "
-                        "memory (k = %d, d = %d here)",
-                   DK_KMEANS_MAX_K, d->k, d->d);
-        return DK_ERR_NOT_IMPLEMENTED;
-    }
     dk_status st = dk_opencl_enter(dev, msg);
     if (st != DK_OK)
         return st;
@@ -658,16 +680,21 @@ static dk_status objective_weighted(void *handle, const void *points, const void
     cl_int one = 1;
     const cl_ulong groups = p->groups;
     const size_t G = p->group, UG = p->update_group, wide = p->groups * G, two = 2 * UG;
+    /* the big kernel reads the centroid rows from global memory */
     karg oa[] = {{sizeof X, &X},         {sizeof labels, &labels}, {sizeof C, &C},
                  {sizeof p->obj, &p->obj}, {sizeof p->shape, &p->shape}, {sizeof vec4, &vec4},
                  {(size_t)d->k * p->dm * sizeof(float), NULL}, {G * sizeof(double), NULL},
                  {sizeof wts, &wts},       {sizeof has_w, &has_w}};
+    karg ba[] = {{sizeof X, &X},           {sizeof labels, &labels},     {sizeof C, &C},
+                 {sizeof p->obj, &p->obj}, {sizeof p->shape, &p->shape}, {sizeof vec4, &vec4},
+                 {G * sizeof(double), NULL}, {sizeof wts, &wts},         {sizeof has_w, &has_w}};
+    cl_kernel obj_kernel = p->big ? p->big_part_objective : p->part_objective;
     /* the two columns summed as one cluster of one feature and its count */
     karg sa[] = {{sizeof p->obj, &p->obj}, {sizeof groups, &groups}, {sizeof one, &one}, {sizeof one, &one},
                  {sizeof out, &out},       {sizeof out, &out},       {sizeof one, &one}, {UG * sizeof(double), NULL}};
-    cl_int err = set_args(p->part_objective, oa, 10);
+    cl_int err = p->big ? set_args(obj_kernel, ba, 9) : set_args(obj_kernel, oa, 10);
     if (err == CL_SUCCESS)
-        err = clEnqueueNDRangeKernel(dev->queue, p->part_objective, 1, NULL, &wide, &G, 0, NULL, NULL);
+        err = clEnqueueNDRangeKernel(dev->queue, obj_kernel, 1, NULL, &wide, &G, 0, NULL, NULL);
     if (err == CL_SUCCESS)
         err = set_args(p->part_sums, sa, 8);
     if (err == CL_SUCCESS)

@@ -355,6 +355,21 @@ INLINE void objective_partials(double obj, double valid, __local double *scratch
         partial[2 * get_group_id(0) + 1] = scratch[0];
 }
 
+/* The phases' layout of the objective partials: the group's objective into
+ * partial[g], its count into partial[groups + g]. */
+INLINE void part_objective_partials(double obj, double valid, __local double *scratch, __global double *partial)
+{
+    scratch[get_local_id(0)] = obj;
+    tree_sum(scratch);
+    if (get_local_id(0) == 0)
+        partial[get_group_id(0)] = scratch[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    scratch[get_local_id(0)] = valid;
+    tree_sum(scratch);
+    if (get_local_id(0) == 0)
+        partial[get_num_groups(0) + get_group_id(0)] = scratch[0];
+}
+
 /* Per work-group: the objective under the final centroids and the unmasked
  * count, into partial[2 g] and partial[2 g + 1]. The final labels are
  * lab[0] or lab[1] by the parity of the iterations run; with contiguity they
@@ -556,15 +571,7 @@ INLINE void part_objective(const int DM, __global const float *X, __global const
         obj += (has_w ? (double)wts[i] : 1.0) * (double)distance2(DM, x, Cs + l * (DM / 4));
         valid += 1.0;
     }
-    scratch[get_local_id(0)] = obj;
-    tree_sum(scratch);
-    if (get_local_id(0) == 0)
-        partial[get_group_id(0)] = scratch[0];
-    barrier(CLK_LOCAL_MEM_FENCE);
-    scratch[get_local_id(0)] = valid;
-    tree_sum(scratch);
-    if (get_local_id(0) == 0)
-        partial[get_num_groups(0) + get_group_id(0)] = scratch[0];
+    part_objective_partials(obj, valid, scratch, partial);
 }
 
 #define KM_PART_KERNELS(DM)                                                                                        \
@@ -882,19 +889,14 @@ __kernel void km_tex_init(__global const double *partial, ulong groups, int k, _
  *   km_big_objective_DM  km_objective with the centroid rows read from
  *                     global memory. ---- */
 
-INLINE void big_assign(const int DM, __global const float *X, __global const uchar *mask, int has_mask,
-                       __global const float *C, __global int *labels, __global int *state,
-                       __global const double *move2, __global const ulong *shape, int t, double tol, int vec4,
-                       int CT, __local float4 *Cs, __local double *red, __local int *flag)
+/* Labels of every point under C (k rows, CT per local-memory tile), -1
+ * where masked; nothing when done. */
+INLINE void big_label(const int DM, __global const float *X, __global const uchar *mask, int has_mask,
+                      __global const float *C, __global int *labels, const km_shape s, int vec4, int CT,
+                      __local float4 *Cs, int done)
 {
-    const km_shape s = shape_of(shape);
     const int l = get_local_id(0), G = get_local_size(0);
     const ulong g = get_group_id(0), groups = get_num_groups(0);
-    int done = broadcast(l == 0 ? state[1] : 0, flag);
-    const int stop = converged(move2, s.k, s.d, t > 0 && !done ? tol : 0.0, red);
-    if (stop && g == 0 && l == 0)
-        state[1] = 1;
-    done = done || stop;
     const ulong end = done ? 0 : s.n;
     for (ulong base = g * (ulong)G; base < end; base += groups * (ulong)G) {
         const ulong i = base + l;
@@ -926,14 +928,31 @@ INLINE void big_assign(const int DM, __global const float *X, __global const uch
     }
 }
 
+INLINE void big_assign(const int DM, __global const float *X, __global const uchar *mask, int has_mask,
+                       __global const float *C, __global int *labels, __global int *state,
+                       __global const double *move2, __global const ulong *shape, int t, double tol, int vec4,
+                       int CT, __local float4 *Cs, __local double *red, __local int *flag)
+{
+    const km_shape s = shape_of(shape);
+    const int l = get_local_id(0);
+    const ulong g = get_group_id(0);
+    int done = broadcast(l == 0 ? state[1] : 0, flag);
+    const int stop = converged(move2, s.k, s.d, t > 0 && !done ? tol : 0.0, red);
+    if (stop && g == 0 && l == 0)
+        state[1] = 1;
+    big_label(DM, X, mask, has_mask, C, labels, s, vec4, CT, Cs, done || stop);
+}
+
+/* Group g's partials of its contiguous chunk of the points: per cluster the
+ * sums of w x_f (double products) and of w (w = 1 without weights), in
+ * point order; nothing when done. */
 INLINE void big_sums(const int DM, __global const float *X, __global const int *labels, __global double *partial,
-                     __global const int *state, __global const ulong *shape, int vec4, int T, __local float *xs,
-                     __local int *ls)
+                     int done, __global const ulong *shape, int vec4, int T, __local float *xs, __local int *ls,
+                     __global const float *wts, int has_w)
 {
     const km_shape s = shape_of(shape);
     const int l = get_local_id(0), G = get_local_size(0);
     const ulong g = get_group_id(0), groups = get_num_groups(0);
-    const int done = state[1];
     const ulong chunk = (s.n + groups - 1) / groups, first = g * chunk;
     const ulong last = done ? first : min(s.n, first + chunk);
     for (int c0 = 0; c0 < s.k; c0 += G) {
@@ -942,7 +961,7 @@ INLINE void big_sums(const int DM, __global const float *X, __global const int *
 #pragma unroll
         for (int f = 0; f < DM; f++)
             acc[f] = 0.0;
-        uint cnt = 0;
+        double cnt = 0.0;
         for (ulong at = first; at < last; at += T) {
             barrier(CLK_LOCAL_MEM_FENCE);
             if (l < T) {
@@ -957,32 +976,38 @@ INLINE void big_sums(const int DM, __global const float *X, __global const int *
 #pragma unroll
                 for (int f = 0; f < DM; f++)
                     xs[l * (DM + 1) + f] = label >= 0 ? x[f] : 0.0f;
+                xs[l * (DM + 1) + DM] = has_w && label >= 0 ? wts[i] : 1.0f;
                 ls[l] = label;
             }
             barrier(CLK_LOCAL_MEM_FENCE);
             const int count = (int)min((ulong)T, last - at);
             for (int j = 0; j < count; j++)
                 if (ls[j] == c) {
+                    const double w = (double)xs[j * (DM + 1) + DM];
 #pragma unroll
                     for (int f = 0; f < DM; f++)
-                        acc[f] += (double)xs[j * (DM + 1) + f];
-                    cnt += 1;
+                        acc[f] += w * (double)xs[j * (DM + 1) + f];
+                    cnt += w;
                 }
         }
         if (!done && c < s.k) {
             for (int f = 0; f < s.d; f++)
                 partial[((ulong)c * (ulong)(s.d + 1) + (ulong)f) * groups + g] = acc[f];
-            partial[((ulong)c * (ulong)(s.d + 1) + (ulong)s.d) * groups + g] = (double)cnt;
+            partial[((ulong)c * (ulong)(s.d + 1) + (ulong)s.d) * groups + g] = cnt;
         }
     }
 }
 
+/* This work-item's share of the objective (w D, w = 1 without weights) and
+ * of the count of labelled points, the centroid rows read from global
+ * memory. */
 INLINE void big_objective(const int DM, __global const float *X, __global const int *labels,
-                          __global const float *C, __global double *partial, __global const ulong *shape, int vec4,
-                          __local double *scratch)
+                          __global const float *C, __global const ulong *shape, int vec4, __global const float *wts,
+                          int has_w, double *obj, double *valid)
 {
     const km_shape s = shape_of(shape);
-    double obj = 0.0, valid = 0.0;
+    *obj = 0.0;
+    *valid = 0.0;
     for (ulong i = get_global_id(0); i < s.n; i += get_global_size(0)) {
         const int l = labels[i];
         if (l < 0)
@@ -994,12 +1019,14 @@ INLINE void big_objective(const int DM, __global const float *X, __global const 
             const float t = x[f] - C[l * s.d + f];
             dist += t * t;
         }
-        obj += (double)dist;
-        valid += 1.0;
+        *obj += (has_w ? (double)wts[i] : 1.0) * (double)dist;
+        *valid += 1.0;
     }
-    objective_partials(obj, valid, scratch, partial);
 }
 
+/* km_big_part_*: the phases (state the layer's doubles) and sample weights
+ * on a plan with the km_big_* kernels; km_part_sums and km_part_update
+ * then serve any k. */
 #define KM_BIG_KERNELS(DM)                                                                                         \
     __kernel void km_big_assign_##DM(__global const float *X, __global const uchar *mask, int has_mask,          \
                                      __global const float *C, __global int *labels, __global int *state,          \
@@ -1014,13 +1041,38 @@ INLINE void big_objective(const int DM, __global const float *X, __global const 
                                    __global const ulong *shape, int vec4, int T, __local float *xs,              \
                                    __local int *ls)                                                               \
     {                                                                                                             \
-        big_sums(DM, X, labels, partial, state, shape, vec4, T, xs, ls);                                          \
+        big_sums(DM, X, labels, partial, state[1], shape, vec4, T, xs, ls, X, 0);                                 \
     }                                                                                                             \
     __kernel void km_big_objective_##DM(__global const float *X, __global const int *labels,                     \
                                         __global const float *C, __global double *partial,                        \
                                         __global const ulong *shape, int vec4, __local double *scratch)           \
     {                                                                                                             \
-        big_objective(DM, X, labels, C, partial, shape, vec4, scratch);                                           \
+        double obj, valid;                                                                                        \
+        big_objective(DM, X, labels, C, shape, vec4, X, 0, &obj, &valid);                                         \
+        objective_partials(obj, valid, scratch, partial);                                                         \
+    }                                                                                                             \
+    __kernel void km_big_part_assign_##DM(__global const float *X, __global const uchar *mask, int has_mask,     \
+                                          __global const float *C, __global int *labels,                          \
+                                          __global const double *state, __global const ulong *shape, int vec4,    \
+                                          int CT, __local float4 *Cs)                                             \
+    {                                                                                                             \
+        big_label(DM, X, mask, has_mask, C, labels, shape_of(shape), vec4, CT, Cs, state[1] != 0.0);            \
+    }                                                                                                             \
+    __kernel void km_big_part_sums_##DM(__global const float *X, __global const int *labels,                     \
+                                        __global double *partial, __global const double *state,                   \
+                                        __global const ulong *shape, int vec4, int T, __local float *xs,         \
+                                        __local int *ls, __global const float *wts, int has_w)                   \
+    {                                                                                                             \
+        big_sums(DM, X, labels, partial, state[1] != 0.0, shape, vec4, T, xs, ls, wts, has_w);                   \
+    }                                                                                                             \
+    __kernel void km_big_part_objective_##DM(__global const float *X, __global const int *labels,                \
+                                             __global const float *C, __global double *partial,                   \
+                                             __global const ulong *shape, int vec4, __local double *scratch,      \
+                                             __global const float *wts, int has_w)                                \
+    {                                                                                                             \
+        double obj, valid;                                                                                        \
+        big_objective(DM, X, labels, C, shape, vec4, wts, has_w, &obj, &valid);                                   \
+        part_objective_partials(obj, valid, scratch, partial);                                                    \
     }
 
 KM_BIG_KERNELS(4)

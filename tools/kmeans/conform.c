@@ -92,6 +92,7 @@ static const kmeans_case cases[] = {
     {"w_contig_l0.7_w5",  30000,  3,  6,   20, 0,    2,   0,  FM, 150, 200, 0.7, 5, 1, 1, 0, DK_KMEANS_INIT_GIVEN, 1},
     {"w_d64_k10_kpp",     6000,   64, 10,  20, 1e-4, 1,  0,  PM, 0,   0,   1,   5, 0, 1, 0, DK_KMEANS_INIT_PLUSPLUS, 1},
     {"w_large_k300_d3",   20000,  3,  300, 5,  0,    0,   0,  PM, 0,   0,   1,   5, 0, 1, 0, DK_KMEANS_INIT_PLUSPLUS, 1},
+    {"w_large_k260_fm_masked", 30000, 5, 260, 5, 0,  2,   0,  FM, 150, 200, 1,   5, 1, 1, 0, DK_KMEANS_INIT_GIVEN, 1},
 };
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 
