@@ -1205,6 +1205,21 @@ static int bench_under_mpi(const char *backend, const char *case_s, double min_t
 int bench_ranks(int ranks, int argc, char **argv, const char *backend_s, const char *case_s, double min_time,
                 int max_runs)
 {
+    /* every name a distributed case, said before mpirun starts anything */
+    for (const char *q = case_s; q && *q;) {
+        size_t len = strcspn(q, ",");
+        int known = 0;
+        for (int c = 0; c < NCASES && !known; c++)
+            known = strlen(cases[c].name) == len && !strncmp(q, cases[c].name, len);
+        if (!known) {
+            char names[1024] = "";
+            for (int c = 0; c < NCASES; c++)
+                snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", c ? ", " : "", cases[c].name);
+            return cli_error("bench", 2, "--ranks: '%.*s' is not a distributed case; they are: %s", (int)len, q,
+                             names);
+        }
+        q += len + (q[len] == ',');
+    }
     int launched = dist_launched_size();
     if (!launched)
         return dist_relaunch("bench", ranks, argc, argv);
