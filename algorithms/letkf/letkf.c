@@ -618,6 +618,64 @@ DK_API dk_status dk_letkf_interp_grid(int ndims, const size_t *shape, const size
     return DK_OK;
 }
 
+DK_API dk_status dk_letkf_execute_interp(dk_plan *plan, const dk_csr *C, const dk_buffer *xb, const dk_buffer *yb,
+                                         const double *yo, const double *r, dk_buffer *xa, dk_buffer *spread)
+{
+    const dk_letkf_setup *s = plan_setup(plan, "dk_letkf_execute_interp");
+    if (!s)
+        return DK_ERR_INVALID_ARGUMENT;
+    dk_context *ctx = plan->ctx;
+    const dk_letkf_desc *d = &s->desc;
+    const dk_plugin *pl = ctx->backend->plugin;
+    if (!pl->letkf->transforms || !pl->letkf->apply_transforms)
+        return dk_fail(ctx, DK_ERR_NOT_IMPLEMENTED,
+                       "letkf: the %s backend does not implement weight interpolation (the transforms and "
+                       "apply_transforms ops)", pl->name);
+    dk_status st;
+    if ((st = dk_letkf_interp_check(C, C ? C->rows : 0, d->n)) != DK_OK)
+        return dk_fail(ctx, st, "%s", dk_last_error(NULL));
+    const size_t n = C->rows, k = d->members, es = dk_dtype_size(d->dtype);
+    if ((st = check_buffer(plan, xb, n * k * es, "xb")) != DK_OK ||
+        (st = check_buffer(plan, yb, d->m * k * es, "yb")) != DK_OK ||
+        (st = check_buffer(plan, xa, n * k * es, "xa")) != DK_OK ||
+        (spread && (st = check_buffer(plan, spread, n * sizeof(double), "spread")) != DK_OK))
+        return st;
+    if (xa != xb && xa->handle == xb->handle)
+        return dk_fail(ctx, DK_ERR_INVALID_ARGUMENT, "dk_letkf_execute_interp: xa and xb wrap the same memory; "
+                       "pass the same buffer for an analysis in place");
+    if ((st = dk_letkf_check_obs(d->m, yo, r)) != DK_OK)
+        return dk_fail(ctx, st, "%s", dk_last_error(NULL));
+    const size_t nnz = (size_t)C->indptr[n], tbytes = d->n * k * k * sizeof(double);
+    double *both = malloc(2 * d->m * sizeof *both);
+    if (!both)
+        return dk_fail(ctx, DK_ERR_OUT_OF_MEMORY, "letkf: out of host memory");
+    memcpy(both, yo, d->m * sizeof *both);
+    memcpy(both + d->m, r, d->m * sizeof *both);
+    dk_buffer *bt = NULL, *bp = NULL, *bi = NULL, *bv = NULL;
+    dk_msg msg = {{0}};
+    /* the transforms (nw x k x k float64) and C live on the device for this call only */
+    if ((st = dk_buffer_create(ctx, tbytes, &bt)) == DK_OK &&
+        (st = dk_buffer_create(ctx, (n + 1) * sizeof(int64_t), &bp)) == DK_OK &&
+        (st = dk_buffer_create(ctx, (nnz ? nnz : 1) * sizeof(int64_t), &bi)) == DK_OK &&
+        (st = dk_buffer_create(ctx, (nnz ? nnz : 1) * sizeof(double), &bv)) == DK_OK &&
+        (st = dk_buffer_write(bp, C->indptr, (n + 1) * sizeof(int64_t))) == DK_OK &&
+        (!nnz || ((st = dk_buffer_write(bi, C->indices, nnz * sizeof(int64_t))) == DK_OK &&
+                  (st = dk_buffer_write(bv, C->values, nnz * sizeof(double))) == DK_OK)) &&
+        (st = dk_buffer_write(plan->staging, both, 2 * d->m * sizeof *both)) == DK_OK) {
+        dk_device_enter(ctx);
+        st = pl->letkf->transforms(plan->impl, yb->handle, plan->staging->handle, bt->handle, &msg);
+        if (st == DK_OK)
+            st = pl->letkf->apply_transforms(plan->impl, n, xb->handle, bt->handle, bp->handle, bi->handle,
+                                             bv->handle, xa->handle, spread ? spread->handle : NULL, &msg);
+        dk_device_leave(ctx);
+        if (st != DK_OK)
+            st = dk_fail_msg(ctx, st, &msg, "letkf: the interpolated analysis failed");
+    }
+    free(both);
+    dk_buffer_destroy(bt), dk_buffer_destroy(bp), dk_buffer_destroy(bi), dk_buffer_destroy(bv);
+    return st;
+}
+
 DK_API dk_status dk_letkf_execute_interp_host(dk_plan *plan, const dk_csr *C, const void *xb, const void *yb,
                                               const double *yo, const double *r, void *xa, double *spread)
 {
@@ -628,48 +686,18 @@ DK_API dk_status dk_letkf_execute_interp_host(dk_plan *plan, const dk_csr *C, co
     if (!xb || !yb || !xa || !C)
         return dk_fail(ctx, DK_ERR_INVALID_ARGUMENT, "dk_letkf_execute_interp_host: C, xb, yb and xa must not be NULL");
     const dk_letkf_desc *d = &s->desc;
-    const dk_plugin *pl = ctx->backend->plugin;
-    if (!pl->letkf->transforms || !pl->letkf->apply_transforms)
-        return dk_fail(ctx, DK_ERR_NOT_IMPLEMENTED,
-                       "letkf: the %s backend does not implement weight interpolation (the transforms and "
-                       "apply_transforms ops)", pl->name);
     const size_t n = C->rows, k = d->members, es = dk_dtype_size(d->dtype), nx = n * k, ny = d->m * k;
     dk_status st;
-    if ((st = dk_letkf_interp_check(C, n, d->n)) != DK_OK || (st = dk_letkf_check_finite(d->dtype, xb, nx, "xb")) != DK_OK ||
-        (st = dk_letkf_check_finite(d->dtype, yb, ny, "yb")) != DK_OK || (st = dk_letkf_check_obs(d->m, yo, r)) != DK_OK)
+    if ((st = dk_letkf_check_finite(d->dtype, xb, nx, "xb")) != DK_OK ||
+        (st = dk_letkf_check_finite(d->dtype, yb, ny, "yb")) != DK_OK)
         return dk_fail(ctx, st, "%s", dk_last_error(NULL));
-    const size_t nnz = (size_t)C->indptr[n], tbytes = d->n * k * k * sizeof(double);
-    double *both = malloc(2 * d->m * sizeof *both);
-    if (!both)
-        return dk_fail(ctx, DK_ERR_OUT_OF_MEMORY, "letkf: out of host memory");
-    memcpy(both, yo, d->m * sizeof *both);
-    memcpy(both + d->m, r, d->m * sizeof *both);
-    dk_buffer *bx = NULL, *by = NULL, *bt = NULL, *bp = NULL, *bi = NULL, *bv = NULL, *bs = NULL;
-    dk_msg msg = {{0}};
-    if ((st = dk_buffer_create(ctx, nx * es, &bx)) == DK_OK && (st = dk_buffer_create(ctx, ny * es, &by)) == DK_OK &&
-        (st = dk_buffer_create(ctx, tbytes, &bt)) == DK_OK &&
-        (st = dk_buffer_create(ctx, (n + 1) * sizeof(int64_t), &bp)) == DK_OK &&
-        (st = dk_buffer_create(ctx, (nnz ? nnz : 1) * sizeof(int64_t), &bi)) == DK_OK &&
-        (st = dk_buffer_create(ctx, (nnz ? nnz : 1) * sizeof(double), &bv)) == DK_OK &&
-        (!spread || (st = dk_buffer_create(ctx, n * sizeof(double), &bs)) == DK_OK) &&
+    dk_buffer *bx = NULL, *by = NULL, *bs = NULL;
+    if ((st = dk_buffer_create(ctx, (nx ? nx : 1) * es, &bx)) == DK_OK && (st = dk_buffer_create(ctx, ny * es, &by)) == DK_OK &&
+        (!spread || (st = dk_buffer_create(ctx, (n ? n : 1) * sizeof(double), &bs)) == DK_OK) &&
         (st = dk_buffer_write(bx, xb, nx * es)) == DK_OK && (st = dk_buffer_write(by, yb, ny * es)) == DK_OK &&
-        (st = dk_buffer_write(bp, C->indptr, (n + 1) * sizeof(int64_t))) == DK_OK &&
-        (!nnz || ((st = dk_buffer_write(bi, C->indices, nnz * sizeof(int64_t))) == DK_OK &&
-                  (st = dk_buffer_write(bv, C->values, nnz * sizeof(double))) == DK_OK)) &&
-        (st = dk_buffer_write(plan->staging, both, 2 * d->m * sizeof *both)) == DK_OK) {
-        dk_device_enter(ctx);
-        st = pl->letkf->transforms(plan->impl, by->handle, plan->staging->handle, bt->handle, &msg);
-        if (st == DK_OK)
-            st = pl->letkf->apply_transforms(plan->impl, n, bx->handle, bt->handle, bp->handle, bi->handle,
-                                             bv->handle, bx->handle, bs ? bs->handle : NULL, &msg);
-        dk_device_leave(ctx);
-        if (st != DK_OK)
-            st = dk_fail_msg(ctx, st, &msg, "letkf: the interpolated analysis failed");
-        else if ((st = dk_buffer_read(bx, xa, nx * es)) == DK_OK && spread)
-            st = dk_buffer_read(bs, spread, n * sizeof(double));
-    }
-    free(both);
-    dk_buffer_destroy(bx), dk_buffer_destroy(by), dk_buffer_destroy(bt), dk_buffer_destroy(bp);
-    dk_buffer_destroy(bi), dk_buffer_destroy(bv), dk_buffer_destroy(bs);
+        (st = dk_letkf_execute_interp(plan, C, bx, by, yo, r, bx, bs)) == DK_OK &&
+        (st = dk_buffer_read(bx, xa, nx * es)) == DK_OK && spread)
+        st = dk_buffer_read(bs, spread, n * sizeof(double));
+    dk_buffer_destroy(bx), dk_buffer_destroy(by), dk_buffer_destroy(bs);
     return st;
 }

@@ -142,11 +142,17 @@ dk_status dk_letkf_interp_check(const struct dk_csr *C, size_t n, size_t nw);
 dk_status dk_letkf_interp_grid(int ndims, const size_t *shape, const size_t *stride, size_t *nw,
                                size_t *weight_index, int64_t *indptr, int64_t *indices, double *values);
 
-/* The analysis with weight interpolation on host memory: plan is a letkf
- * plan whose grid points are the nw weight points (its rtps, dtype,
- * members apply), C (n x nw) the interpolation; xb, xa n x k of the plan's
- * dtype (xa may be xb), spread (n float64) may be NULL. Needs a backend
- * with the transforms and apply_transforms ops. On failure xa is unchanged. */
+/* The analysis with weight interpolation on buffers of the plan's context:
+ * plan is a letkf plan whose grid points are the nw weight points (its
+ * rtps, dtype, members apply), C (n x nw, host) the interpolation, copied
+ * to the device on each call with the transforms' nw k^2 float64 of
+ * scratch; xb, xa (n*k of the plan's dtype; xa may be xb), spread (n
+ * float64) may be NULL. Needs a backend with the transforms and
+ * apply_transforms ops (else DK_ERR_NOT_IMPLEMENTED naming it). */
+dk_status dk_letkf_execute_interp(dk_plan *plan, const struct dk_csr *C, const dk_buffer *xb, const dk_buffer *yb,
+                                  const double *yo, const double *r, dk_buffer *xa, dk_buffer *spread);
+/* The same on host memory (xa may be xb); refuses values that are not
+ * finite. On failure xa is unchanged. */
 dk_status dk_letkf_execute_interp_host(dk_plan *plan, const struct dk_csr *C, const void *xb, const void *yb,
                                        const double *yo, const double *r, void *xa, double *spread);
 
