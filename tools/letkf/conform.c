@@ -70,7 +70,7 @@ typedef struct letkf_case {
 #define F32 DK_F32
 
 static letkf_case cases[] = {
-    /* name             dtype geometry    n    k   m     extent radius vrad per cap infl  rtpp rtps inpl diag lay quick */
+    /* name             dtype geometry    n    k   m     extent radius vrad per cap infl  rtpp rtps inpl diag lay quick wstride */
     {"1d",              F64, G_1D,       300, 8,   200,  100,  10,    0,   0, 0,  1.0,  0,   0,   0,   1,   0,  1, 0},
     {"1d_ring_l96",     F64, G_1D,       40,  20,  40,   40,   15.3,  0,   1, 0,  1.04, 0,   0,   0,   1,   0,  1, 0},
     {"1d_f32",          F32, G_1D,       400, 10,  300,  100,  7,     0,   0, 0,  1.1,  0,   0,   0,   1,   0,  1, 0},
