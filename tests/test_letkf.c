@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include <dakit/dakit.h>
+#include <dakit/enkf.h>
+#include <dakit/letkf.h>
 #include <dakit/kit/letkf/local.h>
 
 #include "check.h"
@@ -255,6 +257,81 @@ static void refusals(void)
           "NaN coordinate: %s", dk_last_error(NULL));
 }
 
+/* Weight interpolation: the CSR checks refuse bad rows with a sentence; the
+ * grid convenience reproduces linear fields; C = I gives the plain analysis. */
+static void interp(void)
+{
+    int64_t ip[4] = {0, 1, 3, 4}, ix[4] = {0, 0, 1, 1};
+    double v[4] = {1, 0.25, 0.75, 1};
+    dk_csr C = {3, 2, ip, ix, v};
+    CHECK(dk_letkf_interp_check(&C, 3, 2) == DK_OK, "a valid C refused: %s", dk_last_error(NULL));
+    CHECK(dk_letkf_interp_check(&C, 3, 3) == DK_ERR_INVALID_ARGUMENT && strstr(dk_last_error(NULL), "3 x 2"),
+          "wrong shape: %s", dk_last_error(NULL));
+    v[2] = 0.7;
+    CHECK(dk_letkf_interp_check(&C, 3, 2) == DK_ERR_INVALID_ARGUMENT && strstr(dk_last_error(NULL), "row 1") &&
+              strstr(dk_last_error(NULL), "sum to 1"),
+          "a row summing to 0.95: %s", dk_last_error(NULL));
+    v[2] = 0.75, ix[3] = 2;
+    CHECK(dk_letkf_interp_check(&C, 3, 2) == DK_ERR_INVALID_ARGUMENT && strstr(dk_last_error(NULL), "weight point 2"),
+          "index out of range: %s", dk_last_error(NULL));
+    ix[3] = 1, v[0] = NAN;
+    CHECK(dk_letkf_interp_check(&C, 3, 2) == DK_ERR_INVALID_ARGUMENT && strstr(dk_last_error(NULL), "not finite"),
+          "NaN value: %s", dk_last_error(NULL));
+    v[0] = 1, ip[2] = 0;
+    CHECK(dk_letkf_interp_check(&C, 3, 2) == DK_ERR_INVALID_ARGUMENT && strstr(dk_last_error(NULL), "decreases"),
+          "decreasing indptr: %s", dk_last_error(NULL));
+
+    /* 5 x 4 grid, stride 2: axis lattices {0, 2, 4} and {0, 2, 3} */
+    size_t shape[2] = {5, 4}, stride[2] = {2, 2}, nw = 0, widx[20];
+    int64_t gp[21], gi[80];
+    double gv[80];
+    CHECK(dk_letkf_interp_grid(2, shape, stride, &nw, widx, gp, gi, gv) == DK_OK, "grid: %s", dk_last_error(NULL));
+    CHECK(nw == 9, "%zu weight points, want 9", nw);
+    dk_csr G = {20, nw, gp, gi, gv};
+    CHECK(dk_letkf_interp_check(&G, 20, nw) == DK_OK, "the grid's C refused: %s", dk_last_error(NULL));
+    for (size_t i = 0; i < 20; i++) {
+        double f = 0;
+        for (int64_t e = gp[i]; e < gp[i + 1]; e++) {
+            size_t w = widx[gi[e]];
+            f += gv[e] * (2.0 * (double)(w / 4) + 3.0 * (double)(w % 4) + 1.0);
+        }
+        double want = 2.0 * (double)(i / 4) + 3.0 * (double)(i % 4) + 1.0;
+        CHECK(fabs(f - want) < 1e-13, "point %zu interpolates a linear field to %.17g, want %g", i, f, want);
+    }
+
+    /* C = I: the plain analysis, RTPS included */
+    enum { N = 30, K = 6, M = 25 };
+    uint64_t st = 99;
+    double grid[N], obs[M], xb[N * K], yb[M * K], yo[M], r[M], ref[N * K], got[N * K], sref[N], sgot[N];
+    double one[N];
+    int64_t iip[N + 1], iix[N];
+    for (int i = 0; i < N; i++)
+        grid[i] = i, one[i] = 1, iip[i] = i, iix[i] = i;
+    iip[N] = N;
+    for (int j = 0; j < M; j++)
+        obs[j] = 30 * frand(&st), yo[j] = gauss_rand(&st), r[j] = 0.5 + frand(&st);
+    for (int t = 0; t < N * K; t++)
+        xb[t] = 3 + gauss_rand(&st);
+    for (int t = 0; t < M * K; t++)
+        yb[t] = gauss_rand(&st);
+    dk_letkf_desc d;
+    dk_letkf_desc_init(&d);
+    d.n = N, d.members = K, d.m = M, d.ncoords = 1, d.radius = 6, d.rtps = 0.6, d.inflation = 1.05;
+    d.grid_coords = grid, d.obs_coords = obs;
+    dk_csr I = {N, N, iip, iix, one};
+    CHECK(dk_letkf_reference(&d, xb, yb, yo, r, ref, NULL, sref) == DK_OK, "reference: %s", dk_last_error(NULL));
+    CHECK(dk_letkf_reference_interp(&d, &I, xb, yb, yo, r, got, sgot) == DK_OK, "interp: %s", dk_last_error(NULL));
+    double err = 0;
+    for (int t = 0; t < N * K; t++)
+        err = fmax(err, fabs(got[t] - ref[t]));
+    for (int i = 0; i < N; i++)
+        err = fmax(err, fabs(sgot[i] - sref[i]));
+    CHECK(err < 1e-12, "C = I differs from the plain analysis by %g", err);
+    /* C's 2 columns are not the 30 weight points */
+    CHECK(dk_letkf_reference_interp(&d, &C, xb, yb, yo, r, got, sgot) == DK_ERR_INVALID_ARGUMENT,
+          "a C of the wrong shape accepted");
+}
+
 int main(void)
 {
     weights();
@@ -264,6 +341,7 @@ int main(void)
     kalman_case(30, 10, 40, 1.0);
     ring_counts();
     refusals();
+    interp();
     printf("%s\n", failures ? "FAILED" : "passed");
     return failures != 0;
 }

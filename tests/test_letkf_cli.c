@@ -482,6 +482,12 @@ int main(int argc, char **argv)
     fputs("not an array\n", f);
     fclose(f);
     BAD("--xb junk.npy", "junk.npy", "a file that is no array");
+    BAD("--xb xb.npy --weight-stride 2", "needs --grid-shape", "--weight-stride without --grid-shape");
+    BAD("--xb xb.npy --weight-stride 2 --grid-shape 7,9", "holds 63 points", "a --grid-shape of the wrong size");
+    BAD("--xb xb.npy --weight-stride 2,2,2 --grid-shape 7,9", "one per axis", "more strides than axes");
+    BAD("--weight-stride 0 --grid-shape 7,9", "integer >= 1", "a stride of 0");
+    BAD("--xb xb.npy --weight-stride 2 --grid-shape 7,9 --nobs n.npy", "not available with --weight-stride",
+        "--nobs with --weight-stride");
     snprintf(good, sizeof good,
              "--xb xb.npy --yb yb.npy --yo yo.npy --r r.npy --grid-coords grid.npy --obs-coords obs.npy --metric "
              "sphere --radius 3000 --vertical-radius 6");

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <dakit/enkf.h>
+
 #include "letkf_internal.h"
 
 DK_API void dk_letkf_desc_init(dk_letkf_desc *desc)
@@ -514,4 +516,188 @@ DK_API dk_status dk_letkf_apply_csr(const dk_csr *H, dk_dtype dtype, size_t memb
     }
     free(row);
     return DK_OK;
+}
+
+/* ---- weight interpolation ---- */
+
+DK_API dk_status dk_letkf_interp_check(const dk_csr *C, size_t n, size_t nw)
+{
+    if (!C)
+        return BAD("the interpolation C must not be NULL");
+    if (C->rows != n || C->cols != nw)
+        return BAD("the interpolation is %zu x %zu; it must be %zu x %zu (grid points x weight points)", C->rows,
+                   C->cols, n, nw);
+    if (n && (!C->indptr || !C->indices || !C->values))
+        return BAD("the interpolation's indptr, indices and values must not be NULL");
+    if (n && C->indptr[0] != 0)
+        return BAD("the interpolation's indptr[0] is %lld; it must be 0", (long long)C->indptr[0]);
+    for (size_t i = 0; i < n; i++) {
+        if (C->indptr[i + 1] < C->indptr[i])
+            return BAD("the interpolation's indptr decreases at row %zu", i);
+        double sum = 0.0;
+        for (int64_t e = C->indptr[i]; e < C->indptr[i + 1]; e++) {
+            if (C->indices[e] < 0 || (size_t)C->indices[e] >= nw)
+                return BAD("entry %lld of the interpolation (row %zu) names weight point %lld, outside 0 .. %zu",
+                           (long long)e, i, (long long)C->indices[e], nw - 1);
+            if (!isfinite(C->values[e]))
+                return BAD("entry %lld of the interpolation (row %zu) is not finite", (long long)e, i);
+            sum += C->values[e];
+        }
+        if (!(fabs(sum - 1.0) <= 1e-12))
+            return BAD("row %zu of the interpolation sums to %.17g; every row must sum to 1 (within 1e-12)", i, sum);
+    }
+    return DK_OK;
+}
+
+DK_API dk_status dk_letkf_interp_grid(int ndims, const size_t *shape, const size_t *stride, size_t *nw,
+                                      size_t *weight_index, int64_t *indptr, int64_t *indices, double *values)
+{
+    if (ndims < 1 || ndims > 3)
+        return BAD("dk_letkf_interp_grid: ndims is %d; it must be 1, 2 or 3", ndims);
+    if (!shape || !stride || !nw || !weight_index || !indptr || !indices || !values)
+        return BAD("dk_letkf_interp_grid: no argument may be NULL");
+    size_t n = 1;
+    for (int a = 0; a < ndims; a++) {
+        if (shape[a] < 1 || stride[a] < 1)
+            return BAD("dk_letkf_interp_grid: axis %d has shape %zu and stride %zu; both must be >= 1", a, shape[a],
+                       stride[a]);
+        n *= shape[a];
+    }
+    /* a grid index is a weight point when every axis index is on its coarse lattice */
+    size_t count = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t rest = i, on = 1;
+        for (int a = ndims - 1; a >= 0; a--) {
+            size_t ia = rest % shape[a];
+            rest /= shape[a];
+            if (ia % stride[a] && ia != shape[a] - 1)
+                on = 0;
+        }
+        if (on)
+            weight_index[count++] = i;
+    }
+    *nw = count;
+    int64_t nnz = 0;
+    indptr[0] = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t idx[3] = {0, 0, 0}, lo[3], hi[3];
+        double t[3];
+        size_t rest = i;
+        for (int a = ndims - 1; a >= 0; a--) {
+            idx[a] = rest % shape[a];
+            rest /= shape[a];
+            lo[a] = idx[a] / stride[a] * stride[a];
+            hi[a] = lo[a] + stride[a] < shape[a] - 1 ? lo[a] + stride[a] : shape[a] - 1;
+            t[a] = hi[a] > lo[a] ? (double)(idx[a] - lo[a]) / (double)(hi[a] - lo[a]) : 0.0;
+        }
+        for (int corner = 0; corner < (1 << ndims); corner++) {
+            double c = 1.0;
+            size_t g = 0;
+            for (int a = 0; a < ndims; a++) {
+                int up = (corner >> a) & 1;
+                c *= up ? t[a] : 1.0 - t[a];
+                g = g * shape[a] + (up ? hi[a] : lo[a]);
+            }
+            if (c == 0.0)
+                continue;
+            /* the weight point's number: its rank among the ascending weight indices */
+            size_t l = 0, h = count;
+            while (l < h) {
+                size_t mid = l + (h - l) / 2;
+                if (weight_index[mid] < g)
+                    l = mid + 1;
+                else
+                    h = mid;
+            }
+            indices[nnz] = (int64_t)l;
+            values[nnz] = c;
+            nnz++;
+        }
+        indptr[i + 1] = nnz;
+    }
+    return DK_OK;
+}
+
+DK_API dk_status dk_letkf_execute_interp(dk_plan *plan, const dk_csr *C, const dk_buffer *xb, const dk_buffer *yb,
+                                         const double *yo, const double *r, dk_buffer *xa, dk_buffer *spread)
+{
+    const dk_letkf_setup *s = plan_setup(plan, "dk_letkf_execute_interp");
+    if (!s)
+        return DK_ERR_INVALID_ARGUMENT;
+    dk_context *ctx = plan->ctx;
+    const dk_letkf_desc *d = &s->desc;
+    const dk_plugin *pl = ctx->backend->plugin;
+    if (!pl->letkf->transforms || !pl->letkf->apply_transforms)
+        return dk_fail(ctx, DK_ERR_NOT_IMPLEMENTED,
+                       "letkf: the %s backend does not implement weight interpolation (the transforms and "
+                       "apply_transforms ops)", pl->name);
+    dk_status st;
+    if ((st = dk_letkf_interp_check(C, C ? C->rows : 0, d->n)) != DK_OK)
+        return dk_fail(ctx, st, "%s", dk_last_error(NULL));
+    const size_t n = C->rows, k = d->members, es = dk_dtype_size(d->dtype);
+    if ((st = check_buffer(plan, xb, n * k * es, "xb")) != DK_OK ||
+        (st = check_buffer(plan, yb, d->m * k * es, "yb")) != DK_OK ||
+        (st = check_buffer(plan, xa, n * k * es, "xa")) != DK_OK ||
+        (spread && (st = check_buffer(plan, spread, n * sizeof(double), "spread")) != DK_OK))
+        return st;
+    if (xa != xb && xa->handle == xb->handle)
+        return dk_fail(ctx, DK_ERR_INVALID_ARGUMENT, "dk_letkf_execute_interp: xa and xb wrap the same memory; "
+                       "pass the same buffer for an analysis in place");
+    if ((st = dk_letkf_check_obs(d->m, yo, r)) != DK_OK)
+        return dk_fail(ctx, st, "%s", dk_last_error(NULL));
+    const size_t nnz = (size_t)C->indptr[n], tbytes = d->n * k * k * sizeof(double);
+    double *both = malloc(2 * d->m * sizeof *both);
+    if (!both)
+        return dk_fail(ctx, DK_ERR_OUT_OF_MEMORY, "letkf: out of host memory");
+    memcpy(both, yo, d->m * sizeof *both);
+    memcpy(both + d->m, r, d->m * sizeof *both);
+    dk_buffer *bt = NULL, *bp = NULL, *bi = NULL, *bv = NULL;
+    dk_msg msg = {{0}};
+    /* the transforms (nw x k x k float64) and C live on the device for this call only */
+    if ((st = dk_buffer_create(ctx, tbytes, &bt)) == DK_OK &&
+        (st = dk_buffer_create(ctx, (n + 1) * sizeof(int64_t), &bp)) == DK_OK &&
+        (st = dk_buffer_create(ctx, (nnz ? nnz : 1) * sizeof(int64_t), &bi)) == DK_OK &&
+        (st = dk_buffer_create(ctx, (nnz ? nnz : 1) * sizeof(double), &bv)) == DK_OK &&
+        (st = dk_buffer_write(bp, C->indptr, (n + 1) * sizeof(int64_t))) == DK_OK &&
+        (!nnz || ((st = dk_buffer_write(bi, C->indices, nnz * sizeof(int64_t))) == DK_OK &&
+                  (st = dk_buffer_write(bv, C->values, nnz * sizeof(double))) == DK_OK)) &&
+        (st = dk_buffer_write(plan->staging, both, 2 * d->m * sizeof *both)) == DK_OK) {
+        dk_device_enter(ctx);
+        st = pl->letkf->transforms(plan->impl, yb->handle, plan->staging->handle, bt->handle, &msg);
+        if (st == DK_OK)
+            st = pl->letkf->apply_transforms(plan->impl, n, xb->handle, bt->handle, bp->handle, bi->handle,
+                                             bv->handle, xa->handle, spread ? spread->handle : NULL, &msg);
+        dk_device_leave(ctx);
+        if (st != DK_OK)
+            st = dk_fail_msg(ctx, st, &msg, "letkf: the interpolated analysis failed");
+    }
+    free(both);
+    dk_buffer_destroy(bt), dk_buffer_destroy(bp), dk_buffer_destroy(bi), dk_buffer_destroy(bv);
+    return st;
+}
+
+DK_API dk_status dk_letkf_execute_interp_host(dk_plan *plan, const dk_csr *C, const void *xb, const void *yb,
+                                              const double *yo, const double *r, void *xa, double *spread)
+{
+    const dk_letkf_setup *s = plan_setup(plan, "dk_letkf_execute_interp_host");
+    if (!s)
+        return DK_ERR_INVALID_ARGUMENT;
+    dk_context *ctx = plan->ctx;
+    if (!xb || !yb || !xa || !C)
+        return dk_fail(ctx, DK_ERR_INVALID_ARGUMENT, "dk_letkf_execute_interp_host: C, xb, yb and xa must not be NULL");
+    const dk_letkf_desc *d = &s->desc;
+    const size_t n = C->rows, k = d->members, es = dk_dtype_size(d->dtype), nx = n * k, ny = d->m * k;
+    dk_status st;
+    if ((st = dk_letkf_check_finite(d->dtype, xb, nx, "xb")) != DK_OK ||
+        (st = dk_letkf_check_finite(d->dtype, yb, ny, "yb")) != DK_OK)
+        return dk_fail(ctx, st, "%s", dk_last_error(NULL));
+    dk_buffer *bx = NULL, *by = NULL, *bs = NULL;
+    if ((st = dk_buffer_create(ctx, (nx ? nx : 1) * es, &bx)) == DK_OK && (st = dk_buffer_create(ctx, ny * es, &by)) == DK_OK &&
+        (!spread || (st = dk_buffer_create(ctx, (n ? n : 1) * sizeof(double), &bs)) == DK_OK) &&
+        (st = dk_buffer_write(bx, xb, nx * es)) == DK_OK && (st = dk_buffer_write(by, yb, ny * es)) == DK_OK &&
+        (st = dk_letkf_execute_interp(plan, C, bx, by, yo, r, bx, bs)) == DK_OK &&
+        (st = dk_buffer_read(bx, xa, nx * es)) == DK_OK && spread)
+        st = dk_buffer_read(bs, spread, n * sizeof(double));
+    dk_buffer_destroy(bx), dk_buffer_destroy(by), dk_buffer_destroy(bs);
+    return st;
 }

@@ -232,9 +232,137 @@ static dk_status letkf_analysis(void *p, const void *xb, const void *yb, const v
     return DK_OK;
 }
 
+/* Weight interpolation: each point's transform from the same one-point
+ * system and eigensolver as the analysis (the background does not enter). */
+static dk_status letkf_transforms(void *p, const void *yb, const void *obs, void *T, dk_msg *msg)
+{
+    letkf_plan *plan = p;
+    const dk_letkf_setup *su = plan->su;
+    const dk_letkf_desc *d = &su->desc;
+    const size_t k = d->members, kk = k * k, m = d->m;
+    const double *yo = obs, *r = (const double *)obs + m;
+
+#pragma omp parallel for schedule(static)
+    for (long j = 0; j < (long)m; j++)
+        dk_letkf_obs_row(su, yb, yo, r, (size_t)j, plan->yp + (size_t)j * k, plan->dep + j, plan->rinv + j);
+
+    int failure = 0, lapack_info = 0;
+    long failed_point = -1;
+    const long n = (long)d->n;
+#pragma omp parallel
+    {
+        thread_scratch t;
+        int mine = thread_scratch_make(&t, (int)k, m < 1024 ? m : 1024, plan->syevd) ? 1 : 0;
+        if (mine) {
+#pragma omp atomic write
+            failure = 1;
+        } else {
+            for (size_t l = 0; l < k; l++)
+                t.x[l] = 0.0;
+        }
+#pragma omp for schedule(dynamic, POINTS_PER_CHUNK)
+        for (long i = 0; i < n; i++) {
+            int stop;
+#pragma omp atomic read
+            stop = failure;
+            if (stop)
+                continue;
+            long nsel;
+            while ((nsel = dk_letkf_select(su, plan->pos + (size_t)i * DK_LETKF_POS, &t.s)) < 0) {
+                size_t grow = t.s.cap * 2 < m ? t.s.cap * 2 : m;
+                dk_letkf_scratch_free(&t.s);
+                if (dk_letkf_scratch_make(&t.s, (int)k, grow)) {
+#pragma omp atomic write
+                    failure = 1;
+                    break;
+                }
+            }
+            if (nsel < 0)
+                continue;
+            dk_letkf_point_system(&t.s, nsel, plan->yp, plan->dep, plan->rinv, t.x);
+            if (plan->syevd) {
+                int info = eig_syevd(&t);
+                if (info) {
+#pragma omp critical(dk_cpu_letkf_failure)
+                    {
+                        failure = 2;
+                        failed_point = i;
+                        lapack_info = info;
+                    }
+                    continue;
+                }
+            } else {
+                dk_letkf_jacobi((int)k, t.s.A, t.s.Q, t.s.lam);
+            }
+            dk_letkf_point_weights(su, &t.s);
+            dk_letkf_point_transform(&t.s, (double *)T + (size_t)i * kk);
+        }
+        thread_scratch_free(&t);
+    }
+    if (failure == 1) {
+        dk_msg_set(msg, "cpu letkf: out of host memory for a thread's scratch");
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    if (failure == 2) {
+        dk_msg_set(msg, "cpu letkf: LAPACK's dsyevd failed (info %d) on the %zu x %zu matrix of grid point %ld",
+                   lapack_info, k, k, failed_point);
+        return DK_ERR_BACKEND;
+    }
+    return DK_OK;
+}
+
+static dk_status letkf_apply_transforms(void *p, size_t n, const void *xb, const void *T, const void *indptr,
+                                        const void *indices, const void *values, void *xa, void *spread, dk_msg *msg)
+{
+    letkf_plan *plan = p;
+    const dk_letkf_desc *d = &plan->su->desc;
+    const size_t k = d->members, kk = k * k;
+    const int f32 = d->dtype == DK_F32;
+    const int64_t *ip = indptr, *ix = indices;
+    const double *cv = values, *Ts = T;
+    int failure = 0;
+#pragma omp parallel
+    {
+        double *Ti = malloc(kk * sizeof *Ti), *x = malloc(k * sizeof *x);
+        if (!Ti || !x) {
+#pragma omp atomic write
+            failure = 1;
+        }
+#pragma omp for schedule(static)
+        for (long i = 0; i < (long)n; i++) {
+            if (!Ti || !x)
+                continue;
+            memset(Ti, 0, kk * sizeof *Ti);
+            for (int64_t e = ip[i]; e < ip[i + 1]; e++)
+                for (size_t q = 0; q < kk; q++)
+                    Ti[q] += cv[e] * Ts[(size_t)ix[e] * kk + q];
+            const size_t row = (size_t)i * k;
+            for (size_t l = 0; l < k; l++)
+                x[l] = f32 ? (double)((const float *)xb)[row + l] : ((const double *)xb)[row + l];
+            double sd = dk_letkf_apply_transform((int)k, d->rtps, x, Ti, x);
+            for (size_t l = 0; l < k; l++) {
+                if (f32)
+                    ((float *)xa)[row + l] = (float)x[l];
+                else
+                    ((double *)xa)[row + l] = x[l];
+            }
+            if (spread)
+                ((double *)spread)[i] = sd;
+        }
+        free(Ti), free(x);
+    }
+    if (failure) {
+        dk_msg_set(msg, "cpu letkf: out of host memory for a thread's %zu x %zu transform", k, k);
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    return DK_OK;
+}
+
 const dk_letkf_ops dk_cpu_letkf_ops = {
     .variants = letkf_variants,
     .plan_create = letkf_plan_create,
     .analysis = letkf_analysis,
     .plan_destroy = letkf_plan_destroy,
+    .transforms = letkf_transforms,
+    .apply_transforms = letkf_apply_transforms,
 };

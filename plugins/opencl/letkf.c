@@ -41,7 +41,7 @@ typedef struct letkf_plan {
     const dk_letkf_setup *s;
     cl_program prog;
     int owns_prog;
-    cl_kernel obs, search, cap, ab, transform;
+    cl_kernel obs, search, cap, ab, transform, interp_a, interp_finish;
     cl_mem gpos, opos, cell_key, cell_start, order, gi, gd; /* the search structure */
     cl_mem yp, dep, rinv;                                   /* observation space, per analysis */
     cl_mem cidx, crho, counts, abuf, mats, status, dummy;   /* per point of a batch */
@@ -60,7 +60,7 @@ static void plan_destroy(void *handle)
     letkf_plan *p = handle;
     if (!p)
         return;
-    cl_kernel ks[] = {p->obs, p->search, p->cap, p->ab, p->transform};
+    cl_kernel ks[] = {p->obs, p->search, p->cap, p->ab, p->transform, p->interp_a, p->interp_finish};
     for (size_t i = 0; i < sizeof ks / sizeof ks[0]; i++)
         if (ks[i])
             clReleaseKernel(ks[i]);
@@ -243,7 +243,8 @@ static dk_status plan_create(void *device, const dk_letkf_setup *setup, void **o
             cl_kernel *kernel;
             const char *name;
         } ks[] = {{&p->obs, "lk_obs"}, {&p->search, "lk_search"}, {&p->cap, "lk_cap"}, {&p->ab, "lk_ab"},
-                  {&p->transform, "lk_transform"}};
+                  {&p->transform, "lk_transform"}, {&p->interp_a, "lk_interp_a"},
+                  {&p->interp_finish, "lk_interp_finish"}};
         for (size_t i = 0; i < sizeof ks / sizeof ks[0] && err == CL_SUCCESS; i++) {
             *ks[i].kernel = clCreateKernel(p->prog, ks[i].name, &err);
             if (err != CL_SUCCESS)
@@ -296,8 +297,10 @@ static dk_status plan_create(void *device, const dk_letkf_setup *setup, void **o
     return DK_OK;
 }
 
-static dk_status analysis(void *handle, const void *xb, const void *yb, const void *obs, void *xa, void *nobs,
-                          void *spread, dk_msg *msg)
+/* The analysis, or with tout the transforms of the plan's points (xb, xa,
+ * nobs and spread then unused). */
+static dk_status run(void *handle, const void *xb, const void *yb, const void *obs, void *xa, void *nobs,
+                     void *spread, void *tout, dk_msg *msg)
 {
     letkf_plan *p = handle;
     dk_opencl_device *dev = p->dev;
@@ -308,7 +311,11 @@ static dk_status analysis(void *handle, const void *xb, const void *yb, const vo
         return st;
     cl_mem mxb = (cl_mem)xb, myb = (cl_mem)yb, mobs = (cl_mem)obs, mxa = (cl_mem)xa;
     cl_mem mnobs = nobs ? (cl_mem)nobs : p->dummy, mspread = spread ? (cl_mem)spread : p->dummy;
-    cl_int m = (cl_int)d->m, k = p->k, cells = (cl_int)s->cells, outputs = (nobs ? 1 : 0) | (spread ? 2 : 0);
+    cl_mem mtout = tout ? (cl_mem)tout : p->dummy;
+    if (tout)
+        mxb = mxa = p->dummy;
+    cl_int m = (cl_int)d->m, k = p->k, cells = (cl_int)s->cells;
+    cl_int outputs = (nobs ? 1 : 0) | (spread ? 2 : 0) | (tout ? 4 : 0);
     cl_int cap = d->max_obs > 0 && d->max_obs < d->m ? (cl_int)d->max_obs : 0;
     cl_ulong n = d->n;
     cl_double inflation = d->inflation, rtpp = d->rtpp, rtps = d->rtps;
@@ -336,7 +343,7 @@ static dk_status analysis(void *handle, const void *xb, const void *yb, const vo
            ARG(kb, 6, p->crho) | ARG(kb, 7, p->capacity) | ARG(kb, 8, p->counts) | ARG(kb, 9, p->abuf);
     err |= ARG(kt, 0, k) | ARG(kt, 1, inflation) | ARG(kt, 2, rtpp) | ARG(kt, 3, rtps) | ARG(kt, 5, p->counts) |
            ARG(kt, 6, p->abuf) | ARG(kt, 7, p->mats) | ARG(kt, 8, mxb) | ARG(kt, 9, mxa) | ARG(kt, 10, mnobs) |
-           ARG(kt, 11, mspread) | ARG(kt, 12, outputs);
+           ARG(kt, 11, mspread) | ARG(kt, 12, outputs) | ARG(kt, 13, mtout);
     CL_TRY(err, "letkf: setting the kernels' arguments");
     local = (size_t)p->wg;
     for (first = 0; first < n; first += p->batch) {
@@ -365,9 +372,58 @@ static dk_status analysis(void *handle, const void *xb, const void *yb, const vo
     return dk_opencl_finish(dev, DK_OPENCL_BLOCK, msg, "letkf: the analysis");
 }
 
+static dk_status analysis(void *handle, const void *xb, const void *yb, const void *obs, void *xa, void *nobs,
+                          void *spread, dk_msg *msg)
+{
+    return run(handle, xb, yb, obs, xa, nobs, spread, NULL, msg);
+}
+
+static dk_status transforms(void *handle, const void *yb, const void *obs, void *T, dk_msg *msg)
+{
+    return run(handle, NULL, yb, obs, NULL, NULL, NULL, T, msg);
+}
+
+static dk_status apply_transforms(void *handle, size_t n, const void *xb, const void *T, const void *indptr,
+                                  const void *indices, const void *values, void *xa, void *spread, dk_msg *msg)
+{
+    letkf_plan *p = handle;
+    dk_opencl_device *dev = p->dev;
+    dk_status st = dk_opencl_enter(dev, msg);
+    if (st != DK_OK)
+        return st;
+    cl_mem abuf = NULL;
+    if ((st = dk_opencl_alloc(dev, (n ? n : 1) * (size_t)p->k * sizeof(double), NULL, &abuf, msg,
+                              "letkf interpolated perturbations")))
+        return st;
+    cl_mem mxb = (cl_mem)xb, mT = (cl_mem)T, mip = (cl_mem)indptr, mix = (cl_mem)indices, mv = (cl_mem)values;
+    cl_mem mxa = (cl_mem)xa, msp = spread ? (cl_mem)spread : p->dummy;
+    cl_ulong nn = n;
+    cl_int k = p->k, want = spread ? 1 : 0;
+    cl_double rtps = p->s->desc.rtps;
+    cl_kernel ka = p->interp_a, kf = p->interp_finish;
+    cl_int err = ARG(ka, 0, nn) | ARG(ka, 1, k) | ARG(ka, 2, mxb) | ARG(ka, 3, mT) | ARG(ka, 4, mip) |
+                 ARG(ka, 5, mix) | ARG(ka, 6, mv) | ARG(ka, 7, abuf);
+    err |= ARG(kf, 0, nn) | ARG(kf, 1, k) | ARG(kf, 2, rtps) | ARG(kf, 3, mxb) | ARG(kf, 4, abuf) | ARG(kf, 5, mxa) |
+           ARG(kf, 6, msp) | ARG(kf, 7, want);
+    size_t local = 64, ga = ((size_t)n * (size_t)k + local - 1) / local * local, gf = (n + local - 1) / local * local;
+    if (err == CL_SUCCESS && n)
+        err = clEnqueueNDRangeKernel(dev->queue, ka, 1, NULL, &ga, &local, 0, NULL, NULL);
+    if (err == CL_SUCCESS && n)
+        err = clEnqueueNDRangeKernel(dev->queue, kf, 1, NULL, &gf, &local, 0, NULL, NULL);
+    if (err != CL_SUCCESS) {
+        release(abuf);
+        return dk_opencl_fail(msg, dev, err, "letkf: launching the interpolated analysis over %zu points", n);
+    }
+    st = dk_opencl_finish(dev, DK_OPENCL_BLOCK, msg, "letkf: the interpolated analysis");
+    release(abuf);
+    return st;
+}
+
 const dk_letkf_ops dk_opencl_letkf_ops = {
     .variants = variants,
     .plan_create = plan_create,
     .analysis = analysis,
     .plan_destroy = plan_destroy,
+    .transforms = transforms,
+    .apply_transforms = apply_transforms,
 };

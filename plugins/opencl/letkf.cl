@@ -448,7 +448,7 @@ __kernel void lk_ab(int k, __global const double *yp, __global const double *dep
 __kernel void lk_transform(int k, double inflation, double rtpp, double rtps, ulong first,
                            __global const int *counts, __global double *ab, __global double *mats,
                            __global REAL *xb, __global REAL *xa, __global int *nobs, __global double *spread,
-                           int outputs)
+                           int outputs, __global double *tout)
 {
     LK_POINT();
     __local double lsc[2 * LK_WGMAX];
@@ -469,7 +469,7 @@ __kernel void lk_transform(int k, double inflation, double rtpp, double rtps, ul
                   *pv = vec + 5 * k;
     const int kk = k + (k & 1), npairs = kk / 2;
     for (int l = lid; l < k; l += wg) {
-        xv[l] = (double)xb[i * (ulong)k + l];
+        xv[l] = outputs & 4 ? 0.0 : (double)xb[i * (ulong)k + l];
         bv[l] = gb[l];
     }
     for (int u = lid; u < k * k; u += wg) {
@@ -573,6 +573,35 @@ __kernel void lk_transform(int k, double inflation, double rtpp, double rtps, ul
 
     /* ---- transform ---- */
     const double gk = (double)(k - 1) / inflation;
+    if (outputs & 4) {
+        /* weight interpolation: T[l,m] = W[l,m] + w_l of the point, RTPS left to the apply */
+        for (int e = lid; e < k; e += wg) {
+            double lam = A[e * k + e], qb = 0.0;
+            for (int l = 0; l < k; l++)
+                qb += Q[l * k + e] * bv[l];
+            av[e] = qb / (gk + lam);
+            zv[e] = sqrt((double)(k - 1) / (gk + lam));
+        }
+        LK_SYNC();
+        for (int l = lid; l < k; l += wg) {
+            double w = 0.0;
+            for (int e = 0; e < k; e++)
+                w += Q[l * k + e] * av[e];
+            wv[l] = w;
+        }
+        LK_SYNC();
+        __global double *T = tout + i * (ulong)k * (ulong)k;
+        for (int u = lid; u < k * k; u += wg) {
+            int l = u / k, m = u - l * k;
+            double sum = 0.0;
+            for (int e = 0; e < k; e++)
+                sum += Q[l * k + e] * zv[e] * Q[m * k + e];
+            if (rtpp > 0.0)
+                sum = (1.0 - rtpp) * sum + (l == m ? rtpp : 0.0);
+            T[u] = sum + wv[l];
+        }
+        return;
+    }
     for (int e = lid; e < k; e += wg) {
         double lam = A[e * k + e], qb = 0.0, qx = 0.0;
         for (int l = 0; l < k; l++) {
@@ -626,4 +655,62 @@ __kernel void lk_transform(int k, double inflation, double rtpp, double rtps, ul
     for (int m = lid; m < k; m += wg)
         xa[i * (ulong)k + m] = (REAL)av[m];
     LK_SYNC();
+}
+
+/* Weight interpolation's apply, a work-item per (point, member m): the
+ * analysis perturbation a_m = sum_e c_e sum_l X_l T_e[l,m] into abuf. */
+__kernel void lk_interp_a(ulong n, int k, __global const REAL *xb, __global const double *T,
+                          __global const long *indptr, __global const long *indices, __global const double *values,
+                          __global double *abuf)
+{
+    ulong g = get_global_id(0);
+    if (g >= n * (ulong)k)
+        return;
+    ulong i = g / (ulong)k;
+    int m = (int)(g - i * (ulong)k);
+    __global const REAL *x = xb + i * (ulong)k;
+    double xm = 0.0;
+    for (int l = 0; l < k; l++)
+        xm += (double)x[l];
+    xm /= k;
+    double a = 0.0;
+    for (long e = indptr[i]; e < indptr[i + 1]; e++) {
+        __global const double *Te = T + (ulong)indices[e] * (ulong)k * (ulong)k;
+        double v = 0.0;
+        for (int l = 0; l < k; l++)
+            v += ((double)x[l] - xm) * Te[l * k + m];
+        a += values[e] * v;
+    }
+    abuf[g] = a;
+}
+
+/* A work-item per point: the mean of a, RTPS, xa (may be xb) and the spread. */
+__kernel void lk_interp_finish(ulong n, int k, double rtps, __global const REAL *xb, __global const double *abuf,
+                               __global REAL *xa, __global double *spread, int want_spread)
+{
+    ulong i = get_global_id(0);
+    if (i >= n)
+        return;
+    __global const REAL *x = xb + i * (ulong)k;
+    __global const double *a = abuf + i * (ulong)k;
+    double xm = 0.0, am = 0.0;
+    for (int l = 0; l < k; l++) {
+        xm += (double)x[l];
+        am += a[l];
+    }
+    xm /= k;
+    am /= k;
+    double sb = 0.0, sa = 0.0;
+    for (int l = 0; l < k; l++) {
+        double xp = (double)x[l] - xm, ap = a[l] - am;
+        sb += xp * xp;
+        sa += ap * ap;
+    }
+    sb = sqrt(sb / (k - 1));
+    sa = sqrt(sa / (k - 1));
+    double factor = rtps > 0.0 && sa > 0.0 ? 1.0 + rtps * (sb - sa) / sa : 1.0;
+    for (int m = 0; m < k; m++)
+        xa[i * (ulong)k + m] = (REAL)(xm + am + factor * (a[m] - am));
+    if (want_spread)
+        spread[i] = factor * sa;
 }

@@ -7,6 +7,11 @@
  *              k = 20, the settings of `dakit letkf l96` (DAPPER's
  *              sakov2008 set-up as docs/validation.md translates it):
  *              radius 14.56 (DAPPER's loc_rad = 4), inflation 1.04^2.
+ *   letkf_1e6_interp2  letkf_1e6's data with weight interpolation: the
+ *              transforms at every 2nd grid point of both axes (250,000
+ *              weight points), bilinear to the rest (dk_letkf_execute_interp,
+ *              which copies C to the device each call); its check reports
+ *              the interpolation's difference from the full analysis.
  * Each run writes nobs too (the analysis's diagnostics cost nothing apart).
  * The harness's floor is the bytes that must move (Xb read, Xa written, Yb
  * read); the work is arithmetic, so teardown prints the floating-point
@@ -28,6 +33,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <dakit/enkf.h>
+#include <dakit/letkf.h>
+
 #include "cli/cli.h"
 #include "harness/bench.h"
 
@@ -42,7 +50,11 @@ static const letkf_bench_case cases[] = {
     {"letkf_l96", "one Lorenz-96 analysis as dakit letkf l96 makes it: N 40 (ring), k 20, M 40, R = I, "
                   "GC radius 14.56, inflation 1.04^2, f64",
      40, 20, 40},
+    {"letkf_1e6_interp2", "letkf_1e6 with weight interpolation: transforms at every 2nd point of both axes "
+                          "(250,000), bilinear to the rest, f64",
+     1000000, 40, 100000},
 };
+#define INTERP2 2
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
 #define CHECK_POINTS 200
 #define MAX_TIMES 256
@@ -54,6 +66,9 @@ typedef struct state {
     double *grid, *obs, *xb, *yb, *yo, *r;
     dk_plan *plan;
     dk_buffer *bxb, *byb, *bxa, *bnobs;
+    dk_csr C;              /* letkf_1e6_interp2: the interpolation */
+    double *wgrid;         /* its weight points' coordinates */
+    size_t *widx;
     double plan_seconds, times[MAX_TIMES];
     int calls, runs; /* runs: timed ones, after the harness's warm-up */
 } state;
@@ -93,6 +108,7 @@ static void free_state(state *s)
     dk_plan_destroy(s->plan);
     dk_buffer_destroy(s->bxb), dk_buffer_destroy(s->byb), dk_buffer_destroy(s->bxa), dk_buffer_destroy(s->bnobs);
     free(s->grid), free(s->obs), free(s->xb), free(s->yb), free(s->yo), free(s->r);
+    free((void *)s->C.indptr), free((void *)s->C.indices), free((void *)s->C.values), free(s->wgrid), free(s->widx);
     free(s);
 }
 
@@ -122,7 +138,7 @@ static void check(state *s, const double *xa)
         printf("letkf %s on %s: the check against the reference failed: %s\n", cases[s->which].name, s->label,
                dk_last_error(NULL));
     else {
-        double worst = 0;
+        double worst = 0, sq = 0, sqref = 0;
         for (size_t t = 0; t < npts; t++) {
             size_t i = t * (d->n / npts);
             double scale = 0;
@@ -131,9 +147,16 @@ static void check(state *s, const double *xa)
             for (size_t l = 0; l < k; l++) {
                 double e = fabs(xa[i * k + l] - ref[t * k + l]) / scale;
                 worst = e > worst || isnan(e) ? e : worst;
+                sq += (xa[i * k + l] - ref[t * k + l]) * (xa[i * k + l] - ref[t * k + l]);
+                sqref += (ref[t * k + l] - xb[t * k + l]) * (ref[t * k + l] - xb[t * k + l]);
             }
         }
-        printf("letkf %s on %s: %zu points against dk_letkf_reference: max |Xa - ref| / max(|Xb|, |ref|) %.2e\n",
+        if (s->which == INTERP2)
+            printf("letkf %s on %s: %zu points against the full analysis (dk_letkf_reference): max |Xa - ref| / "
+                   "max(|Xb|, |ref|) %.2e; RMS(Xa - ref) / RMS(ref - Xb) %.2e (the interpolation's error)\n",
+                   cases[s->which].name, s->label, npts, worst, sqrt(sq / (sqref > 0 ? sqref : 1)));
+        else
+            printf("letkf %s on %s: %zu points against dk_letkf_reference: max |Xa - ref| / max(|Xb|, |ref|) %.2e\n",
                cases[s->which].name, s->label, npts, worst);
     }
     free(grid), free(xb), free(ref);
@@ -154,6 +177,30 @@ static void teardown(void *p)
     const double k = (double)d->members;
     int32_t *nobs = malloc(d->n * sizeof *nobs);
     double *xa = malloc(d->n * d->members * sizeof *xa);
+    const size_t n = s->which == INTERP2 ? s->C.rows : d->n;
+    if (s->which == INTERP2) {
+        free(nobs), free(xa);
+        xa = malloc(n * d->members * sizeof *xa);
+        if (s->runs && xa && dk_buffer_read(s->bxa, xa, n * d->members * sizeof *xa) == DK_OK) {
+            int runs = s->runs < MAX_TIMES ? s->runs : MAX_TIMES;
+            qsort(s->times, (size_t)runs, sizeof *s->times, cmp_double);
+            double med = runs % 2 ? s->times[runs / 2] : 0.5 * (s->times[runs / 2 - 1] + s->times[runs / 2]);
+            printf("letkf %s on %s: plan %.3f s; analysis median %.3f ms over %d runs (%zu weight points for %zu "
+                   "grid points)\n", cases[s->which].name, s->label, s->plan_seconds, med * 1e3, runs, d->n, n);
+            const char *c = getenv("DAKIT_BENCH_LETKF_CHECK");
+            if (!c || strcmp(c, "0")) {
+                dk_letkf_desc full = *d;
+                full.n = n;
+                full.grid_coords = s->grid;
+                s->desc = full;
+                check(s, xa);
+            }
+            fflush(stdout);
+        }
+        free(xa);
+        free_state(s);
+        return;
+    }
     if (s->runs && nobs && xa && dk_buffer_read(s->bnobs, nobs, d->n * sizeof *nobs) == DK_OK &&
         dk_buffer_read(s->bxa, xa, d->n * d->members * sizeof *xa) == DK_OK) {
         double p = 0, flops = 0;
@@ -200,7 +247,7 @@ static void *setup(dk_context *ctx, int i, const char *variant, char *err, size_
         free_state(s);
         return NULL;
     }
-    uint64_t st = 0x1e7fbe7cull + (uint64_t)i;
+    uint64_t st = 0x1e7fbe7cull + (uint64_t)(i == INTERP2 ? 0 : i); /* interp2: letkf_1e6's data */
     dk_letkf_desc *d = &s->desc;
     dk_letkf_desc_init(d);
     d->n = n;
@@ -244,6 +291,25 @@ static void *setup(dk_context *ctx, int i, const char *variant, char *err, size_
     d->grid_coords = s->grid;
     d->obs_coords = s->obs;
     double t0 = cli_now();
+    if (i == INTERP2) {
+        size_t shape[2] = {1000, 1000}, stride[2] = {2, 2}, nw = 0;
+        int64_t *ip = malloc((n + 1) * sizeof *ip), *ix = malloc(4 * n * sizeof *ix);
+        double *v = malloc(4 * n * sizeof *v);
+        s->C.indptr = ip, s->C.indices = ix, s->C.values = v;
+        s->widx = malloc(n * sizeof *s->widx);
+        s->wgrid = malloc(2 * n * sizeof *s->wgrid);
+        if (!ip || !ix || !v || !s->widx || !s->wgrid ||
+            dk_letkf_interp_grid(2, shape, stride, &nw, s->widx, ip, ix, v) != DK_OK) {
+            snprintf(err, len, "%s", ip && ix && v && s->widx && s->wgrid ? dk_last_error(NULL) : "out of host memory");
+            free_state(s);
+            return NULL;
+        }
+        s->C.rows = n, s->C.cols = nw;
+        for (size_t w = 0; w < nw; w++)
+            s->wgrid[2 * w] = s->grid[2 * s->widx[w]], s->wgrid[2 * w + 1] = s->grid[2 * s->widx[w] + 1];
+        d->n = nw;
+        d->grid_coords = s->wgrid;
+    }
     if (dk_letkf_plan_create(ctx, d, &s->plan) != DK_OK) {
         snprintf(err, len, "%s", dk_last_error(ctx));
         free_state(s);
@@ -268,7 +334,9 @@ static dk_status run(void *p)
 {
     state *s = p;
     double t0 = cli_now();
-    dk_status st = dk_letkf_execute(s->plan, s->bxb, s->byb, s->yo, s->r, s->bxa, s->bnobs, NULL);
+    dk_status st = s->which == INTERP2
+                       ? dk_letkf_execute_interp(s->plan, &s->C, s->bxb, s->byb, s->yo, s->r, s->bxa, NULL)
+                       : dk_letkf_execute(s->plan, s->bxb, s->byb, s->yo, s->r, s->bxa, s->bnobs, NULL);
     if (st == DK_OK && s->calls++ > 0) {
         if (s->runs < MAX_TIMES)
             s->times[s->runs] = cli_now() - t0;

@@ -69,6 +69,10 @@ static void usage(FILE *f)
             "                        > 0 (default 1: none); anomalies grow by sqrt(F)\n"
             "  --rtpp A              relaxation to prior perturbations, from 0 to 1 (default 0)\n"
             "  --rtps A              relaxation to prior spread, from 0 to 1 (default 0); not with --rtpp\n"
+            "  --weight-stride S[,S...]  weight interpolation: the transforms only at every S-th point of\n"
+            "                        each axis of the lattice --grid-shape (and its last), bilinear\n"
+            "                        (trilinear) to the rest (docs/letkf.md states its error); no --nobs\n"
+            "  --grid-shape A[,B[,C]]  the lattice of the grid points, row-major (first axis slowest)\n"
             "  --dtype f64|f32       the ensembles' precision in the backend (default f64); every\n"
             "                        point's k x k problem is solved in float64 either way\n"
             "  --backend NAME        cuda, opencl, cpu, auto or a comma list (default: DAKIT_BACKEND/auto)\n"
@@ -94,6 +98,8 @@ typedef struct options {
     const char *out, *nobs, *spread, *omb, *oma;
     const char *backend, *variant;
     double r_value; /* > 0: --r-value */
+    size_t wstride[3], shape[3]; /* --weight-stride, --grid-shape */
+    int nstride, nshape;
     int reference;
     dk_letkf_desc desc; /* the options' part of it */
 } options;
@@ -108,7 +114,8 @@ static int parse(int argc, char **argv, options *o)
         CLI_VALUE("grid-coords"), CLI_VALUE("obs-coords"), CLI_VALUE("out"), CLI_VALUE("nobs"), CLI_VALUE("spread"),
         CLI_VALUE("omb"), CLI_VALUE("oma"), CLI_VALUE("backend"), CLI_VALUE("variant"), CLI_VALUE("radius"),
         CLI_VALUE("vertical-radius"), CLI_VALUE("metric"), CLI_VALUE("period"), CLI_VALUE("max-obs"),
-        CLI_VALUE("inflation"), CLI_VALUE("rtpp"), CLI_VALUE("rtps"), CLI_VALUE("dtype"), {0}};
+        CLI_VALUE("inflation"), CLI_VALUE("rtpp"), CLI_VALUE("rtps"), CLI_VALUE("dtype"),
+        CLI_VALUE("weight-stride"), CLI_VALUE("grid-shape"), {0}};
     cli_args args = {.cmd = CMD, .argc = argc, .argv = argv, .options = option_table};
     int more;
     while ((more = cli_next(&args)) == 1) {
@@ -184,7 +191,18 @@ static int parse(int argc, char **argv, options *o)
             bad = cli_double(CMD, a, v, 0, 1, 0, &o->desc.rtpp);
         else if (!strcmp(a, "--rtps"))
             bad = cli_double(CMD, a, v, 0, 1, 0, &o->desc.rtps);
-        else if (!strcmp(a, "--dtype")) {
+        else if (!strcmp(a, "--weight-stride") || !strcmp(a, "--grid-shape")) {
+            double p[4];
+            int n = cli_parse_doubles(v, p, 4), stride = !strcmp(a, "--weight-stride");
+            if (n < 1 || n > 3)
+                return cli_error(CMD, 2, "%s must be 1 to 3 integers >= 1 separated by commas, not '%.64s'", a, v);
+            for (int q = 0; q < n; q++) {
+                if (!(p[q] >= 1 && p[q] <= 1e15 && p[q] == floor(p[q])))
+                    return cli_error(CMD, 2, "%s: value %d is %g; each must be an integer >= 1", a, q + 1, p[q]);
+                (stride ? o->wstride : o->shape)[q] = (size_t)p[q];
+            }
+            *(stride ? &o->nstride : &o->nshape) = n;
+        } else if (!strcmp(a, "--dtype")) {
             if (!strcmp(v, "f64"))
                 o->desc.dtype = DK_F64;
             else if (!strcmp(v, "f32"))
@@ -209,6 +227,16 @@ static int parse(int argc, char **argv, options *o)
         return cli_error(CMD, 2, "--oma needs --H: O-A is yo minus the mean of H Xa");
     if (o->desc.rtpp > 0 && o->desc.rtps > 0)
         return cli_error(CMD, 2, "--rtpp and --rtps are both set; choose one relaxation");
+    if (o->nstride && !o->nshape)
+        return cli_error(CMD, 2, "--weight-stride needs --grid-shape, the lattice of the grid points");
+    if (o->nstride && o->nstride != 1 && o->nstride != o->nshape)
+        return cli_error(CMD, 2, "--weight-stride has %d values for the %d axes of --grid-shape; give one or one "
+                                 "per axis", o->nstride, o->nshape);
+    if (o->nstride && o->nobs)
+        return cli_error(CMD, 2, "--nobs is not available with --weight-stride");
+    if (o->nstride == 1)
+        for (int q = 1; q < o->nshape; q++)
+            o->wstride[q] = o->wstride[0];
     if (o->reference && (o->backend || o->variant))
         return cli_error(CMD, 2, "--reference runs the serial reference; it takes no --backend or --variant");
     if (cli_options_only)
@@ -551,6 +579,62 @@ static int check_outputs(const options *o)
 static int run_distributed(const options *o);
 #endif
 
+/* --weight-stride: the lattice's interpolation, d turned into the weight
+ * points' description, and the analysis into xa (and spread). 0 on
+ * success (d->n then the weight points' count), else the exit status with
+ * the error printed. */
+static int run_interp(const options *o, const inputs *in, dk_letkf_desc *d, void *xa, double *spread,
+                      dk_context **ctx, dk_plan **plan, char *where, size_t len)
+{
+    size_t n = 1, nw = 0;
+    for (int q = 0; q < o->nshape; q++)
+        n *= o->shape[q];
+    if (n != in->n)
+        return cli_error(CMD, 2, "--grid-shape holds %zu points; the grid has %zu", n, in->n);
+    const int nc = d->ncoords, corners = 1 << o->nshape;
+    int64_t *ip = malloc((n + 1) * sizeof *ip), *ix = malloc(n * (size_t)corners * sizeof *ix);
+    double *v = malloc(n * (size_t)corners * sizeof *v), *wc = malloc(n * (size_t)nc * sizeof *wc);
+    size_t *widx = malloc(n * sizeof *widx);
+    int rc = 1;
+    if (!ip || !ix || !v || !wc || !widx) {
+        cli_error(CMD, 1, "out of memory for the interpolation of %zu points", n);
+        goto out;
+    }
+    if (dk_letkf_interp_grid(o->nshape, o->shape, o->wstride, &nw, widx, ip, ix, v) != DK_OK) {
+        cli_error(CMD, 1, "%s", dk_last_error(NULL));
+        goto out;
+    }
+    for (size_t w = 0; w < nw; w++)
+        memcpy(wc + w * (size_t)nc, d->grid_coords + widx[w] * (size_t)nc, (size_t)nc * sizeof *wc);
+    dk_csr C = {n, nw, ip, ix, v};
+    d->n = nw;
+    d->grid_coords = wc;
+    if (o->reference) {
+        if (dk_letkf_reference_interp(d, &C, in->xb_data, in->yb_data, in->yo64, in->r64, xa, spread) != DK_OK) {
+            cli_error(CMD, 1, "%s", library_error(NULL));
+            goto out;
+        }
+    } else {
+        if (dk_context_create(o->backend, ctx) != DK_OK) {
+            cli_error(CMD, 1, "%s", dk_last_error(NULL));
+            goto out;
+        }
+        if (dk_letkf_plan_create(*ctx, d, plan) != DK_OK ||
+            dk_letkf_execute_interp_host(*plan, &C, in->xb_data, in->yb_data, in->yo64, in->r64, xa, spread) !=
+                DK_OK) {
+            cli_error(CMD, 1, "%s", library_error(*ctx));
+            goto out;
+        }
+        snprintf(where, len, "%s (%s)%s%s", dk_context_backend(*ctx), dk_context_device(*ctx),
+                 o->variant ? ", variant " : "", o->variant ? o->variant : "");
+    }
+    rc = 0;
+out:
+    d->grid_coords = NULL; /* wc is freed here */
+    free(ip), free(ix), free(v), free(wc), free(widx);
+    return rc;
+}
+
 static int run_analysis(int argc, char **argv)
 {
     options o;
@@ -599,7 +683,15 @@ static int run_analysis(int argc, char **argv)
     double t0 = cli_now();
     const char *where = "the serial reference";
     char where_buf[512];
-    if (o.reference) {
+    if (o.nstride) {
+        rc = run_interp(&o, &in, &d, xa, spread, &ctx, &plan, where_buf, sizeof where_buf);
+        if (rc == 0)
+            rc = 1;
+        else
+            goto done;
+        where = o.reference ? where : where_buf;
+        memset(nobs, 0, in.n * sizeof *nobs);
+    } else if (o.reference) {
         if (dk_letkf_reference(&d, in.xb_data, in.yb_data, in.yo64, in.r64, xa, nobs, spread) != DK_OK) {
             cli_error(CMD, 1, "%s", library_error(NULL));
             goto done;
@@ -627,10 +719,14 @@ static int run_analysis(int argc, char **argv)
         lo = nobs[i] < lo ? nobs[i] : lo;
         hi = nobs[i] > hi ? nobs[i] : hi;
     }
-    fprintf(stderr,
-            "dakit letkf: N=%zu k=%zu M=%zu on %s: %.3f ms (plan and analysis); observations per point %d to %d, "
-            "mean %.1f\n",
-            in.n, in.k, in.m, where, ms, lo, hi, (double)used / (double)in.n);
+    if (o.nstride)
+        fprintf(stderr, "dakit letkf: N=%zu k=%zu M=%zu on %s: %.3f ms (plan and analysis), transforms at %zu "
+                "weight points\n", in.n, in.k, in.m, where, ms, d.n);
+    else
+        fprintf(stderr,
+                "dakit letkf: N=%zu k=%zu M=%zu on %s: %.3f ms (plan and analysis); observations per point %d to "
+                "%d, mean %.1f\n",
+                in.n, in.k, in.m, where, ms, lo, hi, (double)used / (double)in.n);
     array_origin per_point;
     state_origin(&in.xb_origin, &per_point);
     if (write_analysis(o.out, xa, d.dtype, in.n, in.k, &in.xb_origin) ||
@@ -755,6 +851,9 @@ static int run_distributed(const options *o)
     int rank, size, failed = 0, rc = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (o->nstride)
+        return rank == 0 ? cli_error(CMD, 2, "--weight-stride is not available under mpirun yet; run it on one "
+                                             "process") : 2;
     if (o->reference)
         return cli_error(CMD, 2, "--reference runs in one process; under mpirun (%d ranks) each rank analyses "
                                  "its points on a backend", size);

@@ -60,49 +60,56 @@ typedef struct letkf_case {
     double inflation, rtpp, rtps;
     int in_place;     /* through dk_letkf_execute_host with xa == xb */
     int diagnostics;  /* ask for nobs and spread */
-    int layout;       /* 0 random; 1 both on the integer lattice (ties); 2 grid over 3 x the observations' box */
+    int layout;       /* 0 random; 1 both on the integer lattice (ties); 2 grid over 3 x the observations' box;
+                         3 the grid a regular lattice of side n^(1/columns) over the box, observations random */
     int quick;
+    size_t wstride;   /* > 0: weight interpolation from every wstride-th lattice point per axis (layout 3) */
 } letkf_case;
 
 #define F64 DK_F64
 #define F32 DK_F32
 
 static letkf_case cases[] = {
-    /* name             dtype geometry    n    k   m     extent radius vrad per cap infl  rtpp rtps inpl diag lay quick */
-    {"1d",              F64, G_1D,       300, 8,   200,  100,  10,    0,   0, 0,  1.0,  0,   0,   0,   1,   0,  1},
-    {"1d_ring_l96",     F64, G_1D,       40,  20,  40,   40,   15.3,  0,   1, 0,  1.04, 0,   0,   0,   1,   0,  1},
-    {"1d_f32",          F32, G_1D,       400, 10,  300,  100,  7,     0,   0, 0,  1.1,  0,   0,   0,   1,   0,  1},
-    {"1d_k2_m1",        F64, G_1D,       50,  2,   1,    10,   6,     0,   0, 0,  1.0,  0,   0,   0,   1,   0,  1},
-    {"2d",              F64, G_2D,       400, 16,  500,  50,   8,     0,   0, 0,  1.0,  0,   0,   0,   1,   0,  1},
-    {"2d_periodic_x",   F64, G_2D,       300, 12,  400,  40,   9,     0,   1, 0,  1.0,  0,   0,   1,   1,   0,  1},
-    {"2d_periodic_xy",  F32, G_2D,       300, 12,  400,  30,   9,     0,   3, 0,  1.05, 0,   0,   0,   1,   0,  0},
-    {"2d_cap",          F64, G_2D,       300, 10,  800,  30,   8,     0,   0, 10, 1.0,  0,   0,   0,   1,   0,  1},
-    {"2d_cap_ties",     F64, G_2D,       225, 8,   900,  15,   4,     0,   0, 12, 1.0,  0,   0,   0,   1,   1,  1},
-    {"2d_rtpp",         F64, G_2D,       300, 12,  400,  40,   8,     0,   0, 0,  1.1,  0.5, 0,   0,   1,   0,  1},
-    {"2d_rtps",         F64, G_2D,       300, 12,  400,  40,   8,     0,   0, 0,  1.0,  0,   0.7, 0,   1,   0,  1},
-    {"2d_rtps_f32_inpl",F32, G_2D,       300, 12,  400,  40,   8,     0,   0, 20, 1.02, 0,   0.9, 1,   1,   0,  1},
-    {"2d_no_diag",      F64, G_2D,       200, 6,   300,  40,   8,     0,   0, 0,  1.0,  0,   0,   0,   0,   0,  1},
-    {"2d_far_points",   F64, G_2D,       300, 8,   200,  20,   5,     0,   0, 0,  1.2,  0,   0,   0,   1,   2,  1},
-    {"2d_vertical",     F64, G_2D_V,     300, 10,  600,  30,   9,     3,   0, 0,  1.0,  0,   0,   0,   1,   0,  1},
-    {"1d_vertical_cap", F32, G_1D_V,     300, 10,  600,  50,   12,    2.5, 1, 15, 1.0,  0,   0.5, 0,   1,   0,  0},
-    {"3d",              F64, G_3D,       300, 8,   600,  20,   6,     0,   0, 0,  1.0,  0,   0,   0,   1,   0,  1},
-    {"3d_periodic",     F64, G_3D,       300, 8,   600,  15,   6,     0,   7, 0,  1.0,  0.3, 0,   1,   1,   0,  0},
-    {"3d_f32_cap",      F32, G_3D,       300, 12,  800,  15,   6,     0,   2, 25, 1.1,  0,   0,   0,   1,   0,  0},
-    {"sphere",          F64, G_SPHERE,   400, 12,  1000, 0,    2000,  0,   0, 0,  1.0,  0,   0,   0,   1,   0,  1},
-    {"sphere_cap_f32",  F32, G_SPHERE,   400, 10,  1500, 0,    2500,  0,   0, 20, 1.05, 0,   0,   1,   1,   0,  1},
-    {"sphere_vertical", F64, G_SPHERE_V, 400, 12,  1500, 0,    2500,  3,   0, 0,  1.0,  0,   0.5, 0,   1,   0,  1},
-    {"sphere_wide_rtpp",F64, G_SPHERE,   150, 16,  600,  0,    9000,  0,   0, 0,  1.1,  0.4, 0,   0,   1,   0,  0},
-    {"k4",              F64, G_2D,       300, 4,   300,  30,   8,     0,   0, 0,  1.0,  0,   0,   0,   1,   0,  1},
-    {"k32",             F64, G_2D,       150, 32,  400,  30,   8,     0,   0, 0,  1.0,  0,   0,   0,   1,   0,  1},
-    {"k40_f32",         F32, G_2D,       100, 40,  400,  30,   8,     0,   0, 0,  1.0,  0,   0,   0,   1,   0,  0},
-    {"k64",             F64, G_2D,       40,  64,  400,  30,   8,     0,   0, 0,  1.1,  0,   0,   0,   1,   0,  1},
-    {"k128",            F64, G_2D,       10,  128, 600,  30,   10,    0,   0, 0,  1.0,  0,   0,   1,   1,   0,  0},
-    {"k128_cap_rtps",   F64, G_SPHERE,   8,   128, 800,  0,    3000,  0,   0, 60, 1.05, 0,   0.5, 0,   1,   0,  0},
-    [29 ... 36] = {NULL, F64, G_1D, 0, 0, 0, 0, 0, 0, 0, 0, 1.0, 0, 0, 0, 1, 0, 0},
+    /* name             dtype geometry    n    k   m     extent radius vrad per cap infl  rtpp rtps inpl diag lay quick wstride */
+    {"1d",              F64, G_1D,       300, 8,   200,  100,  10,    0,   0, 0,  1.0,  0,   0,   0,   1,   0,  1, 0},
+    {"1d_ring_l96",     F64, G_1D,       40,  20,  40,   40,   15.3,  0,   1, 0,  1.04, 0,   0,   0,   1,   0,  1, 0},
+    {"1d_f32",          F32, G_1D,       400, 10,  300,  100,  7,     0,   0, 0,  1.1,  0,   0,   0,   1,   0,  1, 0},
+    {"1d_k2_m1",        F64, G_1D,       50,  2,   1,    10,   6,     0,   0, 0,  1.0,  0,   0,   0,   1,   0,  1, 0},
+    {"2d",              F64, G_2D,       400, 16,  500,  50,   8,     0,   0, 0,  1.0,  0,   0,   0,   1,   0,  1, 0},
+    {"2d_periodic_x",   F64, G_2D,       300, 12,  400,  40,   9,     0,   1, 0,  1.0,  0,   0,   1,   1,   0,  1, 0},
+    {"2d_periodic_xy",  F32, G_2D,       300, 12,  400,  30,   9,     0,   3, 0,  1.05, 0,   0,   0,   1,   0,  0, 0},
+    {"2d_cap",          F64, G_2D,       300, 10,  800,  30,   8,     0,   0, 10, 1.0,  0,   0,   0,   1,   0,  1, 0},
+    {"2d_cap_ties",     F64, G_2D,       225, 8,   900,  15,   4,     0,   0, 12, 1.0,  0,   0,   0,   1,   1,  1, 0},
+    {"2d_rtpp",         F64, G_2D,       300, 12,  400,  40,   8,     0,   0, 0,  1.1,  0.5, 0,   0,   1,   0,  1, 0},
+    {"2d_rtps",         F64, G_2D,       300, 12,  400,  40,   8,     0,   0, 0,  1.0,  0,   0.7, 0,   1,   0,  1, 0},
+    {"2d_rtps_f32_inpl",F32, G_2D,       300, 12,  400,  40,   8,     0,   0, 20, 1.02, 0,   0.9, 1,   1,   0,  1, 0},
+    {"2d_no_diag",      F64, G_2D,       200, 6,   300,  40,   8,     0,   0, 0,  1.0,  0,   0,   0,   0,   0,  1, 0},
+    {"2d_far_points",   F64, G_2D,       300, 8,   200,  20,   5,     0,   0, 0,  1.2,  0,   0,   0,   1,   2,  1, 0},
+    {"2d_vertical",     F64, G_2D_V,     300, 10,  600,  30,   9,     3,   0, 0,  1.0,  0,   0,   0,   1,   0,  1, 0},
+    {"1d_vertical_cap", F32, G_1D_V,     300, 10,  600,  50,   12,    2.5, 1, 15, 1.0,  0,   0.5, 0,   1,   0,  0, 0},
+    {"3d",              F64, G_3D,       300, 8,   600,  20,   6,     0,   0, 0,  1.0,  0,   0,   0,   1,   0,  1, 0},
+    {"3d_periodic",     F64, G_3D,       300, 8,   600,  15,   6,     0,   7, 0,  1.0,  0.3, 0,   1,   1,   0,  0, 0},
+    {"3d_f32_cap",      F32, G_3D,       300, 12,  800,  15,   6,     0,   2, 25, 1.1,  0,   0,   0,   1,   0,  0, 0},
+    {"sphere",          F64, G_SPHERE,   400, 12,  1000, 0,    2000,  0,   0, 0,  1.0,  0,   0,   0,   1,   0,  1, 0},
+    {"sphere_cap_f32",  F32, G_SPHERE,   400, 10,  1500, 0,    2500,  0,   0, 20, 1.05, 0,   0,   1,   1,   0,  1, 0},
+    {"sphere_vertical", F64, G_SPHERE_V, 400, 12,  1500, 0,    2500,  3,   0, 0,  1.0,  0,   0.5, 0,   1,   0,  1, 0},
+    {"sphere_wide_rtpp",F64, G_SPHERE,   150, 16,  600,  0,    9000,  0,   0, 0,  1.1,  0.4, 0,   0,   1,   0,  0, 0},
+    {"k4",              F64, G_2D,       300, 4,   300,  30,   8,     0,   0, 0,  1.0,  0,   0,   0,   1,   0,  1, 0},
+    {"k32",             F64, G_2D,       150, 32,  400,  30,   8,     0,   0, 0,  1.0,  0,   0,   0,   1,   0,  1, 0},
+    {"k40_f32",         F32, G_2D,       100, 40,  400,  30,   8,     0,   0, 0,  1.0,  0,   0,   0,   1,   0,  0, 0},
+    {"k64",             F64, G_2D,       40,  64,  400,  30,   8,     0,   0, 0,  1.1,  0,   0,   0,   1,   0,  1, 0},
+    {"k128",            F64, G_2D,       10,  128, 600,  30,   10,    0,   0, 0,  1.0,  0,   0,   1,   1,   0,  0, 0},
+    {"k128_cap_rtps",   F64, G_SPHERE,   8,   128, 800,  0,    3000,  0,   0, 60, 1.05, 0,   0.5, 0,   1,   0,  0, 0},
+    /* weight interpolation: the reference interpolates the weight points' transforms too */
+    {"interp_1d_ring",  F64, G_1D,       120, 20,  120,  120,  15,    0,   1, 0,  1.04, 0,   0,   0,   1,   3,  1, 3},
+    {"interp_2d_rtps",  F64, G_2D,       900, 16,  500,  30,   8,     0,   0, 0,  1.0,  0,   0.7, 0,   1,   3,  1, 2},
+    {"interp_2d_f32",   F32, G_2D,       400, 12,  400,  20,   6,     0,   3, 20, 1.05, 0.3, 0,   1,   1,   3,  1, 3},
+    {"interp_3d",       F64, G_3D,       216, 8,   300,  12,   5,     0,   0, 0,  1.0,  0,   0,   0,   0,   3,  0, 2},
+    [33 ... 40] = {NULL, F64, G_1D, 0, 0, 0, 0, 0, 0, 0, 0, 1.0, 0, 0, 0, 1, 0, 0, 0},
 };
 
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))
-#define FIRST_RANDOM 29
+#define FIRST_RANDOM 33
 
 static double u01(uint64_t *st) { return (cli_random(st) + 1) / 2; }
 
@@ -153,6 +160,46 @@ typedef struct prepared_case {
 
 static prepared_case prepared[NCASES];
 
+/* Weight interpolation's cases: the lattice's interpolation C, the weight
+ * points' coordinates, and desc turned into the weight points' plan. */
+typedef struct interp_case {
+    dk_csr C;
+    size_t *weight_index;
+    double *wcoords;
+} interp_case;
+
+static interp_case interps[NCASES];
+
+static dk_status interp_build(const letkf_case *c, const double *grid, interp_case *ic, dk_letkf_desc *d)
+{
+    const int dims = columns(c);
+    const size_t n = c->n, side = (size_t)llround(pow((double)n, 1.0 / dims));
+    size_t shape[3] = {side, side, side}, stride[3] = {c->wstride, c->wstride, c->wstride}, nw = 0;
+    int64_t *indptr = malloc((n + 1) * sizeof *indptr), *indices = malloc(n * 8 * sizeof *indices);
+    double *values = malloc(n * 8 * sizeof *values);
+    ic->weight_index = malloc(n * sizeof *ic->weight_index);
+    ic->wcoords = malloc(n * (size_t)dims * sizeof *ic->wcoords);
+    ic->C.indptr = indptr, ic->C.indices = indices, ic->C.values = values;
+    if (!indptr || !indices || !values || !ic->weight_index || !ic->wcoords)
+        return DK_ERR_OUT_OF_MEMORY;
+    dk_status rc = dk_letkf_interp_grid(dims, shape, stride, &nw, ic->weight_index, indptr, indices, values);
+    if (rc != DK_OK)
+        return rc;
+    for (size_t w = 0; w < nw; w++)
+        memcpy(ic->wcoords + w * (size_t)dims, grid + ic->weight_index[w] * (size_t)dims, (size_t)dims * sizeof(double));
+    ic->C.rows = n, ic->C.cols = nw;
+    d->n = nw;
+    d->grid_coords = ic->wcoords;
+    return DK_OK;
+}
+
+static void interp_free(interp_case *ic)
+{
+    free((void *)ic->C.indptr), free((void *)ic->C.indices), free((void *)ic->C.values);
+    free(ic->weight_index), free(ic->wcoords);
+    memset(ic, 0, sizeof *ic);
+}
+
 static int letkf_count(void)
 {
     if (!cases[FIRST_RANDOM].name)
@@ -191,7 +238,12 @@ static void draw_coords(const letkf_case *c, double *xyz, size_t count, int grid
             }
         } else {
             for (int a = 0; a < ncol - vertical; a++) {
-                if (c->layout == 1)
+                if (grid && c->layout == 3) {
+                    size_t s3 = (size_t)llround(pow((double)count, 1.0 / (ncol - vertical))), q = i;
+                    for (int b = ncol - vertical - 1; b > a; b--)
+                        q /= s3;
+                    p[a] = c->extent * (double)(q % s3) / (double)s3;
+                } else if (c->layout == 1)
                     p[a] = (double)(grid ? (a == 0 ? i % side : i / side % side) : (size_t)(u01(st) * (double)side));
                 else if (c->periodic >> a & 1)
                     p[a] = c->extent * (-0.25 + 1.5 * u01(st)); /* outside [0, period) too: wrapped */
@@ -202,6 +254,15 @@ static void draw_coords(const letkf_case *c, double *xyz, size_t count, int grid
         if (vertical)
             p[ncol - 1] = 10 * u01(st);
     }
+}
+
+static dk_status interp_prepare(const letkf_case *c, prepared_case *p)
+{
+    interp_case *ic = &interps[c - cases];
+    dk_status rc = interp_build(c, p->grid, ic, &p->desc);
+    if (rc == DK_OK)
+        rc = dk_letkf_reference_interp(&p->desc, &ic->C, p->xb, p->yb, p->yo, p->r, p->ref, p->ref_spread);
+    return rc;
 }
 
 static dk_status letkf_prepare(int i, char *err, size_t len)
@@ -262,7 +323,12 @@ static dk_status letkf_prepare(int i, char *err, size_t len)
     d->max_obs = c->max_obs;
     d->grid_coords = p->grid;
     d->obs_coords = p->obs;
-    dk_status rc = dk_letkf_reference(d, p->xb, p->yb, p->yo, p->r, p->ref, p->ref_nobs, p->ref_spread);
+    dk_status rc;
+    if (c->wstride) {
+        rc = interp_prepare(c, p);
+        memset(p->ref_nobs, 0, n * sizeof *p->ref_nobs);
+    } else
+        rc = dk_letkf_reference(d, p->xb, p->yb, p->yo, p->r, p->ref, p->ref_nobs, p->ref_spread);
     if (rc != DK_OK) {
         snprintf(err, len, "%s", dk_last_error(NULL));
         return rc;
@@ -282,6 +348,7 @@ static dk_status letkf_prepare(int i, char *err, size_t len)
 static void letkf_release(int i)
 {
     prepared_case *p = &prepared[i];
+    interp_free(&interps[i]);
     free(p->grid), free(p->obs), free(p->xb), free(p->yb), free(p->ref), free(p->yo), free(p->yo_other);
     free(p->r), free(p->ref_spread), free(p->scale), free(p->ref_nobs);
     memset(p, 0, sizeof *p);
@@ -338,7 +405,18 @@ static void letkf_run(dk_context *ctx, const char *variant, int i, conform_resul
         snprintf(r->detail, sizeof r->detail, "%s", dk_last_error(ctx));
         goto done;
     }
-    if (c->in_place) {
+    if (c->wstride) {
+        /* host memory only; in place or apart, xb must come back unchanged when apart */
+        if (c->in_place)
+            memcpy(xa, p->xb, n * k * w);
+        if (dk_letkf_execute_interp_host(plan, &interps[i].C, c->in_place ? xa : p->xb, p->yb, p->yo, p->r, xa,
+                                         spread) != DK_OK) {
+            snprintf(r->detail, sizeof r->detail, "%s", dk_last_error(ctx));
+            goto done;
+        }
+        free(nobs);
+        nobs = NULL;
+    } else if (c->in_place) {
         memcpy(xa, p->xb, n * k * w);
         if (dk_letkf_execute_host(plan, xa, p->yb, p->yo, p->r, xa, nobs, spread) != DK_OK) {
             snprintf(r->detail, sizeof r->detail, "%s", dk_last_error(ctx));

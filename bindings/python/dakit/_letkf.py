@@ -382,10 +382,82 @@ def _background(xb, who):
     return xo
 
 
+def _interp_grid(grid_shape, weight_stride, n, who):
+    """The weight points (grid indices) and C of a strided lattice (dk_letkf_interp_grid)."""
+    try:
+        shape = [int(v) for v in np.atleast_1d(grid_shape)]
+    except (TypeError, ValueError):
+        raise invalid("%s: grid_shape must be a sequence of 1 to 3 integers, not %r" % (who, grid_shape)) from None
+    try:
+        stride = [int(v) for v in np.atleast_1d(weight_stride)]
+    except (TypeError, ValueError):
+        raise invalid("%s: weight_stride must be an integer or one per axis, not %r" % (who, weight_stride)) from None
+    if len(stride) == 1:
+        stride = stride * len(shape)
+    if not 1 <= len(shape) <= 3 or len(stride) != len(shape):
+        raise invalid("%s: grid_shape has %d axes and weight_stride %d values; give 1 to 3 axes, and one stride or "
+                      "one per axis" % (who, len(shape), len(stride)))
+    if int(np.prod(shape)) != n:
+        raise invalid("%s: grid_shape %s holds %d points; grid_coords has %d (row-major, first axis slowest)"
+                      % (who, tuple(shape), int(np.prod(shape)), n))
+    sh = np.array(shape, dtype=np.uintp)
+    st = np.array(stride, dtype=np.uintp)
+    nw = ctypes.c_size_t()
+    widx = np.empty(n, dtype=np.uintp)
+    indptr = np.empty(n + 1, dtype=np.int64)
+    indices = np.empty(n << len(shape), dtype=np.int64)
+    values = np.empty(n << len(shape), dtype=np.float64)
+    check(C.dk_letkf_interp_grid(len(shape), sh.ctypes.data, st.ctypes.data, ctypes.byref(nw), widx.ctypes.data,
+                                 indptr.ctypes.data, indices.ctypes.data, values.ctypes.data), None)
+    return widx[:nw.value].astype(np.int64), (indptr, indices, values, n, nw.value)
+
+
+def _letkf_interp(xb, yb, yo, obs_var, grid_coords, obs_coords, radius, grid_shape, weight_stride, backend, out,
+                  desc_args, variant, who):
+    """letkf with weight interpolation on a strided lattice (host arrays)."""
+    xo = _background(xb, who)
+    if xo.device:
+        raise invalid("%s: weight_stride takes host (NumPy) arrays; xb is a CUDA array" % who)
+    grid = _coords(grid_coords, "grid_coords", who)
+    if grid_shape is None:
+        raise invalid("%s: weight_stride needs grid_shape, the lattice's shape (row-major, first axis slowest)" % who)
+    widx, (indptr, indices, values, n, nw) = _interp_grid(grid_shape, weight_stride, grid.shape[0], who)
+    if xo.shape[0] != n:
+        raise invalid("%s: xb has %d rows but grid_coords %d points; one row per grid point" % (who, xo.shape[0], n))
+    wgrid = np.ascontiguousarray(grid[widx])
+    csr = CSR(n, nw, indptr.ctypes.data, indices.ctypes.data, values.ctypes.data)
+    k = xo.shape[1]
+    if out is None:
+        out = np.empty((n, k), dtype=xo.dtype)
+    oo = _ensemble(out, "out", n, k, xo.dtype, who, writable=True)
+    if oo.device:
+        raise invalid("%s: weight_stride takes host (NumPy) arrays; out is a CUDA array" % who)
+    if isinstance(backend, str) and backend == "reference":
+        d, keep = _desc(wgrid, obs_coords, radius, k, xo.dtype, *desc_args, None, who)
+        bo = _ensemble(yb, "yb", int(d.m), k, xo.dtype, who)
+        yo, r = _obs(yo, obs_var, int(d.m), who)
+        check(C.dk_letkf_reference_interp(ctypes.byref(d), ctypes.byref(csr), xo.ptr, bo.ptr, yo.ctypes.data,
+                                          r.ctypes.data, oo.ptr, None), None)
+        del keep
+        return oo.obj
+    inflation, rtpp, rtps, max_obs, metric, period, vertical_radius = desc_args
+    with LetkfPlan(wgrid, obs_coords, radius, k, dtype=xo.dtype, inflation=inflation, rtpp=rtpp, rtps=rtps,
+                   max_obs=max_obs, metric=metric, period=period, vertical_radius=vertical_radius, variant=variant,
+                   backend=backend) as plan:
+        bo = _ensemble(yb, "yb", plan.m, k, xo.dtype, who)
+        if bo.device:
+            raise invalid("%s: weight_stride takes host (NumPy) arrays; yb is a CUDA array" % who)
+        yo, r = _obs(yo, obs_var, plan.m, who)
+        with plan._lock:
+            check(C.dk_letkf_execute_interp_host(plan.handle, ctypes.byref(csr), xo.ptr, bo.ptr, yo.ctypes.data,
+                                                 r.ctypes.data, oo.ptr, None), plan._ctx.handle)
+    return oo.obj
+
+
 @_xarray_io
 def letkf(xb, yb, yo, obs_var, grid_coords, obs_coords, radius, *, inflation=1.0, rtpp=0.0, rtps=0.0,
           max_obs=None, metric="cartesian", period=None, vertical_radius=None, backend=None, variant=None,
-          out=None, return_diagnostics=False):
+          out=None, return_diagnostics=False, weight_stride=None, grid_shape=None):
     """One LETKF analysis.
 
     For each grid point the observations within `radius`, weighted by the
@@ -434,6 +506,15 @@ def letkf(xb, yb, yo, obs_var, grid_coords, obs_coords, radius, *, inflation=1.0
         Where to write the analysis (out=xb: in place).
     return_diagnostics : bool
         True: return ``(xa, LetkfDiagnostics)``.
+    weight_stride : int, sequence of int, or None
+        Weight interpolation: the transforms are computed only at every
+        weight_stride-th point of each axis of the lattice (and its last),
+        and interpolated (bi/trilinear) to the others; needs grid_shape,
+        host arrays, and no return_diagnostics. docs/letkf.md states its
+        error.
+    grid_shape : sequence of int or None
+        The lattice's shape, row-major (first axis slowest), for
+        weight_stride.
 
     Returns
     -------
@@ -450,6 +531,12 @@ def letkf(xb, yb, yo, obs_var, grid_coords, obs_coords, radius, *, inflation=1.0
     >>> xa = dakit.letkf(xb, xb, yo, 1.0, x, x, radius=8.0, period=[40], inflation=1.04)
     """
     who = "dakit.letkf"
+    if weight_stride is not None:
+        if return_diagnostics:
+            raise invalid("%s: return_diagnostics is not available with weight_stride" % who)
+        return _letkf_interp(xb, yb, yo, obs_var, grid_coords, obs_coords, radius, grid_shape, weight_stride,
+                             backend, out, (inflation, rtpp, rtps, max_obs, metric, period, vertical_radius),
+                             variant, who)
     if isinstance(backend, str) and backend == "reference":
         return letkf_reference(xb, yb, yo, obs_var, grid_coords, obs_coords, radius, inflation=inflation,
                                rtpp=rtpp, rtps=rtps, max_obs=max_obs, metric=metric, period=period,

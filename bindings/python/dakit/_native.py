@@ -311,6 +311,11 @@ for _name, _res, _args in [
     ("dk_letkf_reference", c_int, [POINTER(LetkfDesc), c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,
                                    c_void_p, c_void_p]),
     ("dk_letkf_departures", c_int, [c_int, c_size_t, c_size_t, c_void_p, c_void_p, c_void_p]),
+    ("dk_letkf_interp_grid", c_int, [c_int, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p]),
+    ("dk_letkf_execute_interp_host", c_int, [_plan, POINTER(CSR), c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,
+                                             c_void_p]),
+    ("dk_letkf_reference_interp", c_int, [POINTER(LetkfDesc), POINTER(CSR), c_void_p, c_void_p, c_void_p,
+                                          c_void_p, c_void_p, c_void_p]),
     ("dk_letkf_apply_csr", c_int, [POINTER(CSR), c_int, c_size_t, c_void_p, c_void_p]),
 ]:
     setattr(C, _name, _proto(_name, _res, *_args))

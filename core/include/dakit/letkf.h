@@ -119,6 +119,48 @@ dk_status dk_letkf_departures(dk_dtype dtype, size_t m, size_t members, const vo
 struct dk_csr; /* dakit/enkf.h */
 dk_status dk_letkf_apply_csr(const struct dk_csr *H, dk_dtype dtype, size_t members, const void *x, void *y);
 
+/* ---- weight interpolation (NICAM/SCALE-LETKF) ----
+ * The transforms T (k x k, T[l,m] = W[l,m] + w_l, RTPP included, RTPS
+ * not) are computed only at nw "weight points", the grid points of a plan
+ * made for them, and each of the N grid points takes T_i = sum_s C[i,s] T_s
+ * with C sparse N x nw (CSR, rows summing to 1): xa_i[m] = xm_i + sum_l
+ * X_l T_i[l,m]; then, with xam the mean of xa_i and a_m = xa_i[m] - xam,
+ * RTPS of the plan's desc acts as in the definition above. Where C is the
+ * identity this is the plain analysis (RTPS included) up to rounding. */
+
+/* Checks C for n rows and nw columns: indptr from 0, not decreasing;
+ * indices in range; values finite; each row's sum within 1e-12 of 1. */
+dk_status dk_letkf_interp_check(const struct dk_csr *C, size_t n, size_t nw);
+
+/* The interpolation for a regular grid of ndims (1 .. 3) axes, shape[0]
+ * slowest (row-major), coarsened by stride[a] >= 1 on each axis: the weight
+ * points are the grid points whose index on every axis is a multiple of its
+ * stride or the axis's last; C is their (bi/tri)linear interpolation.
+ * weight_index (at least n values) receives the nw weight points' grid
+ * indices, ascending; indptr (n + 1), indices and values (n * 2^ndims each)
+ * receive C. */
+dk_status dk_letkf_interp_grid(int ndims, const size_t *shape, const size_t *stride, size_t *nw,
+                               size_t *weight_index, int64_t *indptr, int64_t *indices, double *values);
+
+/* The analysis with weight interpolation on buffers of the plan's context:
+ * plan is a letkf plan whose grid points are the nw weight points (its
+ * rtps, dtype, members apply), C (n x nw, host) the interpolation, copied
+ * to the device on each call with the transforms' nw k^2 float64 of
+ * scratch; xb, xa (n*k of the plan's dtype; xa may be xb), spread (n
+ * float64) may be NULL. Needs a backend with the transforms and
+ * apply_transforms ops (else DK_ERR_NOT_IMPLEMENTED naming it). */
+dk_status dk_letkf_execute_interp(dk_plan *plan, const struct dk_csr *C, const dk_buffer *xb, const dk_buffer *yb,
+                                  const double *yo, const double *r, dk_buffer *xa, dk_buffer *spread);
+/* The same on host memory (xa may be xb); refuses values that are not
+ * finite. On failure xa is unchanged. */
+dk_status dk_letkf_execute_interp_host(dk_plan *plan, const struct dk_csr *C, const void *xb, const void *yb,
+                                       const double *yo, const double *r, void *xa, double *spread);
+
+/* The serial reference of the same: desc describes the weight points
+ * (n = nw, grid_coords their coordinates), C the n x nw interpolation. */
+dk_status dk_letkf_reference_interp(const dk_letkf_desc *desc, const struct dk_csr *C, const void *xb,
+                                    const void *yb, const double *yo, const double *r, void *xa, double *spread);
+
 /* ---- plugin ops: what a backend implements (docs/plugins.md) ---- */
 
 struct dk_msg; /* dakit/plugin.h */
@@ -153,6 +195,18 @@ typedef struct dk_letkf_ops {
                           void *spread, struct dk_msg *msg);
     /* Required. Frees the plan. */
     void (*plan_destroy)(void *plan);
+    /* Optional (weight interpolation; appended). T: n x k x k float64, the
+     * transform of each of the plan's points (T[l,m] = W[l,m] + w_l, RTPP
+     * applied, RTPS not); yb and obs as in analysis. */
+    dk_status (*transforms)(void *plan, const void *yb, const void *obs, void *T, struct dk_msg *msg);
+    /* Optional (appended). For rows i < n of C (indptr n + 1 int64, indices
+     * int64 into the plan's points, values float64): xa[i,:] from xb[i,:]
+     * (n x k of the plan's dtype, xa possibly xb) with T_i = sum_e
+     * values[e] T[indices[e]], then the plan's RTPS; spread (n float64) may
+     * be NULL. */
+    dk_status (*apply_transforms)(void *plan, size_t n, const void *xb, const void *T, const void *indptr,
+                                  const void *indices, const void *values, void *xa, void *spread,
+                                  struct dk_msg *msg);
 } dk_letkf_ops;
 
 /* ---- the buckets' span: plans that bucket alike (libdakit-mpi's letkf) ---- */

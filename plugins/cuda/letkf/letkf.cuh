@@ -90,6 +90,8 @@ struct Args {
     /* MODE 0 over a list of points instead of [i0, i1) where set (the warp variant's leftovers) */
     const int32_t *list;
     const int *list_count;
+    /* weight interpolation: where set, finish writes each point's transform (k x k) here instead of xa */
+    double *tout;
 };
 
 /* One compiled body, never inlined, for the counting and every analysis

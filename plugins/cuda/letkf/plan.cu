@@ -225,6 +225,143 @@ dk_status analysis(void *handle, const void *xb, const void *yb, const void *obs
     return DK_OK;
 }
 
+/* Weight interpolation's transforms: the jacobi kernel (MODE 0) over every
+ * point of the plan, whatever the variant, its finish writing T. */
+template <typename T> dk_status run_transforms(Plan *p, double *tout, dk_msg *msg)
+{
+    Args a = p->a;
+    dk_status st = points_prepare<T>(p, msg);
+    if (st != DK_OK)
+        return st;
+    a.xb = NULL, a.xa = NULL, a.nobs = NULL, a.spread = NULL, a.tout = tout;
+    a.list = NULL, a.list_count = NULL;
+    a.i0 = 0, a.i1 = (long long)p->desc.n;
+    return launch_points<T>(p, a, 0, p->blocks, msg);
+}
+
+dk_status transforms(void *handle, const void *yb, const void *obs, void *tout, dk_msg *msg)
+{
+    Plan *p = (Plan *)handle;
+    dk_status st = dk_cuda_enter(p->dev, msg);
+    if (st != DK_OK)
+        return st;
+    const long long m = (long long)p->desc.m;
+    const int k = p->a.k;
+    const bool f32 = p->desc.dtype == DK_F32;
+    const double *o = (const double *)((const dk_cuda_buffer *)obs)->ptr;
+    const void *ybp = ((const dk_cuda_buffer *)yb)->ptr;
+    double *t = (double *)((dk_cuda_buffer *)tout)->ptr;
+    cudaStream_t sm = p->dev->stream;
+    const int ob = (int)((m + 255) / 256);
+    if (f32)
+        k_obs_space<float><<<ob, 256, 0, sm>>>((const float *)ybp, o, p->d_order, m, k, p->d_yp, p->d_dep, p->d_rinv);
+    else
+        k_obs_space<double><<<ob, 256, 0, sm>>>((const double *)ybp, o, p->d_order, m, k, p->d_yp, p->d_dep, p->d_rinv);
+    CUDA_TRY(cudaGetLastError(), "launching the letkf observation kernel");
+    st = f32 ? run_transforms<float>(p, t, msg) : run_transforms<double>(p, t, msg);
+    if (st != DK_OK)
+        return st;
+    return dk_cuda_finish(p->dev, "the letkf transforms", msg);
+}
+
+/* A thread per (point, member m): a_m = sum_e c_e sum_l X_l T_e[l,m]. */
+template <typename T>
+__global__ void k_interp_a(long long n, int k, const T *xb, const double *tr, const int64_t *indptr,
+                           const int64_t *indices, const double *values, double *abuf)
+{
+    long long g = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (g >= n * k)
+        return;
+    long long i = g / k;
+    int m = (int)(g - i * k);
+    const T *x = xb + i * k;
+    double xm = 0.0;
+    for (int l = 0; l < k; l++)
+        xm += (double)x[l];
+    xm /= k;
+    double am = 0.0;
+    for (int64_t e = indptr[i]; e < indptr[i + 1]; e++) {
+        const double *te = tr + indices[e] * (long long)k * k;
+        double v = 0.0;
+        for (int l = 0; l < k; l++)
+            v = fma((double)x[l] - xm, te[l * k + m], v);
+        am = fma(values[e], v, am);
+    }
+    abuf[g] = am;
+}
+
+/* A thread per point: the mean of a, RTPS, xa (may be xb) and the spread. */
+template <typename T>
+__global__ void k_interp_finish(long long n, int k, double rtps, const T *xb, const double *abuf, T *xa,
+                                double *spread)
+{
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i >= n)
+        return;
+    const T *x = xb + i * k;
+    const double *av = abuf + i * k;
+    double xm = 0.0, am = 0.0;
+    for (int l = 0; l < k; l++) {
+        xm += (double)x[l];
+        am += av[l];
+    }
+    xm /= k;
+    am /= k;
+    double sb = 0.0, sa = 0.0;
+    for (int l = 0; l < k; l++) {
+        double xp = (double)x[l] - xm, ap = av[l] - am;
+        sb += xp * xp;
+        sa += ap * ap;
+    }
+    sb = sqrt(sb / (k - 1));
+    sa = sqrt(sa / (k - 1));
+    double factor = rtps > 0.0 && sa > 0.0 ? 1.0 + rtps * (sb - sa) / sa : 1.0;
+    for (int m = 0; m < k; m++)
+        xa[i * k + m] = (T)(xm + am + factor * (av[m] - am));
+    if (spread)
+        spread[i] = factor * sa;
+}
+
+template <typename T>
+dk_status launch_apply(Plan *p, long long n, const void *xb, const double *tr, const int64_t *ip, const int64_t *ix,
+                       const double *v, void *xa, double *spread, double *abuf, dk_msg *msg)
+{
+    const int k = p->a.k;
+    cudaStream_t sm = p->dev->stream;
+    const long long nk = n * k;
+    k_interp_a<T><<<(unsigned)((nk + 255) / 256), 256, 0, sm>>>(n, k, (const T *)xb, tr, ip, ix, v, abuf);
+    CUDA_TRY(cudaGetLastError(), "launching the letkf interpolation kernel");
+    k_interp_finish<T><<<(unsigned)((n + 255) / 256), 256, 0, sm>>>(n, k, p->a.rtps, (const T *)xb, abuf, (T *)xa,
+                                                                     spread);
+    CUDA_TRY(cudaGetLastError(), "launching the letkf interpolation's finish");
+    return DK_OK;
+}
+
+dk_status apply_transforms(void *handle, size_t n, const void *xb, const void *tr, const void *indptr,
+                           const void *indices, const void *values, void *xa, void *spread, dk_msg *msg)
+{
+    Plan *p = (Plan *)handle;
+    dk_status st = dk_cuda_enter(p->dev, msg);
+    if (st != DK_OK || n == 0)
+        return st;
+    double *abuf = NULL;
+    CUDA_TRY(cudaMalloc((void **)&abuf, n * (size_t)p->a.k * sizeof(double)),
+             "allocating the letkf interpolated perturbations");
+    const void *x = ((const dk_cuda_buffer *)xb)->ptr;
+    void *y = ((dk_cuda_buffer *)xa)->ptr;
+    const double *t = (const double *)((const dk_cuda_buffer *)tr)->ptr;
+    const int64_t *ip = (const int64_t *)((const dk_cuda_buffer *)indptr)->ptr;
+    const int64_t *ix = (const int64_t *)((const dk_cuda_buffer *)indices)->ptr;
+    const double *v = (const double *)((const dk_cuda_buffer *)values)->ptr;
+    double *sp = spread ? (double *)((dk_cuda_buffer *)spread)->ptr : NULL;
+    st = p->desc.dtype == DK_F32 ? launch_apply<float>(p, (long long)n, x, t, ip, ix, v, y, sp, abuf, msg)
+                                 : launch_apply<double>(p, (long long)n, x, t, ip, ix, v, y, sp, abuf, msg);
+    if (st == DK_OK)
+        st = dk_cuda_finish(p->dev, "the letkf interpolated analysis", msg);
+    cudaFree(abuf);
+    return st;
+}
+
 } // namespace
 
 extern "C" const dk_letkf_ops dk_cuda_letkf_ops = {
@@ -232,4 +369,6 @@ extern "C" const dk_letkf_ops dk_cuda_letkf_ops = {
     .plan_create = plan_create,
     .analysis = analysis,
     .plan_destroy = plan_destroy,
+    .transforms = transforms,
+    .apply_transforms = apply_transforms,
 };

@@ -345,6 +345,36 @@ __device__ void finish(const Args &a, char *smem, long long i, int nsel, const d
     double *xs = at<double>(smem, L.xs), *bs = at<double>(smem, L.bs), *ae = at<double>(smem, L.ae);
     double *ze = at<double>(smem, L.ze), *ws = at<double>(smem, L.ws), *as = at<double>(smem, L.as);
     double *scal = at<double>(smem, L.scal);
+    if (a.tout) {
+        /* weight interpolation: T[l,m] = W[l,m] + w_l, RTPS left to the apply */
+        for (int e = threadIdx.x; e < k; e += blockDim.x) {
+            double ev = a.g + lam[e * ls], qb = 0.0;
+            for (int l = 0; l < k; l++)
+                qb = fma(Q[l * qr + e * qc], bs[l], qb);
+            ae[e] = qb / ev;
+            ze[e] = sqrt((double)(k - 1) / ev);
+        }
+        __syncthreads();
+        for (int l = threadIdx.x; l < k; l += blockDim.x) {
+            double w = 0.0;
+            for (int e = 0; e < k; e++)
+                w = fma(Q[l * qr + e * qc], ae[e], w);
+            ws[l] = w;
+        }
+        __syncthreads();
+        double *Ti = a.tout + i * (long long)k * k;
+        for (int u = threadIdx.x; u < k * k; u += blockDim.x) {
+            int l = u / k, m = u - l * k;
+            double sum = 0.0;
+            for (int e = 0; e < k; e++)
+                sum = fma(Q[l * qr + e * qc] * ze[e], Q[m * qr + e * qc], sum);
+            if (a.rtpp > 0.0)
+                sum = (1.0 - a.rtpp) * sum + (l == m ? a.rtpp : 0.0);
+            Ti[u] = sum + ws[l];
+        }
+        __syncthreads();
+        return;
+    }
     for (int e = threadIdx.x; e < k; e += blockDim.x) {
         double ev = a.g + lam[e * ls], qb = 0.0, qx = 0.0;
         for (int l = 0; l < k; l++) {
@@ -406,7 +436,7 @@ template <typename T> __device__ void load_row(const Args &a, char *smem, long l
     double *xs = at<double>(smem, a.L.xs), *scal = at<double>(smem, a.L.scal);
     const T *xb = (const T *)a.xb;
     for (int l = threadIdx.x; l < a.kp; l += blockDim.x)
-        xs[l] = l < a.k ? (double)xb[i * a.k + l] : 0.0;
+        xs[l] = l < a.k && xb ? (double)xb[i * a.k + l] : 0.0; /* no xb: the transforms only */
     __syncthreads();
     if (threadIdx.x == 0) {
         double xm = 0.0;

@@ -230,7 +230,9 @@ static inline double dk_letkf_point_system(dk_letkf_scratch *s, long nsel, const
  * and eigenvalues s->lam, with s->x and s->b from dk_letkf_point_system and
  * xm the background mean: the point's k analysis values into xa (may be
  * the background's own array). Returns the analysis spread. */
-static inline double dk_letkf_point_finish(const dk_letkf_setup *su, dk_letkf_scratch *s, double xm, double *xa)
+/* The weights from A's eigen-decomposition (s->Q, s->lam, destroyed) and
+ * s->b: the mean weights into s->w, W (RTPP applied) into s->W. */
+static inline void dk_letkf_point_weights(const dk_letkf_setup *su, dk_letkf_scratch *s)
 {
     const int k = s->k;
     const double g = (double)(k - 1) / su->desc.inflation;
@@ -249,7 +251,7 @@ static inline double dk_letkf_point_finish(const dk_letkf_setup *su, dk_letkf_sc
     }
     for (int e = 0; e < k; e++)
         s->lam[e] = sqrt((double)(k - 1) / (g + s->lam[e]));
-    const double rtpp = su->desc.rtpp, rtps = su->desc.rtps;
+    const double rtpp = su->desc.rtpp;
     for (int l = 0; l < k; l++)
         for (int m = 0; m <= l; m++) {
             double sum = 0.0;
@@ -259,6 +261,13 @@ static inline double dk_letkf_point_finish(const dk_letkf_setup *su, dk_letkf_sc
                 sum = (1.0 - rtpp) * sum + (l == m ? rtpp : 0.0);
             s->W[(size_t)l * k + m] = s->W[(size_t)m * k + l] = sum;
         }
+}
+
+static inline double dk_letkf_point_finish(const dk_letkf_setup *su, dk_letkf_scratch *s, double xm, double *xa)
+{
+    const int k = s->k;
+    const double rtps = su->desc.rtps;
+    dk_letkf_point_weights(su, s);
     double xam = xm;
     for (int l = 0; l < k; l++)
         xam += s->x[l] * s->w[l];
@@ -297,6 +306,52 @@ static inline double dk_letkf_point(const dk_letkf_setup *su, dk_letkf_scratch *
     double xm = dk_letkf_point_system(s, nsel, yp, dep, rinv, x);
     dk_letkf_jacobi(s->k, s->A, s->Q, s->lam);
     return dk_letkf_point_finish(su, s, xm, xa);
+}
+
+/* The transform of a point whose weights dk_letkf_point_weights left in
+ * s->w, s->W: T[l,m] = W[l,m] + w_l (k x k). */
+static inline void dk_letkf_point_transform(const dk_letkf_scratch *s, double *T)
+{
+    const int k = s->k;
+    for (int l = 0; l < k; l++)
+        for (int m = 0; m < k; m++)
+            T[(size_t)l * k + m] = s->W[(size_t)l * k + m] + s->w[l];
+}
+
+/* One grid point of weight interpolation (dakit/letkf.h): x its k
+ * background values, T its interpolated transform (k x k), xa its k
+ * analysis values (may be x); rtps the relaxation weight. Returns the
+ * analysis spread. */
+static inline double dk_letkf_apply_transform(int k, double rtps, const double *x, const double *T, double *xa)
+{
+    double xp[DK_LETKF_MAX_MEMBERS], a[DK_LETKF_MAX_MEMBERS];
+    double xm = 0.0;
+    for (int l = 0; l < k; l++)
+        xm += x[l];
+    xm /= k;
+    for (int l = 0; l < k; l++)
+        xp[l] = x[l] - xm;
+    double am = 0.0;
+    for (int m = 0; m < k; m++) {
+        double v = 0.0;
+        for (int l = 0; l < k; l++)
+            v += xp[l] * T[(size_t)l * k + m];
+        a[m] = v;
+        am += v;
+    }
+    am /= k;
+    double sb = 0.0, sa = 0.0;
+    for (int m = 0; m < k; m++) {
+        a[m] -= am;
+        sb += xp[m] * xp[m];
+        sa += a[m] * a[m];
+    }
+    sb = sqrt(sb / (k - 1));
+    sa = sqrt(sa / (k - 1));
+    double factor = rtps > 0.0 && sa > 0.0 ? 1.0 + rtps * (sb - sa) / sa : 1.0;
+    for (int m = 0; m < k; m++)
+        xa[m] = xm + am + factor * a[m];
+    return factor * sa;
 }
 
 #endif
