@@ -627,7 +627,8 @@ DK_API dk_status dk_letkf_execute_interp(dk_plan *plan, const dk_csr *C, const d
     dk_context *ctx = plan->ctx;
     const dk_letkf_desc *d = &s->desc;
     const dk_plugin *pl = ctx->backend->plugin;
-    if (!pl->letkf->transforms || !pl->letkf->apply_transforms)
+    /* the interpolation's ops came with the ops tables' generation 4 */
+    if (pl->ops_generation < 4 || !pl->letkf->transforms || !pl->letkf->apply_transforms)
         return dk_fail(ctx, DK_ERR_NOT_IMPLEMENTED,
                        "letkf: the %s backend does not implement weight interpolation (the transforms and "
                        "apply_transforms ops)", pl->name);

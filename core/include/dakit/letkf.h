@@ -195,11 +195,11 @@ typedef struct dk_letkf_ops {
                           void *spread, struct dk_msg *msg);
     /* Required. Frees the plan. */
     void (*plan_destroy)(void *plan);
-    /* Optional (weight interpolation; appended). T: n x k x k float64, the
+    /* Optional (weight interpolation; ops generation 4). T: n x k x k float64, the
      * transform of each of the plan's points (T[l,m] = W[l,m] + w_l, RTPP
      * applied, RTPS not); yb and obs as in analysis. */
     dk_status (*transforms)(void *plan, const void *yb, const void *obs, void *T, struct dk_msg *msg);
-    /* Optional (appended). For rows i < n of C (indptr n + 1 int64, indices
+    /* Optional (ops generation 4). For rows i < n of C (indptr n + 1 int64, indices
      * int64 into the plan's points, values float64): xa[i,:] from xb[i,:]
      * (n x k of the plan's dtype, xa possibly xb) with T_i = sum_e
      * values[e] T[indices[e]], then the plan's RTPS; spread (n float64) may

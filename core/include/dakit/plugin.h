@@ -283,9 +283,10 @@ typedef struct dk_plugin {
  * inflate and update, dk_kmeans_ops.assign_partial, update and objective.
  * 2: dk_kmeans_ops.seed_distance and seed_read (the seeded inits).
  * 3: dk_kmeans_ops.assign_weighted, objective_weighted and
- * seed_distance_weighted (sample weights). A table that grows again
+ * seed_distance_weighted (sample weights). 4: dk_letkf_ops.transforms and
+ * apply_transforms (weight interpolation). A table that grows again
  * appends its members and moves this number. */
-#define DK_PLUGIN_OPS_GENERATION 3u
+#define DK_PLUGIN_OPS_GENERATION 4u
 
 typedef const dk_plugin *(*dk_plugin_entry_fn)(void);
 
