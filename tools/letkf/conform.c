@@ -409,8 +409,11 @@ static void letkf_run(dk_context *ctx, const char *variant, int i, conform_resul
         /* host memory only; in place or apart, xb must come back unchanged when apart */
         if (c->in_place)
             memcpy(xa, p->xb, n * k * w);
-        if (dk_letkf_execute_interp_host(plan, &interps[i].C, c->in_place ? xa : p->xb, p->yb, p->yo, p->r, xa,
-                                         spread) != DK_OK) {
+        dk_status rc = dk_letkf_execute_interp_host(plan, &interps[i].C, c->in_place ? xa : p->xb, p->yb, p->yo,
+                                                    p->r, xa, spread);
+        if (rc != DK_OK) {
+            /* a backend or variant without the interpolation: an optional feature, said and not run */
+            r->not_implemented = rc == DK_ERR_NOT_IMPLEMENTED;
             snprintf(r->detail, sizeof r->detail, "%s", dk_last_error(ctx));
             goto done;
         }

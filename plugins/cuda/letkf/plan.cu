@@ -242,6 +242,12 @@ template <typename T> dk_status run_transforms(Plan *p, double *tout, dk_msg *ms
 dk_status transforms(void *handle, const void *yb, const void *obs, void *tout, dk_msg *msg)
 {
     Plan *p = (Plan *)handle;
+    if (p->syevj) {
+        /* its kernels are sized without the jacobi kernel's eigenvectors */
+        dk_msg_set(msg, "cuda letkf: weight interpolation runs the jacobi kernel, which a plan of variant syevj does "
+                        "not lay out; make the weight points' plan with variant warp or jacobi");
+        return DK_ERR_NOT_IMPLEMENTED;
+    }
     dk_status st = dk_cuda_enter(p->dev, msg);
     if (st != DK_OK)
         return st;
