@@ -49,17 +49,11 @@ DK_API dk_status dk_letkf_reference(const dk_letkf_desc *desc, const void *xb, c
     for (size_t i = 0; st == DK_OK && i < d->n; i++) {
         double pos[DK_LETKF_POS];
         dk_letkf_position(&s->geo, d->grid_coords + i * (size_t)d->ncoords, pos);
-        long nsel;
-        while ((nsel = dk_letkf_select(s, pos, &sc)) < 0) {
-            size_t grow = sc.cap * 2 < d->m ? sc.cap * 2 : d->m;
-            dk_letkf_scratch_free(&sc);
-            if (dk_letkf_scratch_make(&sc, (int)k, grow)) {
-                st = dk_fail(NULL, DK_ERR_OUT_OF_MEMORY, "letkf: out of host memory");
-                break;
-            }
-        }
-        if (st != DK_OK)
+        long nsel = dk_letkf_select_grown(s, pos, &sc);
+        if (nsel < 0) {
+            st = dk_fail(NULL, DK_ERR_OUT_OF_MEMORY, "letkf: out of host memory");
             break;
+        }
         for (size_t l = 0; l < k; l++)
             x[l] = d->dtype == DK_F32 ? (double)((const float *)xb)[i * k + l] : ((const double *)xb)[i * k + l];
         double sd = dk_letkf_point(s, &sc, nsel, yp, dep, rinv, x, x);
@@ -114,17 +108,11 @@ DK_API dk_status dk_letkf_reference_interp(const dk_letkf_desc *desc, const dk_c
     for (size_t i = 0; st == DK_OK && i < d->n; i++) {
         double pos[DK_LETKF_POS];
         dk_letkf_position(&s->geo, d->grid_coords + i * (size_t)d->ncoords, pos);
-        long nsel;
-        while ((nsel = dk_letkf_select(s, pos, &sc)) < 0) {
-            size_t grow = sc.cap * 2 < d->m ? sc.cap * 2 : d->m;
-            dk_letkf_scratch_free(&sc);
-            if (dk_letkf_scratch_make(&sc, (int)k, grow)) {
-                st = dk_fail(NULL, DK_ERR_OUT_OF_MEMORY, "letkf: out of host memory");
-                break;
-            }
-        }
-        if (st != DK_OK)
+        long nsel = dk_letkf_select_grown(s, pos, &sc);
+        if (nsel < 0) {
+            st = dk_fail(NULL, DK_ERR_OUT_OF_MEMORY, "letkf: out of host memory");
             break;
+        }
         for (size_t l = 0; l < k; l++)
             x[l] = 0.0; /* the background only enters the application below */
         dk_letkf_point_system(&sc, nsel, yp, dep, rinv, x);

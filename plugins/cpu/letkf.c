@@ -141,6 +141,33 @@ static int eig_syevd(thread_scratch *t)
 #endif
 }
 
+/* The observation space in sorted order: perturbations, departures, 1 / r. */
+static void obs_rows(letkf_plan *plan, const void *yb, const void *obs)
+{
+    const dk_letkf_setup *su = plan->su;
+    const size_t k = su->desc.members, m = su->desc.m;
+    const double *yo = obs, *r = (const double *)obs + m;
+#pragma omp parallel for schedule(static)
+    for (long j = 0; j < (long)m; j++)
+        dk_letkf_obs_row(su, yb, yo, r, (size_t)j, plan->yp + (size_t)j * k, plan->dep + j, plan->rinv + j);
+}
+
+/* The points' loop's outcome: 0 fine, 1 out of memory, 2 an eigensolver
+ * failed (LAPACK's info at failed_point). */
+static dk_status points_status(int failure, int lapack_info, size_t k, long failed_point, dk_msg *msg)
+{
+    if (failure == 1) {
+        dk_msg_set(msg, "cpu letkf: out of host memory for a thread's scratch");
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    if (failure == 2) {
+        dk_msg_set(msg, "cpu letkf: LAPACK's dsyevd failed (info %d) on the %zu x %zu matrix of grid point %ld",
+                   lapack_info, k, k, failed_point);
+        return DK_ERR_BACKEND;
+    }
+    return DK_OK;
+}
+
 static dk_status letkf_analysis(void *p, const void *xb, const void *yb, const void *obs, void *xa, void *nobs,
                                 void *spread, dk_msg *msg)
 {
@@ -148,12 +175,9 @@ static dk_status letkf_analysis(void *p, const void *xb, const void *yb, const v
     const dk_letkf_setup *su = plan->su;
     const dk_letkf_desc *d = &su->desc;
     const size_t k = d->members, m = d->m;
-    const double *yo = obs, *r = (const double *)obs + m;
     const int f32 = d->dtype == DK_F32;
 
-#pragma omp parallel for schedule(static)
-    for (long j = 0; j < (long)m; j++)
-        dk_letkf_obs_row(su, yb, yo, r, (size_t)j, plan->yp + (size_t)j * k, plan->dep + j, plan->rinv + j);
+    obs_rows(plan, yb, obs);
 
     /* 0 fine, 1 out of memory, 2 an eigensolver failed (at failed_point) */
     int failure = 0, lapack_info = 0;
@@ -174,19 +198,12 @@ static dk_status letkf_analysis(void *p, const void *xb, const void *yb, const v
             stop = failure;
             if (stop)
                 continue;
-            const double *pos = plan->pos + (size_t)i * DK_LETKF_POS;
-            long nsel;
-            while ((nsel = dk_letkf_select(su, pos, &t.s)) < 0) {
-                size_t grow = t.s.cap * 2 < m ? t.s.cap * 2 : m;
-                dk_letkf_scratch_free(&t.s);
-                if (dk_letkf_scratch_make(&t.s, (int)k, grow)) {
+            long nsel = dk_letkf_select_grown(su, plan->pos + (size_t)i * DK_LETKF_POS, &t.s);
+            if (nsel < 0) {
 #pragma omp atomic write
-                    failure = 1;
-                    break;
-                }
-            }
-            if (nsel < 0)
+                failure = 1;
                 continue;
+            }
             const size_t row = (size_t)i * k;
             for (size_t l = 0; l < k; l++)
                 t.x[l] = f32 ? (double)((const float *)xb)[row + l] : ((const double *)xb)[row + l];
@@ -220,16 +237,7 @@ static dk_status letkf_analysis(void *p, const void *xb, const void *yb, const v
         }
         thread_scratch_free(&t);
     }
-    if (failure == 1) {
-        dk_msg_set(msg, "cpu letkf: out of host memory for a thread's scratch");
-        return DK_ERR_OUT_OF_MEMORY;
-    }
-    if (failure == 2) {
-        dk_msg_set(msg, "cpu letkf: LAPACK's dsyevd failed (info %d) on the %zu x %zu matrix of grid point %ld",
-                   lapack_info, k, k, failed_point);
-        return DK_ERR_BACKEND;
-    }
-    return DK_OK;
+    return points_status(failure, lapack_info, k, failed_point, msg);
 }
 
 /* Weight interpolation: each point's transform from the same one-point
@@ -240,11 +248,7 @@ static dk_status letkf_transforms(void *p, const void *yb, const void *obs, void
     const dk_letkf_setup *su = plan->su;
     const dk_letkf_desc *d = &su->desc;
     const size_t k = d->members, kk = k * k, m = d->m;
-    const double *yo = obs, *r = (const double *)obs + m;
-
-#pragma omp parallel for schedule(static)
-    for (long j = 0; j < (long)m; j++)
-        dk_letkf_obs_row(su, yb, yo, r, (size_t)j, plan->yp + (size_t)j * k, plan->dep + j, plan->rinv + j);
+    obs_rows(plan, yb, obs);
 
     int failure = 0, lapack_info = 0;
     long failed_point = -1;
@@ -267,18 +271,12 @@ static dk_status letkf_transforms(void *p, const void *yb, const void *obs, void
             stop = failure;
             if (stop)
                 continue;
-            long nsel;
-            while ((nsel = dk_letkf_select(su, plan->pos + (size_t)i * DK_LETKF_POS, &t.s)) < 0) {
-                size_t grow = t.s.cap * 2 < m ? t.s.cap * 2 : m;
-                dk_letkf_scratch_free(&t.s);
-                if (dk_letkf_scratch_make(&t.s, (int)k, grow)) {
+            long nsel = dk_letkf_select_grown(su, plan->pos + (size_t)i * DK_LETKF_POS, &t.s);
+            if (nsel < 0) {
 #pragma omp atomic write
-                    failure = 1;
-                    break;
-                }
-            }
-            if (nsel < 0)
+                failure = 1;
                 continue;
+            }
             dk_letkf_point_system(&t.s, nsel, plan->yp, plan->dep, plan->rinv, t.x);
             if (plan->syevd) {
                 int info = eig_syevd(&t);
@@ -299,16 +297,7 @@ static dk_status letkf_transforms(void *p, const void *yb, const void *obs, void
         }
         thread_scratch_free(&t);
     }
-    if (failure == 1) {
-        dk_msg_set(msg, "cpu letkf: out of host memory for a thread's scratch");
-        return DK_ERR_OUT_OF_MEMORY;
-    }
-    if (failure == 2) {
-        dk_msg_set(msg, "cpu letkf: LAPACK's dsyevd failed (info %d) on the %zu x %zu matrix of grid point %ld",
-                   lapack_info, k, k, failed_point);
-        return DK_ERR_BACKEND;
-    }
-    return DK_OK;
+    return points_status(failure, lapack_info, k, failed_point, msg);
 }
 
 static dk_status letkf_apply_transforms(void *p, size_t n, const void *xb, const void *T, const void *indptr,

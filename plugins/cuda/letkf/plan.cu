@@ -174,6 +174,23 @@ template <typename T> dk_status run_analysis(Plan *p, dk_msg *msg)
     return launch_points<T>(p, a, 0, p->blocks, msg);
 }
 
+/* The observation space in sorted order on the device: perturbations,
+ * departures and 1 / r (k_obs_space). */
+static dk_status obs_space(Plan *p, const void *yb, const void *obs, dk_msg *msg)
+{
+    const long long m = (long long)p->desc.m;
+    const int k = p->a.k, ob = (int)((m + 255) / 256);
+    const double *o = (const double *)((const dk_cuda_buffer *)obs)->ptr;
+    const void *ybp = ((const dk_cuda_buffer *)yb)->ptr;
+    cudaStream_t sm = p->dev->stream;
+    if (p->desc.dtype == DK_F32)
+        k_obs_space<float><<<ob, 256, 0, sm>>>((const float *)ybp, o, p->d_order, m, k, p->d_yp, p->d_dep, p->d_rinv);
+    else
+        k_obs_space<double><<<ob, 256, 0, sm>>>((const double *)ybp, o, p->d_order, m, k, p->d_yp, p->d_dep, p->d_rinv);
+    CUDA_TRY(cudaGetLastError(), "launching the letkf observation kernel");
+    return DK_OK;
+}
+
 dk_status analysis(void *handle, const void *xb, const void *yb, const void *obs, void *xa, void *nobs, void *spread,
                    dk_msg *msg)
 {
@@ -181,18 +198,11 @@ dk_status analysis(void *handle, const void *xb, const void *yb, const void *obs
     dk_status st = dk_cuda_enter(p->dev, msg);
     if (st != DK_OK)
         return st;
-    const long long m = (long long)p->desc.m;
     const int k = p->a.k;
     const bool f32 = p->desc.dtype == DK_F32;
-    const double *o = (const double *)((const dk_cuda_buffer *)obs)->ptr;
-    const void *ybp = ((const dk_cuda_buffer *)yb)->ptr;
     cudaStream_t sm = p->dev->stream;
-    const int ob = (int)((m + 255) / 256);
-    if (f32)
-        k_obs_space<float><<<ob, 256, 0, sm>>>((const float *)ybp, o, p->d_order, m, k, p->d_yp, p->d_dep, p->d_rinv);
-    else
-        k_obs_space<double><<<ob, 256, 0, sm>>>((const double *)ybp, o, p->d_order, m, k, p->d_yp, p->d_dep, p->d_rinv);
-    CUDA_TRY(cudaGetLastError(), "launching the letkf observation kernel");
+    if ((st = obs_space(p, yb, obs, msg)) != DK_OK)
+        return st;
     if (p->syevj)
         CUDA_TRY(cudaMemsetAsync(p->d_overflow + 2, 0, sizeof(int), sm), "resetting the letkf syevj check");
     p->a.xb = ((const dk_cuda_buffer *)xb)->ptr;
@@ -251,19 +261,10 @@ dk_status transforms(void *handle, const void *yb, const void *obs, void *tout, 
     dk_status st = dk_cuda_enter(p->dev, msg);
     if (st != DK_OK)
         return st;
-    const long long m = (long long)p->desc.m;
-    const int k = p->a.k;
     const bool f32 = p->desc.dtype == DK_F32;
-    const double *o = (const double *)((const dk_cuda_buffer *)obs)->ptr;
-    const void *ybp = ((const dk_cuda_buffer *)yb)->ptr;
     double *t = (double *)((dk_cuda_buffer *)tout)->ptr;
-    cudaStream_t sm = p->dev->stream;
-    const int ob = (int)((m + 255) / 256);
-    if (f32)
-        k_obs_space<float><<<ob, 256, 0, sm>>>((const float *)ybp, o, p->d_order, m, k, p->d_yp, p->d_dep, p->d_rinv);
-    else
-        k_obs_space<double><<<ob, 256, 0, sm>>>((const double *)ybp, o, p->d_order, m, k, p->d_yp, p->d_dep, p->d_rinv);
-    CUDA_TRY(cudaGetLastError(), "launching the letkf observation kernel");
+    if ((st = obs_space(p, yb, obs, msg)) != DK_OK)
+        return st;
     st = f32 ? run_transforms<float>(p, t, msg) : run_transforms<double>(p, t, msg);
     if (st != DK_OK)
         return st;

@@ -190,6 +190,22 @@ static inline long dk_letkf_select(const dk_letkf_setup *su, const double *pos, 
     return (long)count;
 }
 
+/* dk_letkf_select with the scratch grown (doubled, at most to M) until the
+ * candidates fit; -1 when host memory ran out (the scratch then freed or
+ * partly made: dk_letkf_scratch_free releases it either way). */
+static inline long dk_letkf_select_grown(const dk_letkf_setup *su, const double *pos, dk_letkf_scratch *s)
+{
+    const size_t m = su->desc.m;
+    long nsel;
+    while ((nsel = dk_letkf_select(su, pos, s)) < 0) {
+        size_t grow = s->cap * 2 < m ? s->cap * 2 : m;
+        dk_letkf_scratch_free(s);
+        if (dk_letkf_scratch_make(s, (int)su->desc.members, grow))
+            return -1;
+    }
+    return nsel;
+}
+
 /* The first half of one point's analysis, from its selection (s->idx,
  * s->rho, nsel): the perturbations of x (the point's k background values)
  * into s->x, and A (full, symmetric) and b into s->A, s->b. yp: the M x k
