@@ -20,12 +20,11 @@
  *               rotations a step, each 2 x 2 block of A rotated on both sides
  *               by one thread, so one step is two barriers), then w, the
  *               transform of the point's row (a = W x through Q^T x, never
- *               forming W), RTPP/RTPS. Above W_MAX_K members it is also what
- *               "warp" runs, and it takes the points warp.cu leaves;
+ *               forming W), RTPP/RTPS. It takes the points warp.cu leaves;
  *   syevj.cu    "syevj": k_points' selection and A, b for a batch of points
  *               written out, cuSOLVER's cusolverDnDsyevjBatched on the batch,
  *               then k_points' finish;
- *   warp.cu     "warp" (the default, up to W_MAX_K members): one warp per
+ *   warp.cu     "warp" (the default): one warp per
  *               point, k_warp_system (selection, A and b on the tensor
  *               cores, Householder tridiagonalization), k_warp_ql
  *               (warp_ql.cu: implicit QL, a thread per point), k_warp_finish.
@@ -156,7 +155,6 @@ static __device__ __forceinline__ void cap_by_rank(int t0, int step, int count, 
 }
 
 /* the warp variant's (warp.cu, warp_ql.cu) */
-const int W_MAX_K = 64;  /* members the warp kernels take */
 
 struct WArgs {
     dk_letkf_geometry geo;
@@ -203,7 +201,7 @@ struct Plan {
     dk_cuda_device *dev;
     dk_letkf_desc desc;
     int syevj; /* the variant */
-    int warp;  /* the variant warp, with members <= W_MAX_K */
+    int warp;  /* the variant warp */
     Args a;    /* what every launch shares */
     int threads, blocks;
     long long count_max;
@@ -222,7 +220,7 @@ struct Plan {
     syevjInfo_t params;
     /* warp */
     WArgs w;
-    int w_blocks;
+    int w_blocks, w_warps; /* blocks of w_warps warps each */
     size_t w_smem;
     int32_t *d_wlidx, *d_wsidx, *d_wfailed, *d_redo;
     double *d_wlrho, *d_wsrho, *d_refl, *d_td, *d_te, *d_tu, *d_tb, *d_wxm, *d_wxam, *d_lv;

@@ -149,9 +149,7 @@ dk_status plan_create(void *device, const dk_letkf_setup *setup, void **out, dk_
     p->dev = dev;
     p->desc = setup->desc;
     p->syevj = setup->desc.variant && strcmp(setup->desc.variant, "syevj") == 0;
-    /* warp: the default; above W_MAX_K members it runs the jacobi kernel */
-    p->warp = (!setup->desc.variant || strcmp(setup->desc.variant, "warp") == 0) &&
-              setup->desc.members <= (size_t)W_MAX_K;
+    p->warp = !setup->desc.variant || strcmp(setup->desc.variant, "warp") == 0; /* the default */
     if ((st = plan_fill(p, setup, msg)) != DK_OK) {
         plan_destroy(p);
         return st;

@@ -1,5 +1,5 @@
 /* dakit cuda plugin, letkf: one thread block a point. k_points is the
- * variant "jacobi", and "warp" above W_MAX_K members; its selection and A, b
+ * variant "jacobi"; its selection and A, b
  * (mode 1) and its finish from given eigenpairs (mode 2) serve syevj.cu;
  * mode 0 over a list takes the points the warp variant's QL leaves. k_count,
  * the plan's count of each point's candidates, walks the buckets as

@@ -1,5 +1,5 @@
-/* dakit cuda plugin, letkf: the variant "warp", the default up to W_MAX_K
- * members: one warp per point, the eigenproblem by tridiagonalization and
+/* dakit cuda plugin, letkf: the variant "warp", the default: one warp per
+ * point, the eigenproblem by tridiagonalization and
  * QL.
  *
  * A batch of points goes through three kernels:
@@ -15,7 +15,7 @@
  *   k_warp_finish  one warp per point: a = H (G y), RTPP/RTPS, xa, spread.
  * Only W x and x . w are needed, never W itself, so no eigenvector is
  * formed. A point whose QL does not converge or outgrows its log is left to
- * the jacobi kernel (MODE 0 over a list), as are ensembles above W_MAX_K. */
+ * the jacobi kernel (MODE 0 over a list). */
 #include "letkf.cuh"
 
 using namespace dk_cuda_letkf;
@@ -235,6 +235,68 @@ __device__ void warp_accumulate(const WArgs &a, double *A, double *bs, int nsel,
     __syncwarp();
 }
 
+/* The same A and b for 64 < k <= 128 (t8 = kp / 8 up to TMAX): the tiles are
+ * too many for registers, so each tile's running sum stays in A and is read
+ * and written around its product (the tridiagonal reduction's k^3 shared
+ * traffic dwarfs this). The tiles' sums are those of warp_accumulate. */
+template <int TMAX>
+__device__ void warp_accumulate_shared(const WArgs &a, double *A, double *bs, int nsel, const int32_t *idx,
+                                       const double *rho)
+{
+    const int lane = threadIdx.x & 31, q = lane & 3, r = lane >> 2, ld = a.ld, t8 = a.kp / 8;
+    for (int e = lane; e < a.kp * ld; e += 32)
+        A[e] = 0.0;
+    __syncwarp();
+    double bp[TMAX];
+#pragma unroll
+    for (int I = 0; I < TMAX; I++)
+        bp[I] = 0.0;
+    double w = 0.0, dep = 0.0, y[TMAX];
+    gather_rows<TMAX>(a, q, nsel, idx, rho, &w, &dep, y);
+    for (int base = 0; base < nsel; base += 4) {
+        double wn = 0.0, depn = 0.0, yn[TMAX];
+        gather_rows<TMAX>(a, base + 4 + q, nsel, idx, rho, &wn, &depn, yn);
+        double wy[TMAX];
+#pragma unroll
+        for (int I = 0; I < TMAX; I++) {
+            wy[I] = w * y[I];
+            bp[I] = fma(wy[I], dep, bp[I]);
+        }
+#pragma unroll
+        for (int I = 0; I < TMAX; I++) {
+            if (I >= t8)
+                break;
+#pragma unroll
+            for (int J = 0; J <= I; J++) {
+                double *at = A + (8 * I + r) * ld + 8 * J + 2 * q;
+                double d[2] = {at[0], at[1]};
+                mma_884(d, y[I], wy[J]);
+                at[0] = d[0], at[1] = d[1];
+            }
+        }
+        w = wn, dep = depn;
+#pragma unroll
+        for (int I = 0; I < TMAX; I++)
+            y[I] = yn[I];
+    }
+    __syncwarp();
+    /* the lower triangle mirrored, as warp_accumulate leaves it */
+    for (int e = lane; e < a.kp * a.kp; e += 32) {
+        const int row = e / a.kp, col = e - row * a.kp;
+        if (row < col)
+            A[row * ld + col] = A[col * ld + row];
+    }
+#pragma unroll
+    for (int I = 0; I < TMAX; I++) {
+        double v = bp[I];
+        v += __shfl_xor_sync(FULL, v, 1);
+        v += __shfl_xor_sync(FULL, v, 2);
+        if (q == 0 && I < t8)
+            bs[8 * I + r] = v;
+    }
+    __syncwarp();
+}
+
 /* A (k x k, full, shared) = H T H^T, H = H_0 ... H_{k-3}, H_j = I - tau_j
  * v_j v_j^T acting on rows j + 1 .. (v_j[j + 1] = 1): T's diagonal into d,
  * its subdiagonal into e (global, element l at l * stride), v_j[r] for
@@ -364,8 +426,11 @@ __device__ void warp_reflect_t(int k, int ld, const double *A, double *x, double
 
 /* six blocks a multiprocessor: the tridiagonal reduction is a chain of short
  * steps, so more warps in flight hide it (at most 170 registers; 256 for
- * the larger tiles of more than 40 members) */
-template <typename T, int T8> __global__ void __launch_bounds__(W_WARPS * 32, T8 <= 5 ? 6 : 4) k_warp_system(WArgs a)
+ * the larger tiles of more than 40 members). T8 0: more than 64 members
+ * (warp_accumulate_shared), where shared memory limits the blocks and a
+ * block may be one warp (blockDim). */
+template <typename T, int T8>
+__global__ void __launch_bounds__(W_WARPS * 32, T8 == 0 ? 1 : T8 <= 5 ? 6 : 4) k_warp_system(WArgs a)
 {
     extern __shared__ __align__(16) char smem[];
     __shared__ dk_letkf_geometry geo;
@@ -377,7 +442,8 @@ template <typename T, int T8> __global__ void __launch_bounds__(W_WARPS * 32, T8
     double *base = (double *)(smem + (size_t)warp * L.bytes);
     int *ib = (int *)(base + L.doubles);
     double *A = base + L.A, *xs = base + L.xs, *bs = base + L.bs;
-    const long long gw = (long long)blockIdx.x * W_WARPS + warp, nw = (long long)gridDim.x * W_WARPS;
+    const int warps = blockDim.x / 32;
+    const long long gw = (long long)blockIdx.x * warps + warp, nw = (long long)gridDim.x * warps;
     const long long cnt = a.i1 - a.i0;
     const T *xb = (const T *)a.xb;
     for (long long s = gw; s < cnt; s += nw) {
@@ -388,7 +454,10 @@ template <typename T, int T8> __global__ void __launch_bounds__(W_WARPS * 32, T8
         const int32_t *idx;
         const double *rho;
         int nsel = warp_select(a, &geo, pos, ib + L.vstart, ib + L.voff, gw, &idx, &rho);
-        warp_accumulate<T8>(a, A, bs, nsel, idx, rho);
+        if constexpr (T8 == 0)
+            warp_accumulate_shared<MAX_K / 8>(a, A, bs, nsel, idx, rho);
+        else
+            warp_accumulate<T8>(a, A, bs, nsel, idx, rho);
         double xsum = 0.0;
         for (int l = lane; l < k; l += 32) {
             double x = (double)xb[i * k + l];
@@ -425,6 +494,8 @@ template <typename T, int T8> __global__ void __launch_bounds__(W_WARPS * 32, T8
 /* The system kernel for 8 t8 padded members. */
 template <typename T> const void *warp_system_of(int t8)
 {
+    if (t8 > 8)
+        return (const void *)k_warp_system<T, 0>;
     switch (t8) {
     case 1: return (const void *)k_warp_system<T, 1>;
     case 2: return (const void *)k_warp_system<T, 2>;
@@ -439,7 +510,7 @@ template <typename T> const void *warp_system_of(int t8)
 
 template <typename T> __global__ void __launch_bounds__(W_WARPS * 32) k_warp_finish(WArgs a)
 {
-    __shared__ double sh[W_WARPS][2][W_MAX_K];
+    __shared__ double sh[W_WARPS][2][MAX_K];
     const int lane = threadIdx.x & 31, warp = threadIdx.x / 32, k = a.k;
     double *ys = sh[warp][0], *xs = sh[warp][1];
     const long long gw = (long long)blockIdx.x * W_WARPS + warp, nw = (long long)gridDim.x * W_WARPS;
@@ -528,7 +599,9 @@ dk_status plan_warp(Plan *p, dk_msg *msg)
     w.logcap = 3 * k * k / 2 + 64;
     w.sweepcap = 4 * k + 16; /* about 1.5 QL iterations an eigenvalue is usual */
     const WLayout L = wlayout(w.kp);
-    p->w_smem = (size_t)W_WARPS * L.bytes;
+    /* a warp's A takes 137 KB at 128 members: then a block is one warp */
+    p->w_warps = (size_t)W_WARPS * L.bytes <= p->dev->smem_optin - 1024 ? W_WARPS : 1;
+    p->w_smem = (size_t)p->w_warps * L.bytes;
     if (p->w_smem > p->dev->smem_optin - 1024) {
         dk_msg_set(msg, "cuda letkf: the warp variant needs %zu bytes of shared memory a block; this device allows %zu",
                    p->w_smem, p->dev->smem_optin - 1024);
@@ -538,7 +611,7 @@ dk_status plan_warp(Plan *p, dk_msg *msg)
     CUDA_TRY(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)p->w_smem),
              "setting the letkf warp kernel's shared memory");
     int per_sm = 0;
-    CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kf, W_WARPS * 32, p->w_smem),
+    CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kf, p->w_warps * 32, p->w_smem),
              "the letkf warp kernel's occupancy");
     if (per_sm < 1) {
         dk_msg_set(msg, "cuda letkf: the warp kernel does not fit a multiprocessor with %zu bytes of shared memory",
@@ -546,7 +619,7 @@ dk_status plan_warp(Plan *p, dk_msg *msg)
         return DK_ERR_NOT_IMPLEMENTED;
     }
     p->w_blocks = per_sm * p->dev->sm_count;
-    const long long warps = (long long)p->w_blocks * W_WARPS;
+    const long long warps = (long long)p->w_blocks * p->w_warps;
     CUDA_TRY(cudaMalloc((void **)&p->d_wlidx, (size_t)(warps * w.lcap) * sizeof(int32_t)), "the letkf warp lists");
     CUDA_TRY(cudaMalloc((void **)&p->d_wlrho, (size_t)(warps * w.lcap) * sizeof(double)), "the letkf warp lists");
     CUDA_TRY(cudaMalloc((void **)&p->d_wsidx, (size_t)(warps * w.scap) * sizeof(int32_t)), "the letkf warp lists");
@@ -604,10 +677,10 @@ template <typename T> dk_status run_warp(Plan *p, Args a, dk_msg *msg)
         w.i0 = i0;
         w.i1 = i0 + w.batch < n ? i0 + w.batch : n;
         const long long count = w.i1 - w.i0;
-        const long long wb = (count + W_WARPS - 1) / W_WARPS;
+        const long long wb = (count + p->w_warps - 1) / p->w_warps;
         const int blocks = (int)(wb < p->w_blocks ? wb : p->w_blocks);
         void *args[] = {&w};
-        CUDA_TRY(cudaLaunchKernel(warp_system_of<T>(w.kp / 8), blocks, W_WARPS * 32, args, p->w_smem, sm),
+        CUDA_TRY(cudaLaunchKernel(warp_system_of<T>(w.kp / 8), blocks, p->w_warps * 32, args, p->w_smem, sm),
                  "launching the letkf warp system kernel");
         CUDA_TRY(cudaGetLastError(), "launching the letkf warp system kernel");
         if ((st = launch_warp_ql(w, count, sm, msg)) != DK_OK)
