@@ -186,10 +186,33 @@ struct WArgs {
     double *lv;
     uint8_t *li;
     int sweepcap;
+    int32_t *nlog; /* batch x 2: the rotations and sweeps each slot's log holds */
+    double *tout;  /* weight interpolation: the transforms (k x k a point), else NULL */
     int32_t *redo; /* n: points for the jacobi kernel */
     int *redo_count;
     int *overflow;
 };
+
+/* A rotation in one double: the smaller of |cs|, |sn| (at most 1/sqrt(2);
+ * the other, sqrt(1 - v^2), loses nothing) plus 4 x code, code saying which
+ * was kept and the other's sign. Subtracting 4 x code again is exact, so the
+ * kept value is off by at most half an ulp of 12, 9e-16: a rotation's
+ * error is absolute. */
+static __device__ __forceinline__ double pack_rotation(double cs, double sn)
+{
+    const bool keep_sn = fabs(sn) <= fabs(cs);
+    const double v = keep_sn ? sn : cs, other = keep_sn ? cs : sn;
+    return v + 4.0 * ((keep_sn ? 0 : 2) + (other < 0.0 ? 1 : 0));
+}
+
+static __device__ __forceinline__ void unpack_rotation(double w, double *cs, double *sn)
+{
+    const int code = (int)floor((w + 2.0) * 0.25);
+    const double v = w - 4.0 * code;
+    const double other = copysign(sqrt(fmax(0.0, fma(-v, v, 1.0))), (code & 1) ? -1.0 : 1.0);
+    *cs = (code & 2) ? v : other;
+    *sn = (code & 2) ? other : v;
+}
 
 /* Where element l (of rows) of batch slot s lies in the batch's per-point
  * arrays: 32 slots side by side, a group of 32 slots after another, so a
@@ -222,7 +245,9 @@ struct Plan {
     WArgs w;
     int w_blocks, w_warps; /* blocks of w_warps warps each */
     size_t w_smem;
-    int32_t *d_wlidx, *d_wsidx, *d_wfailed, *d_redo;
+    int32_t *d_wlidx, *d_wsidx, *d_wfailed, *d_redo, *d_wnlog;
+    int t_warps;   /* warps a block of k_warp_transforms */
+    size_t t_smem; /* its shared memory a block */
     double *d_wlrho, *d_wsrho, *d_refl, *d_td, *d_te, *d_tu, *d_tb, *d_wxm, *d_wxam, *d_lv;
     uint8_t *d_li;
 };

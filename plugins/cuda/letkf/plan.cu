@@ -41,7 +41,7 @@ void plan_destroy(void *handle)
                         p->d_srho,     p->d_v,       p->d_batA, p->d_batb,  p->d_batlam, p->d_work, p->d_info,
                         p->d_wlidx,    p->d_wsidx,   p->d_wfailed, p->d_redo, p->d_wlrho, p->d_wsrho, p->d_refl,
                         p->d_td,       p->d_te,      p->d_tu,   p->d_tb,    p->d_wxm,  p->d_wxam,   p->d_lv,
-                        p->d_li};
+                        p->d_li,       p->d_wnlog};
         for (void *q : ptrs)
             if (q)
                 cudaFree(q);
@@ -233,8 +233,9 @@ dk_status analysis(void *handle, const void *xb, const void *yb, const void *obs
     return DK_OK;
 }
 
-/* Weight interpolation's transforms: the jacobi kernel (MODE 0) over every
- * point of the plan, whatever the variant, its finish writing T. */
+/* Weight interpolation's transforms: the warp kernels (k_warp_transforms
+ * writing T) in a warp plan, else the jacobi kernel (MODE 0) over every
+ * point, its finish writing T. */
 template <typename T> dk_status run_transforms(Plan *p, double *tout, dk_msg *msg)
 {
     Args a = p->a;
@@ -242,6 +243,8 @@ template <typename T> dk_status run_transforms(Plan *p, double *tout, dk_msg *ms
     if (st != DK_OK)
         return st;
     a.xb = NULL, a.xa = NULL, a.nobs = NULL, a.spread = NULL, a.tout = tout;
+    if (p->warp)
+        return run_warp<T>(p, a, msg);
     a.list = NULL, a.list_count = NULL;
     a.i0 = 0, a.i1 = (long long)p->desc.n;
     return launch_points<T>(p, a, 0, p->blocks, msg);

@@ -1,21 +1,22 @@
 /* dakit cuda plugin, letkf: the variant "warp", the default: one warp per
- * point, the eigenproblem by tridiagonalization and
- * QL.
+ * point, the eigenproblem by tridiagonalization and QL.
  *
  * A batch of points goes through three kernels:
  *   k_warp_system  one warp per point: the selection (ballot compaction in
  *                  the reference's order; the cap by rank), A and b (on the
- *                  float64 tensor cores, 8 x 8 tiles), the Householder reduction A = H T H^T in the warp's shared
- *                  memory, H^T x and H^T b; T, those two vectors and the
- *                  reflectors go to the batch's arrays;
- *   k_warp_ql      (warp_ql.cu) one thread per point: implicit QL on T (T = G L G^T),
- *                  its rotations applied to the two vectors as they come and
- *                  logged; then xam, y = f(L) G^T H^T x and G y by the log
- *                  replayed backwards;
+ *                  float64 tensor cores, 8 x 8 tiles), the Householder
+ *                  reduction A = H T H^T in the warp's shared memory, H^T x
+ *                  and H^T b; T, those two vectors and the reflectors go to
+ *                  the batch's arrays;
+ *   k_warp_ql      (warp_ql.cu) one thread per point: implicit QL on T (T =
+ *                  G L G^T), its rotations applied to the two vectors as
+ *                  they come and logged; then xam, y = f(L) G^T H^T x and
+ *                  G y by the log replayed backwards;
  *   k_warp_finish  one warp per point: a = H (G y), RTPP/RTPS, xa, spread.
- * Only W x and x . w are needed, never W itself, so no eigenvector is
- * formed. A point whose QL does not converge or outgrows its log is left to
- * the jacobi kernel (MODE 0 over a list). */
+ * An analysis needs only W x and x . w, so no eigenvector is formed; for
+ * weight interpolation k_warp_transforms takes the finish's place and forms
+ * the eigenvectors H G and the transform. A point whose QL does not converge
+ * or outgrows its log is left to the jacobi kernel (MODE 0 over a list). */
 #include "letkf.cuh"
 
 using namespace dk_cuda_letkf;
@@ -460,7 +461,7 @@ __global__ void __launch_bounds__(W_WARPS * 32, T8 == 0 ? 1 : T8 <= 5 ? 6 : 4) k
             warp_accumulate<T8>(a, A, bs, nsel, idx, rho);
         double xsum = 0.0;
         for (int l = lane; l < k; l += 32) {
-            double x = (double)xb[i * k + l];
+            double x = xb ? (double)xb[i * k + l] : 0.0; /* none for transforms */
             xs[l] = x;
             xsum += x;
         }
@@ -508,6 +509,128 @@ template <typename T> const void *warp_system_of(int t8)
     }
 }
 
+/* y <- H y = H_0 ... H_{k-3} y (shared), the reflectors as the batch keeps them (R) */
+__device__ void warp_reflect(int k, const double *R, double *ys)
+{
+    const int lane = threadIdx.x & 31;
+    for (int j = k - 3; j >= 0; j--) {
+        const double tau = R[j * k + j];
+        if (tau == 0.0)
+            continue;
+        double sy = 0.0;
+        for (int r = j + 1 + lane; r < k; r += 32)
+            sy = fma(r == j + 1 ? 1.0 : R[j * k + r], ys[r], sy);
+        sy = warp_sum(sy) * tau;
+        for (int r = j + 1 + lane; r < k; r += 32)
+            ys[r] = fma(-sy, r == j + 1 ? 1.0 : R[j * k + r], ys[r]);
+        __syncwarp();
+    }
+}
+
+/* Shared doubles a warp of k_warp_transforms: V (k columns of k + 1), w and the factors. */
+__host__ __device__ inline int transforms_doubles(int k) { return k * (k + 1) + 2 * k; }
+
+/* Weight interpolation's transforms, one warp a point: w = H u (u from the
+ * QL kernel), the eigenvectors V = H G formed a column a lane (the QL log
+ * replayed on the identity, then the reflectors), and T[l, m] = (V F V^T)[l,
+ * m] (RTPP applied) + w_l with F = diag(sqrt((k - 1) / ev)) from td. */
+__global__ void __launch_bounds__(W_WARPS * 32) k_warp_transforms(WArgs a)
+{
+    extern __shared__ double tsm[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x / 32, k = a.k, ldv = k + 1, warps = blockDim.x / 32;
+    double *V = tsm + (size_t)warp * transforms_doubles(k), *ws = V + k * ldv, *f = ws + k;
+    const long long gw = (long long)blockIdx.x * warps + warp, nw = (long long)gridDim.x * warps;
+    const long long cnt = a.i1 - a.i0;
+    for (long long s = gw; s < cnt; s += nw) {
+        if (a.failed[s])
+            continue;
+        const long long i = a.i0 + s, o = wslot(s, k);
+        const double *R = a.refl + s * k * k;
+        for (int l = lane; l < k; l += 32) {
+            ws[l] = a.tu[o + l * WS];
+            f[l] = a.td[o + l * WS];
+        }
+        for (int c = lane; c < k; c += 32)
+            for (int r = 0; r < k; r++)
+                V[c * ldv + r] = r == c ? 1.0 : 0.0;
+        __syncwarp();
+        warp_reflect(k, R, ws);
+        /* G: the sweeps backwards, as k_warp_ql replays them, on each lane's columns (column c at V + c ldv) */
+        const double *lv = a.lv + s * a.logcap;
+        const uint8_t *li = a.li + s * 2 * a.sweepcap;
+        const int nrot = a.nlog[2 * s];
+        int pos = nrot, held = -1; /* the rotations are taken in descending order, 32 unpacked at a time */
+        double cs_l = 1.0, sn_l = 0.0;
+        for (int t = a.nlog[2 * s + 1] - 1; t >= 0; t--) {
+            const int lo = li[2 * t], hi = li[2 * t + 1];
+            pos -= hi - lo;
+            for (int r = lo, q = pos + hi - lo - 1; r < hi; r++, q--) {
+                if ((q & ~31) != held) {
+                    held = q & ~31;
+                    if (held + lane < nrot)
+                        unpack_rotation(lv[held + lane], &cs_l, &sn_l);
+                }
+                const double cs = __shfl_sync(FULL, cs_l, q & 31), sn = __shfl_sync(FULL, sn_l, q & 31);
+#pragma unroll
+                for (int cc = 0; cc < MAX_K / 32; cc++) {
+                    const int c = lane + 32 * cc;
+                    if (c < k) {
+                        double *vc = V + c * ldv;
+                        const double v0 = vc[r], v1 = vc[r + 1];
+                        vc[r] = fma(cs, v0, sn * v1);
+                        vc[r + 1] = fma(-sn, v0, cs * v1);
+                    }
+                }
+            }
+        }
+        /* then H, column by column */
+        for (int c = lane; c < k; c += 32) {
+            double *vc = V + c * ldv;
+            for (int j = k - 3; j >= 0; j--) {
+                const double tau = R[j * k + j];
+                if (tau == 0.0)
+                    continue;
+                double sy = vc[j + 1];
+                for (int r = j + 2; r < k; r++)
+                    sy = fma(R[j * k + r], vc[r], sy);
+                sy *= tau;
+                vc[j + 1] -= sy;
+                for (int r = j + 2; r < k; r++)
+                    vc[r] = fma(-sy, R[j * k + r], vc[r]);
+            }
+            /* U = V F^(1/2), so that V F V^T = U U^T */
+            const double h = sqrt(f[c]);
+            for (int r = 0; r < k; r++)
+                vc[r] *= h;
+        }
+        __syncwarp();
+        /* T = U U^T by 8 x 8 tiles on the tensor cores (U's row l is (V[e ldv + l])_e; zeros past k) */
+        double *Ti = a.tout + i * (long long)k * k;
+        const int q = lane & 3, r = lane >> 2, t8 = (k + 7) / 8;
+        for (int I = 0; I < t8; I++)
+            for (int J = 0; J < t8; J++) {
+                double acc[2] = {0.0, 0.0};
+                const int ra = 8 * I + r, rb = 8 * J + r;
+                for (int e0 = 0; e0 < k; e0 += 4) {
+                    const int e = e0 + q;
+                    const double ua = ra < k && e < k ? V[e * ldv + ra] : 0.0;
+                    const double ub = rb < k && e < k ? V[e * ldv + rb] : 0.0;
+                    mma_884(acc, ua, ub);
+                }
+                for (int hh = 0; hh < 2; hh++) {
+                    const int l = ra, m = 8 * J + 2 * q + hh;
+                    if (l < k && m < k) {
+                        double sum = acc[hh];
+                        if (a.rtpp > 0.0)
+                            sum = (1.0 - a.rtpp) * sum + (l == m ? a.rtpp : 0.0);
+                        Ti[l * k + m] = sum + ws[l];
+                    }
+                }
+            }
+        __syncwarp();
+    }
+}
+
 template <typename T> __global__ void __launch_bounds__(W_WARPS * 32) k_warp_finish(WArgs a)
 {
     __shared__ double sh[W_WARPS][2][MAX_K];
@@ -528,18 +651,7 @@ template <typename T> __global__ void __launch_bounds__(W_WARPS * 32) k_warp_fin
             xs[l] = (double)xb[i * k + l] - xm;
         }
         __syncwarp();
-        for (int j = k - 3; j >= 0; j--) {
-            const double tau = R[j * k + j];
-            if (tau == 0.0)
-                continue;
-            double sy = 0.0;
-            for (int r = j + 1 + lane; r < k; r += 32)
-                sy = fma(r == j + 1 ? 1.0 : R[j * k + r], ys[r], sy);
-            sy = warp_sum(sy) * tau;
-            for (int r = j + 1 + lane; r < k; r += 32)
-                ys[r] = fma(-sy, r == j + 1 ? 1.0 : R[j * k + r], ys[r]);
-            __syncwarp();
-        }
+        warp_reflect(k, R, ys);
         double sb = 0.0, sa = 0.0;
         for (int l = lane; l < k; l += 32) {
             double v = ys[l];
@@ -651,11 +763,16 @@ dk_status plan_warp(Plan *p, dk_msg *msg)
     CUDA_TRY(cudaMalloc((void **)&p->d_lv, (size_t)batch * (size_t)w.logcap * sizeof(double)),
              "the letkf warp rotation log");
     CUDA_TRY(cudaMalloc((void **)&p->d_li, (size_t)batch * 2 * (size_t)w.sweepcap), "the letkf warp rotation log");
+    CUDA_TRY(cudaMalloc((void **)&p->d_wnlog, (size_t)batch * 2 * sizeof(int32_t)), "the letkf warp rotation log");
     CUDA_TRY(cudaMalloc((void **)&p->d_redo, (size_t)n * sizeof(int32_t)), "the letkf warp leftovers");
+    /* weight interpolation's transforms kernel: one warp a block where two do not fit (above about 116 members) */
+    const size_t tw = (size_t)transforms_doubles(k) * sizeof(double);
+    p->t_warps = W_WARPS * tw <= p->dev->smem_optin - 1024 ? W_WARPS : 1;
+    p->t_smem = p->t_warps * tw;
     w.lidx = p->d_wlidx, w.lrho = p->d_wlrho, w.sidx = p->d_wsidx, w.srho = p->d_wsrho;
     w.refl = p->d_refl, w.td = p->d_td, w.te = p->d_te, w.tu = p->d_tu, w.tb = p->d_tb;
     w.xm = p->d_wxm, w.xam = p->d_wxam, w.failed = p->d_wfailed;
-    w.lv = p->d_lv, w.li = p->d_li;
+    w.lv = p->d_lv, w.li = p->d_li, w.nlog = p->d_wnlog;
     w.redo = p->d_redo;
     return DK_OK;
 }
@@ -671,7 +788,11 @@ template <typename T> dk_status run_warp(Plan *p, Args a, dk_msg *msg)
     dk_status st = warp_ql_prepare(w, msg);
     if (st != DK_OK)
         return st;
-    w.xb = a.xb, w.xa = a.xa, w.nobs = a.nobs, w.spread = a.spread;
+    w.xb = a.xb, w.xa = a.xa, w.nobs = a.nobs, w.spread = a.spread, w.tout = a.tout;
+    if (w.tout)
+        CUDA_TRY(cudaFuncSetAttribute((const void *)k_warp_transforms, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      (int)p->t_smem),
+                 "setting the letkf transforms kernel's shared memory");
     CUDA_TRY(cudaMemsetAsync(w.redo_count, 0, sizeof(int), sm), "the letkf warp leftovers");
     for (long long i0 = 0; i0 < n; i0 += w.batch) {
         w.i0 = i0;
@@ -685,7 +806,11 @@ template <typename T> dk_status run_warp(Plan *p, Args a, dk_msg *msg)
         CUDA_TRY(cudaGetLastError(), "launching the letkf warp system kernel");
         if ((st = launch_warp_ql(w, count, sm, msg)) != DK_OK)
             return st;
-        k_warp_finish<T><<<blocks, W_WARPS * 32, 0, sm>>>(w);
+        if (w.tout) {
+            const int tblocks = (int)((count + p->t_warps - 1) / p->t_warps);
+            k_warp_transforms<<<tblocks, p->t_warps * 32, p->t_smem, sm>>>(w);
+        } else
+            k_warp_finish<T><<<blocks, W_WARPS * 32, 0, sm>>>(w);
         CUDA_TRY(cudaGetLastError(), "launching the letkf warp finishing kernel");
     }
     /* the points QL left (no convergence, or a longer log than planned) by the jacobi kernel */

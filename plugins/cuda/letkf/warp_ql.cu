@@ -1,8 +1,9 @@
 /* dakit cuda plugin, letkf: k_warp_ql, the warp variant's (warp.cu) middle
  * kernel: one thread per point, implicit QL on the tridiagonal T that
  * k_warp_system left, its rotations logged (pack_rotation) and replayed
- * backwards for G y. A point that does not converge or outgrows its log is
- * flagged for the jacobi kernel. */
+ * backwards for G y (for transforms: G diag(1 / ev) G^T H^T b, the log kept
+ * for k_warp_transforms). A point that does not converge or outgrows its log
+ * is flagged for the jacobi kernel. */
 #include "letkf.cuh"
 
 using namespace dk_cuda_letkf;
@@ -11,27 +12,6 @@ namespace {
 
 const int W_QL_ITER = 30; /* QL iterations an eigenvalue before giving up */
 const int QL_B = 64; /* threads a block of the QL kernel */
-
-/* A rotation in one double: the smaller of |cs|, |sn| (at most 1/sqrt(2);
- * the other, sqrt(1 - v^2), loses nothing) plus 4 x code, code saying which
- * was kept and the other's sign. Subtracting 4 x code again is exact, so the
- * kept value is off by at most half an ulp of 12, 9e-16: a rotation's
- * error is absolute. */
-__device__ __forceinline__ double pack_rotation(double cs, double sn)
-{
-    const bool keep_sn = fabs(sn) <= fabs(cs);
-    const double v = keep_sn ? sn : cs, other = keep_sn ? cs : sn;
-    return v + 4.0 * ((keep_sn ? 0 : 2) + (other < 0.0 ? 1 : 0));
-}
-
-__device__ __forceinline__ void unpack_rotation(double w, double *cs, double *sn)
-{
-    const int code = (int)floor((w + 2.0) * 0.25);
-    const double v = w - 4.0 * code;
-    const double other = copysign(sqrt(fmax(0.0, fma(-v, v, 1.0))), (code & 1) ? -1.0 : 1.0);
-    *cs = (code & 2) ? v : other;
-    *sn = (code & 2) ? other : v;
-}
 
 /* One thread per point: implicit QL with Wilkinson's shift on T (td, te),
  * each rotation applied to tu and tb and logged; then xam = xm + (G^T H^T
@@ -150,13 +130,25 @@ __global__ void __launch_bounds__(QL_B) k_warp_ql(WArgs a)
         a.redo[at_] = (int32_t)(a.i0 + s);
         return;
     }
-    double xam = a.xm[s];
-    for (int l = 0; l < n; l++) {
-        const double ev = a.g + d[l * QL_B];
-        xam = fma(u[l * WS], b[l * WS] / ev, xam);
-        u[l * WS] *= sqrt((double)(n - 1) / ev);
+    if (a.tout) {
+        /* transforms: G diag(1 / ev) G^T H^T b (for w) into u, and the factors sqrt((k - 1) / ev) into td for
+         * k_warp_transforms, which forms H G from the log */
+        for (int l = 0; l < n; l++) {
+            const double ev = a.g + d[l * QL_B];
+            u[l * WS] = b[l * WS] / ev;
+            a.td[o + l * WS] = sqrt((double)(n - 1) / ev);
+        }
+        a.nlog[2 * s] = nrot;
+        a.nlog[2 * s + 1] = nsweep;
+    } else {
+        double xam = a.xm[s];
+        for (int l = 0; l < n; l++) {
+            const double ev = a.g + d[l * QL_B];
+            xam = fma(u[l * WS], b[l * WS] / ev, xam);
+            u[l * WS] *= sqrt((double)(n - 1) / ev);
+        }
+        a.xam[s] = xam;
     }
-    a.xam[s] = xam;
     /* G y: the sweeps backwards, each one's rotations up its rows (lo, lo + 1), (lo + 1, lo + 2), ...; the row
      * being rotated rides in c, the next row's value is loaded a rotation ahead */
     int pos = nrot;
