@@ -234,8 +234,8 @@ dk_status analysis(void *handle, const void *xb, const void *yb, const void *obs
 }
 
 /* Weight interpolation's transforms: the warp kernels (k_warp_transforms
- * writing T) in a warp plan, else the jacobi kernel (MODE 0) over every
- * point, its finish writing T. */
+ * writing T) where the plan has them (warp, syevj), else the jacobi kernel
+ * (MODE 0) over every point, its finish writing T. */
 template <typename T> dk_status run_transforms(Plan *p, double *tout, dk_msg *msg)
 {
     Args a = p->a;
@@ -243,7 +243,7 @@ template <typename T> dk_status run_transforms(Plan *p, double *tout, dk_msg *ms
     if (st != DK_OK)
         return st;
     a.xb = NULL, a.xa = NULL, a.nobs = NULL, a.spread = NULL, a.tout = tout;
-    if (p->warp)
+    if (p->w_blocks > 0)
         return run_warp<T>(p, a, msg);
     a.list = NULL, a.list_count = NULL;
     a.i0 = 0, a.i1 = (long long)p->desc.n;
@@ -253,14 +253,11 @@ template <typename T> dk_status run_transforms(Plan *p, double *tout, dk_msg *ms
 dk_status transforms(void *handle, const void *yb, const void *obs, void *tout, dk_msg *msg)
 {
     Plan *p = (Plan *)handle;
-    if (p->syevj) {
-        /* its kernels are sized without the jacobi kernel's eigenvectors */
-        dk_msg_set(msg, "cuda letkf: weight interpolation runs the jacobi kernel, which a plan of variant syevj does "
-                        "not lay out; make the weight points' plan with variant warp or jacobi");
-        return DK_ERR_NOT_IMPLEMENTED;
-    }
     dk_status st = dk_cuda_enter(p->dev, msg);
     if (st != DK_OK)
+        return st;
+    /* cuSOLVER's batch gives no transforms: a syevj plan lays out the warp kernels for them on first use */
+    if (p->syevj && p->w_blocks == 0 && (st = plan_warp(p, msg)) != DK_OK)
         return st;
     const bool f32 = p->desc.dtype == DK_F32;
     double *t = (double *)((dk_cuda_buffer *)tout)->ptr;
