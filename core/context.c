@@ -219,6 +219,8 @@ DK_API void dk_plan_destroy(dk_plan *plan)
         dk_device_leave(plan->ctx);
     }
     dk_buffer_destroy(plan->staging);
+    for (size_t i = 0; i < sizeof plan->kept / sizeof *plan->kept; i++)
+        dk_buffer_destroy(plan->kept[i]);
     free(plan->state);
     free(plan);
 }

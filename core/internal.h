@@ -74,6 +74,8 @@ struct dk_plan {
     void (*impl_destroy)(void *impl);
     void *state;                     /* the algorithm's own state (freed with free) */
     dk_buffer *staging;              /* made on the first *_execute_host call */
+    dk_buffer *kept[4];              /* device scratch an algorithm keeps from one execute to the
+                                        next (letkf's interpolation), grown on demand */
 };
 
 /* Ops table of an algorithm on ctx's backend, or NULL with the error set

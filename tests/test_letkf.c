@@ -1,7 +1,9 @@
 /* letkf: the serial reference against external truths (the Kalman update
  * where localization is absent, hand-checked weights and searches), and
  * the core's refusals of bad input. Backends are compared with the
- * reference by the conformance cases. */
+ * reference by the conformance cases; here only a plan's repeated
+ * interpolated analyses (what the plan keeps between calls), on each
+ * backend present. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -332,6 +334,119 @@ static void interp(void)
           "a C of the wrong shape accepted");
 }
 
+/* The largest |got - want| over the largest |want| (at least 1). */
+static double rel_diff(const double *got, const double *want, size_t count)
+{
+    double err = 0, scale = 1;
+    for (size_t i = 0; i < count; i++)
+        err = fmax(err, fabs(got[i] - want[i])), scale = fmax(scale, fabs(want[i]));
+    return err / scale;
+}
+
+/* One plan, many interpolated analyses (as a cycling system runs them), on
+ * each backend present: the device copies of C and the transforms that the
+ * plan keeps between calls must take each call's C, however its size
+ * changes (fewer entries, more, the same count with other values), and a
+ * refused call must leave the plan working. Each result against
+ * dk_letkf_reference_interp with the same C within 1e-10 of the largest
+ * magnitude, the conformance cases' float64 tolerance. */
+static void interp_plan_reuse(const char *backend)
+{
+    dk_context *ctx;
+    if (dk_context_create(backend, &ctx) != DK_OK) {
+        printf("interp_plan_reuse on %s: skipped (%s)\n", backend, dk_last_error(NULL));
+        return;
+    }
+    /* a 12 x 10 lattice (row-major, x fastest), stride 2: weight points at
+     * x 0, 2, .., 10, 11 and y 0, 2, .., 8, 9 */
+    enum { NX = 12, NY = 10, N = NX * NY, K = 6, M = 50 };
+    size_t shape[2] = {NY, NX}, stride[2] = {2, 2}, nw = 0, widx[N];
+    static int64_t ip[N + 1], ix[4 * N], np[N + 1], nx[N];
+    static double v[4 * N], nv[N], grid[2 * N], wgrid[2 * N], obs[2 * M], xb[N * K], yb[M * K], yo[M], r[M];
+    static double got[N * K], want[N * K], sgot[N], swant[N];
+    CHECK(dk_letkf_interp_grid(2, shape, stride, &nw, widx, ip, ix, v) == DK_OK, "grid: %s", dk_last_error(NULL));
+    uint64_t st = 7;
+    for (int i = 0; i < N; i++)
+        grid[2 * i] = i % NX, grid[2 * i + 1] = i / NX;
+    for (size_t w = 0; w < nw; w++)
+        wgrid[2 * w] = grid[2 * widx[w]], wgrid[2 * w + 1] = grid[2 * widx[w] + 1];
+    for (int j = 0; j < M; j++)
+        obs[2 * j] = NX * frand(&st), obs[2 * j + 1] = NY * frand(&st), r[j] = 0.5 + frand(&st);
+    for (int t = 0; t < N * K; t++)
+        xb[t] = 2 + gauss_rand(&st);
+    for (int t = 0; t < M * K; t++)
+        yb[t] = gauss_rand(&st);
+    /* the nearest weight point: one entry a row, other values than ix/v */
+    for (int i = 0; i < N; i++) {
+        size_t best = 0;
+        double bd = INFINITY;
+        for (size_t w = 0; w < nw; w++) {
+            double dx = grid[2 * i] - wgrid[2 * w], dy = grid[2 * i + 1] - wgrid[2 * w + 1];
+            if (dx * dx + dy * dy < bd)
+                bd = dx * dx + dy * dy, best = w;
+        }
+        np[i] = i, nx[i] = (int64_t)best, nv[i] = 1;
+    }
+    np[N] = N;
+    dk_letkf_desc d;
+    dk_letkf_desc_init(&d);
+    d.n = nw, d.members = K, d.m = M, d.ncoords = 2, d.radius = 4, d.rtps = 0.5, d.inflation = 1.05;
+    d.grid_coords = wgrid, d.obs_coords = obs;
+    dk_plan *plan;
+    dk_status rc = dk_letkf_plan_create(ctx, &d, &plan);
+    if (rc != DK_OK) {
+        CHECK(rc == DK_ERR_NOT_IMPLEMENTED, "plan on %s: %s", backend, dk_last_error(ctx));
+        printf("interp_plan_reuse on %s: skipped (%s)\n", backend, dk_last_error(ctx));
+        dk_context_destroy(ctx);
+        return;
+    }
+    /* the first 3 rows of the lattice, then all of it (the buffers grow),
+     * the nearest weight point (fewer entries, other values), all again */
+    dk_csr part = {3 * NX, nw, ip, ix, v}, full = {N, nw, ip, ix, v}, nearest = {N, nw, np, nx, nv};
+    const dk_csr *calls[4] = {&part, &full, &nearest, &full};
+    double worst = 0;
+    int done = 0;
+    for (int c = 0; c < 4; c++, done++) {
+        const dk_csr *C = calls[c];
+        for (int j = 0; j < M; j++)
+            yo[j] = gauss_rand(&st);
+        CHECK(dk_letkf_reference_interp(&d, C, xb, yb, yo, r, want, swant) == DK_OK, "reference: %s",
+              dk_last_error(NULL));
+        rc = dk_letkf_execute_interp_host(plan, C, xb, yb, yo, r, got, sgot);
+        if (rc == DK_ERR_NOT_IMPLEMENTED) {
+            printf("interp_plan_reuse on %s: skipped (%s)\n", backend, dk_last_error(ctx));
+            break;
+        }
+        CHECK(rc == DK_OK, "call %d on %s: %s", c, backend, dk_last_error(ctx));
+        double e = fmax(rel_diff(got, want, C->rows * K), rel_diff(sgot, swant, C->rows));
+        CHECK(e <= 1e-10, "call %d on %s (%zu rows, %lld entries) differs from the reference by %g", c, backend,
+              C->rows, (long long)C->indptr[C->rows], e);
+        worst = fmax(worst, e);
+        /* refused calls between the good ones: a row not summing to 1, NaN in yo */
+        nv[5] = 0.5;
+        CHECK(dk_letkf_execute_interp_host(plan, &nearest, xb, yb, yo, r, got, NULL) == DK_ERR_INVALID_ARGUMENT &&
+                  strstr(dk_last_error(ctx), "row 5"),
+              "a row summing to 0.5 on %s: %s", backend, dk_last_error(ctx));
+        nv[5] = 1, yo[3] = NAN;
+        CHECK(dk_letkf_execute_interp_host(plan, &full, xb, yb, yo, r, got, NULL) == DK_ERR_INVALID_ARGUMENT,
+              "NaN in yo accepted on %s", backend);
+    }
+    printf("interp_plan_reuse on %s: %d interpolated analyses of one plan, largest relative difference %.2e\n",
+           backend, done, worst);
+    /* the plain analysis of the same plan after the interpolated ones */
+    static double plain[N * K], pref[N * K];
+    for (int j = 0; j < M; j++)
+        yo[j] = gauss_rand(&st);
+    CHECK(dk_letkf_execute_host(plan, xb, yb, yo, r, plain, NULL, NULL) == DK_OK, "plain on %s: %s", backend,
+          dk_last_error(ctx));
+    CHECK(dk_letkf_reference(&d, xb, yb, yo, r, pref, NULL, NULL) == DK_OK, "plain reference: %s",
+          dk_last_error(NULL));
+    CHECK(rel_diff(plain, pref, nw * K) <= 1e-10, "the plain analysis after interpolated ones differs on %s",
+          backend);
+    dk_plan_destroy(plan);
+    dk_context_destroy(ctx);
+}
+
 int main(void)
 {
     weights();
@@ -342,6 +457,9 @@ int main(void)
     ring_counts();
     refusals();
     interp();
+    interp_plan_reuse("cpu");
+    interp_plan_reuse("opencl");
+    interp_plan_reuse("cuda");
     printf("%s\n", failures ? "FAILED" : "passed");
     return failures != 0;
 }

@@ -618,6 +618,25 @@ DK_API dk_status dk_letkf_interp_grid(int ndims, const size_t *shape, const size
     return DK_OK;
 }
 
+/* The interpolation's device buffers, kept in plan->kept between analyses
+ * (one grid, many cycles) and destroyed with the plan: the transforms and
+ * C's three arrays. Their contents are written by every call. */
+enum { KEPT_TRANSFORMS, KEPT_INDPTR, KEPT_INDICES, KEPT_VALUES };
+
+/* plan->kept[slot] of at least bytes: the one held, or a new one where it
+ * holds fewer (the old freed first); on failure the slot is left empty. */
+static dk_status kept_buffer(dk_plan *plan, int slot, size_t bytes, dk_buffer **out)
+{
+    dk_buffer **b = &plan->kept[slot];
+    if (*b && (*b)->bytes < bytes) {
+        dk_buffer_destroy(*b);
+        *b = NULL;
+    }
+    dk_status st = *b ? DK_OK : dk_buffer_create(plan->ctx, bytes, b);
+    *out = *b;
+    return st;
+}
+
 DK_API dk_status dk_letkf_execute_interp(dk_plan *plan, const dk_csr *C, const dk_buffer *xb, const dk_buffer *yb,
                                          const double *yo, const double *r, dk_buffer *xa, dk_buffer *spread)
 {
@@ -652,13 +671,12 @@ DK_API dk_status dk_letkf_execute_interp(dk_plan *plan, const dk_csr *C, const d
         return dk_fail(ctx, DK_ERR_OUT_OF_MEMORY, "letkf: out of host memory");
     memcpy(both, yo, d->m * sizeof *both);
     memcpy(both + d->m, r, d->m * sizeof *both);
-    dk_buffer *bt = NULL, *bp = NULL, *bi = NULL, *bv = NULL;
+    dk_buffer *bt, *bp, *bi, *bv;
     dk_msg msg = {{0}};
-    /* the transforms (nw x k x k float64) and C live on the device for this call only */
-    if ((st = dk_buffer_create(ctx, tbytes, &bt)) == DK_OK &&
-        (st = dk_buffer_create(ctx, (n + 1) * sizeof(int64_t), &bp)) == DK_OK &&
-        (st = dk_buffer_create(ctx, (nnz ? nnz : 1) * sizeof(int64_t), &bi)) == DK_OK &&
-        (st = dk_buffer_create(ctx, (nnz ? nnz : 1) * sizeof(double), &bv)) == DK_OK &&
+    if ((st = kept_buffer(plan, KEPT_TRANSFORMS, tbytes, &bt)) == DK_OK &&
+        (st = kept_buffer(plan, KEPT_INDPTR, (n + 1) * sizeof(int64_t), &bp)) == DK_OK &&
+        (st = kept_buffer(plan, KEPT_INDICES, (nnz ? nnz : 1) * sizeof(int64_t), &bi)) == DK_OK &&
+        (st = kept_buffer(plan, KEPT_VALUES, (nnz ? nnz : 1) * sizeof(double), &bv)) == DK_OK &&
         (st = dk_buffer_write(bp, C->indptr, (n + 1) * sizeof(int64_t))) == DK_OK &&
         (!nnz || ((st = dk_buffer_write(bi, C->indices, nnz * sizeof(int64_t))) == DK_OK &&
                   (st = dk_buffer_write(bv, C->values, nnz * sizeof(double))) == DK_OK)) &&
@@ -673,7 +691,6 @@ DK_API dk_status dk_letkf_execute_interp(dk_plan *plan, const dk_csr *C, const d
             st = dk_fail_msg(ctx, st, &msg, "letkf: the interpolated analysis failed");
     }
     free(both);
-    dk_buffer_destroy(bt), dk_buffer_destroy(bp), dk_buffer_destroy(bi), dk_buffer_destroy(bv);
     return st;
 }
 

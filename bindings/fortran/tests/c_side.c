@@ -332,42 +332,70 @@ int c_gbees_compare(int k, size_t cells, const double *rows, double *bc, double 
  * observations at (3 value(j, 0, 0), 2 value(0, j, 1)); k = 6 members,
  * xb[i][l] = value(i, l, 3) - 1, yb[j][l] = value(j, l, 5) - 1.375,
  * yo[j] = value(j, 2, 7) - 1, r[j] = 0.5 + value(j, 1, 1) / 4; radius 2.5,
- * inflation 1.05, rtpp 0.4 (case 0) or rtps 0.6 and max_obs 5 (case 1).
- * The serial reference into xa (dtype), nobs and spread. */
+ * inflation 1.05, rtpp 0.4 (case 0) or rtps 0.6 and max_obs 5 (case 1). */
 enum { LK_N = 48, LK_M = 30, LK_K = 6 };
+static double lk_grid[LK_N * 2], lk_obs[LK_M * 2], lk_xb[LK_N * LK_K], lk_yb[LK_M * LK_K], lk_yo[LK_M], lk_r[LK_M];
+static float lk_xb32[LK_N * LK_K], lk_yb32[LK_M * LK_K];
 
-int c_letkf(int which, int dtype, void *xa, int32_t *nobs, double *spread)
+static void letkf_problem(int which, int dtype, dk_letkf_desc *d)
 {
-    static double grid[LK_N * 2], obs[LK_M * 2], xb[LK_N * LK_K], yb[LK_M * LK_K], yo[LK_M], r[LK_M];
-    static float xb32[LK_N * LK_K], yb32[LK_M * LK_K];
     for (size_t i = 0; i < LK_N; i++) {
-        grid[2 * i] = (double)(i % 8);
-        grid[2 * i + 1] = (double)(i / 8);
+        lk_grid[2 * i] = (double)(i % 8);
+        lk_grid[2 * i + 1] = (double)(i / 8);
         for (size_t l = 0; l < LK_K; l++)
-            xb[i * LK_K + l] = value(i, l, 3) - 1.0;
+            lk_xb[i * LK_K + l] = value(i, l, 3) - 1.0;
     }
     for (size_t j = 0; j < LK_M; j++) {
-        obs[2 * j] = 3 * value(j, 0, 0);
-        obs[2 * j + 1] = 2 * value(0, j, 1);
+        lk_obs[2 * j] = 3 * value(j, 0, 0);
+        lk_obs[2 * j + 1] = 2 * value(0, j, 1);
         for (size_t l = 0; l < LK_K; l++)
-            yb[j * LK_K + l] = value(j, l, 5) - 1.375;
-        yo[j] = value(j, 2, 7) - 1.0;
-        r[j] = 0.5 + value(j, 1, 1) / 4;
+            lk_yb[j * LK_K + l] = value(j, l, 5) - 1.375;
+        lk_yo[j] = value(j, 2, 7) - 1.0;
+        lk_r[j] = 0.5 + value(j, 1, 1) / 4;
     }
     for (size_t i = 0; i < LK_N * LK_K; i++)
-        xb32[i] = (float)xb[i];
+        lk_xb32[i] = (float)lk_xb[i];
     for (size_t i = 0; i < LK_M * LK_K; i++)
-        yb32[i] = (float)yb[i];
-    dk_letkf_desc d;
-    dk_letkf_desc_init(&d);
-    d.dtype = (dk_dtype)dtype;
-    d.n = LK_N, d.m = LK_M, d.members = LK_K, d.ncoords = 2;
-    d.radius = 2.5, d.period[0] = 8, d.inflation = 1.05;
+        lk_yb32[i] = (float)lk_yb[i];
+    dk_letkf_desc_init(d);
+    d->dtype = (dk_dtype)dtype;
+    d->n = LK_N, d->m = LK_M, d->members = LK_K, d->ncoords = 2;
+    d->radius = 2.5, d->period[0] = 8, d->inflation = 1.05;
     if (which == 0)
-        d.rtpp = 0.4;
+        d->rtpp = 0.4;
     else
-        d.rtps = 0.6, d.max_obs = 5;
-    d.grid_coords = grid, d.obs_coords = obs;
-    return dtype == DK_F32 ? dk_letkf_reference(&d, xb32, yb32, yo, r, xa, nobs, spread)
-                           : dk_letkf_reference(&d, xb, yb, yo, r, xa, nobs, spread);
+        d->rtps = 0.6, d->max_obs = 5;
+    d->grid_coords = lk_grid, d->obs_coords = lk_obs;
+}
+
+/* The serial reference of the letkf problem into xa (dtype), nobs and spread. */
+int c_letkf(int which, int dtype, void *xa, int32_t *nobs, double *spread)
+{
+    dk_letkf_desc d;
+    letkf_problem(which, dtype, &d);
+    return dtype == DK_F32 ? dk_letkf_reference(&d, lk_xb32, lk_yb32, lk_yo, lk_r, xa, nobs, spread)
+                           : dk_letkf_reference(&d, lk_xb, lk_yb, lk_yo, lk_r, xa, nobs, spread);
+}
+
+/* The same with weight interpolation: the weight points every 2nd lattice
+ * point of each axis and its last (C shape 6 x 8, stride 2 x 2), C their
+ * bilinear interpolation from dk_letkf_interp_grid; the serial reference
+ * into xa (dtype) and spread. */
+int c_letkf_interp(int which, int dtype, void *xa, double *spread)
+{
+    static size_t widx[LK_N];
+    static int64_t indptr[LK_N + 1], indices[4 * LK_N];
+    static double values[4 * LK_N], wgrid[LK_N * 2];
+    size_t shape[2] = {6, 8}, stride[2] = {2, 2}, nw;
+    dk_letkf_desc d;
+    letkf_problem(which, dtype, &d);
+    int s = dk_letkf_interp_grid(2, shape, stride, &nw, widx, indptr, indices, values);
+    if (s != DK_OK)
+        return s;
+    for (size_t w = 0; w < nw; w++)
+        wgrid[2 * w] = lk_grid[2 * widx[w]], wgrid[2 * w + 1] = lk_grid[2 * widx[w] + 1];
+    d.n = nw, d.grid_coords = wgrid;
+    dk_csr C = {LK_N, nw, indptr, indices, values};
+    return dtype == DK_F32 ? dk_letkf_reference_interp(&d, &C, lk_xb32, lk_yb32, lk_yo, lk_r, xa, spread)
+                           : dk_letkf_reference_interp(&d, &C, lk_xb, lk_yb, lk_yo, lk_r, xa, spread);
 }

@@ -56,6 +56,13 @@ program test_fortran
       real(c_double), intent(out) :: spread(*)
       integer(c_int) :: s
     end function
+    function c_letkf_interp(which, dtype, xa, spread) bind(c) result(s)
+      import :: c_int, c_double, c_ptr
+      integer(c_int), value :: which, dtype
+      type(c_ptr), value :: xa
+      real(c_double), intent(out) :: spread(*)
+      integer(c_int) :: s
+    end function
     function c_gbees_reference() bind(c) result(s)
       import :: c_int
       integer(c_int) :: s
@@ -103,6 +110,7 @@ program test_fortran
   call test_kmeans()
   call test_gbees()
   call test_letkf()
+  call test_letkf_interp()
 
   call dk_context_destroy(ctx)
   if (failures > 0) then
@@ -651,37 +659,12 @@ contains
     type(dk_letkf_desc) :: desc
     type(dk_plan) :: plan
     integer(c_int) :: status
-    integer :: i, j, l, which
-    do i = 1, n
-      grid(1, i) = mod(i - 1, 8)
-      grid(2, i) = (i - 1) / 8
-      do l = 1, k
-        xb(l, i) = value(i - 1, l - 1, 3) - 1
-      end do
-    end do
-    do j = 1, m
-      obs(1, j) = 3 * value(j - 1, 0, 0)
-      obs(2, j) = 2 * value(0, j - 1, 1)
-      do l = 1, k
-        yb(l, j) = value(j - 1, l - 1, 5) - 1.375_c_double
-      end do
-      yo(j) = value(j - 1, 2, 7) - 1
-      r(j) = 0.5_c_double + value(j - 1, 1, 1) / 4
-    end do
+    integer :: j, which
+    call letkf_problem(grid, obs, xb, yb, yo, r)
     xb32 = real(xb, c_float)
     yb32 = real(yb, c_float)
     do which = 0, 1
-      call dk_letkf_desc_init(desc)
-      desc%members = k
-      desc%radius = 2.5_c_double
-      desc%period(1) = 8
-      desc%inflation = 1.05_c_double
-      if (which == 0) then
-        desc%rtpp = 0.4_c_double
-      else
-        desc%rtps = 0.6_c_double
-        desc%max_obs = 5
-      end if
+      call letkf_options(which, desc)
       call expect_ok(c_letkf(int(which, c_int), DK_F64, c_loc(want), want_nobs, want_spread), 'C reference, letkf')
       ! the module's reference on the Fortran-built data equals C's on C's
       xa = -1
@@ -750,6 +733,147 @@ contains
     desc%radius = 1
     call expect_refusal(dk_letkf_plan_create(ctx, desc, grid, obs(1:1, :), plan), DK_ERR_INVALID_ARGUMENT, &
                         'grid has 2 coordinate(s) a point and obs 1', 'letkf plan with mismatched coordinates')
+  end subroutine
+
+  ! The letkf problem of c_side.c (48 points on an 8 x 6 lattice periodic in
+  ! x, 30 observations, 6 members) and its options in case `which`.
+  subroutine letkf_problem(grid, obs, xb, yb, yo, r)
+    real(c_double), intent(out) :: grid(:, :), obs(:, :), xb(:, :), yb(:, :), yo(:), r(:)
+    integer :: i, j, l
+    do i = 1, size(grid, 2)
+      grid(1, i) = mod(i - 1, 8)
+      grid(2, i) = (i - 1) / 8
+      do l = 1, size(xb, 1)
+        xb(l, i) = value(i - 1, l - 1, 3) - 1
+      end do
+    end do
+    do j = 1, size(obs, 2)
+      obs(1, j) = 3 * value(j - 1, 0, 0)
+      obs(2, j) = 2 * value(0, j - 1, 1)
+      do l = 1, size(yb, 1)
+        yb(l, j) = value(j - 1, l - 1, 5) - 1.375_c_double
+      end do
+      yo(j) = value(j - 1, 2, 7) - 1
+      r(j) = 0.5_c_double + value(j - 1, 1, 1) / 4
+    end do
+  end subroutine
+
+  subroutine letkf_options(which, desc)
+    integer, intent(in) :: which
+    type(dk_letkf_desc), intent(out) :: desc
+    call dk_letkf_desc_init(desc)
+    desc%members = 6
+    desc%radius = 2.5_c_double
+    desc%period(1) = 8
+    desc%inflation = 1.05_c_double
+    if (which == 0) then
+      desc%rtpp = 0.4_c_double
+    else
+      desc%rtps = 0.6_c_double
+      desc%max_obs = 5
+    end if
+  end subroutine
+
+  ! Weight interpolation on the letkf problem: the weight points every 2nd
+  ! lattice point of each axis and its last (5 x 4 of the 8 x 6), C
+  ! bilinear. The module's dk_letkf_reference_interp on the Fortran-built
+  ! data equals C's on C's bit for bit; the backend's
+  ! dk_letkf_execute_interp (out of place with the spread, in place,
+  ! float32, twice on one plan) agrees with it within 1e-12 (float64) and
+  ! 1e-6 (float32), the tolerances of the plain analysis above; refusals.
+  subroutine test_letkf_interp()
+    integer, parameter :: n = 48, m = 30, k = 6
+    real(c_double), target :: grid(2, n), obs(2, m), xb(k, n), yb(k, m), yo(m), r(m), xa(k, n), x(k, n)
+    real(c_double), target :: want(k * n), spread(n), want_spread(n)
+    real(c_double) :: f, err
+    real(c_float), target :: xb32(k, n), yb32(k, m), xa32(k, n), want32(k * n)
+    real(c_double), allocatable :: wgrid(:, :), values(:)
+    integer(c_size_t), allocatable :: widx(:)
+    integer(c_int64_t), allocatable :: indptr(:), indices(:)
+    type(dk_letkf_desc) :: desc
+    type(dk_plan) :: plan
+    integer(c_int) :: status
+    integer :: i, e, which
+    integer(c_size_t) :: s
+    call letkf_problem(grid, obs, xb, yb, yo, r)
+    xb32 = real(xb, c_float)
+    yb32 = real(yb, c_float)
+    call expect_ok(dk_letkf_interp_grid([8, 6], [2, 2], widx, indptr, indices, values), 'letkf interp grid')
+    call expect(size(widx) == 20 .and. size(indptr) == n + 1 .and. size(indices) == indptr(n + 1) .and. &
+                widx(1) == 1 .and. widx(20) == n, 'letkf interp grid: 20 weight points, 1-based, C of 48 rows')
+    ! C reproduces a linear field of the weight points exactly
+    err = 0
+    do i = 1, n
+      f = 0
+      do e = int(indptr(i)) + 1, int(indptr(i + 1))   ! C's entries of row i, 0-based weight points
+        s = widx(indices(e) + 1)
+        f = f + values(e) * (2 * grid(1, s) + 3 * grid(2, s))
+      end do
+      err = max(err, abs(f - (2 * grid(1, i) + 3 * grid(2, i))))
+    end do
+    call expect(err < 1e-13_c_double, 'letkf interp grid interpolates a linear field')
+    wgrid = grid(:, widx)
+    do which = 0, 1
+      call letkf_options(which, desc)
+      call expect_ok(c_letkf_interp(int(which, c_int), DK_F64, c_loc(want), want_spread), 'C reference, letkf interp')
+      xa = -1
+      call expect_ok(dk_letkf_reference_interp(desc, wgrid, obs, indptr, indices, values, xb, yb, yo, r, xa, spread), &
+                     'letkf interp reference')
+      call expect(all(reshape(xa, [k * n]) == want) .and. all(spread == want_spread), &
+                  'letkf interp reference through the module equals C''s bit for bit')
+      status = dk_letkf_plan_create(ctx, desc, wgrid, obs, plan)
+      if (status == DK_ERR_NOT_IMPLEMENTED) then
+        print '(a)', '  letkf interp: ' // dk_last_error(ctx) // ' (the backend''s analysis is not tried)'
+        exit
+      end if
+      call expect_ok(status, 'letkf interp plan')
+      xa = -1
+      status = dk_letkf_execute_interp(plan, indptr, indices, values, xb, yb, yo, r, xa, spread)
+      if (status == DK_ERR_NOT_IMPLEMENTED) then
+        print '(a)', '  letkf interp: ' // dk_last_error(ctx) // ' (not tried further)'
+        call dk_plan_destroy(plan)
+        exit
+      end if
+      call expect_ok(status, 'letkf interp execute')
+      call expect_close(reshape(xa, [k * n]), want, 1e-12_c_double, 'letkf interp float64')
+      call expect_close(spread, want_spread, 1e-12_c_double, 'letkf interp spread')
+      x = xb
+      call expect_ok(dk_letkf_execute_interp(plan, indptr, indices, values, x, yb, yo, r), 'letkf interp in place')
+      call expect_close(reshape(x, [k * n]), want, 1e-12_c_double, 'letkf interp float64 in place, second call')
+      call expect_refusal(dk_letkf_execute_interp(plan, indptr(1:n), indices, values, xb, yb, yo, r, xa), &
+                          DK_ERR_INVALID_ARGUMENT, 'indptr has 48 entries; C has a row for each of the 48 points', &
+                          'letkf interp with indptr one short')
+      call expect_refusal(dk_letkf_execute_interp(plan, indptr, indices, values(2:), xb, yb, yo, r, xa), &
+                          DK_ERR_INVALID_ARGUMENT, 'both must hold every entry', 'letkf interp with values one short')
+      call expect_refusal(dk_letkf_execute_interp(plan, indptr, indices, values, xb, xb, yo, r, xa), &
+                          DK_ERR_INVALID_ARGUMENT, 'yb has shape (6, 48); the plan wants (6, 30)', &
+                          'letkf interp with yb of the wrong shape')
+      call expect_refusal(dk_letkf_execute_interp(plan, indptr, indices, values, xb32, yb32, yo, r, xa32), &
+                          DK_ERR_INVALID_ARGUMENT, 'the plan is for float64 data', &
+                          'letkf interp float32 arrays on a float64 plan')
+      values(1) = 0.5_c_double
+      call expect_refusal(dk_letkf_execute_interp(plan, indptr, indices, values, xb, yb, yo, r, xa), &
+                          DK_ERR_INVALID_ARGUMENT, 'row 0 of the interpolation sums to 0.5', &
+                          'letkf interp with a row not summing to 1')
+      values(1) = 1
+      call dk_plan_destroy(plan)
+      ! float32: the same problem, rounded once from the float64 solve
+      desc%dtype = DK_F32
+      call expect_ok(c_letkf_interp(int(which, c_int), DK_F32, c_loc(want32), want_spread), &
+                     'C reference, letkf interp float32')
+      call expect_ok(dk_letkf_plan_create(ctx, desc, wgrid, obs, plan), 'letkf interp plan, float32')
+      call expect_ok(dk_letkf_execute_interp(plan, indptr, indices, values, xb32, yb32, yo, r, xa32), &
+                     'letkf interp execute, float32')
+      call expect_close(real(reshape(xa32, [k * n]), c_double), real(want32, c_double), 1e-6_c_double, &
+                        'letkf interp float32')
+      call dk_plan_destroy(plan)
+    end do
+    call expect_refusal(dk_letkf_interp_grid([8, 6], [2], widx, indptr, indices, values), DK_ERR_INVALID_ARGUMENT, &
+                        'shape has 2 axes and stride 1', 'letkf interp grid with one stride for 2 axes', &
+                        no_context=.true.)
+    call expect_refusal(dk_letkf_interp_grid([8, 0], [2, 2], widx, indptr, indices, values), &
+                        DK_ERR_INVALID_ARGUMENT, 'must be >= 1 on every axis', 'letkf interp grid with an empty axis', &
+                        no_context=.true.)
   end subroutine
 
 end program test_fortran

@@ -145,9 +145,11 @@ dk_status dk_letkf_interp_grid(int ndims, const size_t *shape, const size_t *str
 /* The analysis with weight interpolation on buffers of the plan's context:
  * plan is a letkf plan whose grid points are the nw weight points (its
  * rtps, dtype, members apply), C (n x nw, host) the interpolation, copied
- * to the device on each call with the transforms' nw k^2 float64 of
- * scratch; xb, xa (n*k of the plan's dtype; xa may be xb), spread (n
- * float64) may be NULL. Needs a backend with the transforms and
+ * to the device on each call (C may differ from call to call); the device
+ * copy of C and the transforms' nw k^2 float64 of scratch stay with the
+ * plan for its next call (grown where C has more entries) until
+ * dk_plan_destroy. xb, xa (n*k of the plan's dtype; xa may be xb), spread
+ * (n float64) may be NULL. Needs a backend with the transforms and
  * apply_transforms ops (else DK_ERR_NOT_IMPLEMENTED naming it). */
 dk_status dk_letkf_execute_interp(dk_plan *plan, const struct dk_csr *C, const dk_buffer *xb, const dk_buffer *yb,
                                   const double *yo, const double *r, dk_buffer *xa, dk_buffer *spread);
