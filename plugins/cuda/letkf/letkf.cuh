@@ -246,6 +246,8 @@ struct Plan {
     int w_blocks, w_warps; /* blocks of w_warps warps each */
     size_t w_smem;
     int32_t *d_wlidx, *d_wsidx, *d_wfailed, *d_redo, *d_wnlog;
+    double *d_abuf;    /* apply_transforms' interpolated perturbations */
+    size_t abuf_bytes;
     int t_warps;   /* warps a block of k_warp_transforms */
     size_t t_smem; /* its shared memory a block */
     double *d_wlrho, *d_wsrho, *d_refl, *d_td, *d_te, *d_tu, *d_tb, *d_wxm, *d_wxam, *d_lv;

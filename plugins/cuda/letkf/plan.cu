@@ -41,7 +41,7 @@ void plan_destroy(void *handle)
                         p->d_srho,     p->d_v,       p->d_batA, p->d_batb,  p->d_batlam, p->d_work, p->d_info,
                         p->d_wlidx,    p->d_wsidx,   p->d_wfailed, p->d_redo, p->d_wlrho, p->d_wsrho, p->d_refl,
                         p->d_td,       p->d_te,      p->d_tu,   p->d_tb,    p->d_wxm,  p->d_wxam,   p->d_lv,
-                        p->d_li,       p->d_wnlog};
+                        p->d_li,       p->d_wnlog,   p->d_abuf};
         for (void *q : ptrs)
             if (q)
                 cudaFree(q);
@@ -349,9 +349,15 @@ dk_status apply_transforms(void *handle, size_t n, const void *xb, const void *t
     dk_status st = dk_cuda_enter(p->dev, msg);
     if (st != DK_OK || n == 0)
         return st;
-    double *abuf = NULL;
-    CUDA_TRY(cudaMalloc((void **)&abuf, n * (size_t)p->a.k * sizeof(double)),
-             "allocating the letkf interpolated perturbations");
+    /* the interpolated perturbations: kept in the plan for its next call, grown where n is larger */
+    const size_t need = n * (size_t)p->a.k * sizeof(double);
+    if (p->abuf_bytes < need) {
+        cudaFree(p->d_abuf);
+        p->d_abuf = NULL, p->abuf_bytes = 0;
+        CUDA_TRY(cudaMalloc((void **)&p->d_abuf, need), "allocating the letkf interpolated perturbations");
+        p->abuf_bytes = need;
+    }
+    double *abuf = p->d_abuf;
     const void *x = ((const dk_cuda_buffer *)xb)->ptr;
     void *y = ((dk_cuda_buffer *)xa)->ptr;
     const double *t = (const double *)((const dk_cuda_buffer *)tr)->ptr;
@@ -363,7 +369,6 @@ dk_status apply_transforms(void *handle, size_t n, const void *xb, const void *t
                                  : launch_apply<double>(p, (long long)n, x, t, ip, ix, v, y, sp, abuf, msg);
     if (st == DK_OK)
         st = dk_cuda_finish(p->dev, "the letkf interpolated analysis", msg);
-    cudaFree(abuf);
     return st;
 }
 
