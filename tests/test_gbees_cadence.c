@@ -3,7 +3,7 @@
  * period, with 7, with 1500 (closer than a time step, so one step is cut
  * at several snapshots), and with 7 taken 7 steps per dk_gbees_run call.
  * Each must make the same steps and cell-steps and end with the same cells
- * and density as the first. A step cut at a snapshot is finished from its
+ * and density as the first, in every variant of the backend. A step cut at a snapshot is finished from its
  * start with the same fluxes, so the engine's backends (reference, cpu)
  * give the same bits; a device's sums may add in another order from run to
  * run, hence the tolerance: L1 <= 1e-12 (a step cut short and restarted
@@ -27,11 +27,14 @@ typedef struct outcome {
     int snapshots;
 } outcome;
 
-static int run(dk_context *ctx, const dk_gbees_meas *meas, int nmeas, int snapshots, int max_steps, outcome *out)
+static int run(dk_context *ctx, const char *variant, const dk_gbees_meas *meas, int nmeas, int snapshots,
+               int max_steps, outcome *out)
 {
+    memset(out, 0, sizeof *out);
     dk_gbees_desc d;
     dk_gbees_desc_init(&d);
     d.model = dk_gbees_model_find("lorenz63");
+    d.variant = variant;
     d.snapshots = snapshots;
     d.t_end = T_END;
     dk_plan *plan = NULL;
@@ -39,7 +42,6 @@ static int run(dk_context *ctx, const dk_gbees_meas *meas, int nmeas, int snapsh
         printf("FAIL plan: %s\n", dk_last_error(ctx));
         return -1;
     }
-    memset(out, 0, sizeof *out);
     dk_gbees_event ev;
     dk_gbees_snapshot s = {0};
     dk_status st;
@@ -109,31 +111,45 @@ int main(int argc, char **argv)
         int snapshots, max_steps;
     } cadence[] = {{2, 0}, {7, 0}, {1500, 0}, {7, 7}};
     int ncad = (int)(sizeof cadence / sizeof cadence[0]);
-    outcome base;
-    CHECK(run(ctx, meas, nmeas, 2, 0, &base) == 0, "the run with 2 snapshots per period failed");
-    for (int k = 1; k < ncad && failures == 0; k++) {
-        outcome o;
-        if (run(ctx, meas, nmeas, cadence[k].snapshots, cadence[k].max_steps, &o) != 0) {
-            CHECK(0, "the run with %d snapshots per period failed", cadence[k].snapshots);
-            break;
+    const char *const *variants = dk_gbees_variants(ctx);
+    for (int v = 0; variants && variants[v]; v++) {
+        const char *variant = variants[v];
+        outcome base;
+        if (run(ctx, variant, meas, nmeas, 2, 0, &base) != 0) {
+            CHECK(0, "%s/%s: the run with 2 snapshots per period failed", backend, variant);
+            free(base.rows);
+            continue;
         }
-        double dist = l1(&base, &o);
-        printf("%s, %d snapshots per period, %d steps per call: %d snapshots, %llu steps, %llu cell-steps, %zu "
-               "cells at t = %g; L1 to 2 snapshots per period %.3g%s\n",
-               backend, cadence[k].snapshots, cadence[k].max_steps, o.snapshots, (unsigned long long)o.stats.steps,
-               (unsigned long long)o.stats.cell_steps, o.cells, T_END, dist, dist == 0.0 ? " (the same bits)" : "");
-        CHECK(o.stats.steps == base.stats.steps, "%llu steps, but %llu with 2 snapshots per period",
-              (unsigned long long)o.stats.steps, (unsigned long long)base.stats.steps);
-        CHECK(o.stats.cell_steps == base.stats.cell_steps, "%llu cell-steps, but %llu with 2 snapshots per period",
-              (unsigned long long)o.stats.cell_steps, (unsigned long long)base.stats.cell_steps);
-        CHECK(o.cells == base.cells, "%zu cells at the end, but %zu with 2 snapshots per period", o.cells,
-              base.cells);
-        CHECK(dist <= MAX_L1, "the densities at the end differ by L1 %.3g (at most %g)", dist, MAX_L1);
-        free(o.rows);
+        printf("%s/%s, 2 snapshots per period: %llu steps, %llu cell-steps, %zu cells at t = %g\n", backend,
+               variant, (unsigned long long)base.stats.steps, (unsigned long long)base.stats.cell_steps, base.cells,
+               T_END);
+        for (int k = 1; k < ncad; k++) {
+            outcome o;
+            if (run(ctx, variant, meas, nmeas, cadence[k].snapshots, cadence[k].max_steps, &o) != 0) {
+                CHECK(0, "%s/%s: the run with %d snapshots per period failed", backend, variant,
+                      cadence[k].snapshots);
+                free(o.rows);
+                continue;
+            }
+            double dist = l1(&base, &o);
+            printf("%s/%s, %d snapshots per period, %d steps per call: %d snapshots, %llu steps, %llu cell-steps, "
+                   "%zu cells; L1 to 2 snapshots per period %.3g%s\n",
+                   backend, variant, cadence[k].snapshots, cadence[k].max_steps, o.snapshots,
+                   (unsigned long long)o.stats.steps, (unsigned long long)o.stats.cell_steps, o.cells, dist,
+                   dist == 0.0 ? " (the same bits)" : "");
+            CHECK(o.stats.steps == base.stats.steps, "%s/%s: %llu steps, but %llu with 2 snapshots per period",
+                  backend, variant, (unsigned long long)o.stats.steps, (unsigned long long)base.stats.steps);
+            CHECK(o.stats.cell_steps == base.stats.cell_steps,
+                  "%s/%s: %llu cell-steps, but %llu with 2 snapshots per period", backend, variant,
+                  (unsigned long long)o.stats.cell_steps, (unsigned long long)base.stats.cell_steps);
+            CHECK(o.cells == base.cells, "%s/%s: %zu cells at the end, but %zu with 2 snapshots per period", backend,
+                  variant, o.cells, base.cells);
+            CHECK(dist <= MAX_L1, "%s/%s: the densities at the end differ by L1 %.3g (at most %g)", backend, variant,
+                  dist, MAX_L1);
+            free(o.rows);
+        }
+        free(base.rows);
     }
-    printf("%s, 2 snapshots per period: %llu steps, %llu cell-steps, %zu cells at t = %g\n", backend,
-           (unsigned long long)base.stats.steps, (unsigned long long)base.stats.cell_steps, base.cells, T_END);
-    free(base.rows);
     dk_context_destroy(ctx);
     free(meas);
     return failures ? 1 : 0;
