@@ -887,8 +887,7 @@ static dk_status advance(void *handle, double t_target, int max_steps, dk_msg *m
     }
     size_t grew = 0, asked = 0; /* the last batch's growth; a stalled step's candidates */
     for (int done = 0; g->t < t_target && (max_steps <= 0 || done < max_steps);) {
-        /* the steps left at the CFL step of the largest rate so far (the
-         * last dt may have been clipped to an earlier target) */
+        /* the steps left at the CFL step of the largest rate so far */
         int batch = MAX_BATCH;
         double left = (t_target - g->t) * g->max_rate / g->s.cfl;
         if (g->per_step || !(g->max_rate > 0.0))
