@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include <dakit/gbees.h>
+#include <dakit/kit/gbees/flux.h>
 
 #include "opencl_plugin.h"
 
@@ -92,6 +93,8 @@ typedef struct gb_ocl {
     const char *pending_what;
     double pending_t;
     double t, dt;
+    double t0; /* where the open step started */
+    int open;  /* a step was cut at the last target: its start is in wave */
     uint64_t steps, cell_steps;
 } gb_ocl;
 
@@ -623,6 +626,7 @@ static dk_status init(void *handle, const double *mean, const double *inv, doubl
         k0[i] = (cl_int)lround((mean[i] - g->s.center[i]) / g->s.dx[i]);
     g->n = 0;
     g->t = 0.0;
+    g->open = 0;
     g->pending_what = NULL;
     cl_command_queue q = g->dev->queue;
     dk_status st = dk_opencl_enter(dev, msg);
@@ -685,6 +689,28 @@ static dk_status init(void *handle, const double *mean, const double *inv, doubl
     return DK_OK;
 }
 
+/* Enqueues gb_apply for step `step` of a batch over n_bound cells and, with
+ * `total`, the total (gb_total). */
+static cl_int enqueue_apply(gb_ocl *g, cl_int step, size_t n_bound, int total)
+{
+    cl_int left = GB_LEFT, cell_groups = (cl_int)((n_bound + g->group - 1) / g->group);
+    size_t local = g->group * sizeof(double);
+    cl_kernel k = g->apply;
+    cl_int err = ARG(k, 0, step) | ARG(k, 1, g->ctr) | ARG(k, 2, g->clk) | ARG(k, 3, g->nb) | ARG(k, 4, g->flux) |
+                 ARG(k, 5, g->p) | ARG(k, 6, g->wave) | ARG(k, 7, g->sum_part) | clSetKernelArg(k, 8, local, NULL);
+    if (err == CL_SUCCESS)
+        err = launch(g, k, n_bound);
+    k = g->total;
+    if (err == CL_SUCCESS && !total)
+        return err;
+    if (err == CL_SUCCESS)
+        err = ARG(k, 0, step) | ARG(k, 1, cell_groups) | ARG(k, 2, left) | ARG(k, 3, g->ctr) | ARG(k, 4, g->clk) |
+              ARG(k, 5, g->sum_part) | clSetKernelArg(k, 6, local, NULL);
+    if (err == CL_SUCCESS)
+        err = launch(g, k, g->group);
+    return err;
+}
+
 /* Enqueues step `step` of a batch (1 for the first) whose cells stay
  * within n_bound and whose growth lists at most `room` candidates a step:
  * growth (gb_grow, which also applies the last normalization's scaling,
@@ -696,9 +722,8 @@ static dk_status init(void *handle, const double *mean, const double *inv, doubl
 static cl_int enqueue_step(gb_ocl *g, cl_int step, size_t room, size_t n_bound, cl_int sum_groups, int total)
 {
     cl_uint mask = (cl_uint)(g->hcap - 1);
-    cl_int r = (cl_int)room, nbd = (cl_int)n_bound, left = GB_LEFT;
+    cl_int r = (cl_int)room, nbd = (cl_int)n_bound;
     cl_int link_groups = (cl_int)((room + g->group - 1) / g->group);
-    cl_int cell_groups = (cl_int)((n_bound + g->group - 1) / g->group);
     size_t local = g->group * sizeof(double);
     cl_kernel k = g->grow;
     cl_int err = ARG(k, 0, step) | ARG(k, 1, g->par) | ARG(k, 2, g->key) | ARG(k, 3, g->v) | ARG(k, 4, g->nb) |
@@ -725,20 +750,8 @@ static cl_int enqueue_step(gb_ocl *g, cl_int step, size_t room, size_t n_bound, 
               ARG(k, 5, g->v) | ARG(k, 6, g->p) | ARG(k, 7, g->wave) | ARG(k, 8, g->back) | ARG(k, 9, g->flux);
     if (err == CL_SUCCESS)
         err = launch(g, k, n_bound);
-    k = g->apply;
     if (err == CL_SUCCESS)
-        err = ARG(k, 0, step) | ARG(k, 1, g->ctr) | ARG(k, 2, g->nb) | ARG(k, 3, g->flux) | ARG(k, 4, g->p) |
-              ARG(k, 5, g->sum_part) | clSetKernelArg(k, 6, local, NULL);
-    if (err == CL_SUCCESS)
-        err = launch(g, k, n_bound);
-    k = g->total;
-    if (err == CL_SUCCESS && !total)
-        return err;
-    if (err == CL_SUCCESS)
-        err = ARG(k, 0, step) | ARG(k, 1, cell_groups) | ARG(k, 2, left) | ARG(k, 3, g->ctr) | ARG(k, 4, g->clk) |
-              ARG(k, 5, g->sum_part) | clSetKernelArg(k, 6, local, NULL);
-    if (err == CL_SUCCESS)
-        err = launch(g, k, g->group);
+        err = enqueue_apply(g, step, n_bound, total);
     return err;
 }
 
@@ -797,6 +810,55 @@ static cl_int enqueue_prune(gb_ocl *g, cl_int step, size_t n_bound)
     return err;
 }
 
+/* A batch of one step outside the step loop, waited for: with `resume`,
+ * the step cut at the last target takes the part `part` of its fluxes
+ * from its start (gb_apply from wave) and its total; with `prune`,
+ * pruning follows (a whole step's, or a cut step's that a measurement
+ * update ends). */
+static dk_status finish_step(gb_ocl *g, int resume, double part, int prune, dk_msg *msg)
+{
+    dk_opencl_device *dev = g->dev;
+    memset(g->ctr_host, 0, sizeof g->ctr_host);
+    memset(g->clk_host, 0, sizeof g->clk_host);
+    g->ctr_host[3] = (cl_int)g->n;
+    g->ctr_host[4] = 1; /* step 1 ran */
+    g->ctr_host[11] = resume;
+    g->clk_host[0] = g->max_rate;
+    g->clk_host[1] = g->t;
+    g->clk_host[2] = g->dt;
+    g->clk_host[10] = part;
+    cl_command_queue q = dev->queue;
+    cl_int err = clEnqueueWriteBuffer(q, g->ctr, CL_FALSE, 0, sizeof g->ctr_host, g->ctr_host, 0, NULL, NULL);
+    if (err == CL_SUCCESS)
+        err = clEnqueueWriteBuffer(q, g->clk, CL_FALSE, 0, sizeof g->clk_host, g->clk_host, 0, NULL, NULL);
+    if (err == CL_SUCCESS && resume)
+        err = enqueue_apply(g, 1, g->n, 1);
+    if (err == CL_SUCCESS && prune)
+        err = enqueue_prune(g, 1, g->n);
+    cl_kernel k = g->settle;
+    if (err == CL_SUCCESS)
+        err = ARG(k, 0, g->ctr) | ARG(k, 1, g->clk) | ARG(k, 2, g->p);
+    if (err == CL_SUCCESS)
+        err = launch(g, k, g->n);
+    cl_int ctr[16];
+    double clk[16];
+    if (err == CL_SUCCESS)
+        err = clEnqueueReadBuffer(q, g->ctr, CL_FALSE, 0, sizeof ctr, ctr, 0, NULL, NULL);
+    if (err == CL_SUCCESS)
+        err = clEnqueueReadBuffer(q, g->clk, CL_TRUE, 0, sizeof clk, clk, 0, NULL, NULL);
+    if (err != CL_SUCCESS)
+        clFinish(q); /* reads and writes of host arrays may still be under way */
+    CL_TRY(err, "gbees: finishing a step cut at t = %g", g->t);
+    if (ctr[5] != GB_RUN) {
+        dk_msg_set(msg, ctr[5] == GB_LEFT ? "all probability left the grid at t = %g"
+                                          : "all probability was pruned at t = %g", g->t);
+        return DK_ERR_INVALID_ARGUMENT;
+    }
+    g->n = (size_t)ctr[3];
+    g->max_rate = clk[0];
+    return DK_OK;
+}
+
 /* Steps in batches: the host writes ctr and clk, enqueues a batch of
  * steps (pruning after every del_step-th) and the last scaling, and waits
  * once for ctr and clk. A batch holds the steps the CFL limit says are left
@@ -804,7 +866,9 @@ static cl_int enqueue_prune(gb_ocl *g, cl_int step, size_t n_bound)
  * variant per-step. Its room: candidates a step, an eighth of the grid
  * and 1024 at least; cells, as many again as the grid (SMALL_GRID) or an
  * eighth, 4096 at least, twice the last batch's growth; a step that needs
- * more stalls the batch, and the next one gets room for it. */
+ * more stalls the batch, and the next one gets room for it. A step cut
+ * at the last target is finished first (finish_step), before growing the
+ * arrays, which keeps its start and fluxes only in place. */
 static dk_status advance(void *handle, double t_target, int max_steps, dk_msg *msg)
 {
     gb_ocl *g = handle;
@@ -812,10 +876,18 @@ static dk_status advance(void *handle, double t_target, int max_steps, dk_msg *m
     dk_status st = dk_opencl_enter(dev, msg);
     if (st != DK_OK)
         return st;
+    if (g->open && g->t < t_target) {
+        double part = gb_step_part(g->t0, g->dt, t_target);
+        int whole = !(part < 1.0);
+        st = finish_step(g, 1, part, whole && g->steps % (uint64_t)g->s.del_step == 0, msg);
+        if (st != DK_OK)
+            return st;
+        g->open = !whole;
+        g->t = gb_step_time(g->t0, g->dt, t_target);
+    }
     size_t grew = 0, asked = 0; /* the last batch's growth; a stalled step's candidates */
     for (int done = 0; g->t < t_target && (max_steps <= 0 || done < max_steps);) {
-        /* the steps left at the CFL step of the largest rate so far (the
-         * last dt may have been clipped to an earlier target) */
+        /* the steps left at the CFL step of the largest rate so far */
         int batch = MAX_BATCH;
         double left = (t_target - g->t) * g->max_rate / g->s.cfl;
         if (g->per_step || !(g->max_rate > 0.0))
@@ -884,8 +956,11 @@ static dk_status advance(void *handle, double t_target, int max_steps, dk_msg *m
         g->cell_steps += (uint64_t)clk[6];
         g->n = (size_t)ctr[3];
         g->t = clk[1];
-        if (ctr[4] > 0)
+        if (ctr[4] > 0) {
             g->dt = clk[2];
+            g->open = clk[10] < 1.0;
+            g->t0 = clk[11];
+        }
         g->max_rate = clk[0];
         grew = g->n > before ? g->n - before : 0;
         switch (ctr[5]) {
@@ -925,6 +1000,12 @@ static dk_status update(void *handle, const double *y, const double *r_inv, int 
         st = finish(g, msg);
     if (st != DK_OK)
         return st;
+    /* the update ends a step cut here (engine.h, gb_close_step) */
+    if (g->open) {
+        g->open = 0;
+        if (g->steps % (uint64_t)g->s.del_step == 0 && (st = finish_step(g, 0, 1.0, 1, msg)) != DK_OK)
+            return st;
+    }
     double gauss[DK_GBEES_MAX_DIM + DK_GBEES_MAX_DIM * DK_GBEES_MAX_DIM];
     memcpy(gauss, y, m * sizeof *gauss);
     memcpy(gauss + m, r_inv, (size_t)m * m * sizeof *gauss);

@@ -33,11 +33,14 @@
  *                the growth needs more room than the batch was given, or
  *                an error), 6 t reached the target; 7, 8, 9: 3, 5, 6 as
  *                gb_waves leaves them (gb_fluxes copies them over), 10 the
- *                candidates of a stalled step;
+ *                candidates of a stalled step, 11 gb_apply finishes a
+ *                step cut at the last target (from its start in wave);
  *   clk  double: 0 largest rate, 1 t, 2 dt, 3 target, 4 cfl, 5 the
  *                normalization's pending 1 / total (0: none), 6 cell-steps
  *                in the batch, 7 the dt that collapsed; 8, 9: 0, 1 as
- *                gb_waves leaves them.
+ *                gb_waves leaves them; 10 the part of the step's fluxes
+ *                gb_apply takes (gb_step_part: below 1, the step is cut
+ *                at the target), 11 the time the step started.
  * A step's launches after a stall or an error, or once t reached the
  * target, return at once, so the host may enqueue more steps than run.
  * The normalization's scaling waits for the next launch that touches
@@ -81,6 +84,12 @@ static inline int gb_stalled(__global const int *ctr, int room, int n_bound)
 static inline int gb_ran(__global const int *ctr, int step)
 {
     return ctr[4] == step && ctr[5] == GB_RUN;
+}
+
+/* ... and was not cut at the target: pruning may follow it */
+static inline int gb_whole(__global const int *ctr, __global const double *clk, int step)
+{
+    return gb_ran(ctr, step) && !(clk[10] < 1.0);
 }
 
 /* gb_pos, gb_neg and gb_mc come from algorithms/gbees/flux.h, ahead of
@@ -426,8 +435,9 @@ __kernel void gb_waves(int step, int room, int n_bound, int link_groups, __globa
 {
     /* the clock, in every work-group alike: takes the new cells in, keeps
      * the largest rate (a cell's rate never changes, so only new cells can
-     * raise it), and chooses dt exactly as the engine does (CFL limit, the
-     * last step clipped to the target); a growth that did not fit stalls
+     * raise it), and chooses dt exactly as the engine does (CFL limit; a
+     * step that passes the target is cut there, gb_step_part); a growth
+     * that did not fit stalls
      * the batch instead. Work-item 0 writes the outcome into the words
      * that no work-item reads here (ctr[7..10], clk[8, 9] and those the
      * step's later launches read), and gb_fluxes publishes it. */
@@ -448,13 +458,12 @@ __kernel void gb_waves(int step, int room, int n_bound, int link_groups, __globa
     int collapsed = grows && !(dt > 1e-12 * (1.0 + fabs(target)));
     int run = grows && !collapsed;
     int last = dt >= target - t;
-    double dt_step = last ? target - t : dt;
     if (c == 0) {
         ctr[7] = n;
         ctr[8] = !go ? ctr[5] : stalled ? GB_STALL : collapsed ? GB_COLLAPSED : GB_RUN;
         ctr[9] = run ? last : ctr[6];
         clk[8] = rate;
-        clk[9] = run ? (last ? target : t + dt) : t;
+        clk[9] = run ? gb_step_time(t, dt, target) : t;
         if (go && stalled)
             ctr[10] = ctr[0]; /* the host makes room for them */
         if (collapsed)
@@ -462,14 +471,15 @@ __kernel void gb_waves(int step, int room, int n_bound, int link_groups, __globa
         if (go)
             clk[5] = 0.0; /* gb_grow applied the scaling */
         if (run) {
-            clk[2] = dt_step;
+            clk[2] = dt;
             clk[6] += (double)n;
+            clk[10] = gb_step_part(t, dt, target);
+            clk[11] = t;
             ctr[4] = step;
         }
     }
     if (!run || c >= n)
         return;
-    dt = dt_step;
     double pc = p[c];
     for (int i = 0; i < D; i++) {
         int fwd = nb[(size_t)c * 2 * D + 2 * i + 1], a = nb[(size_t)c * 2 * D + 2 * i];
@@ -555,19 +565,25 @@ __kernel void gb_fluxes(int step, __global int *ctr, __global double *clk,
     }
 }
 
-/* p minus the net flux out, and the work-group's sum of the new p in
- * sum_part[group] (the normalization's first stage). */
-__kernel void gb_apply(int step, __global const int *ctr, __global const int *nb,
-                       __global const double *flux, __global double *p,
-                       __global double *sum_part, __local double *tmp)
+/* p minus the part clk[10] of the net flux out, and the work-group's sum
+ * of the new p in sum_part[group] (the normalization's first stage). A
+ * step cut at the target first keeps its start in wave (free once the
+ * fluxes are made); finishing it (ctr[11]) starts from there. */
+__kernel void gb_apply(int step, __global const int *ctr, __global const double *clk,
+                       __global const int *nb, __global const double *flux, __global double *p,
+                       __global double *wave, __global double *sum_part, __local double *tmp)
 {
     int c = (int)get_global_id(0);
     double q = 0.0;
     if (c < ctr[3] && gb_ran(ctr, step)) {
-        q = p[c];
+        double part = clk[10];
+        int resume = ctr[11];
+        q = resume ? wave[c] : p[c];
+        if (!resume && part < 1.0)
+            wave[c] = q;
         for (int j = 0; j < D; j++) {
             int bk = nb[(size_t)c * 2 * D + 2 * j];
-            q -= flux[(size_t)c * D + j] - (bk >= 0 ? flux[(size_t)bk * D + j] : 0.0);
+            q -= part * (flux[(size_t)c * D + j] - (bk >= 0 ? flux[(size_t)bk * D + j] : 0.0));
         }
         q = gb_pos(q);
         p[c] = q;
@@ -612,8 +628,9 @@ __kernel void gb_settle(__global const int *ctr, __global const double *clk, __g
 /* Pruning after step `step`. A cell below the threshold survives when
  * some cell at or above it would grow into it (engine.h, gb_fed), the
  * masses taken with the pending scaling. keep[c]: 1 kept, 0 removed
- * (every cell is kept when the step did not run); blocks[group]: the
- * kept cells of the work-group's stretch. */
+ * (every cell is kept when the step did not run whole: it did not run,
+ * or it was cut at the target and is pruned once finished);
+ * blocks[group]: the kept cells of the work-group's stretch. */
 static inline double gb_scaled(__global const double *p, int c, double inv)
 {
     return inv != 0.0 ? p[c] * inv : p[c];
@@ -626,7 +643,7 @@ __kernel void gb_prune_mark(int step, __global const int *ctr, __global const do
 {
     int c = (int)get_global_id(0);
     int n = ctr[3], fed = 0;
-    if (c < n && !gb_ran(ctr, step))
+    if (c < n && !gb_whole(ctr, clk, step))
         fed = 1;
     else if (c < n) {
         double thr = par[P_THR], inv = clk[5];
@@ -727,7 +744,7 @@ __kernel void gb_scan_remap(__global const int *ctr, __global const int *keep, _
 
 /* Kept cells move to their new positions in the second set of arrays,
  * links carried through remap (a removed neighbour becomes -1), masses
- * scaled by the pending scaling when step `step` ran; each work-group's
+ * scaled by the pending scaling when step `step` ran whole; each work-group's
  * sum of the kept masses and largest kept rate go to sum_part and
  * max_part. */
 __kernel void gb_prune_move(int step, __global const int *ctr, __global const double *clk,
@@ -743,7 +760,7 @@ __kernel void gb_prune_move(int step, __global const int *ctr, __global const do
     double q = 0.0, r = 0.0;
     int to = c < ctr[3] ? remap[c] : -1;
     if (to >= 0) {
-        double inv = gb_ran(ctr, step) ? clk[5] : 0.0;
+        double inv = gb_whole(ctr, clk, step) ? clk[5] : 0.0;
         for (int i = 0; i < D; i++) {
             key2[(size_t)to * D + i] = key[(size_t)c * D + i];
             v2[(size_t)to * D + i] = v[(size_t)c * D + i];
@@ -769,13 +786,13 @@ __kernel void gb_prune_move(int step, __global const int *ctr, __global const do
 /* One work-group after gb_prune_move: n becomes the cells kept, the
  * largest rate is taken again (removed cells may have held it), and the
  * kept mass's inverse becomes the pending scaling, or the batch stops
- * with GB_PRUNED. Nothing when step `step` did not run. */
+ * with GB_PRUNED. Nothing when step `step` did not run whole. */
 __kernel void gb_prune_total(int step, int groups, __global int *ctr, __global double *clk,
                              __global const double *sum_part, __global const double *max_part,
                              __local double *tmp)
 {
     size_t lid = get_local_id(0);
-    int go = gb_ran(ctr, step);
+    int go = gb_whole(ctr, clk, step);
     double acc = 0.0, most = 0.0;
     if (go)
         for (size_t i = lid; i < (size_t)groups; i += get_local_size(0)) {

@@ -155,7 +155,10 @@ typedef struct dk_gbees_ops {
      * factored the covariance already. */
     dk_status (*init)(void *plan, const double *mean, const double *cov_inv, double lognorm, struct dk_msg *msg);
     /* Required. Steps until t reaches t_target exactly or max_steps (> 0)
-     * were done. */
+     * were done. A step that would pass t_target is cut there and finished
+     * by the next advance from its start with the same fluxes, counting
+     * once (gb_step_part, dakit/kit/gbees/flux.h); update ends it instead.
+     * So where a run stops never changes the steps it makes. */
     dk_status (*advance)(void *plan, double t_target, int max_steps, struct dk_msg *msg);
     /* Required. Multiplies by exp(-(h(x)-y)' R^-1 (h(x)-y) / 2) and
      * normalizes. */

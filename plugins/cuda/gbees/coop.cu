@@ -25,7 +25,9 @@ __global__ void __launch_bounds__(THREADS, MINB) k_coop(Dev g, double t_target, 
     s.cur = st->cur;
     s.scale = st->scale;
     s.dt = st->dt;
-    double t = st->t, err_a = 0.0, err_b = 0.0;
+    s.resume = false;
+    double t = st->t, start = st->t0, err_a = 0.0, err_b = 0.0;
+    int open = st->open; /* 0: the host finished a cut step before the launch */
     unsigned long long steps = st->steps, cell_steps = st->cell_steps;
     unsigned long long prof[PH_N] = {0, 0, 0, 0, 0}, t0 = timer ? globaltimer() : 0, t1;
     int status = ST_OK;
@@ -52,8 +54,8 @@ __global__ void __launch_bounds__(THREADS, MINB) k_coop(Dev g, double t_target, 
             err_b = t;
             break;
         }
-        bool last = dt >= t_target - t;
-        s.dt = last ? t_target - t : dt;
+        s.dt = dt;
+        s.part = gb_step_part(t, dt, t_target);
         link_phase<M, D>(g, s, i0, stride);
         grid.sync();
         if (timer) {
@@ -81,14 +83,16 @@ __global__ void __launch_bounds__(THREADS, MINB) k_coop(Dev g, double t_target, 
         cell_steps += (unsigned long long)s.n;
         steps++;
         done++;
-        t = last ? t_target : t + s.dt;
+        open = s.part < 1.0;
+        start = t;
+        t = gb_step_time(t, dt, t_target);
         if (!(total > 0.0) || !isfinite(total)) {
             status = ST_MASS;
             err_b = t;
             break;
         }
         s.scale = 1.0 / total;
-        if (steps % (unsigned long long)g.del_step == 0) {
+        if (!open && steps % (unsigned long long)g.del_step == 0) {
             int count = prune_mark<D>(g, s, i0, stride);
             if (threadIdx.x == 0)
                 st->part_cnt[blockIdx.x] = count;
@@ -133,6 +137,8 @@ __global__ void __launch_bounds__(THREADS, MINB) k_coop(Dev g, double t_target, 
         st->cur = s.cur;
         st->t = t;
         st->dt = s.dt;
+        st->t0 = start;
+        st->open = open;
         st->scale = s.scale;
         st->steps = steps;
         st->cell_steps = cell_steps;

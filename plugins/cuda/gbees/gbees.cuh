@@ -26,7 +26,8 @@
  *          face and edge neighbours (gb_grow's decisions); new cells get
  *          their velocities and raise the running maximum rate (atomicMax
  *          on the bits of a non-negative double: exact, order-free);
- *   link   dt = cfl / max rate (clipped to the target; the collapse check);
+ *   link   dt = cfl / max rate (the collapse check; a step that passes
+ *          the target is cut there, gb_step_part);
  *          new cells find their 2d neighbours in the table and patch the
  *          links of old neighbours (each old slot has one writer); every
  *          cell writes the waves of its present forward faces and its back
@@ -34,7 +35,13 @@
  *          whose link it patched (the same value as the owner would: an old
  *          cell that sees the link stale skips, never writes a zero);
  *   flux   gb_fluxes' second pass, unchanged;
- *   apply  p -= net flux, clipped at zero; block sums of p.
+ *   apply  p -= net flux (its part, for a cut step), clipped at zero;
+ *          block sums of p.
+ * A cut step keeps its start in the wave scratch (free once the fluxes
+ * are made) and the next advance finishes it from there with the same
+ * fluxes, before anything else (resume_launch, every variant): it counts
+ * as one step and is pruned once finished; a measurement update ends it
+ * where it was cut (engine.h, gb_close_step).
  * Normalization is lazy: p is stored unscaled with one scale = 1 / total,
  * and every read uses p * scale, which is the reference's normalized value
  * bit for bit (the reference stores exactly that product). Every del_step
@@ -150,8 +157,10 @@ struct State {
     int n, cur, status, nparts;
     unsigned int n_alloc; /* the position counter of growth (== n between steps) */
     int overflow;
-    int n_old, last, kept, cnt_blocks, lo;
+    int n_old, kept, cnt_blocks, lo;
+    int open;         /* a step was cut at the last target: its start is in the wave scratch */
     double t, dt, scale, dt_step, t_target;
+    double part, t0;  /* the part of the step's fluxes taken (gb_step_part); where the open step started */
     double err_a, err_b;
     long long max_steps, done;
     unsigned long long steps, cell_steps;
@@ -184,6 +193,8 @@ struct Dev {
 struct Step {
     int n_old, n, cur;
     double scale, dt;
+    double part; /* of the step's fluxes to take (gb_step_part) */
+    bool resume; /* finishing a cut step: from its start in the wave scratch */
 };
 
 struct InitArgs {
@@ -201,7 +212,7 @@ struct UpdArgs {
 
 /* ---- small device helpers ---- */
 
-#define GB_FLUX_FN __device__ static __forceinline__
+#define GB_FLUX_FN __host__ __device__ static __forceinline__
 #include <dakit/kit/gbees/flux.h>
 
 template <typename T> __device__ __forceinline__ T vload(const T &x) { return *(const volatile T *)&x; }
@@ -496,6 +507,8 @@ struct StepKernels {
     void (*move)(Dev);
     void (*back)(Dev);
     void (*pruned)(Dev);
+    void (*resume)(Dev);
+    void (*resumed)(Dev);
 };
 
 /* grid.cu: the kernels every variant uses. */
@@ -546,6 +559,12 @@ cudaError_t coop_launch(Plan *p, double t_target, long long left);
  * schedulers launch the phases on the device), or one step (host: the
  * host launches the phases). */
 void steps_launch(Plan *p, bool dp);
+/* steps.cu, for every variant, queued: resume_launch finishes the step
+ * cut at the last target (the part hs.part of its fluxes, from its start)
+ * and, with `prune`, prunes after it; prune_launch prunes (over b blocks
+ * of cells; nothing while hs.open). */
+void resume_launch(Plan *p, bool prune);
+void prune_launch(Plan *p, int b);
 
 } // namespace dk_cuda_gbees
 

@@ -312,17 +312,22 @@ __device__ void flux_phase(const Dev &g, const Step &s, long long i0, long long 
     }
 }
 
-/* gb_apply; returns this thread's sum of the new masses. */
+/* gb_apply; returns this thread's sum of the new masses. A cut step
+ * first keeps its start in the wave scratch; finishing it starts from
+ * there. */
 template <int D> __device__ double apply_phase(const Dev &g, const Step &s, long long i0, long long stride)
 {
     const Cells C = g.c[0];
+    const bool keep = !s.resume && s.part < 1.0;
     double sum = 0.0;
     for (long long c = i0; c < s.n; c += stride) {
-        double q = C.p[c] * s.scale;
+        double q = s.resume ? g.wave[c] : C.p[c] * s.scale;
+        if (keep)
+            g.wave[c] = q;
 #pragma unroll
         for (int j = 0; j < D; j++) {
             int32_t bk = C.nb[c * 2 * D + 2 * j];
-            q -= g.flux[c * D + j] - (bk >= 0 ? g.flux[(size_t)bk * D + j] : 0.0);
+            q -= s.part * (g.flux[c * D + j] - (bk >= 0 ? g.flux[(size_t)bk * D + j] : 0.0));
         }
         q = gb_pos(q);
         C.p[c] = q;

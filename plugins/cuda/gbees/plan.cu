@@ -396,6 +396,23 @@ dk_status advance_body(void *handle, double t_target, int max_steps, dk_msg *msg
         return st;
     const unsigned long long steps0 = p->hs.steps;
     const char *what = "running the gbees time steps";
+    if (p->hs.open && p->hs.t < t_target) {
+        /* first, and before the arrays grow (which keeps neither a cut
+         * step's start nor its fluxes): the step cut at the last target */
+        const double part = gb_step_part(p->hs.t0, p->hs.dt, t_target);
+        const bool whole = !(part < 1.0);
+        p->hs.part = part;
+        p->hs.open = !whole;
+        p->hs.t = gb_step_time(p->hs.t0, p->hs.dt, t_target);
+        if ((st = copy_head_in(p, what, msg)) != DK_OK)
+            return st;
+        resume_launch(p, whole && p->hs.steps % (unsigned long long)p->s.del_step == 0);
+        CUDA_TRY(cudaGetLastError(), what);
+        if ((st = copy_head_out(p, what, msg)) != DK_OK)
+            return st;
+        if (p->hs.status != ST_OK)
+            return status_error(p, msg);
+    }
     for (;;) {
         long long left = max_steps > 0 ? max_steps - (long long)(p->hs.steps - steps0) : 0;
         if (!(p->hs.t < t_target) || (max_steps > 0 && left <= 0))
@@ -442,6 +459,20 @@ dk_status update_body(void *handle, const double *y, const double *r_inv, int m,
     dk_status st = dk_cuda_enter(p->dev, msg);
     if (st != DK_OK)
         return st;
+    if (p->hs.open) {
+        /* the update ends a step cut here (engine.h, gb_close_step) */
+        const char *what = "pruning before the gbees measurement update";
+        p->hs.open = 0;
+        if ((st = copy_head_in(p, what, msg)) != DK_OK)
+            return st;
+        if (p->hs.steps % (unsigned long long)p->s.del_step == 0)
+            prune_launch(p, blocks_for(p->hs.n));
+        CUDA_TRY(cudaGetLastError(), what);
+        if ((st = copy_head_out(p, what, msg)) != DK_OK)
+            return st;
+        if (p->hs.status != ST_OK)
+            return status_error(p, msg);
+    }
     UpdArgs ua;
     memset(&ua, 0, sizeof ua);
     ua.m = m;

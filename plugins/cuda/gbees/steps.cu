@@ -1,6 +1,8 @@
 /* dakit cuda plugin, gbees: variants dp and host, a kernel per phase
  * (k_grow, k_link, k_flux, k_apply, k_prune_*) and one-block schedulers
- * (k_begin, k_mid, k_end, k_pruned) that hold the step's scalar logic.
+ * (k_begin, k_mid, k_end, k_pruned) that hold the step's scalar logic;
+ * and for every variant, the finishing of a step cut at the last target
+ * (k_resume, k_resumed) and the pruning the host asks for.
  * dp: the host launches one scheduler and the schedulers tail-launch the
  * phases sized to the counts they read, then the next scheduler, up to the
  * target. host: the host launches the same kernels for one step and reads
@@ -22,6 +24,8 @@ __device__ __forceinline__ Step load_step(const State *st)
     s.cur = st->cur;
     s.scale = st->scale;
     s.dt = st->dt_step;
+    s.part = st->part;
+    s.resume = false;
     return s;
 }
 
@@ -60,9 +64,30 @@ template <int D> __global__ void __launch_bounds__(THREADS) k_apply(Dev g)
         st->nparts = gridDim.x;
 }
 
-template <int D> __global__ void __launch_bounds__(THREADS) k_prune_mark(Dev g)
+/* The phases of a step cut at the last target, finished from its start:
+ * apply (st->part of its fluxes), then its total (k_resumed). */
+template <int D> __global__ void __launch_bounds__(THREADS) k_resume(Dev g)
 {
     GB_PHASE_PROLOGUE
+    s.resume = true;
+    double part = block_sum<THREADS>(apply_phase<D>(g, s, i0, stride));
+    if (threadIdx.x == 0)
+        st->part_sum[blockIdx.x] = part;
+    if (i0 == 0)
+        st->nparts = gridDim.x;
+}
+
+/* Pruning follows only a step that was not cut (a cut one is pruned once
+ * finished, or when an update ends it), which in the host variant the
+ * host cannot know when it launches these. */
+#define GB_PRUNE_PROLOGUE                                                                                              \
+    GB_PHASE_PROLOGUE                                                                                                  \
+    if (vload(st->open))                                                                                               \
+        return;
+
+template <int D> __global__ void __launch_bounds__(THREADS) k_prune_mark(Dev g)
+{
+    GB_PRUNE_PROLOGUE
     int count = prune_mark<D>(g, s, i0, stride);
     if (threadIdx.x == 0)
         st->part_cnt[blockIdx.x] = count;
@@ -74,7 +99,7 @@ template <int D> __global__ void __launch_bounds__(THREADS) k_prune_mark(Dev g)
 __global__ void __launch_bounds__(1024) k_prune_scan(Dev g)
 {
     State *st = g.st;
-    if (vload(st->status) != ST_OK)
+    if (vload(st->status) != ST_OK || vload(st->open))
         return;
     int nb = st->cnt_blocks, per = (nb + 1023) / 1024;
     int lo = threadIdx.x * per, hi = lo + per < nb ? lo + per : nb, mine = 0, total;
@@ -91,7 +116,7 @@ __global__ void __launch_bounds__(1024) k_prune_scan(Dev g)
 
 __global__ void __launch_bounds__(THREADS) k_prune_remap(Dev g)
 {
-    GB_PHASE_PROLOGUE
+    GB_PRUNE_PROLOGUE
     (void)i0;
     (void)stride;
     prune_remap(g, s, st->offs[blockIdx.x]);
@@ -99,13 +124,13 @@ __global__ void __launch_bounds__(THREADS) k_prune_remap(Dev g)
 
 template <int D> __global__ void __launch_bounds__(THREADS) k_prune_move(Dev g)
 {
-    GB_PHASE_PROLOGUE
+    GB_PRUNE_PROLOGUE
     prune_move<D>(g, s, i0, stride);
 }
 
 template <int D> __global__ void __launch_bounds__(THREADS) k_prune_back(Dev g)
 {
-    GB_PHASE_PROLOGUE
+    GB_PRUNE_PROLOGUE
     double part = block_sum<THREADS>(prune_back<D>(g, s, st->kept, i0, stride));
     if (threadIdx.x == 0)
         st->part_sum2[blockIdx.x] = part;
@@ -167,9 +192,8 @@ template <class M, int D, bool DP> __global__ void __launch_bounds__(THREADS) k_
         st->err_b = t;
         return;
     }
-    int last = dt >= tt - t;
-    st->last = last;
-    st->dt_step = last ? tt - t : dt;
+    st->part = gb_step_part(t, dt, tt);
+    st->dt_step = dt;
     st->n = n;
     if (DP) {
         int b = blocks_for(n);
@@ -202,14 +226,16 @@ template <class M, int D, bool DP> __global__ void __launch_bounds__(THREADS) k_
     double total = sum_parts(st->part_sum, st->nparts);
     if (threadIdx.x != 0)
         return;
-    st->t = st->last ? st->t_target : st->t + st->dt_step;
+    st->open = st->part < 1.0;
+    st->t0 = st->t;
+    st->t = gb_step_time(st->t, st->dt_step, st->t_target);
     st->dt = st->dt_step;
     st->steps++;
     st->cell_steps += (unsigned long long)st->n;
     st->done++;
     if (!rescale(st, total, ST_MASS) || !DP)
         return;
-    if (st->steps % (unsigned long long)g.del_step == 0) {
+    if (!st->open && st->steps % (unsigned long long)g.del_step == 0) {
         int b = blocks_for(st->n);
         k_prune_mark<D><<<b, THREADS, 0, cudaStreamTailLaunch>>>(g);
         k_prune_scan<<<1, 1024, 0, cudaStreamTailLaunch>>>(g);
@@ -226,7 +252,7 @@ template <class M, int D, bool DP> __global__ void __launch_bounds__(THREADS) k_
 template <class M, int D, bool DP> __global__ void __launch_bounds__(THREADS) k_pruned(Dev g)
 {
     State *st = g.st;
-    if (vload(st->status) != ST_OK)
+    if (vload(st->status) != ST_OK || vload(st->open))
         return;
     double total = sum_parts(st->part_sum2, st->nparts);
     if (threadIdx.x != 0)
@@ -237,6 +263,17 @@ template <class M, int D, bool DP> __global__ void __launch_bounds__(THREADS) k_
     st->maxbits[st->cur ^ 1] = 0;
     if (rescale(st, total, ST_PRUNED) && DP)
         next_step<M, D, DP>(g);
+}
+
+/* The total of a finished cut step (k_resume) sets the scale. */
+__global__ void __launch_bounds__(THREADS) k_resumed(Dev g)
+{
+    State *st = g.st;
+    if (vload(st->status) != ST_OK)
+        return;
+    double total = sum_parts(st->part_sum, st->nparts);
+    if (threadIdx.x == 0)
+        rescale(st, total, ST_MASS);
 }
 
 template <class M, int D> struct Make {
@@ -256,6 +293,8 @@ template <class M, int D> struct Make {
             .move = k_prune_move<D>,
             .back = k_prune_back<D>,
             .pruned = k_pruned<M, D, false>,
+            .resume = k_resume<D>,
+            .resumed = k_resumed,
         };
         return &k;
     }
@@ -288,13 +327,30 @@ void dk_cuda_gbees::steps_launch(Plan *p, bool dp)
     k->apply<<<b, THREADS, 0, sm>>>(p->g);
     k->end<<<1, THREADS, 0, sm>>>(p->g);
     p->launches += 7;
-    if ((p->hs.steps + 1) % (unsigned long long)p->s.del_step == 0) {
-        k->mark<<<b, THREADS, 0, sm>>>(p->g);
-        k_prune_scan<<<1, 1024, 0, sm>>>(p->g);
-        k->remap<<<b, THREADS, 0, sm>>>(p->g);
-        k->move<<<b, THREADS, 0, sm>>>(p->g);
-        k->back<<<b, THREADS, 0, sm>>>(p->g);
-        k->pruned<<<1, THREADS, 0, sm>>>(p->g);
-        p->launches += 6;
-    }
+    if ((p->hs.steps + 1) % (unsigned long long)p->s.del_step == 0)
+        prune_launch(p, b);
+}
+
+void dk_cuda_gbees::prune_launch(Plan *p, int b)
+{
+    cudaStream_t sm = p->dev->stream;
+    const StepKernels *k = p->step_k;
+    k->mark<<<b, THREADS, 0, sm>>>(p->g);
+    k_prune_scan<<<1, 1024, 0, sm>>>(p->g);
+    k->remap<<<b, THREADS, 0, sm>>>(p->g);
+    k->move<<<b, THREADS, 0, sm>>>(p->g);
+    k->back<<<b, THREADS, 0, sm>>>(p->g);
+    k->pruned<<<1, THREADS, 0, sm>>>(p->g);
+    p->launches += 6;
+}
+
+void dk_cuda_gbees::resume_launch(Plan *p, bool prune)
+{
+    cudaStream_t sm = p->dev->stream;
+    int b = blocks_for(p->hs.n);
+    p->step_k->resume<<<b, THREADS, 0, sm>>>(p->g);
+    p->step_k->resumed<<<1, THREADS, 0, sm>>>(p->g);
+    p->launches += 2;
+    if (prune)
+        prune_launch(p, b);
 }

@@ -11,7 +11,15 @@
  * v (velocity component i at the cell's forward face in i), nb (2 dim
  * neighbour positions: backward then forward per axis, -1 when absent), p
  * (probability mass), flux (per axis, the total flux through the forward
- * face, times dt). A hash table maps keys to positions. */
+ * face, times dt). A hash table maps keys to positions.
+ *
+ * A step that would pass the time a run stops at (a snapshot, a
+ * measurement, the end) is cut there (gb_step_part): it keeps its start in
+ * the wave array (free once the fluxes are made) and takes that part of its
+ * fluxes from it; the next advance finishes it from the same start with
+ * the same fluxes, which gives the uncut step's result bit for bit, and it
+ * counts as one step, pruned once it is finished. A measurement update
+ * ends a cut step where it was cut instead (gb_close_step). */
 #ifndef DAKIT_GBEES_ENGINE_H
 #define DAKIT_GBEES_ENGINE_H
 
@@ -67,7 +75,9 @@ typedef struct gb_grid {
     gb_cand *cand;   /* per block: keys of cells to add */
     size_t ncand;
     gb_hash ht;
-    double t, dt;
+    double t, dt;    /* dt: the last step's whole time step */
+    double t0;       /* where the open step started */
+    int open;        /* a step was cut at the last target: its start is in wave */
     uint64_t steps, cell_steps;
 } gb_grid;
 
@@ -354,6 +364,7 @@ static dk_status gb_init(gb_grid *g, const double *mean, const double *inv, doub
         return DK_ERR_INVALID_ARGUMENT;
     }
     g->t = 0.0;
+    g->open = 0;
     return DK_OK;
 nomem:
     dk_msg_set(msg, "out of memory growing the grid to %zu cells", g->n);
@@ -498,16 +509,20 @@ static void gb_fluxes(gb_grid *g)
     }
 }
 
-static void gb_apply(gb_grid *g)
+/* p = the masses `from` minus `part` of the net flux out (part 1: the
+ * whole step). keep: a cut step first keeps its start, p, in wave. */
+static void gb_apply(gb_grid *g, const double *from, double part, int keep)
 {
     int d = g->d;
     GB_OMP(omp parallel for schedule(dynamic, 64))
     for (size_t c = 0; c < g->n; c++) {
-        double q = g->p[c];
+        double q = from[c];
+        if (keep)
+            g->wave[c] = q;
         const int32_t *nb = g->nb + c * 2 * d;
         for (int j = 0; j < d; j++) {
             int32_t back = nb[2 * j];
-            q -= g->flux[c * d + j] - (back >= 0 ? g->flux[(size_t)back * d + j] : 0.0);
+            q -= part * (g->flux[c * d + j] - (back >= 0 ? g->flux[(size_t)back * d + j] : 0.0));
         }
         g->p[c] = gb_pos(q);
     }
@@ -605,46 +620,75 @@ static dk_status gb_prune(gb_grid *g, dk_msg *msg)
     return DK_OK;
 }
 
+static dk_status gb_prune_normalize(gb_grid *g, dk_msg *msg)
+{
+    dk_status st = gb_prune(g, msg);
+    if (st == DK_OK && gb_normalize(g) != 0) {
+        dk_msg_set(msg, "all probability was pruned at t = %g", g->t);
+        return DK_ERR_INVALID_ARGUMENT;
+    }
+    return st;
+}
+
 static dk_status gb_advance(gb_grid *g, double t_target, int max_steps, dk_msg *msg)
 {
-    for (int done = 0; g->t < t_target && (max_steps <= 0 || done < max_steps); done++) {
-        dk_status st = gb_grow(g, msg);
-        if (st != DK_OK)
-            return st;
-        double rate = gb_max_rate(g);
-        double dt = rate > 0.0 ? g->s.cfl / rate : t_target - g->t;
-        if (!(dt > 1e-12 * (1.0 + fabs(t_target)))) {
-            dk_msg_set(msg, "the time step collapsed to %g at t = %g (velocities too large for the grid)",
-                       dt, g->t);
-            return DK_ERR_INVALID_ARGUMENT;
+    for (int done = 0; g->t < t_target;) {
+        int resume = g->open; /* finish the step cut at the last target */
+        if (!resume) {
+            if (max_steps > 0 && done == max_steps)
+                break;
+            dk_status st = gb_grow(g, msg);
+            if (st != DK_OK)
+                return st;
+            double rate = gb_max_rate(g);
+            double dt = rate > 0.0 ? g->s.cfl / rate : t_target - g->t;
+            if (!(dt > 1e-12 * (1.0 + fabs(t_target)))) {
+                dk_msg_set(msg, "the time step collapsed to %g at t = %g (velocities too large for the grid)",
+                           dt, g->t);
+                return DK_ERR_INVALID_ARGUMENT;
+            }
+            g->dt = dt;
+            g->t0 = g->t;
+            gb_fluxes(g);
+            g->cell_steps += g->n;
+            g->steps++;
+            done++;
         }
-        int last = dt >= t_target - g->t;
-        g->dt = last ? t_target - g->t : dt;
-        gb_fluxes(g);
-        gb_apply(g);
-        g->cell_steps += g->n;
-        g->steps++;
-        g->t = last ? t_target : g->t + g->dt;
+        double part = gb_step_part(g->t0, g->dt, t_target);
+        gb_apply(g, resume ? g->wave : g->p, part, !resume && part < 1.0);
+        g->open = part < 1.0;
+        g->t = gb_step_time(g->t0, g->dt, t_target);
         if (gb_normalize(g) != 0) {
             dk_msg_set(msg, "all probability left the grid at t = %g", g->t);
             return DK_ERR_INVALID_ARGUMENT;
         }
-        if (g->steps % (uint64_t)g->s.del_step == 0) {
-            if ((st = gb_prune(g, msg)) != DK_OK)
+        if (!g->open && g->steps % (uint64_t)g->s.del_step == 0) {
+            dk_status st = gb_prune_normalize(g, msg);
+            if (st != DK_OK)
                 return st;
-            if (gb_normalize(g) != 0) {
-                dk_msg_set(msg, "all probability was pruned at t = %g", g->t);
-                return DK_ERR_INVALID_ARGUMENT;
-            }
         }
     }
     return DK_OK;
+}
+
+/* A measurement update ends a cut step where it was cut: the next step
+ * grows for the updated density and takes a fresh CFL step. It is pruned
+ * first when it is a del_step-th step. */
+static dk_status gb_close_step(gb_grid *g, dk_msg *msg)
+{
+    if (!g->open)
+        return DK_OK;
+    g->open = 0;
+    return g->steps % (uint64_t)g->s.del_step == 0 ? gb_prune_normalize(g, msg) : DK_OK;
 }
 
 static dk_status gb_update(gb_grid *g, const double *y, const double *r_inv, int m, dk_msg *msg)
 {
     int d = g->d;
     const dk_gbees_model *model = g->s.model;
+    dk_status st = gb_close_step(g, msg);
+    if (st != DK_OK)
+        return st;
     GB_OMP(omp parallel for schedule(dynamic, 64))
     for (size_t c = 0; c < g->n; c++) {
         double x[DK_GBEES_MAX_DIM], hx[DK_GBEES_MAX_DIM];

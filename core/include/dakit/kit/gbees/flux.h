@@ -24,4 +24,24 @@ GB_FLUX_FN double gb_mc(double th)
     return gb_pos(m < 2.0 * th ? m : 2.0 * th);
 }
 
+/* Where a run stops inside a step: the step that starts at t0 with time
+ * step dt and would pass t_target is cut there, taking the part
+ * (t_target - t0) / dt of its fluxes from its start; 1: the step ends at
+ * or before t_target and is taken whole. Every backend cuts by this rule
+ * and finishes a cut step later from its start, with the same fluxes, so
+ * that where a run stops never changes the steps it makes. */
+GB_FLUX_FN double gb_step_part(double t0, double dt, double t_target)
+{
+    if (!(dt >= t_target - t0))
+        return 1.0;
+    double part = (t_target - t0) / dt;
+    return part < 1.0 ? part : 1.0;
+}
+
+/* The time that step reaches: t_target when it gets there, else its end. */
+GB_FLUX_FN double gb_step_time(double t0, double dt, double t_target)
+{
+    return dt >= t_target - t0 ? t_target : t0 + dt;
+}
+
 #endif
