@@ -810,6 +810,25 @@ static cl_int enqueue_prune(gb_ocl *g, cl_int step, size_t n_bound)
     return err;
 }
 
+/* The settle kernel over n_bound cells after err's enqueues (where they
+ * succeeded), then the counters and clocks read back. */
+static cl_int settle_and_read(gb_ocl *g, cl_int err, size_t n_bound, cl_int ctr[16], double clk[16])
+{
+    cl_command_queue q = g->dev->queue;
+    cl_kernel k = g->settle;
+    if (err == CL_SUCCESS)
+        err = ARG(k, 0, g->ctr) | ARG(k, 1, g->clk) | ARG(k, 2, g->p);
+    if (err == CL_SUCCESS)
+        err = launch(g, k, n_bound);
+    if (err == CL_SUCCESS)
+        err = clEnqueueReadBuffer(q, g->ctr, CL_FALSE, 0, 16 * sizeof *ctr, ctr, 0, NULL, NULL);
+    if (err == CL_SUCCESS)
+        err = clEnqueueReadBuffer(q, g->clk, CL_TRUE, 0, 16 * sizeof *clk, clk, 0, NULL, NULL);
+    if (err != CL_SUCCESS)
+        clFinish(q); /* reads and writes of host arrays may still be under way */
+    return err;
+}
+
 /* A batch of one step outside the step loop, waited for: with `resume`,
  * the step cut at the last target takes the part `part` of its fluxes
  * from its start (gb_apply from wave) and its total; with `prune`,
@@ -835,19 +854,9 @@ static dk_status finish_step(gb_ocl *g, int resume, double part, int prune, dk_m
         err = enqueue_apply(g, 1, g->n, 1);
     if (err == CL_SUCCESS && prune)
         err = enqueue_prune(g, 1, g->n);
-    cl_kernel k = g->settle;
-    if (err == CL_SUCCESS)
-        err = ARG(k, 0, g->ctr) | ARG(k, 1, g->clk) | ARG(k, 2, g->p);
-    if (err == CL_SUCCESS)
-        err = launch(g, k, g->n);
     cl_int ctr[16];
     double clk[16];
-    if (err == CL_SUCCESS)
-        err = clEnqueueReadBuffer(q, g->ctr, CL_FALSE, 0, sizeof ctr, ctr, 0, NULL, NULL);
-    if (err == CL_SUCCESS)
-        err = clEnqueueReadBuffer(q, g->clk, CL_TRUE, 0, sizeof clk, clk, 0, NULL, NULL);
-    if (err != CL_SUCCESS)
-        clFinish(q); /* reads and writes of host arrays may still be under way */
+    err = settle_and_read(g, err, g->n, ctr, clk);
     CL_TRY(err, "gbees: finishing a step cut at t = %g", g->t);
     if (ctr[5] != GB_RUN) {
         dk_msg_set(msg, ctr[5] == GB_LEFT ? "all probability left the grid at t = %g"
@@ -934,19 +943,9 @@ static dk_status advance(void *handle, double t_target, int max_steps, dk_msg *m
             if (err == CL_SUCCESS && prune)
                 err = enqueue_prune(g, s, n_bound);
         }
-        cl_kernel k = g->settle;
-        if (err == CL_SUCCESS)
-            err = ARG(k, 0, g->ctr) | ARG(k, 1, g->clk) | ARG(k, 2, g->p);
-        if (err == CL_SUCCESS)
-            err = launch(g, k, n_bound);
         cl_int ctr[16];
         double clk[16];
-        if (err == CL_SUCCESS)
-            err = clEnqueueReadBuffer(q, g->ctr, CL_FALSE, 0, sizeof ctr, ctr, 0, NULL, NULL);
-        if (err == CL_SUCCESS)
-            err = clEnqueueReadBuffer(q, g->clk, CL_TRUE, 0, sizeof clk, clk, 0, NULL, NULL);
-        if (err != CL_SUCCESS)
-            clFinish(q); /* reads and writes of host arrays may still be under way */
+        err = settle_and_read(g, err, n_bound, ctr, clk);
         CL_TRY(err, "gbees: running a batch of %d steps", batch);
         if ((st = check_pending(g, msg)) != DK_OK)
             return st;
