@@ -171,16 +171,20 @@ __device__ __forceinline__ void gather_rows(const WArgs &a, int j, int nsel, con
     }
 }
 
-/* A = sum_j rho_j / r_j Y_j Y_j^T (8 T8 x 8 T8 in shared memory, leading
+/* A = sum_j rho_j / r_j Y_j Y_j^T (8 t8 x 8 t8 in shared memory, leading
  * dimension ld, zero past k, both triangles) and b, four observations at a
  * time: lane (q, r) = (lane % 4, lane / 4) loads observation q's members
  * 8 I + r straight from the gathered ensemble, and each lower 8 x 8 tile of A
- * is one tensor-core product a step, kept in registers until the end. */
-template <int T8>
+ * is one tensor-core product a step. Up to 64 members (SHARED false, t8 =
+ * T8) the tiles' sums stay in registers until the end; above (SHARED, t8 =
+ * kp / 8 up to T8) they are too many, so each tile's running sum stays in A
+ * and is read and written around its product (the tridiagonal reduction's
+ * k^3 shared traffic dwarfs this). Both give the same sums. */
+template <int T8, bool SHARED>
 __device__ void warp_accumulate(const WArgs &a, double *A, double *bs, int nsel, const int32_t *idx, const double *rho)
 {
-    const int lane = threadIdx.x & 31, q = lane & 3, r = lane >> 2, ld = a.ld;
-    constexpr int TILES = T8 * (T8 + 1) / 2;
+    const int lane = threadIdx.x & 31, q = lane & 3, r = lane >> 2, ld = a.ld, t8 = SHARED ? a.kp / 8 : T8;
+    constexpr int TILES = SHARED ? 1 : T8 * (T8 + 1) / 2;
     double acc[TILES][2], bp[T8];
 #pragma unroll
     for (int t = 0; t < TILES; t++)
@@ -188,6 +192,11 @@ __device__ void warp_accumulate(const WArgs &a, double *A, double *bs, int nsel,
 #pragma unroll
     for (int I = 0; I < T8; I++)
         bp[I] = 0.0;
+    if (SHARED) {
+        for (int e = lane; e < a.kp * ld; e += 32)
+            A[e] = 0.0;
+        __syncwarp();
+    }
     /* the next four rows are loaded while the tensor cores take these four */
     double w = 0.0, dep = 0.0, y[T8];
     gather_rows<T8>(a, q, nsel, idx, rho, &w, &dep, y);
@@ -202,93 +211,50 @@ __device__ void warp_accumulate(const WArgs &a, double *A, double *bs, int nsel,
         }
         int t = 0;
 #pragma unroll
-        for (int I = 0; I < T8; I++)
+        for (int I = 0; I < T8; I++) {
+            if (I >= t8)
+                break;
 #pragma unroll
-            for (int J = 0; J <= I; J++)
-                mma_884(acc[t++], y[I], wy[J]);
+            for (int J = 0; J <= I; J++) {
+                if constexpr (SHARED) {
+                    double *at = A + (8 * I + r) * ld + 8 * J + 2 * q;
+                    double d[2] = {at[0], at[1]};
+                    mma_884(d, y[I], wy[J]);
+                    at[0] = d[0], at[1] = d[1];
+                } else
+                    mma_884(acc[t++], y[I], wy[J]);
+            }
+        }
         w = wn, dep = depn;
 #pragma unroll
         for (int I = 0; I < T8; I++)
             y[I] = yn[I];
     }
     /* the lower triangle, mirrored (a diagonal tile's upper half is the same sum in another order: dropped) */
-    int t = 0;
+    if constexpr (SHARED) {
+        __syncwarp();
+        for (int e = lane; e < a.kp * a.kp; e += 32) {
+            const int row = e / a.kp, col = e - row * a.kp;
+            if (row < col)
+                A[row * ld + col] = A[col * ld + row];
+        }
+    } else {
+        int t = 0;
 #pragma unroll
-    for (int I = 0; I < T8; I++)
+        for (int I = 0; I < T8; I++)
 #pragma unroll
-        for (int J = 0; J <= I; J++, t++)
+            for (int J = 0; J <= I; J++, t++)
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int row = 8 * I + r, col = 8 * J + 2 * q + h;
-                if (row >= col) {
-                    A[row * ld + col] = acc[t][h];
-                    A[col * ld + row] = acc[t][h];
+                for (int h = 0; h < 2; h++) {
+                    const int row = 8 * I + r, col = 8 * J + 2 * q + h;
+                    if (row >= col) {
+                        A[row * ld + col] = acc[t][h];
+                        A[col * ld + row] = acc[t][h];
+                    }
                 }
-            }
+    }
 #pragma unroll
     for (int I = 0; I < T8; I++) {
-        double v = bp[I];
-        v += __shfl_xor_sync(FULL, v, 1);
-        v += __shfl_xor_sync(FULL, v, 2);
-        if (q == 0)
-            bs[8 * I + r] = v;
-    }
-    __syncwarp();
-}
-
-/* The same A and b for 64 < k <= 128 (t8 = kp / 8 up to TMAX): the tiles are
- * too many for registers, so each tile's running sum stays in A and is read
- * and written around its product (the tridiagonal reduction's k^3 shared
- * traffic dwarfs this). The tiles' sums are those of warp_accumulate. */
-template <int TMAX>
-__device__ void warp_accumulate_shared(const WArgs &a, double *A, double *bs, int nsel, const int32_t *idx,
-                                       const double *rho)
-{
-    const int lane = threadIdx.x & 31, q = lane & 3, r = lane >> 2, ld = a.ld, t8 = a.kp / 8;
-    for (int e = lane; e < a.kp * ld; e += 32)
-        A[e] = 0.0;
-    __syncwarp();
-    double bp[TMAX];
-#pragma unroll
-    for (int I = 0; I < TMAX; I++)
-        bp[I] = 0.0;
-    double w = 0.0, dep = 0.0, y[TMAX];
-    gather_rows<TMAX>(a, q, nsel, idx, rho, &w, &dep, y);
-    for (int base = 0; base < nsel; base += 4) {
-        double wn = 0.0, depn = 0.0, yn[TMAX];
-        gather_rows<TMAX>(a, base + 4 + q, nsel, idx, rho, &wn, &depn, yn);
-        double wy[TMAX];
-#pragma unroll
-        for (int I = 0; I < TMAX; I++) {
-            wy[I] = w * y[I];
-            bp[I] = fma(wy[I], dep, bp[I]);
-        }
-#pragma unroll
-        for (int I = 0; I < TMAX; I++) {
-            if (I >= t8)
-                break;
-#pragma unroll
-            for (int J = 0; J <= I; J++) {
-                double *at = A + (8 * I + r) * ld + 8 * J + 2 * q;
-                double d[2] = {at[0], at[1]};
-                mma_884(d, y[I], wy[J]);
-                at[0] = d[0], at[1] = d[1];
-            }
-        }
-        w = wn, dep = depn;
-#pragma unroll
-        for (int I = 0; I < TMAX; I++)
-            y[I] = yn[I];
-    }
-    __syncwarp();
-    /* the lower triangle mirrored, as warp_accumulate leaves it */
-    for (int e = lane; e < a.kp * a.kp; e += 32) {
-        const int row = e / a.kp, col = e - row * a.kp;
-        if (row < col)
-            A[row * ld + col] = A[col * ld + row];
-    }
-#pragma unroll
-    for (int I = 0; I < TMAX; I++) {
         double v = bp[I];
         v += __shfl_xor_sync(FULL, v, 1);
         v += __shfl_xor_sync(FULL, v, 2);
@@ -428,7 +394,7 @@ __device__ void warp_reflect_t(int k, int ld, const double *A, double *x, double
 /* six blocks a multiprocessor: the tridiagonal reduction is a chain of short
  * steps, so more warps in flight hide it (at most 170 registers; 256 for
  * the larger tiles of more than 40 members). T8 0: more than 64 members
- * (warp_accumulate_shared), where shared memory limits the blocks and a
+ * (warp_accumulate in shared memory), where shared memory limits the blocks and a
  * block may be one warp (blockDim). */
 template <typename T, int T8>
 __global__ void __launch_bounds__(W_WARPS * 32, T8 == 0 ? 1 : T8 <= 5 ? 6 : 4) k_warp_system(WArgs a)
@@ -456,9 +422,9 @@ __global__ void __launch_bounds__(W_WARPS * 32, T8 == 0 ? 1 : T8 <= 5 ? 6 : 4) k
         const double *rho;
         int nsel = warp_select(a, &geo, pos, ib + L.vstart, ib + L.voff, gw, &idx, &rho);
         if constexpr (T8 == 0)
-            warp_accumulate_shared<MAX_K / 8>(a, A, bs, nsel, idx, rho);
+            warp_accumulate<MAX_K / 8, true>(a, A, bs, nsel, idx, rho);
         else
-            warp_accumulate<T8>(a, A, bs, nsel, idx, rho);
+            warp_accumulate<T8, false>(a, A, bs, nsel, idx, rho);
         double xsum = 0.0;
         for (int l = lane; l < k; l += 32) {
             double x = xb ? (double)xb[i * k + l] : 0.0; /* none for transforms */
