@@ -3,17 +3,18 @@
  *   mpirun -n P test_mpi_kmeans BACKEND
  * Every rank runs dk_kmeans_reference on the whole problem and compares its
  * own points' labels (exactly), the centroids (to 1e-5 of max(1, |c|)), the
- * iterations and the objective (1e-9 relative).
+ * iterations and the objective (1e-6 relative).
  *
  * The centroids' tolerance: the layer adds the points of a cluster in
- * double in another order than the reference (each rank its own points,
- * then MPI adds the ranks' sums), so a sum may differ in its last bits
- * (at most (n-1) eps64 of the sum of magnitudes), which can move the float
- * mean by one float rounding unit, 6e-8 relative, when it lies near a
- * rounding boundary; 1e-5 is the conformance tolerance of the single-
- * process backends. The labels are compared exactly: in these data no
- * point lies within a float rounding unit of a tie. The objective agrees to
- * 1e-9 where the layer iterates; at one rank the layer hands the whole
+ * another order than the reference (each rank its own points, then MPI
+ * adds the ranks' sums), in double, except that the cuda plugin first adds
+ * the up to 32 points of one label in a warp in float (at most 5 float
+ * roundings, about 3e-7 of the sum of magnitudes); so the float mean may
+ * move by a few float units; 1e-5 is the conformance tolerance of the
+ * single-process backends. The labels are compared exactly: in these data
+ * no point lies within a float rounding unit of a tie. The objective agrees
+ * to 1e-6 where the layer iterates (a few float units of the centroids
+ * moved it by up to 3e-9 on cuda); at one rank the layer hands the whole
  * problem to the backend's own kmeans, which may sum in float on a GPU, and
  * the single-process conformance tolerance, 1e-4, applies.
  *
@@ -218,7 +219,7 @@ static void run_case(dk_context *ctx, const tcase *c)
         MPI_Allreduce(&b, &bsum, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
         /* the far centroid's cluster stayed empty, and kept it */
         int pass = (!c->far || cref[kd - 1] == 1000.0f) && bsum == 0 && errmax <= 1e-5 &&
-                   oerrmax <= (size == 1 ? 1e-4 : 1e-9) && all_ranks(rm.iterations == rref.iterations) &&
+                   oerrmax <= (size == 1 ? 1e-4 : 1e-6) && all_ranks(rm.iterations == rref.iterations) &&
                    all_ranks(rm.valid == rref.valid);
         /* centroids bit-identical across ranks */
         float *c0 = malloc(kd * sizeof *c0);

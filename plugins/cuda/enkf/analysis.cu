@@ -127,24 +127,56 @@ __global__ void k_rows(const double *pht, T *out, long long M, long long count, 
 }
 
 /* partial[(a*S + s)*M + j]: row a of H over segment s, only the columns in
- * the box, times PHT (all j: the partial sum is not symmetric). Warps take
- * nonzeros, lanes 32 consecutive j; the warps' sums are added in a fixed
- * order. */
-__global__ void k_part_hpht(const double *pht, const int *seg, const int *indices, const double *values,
-                            double *partial, long long M, long long S, dk_enkf_box b, long long ny)
+ * the box, times PHT (all j: the partial sum is not symmetric); PHT's row
+ * of window point i is src[k M] with k its place in the box (own: the
+ * rows phase's output), else src[i M]. As k_hpht_partial: warps take
+ * nonzeros, each with four rows of PHT in flight, lanes 32 consecutive j,
+ * the warps' sums added in a fixed order. A box that is one run of window
+ * points [run_lo, run_hi) (-1: not one) settles whole segments (columns
+ * [s width, (s + 1) width)) at once: only those across its ends test each
+ * nonzero; a nonzero outside the box adds an exact zero. */
+__global__ void __launch_bounds__(THREADS, 4) k_part_hpht(const double *src, int own, const int *seg,
+                                                       const int *indices, const double *values, double *partial,
+                                                       long long M, long long S, long long width, long long run_lo,
+                                                       long long run_hi, dk_enkf_box b, long long ny)
 {
     __shared__ double red[THREADS / 32][32];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = THREADS / 32;
-    const long long s = blockIdx.y;
+    const long long s = blockIdx.y, c0 = s * width, c1 = c0 + width;
+    const bool whole = run_lo >= 0 && c0 >= run_lo && c1 <= run_hi,
+               none = run_lo >= 0 && (c1 <= run_lo || c0 >= run_hi);
     for (long long a = blockIdx.x; a < M; a += gridDim.x) {
-        long long sb = seg[a * (S + 1) + s], se = seg[a * (S + 1) + s + 1];
+        long long sb = seg[a * (S + 1) + s], se = none ? sb : seg[a * (S + 1) + s + 1];
         for (long long j0 = 0; j0 < M; j0 += 32) {
             long long j = j0 + lane, k;
             double acc = 0;
-            if (j < M)
-                for (long long t = sb + warp; t < se; t += warps)
-                    if (in_box(indices[t], ny, b, &k))
-                        acc = fma(values[t], pht[(long long)indices[t] * M + j], acc);
+            if (j < M) {
+                long long t = sb + warp;
+                for (; t + 3 * warps < se; t += 4 * warps) {
+                    double rows[4], weights[4];
+#pragma unroll
+                    for (int u = 0; u < 4; u++) {
+                        const long long i = indices[t + u * warps];
+                        bool in = true;
+                        if (whole)
+                            k = i - run_lo;
+                        else
+                            in = in_box(i, ny, b, &k);
+                        weights[u] = in ? values[t + u * warps] : 0.0;
+                        rows[u] = in ? src[(own ? k : i) * M + j] : 0.0;
+                    }
+#pragma unroll
+                    for (int u = 0; u < 4; u++)
+                        acc = fma(weights[u], rows[u], acc);
+                }
+                for (; t < se; t += warps) {
+                    const long long i = indices[t];
+                    if (whole)
+                        k = i - run_lo;
+                    if (whole || in_box(i, ny, b, &k))
+                        acc = fma(values[t], src[(own ? k : i) * M + j], acc);
+                }
+            }
             red[warp][lane] = acc;
             __syncthreads();
             if (warp == 0 && j < M) {
@@ -158,16 +190,22 @@ __global__ void k_part_hpht(const double *pht, const int *seg, const int *indice
     }
 }
 
+/* One warp per entry: the lanes sum strided segments, then a shuffle tree
+ * (as k_hpht_sum, for the whole matrix). */
 template <typename T>
 __global__ void k_part_sum(const double *partial, T *out, long long M, long long S)
 {
-    for (long long q = blockIdx.x * (long long)blockDim.x + threadIdx.x; q < M * M;
-         q += (long long)gridDim.x * blockDim.x) {
+    const int lane = threadIdx.x & 31;
+    for (long long q = (blockIdx.x * (long long)blockDim.x + threadIdx.x) / 32; q < M * M;
+         q += (long long)gridDim.x * blockDim.x / 32) {
         long long a = q / M, j = q % M;
         double sum = 0;
-        for (long long s = 0; s < S; s++)
+        for (long long s = lane; s < S; s += 32)
             sum += partial[(a * S + s) * M + j];
-        out[q] = (T)sum;
+        for (int o = 16; o > 0; o >>= 1)
+            sum += __shfl_down_sync(0xffffffffu, sum, o);
+        if (lane == 0)
+            out[q] = (T)sum;
     }
 }
 
@@ -382,25 +420,38 @@ dk_status dk_cuda_enkf::cov_rows(void *plan, const void *e, const dk_enkf_box *o
     int f32 = p->s->desc.dtype == DK_F32;
     const void *ep = ((const dk_cuda_buffer *)e)->ptr;
     void *pp = ((dk_cuda_buffer *)pht)->ptr;
-    if ((rc = ensure(&p->pht64, N * M, "allocating float64 work arrays", msg)) != DK_OK ||
+    /* a box of whole rows of the window (slabs) is one run of window
+     * points: a solver that writes a range of rows (rows) puts float64
+     * PHT straight into pht; else one copy out of pht64, without k_rows'
+     * divisions per value */
+    const bool run = own->hi[0] - own->lo[0] == 1 || (own->lo[1] == 0 && (long long)own->hi[1] == ny);
+    const long long run_lo = (long long)own->lo[0] * ny + (long long)own->lo[1];
+    const bool direct = !f32 && run && count > 0 && p->solver->rows;
+    if ((!direct && (rc = ensure(&p->pht64, N * M, "allocating float64 work arrays", msg)) != DK_OK) ||
         (f32 && (rc = ensure(&p->e64, N * L, "allocating float64 work arrays", msg)) != DK_OK))
         return rc;
     prof_begin(p);
     if (f32)
         k_widen<float><<<blocks_for(N * L, THREADS), THREADS, 0, st>>>((const float *)ep, p->e64, N * L);
-    if ((rc = cov64(p, f32 ? p->e64 : (const double *)ep, p->pht64, NULL, msg)) != DK_OK)
+    if (direct) {
+        p->row_lo = run_lo;
+        p->row_hi = run_lo + count;
+        rc = cov64(p, (const double *)ep, (double *)pp, NULL, msg);
+        p->row_lo = 0;
+        p->row_hi = N;
+        if (rc != DK_OK)
+            return rc;
+    } else if ((rc = cov64(p, f32 ? p->e64 : (const double *)ep, p->pht64, NULL, msg)) != DK_OK) {
         return rc;
-    /* a box of whole rows of the window (slabs) is one run of pht64: a plain
-     * copy, without k_rows' divisions per value */
-    const bool run = own->hi[0] - own->lo[0] == 1 || (own->lo[1] == 0 && (long long)own->hi[1] == ny);
-    const double *first = p->pht64 + ((long long)own->lo[0] * ny + (long long)own->lo[1]) * M;
-    if (count > 0 && run) {
+    }
+    const double *first = direct ? NULL : p->pht64 + run_lo * M;
+    if (count > 0 && run && !direct) {
         if (f32)
             k_narrow<float><<<blocks_for(count * M, THREADS), THREADS, 0, st>>>(first, (float *)pp, count * M);
         else
             CUDA_TRY(cudaMemcpyAsync(pp, first, (size_t)(count * M) * sizeof(double), cudaMemcpyDeviceToDevice, st),
                      "copying the covariance rows");
-    } else if (count > 0) {
+    } else if (count > 0 && !run) {
         if (f32)
             k_rows<float><<<blocks_for(count * M, THREADS), THREADS, 0, st>>>(p->pht64, (float *)pp, M, count, *own, ny);
         else
@@ -410,12 +461,14 @@ dk_status dk_cuda_enkf::cov_rows(void *plan, const void *e, const dk_enkf_box *o
     if (part) {
         char *out = (char *)((dk_cuda_buffer *)part)->ptr + at * (f32 ? 4 : 8);
         dim3 grid((unsigned)(M < 65535 ? M : 65535), (unsigned)p->S);
-        k_part_hpht<<<grid, THREADS, 0, st>>>(p->pht64, p->hpht_seg, p->indices, p->values, p->partial, M, p->S, *own,
-                                              ny);
+        /* float64: the own rows just written; float32: pht64 */
+        k_part_hpht<<<grid, THREADS, 0, st>>>(f32 ? p->pht64 : (const double *)pp, !f32, p->hpht_seg, p->indices,
+                                              p->values, p->partial, M, p->S, (N + p->S - 1) / p->S,
+                                              run ? run_lo : -1, run ? run_lo + count : -1, *own, ny);
         if (f32)
-            k_part_sum<float><<<blocks_for(M * M, THREADS), THREADS, 0, st>>>(p->partial, (float *)out, M, p->S);
+            k_part_sum<float><<<blocks_for(M * M * 32, THREADS), THREADS, 0, st>>>(p->partial, (float *)out, M, p->S);
         else
-            k_part_sum<double><<<blocks_for(M * M, THREADS), THREADS, 0, st>>>(p->partial, (double *)out, M, p->S);
+            k_part_sum<double><<<blocks_for(M * M * 32, THREADS), THREADS, 0, st>>>(p->partial, (double *)out, M, p->S);
         if (x) {
             const void *xp = ((const dk_cuda_buffer *)x)->ptr;
             unsigned rows = (unsigned)(M < 65535 ? M : 65535);

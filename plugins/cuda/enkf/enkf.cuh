@@ -96,6 +96,9 @@ struct Plan {
     int *lr_row_seg; /* M + 1: row m's segments [lr_row_seg[m], lr_row_seg[m + 1]) */
     cublasHandle_t lr_blas;
     cusolverDnHandle_t lr_solver;
+    /* the rows of PHT a solver with `rows` writes: [row_lo, row_hi), row i
+     * at pht + (i - row_lo) M; 0 and N but in the distributed rows phase */
+    long long row_lo, row_hi;
     /* analysis */
     cusolverDnHandle_t cusolver;
     cublasHandle_t blas;
@@ -119,6 +122,9 @@ struct Solver {
     /* cov reads G, the weighted anomalies (k_weigh); the others weigh as
      * they stage. */
     bool reads_g;
+    /* cov writes only the rows [p->row_lo, p->row_hi) (the distributed
+     * layer's own points, straight into its output); the others write all. */
+    bool rows;
     /* HPHT from what cov left in the plan, on the plan's stream; NULL: H
      * times PHT (hpht_cov). */
     dk_status (*hpht)(Plan *p, double *hpht, dk_msg *msg);

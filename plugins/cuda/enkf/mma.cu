@@ -51,6 +51,8 @@ struct MmaArgs {
     const int *range_lo, *range_hi; /* per (segment, tile, row); NULL: bisect */
     double *out; /* pht, or partial[seg][i][j] with several segments */
     int N, L, M, rx, seg_len, wcap; /* seg_len 0: one segment, the tile's reach */
+    int row_lo, row_hi; /* the points written: [row_lo, row_hi) */
+    int row_base;       /* point i's row in out: seg N + i - row_base */
     int vec16; /* the anomaly rows can be copied 16 bytes at a time */
     double inv_lm1;
 };
@@ -167,8 +169,8 @@ __device__ __forceinline__ void mma_flush(double (&o)[MT][2], const MmaArgs &a, 
     for (int h = 0; h < WP / 16; h++) {
         const int p = 16 * h + (lane >> 1), i = ibase + p;
         const int r0 = 2 * half;
-        if (i < a.N && r0 <= r) {
-            double *dst = a.out + ((size_t)seg * a.N + i) * a.M + jb + r0;
+        if (i >= a.row_lo && i < a.row_hi && r0 <= r) {
+            double *dst = a.out + ((size_t)seg * a.N + i - a.row_base) * a.M + jb + r0;
             double v0 = stg[r0 * SR + mma_stg_at(p)];
             if (r0 + 1 <= r && !(a.M & 1)) {
                 *(double2 *)dst = make_double2(v0, stg[(r0 + 1) * SR + mma_stg_at(p)]);
@@ -203,6 +205,8 @@ __global__ void __launch_bounds__(MMA_THREADS, MT == 2 ? 4 : 2) k_mma(MmaArgs a)
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
     double *stg = (double *)((char *)smem + mma_out_at(KS, a.wcap)) + warp * MMA_OUT * mma_stg_row(MT);
     const int tile = blockIdx.x, i0 = tile * MMA_TILE, seg = blockIdx.y;
+    if (i0 + MMA_TILE <= a.row_lo || i0 >= a.row_hi)
+        return;
     int klo = i0 - a.rx, khi = i0 + MMA_TILE - 1 + a.rx;
     if (a.seg_len) {
         klo = max(klo, seg * a.seg_len);
@@ -213,8 +217,8 @@ __global__ void __launch_bounds__(MMA_THREADS, MT == 2 ? 4 : 2) k_mma(MmaArgs a)
     if (khi < klo) { /* no column of this segment within reach: zeros */
         for (int u = tid; u < MMA_TILE * a.M; u += MMA_THREADS) {
             int i = i0 + u / a.M;
-            if (i < a.N)
-                a.out[((size_t)seg * a.N + i) * a.M + u % a.M] = 0.0;
+            if (i >= a.row_lo && i < a.row_hi)
+                a.out[((size_t)seg * a.N + i - a.row_base) * a.M + u % a.M] = 0.0;
         }
         return;
     }
@@ -398,13 +402,15 @@ __global__ void __launch_bounds__(MMA_THREADS, MT == 2 ? 4 : 2) k_mma(MmaArgs a)
     }
 }
 
-/* pht[i, j] = the segments' partial sums, added in segment order. */
-__global__ void k_mma_sum(const double *partial, double *pht, long long NM, int nseg)
+/* pht[i, j] = the segments' partial sums, added in segment order, for
+ * the `count` values from partial's value `first` on. */
+__global__ void k_mma_sum(const double *partial, double *pht, long long NM, long long first, long long count, int nseg)
 {
-    for (long long q = blockIdx.x * (long long)blockDim.x + threadIdx.x; q < NM; q += (long long)gridDim.x * blockDim.x) {
+    for (long long q = blockIdx.x * (long long)blockDim.x + threadIdx.x; q < count;
+         q += (long long)gridDim.x * blockDim.x) {
         double v = 0.0;
         for (int s = 0; s < nseg; s++)
-            v += partial[s * NM + q];
+            v += partial[s * NM + first + q];
         pht[q] = v;
     }
 }
@@ -541,9 +547,11 @@ dk_status launch_mma(const MmaArgs &a, unsigned nseg, size_t shared, cudaStream_
 
 dk_status mma_cov(Plan *p, const double *e, double *pht, dk_msg *msg)
 {
+    const bool summed = p->mma_nseg > 1;
     MmaArgs a = {e, p->values, p->loc, p->indptr, p->indices, p->range_lo, p->range_hi,
-                 p->mma_nseg > 1 ? p->mma_partial : pht, (int)p->N, (int)p->L, (int)p->M, p->mma_rx,
-                 p->mma_seg_len, p->mma_wcap, !(p->L & 1) && !((uintptr_t)e & 15), 1.0 / (double)(p->L - 1)};
+                 summed ? p->mma_partial : pht, (int)p->N, (int)p->L, (int)p->M, p->mma_rx,
+                 p->mma_seg_len, p->mma_wcap, (int)p->row_lo, (int)p->row_hi, summed ? 0 : (int)p->row_lo,
+                 !(p->L & 1) && !((uintptr_t)e & 15), 1.0 / (double)(p->L - 1)};
     unsigned nseg = (unsigned)p->mma_nseg;
     int ks = (int)((p->L + 3) / 4), wide = p->mma_mt == 4;
     size_t shared = mma_shared(ks, p->mma_mt, p->mma_wcap);
@@ -557,7 +565,9 @@ dk_status mma_cov(Plan *p, const double *e, double *pht, dk_msg *msg)
     }
     if (rc != DK_OK || nseg == 1)
         return rc;
-    k_mma_sum<<<blocks_for(p->N * p->M, THREADS), THREADS, 0, st>>>(p->mma_partial, pht, p->N * p->M, (int)nseg);
+    const long long rows = p->row_hi - p->row_lo;
+    k_mma_sum<<<blocks_for(rows * p->M, THREADS), THREADS, 0, st>>>(p->mma_partial, pht, p->N * p->M, p->row_lo * p->M,
+                                                                  rows * p->M, (int)nseg);
     CUDA_TRY(cudaGetLastError(), "the tensor-core covariance kernel");
     return DK_OK;
 }
@@ -570,4 +580,5 @@ const Solver dk_cuda_enkf::solver_mma = {
     .make = make,
     .cov = mma_cov,
     .reads_g = false,
+    .rows = true,
 };

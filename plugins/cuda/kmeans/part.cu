@@ -11,7 +11,7 @@
  * partials (pair-major: [(c (d + 1) + f) blocks + b], f = d the count). No
  * atomics, so the sums do not depend on scheduling. k_part_screen: the
  * plain phase without previous labels, labelled as k_lloyd labels and
- * summed in double by warps (see there). k_part_sums: one warp
+ * summed by warps (see there). k_part_sums: one warp
  * per pair adds the blocks' partials in a fixed order into the layer's
  * sums. k_part_update: one block forms the centroids from the ranks'
  * reduced sums. state (doubles): iterations, stop, move, failed. */
@@ -143,15 +143,16 @@ __global__ void __launch_bounds__(THREADS) k_part_assign(PartArgs a)
 }
 
 /* k_part_screen: the plain phase (no previous labels) as k_lloyd labels:
- * P points a thread with whole warps stepping together, screened_labels,
- * the points loaded 16 bytes at a time where the layout allows. Each warp
- * adds its lanes' weighted points by label in double (lanes with the same
- * label summed by shuffles, the lowest adding into the warp's own copy in
- * shared memory: no atomics), and the block adds its warps' copies in warp
- * order into its partials, laid out as k_part_assign's. Used where the
- * warps' copies fit (part_screen_smem). W: with sample weights; without,
- * a group's count is its size and only the features are shuffled. Four
- * blocks an SM for d <= 8 (64 registers, no spills). */
+ * P points a thread with whole warps stepping together, the next step's
+ * loaded ahead, screened_labels, the points loaded 16 bytes at a time where
+ * the layout allows. Each warp adds its lanes' weighted points by label
+ * (lanes with the same label summed by float shuffles, the lowest adding
+ * into the warp's own double copy in shared memory: no atomics), and the
+ * block adds its warps' copies in warp order into its partials, laid out
+ * as k_part_assign's. Used where the warps' copies fit
+ * (part_screen_smem). W: with sample weights; without, a group's count is
+ * its size and only the features are shuffled. Four blocks an SM for
+ * d <= 8 (64 registers; the weighted kind spills 8 bytes). */
 template <int DMAX>
 size_t part_screen_smem(int k, int d)
 {
@@ -163,19 +164,21 @@ template <int DMAX, bool W>
 __device__ __forceinline__ void add_by_label(int l, const float *x, float w, int d, double *sums)
 {
     /* W: the weighted features and the weights' sum go through the
-     * shuffles; else the features alone, the count being the group's size */
+     * shuffles; else the features alone, the count being the group's size.
+     * A group's sum of at most 32 terms is formed in float (half the
+     * shuffles of double) and added into the warp's double copy. */
     constexpr int V = W ? DMAX + 1 : DMAX;
-    double v[V];
+    float v[V];
 #pragma unroll
     for (int f = 0; f < V; f++)
-        v[f] = l < 0 ? 0.0 : f < d ? (W ? __dmul_rn((double)w, (double)x[f]) : (double)x[f]) : f == d ? (double)w : 0.0;
+        v[f] = l < 0 ? 0.0f : f < d ? (W ? __fmul_rn(w, x[f]) : x[f]) : f == d ? w : 0.0f;
     const unsigned peers = __match_any_sync(0xffffffffu, l);
     sum_peers<V>(peers, v, W ? d + 1 : d);
     if (l >= 0 && (threadIdx.x & 31) == __ffs(peers) - 1) {
 #pragma unroll
         for (int f = 0; f < V; f++)
             if (f < d || (W && f == d))
-                sums[l * (d + 1) + f] += v[f];
+                sums[l * (d + 1) + f] += (double)v[f];
         if (!W)
             sums[l * (d + 1) + d] += (double)__popc(peers);
     }
@@ -205,19 +208,34 @@ __global__ void __launch_bounds__(THREADS, DMAX <= 8 ? 4 : 1) k_part_screen(Part
     screen_terms<DMAX>(Cs, Ch, a.k, &rmax_bits);
     __syncthreads();
     const float rmax2 = __int_as_float(rmax_bits), eps_coef = 12.0f * (float)(a.d + 2) * 0x1p-24f;
-    const long long stride = (long long)gridDim.x * THREADS;
-    for (long long base = (long long)blockIdx.x * THREADS + warp * 32; base < a.n; base += P * stride) {
+    const long long stride = (long long)gridDim.x * THREADS, first = (long long)blockIdx.x * THREADS + warp * 32;
+    /* the next step's points are loaded before this step's labels are
+     * computed, so their latency hides behind the work (as k_lloyd's
+     * prefetch variant) */
+    float xn[P][DMAX];
+#pragma unroll
+    for (int p = 0; p < P; p++) {
+#pragma unroll
+        for (int f = 0; f < DMAX; f++)
+            xn[p][f] = 0.0f;
+        if (first + p * stride + lane < a.n)
+            part_point<DMAX>(a, first + p * stride + lane, xn[p]);
+    }
+    for (long long base = first; base < a.n; base += P * stride) {
         float x[P][DMAX];
         long long idx[P];
         int l[P];
 #pragma unroll
         for (int p = 0; p < P; p++) {
             idx[p] = base + p * stride + lane;
+            const long long next = idx[p] + P * stride;
 #pragma unroll
-            for (int f = 0; f < DMAX; f++)
-                x[p][f] = 0.0f;
-            if (idx[p] < a.n)
-                part_point<DMAX>(a, idx[p], x[p]);
+            for (int f = 0; f < DMAX; f++) {
+                x[p][f] = xn[p][f];
+                xn[p][f] = 0.0f;
+            }
+            if (next < a.n)
+                part_point<DMAX>(a, next, xn[p]);
         }
         screened_labels<DMAX, P>(x, Cs, Ch, a.k, rmax2, eps_coef, l);
 #pragma unroll
