@@ -7,9 +7,9 @@
  *
  * The centroids' tolerance: the layer adds the points of a cluster in
  * another order than the reference (each rank its own points, then MPI
- * adds the ranks' sums), in double, except that the cuda plugin first adds
- * the up to 32 points of one label in a warp in float (at most 5 float
- * roundings, about 3e-7 of the sum of magnitudes); so the float mean may
+ * adds the ranks' sums), in double, except that the cuda plugin, where
+ * k > 16 or d > 8, first adds the up to 32 points of one label in a warp in
+ * float (at most 5 float roundings, about 3e-7 of the sum of magnitudes); so the float mean may
  * move by a few float units; 1e-5 is the conformance tolerance of the
  * single-process backends. The labels are compared exactly: in these data
  * no point lies within a float rounding unit of a tie. The objective agrees

@@ -121,4 +121,27 @@ dk_status dk_cuda_finish(const dk_cuda_device *dev, const char *what, dk_msg *ms
 
 extern const dk_gauss_ops dk_cuda_gauss_ops;
 
+#ifdef __CUDACC__
+/* D (16 x 8) += A (16 x 4) B (4 x 8) across the warp on the float64 tensor
+ * cores, in mma.m16n8k4's fragment layout: lane (g, q) = (lane / 4,
+ * lane % 4) holds A[g][q], A[g+8][q], B[q][g] and D[g][2q], D[g][2q+1],
+ * D[g+8][2q], D[g+8][2q+1]. On sm_80 (-Dnvcc_arch=80) two m8n8k4 products
+ * give the same layout. */
+static __device__ __forceinline__ void dmma(double (&d)[4], const double (&a)[2], double b)
+{
+#if __CUDA_ARCH__ >= 900
+    asm("mma.sync.aligned.m16n8k4.row.col.f64.f64.f64.f64 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+        : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
+        : "d"(a[0]), "d"(a[1]), "d"(b));
+#else /* sm_80 (the plugin needs cp.async, so nothing older) */
+    asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
+        : "+d"(d[0]), "+d"(d[1])
+        : "d"(a[0]), "d"(b));
+    asm("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0,%1}, {%2}, {%3}, {%0,%1};\n"
+        : "+d"(d[2]), "+d"(d[3])
+        : "d"(a[1]), "d"(b));
+#endif
+}
+#endif
+
 #endif

@@ -146,19 +146,84 @@ __global__ void __launch_bounds__(THREADS) k_part_assign(PartArgs a)
  * P points a thread with whole warps stepping together, the next step's
  * loaded ahead, screened_labels, the points loaded 16 bytes at a time where
  * the layout allows. Each warp adds its lanes' weighted points by label
- * (lanes with the same label summed by float shuffles, the lowest adding
- * into the warp's own double copy in shared memory: no atomics), and the
- * block adds its warps' copies in warp order into its partials, laid out
- * as k_part_assign's. Used where the warps' copies fit
- * (part_screen_smem). W: with sample weights; without, a group's count is
- * its size and only the features are shuffled. Four blocks an SM for
- * d <= 8 (64 registers; the weighted kind spills 8 bytes). */
+ * into its own float64 copy in shared memory (no atomics): MMA (k <= 16,
+ * d <= 8), on the tensor cores (add_mma), the copy written once at the
+ * end; else add_by_label (lanes with the same label summed by float
+ * shuffles, the lowest adding into the copy). The block adds its warps'
+ * copies in warp order into its partials, laid out as k_part_assign's.
+ * Used where the warps' copies fit (part_screen_smem). W: with sample
+ * weights. Four blocks an SM for d <= 8 (64 registers), three with MMA
+ * (80: its fragments beside the prefetched points). */
+
+const int STAGE = 32 * 10; /* floats a warp stages for add_mma: 32 points of 8 features, labels, weights */
+
+/* The warp's 32 points (one a lane: x, zeros past d; label l, -1 for none;
+ * weight w) added on the float64 tensor cores, k <= 16 and d <= 8: D (16
+ * clusters x 8 features) += A B over 4 points at a time, A[c][p] the
+ * weight where point p's label is c (0 elsewhere), B[p][f] its features,
+ * staged through the warp's shared `stage` (rows read without bank
+ * conflicts); lane (g, q) also adds the weights of clusters g and g + 8
+ * over its points q, q + 4, ... into cnt. Products are exact in float64,
+ * so this is the points' weighted sum in float64 in a fixed order, and
+ * costs no shuffles. Every lane calls it. */
+template <int DMAX, bool W>
+__device__ __forceinline__ void add_mma(int l, const float *x, float w, float *stage, double (&D)[4], double (&cnt)[2])
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+    float *xs = stage, *ws = stage + 32 * 9;
+    int *ls = (int *)(stage + 32 * 8);
+    *(float4 *)(xs + lane * 8) = make_float4(x[0], x[1], x[2], x[3]);
+    *(float4 *)(xs + lane * 8 + 4) =
+        DMAX > 4 ? make_float4(x[DMAX > 4 ? 4 : 0], x[DMAX > 4 ? 5 : 0], x[DMAX > 4 ? 6 : 0], x[DMAX > 4 ? 7 : 0])
+                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    ls[lane] = l;
+    if (W)
+        ws[lane] = w;
+    __syncwarp();
+#pragma unroll
+    for (int s = 0; s < 8; s++) {
+        const int p = 4 * s + q, lp = ls[p];
+        const double wp = W ? (double)ws[p] : 1.0;
+        const double A[2] = {lp == g ? wp : 0.0, lp == g + 8 ? wp : 0.0};
+        cnt[0] += A[0];
+        cnt[1] += A[1];
+        dmma(D, A, (double)xs[p * 8 + g]);
+    }
+    __syncwarp();
+}
+
+/* add_mma's sums out of the warp: lane (g, q) holds clusters g + 8 h's
+ * features 2q and 2q + 1 (D[2h], D[2h + 1]); its weight sum is added over
+ * the four lanes of g first. put(c, f, v) for each c < k and f <= d (f == d
+ * the weight sum), each by one lane. Every lane calls it. */
+template <typename Put>
+__device__ __forceinline__ void mma_sums_out(const double (&D)[4], double (&cnt)[2], int k, int d, Put put)
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        cnt[h] += __shfl_xor_sync(0xffffffffu, cnt[h], 1);
+        cnt[h] += __shfl_xor_sync(0xffffffffu, cnt[h], 2);
+        const int c = g + 8 * h;
+        if (c < k) {
+            if (2 * q < d)
+                put(c, 2 * q, D[2 * h]);
+            if (2 * q + 1 < d)
+                put(c, 2 * q + 1, D[2 * h + 1]);
+            if (q == 0)
+                put(c, d, cnt[h]);
+        }
+    }
+}
+
 template <int DMAX>
-size_t part_screen_smem(int k, int d)
+size_t part_screen_smem(int k, int d, bool mma)
 {
     const size_t floats = (size_t)k * DMAX + (size_t)k + 1; /* Cs, Ch, padding to 8 bytes */
-    return floats * sizeof(float) + (size_t)(THREADS / 32) * k * (d + 1) * sizeof(double);
+    const size_t bytes = floats * sizeof(float) + (size_t)(THREADS / 32) * k * (d + 1) * sizeof(double);
+    return mma ? (bytes + 15) / 16 * 16 + (size_t)(THREADS / 32) * STAGE * sizeof(float) : bytes;
 }
+
 
 template <int DMAX, bool W>
 __device__ __forceinline__ void add_by_label(int l, const float *x, float w, int d, double *sums)
@@ -185,8 +250,8 @@ __device__ __forceinline__ void add_by_label(int l, const float *x, float w, int
     __syncwarp();
 }
 
-template <int DMAX, bool W>
-__global__ void __launch_bounds__(THREADS, DMAX <= 8 ? 4 : 1) k_part_screen(PartArgs a)
+template <int DMAX, bool W, bool MMA>
+__global__ void __launch_bounds__(THREADS, DMAX > 8 ? 1 : MMA ? 3 : 4) k_part_screen(PartArgs a)
 {
     constexpr int P = DMAX <= 8 ? 2 : 1;
     extern __shared__ __align__(16) unsigned char smem[];
@@ -198,6 +263,8 @@ __global__ void __launch_bounds__(THREADS, DMAX <= 8 ? 4 : 1) k_part_screen(Part
         return;
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, dc = a.d + 1, r = a.window / 2;
     double *mine = sums + warp * a.k * dc;
+    float *stage = (float *)(((uintptr_t)(sums + (THREADS / 32) * a.k * dc) + 15) & ~(uintptr_t)15) + warp * STAGE;
+    double D[4] = {0.0, 0.0, 0.0, 0.0}, cnt[2] = {0.0, 0.0};
     for (int j = threadIdx.x; j < a.k * DMAX; j += THREADS)
         Cs[j] = j % DMAX < a.d ? a.C[j / DMAX * a.d + j % DMAX] : 0.0f;
     for (int j = threadIdx.x; j < (THREADS / 32) * a.k * dc; j += THREADS)
@@ -250,9 +317,14 @@ __global__ void __launch_bounds__(THREADS, DMAX <= 8 ? 4 : 1) k_part_screen(Part
                 if (a.next)
                     a.next[idx[p] + (long long)r * a.cols] = l[p];
             }
-            add_by_label<DMAX, W>(l[p], x[p], w, a.d, mine);
+            if (MMA)
+                add_mma<DMAX, W>(l[p], x[p], w, stage, D, cnt);
+            else
+                add_by_label<DMAX, W>(l[p], x[p], w, a.d, mine);
         }
     }
+    if (MMA) /* the warp's sums into its copy */
+        mma_sums_out(D, cnt, a.k, a.d, [&](int c, int f, double v) { mine[c * dc + f] = v; });
     __syncthreads();
     for (int j = threadIdx.x; j < a.k * dc; j += THREADS) {
         double t = 0.0;
@@ -354,12 +426,15 @@ void part_pick_d(part_fn *assign, part_fn *objective, size_t *smem, int k)
     *smem = part_smem<DMAX>(k);
 }
 
+/* the sums on the tensor cores (add_mma) where the clusters fit its 16 rows
+ * and the features its 8 columns */
 template <int DMAX>
 void screen_pick_d(Plan *p)
 {
-    p->part_screen = k_part_screen<DMAX, false>;
-    p->part_screen_w = k_part_screen<DMAX, true>;
-    p->part_screen_smem = part_screen_smem<DMAX>(p->s.desc.k, p->s.desc.d);
+    const bool mma = DMAX <= 8 && p->s.desc.k <= 16;
+    p->part_screen = mma ? k_part_screen<DMAX, false, DMAX <= 8> : k_part_screen<DMAX, false, false>;
+    p->part_screen_w = mma ? k_part_screen<DMAX, true, DMAX <= 8> : k_part_screen<DMAX, true, false>;
+    p->part_screen_smem = part_screen_smem<DMAX>(p->s.desc.k, p->s.desc.d, mma);
 }
 
 void screen_pick(Plan *p)
