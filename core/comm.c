@@ -133,17 +133,16 @@ DK_API dk_status dk_comm_all_reduce_sum_queued(dk_comm *comm, dk_buffer *buf, si
     return all_reduce(comm, buf, offset, count, dtype, 1);
 }
 
-/* queued: 0 blocking, 1 on the device's queue, 2 beside it */
 static dk_status exchange(dk_comm *comm, const dk_comm_move *moves, int n, int queued)
 {
-    const char *what = queued == 2 ? "dk_comm_exchange_beside" : queued ? "dk_comm_exchange_queued" : "dk_comm_exchange";
+    const char *what = queued ? "dk_comm_exchange_queued" : "dk_comm_exchange";
     dk_context *ctx = comm ? comm->ctx : NULL;
     if (!comm || n < 0 || (n && !moves))
         return dk_fail(ctx, DK_ERR_INVALID_ARGUMENT, "%s: a communicator and n >= 0 moves are needed", what);
     const dk_comm_queue_ops *q = ctx->backend->plugin->comm_queue;
-    if ((queued && !q) || (queued == 2 && !dk_comm_can_beside(comm)))
-        return dk_fail(ctx, DK_ERR_NOT_IMPLEMENTED, "%s: backend '%s' cannot queue its collectives%s", what,
-                       ctx->backend->plugin->name, queued == 2 ? " beside its other work" : "");
+    if (queued && !q)
+        return dk_fail(ctx, DK_ERR_NOT_IMPLEMENTED, "%s: backend '%s' cannot queue its collectives", what,
+                       ctx->backend->plugin->name);
     dk_comm_transfer *t = calloc((size_t)n + 1, sizeof *t);
     if (!t)
         return dk_fail(ctx, DK_ERR_OUT_OF_MEMORY, "%s: out of host memory", what);
@@ -161,9 +160,8 @@ static dk_status exchange(dk_comm *comm, const dk_comm_move *moves, int n, int q
     }
     dk_msg msg = {{0}};
     dk_device_enter(ctx);
-    dk_status st = queued == 2 ? q->exchange_beside(ctx->device, comm->handle, t, n, &msg)
-                   : queued    ? q->exchange(ctx->device, comm->handle, t, n, &msg)
-                               : ops_of(ctx)->exchange(ctx->device, comm->handle, t, n, &msg);
+    dk_status st = queued ? q->exchange(ctx->device, comm->handle, t, n, &msg)
+                          : ops_of(ctx)->exchange(ctx->device, comm->handle, t, n, &msg);
     dk_device_leave(ctx);
     free(t);
     return st == DK_OK ? DK_OK : dk_fail_msg(ctx, st, &msg, "a device exchange");
@@ -182,29 +180,6 @@ DK_API dk_status dk_comm_exchange_queued(dk_comm *comm, const dk_comm_move *move
 DK_API int dk_comm_can_queue(const dk_comm *comm)
 {
     return comm && comm->ctx->backend->plugin->comm_queue != NULL;
-}
-
-DK_API int dk_comm_can_beside(const dk_comm *comm)
-{
-    const dk_plugin *pl = comm ? comm->ctx->backend->plugin : NULL;
-    return pl && pl->comm_queue && pl->ops_generation >= 5 && pl->comm_queue->exchange_beside && pl->comm_queue->join;
-}
-
-DK_API dk_status dk_comm_exchange_beside(dk_comm *comm, const dk_comm_move *moves, int n)
-{
-    return exchange(comm, moves, n, 2);
-}
-
-DK_API dk_status dk_comm_join(dk_comm *comm)
-{
-    dk_context *ctx = comm ? comm->ctx : NULL;
-    if (!dk_comm_can_beside(comm))
-        return dk_fail(ctx, DK_ERR_NOT_IMPLEMENTED, "dk_comm_join: the communicator queues nothing beside its device's work");
-    dk_msg msg = {{0}};
-    dk_device_enter(ctx);
-    dk_status st = ctx->backend->plugin->comm_queue->join(ctx->device, comm->handle, &msg);
-    dk_device_leave(ctx);
-    return st == DK_OK ? DK_OK : dk_fail_msg(ctx, st, &msg, "joining the exchanges queued beside");
 }
 
 DK_API dk_status dk_comm_wait(dk_comm *comm)

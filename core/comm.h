@@ -44,14 +44,6 @@ dk_status dk_comm_all_reduce_sum_queued(dk_comm *comm, dk_buffer *buf, size_t of
 dk_status dk_comm_exchange_queued(dk_comm *comm, const dk_comm_move *moves, int n);
 dk_status dk_comm_wait(dk_comm *comm);
 
-/* An exchange queued beside the device's work (dk_comm_queue_ops's
- * exchange_beside), and the device's queue made to wait for it (join);
- * DK_ERR_NOT_IMPLEMENTED where the plugin offers neither
- * (dk_comm_can_beside). */
-int dk_comm_can_beside(const dk_comm *comm);
-dk_status dk_comm_exchange_beside(dk_comm *comm, const dk_comm_move *moves, int n);
-dk_status dk_comm_join(dk_comm *comm);
-
 /* Copies a box between two buffers of one context on the device
  * (dk_box_copy in dakit/plugin.h); dst and src distinct.
  * DK_ERR_NOT_IMPLEMENTED where the plugin has no buffer_copy_box. */

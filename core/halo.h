@@ -31,10 +31,4 @@ typedef struct dk_gauss_halo_side {
 dk_status dk_gauss_execute_halo(dk_plan *plan, const dk_buffer *in, dk_buffer *out, dk_gauss_halo_side lower,
                                 dk_gauss_halo_side upper);
 
-/* The same in two parts (dk_gauss_ops.execute_halo_part): interior first,
- * which reads no halo, then the edges; DK_ERR_NOT_IMPLEMENTED where the
- * plugin does not split this plan (then dk_gauss_execute_halo). */
-dk_status dk_gauss_execute_halo_part(dk_plan *plan, const dk_buffer *in, dk_buffer *out, dk_gauss_halo_side lower,
-                                     dk_gauss_halo_side upper, int part);
-
 #endif

@@ -783,24 +783,7 @@ static void exchange_device(dk_mpi_plan *p, const dkm_stage *s, const dk_buffer 
  * communicator that queues, nothing here waits on the host: the plugin's
  * filter is queued after the exchange on the same device queue. Every
  * rank makes every transfer call whatever failed before it. */
-/* Whether the stage's halos move straight between the box and the halo
- * buffer (no staging copies), so that the exchange can run beside the
- * filtering of the box's interior. */
-static int halos_direct(const dk_mpi_plan *p, const dkm_stage *s)
-{
-    size_t off, halos = s->lo_count + s->up_count;
-    for (int k = 0; k < s->nsend; k++)
-        if (!run_in(&s->send[k].box, &p->own, &off))
-            return 0;
-    for (int k = 0; k < s->nrecv; k++)
-        if (s->recv[k].offset >= halos)
-            return 0;
-    return 1;
-}
-
-/* beside: the device exchange queued beside the device's work
- * (dk_comm_exchange_beside); the caller joins it. */
-static void exchange_halos(dk_mpi_plan *p, const dkm_stage *s, const dk_buffer *cur, dkm_outcome *o, int beside)
+static void exchange_halos(dk_mpi_plan *p, const dkm_stage *s, const dk_buffer *cur, dkm_outcome *o)
 {
     size_t es = p->esize, halos = s->lo_count + s->up_count;
     dk_comm *dev = dkm_device_comm(p);
@@ -832,9 +815,7 @@ static void exchange_halos(dk_mpi_plan *p, const dkm_stage *s, const dk_buffer *
                                     dkm_box_count(&q->box) * es};
         }
         dk_status st;
-        if (beside) {
-            DKM_COMM(p->comm, st = dk_comm_exchange_beside(dev, m, n));
-        } else if (!dk_comm_can_queue(dev)) {
+        if (!dk_comm_can_queue(dev)) {
             DKM_COMM(p->comm, st = dk_comm_exchange(dev, m, n));
         } else if (p->profile) {
             /* the exchange's own time: the work before it drained first */
@@ -893,26 +874,12 @@ static void run_stages(dk_mpi_plan *p, const dk_buffer *in, dk_buffer *out, dkm_
             dst = p->dwork;
         dk_status st = DK_OK;
         if (sg->halo) {
-            /* the exchange beside the interior's filtering where the plugin
-             * splits it and the halos move without staging copies; not when
-             * profiling, which times the exchange alone */
-            dk_comm *dev = dkm_device_comm(p);
-            int beside = dev && dk_comm_can_beside(dev) && !p->profile && sg->plan && o->status == DK_OK &&
-                         halos_direct(p, sg);
-            exchange_halos(p, sg, cur, o, beside);
+            exchange_halos(p, sg, cur, o);
             if (sg->plan && o->status == DK_OK) {
                 int i = dkm_axis(p->desc.ndim, sg->axis);
                 dk_gauss_halo_side lo = {p->drecv, 0, p->own.lo[i] - sg->ext.lo[i]};
                 dk_gauss_halo_side up = {p->drecv, sg->lo_count, sg->ext.hi[i] - p->own.hi[i]};
-                st = beside ? dk_gauss_execute_halo_part(sg->plan, cur, dst, lo, up, DK_GAUSS_HALO_INTERIOR)
-                            : DK_ERR_NOT_IMPLEMENTED;
-                dk_status joined = beside ? dk_comm_join(dev) : DK_OK;
-                if (joined != DK_OK)
-                    dkm_note(o, joined, "%s", dk_last_error(p->ctx));
-                else if (st == DK_OK)
-                    st = dk_gauss_execute_halo_part(sg->plan, cur, dst, lo, up, DK_GAUSS_HALO_EDGES);
-                else if (st == DK_ERR_NOT_IMPLEMENTED)
-                    st = dk_gauss_execute_halo(sg->plan, cur, dst, lo, up);
+                st = dk_gauss_execute_halo(sg->plan, cur, dst, lo, up);
             }
         } else {
             if (sg->axis >= 0)

@@ -486,11 +486,10 @@ DK_API dk_status dk_gauss_execute_host(dk_plan *plan, const void *in, void *out)
     return staged(plan, in, out);
 }
 
-/* part 0: execute_halo; else execute_halo_part's part */
-static dk_status execute_halo(dk_plan *plan, const dk_buffer *in, dk_buffer *out, dk_gauss_halo_side lower,
-                              dk_gauss_halo_side upper, int part)
+DK_API dk_status dk_gauss_execute_halo(dk_plan *plan, const dk_buffer *in, dk_buffer *out, dk_gauss_halo_side lower,
+                                       dk_gauss_halo_side upper)
 {
-    const char *what = part ? "dk_gauss_execute_halo_part" : "dk_gauss_execute_halo";
+    const char *what = "dk_gauss_execute_halo";
     dk_status st = check_plan(plan, what);
     if (st != DK_OK)
         return st;
@@ -521,30 +520,10 @@ static dk_status execute_halo(dk_plan *plan, const dk_buffer *in, dk_buffer *out
                        lower.count ? lower.buffer->handle : NULL,
                        upper.count ? upper.buffer->handle : NULL,
                        lower.offset, upper.offset, lower.count, upper.count};
-    const dk_plugin *pl = plan->ctx->backend->plugin;
-    const dk_gauss_ops *ops = pl->gauss;
-    if (part && (pl->ops_generation < 5 || !ops->execute_halo_part))
-        return dk_fail(plan->ctx, DK_ERR_NOT_IMPLEMENTED, "%s: backend '%s' does not filter with halos in parts", what,
-                       pl->name);
+    const dk_gauss_ops *ops = plan->ctx->backend->plugin->gauss;
     dk_msg msg = {{0}};
     dk_device_enter(plan->ctx);
-    st = part ? ops->execute_halo_part(plan->impl, &h, part, in->handle, out->handle, &msg)
-              : ops->execute_halo(plan->impl, &h, in->handle, out->handle, &msg);
+    st = ops->execute_halo(plan->impl, &h, in->handle, out->handle, &msg);
     dk_device_leave(plan->ctx);
     return st == DK_OK ? DK_OK : dk_fail_msg(plan->ctx, st, &msg, "gauss: execution with halos failed");
-}
-
-DK_API dk_status dk_gauss_execute_halo(dk_plan *plan, const dk_buffer *in, dk_buffer *out, dk_gauss_halo_side lower,
-                                       dk_gauss_halo_side upper)
-{
-    return execute_halo(plan, in, out, lower, upper, 0);
-}
-
-DK_API dk_status dk_gauss_execute_halo_part(dk_plan *plan, const dk_buffer *in, dk_buffer *out,
-                                            dk_gauss_halo_side lower, dk_gauss_halo_side upper, int part)
-{
-    if (part != DK_GAUSS_HALO_INTERIOR && part != DK_GAUSS_HALO_EDGES)
-        return dk_fail(plan ? plan->ctx : NULL, DK_ERR_INVALID_ARGUMENT,
-                       "dk_gauss_execute_halo_part: part must be DK_GAUSS_HALO_INTERIOR or DK_GAUSS_HALO_EDGES");
-    return execute_halo(plan, in, out, lower, upper, part);
 }

@@ -114,11 +114,6 @@ static dk_status nccl_fail(dk_msg *msg, ncclResult_t r, const char *what, ncclCo
 typedef struct cuda_comm {
     ncclComm_t nc; /* NULL once aborted */
     int nranks, rank;
-    /* exchange_beside: its stream, made on first use, and the events that
-     * order it after the device's stream (ready) and the device's stream
-     * after it (done) */
-    cudaStream_t beside;
-    cudaEvent_t ready, done;
 } cuda_comm;
 
 static double now_s(void)
@@ -267,14 +262,7 @@ static void cuda_comm_destroy(void *device, void *comm)
      * staging after a failure). Every call here has finished already. */
     if (c->nc && cudaSetDevice(dev->ordinal) == cudaSuccess) {
         cudaStreamSynchronize(dev->stream);
-        if (c->beside)
-            cudaStreamSynchronize(c->beside);
         nccl.CommAbort(c->nc);
-    }
-    if (c->beside && cudaSetDevice(dev->ordinal) == cudaSuccess) {
-        cudaStreamDestroy(c->beside);
-        cudaEventDestroy(c->ready);
-        cudaEventDestroy(c->done);
     }
     (void)cudaGetLastError();
     free(c);
@@ -326,8 +314,7 @@ static dk_status cuda_all_reduce_sum_queued(void *device, void *comm, void *buff
 }
 
 /* Queues the grouped sends and receives; returns once NCCL took them. */
-static dk_status issue_exchange(dk_cuda_device *dev, cuda_comm *c, const dk_comm_transfer *t, int n, cudaStream_t stream,
-                                dk_msg *msg)
+static dk_status issue_exchange(dk_cuda_device *dev, cuda_comm *c, const dk_comm_transfer *t, int n, dk_msg *msg)
 {
     for (int i = 0; i < n; i++) {
         const dk_cuda_buffer *b = (const dk_cuda_buffer *)t[i].buffer;
@@ -345,8 +332,8 @@ static dk_status issue_exchange(dk_cuda_device *dev, cuda_comm *c, const dk_comm
     for (int i = 0; i < n && r == ncclSuccess; i++) {
         const dk_cuda_buffer *b = (const dk_cuda_buffer *)t[i].buffer;
         char *p = (char *)b->ptr + t[i].offset;
-        r = t[i].recv ? nccl.Recv(p, t[i].bytes, ncclChar, t[i].peer, c->nc, stream)
-                      : nccl.Send(p, t[i].bytes, ncclChar, t[i].peer, c->nc, stream);
+        r = t[i].recv ? nccl.Recv(p, t[i].bytes, ncclChar, t[i].peer, c->nc, dev->stream)
+                      : nccl.Send(p, t[i].bytes, ncclChar, t[i].peer, c->nc, dev->stream);
     }
     ncclResult_t g = nccl.GroupEnd(); /* always closes the group it opened */
     st = issued(c, r != ncclSuccess ? r : g, "a grouped ncclSend/ncclRecv", msg);
@@ -357,55 +344,13 @@ static dk_status cuda_exchange(void *device, void *comm, const dk_comm_transfer 
 {
     dk_cuda_device *dev = (dk_cuda_device *)device;
     cuda_comm *c = (cuda_comm *)comm;
-    dk_status st = issue_exchange(dev, c, t, n, dev->stream, msg);
+    dk_status st = issue_exchange(dev, c, t, n, msg);
     return st != DK_OK || n == 0 ? st : wait_done(c, dev->stream, "a grouped ncclSend/ncclRecv", msg);
 }
 
 static dk_status cuda_exchange_queued(void *device, void *comm, const dk_comm_transfer *t, int n, dk_msg *msg)
 {
-    dk_cuda_device *dev = (dk_cuda_device *)device;
-    return issue_exchange(dev, (cuda_comm *)comm, t, n, dev->stream, msg);
-}
-
-/* The exchange on the communicator's own stream, after the work queued on
- * the device's stream so far; cuda_join orders the device's stream after it. */
-static dk_status cuda_exchange_beside(void *device, void *comm, const dk_comm_transfer *t, int n, dk_msg *msg)
-{
-    dk_cuda_device *dev = (dk_cuda_device *)device;
-    cuda_comm *c = (cuda_comm *)comm;
-    dk_status st = usable(c, dev, msg);
-    if (st != DK_OK)
-        return st;
-    if (!c->beside) {
-        const char *what = "making the stream for exchanges beside the device's work";
-        CUDA_TRY(cudaStreamCreateWithFlags(&c->beside, cudaStreamNonBlocking), what);
-        if (dk_cuda_failed(cudaEventCreateWithFlags(&c->ready, cudaEventDisableTiming)) ||
-            dk_cuda_failed(cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming))) {
-            cudaEventDestroy(c->ready);
-            cudaStreamDestroy(c->beside);
-            c->beside = NULL;
-            dk_msg_set(msg, "cuda: %s failed", what);
-            return DK_ERR_BACKEND;
-        }
-    }
-    const char *what = "ordering an exchange beside the device's work";
-    CUDA_TRY(cudaEventRecord(c->ready, dev->stream), what);
-    CUDA_TRY(cudaStreamWaitEvent(c->beside, c->ready, 0), what);
-    if ((st = issue_exchange(dev, c, t, n, c->beside, msg)) != DK_OK)
-        return st;
-    CUDA_TRY(cudaEventRecord(c->done, c->beside), what);
-    return DK_OK;
-}
-
-static dk_status cuda_join(void *device, void *comm, dk_msg *msg)
-{
-    dk_cuda_device *dev = (dk_cuda_device *)device;
-    cuda_comm *c = (cuda_comm *)comm;
-    dk_status st = usable(c, dev, msg);
-    if (st != DK_OK || !c->beside)
-        return st;
-    CUDA_TRY(cudaStreamWaitEvent(dev->stream, c->done, 0), "joining the exchanges queued beside");
-    return DK_OK;
+    return issue_exchange((dk_cuda_device *)device, (cuda_comm *)comm, t, n, msg);
 }
 
 static dk_status cuda_comm_wait(void *device, void *comm, dk_msg *msg)
@@ -413,8 +358,6 @@ static dk_status cuda_comm_wait(void *device, void *comm, dk_msg *msg)
     dk_cuda_device *dev = (dk_cuda_device *)device;
     cuda_comm *c = (cuda_comm *)comm;
     dk_status st = usable(c, dev, msg);
-    if (st == DK_OK && c->beside)
-        st = wait_done(c, c->beside, "collectives queued beside", msg);
     return st != DK_OK ? st : wait_done(c, dev->stream, "queued collectives", msg);
 }
 
@@ -422,8 +365,6 @@ extern "C" const dk_comm_queue_ops dk_cuda_comm_queue_ops = {
     .all_reduce_sum = cuda_all_reduce_sum_queued,
     .exchange = cuda_exchange_queued,
     .wait = cuda_comm_wait,
-    .exchange_beside = cuda_exchange_beside,
-    .join = cuda_join,
 };
 
 extern "C" const dk_comm_ops dk_cuda_comm_ops = {

@@ -275,18 +275,7 @@ typedef struct dk_gauss_ops {
      * execute. */
     dk_status (*execute_halo)(void *plan, const dk_gauss_halo *halo, const void *in, void *out,
                               struct dk_msg *msg);
-    /* Optional (generation 5): execute_halo in two parts, so that the halos
-     * may arrive while the first runs. DK_GAUSS_HALO_INTERIOR writes the
-     * values whose windows lie inside the box and must not read the halo
-     * buffers; DK_GAUSS_HALO_EDGES writes the rest. Together they write what
-     * execute_halo writes. DK_ERR_NOT_IMPLEMENTED (message set) for a plan
-     * or a call it does not split: the caller then calls execute_halo. */
-    dk_status (*execute_halo_part)(void *plan, const dk_gauss_halo *halo, int part, const void *in, void *out,
-                                   struct dk_msg *msg);
 } dk_gauss_ops;
-
-/* execute_halo_part's parts */
-enum { DK_GAUSS_HALO_INTERIOR = 1, DK_GAUSS_HALO_EDGES = 2 };
 
 /* Helpers every backend shares, so that all decompose alike. */
 

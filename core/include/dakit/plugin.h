@@ -159,13 +159,6 @@ typedef struct dk_comm_queue_ops {
      * device work queued before it, has finished; under the same time limit
      * as the blocking calls (past it the communicator is aborted). */
     dk_status (*wait)(void *device, void *comm, dk_msg *msg);
-    /* Optional (generation 5), both or neither: exchange_beside queues the
-     * exchange on a queue of the communicator's own, after the work queued
-     * on the device's queue so far, so that the device's later work runs
-     * beside it; join makes the device's queue wait (on the device) for the
-     * exchanges queued beside it. wait covers them too. */
-    dk_status (*exchange_beside)(void *device, void *comm, const dk_comm_transfer *t, int n, dk_msg *msg);
-    dk_status (*join)(void *device, void *comm, dk_msg *msg);
 } dk_comm_queue_ops;
 
 /* A box of a 3-D array in C order copied between two buffers of a device
@@ -291,11 +284,9 @@ typedef struct dk_plugin {
  * 2: dk_kmeans_ops.seed_distance and seed_read (the seeded inits).
  * 3: dk_kmeans_ops.assign_weighted, objective_weighted and
  * seed_distance_weighted (sample weights). 4: dk_letkf_ops.transforms and
- * apply_transforms (weight interpolation). 5: dk_gauss_ops.execute_halo_part
- * and dk_comm_queue_ops.exchange_beside and join (a halo exchange beside
- * the filtering of the box's interior). A table that grows again appends
- * its members and moves this number. */
-#define DK_PLUGIN_OPS_GENERATION 5u
+ * apply_transforms (weight interpolation). A table that grows again
+ * appends its members and moves this number. */
+#define DK_PLUGIN_OPS_GENERATION 4u
 
 typedef const dk_plugin *(*dk_plugin_entry_fn)(void);
 

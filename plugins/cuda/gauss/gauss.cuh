@@ -433,19 +433,13 @@ bool plan_ext_tile(Plan *p, Pass *ps, i64 lines);
  * pass over the box's chunks, its window the plan's halo_W). prepare: sizes
  * its tiles and persistent grid; false where the device cannot run it. */
 bool prepare_tile_halo(const Plan *p, Pass &ps);
-/* launch: its tiles [t0, t1) (all: 0, ps.ntiles); interior_tiles: the
- * range of tiles whose windows read only the box, for execute_halo_part
- * (false where they are not one range: a box with lines before the axis) */
 template <typename T>
 cudaError_t launch_tile_halo(const Pass &ps, i64 lc, i64 uc, const T *lo, const T *box, const T *up, T *dst,
-                             const Coef<T> &c, cudaStream_t st, i64 t0, i64 t1);
-bool interior_tiles(const Pass &ps, i64 lc, i64 uc, i64 *t0, i64 *t1);
+                             const Coef<T> &c, cudaStream_t st);
 
-/* halo.cu: execute_halo's kernel and buffers for the plan, and the entries. */
+/* halo.cu: execute_halo's kernel and buffers for the plan, and the entry. */
 dk_status plan_halo(Plan *p, dk_msg *msg);
 dk_status cuda_gauss_execute_halo(void *plan, const dk_gauss_halo *hl, const void *in, void *out, dk_msg *msg);
-dk_status cuda_gauss_execute_halo_part(void *plan, const dk_gauss_halo *hl, int part, const void *in, void *out,
-                                       dk_msg *msg);
 
 } // namespace dk_cuda_gauss
 

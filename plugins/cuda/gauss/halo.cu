@@ -194,10 +194,8 @@ __global__ void __launch_bounds__(128) k_halo_line(const T *__restrict__ src, T 
     }
 }
 
-/* part 0: the whole box; else execute_halo_part's part, on k_tile's path
- * (its tiles split where interior_tiles finds one run of them) */
 template <typename T>
-dk_status execute_halo_t(Plan *p, const dk_gauss_halo *hl, int part, const T *src, T *dst, const T *lo, const T *up,
+dk_status execute_halo_t(Plan *p, const dk_gauss_halo *hl, const T *src, T *dst, const T *lo, const T *up,
                          dk_msg *msg)
 {
     const dk_gauss_desc *d = &p->setup.desc;
@@ -222,24 +220,9 @@ dk_status execute_halo_t(Plan *p, const dk_gauss_halo *hl, int part, const T *sr
     cudaStream_t stream = p->dev->stream;
     const char *what = "the gauss halo kernel";
     const unsigned threads = 128;
-    const bool tile = p->halo_tile.W && ((uintptr_t)src | (uintptr_t)dst | (uintptr_t)lo | (uintptr_t)up) % 16 == 0;
-    i64 t0 = 0, t1 = 0;
-    if (part && (!tile || !interior_tiles(p->halo_tile, g.lc, g.uc, &t0, &t1))) {
-        dk_msg_set(msg, "cuda gauss: this box is filtered with its halos in one part only (the tiled path over one "
-                        "group of lines is split)");
-        return DK_ERR_NOT_IMPLEMENTED;
-    }
-    if (tile) {
+    if (p->halo_tile.W && ((uintptr_t)src | (uintptr_t)dst | (uintptr_t)lo | (uintptr_t)up) % 16 == 0) {
         /* k_tile moves 16 bytes at a time; other memory takes k_halo_reg */
-        const Pass &ps = p->halo_tile;
-        if (part == DK_GAUSS_HALO_INTERIOR) {
-            CUDA_TRY(launch_tile_halo(ps, g.lc, g.uc, lo, src, up, dst, c, stream, t0, t1), what);
-        } else if (part == DK_GAUSS_HALO_EDGES) {
-            CUDA_TRY(launch_tile_halo(ps, g.lc, g.uc, lo, src, up, dst, c, stream, (i64)0, t0), what);
-            CUDA_TRY(launch_tile_halo(ps, g.lc, g.uc, lo, src, up, dst, c, stream, t1, ps.ntiles), what);
-        } else {
-            CUDA_TRY(launch_tile_halo(ps, g.lc, g.uc, lo, src, up, dst, c, stream, (i64)0, ps.ntiles), what);
-        }
+        CUDA_TRY(launch_tile_halo(p->halo_tile, g.lc, g.uc, lo, src, up, dst, c, stream), what);
         return dk_cuda_finish(p->dev, what, msg);
     }
     if (!p->halo_W && p->halo_threads) {
@@ -377,8 +360,7 @@ dk_status dk_cuda_gauss::plan_halo(Plan *p, dk_msg *msg)
     return DK_OK;
 }
 
-dk_status dk_cuda_gauss::cuda_gauss_execute_halo_part(void *plan, const dk_gauss_halo *hl, int part, const void *in,
-                                                      void *out, dk_msg *msg)
+dk_status dk_cuda_gauss::cuda_gauss_execute_halo(void *plan, const dk_gauss_halo *hl, const void *in, void *out, dk_msg *msg)
 {
     Plan *p = (Plan *)plan;
     if (!p || !hl || hl->axis != p->halo_axis || in == out || hl->lower_count > p->setup.halo_max[hl->axis] ||
@@ -399,13 +381,8 @@ dk_status dk_cuda_gauss::cuda_gauss_execute_halo_part(void *plan, const dk_gauss
     const char *lo = bl ? (const char *)bl->ptr + hl->lower_offset * p->esize : NULL;
     const char *up = bu ? (const char *)bu->ptr + hl->upper_offset * p->esize : NULL;
     return p->setup.desc.dtype == DK_F32
-               ? execute_halo_t<float>(p, hl, part, (const float *)bi->ptr, (float *)bo->ptr, (const float *)lo,
+               ? execute_halo_t<float>(p, hl, (const float *)bi->ptr, (float *)bo->ptr, (const float *)lo,
                                        (const float *)up, msg)
-               : execute_halo_t<double>(p, hl, part, (const double *)bi->ptr, (double *)bo->ptr, (const double *)lo,
+               : execute_halo_t<double>(p, hl, (const double *)bi->ptr, (double *)bo->ptr, (const double *)lo,
                                         (const double *)up, msg);
-}
-
-dk_status dk_cuda_gauss::cuda_gauss_execute_halo(void *plan, const dk_gauss_halo *hl, const void *in, void *out, dk_msg *msg)
-{
-    return cuda_gauss_execute_halo_part(plan, hl, 0, in, out, msg);
 }

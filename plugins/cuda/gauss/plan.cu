@@ -401,5 +401,4 @@ const dk_gauss_ops dk_cuda_gauss_ops = {
     .execute = cuda_gauss_execute,
     .plan_destroy = cuda_gauss_plan_destroy,
     .execute_halo = dk_cuda_gauss::cuda_gauss_execute_halo,
-    .execute_halo_part = dk_cuda_gauss::cuda_gauss_execute_halo_part,
 };

@@ -619,52 +619,22 @@ bool dk_cuda_gauss::prepare_tile_halo(const Plan *p, Pass &ps)
 
 template <typename T>
 cudaError_t dk_cuda_gauss::launch_tile_halo(const Pass &ps, i64 lc, i64 uc, const T *lo, const T *box, const T *up,
-                                            T *dst, const Coef<T> &c, cudaStream_t st, i64 t0, i64 t1)
+                                            T *dst, const Coef<T> &c, cudaStream_t st)
 {
-    if (t1 <= t0)
-        return cudaSuccess;
     Geo g = ps.g;
     g.lc = lc;
     g.uc = uc;
     const HaloSrc<T> src = {lo, box, up};
-    const i64 grid = t1 - t0 < ps.grid ? t1 - t0 : ps.grid;
     return with_window<T>(ps.W, [&](auto w) {
         k_tile<T, decltype(w)::value, true, HaloSrc<T>>
-            <<<(unsigned)grid, ps.threads, ps.smem, st>>>(src, dst, g, c, t0, t1, ps.buf);
+            <<<(unsigned)ps.grid, ps.threads, ps.smem, st>>>(src, dst, g, c, 0, ps.ntiles, ps.buf);
         return cudaGetLastError();
     });
 }
 
-/* Tile t is (o nk + kb) nj + jb (tile_span): with one outer line group the
- * tiles of chunk group kb are [kb nj, (kb + 1) nj), and the groups whose
- * windows (item_span) stay inside the box's rows [lc, lc + n) are one run. */
-bool dk_cuda_gauss::interior_tiles(const Pass &ps, i64 lc, i64 uc, i64 *t0, i64 *t1)
-{
-    Geo g = ps.g;
-    if (g.outer != 1)
-        return false;
-    g.lc = lc;
-    g.uc = uc;
-    i64 first = -1, last = -1;
-    for (i64 kb = 0; kb < g.nk; kb++) {
-        const i64 k0 = kb * g.KT, k1 = (k0 + g.KT < g.ipl ? k0 + g.KT : g.ipl) - 1;
-        i64 ks, ke, ws, we, ws1, we1;
-        item_span<true>(g, k0, ps.W, ks, ke, ws, we);
-        item_span<true>(g, k1, ps.W, ks, ke, ws1, we1);
-        if (ws >= lc && we1 <= lc + g.n) {
-            if (first < 0)
-                first = kb;
-            last = kb;
-        }
-    }
-    *t0 = first < 0 ? 0 : first * g.nj;
-    *t1 = first < 0 ? 0 : (last + 1) * g.nj;
-    return true;
-}
-
 template cudaError_t dk_cuda_gauss::launch_tile_halo<float>(const Pass &, i64, i64, const float *, const float *,
                                                             const float *, float *, const Coef<float> &,
-                                                            cudaStream_t, i64, i64);
+                                                            cudaStream_t);
 template cudaError_t dk_cuda_gauss::launch_tile_halo<double>(const Pass &, i64, i64, const double *,
                                                              const double *, const double *, double *,
-                                                             const Coef<double> &, cudaStream_t, i64, i64);
+                                                             const Coef<double> &, cudaStream_t);
