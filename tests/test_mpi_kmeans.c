@@ -14,7 +14,7 @@
  * single-process backends. The labels are compared exactly: in these data
  * no point lies within a float rounding unit of a tie. The objective agrees
  * to 1e-6 where the layer iterates (a few float units of the centroids
- * moved it by up to 3e-9 on cuda); at one rank the layer hands the whole
+ * moved it by up to 3.2e-9 on cuda); at one rank the layer hands the whole
  * problem to the backend's own kmeans, which may sum in float on a GPU, and
  * the single-process conformance tolerance, 1e-4, applies.
  *

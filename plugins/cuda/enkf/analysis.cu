@@ -421,12 +421,11 @@ dk_status dk_cuda_enkf::cov_rows(void *plan, const void *e, const dk_enkf_box *o
     const void *ep = ((const dk_cuda_buffer *)e)->ptr;
     void *pp = ((dk_cuda_buffer *)pht)->ptr;
     /* a box of whole rows of the window (slabs) is one run of window
-     * points: a solver that writes a range of rows (rows) puts float64
-     * PHT straight into pht; else one copy out of pht64, without k_rows'
-     * divisions per value */
+     * points: a solver with cov_range puts float64 PHT straight into pht;
+     * else one copy out of pht64, without k_rows' divisions per value */
     const bool run = own->hi[0] - own->lo[0] == 1 || (own->lo[1] == 0 && (long long)own->hi[1] == ny);
     const long long run_lo = (long long)own->lo[0] * ny + (long long)own->lo[1];
-    const bool direct = !f32 && run && count > 0 && p->solver->rows;
+    const bool direct = !f32 && run && count > 0 && p->solver->cov_range;
     if ((!direct && (rc = ensure(&p->pht64, N * M, "allocating float64 work arrays", msg)) != DK_OK) ||
         (f32 && (rc = ensure(&p->e64, N * L, "allocating float64 work arrays", msg)) != DK_OK))
         return rc;
@@ -434,18 +433,15 @@ dk_status dk_cuda_enkf::cov_rows(void *plan, const void *e, const dk_enkf_box *o
     if (f32)
         k_widen<float><<<blocks_for(N * L, THREADS), THREADS, 0, st>>>((const float *)ep, p->e64, N * L);
     if (direct) {
-        p->row_lo = run_lo;
-        p->row_hi = run_lo + count;
-        rc = cov64(p, (const double *)ep, (double *)pp, NULL, msg);
-        p->row_lo = 0;
-        p->row_hi = N;
-        if (rc != DK_OK)
-            return rc;
-    } else if ((rc = cov64(p, f32 ? p->e64 : (const double *)ep, p->pht64, NULL, msg)) != DK_OK) {
-        return rc;
+        rc = p->solver->cov_range(p, (const double *)ep, (double *)pp, run_lo, run_lo + count, msg);
+        prof_mark(p, "PHT");
+    } else {
+        rc = cov64(p, f32 ? p->e64 : (const double *)ep, p->pht64, NULL, msg);
     }
-    const double *first = direct ? NULL : p->pht64 + run_lo * M;
+    if (rc != DK_OK)
+        return rc;
     if (count > 0 && run && !direct) {
+        const double *first = p->pht64 + run_lo * M;
         if (f32)
             k_narrow<float><<<blocks_for(count * M, THREADS), THREADS, 0, st>>>(first, (float *)pp, count * M);
         else
@@ -463,7 +459,7 @@ dk_status dk_cuda_enkf::cov_rows(void *plan, const void *e, const dk_enkf_box *o
         dim3 grid((unsigned)(M < 65535 ? M : 65535), (unsigned)p->S);
         /* float64: the own rows just written; float32: pht64 */
         k_part_hpht<<<grid, THREADS, 0, st>>>(f32 ? p->pht64 : (const double *)pp, !f32, p->hpht_seg, p->indices,
-                                              p->values, p->partial, M, p->S, (N + p->S - 1) / p->S,
+                                              p->values, p->partial, M, p->S, p->seg_width,
                                               run ? run_lo : -1, run ? run_lo + count : -1, *own, ny);
         if (f32)
             k_part_sum<float><<<blocks_for(M * M * 32, THREADS), THREADS, 0, st>>>(p->partial, (float *)out, M, p->S);

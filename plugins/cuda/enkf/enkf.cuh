@@ -79,7 +79,7 @@ struct Plan {
     int have_fwd_whole, have_fwd_last;
     /* HPHT in two stages: partial sums over S segments of each row of H */
     double *partial;
-    long long S;
+    long long S, seg_width; /* segment s: columns [s seg_width, (s + 1) seg_width) */
     int *hpht_seg; /* M x (S + 1): row a's nonzeros with columns in segment s, [seg[s], seg[s+1]) */
     /* banded and mma: each tile's range of nonzeros in each row (NULL: bisect) */
     int *range_lo, *range_hi;
@@ -96,9 +96,6 @@ struct Plan {
     int *lr_row_seg; /* M + 1: row m's segments [lr_row_seg[m], lr_row_seg[m + 1]) */
     cublasHandle_t lr_blas;
     cusolverDnHandle_t lr_solver;
-    /* the rows of PHT a solver with `rows` writes: [row_lo, row_hi), row i
-     * at pht + (i - row_lo) M; 0 and N but in the distributed rows phase */
-    long long row_lo, row_hi;
     /* analysis */
     cusolverDnHandle_t cusolver;
     cublasHandle_t blas;
@@ -122,9 +119,10 @@ struct Solver {
     /* cov reads G, the weighted anomalies (k_weigh); the others weigh as
      * they stage. */
     bool reads_g;
-    /* cov writes only the rows [p->row_lo, p->row_hi) (the distributed
-     * layer's own points, straight into its output); the others write all. */
-    bool rows;
+    /* Optional: cov for PHT's rows [lo, hi) only, row i at pht + (i - lo) M
+     * (the distributed layer's own points, straight into its output), for
+     * a solver that weighs as it stages (reads_g false). */
+    dk_status (*cov_range)(Plan *p, const double *e, double *pht, long long lo, long long hi, dk_msg *msg);
     /* HPHT from what cov left in the plan, on the plan's stream; NULL: H
      * times PHT (hpht_cov). */
     dk_status (*hpht)(Plan *p, double *hpht, dk_msg *msg);
@@ -191,7 +189,6 @@ dk_status upload(T **dst, const T *src, size_t count, const char *what, dk_msg *
         CUDA_TRY(cudaMemcpy(*dst, src, count * sizeof(T), cudaMemcpyHostToDevice), what);
     return DK_OK;
 }
-
 
 /* The first of keys[b, e) not below key (keys ascending). */
 static __device__ __forceinline__ int lower_bound32(const int *keys, int b, int e, int key)

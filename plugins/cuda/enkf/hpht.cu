@@ -82,7 +82,7 @@ __global__ void k_hpht_sum(const double *partial, double *hpht, long long M, lon
 dk_status make_hpht_segments(Plan *p, dk_msg *msg)
 {
     const dk_enkf_setup *s = p->s;
-    long long width = (p->N + p->S - 1) / p->S, count = p->M * (p->S + 1);
+    long long width = p->seg_width, count = p->M * (p->S + 1);
     int *seg = (int *)malloc((size_t)count * sizeof(int));
     if (!seg) {
         dk_msg_set(msg, "cuda enkf: out of host memory for HPHT's segments");
@@ -114,6 +114,7 @@ dk_status dk_cuda_enkf::hpht_make(Plan *p, dk_msg *msg)
         most = max(most, (long long)(s->indptr[j + 1] - s->indptr[j]));
     p->S = min(512ll, max(1ll, most / 256));
     p->S = max(1ll, min(p->S, (1ll << 25) / (p->M * p->M)));
+    p->seg_width = (p->N + p->S - 1) / p->S;
     dk_status st = ensure(&p->partial, p->M * p->M * p->S, "allocating the HPHT partial sums", msg);
     if (st == DK_OK)
         st = make_hpht_segments(p, msg);

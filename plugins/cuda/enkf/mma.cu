@@ -545,12 +545,15 @@ dk_status launch_mma(const MmaArgs &a, unsigned nseg, size_t shared, cudaStream_
     return DK_OK;
 }
 
-dk_status mma_cov(Plan *p, const double *e, double *pht, dk_msg *msg)
+/* PHT's rows [lo, hi): the tiles outside skipped, row i written at pht +
+ * (i - lo) M (through the segments' partials, kept at their own rows, where
+ * there are several) */
+dk_status mma_cov_range(Plan *p, const double *e, double *pht, long long lo, long long hi, dk_msg *msg)
 {
     const bool summed = p->mma_nseg > 1;
     MmaArgs a = {e, p->values, p->loc, p->indptr, p->indices, p->range_lo, p->range_hi,
                  summed ? p->mma_partial : pht, (int)p->N, (int)p->L, (int)p->M, p->mma_rx,
-                 p->mma_seg_len, p->mma_wcap, (int)p->row_lo, (int)p->row_hi, summed ? 0 : (int)p->row_lo,
+                 p->mma_seg_len, p->mma_wcap, (int)lo, (int)hi, summed ? 0 : (int)lo,
                  !(p->L & 1) && !((uintptr_t)e & 15), 1.0 / (double)(p->L - 1)};
     unsigned nseg = (unsigned)p->mma_nseg;
     int ks = (int)((p->L + 3) / 4), wide = p->mma_mt == 4;
@@ -565,11 +568,15 @@ dk_status mma_cov(Plan *p, const double *e, double *pht, dk_msg *msg)
     }
     if (rc != DK_OK || nseg == 1)
         return rc;
-    const long long rows = p->row_hi - p->row_lo;
-    k_mma_sum<<<blocks_for(rows * p->M, THREADS), THREADS, 0, st>>>(p->mma_partial, pht, p->N * p->M, p->row_lo * p->M,
-                                                                  rows * p->M, (int)nseg);
+    k_mma_sum<<<blocks_for((hi - lo) * p->M, THREADS), THREADS, 0, st>>>(p->mma_partial, pht, p->N * p->M, lo * p->M,
+                                                                       (hi - lo) * p->M, (int)nseg);
     CUDA_TRY(cudaGetLastError(), "the tensor-core covariance kernel");
     return DK_OK;
+}
+
+dk_status mma_cov(Plan *p, const double *e, double *pht, dk_msg *msg)
+{
+    return mma_cov_range(p, e, pht, 0, p->N, msg);
 }
 
 } // namespace
@@ -580,5 +587,5 @@ const Solver dk_cuda_enkf::solver_mma = {
     .make = make,
     .cov = mma_cov,
     .reads_g = false,
-    .rows = true,
+    .cov_range = mma_cov_range,
 };

@@ -117,7 +117,6 @@ dk_status plan_create(void *device, const dk_enkf_setup *s, void **plan, dk_msg 
     p->s = s;
     p->solver = solver;
     p->N = (long long)s->desc.n;
-    p->row_hi = p->N;
     p->L = (long long)s->desc.members;
     p->M = (long long)s->desc.H.rows;
     p->nnz = (long long)s->nnz;

@@ -142,19 +142,6 @@ __global__ void __launch_bounds__(THREADS) k_part_assign(PartArgs a)
     }
 }
 
-/* k_part_screen: the plain phase (no previous labels) as k_lloyd labels:
- * P points a thread with whole warps stepping together, the next step's
- * loaded ahead, screened_labels, the points loaded 16 bytes at a time where
- * the layout allows. Each warp adds its lanes' weighted points by label
- * into its own float64 copy in shared memory (no atomics): MMA (k <= 16,
- * d <= 8), on the tensor cores (add_mma), the copy written once at the
- * end; else add_by_label (lanes with the same label summed by float
- * shuffles, the lowest adding into the copy). The block adds its warps'
- * copies in warp order into its partials, laid out as k_part_assign's.
- * Used where the warps' copies fit (part_screen_smem). W: with sample
- * weights. Four blocks an SM for d <= 8 (64 registers), three with MMA
- * (80: its fragments beside the prefetched points). */
-
 const int STAGE = 32 * 10; /* floats a warp stages for add_mma: 32 points of 8 features, labels, weights */
 
 /* The warp's 32 points (one a lane: x, zeros past d; label l, -1 for none;
@@ -172,10 +159,12 @@ __device__ __forceinline__ void add_mma(int l, const float *x, float w, float *s
     const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
     float *xs = stage, *ws = stage + 32 * 9;
     int *ls = (int *)(stage + 32 * 8);
-    *(float4 *)(xs + lane * 8) = make_float4(x[0], x[1], x[2], x[3]);
-    *(float4 *)(xs + lane * 8 + 4) =
-        DMAX > 4 ? make_float4(x[DMAX > 4 ? 4 : 0], x[DMAX > 4 ? 5 : 0], x[DMAX > 4 ? 6 : 0], x[DMAX > 4 ? 7 : 0])
-                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float v[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int f = 0; f < (DMAX < 8 ? DMAX : 8); f++)
+        v[f] = x[f];
+    *(float4 *)(xs + lane * 8) = make_float4(v[0], v[1], v[2], v[3]);
+    *(float4 *)(xs + lane * 8 + 4) = make_float4(v[4], v[5], v[6], v[7]);
     ls[lane] = l;
     if (W)
         ws[lane] = w;
@@ -224,7 +213,6 @@ size_t part_screen_smem(int k, int d, bool mma)
     return mma ? (bytes + 15) / 16 * 16 + (size_t)(THREADS / 32) * STAGE * sizeof(float) : bytes;
 }
 
-
 template <int DMAX, bool W>
 __device__ __forceinline__ void add_by_label(int l, const float *x, float w, int d, double *sums)
 {
@@ -250,6 +238,18 @@ __device__ __forceinline__ void add_by_label(int l, const float *x, float w, int
     __syncwarp();
 }
 
+/* k_part_screen: the plain phase (no previous labels) as k_lloyd labels:
+ * P points a thread with whole warps stepping together, the next step's
+ * loaded ahead, screened_labels, the points loaded 16 bytes at a time where
+ * the layout allows. Each warp adds its lanes' weighted points by label
+ * into its own float64 copy in shared memory (no atomics): MMA (k <= 16,
+ * d <= 8), on the tensor cores (add_mma), the copy written once at the
+ * end; else add_by_label (lanes with the same label summed by float
+ * shuffles, the lowest adding into the copy). The block adds its warps'
+ * copies in warp order into its partials, laid out as k_part_assign's.
+ * Used where the warps' copies fit (part_screen_smem). W: with sample
+ * weights. Four blocks an SM for d <= 8 (64 registers), three with MMA
+ * (80: its fragments beside the prefetched points). */
 template <int DMAX, bool W, bool MMA>
 __global__ void __launch_bounds__(THREADS, DMAX > 8 ? 1 : MMA ? 3 : 4) k_part_screen(PartArgs a)
 {
@@ -263,7 +263,8 @@ __global__ void __launch_bounds__(THREADS, DMAX > 8 ? 1 : MMA ? 3 : 4) k_part_sc
         return;
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31, dc = a.d + 1, r = a.window / 2;
     double *mine = sums + warp * a.k * dc;
-    float *stage = (float *)(((uintptr_t)(sums + (THREADS / 32) * a.k * dc) + 15) & ~(uintptr_t)15) + warp * STAGE;
+    float *stage = MMA ? (float *)(((uintptr_t)(sums + (THREADS / 32) * a.k * dc) + 15) & ~(uintptr_t)15) + warp * STAGE
+                       : nullptr;
     double D[4] = {0.0, 0.0, 0.0, 0.0}, cnt[2] = {0.0, 0.0};
     for (int j = threadIdx.x; j < a.k * DMAX; j += THREADS)
         Cs[j] = j % DMAX < a.d ? a.C[j / DMAX * a.d + j % DMAX] : 0.0f;
