@@ -2,7 +2,9 @@
  * dk_comm_ops behind the device lock, with dk_buffer turned into the
  * plugin's handles and the plugin's sentence into the context's error. */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "comm.h"
 #include "internal.h"
@@ -11,6 +13,10 @@ struct dk_comm {
     dk_context *ctx;
     void *handle; /* the plugin's communicator */
     int nranks, rank;
+    int refs;               /* the callers' and, where kept, the context's */
+    char key[DK_COMM_KEY_LEN]; /* "" where not kept */
+    uint64_t tag;
+    struct dk_comm *next;   /* the context's kept list */
 };
 
 static const dk_comm_ops *ops_of(const dk_context *ctx)
@@ -84,18 +90,107 @@ DK_API dk_status dk_comm_create(dk_context *ctx, const void *id, int nranks, int
     comm->ctx = ctx;
     comm->nranks = nranks;
     comm->rank = rank;
+    comm->refs = 1;
     *out = comm;
     return DK_OK;
+}
+
+/* With the device lock held: one reference fewer, the last releasing it. */
+static void drop_locked(dk_comm *comm)
+{
+    if (--comm->refs > 0)
+        return;
+    ops_of(comm->ctx)->comm_destroy(comm->ctx->device, comm->handle);
+    free(comm);
+}
+
+/* With the device lock held: out of the kept list, if there. */
+static int unkeep_locked(dk_comm *comm)
+{
+    for (dk_comm **at = &comm->ctx->kept; *at; at = &(*at)->next)
+        if (*at == comm) {
+            *at = comm->next;
+            comm->next = NULL;
+            comm->key[0] = '\0';
+            return 1;
+        }
+    return 0;
 }
 
 DK_API void dk_comm_destroy(dk_comm *comm)
 {
     if (!comm)
         return;
-    dk_device_enter(comm->ctx);
-    ops_of(comm->ctx)->comm_destroy(comm->ctx->device, comm->handle);
-    dk_device_leave(comm->ctx);
-    free(comm);
+    dk_context *ctx = comm->ctx;
+    dk_device_enter(ctx);
+    drop_locked(comm);
+    dk_device_leave(ctx);
+}
+
+DK_API void dk_comm_keep(dk_comm *comm, const char *key, uint64_t tag)
+{
+    if (!comm || !key)
+        return;
+    dk_context *ctx = comm->ctx;
+    dk_device_enter(ctx);
+    for (dk_comm **at = &ctx->kept; *at;) {
+        dk_comm *c = *at;
+        if (c != comm && !strcmp(c->key, key)) {
+            *at = c->next;
+            c->next = NULL;
+            c->key[0] = '\0';
+            drop_locked(c);
+        } else {
+            at = &c->next;
+        }
+    }
+    if (!unkeep_locked(comm))
+        comm->refs++;
+    snprintf(comm->key, sizeof comm->key, "%s", key);
+    comm->tag = tag;
+    comm->next = ctx->kept;
+    ctx->kept = comm;
+    dk_device_leave(ctx);
+}
+
+DK_API dk_comm *dk_comm_find(dk_context *ctx, const char *key, int nranks, int rank, uint64_t *tag)
+{
+    *tag = 0;
+    if (!ctx || !key)
+        return NULL;
+    dk_comm *found = NULL;
+    dk_device_enter(ctx);
+    for (dk_comm *c = ctx->kept; c && !found; c = c->next)
+        if (!strcmp(c->key, key) && c->nranks == nranks && c->rank == rank)
+            found = c;
+    if (found) {
+        found->refs++;
+        *tag = found->tag;
+    }
+    dk_device_leave(ctx);
+    return found;
+}
+
+DK_API void dk_comm_discard(dk_comm *comm)
+{
+    if (!comm)
+        return;
+    dk_context *ctx = comm->ctx;
+    dk_device_enter(ctx);
+    comm->refs -= unkeep_locked(comm); /* the context's; the caller's is left */
+    drop_locked(comm);
+    dk_device_leave(ctx);
+}
+
+void dk_comm_release_kept(dk_context *ctx)
+{
+    dk_device_enter(ctx);
+    while (ctx->kept) {
+        dk_comm *c = ctx->kept;
+        unkeep_locked(c);
+        drop_locked(c);
+    }
+    dk_device_leave(ctx);
 }
 
 static dk_status all_reduce(dk_comm *comm, dk_buffer *buf, size_t offset, size_t count, dk_dtype dtype, int queued)

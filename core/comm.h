@@ -7,6 +7,8 @@
 #ifndef DAKIT_CORE_COMM_H
 #define DAKIT_CORE_COMM_H
 
+#include <stdint.h>
+
 #include <dakit/plugin.h>
 
 typedef struct dk_comm dk_comm;
@@ -28,7 +30,20 @@ dk_status dk_comm_device_key(dk_context *ctx, char key[DK_COMM_KEY_LEN]);
 dk_status dk_comm_make_id(dk_context *ctx, void *id);
 /* Collective over nranks processes. */
 dk_status dk_comm_create(dk_context *ctx, const void *id, int nranks, int rank, dk_comm **comm);
+/* Drops the caller's reference; the last one releases the communicator. */
 void dk_comm_destroy(dk_comm *comm);
+
+/* Making a communicator costs NCCL hundreds of milliseconds, so the
+ * context keeps one for later plans over the same ranks: dk_comm_keep gives
+ * the context a reference under key (the layer's name for the ranks; one
+ * kept before under it is let go) with tag (the layer's name for the
+ * making, the same on every rank), dk_comm_find returns a new reference to
+ * the one kept under key with nranks and rank, and its tag (NULL: none),
+ * and dk_comm_discard lets go of comm's kept place (after a failure) and
+ * drops the caller's reference. dk_context_destroy drops the context's. */
+void dk_comm_keep(dk_comm *comm, const char *key, uint64_t tag);
+dk_comm *dk_comm_find(dk_context *ctx, const char *key, int nranks, int rank, uint64_t *tag);
+void dk_comm_discard(dk_comm *comm);
 /* Collective: sums count values of dtype at element offset of buf, in place. */
 dk_status dk_comm_all_reduce_sum(dk_comm *comm, dk_buffer *buf, size_t offset, size_t count, dk_dtype dtype);
 /* Collective between the peers named: the n transfers as one group. */

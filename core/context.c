@@ -7,6 +7,7 @@ DK_API void dk_context_destroy(dk_context *ctx)
 {
     if (!ctx)
         return;
+    dk_comm_release_kept(ctx);
     ctx->backend->plugin->device_close(ctx->device);
     pthread_mutex_destroy(&ctx->lock);
     free(ctx);

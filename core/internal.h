@@ -42,7 +42,11 @@ struct dk_context {
     void *device;
     uint64_t id;          /* unique per process: keys each thread's last error */
     pthread_mutex_t lock; /* held around every call into the plugin */
+    struct dk_comm *kept; /* communicators kept for later plans (core/comm.c) */
 };
+
+/* Releases the communicators the context keeps (dk_context_destroy). */
+void dk_comm_release_kept(dk_context *ctx);
 
 /* Every call into a context's plugin goes between these, so the core calls
  * a device's entries from one thread at a time, as plugin.h promises, even

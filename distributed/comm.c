@@ -62,10 +62,54 @@ static void host_path(struct dkm_comm *x, const char *fmt, const char *a, const 
     char reason[DKM_MSG_LEN - 32];
     snprintf(reason, sizeof reason, fmt, a, b);
     snprintf(x->transport, sizeof x->transport, "host (MPI): %s", reason);
-    dk_comm_destroy(x->dev);
+    dk_comm_discard(x->dev); /* one that failed serves no later plan */
     dk_buffer_destroy(x->scratch);
     x->dev = NULL;
     x->scratch = NULL;
+}
+
+uint64_t dkm_hash(const void *bytes, size_t n)
+{
+    const unsigned char *c = bytes;
+    uint64_t h = 0xcbf29ce484222325u;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ c[i]) * 0x100000001b3u;
+    return h;
+}
+
+/* The context's name for the plan's ranks: their ranks in MPI_COMM_WORLD,
+ * in the plan's order, hashed. */
+static void ranks_key(const dk_mpi_plan *p, char key[DK_COMM_KEY_LEN])
+{
+    MPI_Group mine, world;
+    int *r = malloc(2 * (size_t)p->size * sizeof *r);
+    uint64_t h = 0;
+    if (r) {
+        MPI_Comm_group(p->comm, &mine);
+        MPI_Comm_group(MPI_COMM_WORLD, &world);
+        for (int i = 0; i < p->size; i++)
+            r[i] = i;
+        MPI_Group_translate_ranks(mine, p->size, r, world, r + p->size);
+        h = dkm_hash(r + p->size, (size_t)p->size * sizeof *r);
+        MPI_Group_free(&mine);
+        MPI_Group_free(&world);
+    }
+    free(r);
+    snprintf(key, DK_COMM_KEY_LEN, "mpi:%d:%016llx", r ? p->size : -1, (unsigned long long)h);
+}
+
+/* Every rank's kept communicator for these ranks, where every rank has
+ * the one made together (the same tag); NULL elsewhere, on every rank. */
+static dk_comm *kept_comm(dk_mpi_plan *p, const char *key)
+{
+    uint64_t tag = 0;
+    dk_comm *c = dk_comm_find(p->ctx, key, p->size, p->rank, &tag);
+    uint64_t v[3] = {c == NULL, tag, ~tag}, all[3];
+    MPI_Allreduce(v, all, 3, MPI_UINT64_T, MPI_MAX, p->comm);
+    if (all[0] == 0 && all[1] == ~all[2])
+        return c;
+    dk_comm_destroy(c);
+    return NULL;
 }
 
 void dkm_comm_setup(dk_mpi_plan *p, size_t max_doubles)
@@ -146,7 +190,21 @@ void dkm_comm_setup(dk_mpi_plan *p, size_t max_doubles)
     }
     free(cards);
 
-    /* 3. rank 0's id, carried by MPI; the scratch; then every rank joins */
+    /* 3. the scratch; the communicator an earlier plan over these ranks
+     * made, or rank 0's id carried by MPI and every rank joining */
+    dkm_outcome o = {DK_OK, ""};
+    if (max_doubles && dk_buffer_create(p->ctx, max_doubles * sizeof(double), &x->scratch) != DK_OK)
+        dkm_note(&o, DK_ERR_OUT_OF_MEMORY, "%s", dk_last_error(p->ctx));
+    if (dkm_agree(p->comm, &o, "the device scratch") != DK_OK) {
+        host_path(x, "%s%s", dk_mpi_last_error(), "");
+        return;
+    }
+    char key[DK_COMM_KEY_LEN];
+    ranks_key(p, key);
+    if ((x->dev = kept_comm(p, key))) {
+        snprintf(x->transport, sizeof x->transport, "device (%s)", dk_comm_name(p->ctx));
+        return;
+    }
     struct {
         int32_t ok;
         char id[DK_COMM_ID_MAX];
@@ -164,13 +222,6 @@ void dkm_comm_setup(dk_mpi_plan *p, size_t max_doubles)
         host_path(x, "making the communicator's id on rank 0 failed: %s%s", id.why, "");
         return;
     }
-    dkm_outcome o = {DK_OK, ""};
-    if (max_doubles && dk_buffer_create(p->ctx, max_doubles * sizeof(double), &x->scratch) != DK_OK)
-        dkm_note(&o, DK_ERR_OUT_OF_MEMORY, "%s", dk_last_error(p->ctx));
-    if (dkm_agree(p->comm, &o, "the device scratch") != DK_OK) {
-        host_path(x, "%s%s", dk_mpi_last_error(), "");
-        return;
-    }
     dk_status st = dk_comm_create(p->ctx, id.id, p->size, p->rank, &x->dev);
     if (st != DK_OK)
         dkm_note(&o, st, "%s", dk_last_error(p->ctx));
@@ -178,6 +229,7 @@ void dkm_comm_setup(dk_mpi_plan *p, size_t max_doubles)
         host_path(x, "%s%s", dk_mpi_last_error(), "");
         return;
     }
+    dk_comm_keep(x->dev, key, dkm_hash(id.id, sizeof id.id));
     snprintf(x->transport, sizeof x->transport, "device (%s)", dk_comm_name(p->ctx));
 }
 

@@ -42,14 +42,6 @@ static const char *const field_names[NFIELDS] = {
     "dtype", "ndim", "shape[0]", "shape[1]", "shape[2]", "axes", "sigma[0]", "sigma[1]", "sigma[2]",
     "K", "boundary", "mode", "overlap", "blocks", "variant"};
 
-static uint64_t fnv1a(const char *s)
-{
-    uint64_t h = 0xcbf29ce484222325u;
-    for (; *s; s++)
-        h = (h ^ (unsigned char)*s) * 0x100000001b3u;
-    return h | 1; /* never 0, which stands for "no variant" */
-}
-
 /* The fields that define the result; those the description says are not
  * read (sigma of an unfiltered axis, shape beyond ndim, the overlap
  * parameters in exact mode) are 0 so that they cannot differ. */
@@ -71,7 +63,7 @@ static void fields_of(const dk_gauss_desc *d, uint64_t f[NFIELDS])
         f[F_OVERLAP] = d->overlap;
         f[F_BLOCKS] = d->blocks;
     }
-    f[F_VARIANT] = d->variant ? fnv1a(d->variant) : 0;
+    f[F_VARIANT] = d->variant ? dkm_hash(d->variant, strlen(d->variant)) | 1 : 0; /* 0: no variant */
 }
 
 /* Collective; the same answer on every rank. */

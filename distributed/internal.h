@@ -135,6 +135,9 @@ struct dk_mpi_plan {
  * (else host staging, with the reason in dk_mpi_plan_transport). Never
  * fails: every problem on the way means host staging. max_doubles: the
  * longest reduction the plan will make. */
+/* FNV-1a over n bytes: the checks that every rank holds the same. */
+uint64_t dkm_hash(const void *bytes, size_t n);
+
 void dkm_comm_setup(struct dk_mpi_plan *p, size_t max_doubles);
 void dkm_comm_free(struct dk_mpi_plan *p); /* local */
 /* The plan's device communicator, NULL where it stages through the host. */

@@ -546,10 +546,7 @@ DK_MPI_API dk_status dk_mpi_kmeans_execute(dk_mpi_plan *plan, const dk_buffer *p
 /* init's bytes hashed, for the check that every rank has the same. */
 static void hash_init(const float *init, size_t kd, uint64_t h[2])
 {
-    uint64_t x = 0x243f6a8885a308d3u;
-    const unsigned char *c = (const unsigned char *)init;
-    for (size_t i = 0; i < kd * sizeof(float); i++)
-        x = (x ^ c[i]) * 0x100000001b3u;
+    uint64_t x = dkm_hash(init, kd * sizeof(float));
     h[0] = x, h[1] = ~x;
 }
 

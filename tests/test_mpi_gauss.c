@@ -551,9 +551,12 @@ static void bad_input(dk_context *ctx)
 /* The plugin mpiqueue on every rank: its communicator queues, so halos go
  * straight from the box and land in place, and dk_mpi_gauss_execute agrees
  * by a sum behind the data, as cuda with NCCL does. Every geometry against
- * the reference; then an execute_halo that fails on the last rank only. */
+ * the reference, every plan on the one communicator the context keeps (the
+ * plugin refuses a second); then an execute_halo that fails on the last
+ * rank only. */
 static void queued_path(void)
 {
+    setenv("DAKIT_TEST_QUEUE_ONE_COMM", "1", 1);
     dk_context *q = NULL;
     dk_status st = open_test_plugin("mpiqueue", &q);
     if (!all_ranks(st == DK_OK)) {
@@ -634,6 +637,7 @@ static void queued_path(void)
     dk_mpi_plan_destroy(plan);
     free(x), free(in), free(r0), free(r1);
     dk_context_destroy(q);
+    unsetenv("DAKIT_TEST_QUEUE_ONE_COMM");
 }
 
 int main(int argc, char **argv)

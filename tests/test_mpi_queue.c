@@ -7,7 +7,10 @@
  * data) runs without a GPU. Its filter is the K-iterated rf pair of
  * docs/plugins.md, a line at a time; execute_halo fails (simulated) while
  * DAKIT_TEST_QUEUE_FAIL is set in the process, to show that failure come
- * back as one status on every rank without a round trip of its own. */
+ * back as one status on every rank without a round trip of its own.
+ * While DAKIT_TEST_QUEUE_ONE_COMM is set it refuses a second communicator
+ * in the process: later plans over the same ranks must reuse the one the
+ * context keeps. */
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -44,12 +47,19 @@ static dk_status q_create(void *device, const void *id, int nranks, int rank, vo
     int size, me;
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    static int made;
+    if (made && getenv("DAKIT_TEST_QUEUE_ONE_COMM")) {
+        dk_msg_set(msg, "mpiqueue: communicator %d of this process asked for (DAKIT_TEST_QUEUE_ONE_COMM: one is kept)",
+                   made + 1);
+        return DK_ERR_BACKEND;
+    }
     MPI_Comm *c = malloc(sizeof *c);
     if (!c || size != nranks || me != rank) {
         free(c);
         dk_msg_set(msg, "mpiqueue: communicators other than MPI_COMM_WORLD are not offered");
         return DK_ERR_NOT_IMPLEMENTED;
     }
+    made++;
     MPI_Comm_dup(MPI_COMM_WORLD, c);
     *comm = c;
     return DK_OK;
