@@ -333,3 +333,29 @@ DK_API dk_status dk_buffer_copy_box(dk_buffer *dst, const dk_buffer *src, const 
     dk_device_leave(ctx);
     return st == DK_OK ? DK_OK : dk_fail_msg(ctx, st, &msg, "copying a box between device buffers");
 }
+
+DK_API int dk_context_defer_begin(dk_context *ctx)
+{
+    const dk_plugin *p = ctx ? ctx->backend->plugin : NULL;
+    if (!p || !p->device_set_queue || !p->device_wait || !p->device_native)
+        return 0;
+    dk_msg msg = {{0}};
+    dk_device_enter(ctx);
+    void *queue = ctx->queue;
+    dk_native native = {0};
+    if (!queue && p->device_native(ctx->device, &native, &msg) == DK_OK)
+        queue = native.queue;
+    dk_status st = queue ? p->device_set_queue(ctx->device, queue, DK_QUEUE_ASYNC, &msg) : DK_ERR_NOT_IMPLEMENTED;
+    dk_device_leave(ctx);
+    return st == DK_OK;
+}
+
+DK_API void dk_context_defer_end(dk_context *ctx)
+{
+    const dk_plugin *p = ctx->backend->plugin;
+    dk_msg msg = {{0}};
+    dk_device_enter(ctx);
+    /* setting back what was set before cannot fail on the way taken */
+    (void)p->device_set_queue(ctx->device, ctx->queue, ctx->queue_flags, &msg);
+    dk_device_leave(ctx);
+}

@@ -59,6 +59,16 @@ dk_status dk_comm_all_reduce_sum_queued(dk_comm *comm, dk_buffer *buf, size_t of
 dk_status dk_comm_exchange_queued(dk_comm *comm, const dk_comm_move *moves, int n);
 dk_status dk_comm_wait(dk_comm *comm);
 
+/* For the length of one distributed call: the context's calls whose
+ * results lie in device buffers return once queued (DK_QUEUE_ASYNC on the
+ * caller's queue, or on the context's own where the caller set none), so
+ * that the layer's phases and collectives follow each other on the device
+ * without the host waiting between them; the layer waits once at the end
+ * (dk_comm_wait). Returns 0 where the backend cannot take a queue (nothing
+ * changed). dk_context_defer_end puts the caller's setting back. */
+int dk_context_defer_begin(dk_context *ctx);
+void dk_context_defer_end(dk_context *ctx);
+
 /* Copies a box between two buffers of one context on the device
  * (dk_box_copy in dakit/plugin.h); dst and src distinct.
  * DK_ERR_NOT_IMPLEMENTED where the plugin has no buffer_copy_box. */

@@ -123,6 +123,8 @@ DK_API dk_status dk_context_set_queue(dk_context *ctx, void *queue, unsigned fla
     dk_msg msg = {{0}};
     dk_device_enter(ctx);
     dk_status st = p->device_set_queue(ctx->device, queue, queue ? flags : 0, &msg);
+    if (st == DK_OK)
+        ctx->queue = queue, ctx->queue_flags = queue ? flags : 0;
     dk_device_leave(ctx);
     return st == DK_OK ? DK_OK : dk_fail_msg(ctx, st, &msg, "taking the caller's queue");
 }

@@ -43,6 +43,8 @@ struct dk_context {
     uint64_t id;          /* unique per process: keys each thread's last error */
     pthread_mutex_t lock; /* held around every call into the plugin */
     struct dk_comm *kept; /* communicators kept for later plans (core/comm.c) */
+    void *queue;          /* dk_context_set_queue's, and its flags */
+    unsigned queue_flags;
 };
 
 /* Releases the communicators the context keeps (dk_context_destroy). */

@@ -813,6 +813,11 @@ static dk_status cov(dk_mpi_plan *p, const dk_buffer *e_local, dk_buffer *pht_lo
      * terms of HPHT; a rank that failed still exchanges (its scratch) */
     int ok = o->status == DK_OK;
     dk_buffer *win = e->dwin ? e->dwin : (dk_buffer *)e_local;
+    /* where the collectives queue, the phases follow each other on the
+     * device and finish's wait is the call's only one (under profile each
+     * phase ends with its wait, so that the reduction's is its own) */
+    dk_comm *dev = dkm_device_comm(p);
+    int deferred = !p->profile && dev && dk_comm_can_queue(dev) && dk_context_defer_begin(p->ctx);
     exchange(p, 0, ok ? e_local : NULL, win, e->dsend, e->drecv, o);
     if (o->status == DK_OK && e->own_count)
         note_ctx(p, o, dk_enkf_cov_rows(e->plan, win, &e->own_in_win, pht_local, e->dred, 1, NULL));
@@ -830,6 +835,8 @@ static dk_status cov(dk_mpi_plan *p, const dk_buffer *e_local, dk_buffer *pht_lo
                          .dst_shape = {1, 1, M * M}};
         note_ctx(p, o, dk_buffer_copy_box(hpht, e->dred, &c));
     }
+    if (deferred)
+        dk_context_defer_end(p->ctx);
     double failures = finish(p, e->dred, e->dtype, queued, head, 1, o);
     e->red_dirty = failures != 0;
     if (failures != 0 || o->status != DK_OK)

@@ -165,7 +165,6 @@ void dkm_gauss_plan_free(dk_mpi_plan *p)
     dk_buffer_destroy(p->drecv);
     dk_buffer_destroy(p->din);
     dk_buffer_destroy(p->dout);
-    dk_buffer_destroy(p->dstatus);
     free(p->work);
     free(p->ext);
     free(p->sendbuf);
@@ -609,6 +608,9 @@ static dk_status execute_host_on_device(dk_mpi_plan *p, const void *in, void *ou
     if (o->status == DK_OK && bytes && (st = dk_buffer_write(p->din, in, bytes)) != DK_OK)
         dkm_note(o, st, "%s", dk_last_error(p->ctx));
     run_stages(p, p->din, p->dout, o);
+    dk_comm *dev = p->halo_path ? dkm_device_comm(p) : NULL;
+    if (dev && dk_comm_can_queue(dev) && (st = dk_comm_wait(dev)) != DK_OK) /* polled, with the time limit */
+        dkm_note(o, st, "%s", dk_last_error(p->ctx));
     if (o->status == DK_OK && bytes && (st = dk_buffer_read(p->dout, out, bytes)) != DK_OK)
         dkm_note(o, st, "%s", dk_last_error(p->ctx));
     return dkm_agree(p->comm, o, EXECUTE);
@@ -689,14 +691,6 @@ static dk_status device_setup(dk_mpi_plan *p, const char *what)
                  {&p->dsend, p->send_max}, {&p->drecv, p->recv_max}};
     for (int i = 0; i < 4 && o.status == DK_OK; i++) {
         dk_status st = dk_buffer_create(p->ctx, (want[i].count ? want[i].count : 1) * es, want[i].buf);
-        if (st != DK_OK)
-            dkm_note(&o, st, "%s", dk_last_error(p->ctx));
-    }
-    if (p->halo_path && o.status == DK_OK) {
-        /* the statuses the queued agreement sums (the host call's part on
-         * the device is made by that call: a caller with device buffers
-         * keeps its memory for a larger part) */
-        dk_status st = dk_buffer_create(p->ctx, (size_t)p->size * sizeof(double), &p->dstatus);
         if (st != DK_OK)
             dkm_note(&o, st, "%s", dk_last_error(p->ctx));
     }
@@ -855,6 +849,11 @@ static void exchange_halos(dk_mpi_plan *p, const dkm_stage *s, const dk_buffer *
  * read in), and through the scratch where it is last and reads out. */
 static void run_stages(dk_mpi_plan *p, const dk_buffer *in, dk_buffer *out, dkm_outcome *o)
 {
+    /* where the collectives queue, the stages follow each other on the
+     * device: the caller's wait (the agreement's, or the read's) is the
+     * only one */
+    dk_comm *dev = p->halo_path ? dkm_device_comm(p) : NULL;
+    int deferred = dev && dk_comm_can_queue(dev) && dk_context_defer_begin(p->ctx);
     const dk_buffer *cur = o->status == DK_OK ? in : p->dwork;
     for (int s = 0; s < p->nstages; s++) {
         dkm_stage *sg = &p->stages[s];
@@ -892,53 +891,27 @@ static void run_stages(dk_mpi_plan *p, const dk_buffer *in, dk_buffer *out, dkm_
         if (st != DK_OK)
             dkm_note(o, st, "%s", dk_last_error(p->ctx));
     }
+    if (deferred)
+        dk_context_defer_end(p->ctx);
 }
 
-/* The outcome agreed without an MPI round trip where the exchanges run on a
- * device communicator that queues: each rank's status in its slot of a
- * vector summed on the device queue behind the data, read back with the
- * wait that ends the call anyway; only when a rank failed do the ranks
- * agree over MPI on its sentence. A rank that never reaches the sum makes the
- * others' wait end at the communicator's time limit (aborted), so no rank
- * hangs. Elsewhere, dkm_agree. */
+/* The outcome agreed where the exchanges run on a device communicator that
+ * queues: the stages are all queued by now and the device is still at
+ * work, so the ranks' one-integer MPI_Allreduce (dkm_agree) costs the call
+ * nothing while the host would wait for the device anyway; then the wait.
+ * A failure the wait finds (the device's, or NCCL's, which aborts the
+ * communicator so that no peer waits past its time limit) is this rank's
+ * own. Elsewhere, dkm_agree after the work. */
 static dk_status agree_queued(dk_mpi_plan *p, const dkm_outcome *o, const char *what)
 {
-    dk_comm *dev = p->halo_path && p->dstatus ? dkm_device_comm(p) : NULL;
+    dk_comm *dev = p->halo_path ? dkm_device_comm(p) : NULL;
     if (!dev || !dk_comm_can_queue(dev))
         return dkm_agree(p->comm, o, what);
-    double *v = calloc((size_t)p->size, sizeof *v);
-    if (!v)
-        return dkm_fail(DK_ERR_OUT_OF_MEMORY, "%s: rank %d of %d: out of host memory", what, p->rank, p->size);
-    v[p->rank] = (double)o->status;
-    size_t bytes = (size_t)p->size * sizeof *v;
-    dk_status st = dk_buffer_write(p->dstatus, v, bytes);
-    dk_status sum, done = DK_OK;
-    /* the final wait is for the device's queue (the filtering with it), not
-     * communication; under profile the reduction is timed alone */
-    if (p->profile)
-        done = dk_comm_wait(dev);
-    DKM_COMM(p->comm, sum = dk_comm_all_reduce_sum_queued(dev, p->dstatus, 0, (size_t)p->size, DK_F64);
-             if (p->profile && sum == DK_OK) sum = dk_comm_wait(dev));
-    dk_status end = dk_comm_wait(dev);
-    if (done == DK_OK)
-        done = end;
-    if (st == DK_OK)
-        st = sum != DK_OK ? sum : done;
-    if (st == DK_OK)
-        st = dk_buffer_read(p->dstatus, v, bytes);
-    if (st != DK_OK) {
-        free(v);
-        return dkm_fail(st, "%s: rank %d of %d: %s", what, p->rank, p->size, dk_last_error(p->ctx));
-    }
-    int first = 0;
-    while (first < p->size && v[first] == 0.0)
-        first++;
-    dk_status agreed = first < p->size ? (dk_status)(int)v[first] : DK_OK;
-    free(v);
-    if (agreed == DK_OK)
-        return DK_OK;
-    /* a failure, off the hot path: every rank knows, so all ask for the sentence */
-    return dkm_agree(p->comm, o, what);
+    dk_status st = dkm_agree(p->comm, o, what);
+    dk_status done = dk_comm_wait(dev);
+    if (st == DK_OK && done != DK_OK)
+        st = dkm_fail(done, "%s: rank %d of %d: %s", what, p->rank, p->size, dk_last_error(p->ctx));
+    return st;
 }
 
 DK_MPI_API dk_status dk_mpi_gauss_execute(dk_mpi_plan *plan, const dk_buffer *in_local, dk_buffer *out_local)

@@ -122,7 +122,7 @@ struct dk_mpi_plan {
     struct dk_buffer *dwork, *dext, *dsend, *drecv;
     int halo_path;               /* gauss: split axes filtered with halos in place (no widened copy) */
     int profile;                 /* dk_mpi_plan_set_profile: queued collectives timed alone */
-    struct dk_buffer *din, *dout, *dstatus; /* the host call's part on the device; the queued agreement */
+    struct dk_buffer *din, *dout; /* the host call's part on the device */
     MPI_Request *requests;
     int nrequests;
     struct dkm_comm *xfer; /* how reductions cross ranks (distributed/comm.c); NULL: MPI */

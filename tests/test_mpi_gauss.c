@@ -550,7 +550,7 @@ static void bad_input(dk_context *ctx)
 
 /* The plugin mpiqueue on every rank: its communicator queues, so halos go
  * straight from the box and land in place, and dk_mpi_gauss_execute agrees
- * by a sum behind the data, as cuda with NCCL does. Every geometry against
+ * while the queued work runs, as cuda with NCCL does. Every geometry against
  * the reference, every plan on the one communicator the context keeps (the
  * plugin refuses a second); then an execute_halo that fails on the last
  * rank only. */
@@ -621,7 +621,7 @@ static void queued_path(void)
                        (rank != size - 1 || strstr(dk_mpi_last_error(), "(simulated)"))) &&
              r[0] == ~r[1];
         if (rank == 0)
-            printf("%-4s execute_halo failing on the last rank, agreed behind the data: every rank: %s: %s\n",
+            printf("%-4s execute_halo failing on the last rank, agreed while queued: every rank: %s: %s\n",
                    ok ? "ok" : "FAIL", dk_status_string(st), dk_mpi_last_error());
         else if (!ok)
             fprintf(stderr, "rank %d: %s: %s\n", rank, dk_status_string(st), dk_mpi_last_error());

@@ -3,11 +3,11 @@
  * queued collective runs at once, and wait has nothing left to wait for),
  * and gauss rf with execute_halo: the distributed test gives it to every
  * rank so that the path a GPU takes with NCCL (sends straight from the
- * box, halos received in place, the outcome agreed by a sum behind the
- * data) runs without a GPU. Its filter is the K-iterated rf pair of
+ * box, halos received in place, the outcome agreed while the queued work
+ * runs) runs without a GPU. Its filter is the K-iterated rf pair of
  * docs/plugins.md, a line at a time; execute_halo fails (simulated) while
  * DAKIT_TEST_QUEUE_FAIL is set in the process, to show that failure come
- * back as one status on every rank without a round trip of its own.
+ * back as one status on every rank.
  * While DAKIT_TEST_QUEUE_ONE_COMM is set it refuses a second communicator
  * in the process: later plans over the same ranks must reuse the one the
  * context keeps. */

@@ -347,10 +347,14 @@ static dk_status cuda_buffer_copy(void *device, void *dst, const void *src, size
     dk_status st = check_size(d, bytes, "a copy", msg);
     if (st == DK_OK)
         st = check_size(s, bytes, "a copy", msg);
-    if (st != DK_OK || d->ptr == s->ptr)
+    if (st != DK_OK || d->ptr == s->ptr || bytes == 0)
         return st;
-    return copy_sync((dk_cuda_device *)device, d->ptr, s->ptr, bytes, cudaMemcpyDeviceToDevice,
-                     "a device-to-device copy", msg);
+    dk_cuda_device *dev = (dk_cuda_device *)device;
+    if ((st = dk_cuda_enter(dev, msg)) != DK_OK)
+        return st;
+    /* its result lies in a device buffer: queued only, under DK_QUEUE_ASYNC */
+    CUDA_TRY(cudaMemcpyAsync(d->ptr, s->ptr, bytes, cudaMemcpyDeviceToDevice, dev->stream), "a device-to-device copy");
+    return dk_cuda_finish(dev, "a device-to-device copy", msg);
 }
 
 /* One cudaMemcpy3DAsync: a C-order array is a pitched one whose pitch is
@@ -372,8 +376,7 @@ static dk_status cuda_buffer_copy_box(void *device, void *dst, const void *src, 
     p.extent = make_cudaExtent(b->count[2] * es, b->count[1], b->count[0]);
     p.kind = cudaMemcpyDeviceToDevice;
     CUDA_TRY(cudaMemcpy3DAsync(&p, dev->stream), "a box copy on the device");
-    CUDA_TRY(cudaStreamSynchronize(dev->stream), "a box copy on the device");
-    return DK_OK;
+    return dk_cuda_finish(dev, "a box copy on the device", msg);
 }
 
 extern "C" const dk_enkf_ops dk_cuda_enkf_ops;     /* enkf/plan.cu */

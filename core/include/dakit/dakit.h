@@ -104,7 +104,8 @@ dk_status dk_context_native(dk_context *ctx, dk_native *native);
  * (cl_command_queue of the context's cl_context, from dk_context_native):
  * every later call waits on the device for the work queued there before it,
  * without the host waiting. With DK_QUEUE_ASYNC, the calls whose results all
- * lie in device buffers (dk_gauss_execute, dk_enkf_cov) return once their
+ * lie in device buffers (dk_gauss_execute, dk_enkf_cov, dk_buffer_copy on
+ * cuda) return once their
  * work is queued, and work queued on `queue` after them runs after them;
  * dk_context_wait waits on the host. Every other call, and every _host
  * call, still returns when its work is done. queue NULL: back to the
