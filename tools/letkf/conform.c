@@ -468,6 +468,106 @@ done:
     free(xa), free(nobs), free(spread);
 }
 
+#ifdef DK_TOOLS_MPI
+#include <dakit/mpi.h>
+
+/* Each rank a contiguous range of the points and another of the
+ * observations (dk_mpi_letkf_plan_create gathers the observations within
+ * the radius of its points), executed twice on one plan (other
+ * observations, then the case's), in place where the case is; its rows
+ * checked as letkf_run checks them. The layer sums each point's
+ * observations in the single process's order, so the tolerance is the
+ * same. */
+static int letkf_run_ranks(dk_context *ctx, const char *variant, int i, conform_result *r)
+{
+    const letkf_case *c = &cases[i];
+    const prepared_case *p = &prepared[i];
+    r->error = INFINITY;
+    r->tolerance = c->dtype == DK_F64 ? 1e-10 : 0x1p-23 + 1e-10;
+    r->passed = 0;
+    if (c->wstride) {
+        snprintf(r->detail, sizeof r->detail, "weight interpolation runs in one process");
+        return 1;
+    }
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    const size_t k = c->k, w = dk_dtype_size(c->dtype), ncol = (size_t)columns(c);
+    dk_mpi_part pts, obs;
+    size_t n = c->n, m = c->m;
+    dk_mpi_plan *plan = NULL;
+    void *xa = NULL;
+    int32_t *nobs = NULL;
+    double *spread = NULL;
+    r->detail[0] = '\0';
+    if (dk_mpi_decompose(MPI_COMM_WORLD, 1, &n, NULL, &pts) != DK_OK ||
+        dk_mpi_decompose(MPI_COMM_WORLD, 1, &m, NULL, &obs) != DK_OK) {
+        snprintf(r->detail, sizeof r->detail, "%s", dk_mpi_last_error());
+        goto done;
+    }
+    const size_t p0 = pts.offset[0], np = pts.extent[0], o0 = obs.offset[0], mo = obs.extent[0];
+    dk_letkf_desc d = p->desc;
+    d.variant = variant;
+    d.n = np;
+    d.grid_coords = p->grid + p0 * ncol;
+    d.m = mo;
+    d.obs_coords = p->obs + o0 * ncol;
+    xa = malloc(np * k * w + 1);
+    nobs = c->diagnostics ? malloc(np * sizeof *nobs + 1) : NULL;
+    spread = c->diagnostics ? malloc(np * sizeof *spread + 1) : NULL;
+    if (!xa || (c->diagnostics && (!nobs || !spread))) {
+        snprintf(r->detail, sizeof r->detail, "rank %d: out of host memory", rank);
+        goto done;
+    }
+    const char *xb = (const char *)p->xb + p0 * k * w, *yb = (const char *)p->yb + o0 * k * w;
+    memcpy(xa, xb, np * k * w);
+    if (dk_mpi_letkf_plan_create(ctx, MPI_COMM_WORLD, &d, &plan) != DK_OK ||
+        dk_mpi_letkf_execute_host(plan, c->in_place ? xa : xb, yb, p->yo + o0, p->r + o0, xa, nobs, spread) !=
+            DK_OK) {
+        snprintf(r->detail, sizeof r->detail, "%s", dk_mpi_last_error());
+        goto done;
+    }
+    memcpy(xa, xb, np * k * w);
+    if (dk_mpi_letkf_execute_host(plan, c->in_place ? xa : xb, yb, p->yo + o0, p->r + o0, xa, nobs, spread) !=
+        DK_OK) {
+        snprintf(r->detail, sizeof r->detail, "%s", dk_mpi_last_error());
+        goto done;
+    }
+    double err = 0;
+    size_t worst = 0, nobs_wrong = 0;
+    for (size_t a = 0; a < np; a++) {
+        const size_t g = p0 + a;
+        for (size_t l = 0; l < k; l++) {
+            double e = fabs(get(xa, c->dtype, a * k + l) - get(p->ref, c->dtype, g * k + l)) / p->scale[g];
+            if (!(e <= err)) {
+                err = isnan(e) ? INFINITY : e;
+                worst = g;
+            }
+        }
+        if (spread) {
+            double e = fabs(spread[a] - p->ref_spread[g]) / p->scale[g];
+            if (!(e <= err)) {
+                err = isnan(e) ? INFINITY : e;
+                worst = g;
+            }
+        }
+        nobs_wrong += nobs && nobs[a] != p->ref_nobs[g];
+    }
+    r->error = err;
+    r->passed = err <= r->tolerance && !nobs_wrong;
+    if (nobs_wrong)
+        snprintf(r->detail, sizeof r->detail, "rank %d: observations used differ at %zu of its points", rank,
+                 nobs_wrong);
+    else
+        snprintf(r->detail, sizeof r->detail, "rank %d: worst at point %zu (points [%zu, %zu), observations [%zu, "
+                 "%zu))", rank, worst, p0, p0 + np, o0, o0 + mo);
+done:
+    dk_mpi_plan_destroy(plan);
+    free(xa), free(nobs), free(spread);
+    conform_ranks_agree(r);
+    return 0;
+}
+#endif
+
 const conform_suite conform_letkf = {
     .algo = "letkf",
     .measure = "max|Xa-ref|/max(|Xb|,|ref|) per point",
@@ -478,4 +578,7 @@ const conform_suite conform_letkf = {
     .prepare = letkf_prepare,
     .run = letkf_run,
     .release = letkf_release,
+#ifdef DK_TOOLS_MPI
+    .run_ranks = letkf_run_ranks,
+#endif
 };
