@@ -117,6 +117,15 @@ static int unkeep_locked(dk_comm *comm)
     return 0;
 }
 
+/* With the device lock held, after a collective on comm failed in the
+ * plugin (which may have aborted it): no later plan is offered comm; its
+ * holders keep theirs. */
+static void failed_locked(dk_comm *comm, dk_status st)
+{
+    if (st != DK_OK && unkeep_locked(comm))
+        comm->refs--; /* the context's; a caller holds another */
+}
+
 DK_API void dk_comm_destroy(dk_comm *comm)
 {
     if (!comm)
@@ -213,6 +222,7 @@ static dk_status all_reduce(dk_comm *comm, dk_buffer *buf, size_t offset, size_t
     dk_status st = queued ? q->all_reduce_sum(ctx->device, comm->handle, buf->handle, offset, count, dtype, &msg)
                           : ops_of(ctx)->all_reduce_sum(ctx->device, comm->handle, buf->handle, offset, count,
                                                         dtype, &msg);
+    failed_locked(comm, st);
     dk_device_leave(ctx);
     return st == DK_OK ? DK_OK : dk_fail_msg(ctx, st, &msg, "a device all-reduce");
 }
@@ -257,6 +267,7 @@ static dk_status exchange(dk_comm *comm, const dk_comm_move *moves, int n, int q
     dk_device_enter(ctx);
     dk_status st = queued ? q->exchange(ctx->device, comm->handle, t, n, &msg)
                           : ops_of(ctx)->exchange(ctx->device, comm->handle, t, n, &msg);
+    failed_locked(comm, st);
     dk_device_leave(ctx);
     free(t);
     return st == DK_OK ? DK_OK : dk_fail_msg(ctx, st, &msg, "a device exchange");
@@ -288,6 +299,7 @@ DK_API dk_status dk_comm_wait(dk_comm *comm)
     dk_msg msg = {{0}};
     dk_device_enter(ctx);
     dk_status st = q->wait(ctx->device, comm->handle, &msg);
+    failed_locked(comm, st);
     dk_device_leave(ctx);
     return st == DK_OK ? DK_OK : dk_fail_msg(ctx, st, &msg, "waiting for queued collectives");
 }

@@ -40,7 +40,9 @@ void dk_comm_destroy(dk_comm *comm);
  * making, the same on every rank), dk_comm_find returns a new reference to
  * the one kept under key with nranks and rank, and its tag (NULL: none),
  * and dk_comm_discard lets go of comm's kept place (after a failure) and
- * drops the caller's reference. dk_context_destroy drops the context's. */
+ * drops the caller's reference. A collective or wait that fails in the
+ * plugin lets go of the kept place too. dk_context_destroy drops the
+ * context's. */
 void dk_comm_keep(dk_comm *comm, const char *key, uint64_t tag);
 dk_comm *dk_comm_find(dk_context *ctx, const char *key, int nranks, int rank, uint64_t *tag);
 void dk_comm_discard(dk_comm *comm);

@@ -631,6 +631,24 @@ static void queued_path(void)
         if (rank == 0)
             printf("%-4s the next execute: the same bits as before the failure\n", ok ? "ok" : "FAIL");
         failures += !ok;
+
+        /* an exchange that fails aborts the communicator: the plan fails on
+         * every rank, and a later plan gets a new communicator rather than
+         * the aborted one the context kept */
+        setenv("DAKIT_TEST_QUEUE_COMM_FAIL", "1", 1);
+        st = dk_mpi_gauss_execute(plan, bin, bout);
+        unsetenv("DAKIT_TEST_QUEUE_COMM_FAIL");
+        ok = all_ranks(st == DK_ERR_BACKEND && strstr(dk_mpi_last_error(), "(simulated)"));
+        dk_mpi_plan *again = NULL;
+        unsetenv("DAKIT_TEST_QUEUE_ONE_COMM");
+        dk_status made = dk_mpi_gauss_plan_create(q, MPI_COMM_WORLD, &d, &part, &again);
+        st = made == DK_OK ? dk_mpi_gauss_execute(again, bin, bout) : made;
+        ok = all_ranks(ok && st == DK_OK && dk_buffer_read(bout, r1, bytes) == DK_OK && !memcmp(r0, r1, bytes));
+        if (rank == 0)
+            printf("%-4s an exchange failing on every rank aborts the communicator; a new plan gets a new one: %s\n",
+                   ok ? "ok" : "FAIL", st == DK_OK ? "the same bits" : dk_mpi_last_error());
+        failures += !ok;
+        dk_mpi_plan_destroy(again);
     }
     dk_buffer_destroy(bin);
     dk_buffer_destroy(bout);

@@ -8,6 +8,8 @@
  * docs/plugins.md, a line at a time; execute_halo fails (simulated) while
  * DAKIT_TEST_QUEUE_FAIL is set in the process, to show that failure come
  * back as one status on every rank.
+ * While DAKIT_TEST_QUEUE_COMM_FAIL is set its exchanges fail and abort the
+ * communicator (every later collective on it fails too, as on NCCL).
  * While DAKIT_TEST_QUEUE_ONE_COMM is set it refuses a second communicator
  * in the process: later plans over the same ranks must reuse the one the
  * context keeps. */
@@ -38,8 +40,15 @@ static dk_status q_make_id(void *device, void *id, dk_msg *msg)
     return DK_OK;
 }
 
+/* A communicator: MPI_COMM_WORLD duplicated for the plugin's own
+ * messages, and whether a collective on it failed. */
+typedef struct qcomm {
+    MPI_Comm comm;
+    int failed;
+} qcomm;
+
 /* The layer calls it on every rank of the plan's communicator: in the test
- * that is MPI_COMM_WORLD, duplicated here for the plugin's own messages. */
+ * that is MPI_COMM_WORLD. */
 static dk_status q_create(void *device, const void *id, int nranks, int rank, void **comm, dk_msg *msg)
 {
     (void)device;
@@ -53,14 +62,14 @@ static dk_status q_create(void *device, const void *id, int nranks, int rank, vo
                    made + 1);
         return DK_ERR_BACKEND;
     }
-    MPI_Comm *c = malloc(sizeof *c);
+    qcomm *c = calloc(1, sizeof *c);
     if (!c || size != nranks || me != rank) {
         free(c);
         dk_msg_set(msg, "mpiqueue: communicators other than MPI_COMM_WORLD are not offered");
         return DK_ERR_NOT_IMPLEMENTED;
     }
     made++;
-    MPI_Comm_dup(MPI_COMM_WORLD, c);
+    MPI_Comm_dup(MPI_COMM_WORLD, &c->comm);
     *comm = c;
     return DK_OK;
 }
@@ -69,25 +78,43 @@ static void q_destroy(void *device, void *comm)
 {
     (void)device;
     if (comm) {
-        MPI_Comm_free((MPI_Comm *)comm);
+        MPI_Comm_free(&((qcomm *)comm)->comm);
         free(comm);
     }
+}
+
+/* A communicator that failed stays failed, as NCCL's aborted ones do. */
+static int q_failed(qcomm *c, dk_msg *msg)
+{
+    if (c->failed)
+        dk_msg_set(msg, "mpiqueue: this communicator was aborted by an earlier failure");
+    return c->failed;
 }
 
 static dk_status q_all_reduce(void *device, void *comm, void *buffer, size_t offset, size_t count, dk_dtype dtype,
                               dk_msg *msg)
 {
     (void)device;
-    (void)msg;
+    qcomm *c = comm;
+    if (q_failed(c, msg))
+        return DK_ERR_BACKEND;
     size_t es = dtype == DK_F64 ? 8 : 4;
     MPI_Allreduce(MPI_IN_PLACE, (char *)buffer + offset * es, (int)count, dtype == DK_F64 ? MPI_DOUBLE : MPI_FLOAT,
-                  MPI_SUM, *(MPI_Comm *)comm);
+                  MPI_SUM, c->comm);
     return DK_OK;
 }
 
 static dk_status q_exchange(void *device, void *comm, const dk_comm_transfer *t, int n, dk_msg *msg)
 {
     (void)device;
+    qcomm *c = comm;
+    if (q_failed(c, msg))
+        return DK_ERR_BACKEND;
+    if (getenv("DAKIT_TEST_QUEUE_COMM_FAIL")) {
+        c->failed = 1;
+        dk_msg_set(msg, "mpiqueue: the exchange failed (simulated); the communicator is aborted");
+        return DK_ERR_BACKEND;
+    }
     MPI_Request *r = malloc((size_t)(n + 1) * sizeof *r);
     if (!r) {
         dk_msg_set(msg, "mpiqueue: out of host memory");
@@ -96,9 +123,9 @@ static dk_status q_exchange(void *device, void *comm, const dk_comm_transfer *t,
     for (int k = 0; k < n; k++) {
         char *at = (char *)t[k].buffer + t[k].offset;
         if (t[k].recv)
-            MPI_Irecv(at, (int)t[k].bytes, MPI_BYTE, t[k].peer, 0, *(MPI_Comm *)comm, &r[k]);
+            MPI_Irecv(at, (int)t[k].bytes, MPI_BYTE, t[k].peer, 0, c->comm, &r[k]);
         else
-            MPI_Isend(at, (int)t[k].bytes, MPI_BYTE, t[k].peer, 0, *(MPI_Comm *)comm, &r[k]);
+            MPI_Isend(at, (int)t[k].bytes, MPI_BYTE, t[k].peer, 0, c->comm, &r[k]);
     }
     MPI_Waitall(n, r, MPI_STATUSES_IGNORE);
     free(r);
