@@ -82,7 +82,7 @@ uint64_t dkm_hash(const void *bytes, size_t n)
 static void ranks_key(const dk_mpi_plan *p, char key[DK_COMM_KEY_LEN])
 {
     MPI_Group mine, world;
-    int *r = malloc(2 * (size_t)p->size * sizeof *r);
+    int *r = malloc(2 * (size_t)p->size * sizeof *r), size = r ? p->size : -1;
     uint64_t h = 0;
     if (r) {
         MPI_Comm_group(p->comm, &mine);
@@ -95,7 +95,7 @@ static void ranks_key(const dk_mpi_plan *p, char key[DK_COMM_KEY_LEN])
         MPI_Group_free(&world);
     }
     free(r);
-    snprintf(key, DK_COMM_KEY_LEN, "mpi:%d:%016llx", r ? p->size : -1, (unsigned long long)h);
+    snprintf(key, DK_COMM_KEY_LEN, "mpi:%d:%016llx", size, (unsigned long long)h); /* -1: out of host memory */
 }
 
 /* Every rank's kept communicator for these ranks, where every rank has
