@@ -259,8 +259,9 @@ typedef struct dk_plugin {
      * and the core refuses the rest with a sentence naming the backend. */
     unsigned gauss_features;
     /* Optional: copies a box between two buffers of the device (one call:
-     * cudaMemcpy3D, clEnqueueCopyBufferRect), finished when it returns; the
-     * buffers never overlap. libdakit-mpi needs it to exchange halos of
+     * cudaMemcpy3D, clEnqueueCopyBufferRect), finished when it returns
+     * (queued only under DK_QUEUE_ASYNC: device_set_queue); the buffers
+     * never overlap. libdakit-mpi needs it to exchange halos of
      * device buffers (dk_mpi_gauss_execute); NULL: it refuses them. */
     dk_status (*buffer_copy_box)(void *device, void *dst, const void *src, const dk_box_copy *box, dk_msg *msg);
     /* Optional: the local ensemble transform Kalman filter (dakit/letkf.h). */
