@@ -1,8 +1,10 @@
 /* libdakit-mpi: how a plan's data crosses ranks. Where every rank's
  * backend offers device-side communication (dk_comm_ops: the cuda plugin
- * through NCCL) on a device of its own, the plan gets one device
- * communicator, made collectively when the plan is created: rank 0 makes
- * the unique id, MPI_Bcast carries it, every rank joins. Elsewhere, and
+ * through NCCL) on a device of its own, the plan gets a device
+ * communicator when it is created: the one the context kept from an
+ * earlier plan over the same ranks, or a new one made collectively (rank 0
+ * makes the unique id, MPI_Bcast carries it, every rank joins), which the
+ * context then keeps (dk_comm_keep in core/comm.h). Elsewhere, and
  * whenever anything on the way fails, the plan stages through host memory
  * and MPI, as it always could. The knob DAKIT_MPI_COMM (docs/tuning.md)
  * forces either path.
