@@ -142,17 +142,12 @@ DK_API void dk_comm_keep(dk_comm *comm, const char *key, uint64_t tag)
         return;
     dk_context *ctx = comm->ctx;
     dk_device_enter(ctx);
-    for (dk_comm **at = &ctx->kept; *at;) {
-        dk_comm *c = *at;
-        if (c != comm && !strcmp(c->key, key)) {
-            *at = c->next;
-            c->next = NULL;
-            c->key[0] = '\0';
+    for (dk_comm *c = ctx->kept; c; c = c->next)
+        if (c != comm && !strcmp(c->key, key)) { /* at most one is kept under a key */
+            unkeep_locked(c);
             drop_locked(c);
-        } else {
-            at = &c->next;
+            break;
         }
-    }
     if (!unkeep_locked(comm))
         comm->refs++;
     snprintf(comm->key, sizeof comm->key, "%s", key);

@@ -251,6 +251,12 @@ dk_comm *dkm_device_comm(const dk_mpi_plan *p)
     return p && p->xfer ? p->xfer->dev : NULL;
 }
 
+int dkm_defer_begin(dk_mpi_plan *p)
+{
+    dk_comm *dev = dkm_device_comm(p);
+    return dev && dk_comm_can_queue(dev) && dk_context_defer_begin(p->ctx);
+}
+
 static void sum_host(dk_mpi_plan *p, double *buf, size_t n, int root)
 {
     for (size_t off = 0; off < n; off += CHUNK) {

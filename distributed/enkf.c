@@ -816,8 +816,7 @@ static dk_status cov(dk_mpi_plan *p, const dk_buffer *e_local, dk_buffer *pht_lo
     /* where the collectives queue, the phases follow each other on the
      * device and finish's wait is the call's only one (under profile each
      * phase ends with its wait, so that the reduction's is its own) */
-    dk_comm *dev = dkm_device_comm(p);
-    int deferred = !p->profile && dev && dk_comm_can_queue(dev) && dk_context_defer_begin(p->ctx);
+    int deferred = !p->profile && dkm_defer_begin(p);
     exchange(p, 0, ok ? e_local : NULL, win, e->dsend, e->drecv, o);
     if (o->status == DK_OK && e->own_count)
         note_ctx(p, o, dk_enkf_cov_rows(e->plan, win, &e->own_in_win, pht_local, e->dred, 1, NULL));

@@ -852,8 +852,7 @@ static void run_stages(dk_mpi_plan *p, const dk_buffer *in, dk_buffer *out, dkm_
     /* where the collectives queue, the stages follow each other on the
      * device: the caller's wait (the agreement's, or the read's) is the
      * only one */
-    dk_comm *dev = p->halo_path ? dkm_device_comm(p) : NULL;
-    int deferred = dev && dk_comm_can_queue(dev) && dk_context_defer_begin(p->ctx);
+    int deferred = p->halo_path && dkm_defer_begin(p);
     const dk_buffer *cur = o->status == DK_OK ? in : p->dwork;
     for (int s = 0; s < p->nstages; s++) {
         dkm_stage *sg = &p->stages[s];

@@ -142,6 +142,10 @@ void dkm_comm_setup(struct dk_mpi_plan *p, size_t max_doubles);
 void dkm_comm_free(struct dk_mpi_plan *p); /* local */
 /* The plan's device communicator, NULL where it stages through the host. */
 struct dk_comm *dkm_device_comm(const struct dk_mpi_plan *p);
+/* Where the plan's device communicator queues: the context's calls only
+ * queue their work until dk_context_defer_end (core/comm.h). Returns
+ * whether it did. */
+int dkm_defer_begin(struct dk_mpi_plan *p);
 /* Collective: sums n doubles over the ranks, in place, on the plan's device
  * communicator or through MPI; root < 0: the sum on every rank, else on
  * root (others' buf then unspecified). */
