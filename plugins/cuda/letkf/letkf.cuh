@@ -24,10 +24,14 @@
  *   syevj.cu    "syevj": k_points' selection and A, b for a batch of points
  *               written out, cuSOLVER's cusolverDnDsyevjBatched on the batch,
  *               then k_points' finish;
- *   warp.cu     "warp" (the default): one warp per
- *               point, k_warp_system (selection, A and b on the tensor
- *               cores, Householder tridiagonalization), k_warp_ql
- *               (warp_ql.cu: implicit QL, a thread per point), k_warp_finish.
+ *   warp.cu     "warp" (the default): one warp per point,
+ *               k_warp_system (selection, A and b on the tensor cores,
+ *               Householder tridiagonalization A = H T H^T), then
+ *               k_warp_rational (warp_rational.cu: A^-1 and A^-1/2 on the
+ *               point's vectors by shifted tridiagonal solves, a lane each,
+ *               then the finish); under weight interpolation k_warp_ql
+ *               (warp_ql.cu: implicit QL, a thread per point) and
+ *               k_warp_transforms instead.
  * plan.cu lists the variants, picks one, holds the plan and the ops table.
  * Every file is compiled without FMA contraction (-fmad=false; the products
  * that want it call fma()), so a weight is the host's bit for bit where the
@@ -154,7 +158,48 @@ static __device__ __forceinline__ void cap_by_rank(int t0, int step, int count, 
     }
 }
 
-/* the warp variant's (warp.cu, warp_ql.cu) */
+/* the warp variant's (warp.cu, warp_ql.cu, warp_rational.cu) */
+
+const unsigned FULL = 0xffffffffu;
+
+/* The sum over the warp, the same bits in every lane (the butterfly adds
+ * the same pair in each lane of a pair). */
+static __device__ __forceinline__ double warp_sum(double v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(FULL, v, o);
+    return v;
+}
+
+/* y <- H y = H_0 ... H_{k-3} y (shared), the reflectors as the batch keeps
+ * them (R: reflector j's v[r] at j * k + r for r > j + 1, tau_j at j * k + j) */
+static __device__ void warp_reflect(int k, const double *R, double *ys)
+{
+    const int lane = threadIdx.x & 31;
+    for (int j = k - 3; j >= 0; j--) {
+        const double tau = R[j * k + j];
+        if (tau == 0.0)
+            continue;
+        double sy = 0.0;
+        for (int r = j + 1 + lane; r < k; r += 32)
+            sy = fma(r == j + 1 ? 1.0 : R[j * k + r], ys[r], sy);
+        sy = warp_sum(sy) * tau;
+        for (int r = j + 1 + lane; r < k; r += 32)
+            ys[r] = fma(-sy, r == j + 1 ? 1.0 : R[j * k + r], ys[r]);
+        __syncwarp();
+    }
+}
+
+/* The shifted solves of warp_rational.cu: lanes 0 .. R_POLES - 1 each
+ * solve (T + shift) z = H^T x, the last lane (T + g) w = H^T b. */
+const int R_POLES = 31;
+/* sqrt((k - 1) / (g + T)) ~ scale I + sum_l weight[l] (T + shift[l])^-1
+ * for T's spectrum in [0, (kappa - 1) g] (kit/letkf/inv_sqrt_host.h, the
+ * shifts and weights scaled by g) */
+struct Rational {
+    double shift[R_POLES], weight[R_POLES];
+    double scale, kappa, error;
+};
 
 struct WArgs {
     dk_letkf_geometry geo;
@@ -179,7 +224,7 @@ struct WArgs {
     double *refl;
     /* k x batch each, slot fastest: T's diagonal and subdiagonal, H^T x (then G y), H^T b */
     double *td, *te, *tu, *tb;
-    double *xm, *xam; /* batch */
+    double *xm; /* batch: the points' background means */
     int32_t *failed;  /* batch: 1 where the jacobi kernel takes the point */
     /* the QL log, each slot's own run: logcap packed rotations (pack_rotation),
      * and sweepcap sweeps' rows (lo, hi: the rotations of rows hi - 1 down to lo) */
@@ -188,6 +233,7 @@ struct WArgs {
     int sweepcap;
     int32_t *nlog; /* batch x 2: the rotations and sweeps each slot's log holds */
     double *tout;  /* weight interpolation: the transforms (k x k a point), else NULL */
+    Rational rat;  /* an analysis's (tout NULL) shifted solves */
     int32_t *redo; /* n: points for the jacobi kernel */
     int *redo_count;
     int *overflow;
@@ -250,7 +296,7 @@ struct Plan {
     size_t abuf_bytes;
     int t_warps;   /* warps a block of k_warp_transforms */
     size_t t_smem; /* its shared memory a block */
-    double *d_wlrho, *d_wsrho, *d_refl, *d_td, *d_te, *d_tu, *d_tb, *d_wxm, *d_wxam, *d_lv;
+    double *d_wlrho, *d_wsrho, *d_refl, *d_td, *d_te, *d_tu, *d_tb, *d_wxm, *d_lv;
     uint8_t *d_li;
 };
 
@@ -279,6 +325,13 @@ template <typename T> dk_status run_warp(Plan *p, Args a, dk_msg *msg);
  * over the batch's count points */
 dk_status warp_ql_prepare(const WArgs &w, dk_msg *msg);
 dk_status launch_warp_ql(const WArgs &w, long long count, cudaStream_t sm, dk_msg *msg);
+
+/* warp_rational.cu: the shifts and weights for g (plan), k_warp_rational's
+ * shared-memory limit (before a run) and a launch over the batch's count
+ * points */
+void plan_rational(WArgs *w);
+template <typename T> dk_status warp_rational_prepare(const Plan *p, dk_msg *msg);
+template <typename T> dk_status launch_warp_rational(const Plan *p, const WArgs &w, long long count, dk_msg *msg);
 
 } // namespace dk_cuda_letkf
 

@@ -1,22 +1,23 @@
 /* dakit cuda plugin, letkf: the variant "warp", the default: one warp per
  * point, the eigenproblem by tridiagonalization and QL.
  *
- * A batch of points goes through three kernels:
- *   k_warp_system  one warp per point: the selection (ballot compaction in
- *                  the reference's order; the cap by rank), A and b (on the
- *                  float64 tensor cores, 8 x 8 tiles), the Householder
- *                  reduction A = H T H^T in the warp's shared memory, H^T x
- *                  and H^T b; T, those two vectors and the reflectors go to
- *                  the batch's arrays;
- *   k_warp_ql      (warp_ql.cu) one thread per point: implicit QL on T (T =
- *                  G L G^T), its rotations applied to the two vectors as
- *                  they come and logged; then xam, y = f(L) G^T H^T x and
- *                  G y by the log replayed backwards;
- *   k_warp_finish  one warp per point: a = H (G y), RTPP/RTPS, xa, spread.
- * An analysis needs only W x and x . w, so no eigenvector is formed; for
- * weight interpolation k_warp_transforms takes the finish's place and forms
- * the eigenvectors H G and the transform. A point whose QL does not converge
- * or outgrows its log is left to the jacobi kernel (MODE 0 over a list). */
+ * A batch of points goes through two kernels:
+ *   k_warp_system   one warp per point: the selection (ballot compaction in
+ *                   the reference's order; the cap by rank), A and b (on the
+ *                   float64 tensor cores, 8 x 8 tiles), the Householder
+ *                   reduction A = H T H^T in the warp's shared memory, H^T x
+ *                   and H^T b; T, those two vectors and the reflectors go to
+ *                   the batch's arrays;
+ *   k_warp_rational (warp_rational.cu) one warp per point: x . (g + T)^-1
+ *                   H^T b and sqrt((k - 1) / (g + T)) H^T x by shifted
+ *                   tridiagonal solves, a lane each; then H, RTPP/RTPS, xa,
+ *                   spread.
+ * An analysis needs only W x and x . w, so no eigenvector is formed. Weight
+ * interpolation needs the transforms themselves: there k_warp_ql (warp_ql.cu,
+ * a thread per point: implicit QL on T = G L G^T, its rotations logged) and
+ * k_warp_transforms (the eigenvectors H G and the transform) follow the
+ * system kernel instead. A point the solves cannot take or whose QL does not
+ * converge is left to the jacobi kernel (MODE 0 over a list). */
 #include "letkf.cuh"
 
 using namespace dk_cuda_letkf;
@@ -24,16 +25,6 @@ using namespace dk_cuda_letkf;
 namespace {
 
 const int W_WARPS = 2;   /* warps a block of the warp kernels */
-const unsigned FULL = 0xffffffffu;
-
-/* The sum over the warp, the same bits in every lane (the butterfly adds
- * the same pair in each lane of a pair). */
-__device__ __forceinline__ double warp_sum(double v)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(FULL, v, o);
-    return v;
-}
 
 /* Per-warp shared memory, in doubles then ints. */
 struct WLayout {
@@ -475,24 +466,6 @@ template <typename T> const void *warp_system_of(int t8)
     }
 }
 
-/* y <- H y = H_0 ... H_{k-3} y (shared), the reflectors as the batch keeps them (R) */
-__device__ void warp_reflect(int k, const double *R, double *ys)
-{
-    const int lane = threadIdx.x & 31;
-    for (int j = k - 3; j >= 0; j--) {
-        const double tau = R[j * k + j];
-        if (tau == 0.0)
-            continue;
-        double sy = 0.0;
-        for (int r = j + 1 + lane; r < k; r += 32)
-            sy = fma(r == j + 1 ? 1.0 : R[j * k + r], ys[r], sy);
-        sy = warp_sum(sy) * tau;
-        for (int r = j + 1 + lane; r < k; r += 32)
-            ys[r] = fma(-sy, r == j + 1 ? 1.0 : R[j * k + r], ys[r]);
-        __syncwarp();
-    }
-}
-
 /* Shared doubles a warp of k_warp_transforms: V (k columns of k + 1), w and the factors. */
 __host__ __device__ inline int transforms_doubles(int k) { return k * (k + 1) + 2 * k; }
 
@@ -597,58 +570,6 @@ __global__ void __launch_bounds__(W_WARPS * 32) k_warp_transforms(WArgs a)
     }
 }
 
-template <typename T> __global__ void __launch_bounds__(W_WARPS * 32) k_warp_finish(WArgs a)
-{
-    __shared__ double sh[W_WARPS][2][MAX_K];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x / 32, k = a.k;
-    double *ys = sh[warp][0], *xs = sh[warp][1];
-    const long long gw = (long long)blockIdx.x * W_WARPS + warp, nw = (long long)gridDim.x * W_WARPS;
-    const long long cnt = a.i1 - a.i0;
-    const T *xb = (const T *)a.xb;
-    T *xa = (T *)a.xa;
-    for (long long s = gw; s < cnt; s += nw) {
-        if (a.failed[s])
-            continue;
-        const long long i = a.i0 + s;
-        const double xm = a.xm[s], xam = a.xam[s];
-        const double *R = a.refl + s * k * k;
-        for (int l = lane; l < k; l += 32) {
-            ys[l] = a.tu[wslot(s, k) + l * WS];
-            xs[l] = (double)xb[i * k + l] - xm;
-        }
-        __syncwarp();
-        warp_reflect(k, R, ys);
-        double sb = 0.0, sa = 0.0;
-        for (int l = lane; l < k; l += 32) {
-            double v = ys[l];
-            if (a.rtpp > 0.0)
-                v = (1.0 - a.rtpp) * v + a.rtpp * xs[l];
-            ys[l] = v;
-            sb = fma(xs[l], xs[l], sb);
-            sa = fma(v, v, sa);
-        }
-        sb = sqrt(warp_sum(sb) / (k - 1));
-        sa = sqrt(warp_sum(sa) / (k - 1));
-        const double factor = a.rtps > 0.0 && sa > 0.0 ? 1.0 + a.rtps * (sb - sa) / sa : 1.0;
-        double mean = 0.0;
-        for (int l = lane; l < k; l += 32) {
-            double v = xam + factor * ys[l];
-            ys[l] = v;
-            mean += v;
-        }
-        mean = warp_sum(mean) / k;
-        double sp = 0.0;
-        for (int l = lane; l < k; l += 32)
-            sp += (ys[l] - mean) * (ys[l] - mean);
-        sp = warp_sum(sp);
-        if (lane == 0 && a.spread)
-            a.spread[i] = sqrt(sp / (k - 1));
-        for (int l = lane; l < k; l += 32)
-            xa[i * k + l] = (T)ys[l];
-        __syncwarp();
-    }
-}
-
 } // namespace
 
 namespace dk_cuda_letkf {
@@ -671,6 +592,7 @@ dk_status plan_warp(Plan *p, dk_msg *msg)
     w.k = k, w.kp = (k + 7) / 8 * 8, w.ld = w.kp + 1, w.cap = a.cap;
     w.lcap = a.lcap, w.scap = a.scap > 0 ? a.scap : 1;
     w.g = a.g, w.rtpp = a.rtpp, w.rtps = a.rtps;
+    plan_rational(&w);
     w.overflow = p->d_overflow;
     w.redo_count = p->d_overflow + 3;
     /* a QL iteration for eigenvalue l rotates at most k - 1 - l times; about k^2 / 2 in all is usual */
@@ -724,7 +646,6 @@ dk_status plan_warp(Plan *p, dk_msg *msg)
     CUDA_TRY(cudaMalloc((void **)&p->d_tu, bk * sizeof(double)), "the letkf warp batch");
     CUDA_TRY(cudaMalloc((void **)&p->d_tb, bk * sizeof(double)), "the letkf warp batch");
     CUDA_TRY(cudaMalloc((void **)&p->d_wxm, (size_t)batch * sizeof(double)), "the letkf warp batch");
-    CUDA_TRY(cudaMalloc((void **)&p->d_wxam, (size_t)batch * sizeof(double)), "the letkf warp batch");
     CUDA_TRY(cudaMalloc((void **)&p->d_wfailed, (size_t)batch * sizeof(int32_t)), "the letkf warp batch");
     CUDA_TRY(cudaMalloc((void **)&p->d_lv, (size_t)batch * (size_t)w.logcap * sizeof(double)),
              "the letkf warp rotation log");
@@ -737,7 +658,7 @@ dk_status plan_warp(Plan *p, dk_msg *msg)
     p->t_smem = p->t_warps * tw;
     w.lidx = p->d_wlidx, w.lrho = p->d_wlrho, w.sidx = p->d_wsidx, w.srho = p->d_wsrho;
     w.refl = p->d_refl, w.td = p->d_td, w.te = p->d_te, w.tu = p->d_tu, w.tb = p->d_tb;
-    w.xm = p->d_wxm, w.xam = p->d_wxam, w.failed = p->d_wfailed;
+    w.xm = p->d_wxm, w.failed = p->d_wfailed;
     w.lv = p->d_lv, w.li = p->d_li, w.nlog = p->d_wnlog;
     w.redo = p->d_redo;
     return DK_OK;
@@ -751,7 +672,7 @@ template <typename T> dk_status run_warp(Plan *p, Args a, dk_msg *msg)
                                   (int)p->w_smem),
              "setting the letkf warp kernel's shared memory");
     WArgs w = p->w;
-    dk_status st = warp_ql_prepare(w, msg);
+    dk_status st = a.tout ? warp_ql_prepare(w, msg) : warp_rational_prepare<T>(p, msg);
     if (st != DK_OK)
         return st;
     w.xb = a.xb, w.xa = a.xa, w.nobs = a.nobs, w.spread = a.spread, w.tout = a.tout;
@@ -770,16 +691,17 @@ template <typename T> dk_status run_warp(Plan *p, Args a, dk_msg *msg)
         CUDA_TRY(cudaLaunchKernel(warp_system_of<T>(w.kp / 8), blocks, p->w_warps * 32, args, p->w_smem, sm),
                  "launching the letkf warp system kernel");
         CUDA_TRY(cudaGetLastError(), "launching the letkf warp system kernel");
-        if ((st = launch_warp_ql(w, count, sm, msg)) != DK_OK)
-            return st;
         if (w.tout) {
+            if ((st = launch_warp_ql(w, count, sm, msg)) != DK_OK)
+                return st;
             const int tblocks = (int)((count + p->t_warps - 1) / p->t_warps);
             k_warp_transforms<<<tblocks, p->t_warps * 32, p->t_smem, sm>>>(w);
-        } else
-            k_warp_finish<T><<<blocks, W_WARPS * 32, 0, sm>>>(w);
-        CUDA_TRY(cudaGetLastError(), "launching the letkf warp finishing kernel");
+            CUDA_TRY(cudaGetLastError(), "launching the letkf transforms kernel");
+        } else if ((st = launch_warp_rational<T>(p, w, count, msg)) != DK_OK)
+            return st;
     }
-    /* the points QL left (no convergence, or a longer log than planned) by the jacobi kernel */
+    /* the points the solves or QL left (out of the approximation's range; no convergence, or a longer log than
+     * planned) by the jacobi kernel */
     a.list = p->d_redo;
     a.list_count = w.redo_count;
     return launch_points<T>(p, a, 0, p->blocks, msg);

@@ -1,9 +1,9 @@
 /* dakit cuda plugin, letkf: k_warp_ql, the warp variant's (warp.cu) middle
- * kernel: one thread per point, implicit QL on the tridiagonal T that
- * k_warp_system left, its rotations logged (pack_rotation) and replayed
- * backwards for G y (for transforms: G diag(1 / ev) G^T H^T b, the log kept
- * for k_warp_transforms). A point that does not converge or outgrows its log
- * is flagged for the jacobi kernel. */
+ * kernel under weight interpolation, which needs every eigenvector: one
+ * thread per point, implicit QL on the tridiagonal T that k_warp_system
+ * left, its rotations logged (pack_rotation) for k_warp_transforms and
+ * replayed backwards for G diag(1 / ev) G^T H^T b. A point that does not
+ * converge or outgrows its log is flagged for the jacobi kernel. */
 #include "letkf.cuh"
 
 using namespace dk_cuda_letkf;
@@ -14,9 +14,9 @@ const int W_QL_ITER = 30; /* QL iterations an eigenvalue before giving up */
 const int QL_B = 64; /* threads a block of the QL kernel */
 
 /* One thread per point: implicit QL with Wilkinson's shift on T (td, te),
- * each rotation applied to tu and tb and logged; then xam = xm + (G^T H^T
- * x) . (G^T H^T b) / (g + lambda), y = sqrt((k - 1) / (g + lambda)) G^T
- * H^T x, and G y (the log backwards) into tu. */
+ * each rotation applied to tu and tb and logged; then y = G^T H^T b / (g +
+ * lambda) and G y (the log backwards) into tu, the factors sqrt((k - 1) /
+ * (g + lambda)) into td. */
 __global__ void __launch_bounds__(QL_B) k_warp_ql(WArgs a)
 {
     /* T's diagonal and subdiagonal in shared memory: the convergence scans and the rotations read them in a
@@ -130,25 +130,15 @@ __global__ void __launch_bounds__(QL_B) k_warp_ql(WArgs a)
         a.redo[at_] = (int32_t)(a.i0 + s);
         return;
     }
-    if (a.tout) {
-        /* transforms: G diag(1 / ev) G^T H^T b (for w) into u, and the factors sqrt((k - 1) / ev) into td for
-         * k_warp_transforms, which forms H G from the log */
-        for (int l = 0; l < n; l++) {
-            const double ev = a.g + d[l * QL_B];
-            u[l * WS] = b[l * WS] / ev;
-            a.td[o + l * WS] = sqrt((double)(n - 1) / ev);
-        }
-        a.nlog[2 * s] = nrot;
-        a.nlog[2 * s + 1] = nsweep;
-    } else {
-        double xam = a.xm[s];
-        for (int l = 0; l < n; l++) {
-            const double ev = a.g + d[l * QL_B];
-            xam = fma(u[l * WS], b[l * WS] / ev, xam);
-            u[l * WS] *= sqrt((double)(n - 1) / ev);
-        }
-        a.xam[s] = xam;
+    /* G diag(1 / ev) G^T H^T b (for w) into u, and the factors sqrt((k - 1) / ev) into td for k_warp_transforms,
+     * which forms H G from the log */
+    for (int l = 0; l < n; l++) {
+        const double ev = a.g + d[l * QL_B];
+        u[l * WS] = b[l * WS] / ev;
+        a.td[o + l * WS] = sqrt((double)(n - 1) / ev);
     }
+    a.nlog[2 * s] = nrot;
+    a.nlog[2 * s + 1] = nsweep;
     /* G y: the sweeps backwards, each one's rotations up its rows (lo, lo + 1), (lo + 1, lo + 2), ...; the row
      * being rotated rides in c, the next row's value is loaded a rotation ahead */
     int pos = nrot;

@@ -1,0 +1,88 @@
+/* x^(-1/2) on [1, kappa] as a sum of shifted inverses, for the analyses
+ * that apply A^(-1/2) to a vector by n shifted solves instead of an
+ * eigen-decomposition (the cuda plugin's warp variant: one tridiagonal
+ * solve a lane).
+ *
+ * Zolotarev's best rational approximation of type (n, n) in the relative
+ * sense (Zolotarev 1877; Petrushev & Popov 1987, ch. 4; in partial
+ * fractions as lattice QCD uses it for the overlap operator, van den Eshof
+ * et al. 2002, Comput. Phys. Commun. 146):
+ *
+ *   x^(-1/2) ~ scale * (1 + sum_l weight[l] / (x + shift[l])),
+ *
+ * shift[l] = c_(2l+1) (the odd ones of c_j = sn^2 / cn^2 (j K / (2n + 1) |
+ * 1 - 1 / kappa), j = 1 .. 2n), weight[l] > 0 the residues, scale setting
+ * the error to equioscillate. The relative error's extremes lie at both
+ * ends of [1, kappa], so its size is |scale * (1 + sum ...) at x = 1, less
+ * 1|, which the function returns: 2e-14 for n = 31 and kappa = 1e7, 7e-13
+ * for kappa = 1e8. Every shift is positive, so each shifted system of a
+ * positive semidefinite matrix is positive definite, and the weights are
+ * positive, so the sum cancels nothing. */
+#ifndef DAKIT_LETKF_INV_SQRT_HOST_H
+#define DAKIT_LETKF_INV_SQRT_HOST_H
+
+#include <math.h>
+
+/* sn and cn of (u | m) by the arithmetic-geometric mean and descending
+ * Landen steps (Abramowitz & Stegun 16.4), m1 = 1 - m given apart so that
+ * m near 1 keeps its digits. */
+static inline void dk_letkf_sncn(long double u, long double m, long double m1, long double *sn, long double *cn)
+{
+    long double a[40], c[40];
+    long double b = sqrtl(m1);
+    a[0] = 1.0L;
+    c[0] = sqrtl(m);
+    int n = 0;
+    while (n < 38 && fabsl(c[n]) > 1e-19L * a[n]) {
+        const long double an = 0.5L * (a[n] + b);
+        c[n + 1] = 0.5L * (a[n] - b);
+        b = sqrtl(a[n] * b);
+        a[n + 1] = an;
+        n++;
+    }
+    long double phi = ldexpl(a[n] * u, n);
+    for (; n > 0; n--)
+        phi = 0.5L * (phi + asinl(c[n] * sinl(phi) / a[n]));
+    *sn = sinl(phi);
+    *cn = cosl(phi);
+}
+
+/* Fills shift[0 .. n) and weight[0 .. n) and *scale for x^(-1/2) on [1,
+ * kappa] (kappa > 1, 1 <= n <= 64); returns the largest relative error. */
+static inline double dk_letkf_inv_sqrt_poles(int n, double kappa, double *shift, double *weight, double *scale)
+{
+    long double c[128];
+    const long double m1 = 1.0L / (long double)kappa, m = 1.0L - m1;
+    /* K(m) = pi / (2 agm(1, sqrt(1 - m))) */
+    long double a = 1.0L, b = sqrtl(m1);
+    for (int it = 0; it < 40 && fabsl(a - b) > 1e-19L * a; it++) {
+        const long double an = 0.5L * (a + b);
+        b = sqrtl(a * b);
+        a = an;
+    }
+    const long double K = 3.14159265358979323846264338327950288L / (2.0L * a);
+    for (int j = 1; j <= 2 * n; j++) {
+        long double sn, cn;
+        dk_letkf_sncn((long double)j * K / (2 * n + 1), m, m1, &sn, &cn);
+        c[j - 1] = sn * sn / (cn * cn);
+    }
+    long double r1 = 1.0L, rk = 1.0L; /* the sum at x = 1 and x = kappa */
+    for (int l = 0; l < n; l++) {
+        const long double p = c[2 * l];
+        long double w = 1.0L;
+        for (int i = 0; i < n; i++) {
+            w *= c[2 * i + 1] - p;
+            if (i != l)
+                w /= c[2 * i] - p;
+        }
+        shift[l] = (double)p;
+        weight[l] = (double)w;
+        r1 += w / (1.0L + p);
+        rk += w / ((long double)kappa + p);
+    }
+    const long double s = 2.0L / (r1 + rk * sqrtl((long double)kappa));
+    *scale = (double)s;
+    return (double)fabsl(s * r1 - 1.0L);
+}
+
+#endif
