@@ -222,6 +222,8 @@ struct WArgs {
     double *lrho, *srho;
     /* per slot: reflectors (k x k: reflector j's v[r] at j * k + r for r > j + 1, tau_j at j * k + j) */
     double *refl;
+    /* per slot, up to 40 members: A's lower 8 x 8 tiles as k_warp_build's lanes hold them (warp.cu) */
+    double *tiles;
     /* k x batch each, slot fastest: T's diagonal and subdiagonal, H^T x (then G y), H^T b */
     double *td, *te, *tu, *tb;
     double *xm; /* batch: the points' background means */
@@ -290,13 +292,15 @@ struct Plan {
     /* warp */
     WArgs w;
     int w_blocks, w_warps; /* blocks of w_warps warps each */
+    int b_blocks;          /* k_warp_build's (up to 40 members; else 0) */
+    size_t b_smem;
     size_t w_smem;
     int32_t *d_wlidx, *d_wsidx, *d_wfailed, *d_redo, *d_wnlog;
     double *d_abuf;    /* apply_transforms' interpolated perturbations */
     size_t abuf_bytes;
     int t_warps;   /* warps a block of k_warp_transforms */
     size_t t_smem; /* its shared memory a block */
-    double *d_wlrho, *d_wsrho, *d_refl, *d_td, *d_te, *d_tu, *d_tb, *d_wxm, *d_lv;
+    double *d_wlrho, *d_wsrho, *d_refl, *d_td, *d_te, *d_tu, *d_tb, *d_wxm, *d_lv, *d_tiles;
     uint8_t *d_li;
 };
 

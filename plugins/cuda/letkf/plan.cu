@@ -40,7 +40,7 @@ void plan_destroy(void *handle)
                         p->d_count,    p->d_ckey,    p->d_overflow, p->d_lidx, p->d_sidx, p->d_nobs_tmp, p->d_lrho,
                         p->d_srho,     p->d_v,       p->d_batA, p->d_batb,  p->d_batlam, p->d_work, p->d_info,
                         p->d_wlidx,    p->d_wsidx,   p->d_wfailed, p->d_redo, p->d_wlrho, p->d_wsrho, p->d_refl,
-                        p->d_td,       p->d_te,      p->d_tu,   p->d_tb,    p->d_wxm,  p->d_lv,
+                        p->d_td,       p->d_te,      p->d_tu,   p->d_tb,    p->d_wxm,  p->d_lv, p->d_tiles,
                         p->d_li,       p->d_wnlog,   p->d_abuf};
         for (void *q : ptrs)
             if (q)

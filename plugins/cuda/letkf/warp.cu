@@ -25,6 +25,10 @@ using namespace dk_cuda_letkf;
 namespace {
 
 const int W_WARPS = 2;   /* warps a block of the warp kernels */
+const int REG_T8 = 5;    /* up to 8 REG_T8 padded members A stays in registers for its reduction */
+
+/* A's lower 8 x 8 tiles of 8 t8 padded members, in doubles */
+__host__ __device__ constexpr int tile_doubles(int t8) { return 64 * t8 * (t8 + 1) / 2; }
 
 /* Per-warp shared memory, in doubles then ints. */
 struct WLayout {
@@ -172,7 +176,8 @@ __device__ __forceinline__ void gather_rows(const WArgs &a, int j, int nsel, con
  * and is read and written around its product (the tridiagonal reduction's
  * k^3 shared traffic dwarfs this). Both give the same sums. */
 template <int T8, bool SHARED>
-__device__ void warp_accumulate(const WArgs &a, double *A, double *bs, int nsel, const int32_t *idx, const double *rho)
+__device__ void warp_accumulate(const WArgs &a, double *A, double *bs, int nsel, const int32_t *idx, const double *rho,
+                                double *tiles = nullptr)
 {
     const int lane = threadIdx.x & 31, q = lane & 3, r = lane >> 2, ld = a.ld, t8 = SHARED ? a.kp / 8 : T8;
     constexpr int TILES = SHARED ? 1 : T8 * (T8 + 1) / 2;
@@ -229,6 +234,11 @@ __device__ void warp_accumulate(const WArgs &a, double *A, double *bs, int nsel,
             if (row < col)
                 A[row * ld + col] = A[col * ld + row];
         }
+    } else if (tiles) {
+        /* the lower tiles as the registers hold them (tile t's lane l at 64 t + 2 l), for k_warp_system */
+#pragma unroll
+        for (int t = 0; t < TILES; t++)
+            *(double2 *)(tiles + 64 * t + 2 * lane) = make_double2(acc[t][0], acc[t][1]);
     } else {
         int t = 0;
 #pragma unroll
@@ -382,13 +392,271 @@ __device__ void warp_reflect_t(int k, int ld, const double *A, double *x, double
     }
 }
 
-/* six blocks a multiprocessor: the tridiagonal reduction is a chain of short
- * steps, so more warps in flight hide it (at most 170 registers; 256 for
- * the larger tiles of more than 40 members). T8 0: more than 64 members
- * (warp_accumulate in shared memory), where shared memory limits the blocks and a
- * block may be one warp (blockDim). */
+/* The reduction of warp_tridiagonal and warp_reflect_t in one pass with A
+ * in registers, for up to 8 NT = 40 padded members: lane (s, t) = (lane /
+ * 4, lane % 4) holds A's rows 8 I + s, columns 8 J + 2 t + {0, 1} of every
+ * 8 x 8 tile (I, J), both triangles (the tensor cores' accumulator layout,
+ * loaded from the lower tiles that k_warp_build wrote),
+ * so the product A v is a lane's own sums across its columns and two
+ * shuffles, and the rank-2 update is a lane's own. Step j's column comes
+ * from the lanes of t = (j % 8) / 2; v and w pass through shared memory (vs,
+ * ws) from rows to columns. H^T x and H^T b (xs, bs, shared) are updated as
+ * each H_j is found. Writes T (d, e at stride WS), H^T x and H^T b (tu, tb)
+ * and the reflectors (R: v_j[r] at j k + r for r > j + 1, tau_j at j k + j). */
+template <int NT>
+__device__ void warp_tridiagonal_regs(int k, const double *tiles, double *vs, double *ws, double *xs, double *bs,
+                                      double *d, double *e, double *tu, double *tb, double *R)
+{
+    const int lane = threadIdx.x & 31, s = lane >> 2, t = lane & 3;
+    double a[NT][NT][2];
+    /* from the lower tiles k_warp_build left: an element above the diagonal is its mirror's, which lane 4 (2 t +
+     * h) + s / 2 holds as its (s % 2)-th of tile (J, I) */
+#pragma unroll
+    for (int I = 0; I < NT; I++)
+#pragma unroll
+        for (int J = 0; J < NT; J++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int own = 64 * (I * (I + 1) / 2 + J) + 2 * lane + h;
+                const int mirror = 64 * (J * (J + 1) / 2 + I) + 2 * (4 * (2 * t + h) + (s >> 1)) + (s & 1);
+                const bool lower = I > J || (I == J && s >= 2 * t + h);
+                a[I][J][h] = tiles[lower ? own : mirror];
+            }
+    for (int r = lane; r < 8 * NT; r += 32) {
+        if (r >= k)
+            xs[r] = bs[r] = 0.0;
+        vs[r] = ws[r] = 0.0;
+    }
+    __syncwarp();
+#pragma unroll
+    for (int J = 0; J < NT; J++) {
+        for (int jj = 0; jj < 8; jj++) {
+            const int j = 8 * J + jj, r0 = j + 1;
+            if (j >= k - 2)
+                break;
+            const int ct = jj >> 1, ch = jj & 1;
+            /* column j below the diagonal block's row j: x_r = A[r][j] in the lanes of t = ct */
+            double xv[NT], sig = 0.0;
+#pragma unroll
+            for (int I = 0; I < NT; I++) {
+                xv[I] = 0.0;
+                if (I >= J) {
+                    const double val = ch ? a[I][J][1] : a[I][J][0];
+                    xv[I] = t == ct ? val : 0.0;
+                    if (8 * I + s > r0)
+                        sig = fma(xv[I], xv[I], sig);
+                }
+            }
+            /* the row r0 = j + 1 and the diagonal j sit in tile row J (or J + 1 for r0 when j % 8 = 7) */
+            const double at_r0 = jj == 7 && J + 1 < NT ? xv[J + 1 < NT ? J + 1 : J] : xv[J];
+            const double alpha = __shfl_sync(FULL, at_r0, 4 * ((jj + 1) & 7) + ct);
+            const double dj = __shfl_sync(FULL, xv[J], 4 * jj + ct);
+            /* the column's lanes differ in s alone */
+#pragma unroll
+            for (int o = 4; o < 32; o <<= 1)
+                sig += __shfl_xor_sync(FULL, sig, o);
+            sig = __shfl_sync(FULL, sig, ct);
+            if (lane == 0)
+                d[j * WS] = dj;
+            if (sig == 0.0) {
+                /* the column is reduced already: H_j = I */
+                if (lane == 0) {
+                    e[j * WS] = alpha;
+                    R[j * k + j] = 0.0;
+                }
+                for (int r = j + 2 + lane; r < k; r += 32)
+                    R[j * k + r] = 0.0;
+                continue;
+            }
+            const double norm = sqrt(fma(alpha, alpha, sig));
+            const double beta = alpha >= 0.0 ? -norm : norm;
+            const double tau = (beta - alpha) / beta, scale = 1.0 / (alpha - beta);
+            if (lane == 0) {
+                e[j * WS] = beta;
+                R[j * k + j] = tau;
+            }
+            /* rows above r0 in the trailing tiles written as zeros: with those of the earlier tiles (zero since
+             * their own steps) v is zero above r0 */
+#pragma unroll
+            for (int I = 0; I < NT; I++) {
+                const int r = 8 * I + s;
+                if (I >= J && t == ct)
+                    vs[r] = r < r0 ? 0.0 : r == r0 ? 1.0 : xv[I] * scale;
+            }
+            __syncwarp();
+            /* v by rows and by columns; p = tau A v by rows (a lane's sums over its columns, then its row's four
+             * lanes); and the dots of v with p, x and b */
+            double vr[NT], pr[NT];
+#pragma unroll
+            for (int I = 0; I < NT; I++) {
+                vr[I] = vs[8 * I + s];
+                pr[I] = 0.0;
+            }
+#pragma unroll
+            for (int J2 = 0; J2 < NT; J2++) {
+                if (J2 < J)
+                    continue;
+                const double2 vc = *(const double2 *)(vs + 8 * J2 + 2 * t);
+#pragma unroll
+                for (int I = 0; I < NT; I++)
+                    if (I >= J)
+                        pr[I] = fma(a[I][J2][0], vc.x, fma(a[I][J2][1], vc.y, pr[I]));
+            }
+            double pv = 0.0, xv_ = 0.0, bv_ = 0.0;
+#pragma unroll
+            for (int I = 0; I < NT; I++) {
+                if (I < J)
+                    continue;
+                pr[I] += __shfl_xor_sync(FULL, pr[I], 1);
+                pr[I] += __shfl_xor_sync(FULL, pr[I], 2);
+                pr[I] *= tau;
+                pv = fma(pr[I], vr[I], pv);
+                xv_ = fma(xs[8 * I + s], vr[I], xv_);
+                bv_ = fma(bs[8 * I + s], vr[I], bv_);
+            }
+            /* the four lanes of a row hold the same sums: the rows' total over s alone */
+#pragma unroll
+            for (int o = 4; o < 32; o <<= 1) {
+                pv += __shfl_xor_sync(FULL, pv, o);
+                xv_ += __shfl_xor_sync(FULL, xv_, o);
+                bv_ += __shfl_xor_sync(FULL, bv_, o);
+            }
+            const double half = 0.5 * tau * pv, cx = tau * xv_, cb = tau * bv_;
+            double *wr = pr; /* w = p - (tau / 2)(p . v) v in place, zero above r0 */
+#pragma unroll
+            for (int I = 0; I < NT; I++) {
+                wr[I] = 8 * I + s >= r0 ? fma(-half, vr[I], pr[I]) : 0.0;
+                if (I >= J && t == 0) {
+                    const int r = 8 * I + s;
+                    ws[r] = wr[I];
+                    xs[r] = fma(-cx, vr[I], xs[r]);
+                    bs[r] = fma(-cb, vr[I], bs[r]);
+                }
+            }
+            __syncwarp();
+            /* A22 -= v w^T + w v^T on the trailing tiles (v and w are zero above row r0) */
+#pragma unroll
+            for (int J2 = 0; J2 < NT; J2++) {
+                if (J2 < J)
+                    continue;
+                const double2 vc = *(const double2 *)(vs + 8 * J2 + 2 * t);
+                const double2 wc = *(const double2 *)(ws + 8 * J2 + 2 * t);
+#pragma unroll
+                for (int I = 0; I < NT; I++) {
+                    if (I < J)
+                        continue;
+                    a[I][J2][0] = fma(-vr[I], wc.x, fma(-wr[I], vc.x, a[I][J2][0]));
+                    a[I][J2][1] = fma(-vr[I], wc.y, fma(-wr[I], vc.y, a[I][J2][1]));
+                }
+            }
+            for (int r = j + 2 + lane; r < k; r += 32)
+                R[j * k + r] = vs[r];
+            __syncwarp();
+        }
+    }
+    /* the last 2 x 2 block, where no reflector is left to find */
+    double last[3] = {0.0, 0.0, 0.0};
+#pragma unroll
+    for (int I = 0; I < NT; I++)
+#pragma unroll
+        for (int J = 0; J < NT; J++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int r = 8 * I + s, c = 8 * J + 2 * t + h;
+                if (r == k - 2 && c == k - 2)
+                    last[0] = a[I][J][h];
+                if (r == k - 1 && c == k - 1)
+                    last[1] = a[I][J][h];
+                if (r == k - 1 && c == k - 2)
+                    last[2] = a[I][J][h];
+            }
+#pragma unroll
+    for (int q = 0; q < 3; q++)
+        last[q] = warp_sum(last[q]);
+    if (lane == 0) {
+        d[(k - 2) * WS] = last[0];
+        d[(k - 1) * WS] = last[1];
+        e[(k - 2) * WS] = last[2];
+        e[(k - 1) * WS] = 0.0;
+    }
+    for (int l = lane; l < k; l += 32) {
+        tu[l * WS] = xs[l];
+        tb[l * WS] = bs[l];
+    }
+}
+
+/* Per-warp shared memory of k_warp_build: the visits' offsets (ints), then
+ * the centred background x and b (doubles). */
+__host__ __device__ inline int build_bytes(int kp) { return (2 * MAX_VISITS + 2) * 4 + 2 * kp * 8 + 16; }
+
+/* Up to 40 members the system's first half, one warp a point and no
+ * reduction, so that its latency-bound search and gathers run in many
+ * warps (the reduction needs about 250 registers a lane): the selection, A
+ * and b on the tensor cores (A's lower tiles to the batch's tiles, as the
+ * registers hold them), the centred x, the mean and nobs. */
+template <typename T, int T8> __global__ void __launch_bounds__(W_WARPS * 32, 8) k_warp_build(WArgs a)
+{
+    extern __shared__ __align__(16) char smem[];
+    __shared__ dk_letkf_geometry geo;
+    if (threadIdx.x == 0)
+        geo = a.geo;
+    __syncthreads();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x / 32, k = a.k, warps = blockDim.x / 32;
+    char *base = smem + (size_t)warp * build_bytes(a.kp);
+    int *vstart = (int *)base, *voff = vstart + MAX_VISITS;
+    double *xs = (double *)(base + ((2 * MAX_VISITS + 2) * 4 + 15) / 16 * 16), *bs = xs + a.kp;
+    const long long gw = (long long)blockIdx.x * warps + warp, nw = (long long)gridDim.x * warps;
+    const long long cnt = a.i1 - a.i0;
+    const T *xb = (const T *)a.xb;
+    for (long long s = gw; s < cnt; s += nw) {
+        const long long i = a.i0 + s, o = wslot(s, k);
+        double pos[DK_LETKF_POS];
+        for (int d = 0; d < DK_LETKF_POS; d++)
+            pos[d] = a.grid_pos[i * DK_LETKF_POS + d];
+        const int32_t *idx;
+        const double *rho;
+        const int nsel = warp_select(a, &geo, pos, vstart, voff, gw, &idx, &rho);
+        warp_accumulate<T8, false>(a, nullptr, bs, nsel, idx, rho, a.tiles + s * tile_doubles(T8));
+        double xsum = 0.0;
+        for (int l = lane; l < k; l += 32) {
+            const double x = xb ? (double)xb[i * k + l] : 0.0; /* none for transforms */
+            xs[l] = x;
+            xsum += x;
+        }
+        const double xm = warp_sum(xsum) / k;
+        for (int l = lane; l < k; l += 32) {
+            a.tu[o + l * WS] = xs[l] - xm;
+            a.tb[o + l * WS] = bs[l];
+        }
+        if (lane == 0) {
+            a.xm[s] = xm;
+            if (a.nobs)
+                a.nobs[i] = nsel;
+        }
+        __syncwarp();
+    }
+}
+
+template <typename T> const void *warp_build_of(int t8)
+{
+    switch (t8) {
+    case 1: return (const void *)k_warp_build<T, 1>;
+    case 2: return (const void *)k_warp_build<T, 2>;
+    case 3: return (const void *)k_warp_build<T, 3>;
+    case 4: return (const void *)k_warp_build<T, 4>;
+    case 5: return (const void *)k_warp_build<T, 5>;
+    default: return nullptr;
+    }
+}
+
+/* Six blocks a multiprocessor up to 32 members (at most 170 registers),
+ * four above: the tridiagonal reduction of 40 members with A in registers
+ * takes about 250, and is slower in fewer (more warps, but values spilled
+ * or recomputed). T8 0: more than 64 members (warp_accumulate in shared
+ * memory), where shared memory limits the blocks and a block may be one
+ * warp (blockDim). */
 template <typename T, int T8>
-__global__ void __launch_bounds__(W_WARPS * 32, T8 == 0 ? 1 : T8 <= 5 ? 6 : 4) k_warp_system(WArgs a)
+__global__ void __launch_bounds__(W_WARPS * 32, T8 == 0 ? 1 : T8 <= 4 ? 6 : 4) k_warp_system(WArgs a)
 {
     extern __shared__ __align__(16) char smem[];
     __shared__ dk_letkf_geometry geo;
@@ -406,6 +674,19 @@ __global__ void __launch_bounds__(W_WARPS * 32, T8 == 0 ? 1 : T8 <= 5 ? 6 : 4) k
     const T *xb = (const T *)a.xb;
     for (long long s = gw; s < cnt; s += nw) {
         const long long i = a.i0 + s;
+        const long long o = wslot(s, k);
+        double *R = a.refl + s * k * k;
+        if constexpr (T8 >= 1 && T8 <= REG_T8) {
+            /* k_warp_build has selected, accumulated and centred */
+            for (int l = lane; l < k; l += 32) {
+                xs[l] = a.tu[o + l * WS];
+                bs[l] = a.tb[o + l * WS];
+            }
+            __syncwarp();
+            warp_tridiagonal_regs<T8>(k, a.tiles + s * tile_doubles(T8), base + L.vs, base + L.ws, xs, bs,
+                                      a.td + o, a.te + o, a.tu + o, a.tb + o, R);
+            __syncwarp();
+        } else {
         double pos[DK_LETKF_POS];
         for (int d = 0; d < DK_LETKF_POS; d++)
             pos[d] = a.grid_pos[i * DK_LETKF_POS + d];
@@ -425,14 +706,12 @@ __global__ void __launch_bounds__(W_WARPS * 32, T8 == 0 ? 1 : T8 <= 5 ? 6 : 4) k
         const double xm = warp_sum(xsum) / k;
         for (int l = lane; l < k; l += 32)
             xs[l] -= xm;
-        const long long o = wslot(s, k);
         warp_tridiagonal(k, a.ld, A, base + L.vs, base + L.ws, a.td + o, a.te + o, WS);
         warp_reflect_t(k, a.ld, A, xs, bs);
         for (int l = lane; l < k; l += 32) {
             a.tu[o + l * WS] = xs[l];
             a.tb[o + l * WS] = bs[l];
         }
-        double *R = a.refl + s * k * k;
         for (int e = lane; e < k * k; e += 32) {
             int j = e / k, r = e - j * k;
             if (j < k - 2 && r > j + 1)
@@ -446,6 +725,7 @@ __global__ void __launch_bounds__(W_WARPS * 32, T8 == 0 ? 1 : T8 <= 5 ? 6 : 4) k
                 a.nobs[i] = nsel;
         }
         __syncwarp();
+        }
     }
 }
 
@@ -619,12 +899,28 @@ dk_status plan_warp(Plan *p, dk_msg *msg)
         return DK_ERR_NOT_IMPLEMENTED;
     }
     p->w_blocks = per_sm * p->dev->sm_count;
-    const long long warps = (long long)p->w_blocks * p->w_warps;
+    long long warps = (long long)p->w_blocks * p->w_warps;
+    /* up to 40 members k_warp_build takes the selection (its warps use the lists too) */
+    p->b_blocks = 0;
+    if (w.kp <= 8 * REG_T8) {
+        const void *kb = p->desc.dtype == DK_F32 ? warp_build_of<float>(w.kp / 8) : warp_build_of<double>(w.kp / 8);
+        p->b_smem = (size_t)W_WARPS * build_bytes(w.kp);
+        CUDA_TRY(cudaFuncSetAttribute(kb, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)p->b_smem),
+                 "setting the letkf build kernel's shared memory");
+        int b_per_sm = 0;
+        CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&b_per_sm, kb, W_WARPS * 32, p->b_smem),
+                 "the letkf build kernel's occupancy");
+        p->b_blocks = (b_per_sm > 0 ? b_per_sm : 1) * p->dev->sm_count;
+        if ((long long)p->b_blocks * W_WARPS > warps)
+            warps = (long long)p->b_blocks * W_WARPS;
+    }
     CUDA_TRY(cudaMalloc((void **)&p->d_wlidx, (size_t)(warps * w.lcap) * sizeof(int32_t)), "the letkf warp lists");
     CUDA_TRY(cudaMalloc((void **)&p->d_wlrho, (size_t)(warps * w.lcap) * sizeof(double)), "the letkf warp lists");
     CUDA_TRY(cudaMalloc((void **)&p->d_wsidx, (size_t)(warps * w.scap) * sizeof(int32_t)), "the letkf warp lists");
     CUDA_TRY(cudaMalloc((void **)&p->d_wsrho, (size_t)(warps * w.scap) * sizeof(double)), "the letkf warp lists");
-    const long long per_point = (long long)k * k * 8 + 4LL * k * 8 + 2 * 8 + 4 + (long long)w.logcap * 8 + 2LL * w.sweepcap;
+    const long long tiles_point = p->b_blocks ? tile_doubles(w.kp / 8) : 0;
+    const long long per_point = (long long)k * k * 8 + 4LL * k * 8 + 2 * 8 + 4 + (long long)w.logcap * 8 + 2LL * w.sweepcap +
+                                tiles_point * 8;
     /* the QL kernel is a thread a point: enough points for every multiprocessor's threads, in at most a quarter of
      * the free memory (at least 1 GiB) */
     size_t free_b = 0, total_b = 0;
@@ -641,6 +937,8 @@ dk_status plan_warp(Plan *p, dk_msg *msg)
     /* rounded up to whole groups of 32 slots (wslot) */
     const size_t bk = (size_t)((batch + 31) / 32 * 32 * k);
     CUDA_TRY(cudaMalloc((void **)&p->d_refl, bk * k * sizeof(double)), "the letkf warp batch");
+    if (tiles_point)
+        CUDA_TRY(cudaMalloc((void **)&p->d_tiles, (size_t)(batch * tiles_point) * sizeof(double)), "the letkf warp batch");
     CUDA_TRY(cudaMalloc((void **)&p->d_td, bk * sizeof(double)), "the letkf warp batch");
     CUDA_TRY(cudaMalloc((void **)&p->d_te, bk * sizeof(double)), "the letkf warp batch");
     CUDA_TRY(cudaMalloc((void **)&p->d_tu, bk * sizeof(double)), "the letkf warp batch");
@@ -657,7 +955,7 @@ dk_status plan_warp(Plan *p, dk_msg *msg)
     p->t_warps = W_WARPS * tw <= p->dev->smem_optin - 1024 ? W_WARPS : 1;
     p->t_smem = p->t_warps * tw;
     w.lidx = p->d_wlidx, w.lrho = p->d_wlrho, w.sidx = p->d_wsidx, w.srho = p->d_wsrho;
-    w.refl = p->d_refl, w.td = p->d_td, w.te = p->d_te, w.tu = p->d_tu, w.tb = p->d_tb;
+    w.refl = p->d_refl, w.tiles = p->d_tiles, w.td = p->d_td, w.te = p->d_te, w.tu = p->d_tu, w.tb = p->d_tb;
     w.xm = p->d_wxm, w.failed = p->d_wfailed;
     w.lv = p->d_lv, w.li = p->d_li, w.nlog = p->d_wnlog;
     w.redo = p->d_redo;
@@ -671,6 +969,10 @@ template <typename T> dk_status run_warp(Plan *p, Args a, dk_msg *msg)
     CUDA_TRY(cudaFuncSetAttribute(warp_system_of<T>(p->w.kp / 8), cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   (int)p->w_smem),
              "setting the letkf warp kernel's shared memory");
+    if (p->b_blocks)
+        CUDA_TRY(cudaFuncSetAttribute(warp_build_of<T>(p->w.kp / 8), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                      (int)p->b_smem),
+                 "setting the letkf build kernel's shared memory");
     WArgs w = p->w;
     dk_status st = a.tout ? warp_ql_prepare(w, msg) : warp_rational_prepare<T>(p, msg);
     if (st != DK_OK)
@@ -688,6 +990,12 @@ template <typename T> dk_status run_warp(Plan *p, Args a, dk_msg *msg)
         const long long wb = (count + p->w_warps - 1) / p->w_warps;
         const int blocks = (int)(wb < p->w_blocks ? wb : p->w_blocks);
         void *args[] = {&w};
+        if (p->b_blocks) {
+            const int bblocks = (int)((count + W_WARPS - 1) / W_WARPS < p->b_blocks ? (count + W_WARPS - 1) / W_WARPS
+                                                                                   : p->b_blocks);
+            CUDA_TRY(cudaLaunchKernel(warp_build_of<T>(w.kp / 8), bblocks, W_WARPS * 32, args, p->b_smem, sm),
+                     "launching the letkf warp build kernel");
+        }
         CUDA_TRY(cudaLaunchKernel(warp_system_of<T>(w.kp / 8), blocks, p->w_warps * 32, args, p->w_smem, sm),
                  "launching the letkf warp system kernel");
         CUDA_TRY(cudaGetLastError(), "launching the letkf warp system kernel");
