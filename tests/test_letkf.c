@@ -1,6 +1,8 @@
 /* letkf: the serial reference against external truths (the Kalman update
- * where localization is absent, hand-checked weights and searches), and
- * the core's refusals of bad input. Backends are compared with the
+ * where localization is absent, hand-checked weights and searches), the
+ * rational inverse square root the cuda plugin's warp variant solves with
+ * (against 1 / sqrt(x) and against Jacobi's eigenvectors), and the core's
+ * refusals of bad input. Backends are compared with the
  * reference by the conformance cases; here only a plan's repeated
  * interpolated analyses (what the plan keeps between calls), on each
  * backend present. */
@@ -12,6 +14,8 @@
 #include <dakit/dakit.h>
 #include <dakit/enkf.h>
 #include <dakit/letkf.h>
+#include <dakit/kit/letkf/analysis_host.h>
+#include <dakit/kit/letkf/inv_sqrt_host.h>
 #include <dakit/kit/letkf/local.h>
 
 #include "check.h"
@@ -447,9 +451,98 @@ static void interp_plan_reuse(const char *backend)
     dk_context_destroy(ctx);
 }
 
+/* kit/letkf/inv_sqrt_host.h: its stated error against 1 / sqrt(x) over
+ * [1, kappa] (the error equioscillates, so the ends give it), and on a
+ * symmetric tridiagonal T the way the warp variant uses it: sqrt((k - 1) /
+ * (g + T)) x as sum of shifted solves, against Jacobi's eigenvectors. */
+static void inv_sqrt_poles(void)
+{
+    const double kappas[] = {1e2, 1e4, 1e7}, bounds[] = {1e-15, 1e-15, 3e-14};
+    for (int q = 0; q < 3; q++) {
+        double shift[31], weight[31], scale;
+        const double err = dk_letkf_inv_sqrt_poles(31, kappas[q], shift, weight, &scale);
+        CHECK(err <= bounds[q], "kappa %g: the approximation's error %g exceeds %g", kappas[q], err, bounds[q]);
+        long double worst = 0.0L;
+        for (int i = 0; i <= 4000; i++) {
+            const long double x = powl(kappas[q], i / 4000.0L);
+            long double r = 1.0L;
+            for (int l = 0; l < 31; l++)
+                r += weight[l] / (x + shift[l]);
+            const long double e = fabsl(scale * r * sqrtl(x) - 1.0L);
+            if (e > worst)
+                worst = e;
+        }
+        CHECK(worst <= err * 1.01 + 4e-16, "kappa %g: the error sampled, %Lg, exceeds the stated %g", kappas[q], worst,
+              err);
+        for (int l = 0; l < 31; l++)
+            CHECK(shift[l] > 0.0 && weight[l] > 0.0, "kappa %g: shift %d is %g, weight %g", kappas[q], l, shift[l],
+                  weight[l]);
+    }
+    /* T of k = 12 with eigenvalues up to ~1e4 g */
+    enum { K = 12 };
+    const double g = 11.0 / 1.04;
+    double d[K], e[K], x[K], a[K * K], v[K * K], lam[K];
+    uint64_t seed = 7;
+    for (int i = 0; i < K; i++) {
+        d[i] = 5e4 * frand(&seed) * frand(&seed);
+        e[i] = i + 1 < K ? 3e3 * (frand(&seed) - 0.5) : 0.0;
+        x[i] = gauss_rand(&seed);
+    }
+    memset(a, 0, sizeof a);
+    for (int i = 0; i < K; i++) {
+        a[i * K + i] = d[i] + (fabs(e[i]) + (i > 0 ? fabs(e[i - 1]) : 0.0)); /* diagonally dominant: T >= 0 */
+        if (i + 1 < K)
+            a[i * K + i + 1] = a[(i + 1) * K + i] = e[i];
+        d[i] = a[i * K + i];
+    }
+    double want[K] = {0}, got[K], norm = 0.0;
+    double t[K * K];
+    memcpy(t, a, sizeof t);
+    dk_letkf_jacobi(K, t, v, lam);
+    for (int m = 0; m < K; m++) {
+        double c = 0.0;
+        for (int i = 0; i < K; i++)
+            c += v[i * K + m] * x[i];
+        c *= sqrt((K - 1) / (g + lam[m]));
+        for (int i = 0; i < K; i++)
+            want[i] += v[i * K + m] * c;
+    }
+    double shift[31], weight[31], scale;
+    dk_letkf_inv_sqrt_poles(31, 1e7, shift, weight, &scale);
+    const double outer = sqrt((K - 1) / g) * scale;
+    for (int i = 0; i < K; i++)
+        got[i] = outer * x[i];
+    for (int l = 0; l < 31; l++) {
+        /* (T + g (1 + c)) z = x by elimination, as each lane of k_warp_rational */
+        const double sh = g * (1.0 + shift[l]);
+        double ip[K], y[K];
+        ip[0] = 1.0 / (d[0] + sh);
+        y[0] = x[0];
+        for (int i = 1; i < K; i++) {
+            const double m = e[i - 1] * ip[i - 1];
+            ip[i] = 1.0 / (d[i] + sh - m * e[i - 1]);
+            y[i] = x[i] - m * y[i - 1];
+        }
+        double z = y[K - 1] * ip[K - 1];
+        got[K - 1] += outer * g * weight[l] * z;
+        for (int i = K - 2; i >= 0; i--) {
+            z = (y[i] - e[i] * z) * ip[i];
+            got[i] += outer * g * weight[l] * z;
+        }
+    }
+    double diff = 0.0;
+    for (int i = 0; i < K; i++) {
+        diff = fmax(diff, fabs(got[i] - want[i]));
+        norm = fmax(norm, fabs(want[i]));
+    }
+    CHECK(diff <= 1e-12 * norm, "sqrt((k - 1) / (g + T)) x by shifted solves differs from Jacobi's by %g of %g", diff,
+          norm);
+}
+
 int main(void)
 {
     weights();
+    inv_sqrt_poles();
     kalman_case(1, 4, 1, 1.0);
     kalman_case(5, 8, 3, 1.0);
     kalman_case(12, 20, 9, 1.1);
