@@ -585,6 +585,35 @@ __device__ void warp_tridiagonal_regs(int k, const double *tiles, double *vs, do
     }
 }
 
+/* The point's background members less their mean into xs (zeros for
+ * transforms, which have none), warp-wide; returns the mean. */
+template <typename T> __device__ double warp_centre(const WArgs &a, long long i, double *xs)
+{
+    const int lane = threadIdx.x & 31, k = a.k;
+    const T *xb = (const T *)a.xb;
+    double xsum = 0.0;
+    for (int l = lane; l < k; l += 32) {
+        const double x = xb ? (double)xb[i * k + l] : 0.0;
+        xs[l] = x;
+        xsum += x;
+    }
+    const double xm = warp_sum(xsum) / k;
+    for (int l = lane; l < k; l += 32)
+        xs[l] -= xm;
+    return xm;
+}
+
+/* Slot s (point i) keeps its mean; the point's observation count for the caller */
+__device__ inline void warp_record(const WArgs &a, long long s, long long i, double xm, int nsel)
+{
+    if ((threadIdx.x & 31) == 0) {
+        a.xm[s] = xm;
+        if (a.nobs)
+            a.nobs[i] = nsel;
+    }
+    __syncwarp();
+}
+
 /* Per-warp shared memory of k_warp_build: the visits' offsets (ints), then
  * the centred background x and b (doubles). */
 __host__ __device__ inline int build_bytes(int kp) { return (2 * MAX_VISITS + 2) * 4 + 2 * kp * 8 + 16; }
@@ -607,7 +636,6 @@ template <typename T, int T8> __global__ void __launch_bounds__(W_WARPS * 32, 8)
     double *xs = (double *)(base + ((2 * MAX_VISITS + 2) * 4 + 15) / 16 * 16), *bs = xs + a.kp;
     const long long gw = (long long)blockIdx.x * warps + warp, nw = (long long)gridDim.x * warps;
     const long long cnt = a.i1 - a.i0;
-    const T *xb = (const T *)a.xb;
     for (long long s = gw; s < cnt; s += nw) {
         const long long i = a.i0 + s, o = wslot(s, k);
         double pos[DK_LETKF_POS];
@@ -617,23 +645,12 @@ template <typename T, int T8> __global__ void __launch_bounds__(W_WARPS * 32, 8)
         const double *rho;
         const int nsel = warp_select(a, &geo, pos, vstart, voff, gw, &idx, &rho);
         warp_accumulate<T8, false>(a, nullptr, bs, nsel, idx, rho, a.tiles + s * tile_doubles(T8));
-        double xsum = 0.0;
+        const double xm = warp_centre<T>(a, i, xs);
         for (int l = lane; l < k; l += 32) {
-            const double x = xb ? (double)xb[i * k + l] : 0.0; /* none for transforms */
-            xs[l] = x;
-            xsum += x;
-        }
-        const double xm = warp_sum(xsum) / k;
-        for (int l = lane; l < k; l += 32) {
-            a.tu[o + l * WS] = xs[l] - xm;
+            a.tu[o + l * WS] = xs[l];
             a.tb[o + l * WS] = bs[l];
         }
-        if (lane == 0) {
-            a.xm[s] = xm;
-            if (a.nobs)
-                a.nobs[i] = nsel;
-        }
-        __syncwarp();
+        warp_record(a, s, i, xm, nsel);
     }
 }
 
@@ -671,7 +688,6 @@ __global__ void __launch_bounds__(W_WARPS * 32, T8 == 0 ? 1 : T8 <= 4 ? 6 : 4) k
     const int warps = blockDim.x / 32;
     const long long gw = (long long)blockIdx.x * warps + warp, nw = (long long)gridDim.x * warps;
     const long long cnt = a.i1 - a.i0;
-    const T *xb = (const T *)a.xb;
     for (long long s = gw; s < cnt; s += nw) {
         const long long i = a.i0 + s;
         const long long o = wslot(s, k);
@@ -697,15 +713,7 @@ __global__ void __launch_bounds__(W_WARPS * 32, T8 == 0 ? 1 : T8 <= 4 ? 6 : 4) k
             warp_accumulate<MAX_K / 8, true>(a, A, bs, nsel, idx, rho);
         else
             warp_accumulate<T8, false>(a, A, bs, nsel, idx, rho);
-        double xsum = 0.0;
-        for (int l = lane; l < k; l += 32) {
-            double x = xb ? (double)xb[i * k + l] : 0.0; /* none for transforms */
-            xs[l] = x;
-            xsum += x;
-        }
-        const double xm = warp_sum(xsum) / k;
-        for (int l = lane; l < k; l += 32)
-            xs[l] -= xm;
+        const double xm = warp_centre<T>(a, i, xs);
         warp_tridiagonal(k, a.ld, A, base + L.vs, base + L.ws, a.td + o, a.te + o, WS);
         warp_reflect_t(k, a.ld, A, xs, bs);
         for (int l = lane; l < k; l += 32) {
@@ -719,12 +727,7 @@ __global__ void __launch_bounds__(W_WARPS * 32, T8 == 0 ? 1 : T8 <= 4 ? 6 : 4) k
             else if (j < k - 2 && r == j)
                 R[e] = A[j * a.ld + j + 1];
         }
-        if (lane == 0) {
-            a.xm[s] = xm;
-            if (a.nobs)
-                a.nobs[i] = nsel;
-        }
-        __syncwarp();
+        warp_record(a, s, i, xm, nsel);
         }
     }
 }
