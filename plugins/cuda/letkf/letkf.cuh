@@ -190,8 +190,8 @@ static __device__ void warp_reflect(int k, const double *R, double *ys)
     }
 }
 
-/* The shifted solves of warp_rational.cu: lanes 0 .. R_POLES - 1 each
- * solve (T + shift) z = H^T x, the last lane (T + g) w = H^T b. */
+/* The shifted solves of warp_solves: lanes 0 .. R_POLES - 1 each solve
+ * (T + shift) z = H^T x, the last lane (T + g) w = H^T b. */
 const int R_POLES = 31;
 /* sqrt((k - 1) / (g + T)) ~ scale I + sum_l weight[l] (T + shift[l])^-1
  * for T's spectrum in [0, (kappa - 1) g] (kit/letkf/inv_sqrt_host.h, the
@@ -240,6 +240,115 @@ struct WArgs {
     int *redo_count;
     int *overflow;
 };
+
+/* Per-warp shared doubles of warp_solves' work: the lanes' reciprocal
+ * pivots, and their eliminated right-hand sides then weighted solutions,
+ * k rows of 32 each. */
+__host__ __device__ inline int solves_doubles(int k) { return 2 * k * 32; }
+
+/* The analysis from A = H T H^T without eigenvectors (warp-wide; d, e: T,
+ * xh: H^T x, bh: H^T b, all shared): u = sqrt((k - 1) / (g + T)) H^T x
+ * and *xam = xm + (H^T x) . (g + T)^-1 H^T b, each lane solving one shifted
+ * system by elimination (T + shift is positive definite: no pivoting),
+ * lanes 0 .. R_POLES - 1 the approximation's shifts, the last lane g.
+ * Returns false, and lists point i for the jacobi kernel, where T reaches
+ * beyond the approximation's interval (Gershgorin) or is not finite. */
+static __device__ bool warp_solves(const WArgs &a, long long i, const double *d, const double *e, const double *xh,
+                                   const double *bh, double *u, double *work, double xm, double *xam)
+{
+    const int lane = threadIdx.x & 31, k = a.k;
+    double gersh = 0.0, total = 0.0;
+    for (int l = lane; l < k; l += 32) {
+        gersh = fmax(gersh, fabs(d[l]) + fabs(e[l]) + (l > 0 ? fabs(e[l - 1]) : 0.0));
+        total += d[l] + e[l] + xh[l] + bh[l];
+    }
+    for (int o = 16; o > 0; o >>= 1)
+        gersh = fmax(gersh, __shfl_xor_sync(FULL, gersh, o));
+    /* fmax drops a NaN: a non-finite T counts through the sum */
+    total = warp_sum(total);
+    if (!(1.0 + gersh / a.g <= a.rat.kappa) || !isfinite(total)) {
+        if (lane == 0) {
+            const int at_ = atomicAdd(a.redo_count, 1);
+            a.redo[at_] = (int32_t)i;
+        }
+        __syncwarp();
+        return false;
+    }
+    const bool exact = lane == R_POLES;
+    const double shift = exact ? a.g : a.rat.shift[lane], weight = exact ? 0.0 : a.rat.weight[lane];
+    const double *rhs = exact ? bh : xh;
+    /* ip[l][lane]; zs[l][lane ^ l], so that the sum's reads down a row's lanes meet no bank twice */
+    double *ip = work, *zs = work + k * 32;
+    double q = 1.0 / (d[0] + shift), y = rhs[0];
+    ip[lane] = q;
+    zs[lane] = y;
+    for (int l = 1; l < k; l++) {
+        const double el = e[l - 1], m = el * q;
+        const double piv = fma(-m, el, d[l] + shift);
+        y = fma(-m, y, rhs[l]);
+        q = 1.0 / piv;
+        ip[l * 32 + lane] = q;
+        zs[l * 32 + (lane ^ (l & 31))] = y;
+    }
+    double z = y * q, dot = xh[k - 1] * z;
+    zs[(k - 1) * 32 + (lane ^ ((k - 1) & 31))] = weight * z;
+    for (int l = k - 2; l >= 0; l--) {
+        const int at_ = l * 32 + (lane ^ (l & 31));
+        z = fma(-e[l], z, zs[at_]) * ip[l * 32 + lane];
+        zs[at_] = weight * z;
+        dot = fma(xh[l], z, dot);
+    }
+    *xam = xm + __shfl_sync(FULL, dot, R_POLES);
+    __syncwarp();
+    for (int l = lane; l < k; l += 32) {
+        double sum = a.rat.scale * xh[l];
+        for (int c = 0; c < R_POLES; c++)
+            sum += zs[l * 32 + (c ^ (l & 31))];
+        u[l] = sum;
+    }
+    __syncwarp();
+    return true;
+}
+
+/* RTPP, RTPS, xa = xam + the perturbations u (shared, overwritten) and the
+ * spread of point i; xs: k shared doubles of scratch. */
+template <typename T>
+static __device__ void warp_finish(const WArgs &a, long long i, double xm, double xam, double *u, double *xs)
+{
+    const int lane = threadIdx.x & 31, k = a.k;
+    const T *xb = (const T *)a.xb;
+    T *xa = (T *)a.xa;
+    double sb = 0.0, sa = 0.0;
+    for (int l = lane; l < k; l += 32) {
+        const double xl = (double)xb[i * k + l] - xm;
+        double v = u[l];
+        if (a.rtpp > 0.0)
+            v = (1.0 - a.rtpp) * v + a.rtpp * xl;
+        xs[l] = xl;
+        u[l] = v;
+        sb = fma(xl, xl, sb);
+        sa = fma(v, v, sa);
+    }
+    sb = sqrt(warp_sum(sb) / (k - 1));
+    sa = sqrt(warp_sum(sa) / (k - 1));
+    const double factor = a.rtps > 0.0 && sa > 0.0 ? 1.0 + a.rtps * (sb - sa) / sa : 1.0;
+    double mean = 0.0;
+    for (int l = lane; l < k; l += 32) {
+        const double v = xam + factor * u[l];
+        u[l] = v;
+        mean += v;
+    }
+    mean = warp_sum(mean) / k;
+    double sp = 0.0;
+    for (int l = lane; l < k; l += 32)
+        sp += (u[l] - mean) * (u[l] - mean);
+    sp = warp_sum(sp);
+    if (lane == 0 && a.spread)
+        a.spread[i] = sqrt(sp / (k - 1));
+    for (int l = lane; l < k; l += 32)
+        xa[i * k + l] = (T)u[l];
+    __syncwarp();
+}
 
 /* A rotation in one double: the smaller of |cs|, |sn| (at most 1/sqrt(2);
  * the other, sqrt(1 - v^2), loses nothing) plus 4 x code, code saying which

@@ -30,10 +30,14 @@ const int REG_T8 = 5;    /* up to 8 REG_T8 padded members A stays in registers f
 /* A's lower 8 x 8 tiles of 8 t8 padded members, in doubles */
 __host__ __device__ constexpr int tile_doubles(int t8) { return 64 * t8 * (t8 + 1) / 2; }
 
-/* Per-warp shared memory, in doubles then ints. */
+/* Per-warp shared memory of k_warp_system, in doubles then ints. Above 40
+ * members: A (kp rows of kp + 1), the vectors x, b, v, w, then the
+ * visits' offsets. Up to 40 (A in registers, the selection in
+ * k_warp_build): the vectors, T (d, e), u, the reflectors' taus and
+ * warp_solves' work, no ints. */
 struct WLayout {
-    int A, xs, bs, vs, ws; /* double offsets */
-    int vstart, voff;                  /* int offsets past the doubles */
+    int A, xs, bs, vs, ws, d, e, u, taus, work; /* double offsets */
+    int vstart, voff;                           /* int offsets past the doubles */
     int doubles, ints, bytes;
 };
 
@@ -41,15 +45,21 @@ __host__ __device__ inline WLayout wlayout(int kp)
 {
     WLayout L;
     int o = 0;
-    L.A = o, o += kp * (kp + 1);
+    const bool regs = kp <= 8 * REG_T8;
+    L.A = o, o += regs ? 0 : kp * (kp + 1);
     L.xs = o, o += kp;
     L.bs = o, o += kp;
     L.vs = o, o += kp;
     L.ws = o, o += kp;
+    L.d = o, o += regs ? kp : 0;
+    L.e = o, o += regs ? kp : 0;
+    L.u = o, o += regs ? kp : 0;
+    L.taus = o, o += regs ? kp : 0;
+    L.work = o, o += regs ? solves_doubles(kp) : 0;
     L.doubles = o;
     L.vstart = 0;
     L.voff = MAX_VISITS;
-    L.ints = 2 * MAX_VISITS + 2;
+    L.ints = regs ? 0 : 2 * MAX_VISITS + 2;
     L.bytes = (L.doubles * 8 + L.ints * 4 + 15) / 16 * 16;
     return L;
 }
@@ -392,25 +402,15 @@ __device__ void warp_reflect_t(int k, int ld, const double *A, double *x, double
     }
 }
 
-/* The reduction of warp_tridiagonal and warp_reflect_t in one pass with A
- * in registers, for up to 8 NT = 40 padded members: lane (s, t) = (lane /
- * 4, lane % 4) holds A's rows 8 I + s, columns 8 J + 2 t + {0, 1} of every
- * 8 x 8 tile (I, J), both triangles (the tensor cores' accumulator layout,
- * loaded from the lower tiles that k_warp_build wrote),
- * so the product A v is a lane's own sums across its columns and two
- * shuffles, and the rank-2 update is a lane's own. Step j's column comes
- * from the lanes of t = (j % 8) / 2; v and w pass through shared memory (vs,
- * ws) from rows to columns. H^T x and H^T b (xs, bs, shared) are updated as
- * each H_j is found. Writes T (d, e at stride WS), H^T x and H^T b (tu, tb)
- * and the reflectors (R: v_j[r] at j k + r for r > j + 1, tau_j at j k + j). */
-template <int NT>
-__device__ void warp_tridiagonal_regs(int k, const double *tiles, double *vs, double *ws, double *xs, double *bs,
-                                      double *d, double *e, double *tu, double *tb, double *R)
+/* A of 8 NT padded members in registers: lane (s, t) = (lane / 4, lane %
+ * 4) holds rows 8 I + s, columns 8 J + 2 t + {0, 1} of every 8 x 8 tile
+ * (I, J), both triangles (the tensor cores' accumulator layout), loaded from
+ * the lower tiles k_warp_build wrote: an element above the diagonal is its
+ * mirror's, which lane 4 (2 t + h) + s / 2 holds as its (s % 2)-th of tile
+ * (J, I). */
+template <int NT> __device__ __forceinline__ void tiles_load(double (&at)[NT][NT][2], const double *tiles)
 {
     const int lane = threadIdx.x & 31, s = lane >> 2, t = lane & 3;
-    double a[NT][NT][2];
-    /* from the lower tiles k_warp_build left: an element above the diagonal is its mirror's, which lane 4 (2 t +
-     * h) + s / 2 holds as its (s % 2)-th of tile (J, I) */
 #pragma unroll
     for (int I = 0; I < NT; I++)
 #pragma unroll
@@ -420,8 +420,27 @@ __device__ void warp_tridiagonal_regs(int k, const double *tiles, double *vs, do
                 const int own = 64 * (I * (I + 1) / 2 + J) + 2 * lane + h;
                 const int mirror = 64 * (J * (J + 1) / 2 + I) + 2 * (4 * (2 * t + h) + (s >> 1)) + (s & 1);
                 const bool lower = I > J || (I == J && s >= 2 * t + h);
-                a[I][J][h] = tiles[lower ? own : mirror];
+                at[I][J][h] = tiles[lower ? own : mirror];
             }
+}
+
+/* The reduction of warp_tridiagonal and warp_reflect_t in one pass with A
+ * in registers (tiles_load's layout), so the product A v is a lane's own
+ * sums across its columns and two shuffles, and the rank-2 update is a
+ * lane's own. Step j's column comes from the lanes of t = (j % 8) / 2; v
+ * and w pass through shared memory (vs, ws) from rows to columns. H^T x and
+ * H^T b (xs, bs, shared) are updated as each H_j is found. T goes to d, e
+ * (element l at l * dstride). KEEP: each reflector stays where its column
+ * was (v_j[r] for r > j + 1 in at's column j; tau_j in taus[j]) for
+ * warp_reflect_regs; else the reflectors go to R (v_j[r] at j k + r, tau_j
+ * at j k + j) and H^T x, H^T b to tu, tb (stride WS) for the QL path. */
+template <int NT, bool KEEP>
+__device__ __forceinline__ void warp_tridiagonal_regs(double (&at)[NT][NT][2], int k, double *vs, double *ws,
+                                                      double *xs, double *bs, double *d, double *e,
+                                                      long long dstride, double *taus, double *tu, double *tb,
+                                                      double *R)
+{
+    const int lane = threadIdx.x & 31, s = lane >> 2, t = lane & 3;
     for (int r = lane; r < 8 * NT; r += 32) {
         if (r >= k)
             xs[r] = bs[r] = 0.0;
@@ -441,7 +460,7 @@ __device__ void warp_tridiagonal_regs(int k, const double *tiles, double *vs, do
             for (int I = 0; I < NT; I++) {
                 xv[I] = 0.0;
                 if (I >= J) {
-                    const double val = ch ? a[I][J][1] : a[I][J][0];
+                    const double val = ch ? at[I][J][1] : at[I][J][0];
                     xv[I] = t == ct ? val : 0.0;
                     if (8 * I + s > r0)
                         sig = fma(xv[I], xv[I], sig);
@@ -457,31 +476,47 @@ __device__ void warp_tridiagonal_regs(int k, const double *tiles, double *vs, do
                 sig += __shfl_xor_sync(FULL, sig, o);
             sig = __shfl_sync(FULL, sig, ct);
             if (lane == 0)
-                d[j * WS] = dj;
+                d[j * dstride] = dj;
             if (sig == 0.0) {
                 /* the column is reduced already: H_j = I */
                 if (lane == 0) {
-                    e[j * WS] = alpha;
-                    R[j * k + j] = 0.0;
+                    e[j * dstride] = alpha;
+                    if (KEEP)
+                        taus[j] = 0.0;
+                    else
+                        R[j * k + j] = 0.0;
                 }
-                for (int r = j + 2 + lane; r < k; r += 32)
-                    R[j * k + r] = 0.0;
+                if (!KEEP)
+                    for (int r = j + 2 + lane; r < k; r += 32)
+                        R[j * k + r] = 0.0;
                 continue;
             }
             const double norm = sqrt(fma(alpha, alpha, sig));
             const double beta = alpha >= 0.0 ? -norm : norm;
             const double tau = (beta - alpha) / beta, scale = 1.0 / (alpha - beta);
             if (lane == 0) {
-                e[j * WS] = beta;
-                R[j * k + j] = tau;
+                e[j * dstride] = beta;
+                if (KEEP)
+                    taus[j] = tau;
+                else
+                    R[j * k + j] = tau;
             }
             /* rows above r0 in the trailing tiles written as zeros: with those of the earlier tiles (zero since
              * their own steps) v is zero above r0 */
 #pragma unroll
             for (int I = 0; I < NT; I++) {
                 const int r = 8 * I + s;
-                if (I >= J && t == ct)
-                    vs[r] = r < r0 ? 0.0 : r == r0 ? 1.0 : xv[I] * scale;
+                if (I >= J && t == ct) {
+                    const double v = r < r0 ? 0.0 : r == r0 ? 1.0 : xv[I] * scale;
+                    vs[r] = v;
+                    if (KEEP && r > r0) {
+                        /* column j is read no more: it keeps v_j */
+                        if (ch)
+                            at[I][J][1] = v;
+                        else
+                            at[I][J][0] = v;
+                    }
+                }
             }
             __syncwarp();
             /* v by rows and by columns; p = tau A v by rows (a lane's sums over its columns, then its row's four
@@ -500,7 +535,7 @@ __device__ void warp_tridiagonal_regs(int k, const double *tiles, double *vs, do
 #pragma unroll
                 for (int I = 0; I < NT; I++)
                     if (I >= J)
-                        pr[I] = fma(a[I][J2][0], vc.x, fma(a[I][J2][1], vc.y, pr[I]));
+                        pr[I] = fma(at[I][J2][0], vc.x, fma(at[I][J2][1], vc.y, pr[I]));
             }
             double pv = 0.0, xv_ = 0.0, bv_ = 0.0;
 #pragma unroll
@@ -545,12 +580,13 @@ __device__ void warp_tridiagonal_regs(int k, const double *tiles, double *vs, do
                 for (int I = 0; I < NT; I++) {
                     if (I < J)
                         continue;
-                    a[I][J2][0] = fma(-vr[I], wc.x, fma(-wr[I], vc.x, a[I][J2][0]));
-                    a[I][J2][1] = fma(-vr[I], wc.y, fma(-wr[I], vc.y, a[I][J2][1]));
+                    at[I][J2][0] = fma(-vr[I], wc.x, fma(-wr[I], vc.x, at[I][J2][0]));
+                    at[I][J2][1] = fma(-vr[I], wc.y, fma(-wr[I], vc.y, at[I][J2][1]));
                 }
             }
-            for (int r = j + 2 + lane; r < k; r += 32)
-                R[j * k + r] = vs[r];
+            if (!KEEP)
+                for (int r = j + 2 + lane; r < k; r += 32)
+                    R[j * k + r] = vs[r];
             __syncwarp();
         }
     }
@@ -564,24 +600,65 @@ __device__ void warp_tridiagonal_regs(int k, const double *tiles, double *vs, do
             for (int h = 0; h < 2; h++) {
                 const int r = 8 * I + s, c = 8 * J + 2 * t + h;
                 if (r == k - 2 && c == k - 2)
-                    last[0] = a[I][J][h];
+                    last[0] = at[I][J][h];
                 if (r == k - 1 && c == k - 1)
-                    last[1] = a[I][J][h];
+                    last[1] = at[I][J][h];
                 if (r == k - 1 && c == k - 2)
-                    last[2] = a[I][J][h];
+                    last[2] = at[I][J][h];
             }
 #pragma unroll
     for (int q = 0; q < 3; q++)
         last[q] = warp_sum(last[q]);
     if (lane == 0) {
-        d[(k - 2) * WS] = last[0];
-        d[(k - 1) * WS] = last[1];
-        e[(k - 2) * WS] = last[2];
-        e[(k - 1) * WS] = 0.0;
+        d[(k - 2) * dstride] = last[0];
+        d[(k - 1) * dstride] = last[1];
+        e[(k - 2) * dstride] = last[2];
+        e[(k - 1) * dstride] = 0.0;
     }
-    for (int l = lane; l < k; l += 32) {
-        tu[l * WS] = xs[l];
-        tb[l * WS] = bs[l];
+    if (!KEEP)
+        for (int l = lane; l < k; l += 32) {
+            tu[l * WS] = xs[l];
+            tb[l * WS] = bs[l];
+        }
+    __syncwarp();
+}
+
+/* u <- H u = H_0 ... H_{k-3} u (shared), the reflectors where
+ * warp_tridiagonal_regs<NT, true> kept them: v_j[r] in the lanes of t = (j %
+ * 8) / 2 at column j, rows r > j + 1 (v_j[j + 1] = 1), tau_j in taus. */
+template <int NT>
+__device__ __forceinline__ void warp_reflect_regs(const double (&at)[NT][NT][2], int k, const double *taus, double *u)
+{
+    const int lane = threadIdx.x & 31, s = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int J = NT - 1; J >= 0; J--) {
+        for (int jj = 7; jj >= 0; jj--) {
+            const int j = 8 * J + jj, r0 = j + 1;
+            if (j >= k - 2)
+                continue;
+            const double tau = taus[j];
+            if (tau == 0.0)
+                continue;
+            const int ct = jj >> 1, ch = jj & 1;
+            double vr[NT], dot = 0.0;
+#pragma unroll
+            for (int I = 0; I < NT; I++) {
+                const int r = 8 * I + s;
+                const double val = ch ? at[I][J][1] : at[I][J][0];
+                vr[I] = I < J || t != ct || r < r0 ? 0.0 : r == r0 ? 1.0 : val;
+                if (I >= J)
+                    dot = fma(vr[I], u[r], dot);
+            }
+#pragma unroll
+            for (int o = 4; o < 32; o <<= 1)
+                dot += __shfl_xor_sync(FULL, dot, o);
+            const double c = tau * __shfl_sync(FULL, dot, ct);
+#pragma unroll
+            for (int I = 0; I < NT; I++)
+                if (I >= J && t == ct && 8 * I + s >= r0)
+                    u[8 * I + s] = fma(-c, vr[I], u[8 * I + s]);
+            __syncwarp();
+        }
     }
 }
 
@@ -698,10 +775,23 @@ __global__ void __launch_bounds__(W_WARPS * 32, T8 == 0 ? 1 : T8 <= 4 ? 6 : 4) k
                 xs[l] = a.tu[o + l * WS];
                 bs[l] = a.tb[o + l * WS];
             }
-            __syncwarp();
-            warp_tridiagonal_regs<T8>(k, a.tiles + s * tile_doubles(T8), base + L.vs, base + L.ws, xs, bs,
-                                      a.td + o, a.te + o, a.tu + o, a.tb + o, R);
-            __syncwarp();
+            double at[T8][T8][2];
+            tiles_load<T8>(at, a.tiles + s * tile_doubles(T8));
+            if (a.tout) {
+                /* weight interpolation: T, H^T b and the reflectors for the QL path */
+                warp_tridiagonal_regs<T8, false>(at, k, base + L.vs, base + L.ws, xs, bs, a.td + o, a.te + o, WS,
+                                                 nullptr, a.tu + o, a.tb + o, R);
+                continue;
+            }
+            double *d = base + L.d, *e = base + L.e, *u = base + L.u;
+            warp_tridiagonal_regs<T8, true>(at, k, base + L.vs, base + L.ws, xs, bs, d, e, 1, base + L.taus,
+                                            nullptr, nullptr, nullptr);
+            const double xm = a.xm[s];
+            double xam;
+            if (!warp_solves(a, i, d, e, xs, bs, u, base + L.work, xm, &xam))
+                continue;
+            warp_reflect_regs<T8>(at, k, base + L.taus, u);
+            warp_finish<T>(a, i, xm, xam, u, d);
         } else {
         double pos[DK_LETKF_POS];
         for (int d = 0; d < DK_LETKF_POS; d++)
@@ -977,7 +1067,8 @@ template <typename T> dk_status run_warp(Plan *p, Args a, dk_msg *msg)
                                       (int)p->b_smem),
                  "setting the letkf build kernel's shared memory");
     WArgs w = p->w;
-    dk_status st = a.tout ? warp_ql_prepare(w, msg) : warp_rational_prepare<T>(p, msg);
+    /* up to 40 members (b_blocks) the system kernel finishes the analysis itself */
+    dk_status st = a.tout ? warp_ql_prepare(w, msg) : p->b_blocks ? DK_OK : warp_rational_prepare<T>(p, msg);
     if (st != DK_OK)
         return st;
     w.xb = a.xb, w.xa = a.xa, w.nobs = a.nobs, w.spread = a.spread, w.tout = a.tout;
@@ -1008,7 +1099,7 @@ template <typename T> dk_status run_warp(Plan *p, Args a, dk_msg *msg)
             const int tblocks = (int)((count + p->t_warps - 1) / p->t_warps);
             k_warp_transforms<<<tblocks, p->t_warps * 32, p->t_smem, sm>>>(w);
             CUDA_TRY(cudaGetLastError(), "launching the letkf transforms kernel");
-        } else if ((st = launch_warp_rational<T>(p, w, count, msg)) != DK_OK)
+        } else if (!p->b_blocks && (st = launch_warp_rational<T>(p, w, count, msg)) != DK_OK)
             return st;
     }
     /* the points the solves or QL left (out of the approximation's range; no convergence, or a longer log than
