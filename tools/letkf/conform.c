@@ -19,11 +19,13 @@
  * float64, tolerance 1e-10: a backend may add A's and b's terms in another
  * order (at most a few hundred terms of like magnitude: ~p eps relative)
  * and use another backward-stable eigensolver (A + E with ||E|| <= c k eps
- * ||A||); the maps lambda -> 1 / (g + lambda) and sqrt((k - 1) / (g +
- * lambda)) amplify a relative perturbation of A by at most ||A|| / g, since
- * g + lambda >= g = (k - 1) / inflation. Here k <= 128 and ||A|| / g <=
- * ~1e3, so k eps ||A|| / g stays below 3e-11; a wrong term, weight or
- * option moves the result by far more than 1e-10.
+ * ||A||), or none (the cuda warp variant: a Householder reduction, stable
+ * alike, then shifted solves with a rational approximation of x^-1/2 good
+ * to 2e-14 relative); the maps lambda -> 1 / (g + lambda) and sqrt((k -
+ * 1) / (g + lambda)) amplify a relative perturbation of A by at most ||A||
+ * / g, since g + lambda >= g = (k - 1) / inflation. Here k <= 128 and ||A||
+ * / g <= ~1e3, so k eps ||A|| / g stays below 3e-11; a wrong term, weight
+ * or option moves the result by far more than 1e-10.
  * float32, tolerance 2^-23 + 1e-10: the definition solves each point in
  * float64 and rounds once on writing, so two backends' values differ by
  * the float64 difference above plus at most one float32 rounding (2^-23
