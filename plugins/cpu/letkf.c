@@ -9,7 +9,17 @@
  * Variant "syevd" (built where LAPACKE is found) solves each point's
  * k x k eigenproblem with LAPACK's divide and conquer (dsyevd) instead of
  * cyclic Jacobi; everything else is the same code. It differs from the
- * reference by the eigensolver's rounding only. */
+ * reference by the eigensolver's rounding only.
+ *
+ * Variant "solves" (the default where LAPACKE is found) forms no
+ * eigenvectors: the analysis needs only x . (g + A)^-1 b and sqrt((k - 1)
+ * / (g + A)) x, so A is reduced to tridiagonal T = Q^T A Q (dsytrd), x and
+ * b go to Q's basis (dormtr), the mean's weight is one positive definite
+ * tridiagonal solve (dptsv) and the perturbations DK_LETKF_POLES shifted
+ * ones weighted by Zolotarev's approximation of x^-1/2
+ * (dakit/kit/letkf/inv_sqrt_host.h, 2e-14 relative), then back through Q.
+ * A point whose T reaches beyond the approximation's interval takes dsyevd.
+ * Weight interpolation, which needs every transform, takes dsyevd too. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +32,7 @@
 #endif
 
 #include <dakit/kit/letkf/analysis_host.h>
+#include <dakit/kit/letkf/inv_sqrt_host.h>
 #include <dakit/plugin.h>
 
 /* Points handed to a thread at a time: their costs differ (edges, caps),
@@ -31,14 +42,16 @@
 
 typedef struct letkf_plan {
     const dk_letkf_setup *su;
-    int syevd;            /* the variant: 1 LAPACK dsyevd, 0 cyclic Jacobi */
+    int syevd;            /* the variant: 1 LAPACK dsyevd (or solves), 0 cyclic Jacobi */
+    int solves;           /* the variant solves */
+    double shift[DK_LETKF_POLES], weight[DK_LETKF_POLES], scale; /* its approximation, scaled by g */
     double *pos;          /* n x DK_LETKF_POS: the grid points' positions */
     double *yp, *dep, *rinv; /* m x k, m, m: the observation space in sorted order, per analysis */
 } letkf_plan;
 
 #ifdef DK_CPU_LAPACKE
-/* dsyevd is the default where built: it is faster than Jacobi from k = 8 on (docs/letkf.md). */
-static const char *const letkf_variants[] = {"syevd", "jacobi", NULL};
+/* solves is the default where built; dsyevd is faster than Jacobi from k = 8 on (docs/letkf.md). */
+static const char *const letkf_variants[] = {"solves", "syevd", "jacobi", NULL};
 #else
 static const char *const letkf_variants[] = {"jacobi", NULL};
 #endif
@@ -62,7 +75,20 @@ static dk_status letkf_plan_create(void *device, const dk_letkf_setup *su, void 
         return DK_ERR_OUT_OF_MEMORY;
     }
     plan->su = su;
-    plan->syevd = !strcmp(d->variant, "syevd");
+    plan->solves = !strcmp(d->variant, "solves");
+    plan->syevd = plan->solves || !strcmp(d->variant, "syevd");
+    if (plan->solves) {
+        /* sqrt(k - 1) (g + t)^(-1/2) = sqrt((k - 1) / g) x^(-1/2) at x = 1 + t / g, and 1 / (x + c) = g / (t + g (1 +
+         * c)) */
+        double c[DK_LETKF_POLES], w[DK_LETKF_POLES], scale;
+        dk_letkf_inv_sqrt_poles(DK_LETKF_POLES, DK_LETKF_KAPPA, c, w, &scale);
+        const double g = (double)(d->members - 1) / d->inflation, outer = sqrt((double)(d->members - 1) / g) * scale;
+        for (int l = 0; l < DK_LETKF_POLES; l++) {
+            plan->shift[l] = g * (1.0 + c[l]);
+            plan->weight[l] = outer * g * w[l];
+        }
+        plan->scale = outer;
+    }
     plan->pos = malloc(d->n * DK_LETKF_POS * sizeof *plan->pos);
     plan->yp = malloc(d->m * d->members * sizeof *plan->yp);
     plan->dep = malloc(d->m * sizeof *plan->dep);
@@ -81,20 +107,23 @@ static dk_status letkf_plan_create(void *device, const dk_letkf_setup *su, void 
     return DK_OK;
 }
 
-/* One thread's scratch: the kit's, and dsyevd's workspace. */
+/* One thread's scratch: the kit's, and dsyevd's (or dsytrd's and dormtr's) workspace. */
 typedef struct thread_scratch {
     dk_letkf_scratch s;
     double *x;      /* k: the point's background, widened */
-    double *work;   /* dsyevd */
+    double *work;   /* dsyevd, dsytrd, dormtr */
     int *iwork;
     int lwork, liwork;
+    double *td;     /* solves, k each: T's diagonal, subdiagonal, dsytrd's tau, a shifted copy of T's two, x and b in
+                       Q's basis, a solve, the perturbations */
+    double *te, *tau, *sd, *se, *xq, *bq, *z, *u;
 } thread_scratch;
 
 static void thread_scratch_free(thread_scratch *t)
 {
     if (t->s.k)
         dk_letkf_scratch_free(&t->s);
-    free(t->x), free(t->work), free(t->iwork);
+    free(t->x), free(t->work), free(t->iwork), free(t->td);
 }
 
 /* 0, or -1 when out of memory. */
@@ -105,13 +134,19 @@ static int thread_scratch_make(thread_scratch *t, int k, size_t cap, int syevd)
         return -1;
     t->x = malloc((size_t)k * sizeof *t->x);
     if (syevd) {
-        /* dsyevd's minimal workspace for eigenvectors: 1 + 6k + 2k^2 and 3 + 5k */
-        t->lwork = 1 + 6 * k + 2 * k * k;
+        /* dsyevd's minimal workspace for eigenvectors: 1 + 6k + 2k^2 and 3 + 5k; dsytrd and dormtr (two columns)
+         * run blocked in 64k */
+        t->lwork = 1 + 6 * k + 2 * k * k + 64 * k;
         t->liwork = 3 + 5 * k;
         t->work = malloc((size_t)t->lwork * sizeof *t->work);
         t->iwork = malloc((size_t)t->liwork * sizeof *t->iwork);
+        t->td = malloc(9 * (size_t)k * sizeof *t->td);
+        if (t->td) {
+            t->te = t->td + k, t->tau = t->te + k, t->sd = t->tau + k, t->se = t->sd + k;
+            t->xq = t->se + k, t->bq = t->xq + k, t->z = t->bq + k, t->u = t->z + k; /* xq, bq: dormtr's k x 2 */
+        }
     }
-    if (!t->x || (syevd && (!t->work || !t->iwork))) {
+    if (!t->x || (syevd && (!t->work || !t->iwork || !t->td))) {
         thread_scratch_free(t);
         return -1;
     }
@@ -141,6 +176,73 @@ static int eig_syevd(thread_scratch *t)
 #endif
 }
 
+/* The analysis of the point whose system dk_letkf_point_system left in
+ * t->s (A destroyed), without eigenvectors (the variant solves, above):
+ * its k values into xa and its spread into *spread, or *beyond = 1 where T
+ * reaches beyond the approximation's interval or is not finite (the caller
+ * takes dsyevd). Returns 0 or LAPACK's info. */
+static int point_solves(const letkf_plan *plan, thread_scratch *t, double xm, double *xa, double *spread, int *beyond)
+{
+    *beyond = 0;
+#ifdef DK_CPU_LAPACKE
+    dk_letkf_scratch *s = &t->s;
+    const int k = s->k;
+    const double g = (double)(k - 1) / plan->su->desc.inflation;
+    /* A is symmetric: its row-major storage is its column-major one */
+    lapack_int info = LAPACKE_dsytrd_work(LAPACK_COL_MAJOR, 'L', k, s->A, k, t->td, t->te, t->tau, t->work, t->lwork);
+    if (info != 0)
+        return (int)info;
+    /* x and b side by side (column-major k x 2), into Q's basis */
+    memcpy(t->xq, s->x, (size_t)k * sizeof(double));
+    memcpy(t->xq + k, s->b, (size_t)k * sizeof(double));
+    info = LAPACKE_dormtr_work(LAPACK_COL_MAJOR, 'L', 'L', 'T', k, 2, s->A, k, t->tau, t->xq, k, t->work, t->lwork);
+    if (info != 0)
+        return (int)info;
+    double gersh = 0.0, total = 0.0;
+    for (int l = 0; l < k; l++) {
+        const double el = l + 1 < k ? fabs(t->te[l]) : 0.0, ep = l > 0 ? fabs(t->te[l - 1]) : 0.0;
+        gersh = fmax(gersh, fabs(t->td[l]) + el + ep);
+        total += t->td[l] + el + t->xq[l] + t->bq[l];
+    }
+    if (!(1.0 + gersh / g <= DK_LETKF_KAPPA) || !isfinite(total)) {
+        *beyond = 1;
+        return 0;
+    }
+    /* the mean: x . (g + A)^-1 b = (Q^T x) . (g + T)^-1 (Q^T b) */
+    for (int l = 0; l < k; l++)
+        t->sd[l] = t->td[l] + g, t->se[l] = t->te[l], t->z[l] = t->bq[l];
+    if ((info = LAPACKE_dptsv_work(LAPACK_COL_MAJOR, k, 1, t->sd, t->se, t->z, k)) != 0)
+        return (int)info;
+    double xam = xm;
+    for (int l = 0; l < k; l++)
+        xam += t->xq[l] * t->z[l];
+    /* the perturbations: sqrt((k - 1) / (g + T)) Q^T x as the weighted shifted solves */
+    for (int l = 0; l < k; l++)
+        t->u[l] = plan->scale * t->xq[l];
+    for (int p = 0; p < DK_LETKF_POLES; p++) {
+        for (int l = 0; l < k; l++)
+            t->sd[l] = t->td[l] + plan->shift[p], t->se[l] = t->te[l], t->z[l] = t->xq[l];
+        if ((info = LAPACKE_dptsv_work(LAPACK_COL_MAJOR, k, 1, t->sd, t->se, t->z, k)) != 0)
+            return (int)info;
+        for (int l = 0; l < k; l++)
+            t->u[l] += plan->weight[p] * t->z[l];
+    }
+    info = LAPACKE_dormtr_work(LAPACK_COL_MAJOR, 'L', 'L', 'N', k, 1, s->A, k, t->tau, t->u, k, t->work, t->lwork);
+    if (info != 0)
+        return (int)info;
+    const double rtpp = plan->su->desc.rtpp;
+    if (rtpp > 0.0)
+        for (int l = 0; l < k; l++)
+            t->u[l] = (1.0 - rtpp) * t->u[l] + rtpp * s->x[l];
+    *spread = dk_letkf_point_tail(plan->su, s, xam, t->u, xa);
+    return 0;
+#else
+    (void)plan, (void)t, (void)xm, (void)xa, (void)spread;
+    *beyond = 1;
+    return 0;
+#endif
+}
+
 /* The observation space in sorted order: perturbations, departures, 1 / r. */
 static void obs_rows(letkf_plan *plan, const void *yb, const void *obs)
 {
@@ -152,8 +254,8 @@ static void obs_rows(letkf_plan *plan, const void *yb, const void *obs)
         dk_letkf_obs_row(su, yb, yo, r, (size_t)j, plan->yp + (size_t)j * k, plan->dep + j, plan->rinv + j);
 }
 
-/* The points' loop's outcome: 0 fine, 1 out of memory, 2 an eigensolver
- * failed (LAPACK's info at failed_point). */
+/* The points' loop's outcome: 0 fine, 1 out of memory, 2 LAPACK failed
+ * (its info at failed_point). */
 static dk_status points_status(int failure, int lapack_info, size_t k, long failed_point, dk_msg *msg)
 {
     if (failure == 1) {
@@ -161,7 +263,7 @@ static dk_status points_status(int failure, int lapack_info, size_t k, long fail
         return DK_ERR_OUT_OF_MEMORY;
     }
     if (failure == 2) {
-        dk_msg_set(msg, "cpu letkf: LAPACK's dsyevd failed (info %d) on the %zu x %zu matrix of grid point %ld",
+        dk_msg_set(msg, "cpu letkf: LAPACK failed (info %d) on the %zu x %zu matrix of grid point %ld",
                    lapack_info, k, k, failed_point);
         return DK_ERR_BACKEND;
     }
@@ -208,7 +310,26 @@ static dk_status letkf_analysis(void *p, const void *xb, const void *yb, const v
             for (size_t l = 0; l < k; l++)
                 t.x[l] = f32 ? (double)((const float *)xb)[row + l] : ((const double *)xb)[row + l];
             double sd;
-            if (plan->syevd) {
+            int solved = 0;
+            if (plan->solves) {
+                double xm = dk_letkf_point_system(&t.s, nsel, plan->yp, plan->dep, plan->rinv, t.x);
+                int beyond;
+                int info = point_solves(plan, &t, xm, t.x, &sd, &beyond);
+                if (info != 0) {
+#pragma omp critical(dk_cpu_letkf_failure)
+                    {
+                        failure = 2;
+                        failed_point = i;
+                        lapack_info = info;
+                    }
+                    continue;
+                }
+                solved = !beyond;
+            }
+            if (solved) {
+                /* done */
+            } else if (plan->syevd) {
+                /* (solves: A was reduced in place; its point beyond the approximation forms it again) */
                 double xm = dk_letkf_point_system(&t.s, nsel, plan->yp, plan->dep, plan->rinv, t.x);
                 int info = eig_syevd(&t);
                 if (info) {

@@ -49,6 +49,7 @@
 
 #define DK_LETKF_FN __host__ __device__ static inline
 #include <dakit/letkf.h>
+#include <dakit/kit/letkf/inv_sqrt_host.h>
 #include "../cuda_internal.h"
 
 namespace dk_cuda_letkf {
@@ -192,7 +193,8 @@ static __device__ void warp_reflect(int k, const double *R, double *ys)
 
 /* The shifted solves of warp_solves: lanes 0 .. R_POLES - 1 each solve
  * (T + shift) z = H^T x, the last lane (T + g) w = H^T b. */
-const int R_POLES = 31;
+const int R_POLES = DK_LETKF_POLES;
+static_assert(R_POLES < 32, "a lane for each shift and one for the mean");
 /* sqrt((k - 1) / (g + T)) ~ scale I + sum_l weight[l] (T + shift[l])^-1
  * for T's spectrum in [0, (kappa - 1) g] (kit/letkf/inv_sqrt_host.h, the
  * shifts and weights scaled by g) */

@@ -14,8 +14,6 @@
  * approximation's interval (Gershgorin), or is not finite, is left to the
  * jacobi kernel. Weight interpolation, which needs every eigenvector, takes
  * the QL path instead (warp_ql.cu). */
-#include <dakit/kit/letkf/inv_sqrt_host.h>
-
 #include "letkf.cuh"
 
 using namespace dk_cuda_letkf;
@@ -23,7 +21,7 @@ using namespace dk_cuda_letkf;
 namespace {
 
 const int R_WARPS = 2;      /* warps a block */
-const double R_KAPPA = 1e7; /* the approximation's interval [1, kappa] in units of g */
+const double R_KAPPA = DK_LETKF_KAPPA; /* the approximation's interval [1, kappa] in units of g */
 
 /* Per-warp shared doubles: d, e, H^T x, H^T b and the result u (k each),
  * then warp_solves' work, which the reflectors reuse where they fit. */

@@ -242,10 +242,6 @@ static inline double dk_letkf_point_system(dk_letkf_scratch *s, long nsel, const
     return xm;
 }
 
-/* The second half, from A's eigenvectors s->Q (row-major, column e the e-th)
- * and eigenvalues s->lam, with s->x and s->b from dk_letkf_point_system and
- * xm the background mean: the point's k analysis values into xa (may be
- * the background's own array). Returns the analysis spread. */
 /* The weights from A's eigen-decomposition (s->Q, s->lam, destroyed) and
  * s->b: the mean weights into s->w, W (RTPP applied) into s->W. */
 static inline void dk_letkf_point_weights(const dk_letkf_setup *su, dk_letkf_scratch *s)
@@ -279,29 +275,26 @@ static inline void dk_letkf_point_weights(const dk_letkf_setup *su, dk_letkf_scr
         }
 }
 
-static inline double dk_letkf_point_finish(const dk_letkf_setup *su, dk_letkf_scratch *s, double xm, double *xa)
+/* The point's k analysis values into xa from xam (the mean's analysis)
+ * and a (the analysis perturbations, RTPP applied), with s->x the
+ * background's perturbations: RTPS, then xa = xam + factor a. Returns the
+ * analysis spread. */
+static inline double dk_letkf_point_tail(const dk_letkf_setup *su, const dk_letkf_scratch *s, double xam,
+                                         const double *a, double *xa)
 {
     const int k = s->k;
     const double rtps = su->desc.rtps;
-    dk_letkf_point_weights(su, s);
-    double xam = xm;
-    for (int l = 0; l < k; l++)
-        xam += s->x[l] * s->w[l];
     double sb = 0.0, sa = 0.0;
     for (int m = 0; m < k; m++) {
-        double am = 0.0;
-        for (int l = 0; l < k; l++)
-            am += s->x[l] * s->W[(size_t)l * k + m];
-        s->a[m] = am;
         sb += s->x[m] * s->x[m];
-        sa += am * am;
+        sa += a[m] * a[m];
     }
     sb = sqrt(sb / (k - 1));
     sa = sqrt(sa / (k - 1));
     double factor = rtps > 0.0 && sa > 0.0 ? 1.0 + rtps * (sb - sa) / sa : 1.0;
     double mean = 0.0;
     for (int m = 0; m < k; m++) {
-        xa[m] = xam + factor * s->a[m];
+        xa[m] = xam + factor * a[m];
         mean += xa[m];
     }
     mean /= k;
@@ -309,6 +302,26 @@ static inline double dk_letkf_point_finish(const dk_letkf_setup *su, dk_letkf_sc
     for (int m = 0; m < k; m++)
         spread += (xa[m] - mean) * (xa[m] - mean);
     return sqrt(spread / (k - 1));
+}
+
+/* The second half, from A's eigenvectors s->Q (row-major, column e the e-th)
+ * and eigenvalues s->lam, with s->x and s->b from dk_letkf_point_system and
+ * xm the background mean: the point's k analysis values into xa (may be
+ * the background's own array). Returns the analysis spread. */
+static inline double dk_letkf_point_finish(const dk_letkf_setup *su, dk_letkf_scratch *s, double xm, double *xa)
+{
+    const int k = s->k;
+    dk_letkf_point_weights(su, s);
+    double xam = xm;
+    for (int l = 0; l < k; l++)
+        xam += s->x[l] * s->w[l];
+    for (int m = 0; m < k; m++) {
+        double am = 0.0;
+        for (int l = 0; l < k; l++)
+            am += s->x[l] * s->W[(size_t)l * k + m];
+        s->a[m] = am;
+    }
+    return dk_letkf_point_tail(su, s, xam, s->a, xa);
 }
 
 /* The analysis of one point from its selection (s->idx, s->rho, nsel),

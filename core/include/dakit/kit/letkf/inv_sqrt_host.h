@@ -23,6 +23,12 @@
 
 #include <math.h>
 
+/* The analyses' choice: 31 shifts (with the solve for the mean, 32: a
+ * warp's lanes on cuda) over [1, 1e7] in units of g, 2.0e-14 relative. A
+ * point whose spectrum reaches beyond takes an eigensolver. */
+#define DK_LETKF_POLES 31
+#define DK_LETKF_KAPPA 1e7
+
 /* sn and cn of (u | m) by the arithmetic-geometric mean and descending
  * Landen steps (Abramowitz & Stegun 16.4), m1 = 1 - m given apart so that
  * m near 1 keeps its digits. */
