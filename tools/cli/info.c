@@ -29,8 +29,8 @@ int cmd_info(int argc, char **argv)
             usable++;
             printf("\n%s %s (priority %d)\n  file: %s\n  algorithms: %s\n", b->name, b->version,
                    b->priority, b->path, b->algorithms[0] ? b->algorithms : "none");
-            static const char *algos[] = {"gauss", "enkf", "kmeans", "gbees"};
-            for (int a = 0; a < 4; a++)
+            static const char *algos[] = {"gauss", "enkf", "kmeans", "gbees", "letkf"};
+            for (int a = 0; a < 5; a++)
                 if (b->variants[a][0])
                     printf("    %-7s variants: %s (--variant; default: %s)\n", algos[a], b->variants[a],
                            a == 1 ? "the cost model's pick" : "the first");
