@@ -539,6 +539,73 @@ static void inv_sqrt_poles(void)
           norm);
 }
 
+/* The cpu plugin's variant solves (where LAPACKE is built) against its
+ * variant syevd on one case twice: with r of 1, within 1e-12 of each other
+ * (two factorizations of one analysis); with r of 1e-12, where every
+ * point's spectrum reaches beyond the rational approximation's interval,
+ * equal bit for bit (each point falls back to dsyevd). */
+static void cpu_solves_fallback(void)
+{
+    dk_context *ctx;
+    if (dk_context_create("cpu", &ctx) != DK_OK) {
+        printf("cpu_solves_fallback: skipped (%s)\n", dk_last_error(NULL));
+        return;
+    }
+    int have = 0;
+    for (const char *const *v = dk_letkf_variants(ctx); v && *v; v++)
+        have += !strcmp(*v, "solves");
+    if (!have) {
+        printf("cpu_solves_fallback: skipped (the cpu plugin was built without LAPACKE)\n");
+        dk_context_destroy(ctx);
+        return;
+    }
+    enum { N = 60, K = 12, M = 80 };
+    static double grid[N], obs[M], xb[N * K], yb[M * K], yo[M], r[M], xs[N * K], xe[N * K];
+    uint64_t st = 11;
+    for (int i = 0; i < N; i++)
+        grid[i] = i;
+    for (int j = 0; j < M; j++)
+        obs[j] = N * frand(&st), yo[j] = gauss_rand(&st);
+    for (int t = 0; t < N * K; t++)
+        xb[t] = 1 + gauss_rand(&st);
+    for (int t = 0; t < M * K; t++)
+        yb[t] = gauss_rand(&st);
+    const double rs[2] = {1.0, 1e-12};
+    for (int q = 0; q < 2; q++) {
+        for (int j = 0; j < M; j++)
+            r[j] = rs[q];
+        double *outs[2] = {xs, xe};
+        const char *variants[2] = {"solves", "syevd"};
+        for (int v = 0; v < 2; v++) {
+            dk_letkf_desc d;
+            dk_letkf_desc_init(&d);
+            d.n = N, d.members = K, d.m = M, d.ncoords = 1, d.radius = 9, d.grid_coords = grid, d.obs_coords = obs;
+            d.variant = variants[v];
+            dk_plan *plan = NULL;
+            CHECK(dk_letkf_plan_create(ctx, &d, &plan) == DK_OK, "plan %s: %s", variants[v], dk_last_error(ctx));
+            if (!plan)
+                continue;
+            CHECK(dk_letkf_execute_host(plan, xb, yb, yo, r, outs[v], NULL, NULL) == DK_OK, "%s: %s", variants[v],
+                  dk_last_error(ctx));
+            dk_plan_destroy(plan);
+        }
+        double worst = 0.0, scale = 0.0;
+        int equal = 1;
+        for (int t = 0; t < N * K; t++) {
+            worst = fmax(worst, fabs(xs[t] - xe[t]));
+            scale = fmax(scale, fabs(xe[t]));
+            equal &= xs[t] == xe[t];
+        }
+        if (q == 0)
+            CHECK(worst <= 1e-12 * scale && !equal, "r 1: solves differs from syevd by %g of %g (equal: %d)", worst,
+                  scale, equal);
+        else
+            CHECK(equal, "r 1e-12: solves differs from syevd by %g of %g, where every point falls back to dsyevd",
+                  worst, scale);
+    }
+    dk_context_destroy(ctx);
+}
+
 int main(void)
 {
     weights();
@@ -550,6 +617,7 @@ int main(void)
     ring_counts();
     refusals();
     interp();
+    cpu_solves_fallback();
     interp_plan_reuse("cpu");
     interp_plan_reuse("opencl");
     interp_plan_reuse("cuda");
