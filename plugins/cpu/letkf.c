@@ -77,18 +77,8 @@ static dk_status letkf_plan_create(void *device, const dk_letkf_setup *su, void 
     plan->su = su;
     plan->solves = !strcmp(d->variant, "solves");
     plan->syevd = plan->solves || !strcmp(d->variant, "syevd");
-    if (plan->solves) {
-        /* sqrt(k - 1) (g + t)^(-1/2) = sqrt((k - 1) / g) x^(-1/2) at x = 1 + t / g, and 1 / (x + c) = g / (t + g (1 +
-         * c)) */
-        double c[DK_LETKF_POLES], w[DK_LETKF_POLES], scale;
-        dk_letkf_inv_sqrt_poles(DK_LETKF_POLES, DK_LETKF_KAPPA, c, w, &scale);
-        const double g = (double)(d->members - 1) / d->inflation, outer = sqrt((double)(d->members - 1) / g) * scale;
-        for (int l = 0; l < DK_LETKF_POLES; l++) {
-            plan->shift[l] = g * (1.0 + c[l]);
-            plan->weight[l] = outer * g * w[l];
-        }
-        plan->scale = outer;
-    }
+    if (plan->solves)
+        dk_letkf_solves_setup((int)d->members, d->inflation, plan->shift, plan->weight, &plan->scale);
     plan->pos = malloc(d->n * DK_LETKF_POS * sizeof *plan->pos);
     plan->yp = malloc(d->m * d->members * sizeof *plan->yp);
     plan->dep = malloc(d->m * sizeof *plan->dep);

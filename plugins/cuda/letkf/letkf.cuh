@@ -24,14 +24,17 @@
  *   syevj.cu    "syevj": k_points' selection and A, b for a batch of points
  *               written out, cuSOLVER's cusolverDnDsyevjBatched on the batch,
  *               then k_points' finish;
- *   warp.cu     "warp" (the default): one warp per point,
- *               k_warp_system (selection, A and b on the tensor cores,
- *               Householder tridiagonalization A = H T H^T), then
- *               k_warp_rational (warp_rational.cu: A^-1 and A^-1/2 on the
- *               point's vectors by shifted tridiagonal solves, a lane each,
- *               then the finish); under weight interpolation k_warp_ql
+ *   warp.cu     "warp" (the default): one warp per point, no eigenvectors
+ *               in an analysis: A = H T H^T by Householder, then A^-1 and
+ *               A^-1/2 on the point's vectors by shifted tridiagonal solves,
+ *               a lane each (warp_solves). Up to 40 members k_warp_build
+ *               (selection, A and b on the tensor cores) and k_warp_system
+ *               (A in registers: the reduction, the solves, the finish);
+ *               above, k_warp_system (selection and reduction in shared
+ *               memory) and k_warp_rational (warp_rational.cu: the solves
+ *               and the finish). Under weight interpolation k_warp_ql
  *               (warp_ql.cu: implicit QL, a thread per point) and
- *               k_warp_transforms instead.
+ *               k_warp_transforms follow the system kernel instead.
  * plan.cu lists the variants, picks one, holds the plan and the ops table.
  * Every file is compiled without FMA contraction (-fmad=false; the products
  * that want it call fma()), so a weight is the host's bit for bit where the
@@ -196,11 +199,11 @@ static __device__ void warp_reflect(int k, const double *R, double *ys)
 const int R_POLES = DK_LETKF_POLES;
 static_assert(R_POLES < 32, "a lane for each shift and one for the mean");
 /* sqrt((k - 1) / (g + T)) ~ scale I + sum_l weight[l] (T + shift[l])^-1
- * for T's spectrum in [0, (kappa - 1) g] (kit/letkf/inv_sqrt_host.h, the
- * shifts and weights scaled by g) */
+ * for T's spectrum in [0, (DK_LETKF_KAPPA - 1) g] (kit/letkf/inv_sqrt_host.h's
+ * dk_letkf_solves_setup) */
 struct Rational {
     double shift[R_POLES], weight[R_POLES];
-    double scale, kappa, error;
+    double scale;
 };
 
 struct WArgs {
@@ -268,7 +271,7 @@ static __device__ bool warp_solves(const WArgs &a, long long i, const double *d,
         gersh = fmax(gersh, __shfl_xor_sync(FULL, gersh, o));
     /* fmax drops a NaN: a non-finite T counts through the sum */
     total = warp_sum(total);
-    if (!(1.0 + gersh / a.g <= a.rat.kappa) || !isfinite(total)) {
+    if (!(1.0 + gersh / a.g <= DK_LETKF_KAPPA) || !isfinite(total)) {
         if (lane == 0) {
             const int at_ = atomicAdd(a.redo_count, 1);
             a.redo[at_] = (int32_t)i;
@@ -441,10 +444,10 @@ template <typename T> dk_status run_warp(Plan *p, Args a, dk_msg *msg);
 dk_status warp_ql_prepare(const WArgs &w, dk_msg *msg);
 dk_status launch_warp_ql(const WArgs &w, long long count, cudaStream_t sm, dk_msg *msg);
 
-/* warp_rational.cu: the shifts and weights for g (plan), k_warp_rational's
+/* warp_rational.cu: the shifts and weights for the inflation (plan), k_warp_rational's
  * shared-memory limit (before a run) and a launch over the batch's count
  * points */
-void plan_rational(WArgs *w);
+void plan_rational(WArgs *w, double inflation);
 template <typename T> dk_status warp_rational_prepare(const Plan *p, dk_msg *msg);
 template <typename T> dk_status launch_warp_rational(const Plan *p, const WArgs &w, long long count, dk_msg *msg);
 

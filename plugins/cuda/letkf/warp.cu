@@ -965,7 +965,7 @@ dk_status plan_warp(Plan *p, dk_msg *msg)
     w.k = k, w.kp = (k + 7) / 8 * 8, w.ld = w.kp + 1, w.cap = a.cap;
     w.lcap = a.lcap, w.scap = a.scap > 0 ? a.scap : 1;
     w.g = a.g, w.rtpp = a.rtpp, w.rtps = a.rtps;
-    plan_rational(&w);
+    plan_rational(&w, p->desc.inflation);
     w.overflow = p->d_overflow;
     w.redo_count = p->d_overflow + 3;
     /* a QL iteration for eigenvalue l rotates at most k - 1 - l times; about k^2 / 2 in all is usual */

@@ -21,7 +21,6 @@ using namespace dk_cuda_letkf;
 namespace {
 
 const int R_WARPS = 2;      /* warps a block */
-const double R_KAPPA = DK_LETKF_KAPPA; /* the approximation's interval [1, kappa] in units of g */
 
 /* Per-warp shared doubles: d, e, H^T x, H^T b and the result u (k each),
  * then warp_solves' work, which the reflectors reuse where they fit. */
@@ -66,19 +65,9 @@ size_t rational_smem(int k) { return (size_t)R_WARPS * rational_doubles(k) * siz
 
 } // namespace
 
-void dk_cuda_letkf::plan_rational(WArgs *w)
+void dk_cuda_letkf::plan_rational(WArgs *w, double inflation)
 {
-    double shift[R_POLES], weight[R_POLES], scale;
-    w->rat.error = dk_letkf_inv_sqrt_poles(R_POLES, R_KAPPA, shift, weight, &scale);
-    /* sqrt(k - 1) (g + t)^(-1/2) = sqrt((k - 1) / g) x^(-1/2) at x = 1 + t / g, and 1 / (x + c) = g / (t + g (1 +
-     * c)) */
-    const double g = w->g, outer = sqrt((double)(w->k - 1) / g) * scale;
-    for (int l = 0; l < R_POLES; l++) {
-        w->rat.shift[l] = g * (1.0 + shift[l]);
-        w->rat.weight[l] = outer * g * weight[l];
-    }
-    w->rat.scale = outer;
-    w->rat.kappa = R_KAPPA;
+    dk_letkf_solves_setup(w->k, inflation, w->rat.shift, w->rat.weight, &w->rat.scale);
 }
 
 template <typename T> dk_status dk_cuda_letkf::warp_rational_prepare(const Plan *p, dk_msg *msg)

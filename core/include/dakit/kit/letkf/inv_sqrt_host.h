@@ -91,4 +91,23 @@ static inline double dk_letkf_inv_sqrt_poles(int n, double kappa, double *shift,
     return (double)fabsl(s * r1 - 1.0L);
 }
 
+/* The analysis's use of it for k members and prior inflation infl, g = (k
+ * - 1) / infl: sqrt((k - 1) / (g + T)) ~ scale I + sum_l weight[l] (T +
+ * shift[l])^-1 on T's spectrum in [0, (DK_LETKF_KAPPA - 1) g], for
+ * DK_LETKF_POLES shifts (sqrt(k - 1) (g + t)^(-1/2) = sqrt((k - 1) / g)
+ * x^(-1/2) at x = 1 + t / g, and 1 / (x + c) = g / (t + g (1 + c))).
+ * Returns the approximation's relative error. */
+static inline double dk_letkf_solves_setup(int k, double infl, double *shift, double *weight, double *scale)
+{
+    double c[DK_LETKF_POLES], w[DK_LETKF_POLES], s;
+    const double err = dk_letkf_inv_sqrt_poles(DK_LETKF_POLES, DK_LETKF_KAPPA, c, w, &s);
+    const double g = (double)(k - 1) / infl, outer = sqrt((double)(k - 1) / g) * s;
+    for (int l = 0; l < DK_LETKF_POLES; l++) {
+        shift[l] = g * (1.0 + c[l]);
+        weight[l] = outer * g * w[l];
+    }
+    *scale = outer;
+    return err;
+}
+
 #endif
