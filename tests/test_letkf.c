@@ -480,7 +480,7 @@ static void inv_sqrt_poles(void)
     }
     /* T of k = 12 with eigenvalues up to ~1e4 g */
     enum { K = 12 };
-    const double g = 11.0 / 1.04;
+    const double infl = 1.04, g = (K - 1) / infl;
     double d[K], e[K], x[K], a[K * K], v[K * K], lam[K];
     uint64_t seed = 7;
     for (int i = 0; i < K; i++) {
@@ -507,14 +507,13 @@ static void inv_sqrt_poles(void)
         for (int i = 0; i < K; i++)
             want[i] += v[i * K + m] * c;
     }
-    double shift[31], weight[31], scale;
-    dk_letkf_inv_sqrt_poles(31, 1e7, shift, weight, &scale);
-    const double outer = sqrt((K - 1) / g) * scale;
+    double shift[DK_LETKF_POLES], weight[DK_LETKF_POLES], scale;
+    dk_letkf_solves_setup(K, infl, shift, weight, &scale);
     for (int i = 0; i < K; i++)
-        got[i] = outer * x[i];
-    for (int l = 0; l < 31; l++) {
-        /* (T + g (1 + c)) z = x by elimination, as each lane of k_warp_rational */
-        const double sh = g * (1.0 + shift[l]);
+        got[i] = scale * x[i];
+    for (int l = 0; l < DK_LETKF_POLES; l++) {
+        /* (T + shift) z = x by elimination, as each lane of the cuda plugin's warp_solves */
+        const double sh = shift[l];
         double ip[K], y[K];
         ip[0] = 1.0 / (d[0] + sh);
         y[0] = x[0];
@@ -524,10 +523,10 @@ static void inv_sqrt_poles(void)
             y[i] = x[i] - m * y[i - 1];
         }
         double z = y[K - 1] * ip[K - 1];
-        got[K - 1] += outer * g * weight[l] * z;
+        got[K - 1] += weight[l] * z;
         for (int i = K - 2; i >= 0; i--) {
             z = (y[i] - e[i] * z) * ip[i];
-            got[i] += outer * g * weight[l] * z;
+            got[i] += weight[l] * z;
         }
     }
     double diff = 0.0;

@@ -166,6 +166,21 @@ static int eig_syevd(thread_scratch *t)
 #endif
 }
 
+/* z = (T + shift)^-1 rhs for T's diagonal t->td and subdiagonal t->te
+ * (dsytrd's), positive definite for shift > 0: 0 or dptsv's info. */
+static int shifted_solve(thread_scratch *t, int k, double shift, const double *rhs)
+{
+#ifdef DK_CPU_LAPACKE
+    for (int l = 0; l < k; l++)
+        t->sd[l] = t->td[l] + shift, t->z[l] = rhs[l];
+    memcpy(t->se, t->te, (size_t)(k - 1) * sizeof(double));
+    return (int)LAPACKE_dptsv_work(LAPACK_COL_MAJOR, k, 1, t->sd, t->se, t->z, k);
+#else
+    (void)t, (void)k, (void)shift, (void)rhs;
+    return -1;
+#endif
+}
+
 /* The analysis of the point whose system dk_letkf_point_system left in
  * t->s (A destroyed), without eigenvectors (the variant solves, above):
  * its k values into xa and its spread into *spread, or *beyond = 1 where T
@@ -199,9 +214,7 @@ static int point_solves(const letkf_plan *plan, thread_scratch *t, double xm, do
         return 0;
     }
     /* the mean: x . (g + A)^-1 b = (Q^T x) . (g + T)^-1 (Q^T b) */
-    for (int l = 0; l < k; l++)
-        t->sd[l] = t->td[l] + g, t->se[l] = t->te[l], t->z[l] = t->bq[l];
-    if ((info = LAPACKE_dptsv_work(LAPACK_COL_MAJOR, k, 1, t->sd, t->se, t->z, k)) != 0)
+    if ((info = shifted_solve(t, k, g, t->bq)) != 0)
         return (int)info;
     double xam = xm;
     for (int l = 0; l < k; l++)
@@ -210,9 +223,7 @@ static int point_solves(const letkf_plan *plan, thread_scratch *t, double xm, do
     for (int l = 0; l < k; l++)
         t->u[l] = plan->scale * t->xq[l];
     for (int p = 0; p < DK_LETKF_POLES; p++) {
-        for (int l = 0; l < k; l++)
-            t->sd[l] = t->td[l] + plan->shift[p], t->se[l] = t->te[l], t->z[l] = t->xq[l];
-        if ((info = LAPACKE_dptsv_work(LAPACK_COL_MAJOR, k, 1, t->sd, t->se, t->z, k)) != 0)
+        if ((info = shifted_solve(t, k, plan->shift[p], t->xq)) != 0)
             return (int)info;
         for (int l = 0; l < k; l++)
             t->u[l] += plan->weight[p] * t->z[l];

@@ -1,17 +1,18 @@
 /* dakit cuda plugin, letkf: the variant "warp", the default: one warp per
- * point, the eigenproblem by tridiagonalization and QL.
+ * point, A = H T H^T by Householder reflections, then shifted tridiagonal
+ * solves (warp_solves, letkf.cuh) instead of an eigen-decomposition.
  *
- * A batch of points goes through two kernels:
- *   k_warp_system   one warp per point: the selection (ballot compaction in
- *                   the reference's order; the cap by rank), A and b (on the
- *                   float64 tensor cores, 8 x 8 tiles), the Householder
- *                   reduction A = H T H^T in the warp's shared memory, H^T x
- *                   and H^T b; T, those two vectors and the reflectors go to
- *                   the batch's arrays;
- *   k_warp_rational (warp_rational.cu) one warp per point: x . (g + T)^-1
- *                   H^T b and sqrt((k - 1) / (g + T)) H^T x by shifted
- *                   tridiagonal solves, a lane each; then H, RTPP/RTPS, xa,
- *                   spread.
+ * Up to 40 members a batch of points goes through two kernels:
+ *   k_warp_build    the selection (ballot compaction in the reference's
+ *                   order; the cap by rank), A and b on the float64 tensor
+ *                   cores (8 x 8 tiles), A's lower tiles to the batch;
+ *   k_warp_system   A in registers (tiles_load), the reduction there
+ *                   (warp_tridiagonal_regs), the solves, H
+ *                   (warp_reflect_regs) and the finish (warp_finish).
+ * Above 40 members A does not fit a warp's registers: k_warp_system
+ * selects, forms A and reduces it in shared memory and writes T, H^T x,
+ * H^T b and the reflectors to the batch, and k_warp_rational
+ * (warp_rational.cu) does the solves and the finish.
  * An analysis needs only W x and x . w, so no eigenvector is formed. Weight
  * interpolation needs the transforms themselves: there k_warp_ql (warp_ql.cu,
  * a thread per point: implicit QL on T = G L G^T, its rotations logged) and

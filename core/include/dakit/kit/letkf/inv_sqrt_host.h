@@ -1,7 +1,7 @@
 /* x^(-1/2) on [1, kappa] as a sum of shifted inverses, for the analyses
  * that apply A^(-1/2) to a vector by n shifted solves instead of an
- * eigen-decomposition (the cuda plugin's warp variant: one tridiagonal
- * solve a lane).
+ * eigen-decomposition (the cuda plugin's warp variant, one tridiagonal
+ * solve a lane; the cpu plugin's solves, one dptsv each).
  *
  * Zolotarev's best rational approximation of type (n, n) in the relative
  * sense (Zolotarev 1877; Petrushev & Popov 1987, ch. 4; in partial
