@@ -22,6 +22,8 @@
  *   extended.cu  k_extended: deriche, vyv and rf with scipy's modes, a
  *                segment of a line per thread;
  *   ext_tile.cu  k_ext_tile: deriche and vyv staged through shared memory.
+ * Where rf filters both of the last two axes of a float32 field in exact
+ * mode, fused.cu's k_fused does both axes in one pass instead (out of place).
  * plan.cu picks the solver of each pass (plan_pass, plan_extended), makes
  * the plan and runs it, and holds the ops table; halo.cu holds
  * execute_halo (libdakit-mpi's split axes) and its kernels, beside tile.cu's
@@ -297,6 +299,22 @@ __device__ __forceinline__ i64 extend_index(i64 j, i64 n, int boundary)
     }
 }
 
+/* ---- k_fused (fused.cu): both of the last two axes in one pass ---- */
+
+/* One axis's recursion on values scaled by 1/beta per sweep. */
+struct Scaled {
+    float alpha, rbeta, beta, opa;
+    int K, constant;
+};
+
+struct FusedGeo {
+    i64 ny, nx, outer; /* the two axes; the field's leading axes flattened */
+    i64 hy, hx;        /* their halos */
+    i64 Ly, Lx;        /* a tile's rows and columns: W - 2 h */
+    Scaled cy, cx;
+    float scale;       /* both axes' beta^(2K), applied to the input as it is read */
+};
+
 /* ---- host side ---- */
 
 /* Compile-time window lengths, odd (so that k_tile's contiguous chunks are odd:
@@ -352,6 +370,8 @@ struct Plan {
     i64 halo_L;
     void *halo_scratch;
     Pass halo_tile; /* execute_halo's k_tile on a strided axis (PATH_TILE; W 0: none) */
+    int fused_W;    /* k_fused's window where it applies (out of place), else 0 */
+    FusedGeo fused;
 };
 
 inline i64 ceil_div(i64 a, i64 b) { return (a + b - 1) / b; }
@@ -436,6 +456,11 @@ bool prepare_tile_halo(const Plan *p, Pass &ps);
 template <typename T>
 cudaError_t launch_tile_halo(const Pass &ps, i64 lc, i64 uc, const T *lo, const T *box, const T *up, T *dst,
                              const Coef<T> &c, cudaStream_t st);
+
+/* fused.cu: plans k_fused where it applies (true: p->fused_W set), and
+ * runs it from src to dst (not the same). */
+bool plan_fused(Plan *p);
+cudaError_t launch_fused(const Plan *p, const float *src, float *dst, cudaStream_t st);
 
 /* halo.cu: execute_halo's kernel and buffers for the plan, and the entry. */
 dk_status plan_halo(Plan *p, dk_msg *msg);

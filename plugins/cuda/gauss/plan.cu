@@ -287,6 +287,7 @@ dk_status cuda_gauss_plan_create(void *device, const dk_gauss_setup *setup, void
         goto fail;
     }
     p->work_bytes = (p->tmp ? setup->count * p->esize : 0) + scratch_bytes;
+    plan_fused(p);
     if ((st = plan_halo(p, msg)) != DK_OK)
         goto fail;
     *plan = p;
@@ -307,6 +308,12 @@ dk_status execute_t(Plan *p, const T *in, T *out, dk_msg *msg)
     const int P = p->npass;
     const size_t bytes = p->setup.count * sizeof(T);
     const char *what = p->dp ? "the gauss kernels (dp)" : "the gauss kernels";
+    if constexpr (sizeof(T) == sizeof(float)) {
+        if (p->fused_W && (const void *)in != (const void *)out) {
+            CUDA_TRY(launch_fused(p, in, out, stream), what);
+            return dk_cuda_finish(p->dev, what, msg);
+        }
+    }
     if (P == 0) {
         if (in != out)
             CUDA_TRY(cudaMemcpyAsync(out, in, bytes, cudaMemcpyDeviceToDevice, stream), what);
