@@ -3,8 +3,8 @@
  * tile of Ly x Lx values and reads its window, W x W values reaching at
  * least the axes' halos beyond the tile on every side (shifted inside the
  * field at its edges, as k_reg's windows are): each thread filters one
- * column of the window in registers and keeps the tile's rows in shared
- * memory, then each tile row is filtered there and the tile written. The
+ * column of the window in registers into shared memory, then each of the
+ * tile's rows is filtered there and the tile written. The
  * field is read once from DRAM (the neighbours' halos come from L2) and
  * written once, where the passes read and write it once per axis.
  *
@@ -12,14 +12,17 @@
  * (P = x + alpha P: one multiply-add a value where the reference's
  * beta x + alpha p takes two); the input is multiplied by both axes'
  * beta^(2K) as it is read, so every intermediate stays within the field's
- * magnitude and the tile is written as it comes out. The result equals the
- * serial reference to rounding, as the passes' does.
+ * magnitude and the tile is written as it comes out. A window inside the
+ * field runs its K forward recursions together and then its K backward
+ * ones (rf_cascade: K independent chains a thread instead of one); a
+ * window at the field's edge keeps the reference's order. The result
+ * equals the serial reference to rounding, as the passes' does.
  *
  * Applies (plan_fused) to float32 exact rf along both of the last two axes
- * and no other, each at least the compiled W long with tiles of at least 16
- * values, out of place (in != out; in place runs the passes), not dp and
- * not for execute_halo. DAKIT_CUDA_GAUSS_FUSED=0 runs the passes instead
- * (A/B); DAKIT_CUDA_WINDOW picks its W where it is one of kFusedW. */
+ * and no other, K at most 4, each axis at least the compiled W long with
+ * tiles of at least 16 values, out of place (in != out; in place runs the
+ * passes), not dp and not for execute_halo. DAKIT_CUDA_GAUSS_FUSED=0 runs
+ * the passes instead (A/B); DAKIT_CUDA_WINDOW picks its W (127 or 95). */
 #include "gauss.cuh"
 
 using namespace dk_cuda_gauss;
@@ -48,6 +51,56 @@ template <int W> __host__ __device__ __forceinline__ void rf_scaled(float (&x)[W
     }
 }
 
+/* The same K forward and K backward sweeps in the other order, F^K B^K:
+ * the K recursions of a direction stepped together along the window, each
+ * a value behind the one before, so that a step's K multiply-adds do not
+ * wait on each other. Only where neither end of the window is the line's:
+ * there the order changes nothing at rounding, as the artificial ends do
+ * not (exact mode's halo); at a line's end the reference's (F B)^K order is
+ * the result. Each recursion starts from the steady state of its first
+ * input. */
+template <int W, int K> __host__ __device__ __forceinline__ void rf_cascade(float (&x)[W], const Scaled &c)
+{
+    float p[K];
+    float v = c.constant ? x[0] : 0.0f;
+#pragma unroll
+    for (int k = 0; k < K; k++)
+        p[k] = v = v * c.rbeta;
+#pragma unroll
+    for (int i = 0; i < W + K - 1; i++) {
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            const int j = i - k;
+            if (j >= 0 && j < W)
+                x[j] = p[k] = fmaf(c.alpha, p[k], x[j]);
+        }
+    }
+    v = c.constant ? x[W - 1] : 0.0f;
+#pragma unroll
+    for (int k = 0; k < K; k++)
+        p[k] = v = v * c.rbeta;
+#pragma unroll
+    for (int i = 0; i < W + K - 1; i++) {
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            const int j = W - 1 - (i - k);
+            if (j >= 0 && j < W)
+                x[j] = p[k] = fmaf(c.alpha, p[k], x[j]);
+        }
+    }
+}
+
+/* A window's sweeps: the cascade inside the line, the reference's order
+ * where the window reaches an end of it. */
+template <int W, int K>
+__host__ __device__ __forceinline__ void rf_window(float (&x)[W], const Scaled &c, bool line_end)
+{
+    if (line_end)
+        rf_scaled<W>(x, c);
+    else
+        rf_cascade<W, K>(x, c);
+}
+
 /* A tile: its first row and column, its window's, and how many of its rows
  * and columns lie in the field. */
 struct FTile {
@@ -71,8 +124,8 @@ __host__ __device__ __forceinline__ FTile fused_tile(const FusedGeo &g, int W, i
 }
 
 /* Column `col` of the window (col < W): read scaled, filtered along axis
- * ndim-2, the tile's rows kept in sm (pitch P). */
-template <int W, int P>
+ * ndim-2, kept in column col of sm's W rows (pitch P). */
+template <int W, int P, int K>
 __host__ __device__ __forceinline__ void fused_column(const float *__restrict__ src, const FusedGeo &g,
                                                       const FTile &t, int col, float *sm)
 {
@@ -86,63 +139,79 @@ __host__ __device__ __forceinline__ void fused_column(const float *__restrict__ 
         x[i] = p[i * g.nx] * g.scale;
 #endif
     }
-    rf_scaled<W>(x, g.cy);
-    const int a = (int)(t.y0 - t.wy);
+    rf_window<W, K>(x, g.cy, t.wy == 0 || t.wy + W == g.ny);
 #pragma unroll
     for (int i = 0; i < W; i++)
-        if (i >= a && i < a + t.ny)
-            sm[(i - a) * P + col] = x[i];
+        sm[i * P + col] = x[i];
 }
 
-/* Tile row r (r < t.ny): its window's W values filtered along the last axis
- * in place, the tile's columns moved to the row's start. */
-template <int W, int P>
+/* Tile row r (r < t.ny, the window's row y0 - wy + r in sm): filtered along
+ * the last axis in place. */
+template <int W, int P, int K>
 __host__ __device__ __forceinline__ void fused_row(const FusedGeo &g, const FTile &t, int r, float *sm)
 {
     float x[W];
-    float *row = sm + r * P;
+    float *row = sm + (t.y0 - t.wy + r) * P;
 #pragma unroll
     for (int i = 0; i < W; i++)
         x[i] = row[i];
-    rf_scaled<W>(x, g.cx);
-    const int a = (int)(t.x0 - t.wx);
+    rf_window<W, K>(x, g.cx, t.wx == 0 || t.wx + W == g.nx);
 #pragma unroll
     for (int i = 0; i < W; i++)
-        if (i >= a && i < a + t.nx)
-            row[i - a] = x[i];
+        row[i] = x[i];
+}
+
+/* The tile's rows and columns from sm to dst (the tile's first value), a
+ * warp a row. */
+template <int P>
+__host__ __device__ __forceinline__ void fused_write(const FusedGeo &g, const FTile &t, const float *sm, float *dst,
+                                                     int warp, int warps, int lane)
+{
+    const float *s = sm + (t.y0 - t.wy) * P + (t.x0 - t.wx);
+    for (int r = warp; r < t.ny; r += warps)
+        for (int j = lane; j < t.nx; j += 32)
+            dst[r * g.nx + j] = s[r * P + j];
 }
 
 template <int W> __host__ __device__ constexpr int fused_threads() { return (W + 31) / 32 * 32; }
 
-template <int W>
+/* sm's pitch, odd: a warp's rows fall in distinct banks. */
+template <int W> __host__ __device__ constexpr int fused_pitch() { return W | 1; }
+template <int W> constexpr size_t fused_smem() { return (size_t)W * fused_pitch<W>() * sizeof(float); }
+
+template <int W, int K>
 __global__ void __launch_bounds__(fused_threads<W>()) k_fused(const float *__restrict__ src, float *__restrict__ dst,
                                                                FusedGeo g)
 {
-    constexpr int P = W | 1; /* odd: a warp's rows fall in distinct banks */
+    constexpr int P = fused_pitch<W>();
     extern __shared__ float sm[];
     const FTile t = fused_tile(g, W, blockIdx.y, blockIdx.x);
     const i64 plane = (i64)blockIdx.z * g.ny * g.nx;
     const int tid = (int)threadIdx.x;
     if (tid < W)
-        fused_column<W, P>(src + plane, g, t, tid, sm);
+        fused_column<W, P, K>(src + plane, g, t, tid, sm);
     __syncthreads();
     if (tid < t.ny)
-        fused_row<W, P>(g, t, tid, sm);
+        fused_row<W, P, K>(g, t, tid, sm);
     __syncthreads();
-    float *out = dst + plane + t.y0 * g.nx + t.x0;
-    for (int r = 0; r < t.ny; r++)
-        for (int j = tid; j < t.nx; j += fused_threads<W>())
-            out[r * g.nx + j] = sm[r * P + j];
+    fused_write<P>(g, t, sm, dst + plane + t.y0 * g.nx + t.x0, tid / 32, fused_threads<W>() / 32, tid % 32);
 }
 
-template <int W> size_t fused_smem(const FusedGeo &g) { return (size_t)g.Ly * (W | 1) * sizeof(float); }
-
-template <int W> cudaError_t fused_launch(const FusedGeo &g, const float *src, float *dst, cudaStream_t st)
+/* The kernel for W and the plan's K (1 to kFusedK), as a pointer. */
+template <int W> void *fused_kernel(int K)
 {
-    dim3 grid((unsigned)ceil_div(g.nx, g.Lx), (unsigned)ceil_div(g.ny, g.Ly), (unsigned)g.outer);
-    k_fused<W><<<grid, fused_threads<W>(), fused_smem<W>(g), st>>>(src, dst, g);
-    return cudaGetLastError();
+    switch (K) {
+    case 1: return (void *)k_fused<W, 1>;
+    case 2: return (void *)k_fused<W, 2>;
+    case 3: return (void *)k_fused<W, 3>;
+    case 4: return (void *)k_fused<W, 4>;
+    default: return NULL;
+    }
 }
+const int kFusedK = 4;
+
+void *fused_kernel(int W, int K) { return W == 127 ? fused_kernel<127>(K) : W == 95 ? fused_kernel<95>(K) : NULL; }
+size_t fused_smem(int W) { return W == 127 ? fused_smem<127>() : fused_smem<95>(); }
 
 Scaled scaled_of(double alpha, const dk_gauss_desc *d)
 {
@@ -157,7 +226,7 @@ Scaled scaled_of(double alpha, const dk_gauss_desc *d)
 }
 
 /* The compiled windows, longest first (the least overlap). */
-const int kFusedW[] = {127, 95, 63};
+const int kFusedW[] = {127, 95};
 
 /* Both axes' beta^(2K), rounded once. */
 float fused_scale(const FusedGeo &g, int K)
@@ -174,7 +243,7 @@ bool dk_cuda_gauss::plan_fused(Plan *p)
     const int a = d->ndim - 2, b = d->ndim - 1;
     p->fused_W = 0;
     if (!dk_tuning_long("DAKIT_CUDA_GAUSS_FUSED", 1, 0, 1) || p->dp || d->dtype != DK_F32 || d->ndim < 2 ||
-        d->mode != DK_GAUSS_EXACT || d->method != DK_GAUSS_RF || d->axes != ((1u << a) | (1u << b)) ||
+        d->K > kFusedK || d->mode != DK_GAUSS_EXACT || d->method != DK_GAUSS_RF || d->axes != ((1u << a) | (1u << b)) ||
         s->extended[a] || s->extended[b] || s->halo_max[a] || s->halo_max[b])
         return false;
     const i64 ny = (i64)d->shape[a], nx = (i64)d->shape[b], hy = (i64)s->halo[a], hx = (i64)s->halo[b];
@@ -195,19 +264,12 @@ bool dk_cuda_gauss::plan_fused(Plan *p)
         g.scale = fused_scale(g, d->K);
         if (!(g.scale > 1e-30f))
             return false;
-        size_t smem = (size_t)Ly * (W | 1) * sizeof(float);
+        size_t smem = fused_smem(W);
         if (smem > p->dev->smem_optin)
             continue;
-        cudaError_t e = cudaSuccess;
-        switch (W) {
-        case 127: e = allow_smem(k_fused<127>, smem); break;
-        case 95: e = allow_smem(k_fused<95>, smem); break;
-        default: e = allow_smem(k_fused<63>, smem); break;
-        }
-        if (e != cudaSuccess) {
-            (void)cudaGetLastError();
+        if (dk_cuda_failed(cudaFuncSetAttribute(fused_kernel(W, d->K), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                (int)smem)))
             return false;
-        }
         p->fused_W = W;
         return true;
     }
@@ -216,10 +278,12 @@ bool dk_cuda_gauss::plan_fused(Plan *p)
 
 cudaError_t dk_cuda_gauss::launch_fused(const Plan *p, const float *src, float *dst, cudaStream_t st)
 {
-    switch (p->fused_W) {
-    case 127: return fused_launch<127>(p->fused, src, dst, st);
-    case 95: return fused_launch<95>(p->fused, src, dst, st);
-    case 63: return fused_launch<63>(p->fused, src, dst, st);
-    default: return cudaErrorInvalidValue;
-    }
+    const FusedGeo &g = p->fused;
+    void *kernel = fused_kernel(p->fused_W, g.cy.K);
+    if (!kernel)
+        return cudaErrorInvalidValue;
+    dim3 grid((unsigned)ceil_div(g.nx, g.Lx), (unsigned)ceil_div(g.ny, g.Ly), (unsigned)g.outer);
+    void *args[] = {&src, &dst, (void *)&g};
+    return cudaLaunchKernel(kernel, grid, dim3((unsigned)((p->fused_W + 31) / 32 * 32)),
+                            args, fused_smem(p->fused_W), st);
 }
