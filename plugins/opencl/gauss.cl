@@ -793,3 +793,128 @@ __kernel void rf_halo(__global const REAL *src, __global REAL *dst, __global con
     }
 }
 #undef HALO_AT
+
+#ifndef DK_FP64
+/* ---- rf_fused (variant "tiled", float32): exact rf along both of the last
+ * two axes in one pass, the cuda plugin's k_fused (plugins/cuda/gauss/
+ * fused.cu says why it is laid out so). A work-group of FUSED_LOCAL owns a
+ * tile of Ly x Lx values and reads its window of FW x FW (shifted inside
+ * the field at its edges): work-item c filters window column c in
+ * registers and keeps the tile's rows in local memory, then work-item r
+ * filters tile row r there, and the group writes the tile. The recursions
+ * run on values divided by beta at each sweep (one multiply-add a value),
+ * the input multiplied by both axes' beta^(2K) as it is read. A window
+ * inside the field runs F^K B^K, the K recursions of a direction a value
+ * apart (independent multiply-adds); one at the field's edge runs the
+ * reference's (F B)^K. c holds an axis's alpha, beta, 1 / beta, 1 + alpha. */
+#define FW 127
+#define FP (FW | 1)
+#define FK 4
+#define FUSED_LOCAL 128
+
+static void fused_fb(float x[FW], float4 c, int K, int constant_boundary)
+{
+    for (int it = 0; it < K; it++) {
+        const float u = x[FW - 1];
+        float p = constant_boundary ? x[0] * c.z : 0.0f;
+#pragma unroll
+        for (int i = 0; i < FW; i++) {
+            p = fma(c.x, p, x[i]);
+            x[i] = p;
+        }
+        float s = constant_boundary ? (u + (c.y * p - u) / c.w) * c.z * c.z : p;
+        x[FW - 1] = s;
+#pragma unroll
+        for (int i = FW - 2; i >= 0; i--) {
+            s = fma(c.x, s, x[i]);
+            x[i] = s;
+        }
+    }
+}
+
+static void fused_cascade(float x[FW], float4 c, int K, int constant_boundary)
+{
+    float p[FK];
+    float v = constant_boundary ? x[0] : 0.0f;
+#pragma unroll
+    for (int k = 0; k < FK; k++)
+        p[k] = v = v * c.z;
+#pragma unroll
+    for (int i = 0; i < FW + FK - 1; i++)
+#pragma unroll
+        for (int k = 0; k < FK; k++)
+            if (k < K && i - k >= 0 && i - k < FW)
+                x[i - k] = p[k] = fma(c.x, p[k], x[i - k]);
+    v = constant_boundary ? x[FW - 1] : 0.0f;
+#pragma unroll
+    for (int k = 0; k < FK; k++)
+        p[k] = v = v * c.z;
+#pragma unroll
+    for (int i = 0; i < FW + FK - 1; i++)
+#pragma unroll
+        for (int k = 0; k < FK; k++)
+            if (k < K && i - k >= 0 && i - k < FW)
+                x[FW - 1 - (i - k)] = p[k] = fma(c.x, p[k], x[FW - 1 - (i - k)]);
+}
+
+static void fused_window(float x[FW], float4 c, int K, int constant_boundary, int line_end)
+{
+    if (line_end)
+        fused_fb(x, c, K, constant_boundary);
+    else
+        fused_cascade(x, c, K, constant_boundary);
+}
+
+/* Group g: tile (g % tiles_x, g / tiles_x % tiles_y) of plane g / (tiles_x
+ * tiles_y); sm holds Ly rows of FP values. */
+__kernel __attribute__((reqd_work_group_size(FUSED_LOCAL, 1, 1))) void
+rf_fused(__global const float *src, __global float *dst, ulong ny, ulong nx, ulong hy, ulong hx, ulong Ly, ulong Lx,
+         ulong tiles_x, ulong tiles_y, float4 cy, float4 cx, int K, int constant_boundary, float scale,
+         __local float *sm)
+{
+    const ulong g = get_group_id(0);
+    const ulong tx = g % tiles_x, ty = g / tiles_x % tiles_y, o = g / tiles_x / tiles_y;
+    const long Ny = (long)ny, Nx = (long)nx;
+    const long y0 = (long)(ty * Ly), x0 = (long)(tx * Lx);
+    long wy = y0 - (long)hy, wx = x0 - (long)hx;
+    wy = wy > Ny - FW ? Ny - FW : wy;
+    wx = wx > Nx - FW ? Nx - FW : wx;
+    wy = wy < 0 ? 0 : wy;
+    wx = wx < 0 ? 0 : wx;
+    const int tny = (int)(Ny - y0 < (long)Ly ? Ny - y0 : (long)Ly);
+    const int tnx = (int)(Nx - x0 < (long)Lx ? Nx - x0 : (long)Lx);
+    const int lid = (int)get_local_id(0);
+    const ulong plane = o * ny * nx;
+    if (lid < FW) {
+        float x[FW];
+        __global const float *p = src + plane + (ulong)wy * nx + (ulong)wx + (ulong)lid;
+#pragma unroll
+        for (int i = 0; i < FW; i++)
+            x[i] = p[(ulong)i * nx] * scale;
+        fused_window(x, cy, K, constant_boundary, wy == 0 || wy + FW == Ny);
+        const int a = (int)(y0 - wy);
+#pragma unroll
+        for (int i = 0; i < FW; i++)
+            if (i >= a && i < a + tny)
+                sm[(i - a) * FP + lid] = x[i];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid < tny) {
+        float x[FW];
+        __local float *row = sm + lid * FP;
+#pragma unroll
+        for (int i = 0; i < FW; i++)
+            x[i] = row[i];
+        fused_window(x, cx, K, constant_boundary, wx == 0 || wx + FW == Nx);
+#pragma unroll
+        for (int i = 0; i < FW; i++)
+            row[i] = x[i];
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int a = (int)(x0 - wx);
+    __global float *out = dst + plane + (ulong)y0 * nx + (ulong)x0;
+    for (int r = lid / 32; r < tny; r += FUSED_LOCAL / 32)
+        for (int j = lid % 32; j < tnx; j += 32)
+            out[(ulong)r * nx + (ulong)j] = sm[r * FP + a + j];
+}
+#endif
