@@ -16,7 +16,6 @@
  * setup->halo, the overlap past which the window's artificial ends change
  * nothing at the dtype's rounding; a line long enough for parallelism alone
  * is one chunk, filtered whole. */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,19 +54,6 @@ typedef struct axis_pass {
     int S, So;
 } axis_pass;
 
-/* rf_fused (gauss.cl): float32 exact rf along both of the last two axes in
- * one pass, where plan_fused finds it applies; run where in != out. */
-#define FUSED_W 127 /* FW in gauss.cl */
-#define FUSED_K 4   /* FK */
-#define FUSED_LOCAL 128
-typedef struct fused_plan {
-    cl_kernel kernel; /* NULL: the passes run */
-    cl_ulong ny, nx, hy, hx, Ly, Lx, tiles_x, tiles_y, planes;
-    cl_float4 cy, cx; /* alpha, beta, 1 / beta, 1 + alpha of each axis */
-    float scale;      /* both axes' beta^(2K) */
-    size_t local_bytes;
-} fused_plan;
-
 typedef struct gauss_plan {
     dk_opencl_device *dev;
     dk_dtype dtype;
@@ -88,7 +74,6 @@ typedef struct gauss_plan {
     double halo_alpha;
     int npasses;
     axis_pass pass[DK_MAX_DIMS];
-    fused_plan fused;
 } gauss_plan;
 
 /* Scratch is allowed the field's own size, and at least this much, so that
@@ -198,73 +183,6 @@ static int plan_tiled_rf(gauss_plan *plan, const dk_gauss_setup *setup, int a, a
     p->items = (cl_ulong)v.outer * p->ipl; /* chunks */
     p->ngroups = (p->items + local - 1) / local;
     return 1;
-}
-
-/* rf_fused where it applies: float32 exact rf along both of the last two
- * axes and no other, K at most FUSED_K, each axis at least FUSED_W long with
- * tiles of at least 16 values, not for execute_halo, and a group of
- * FUSED_LOCAL with its tile's rows in local memory
- * (DAKIT_OPENCL_GAUSS_FUSED=0: never). Leaves plan->fused.kernel NULL
- * elsewhere. */
-static void plan_fused(gauss_plan *plan, const dk_gauss_setup *setup, cl_program program)
-{
-    const dk_gauss_desc *d = &setup->desc;
-    const int a = d->ndim - 2, b = d->ndim - 1;
-    if (!dk_tuning_long("DAKIT_OPENCL_GAUSS_FUSED", 1, 0, 1) || d->dtype != DK_F32 || d->ndim < 2 ||
-        d->K > FUSED_K || d->mode != DK_GAUSS_EXACT || !plan->rf || d->axes != ((1u << a) | (1u << b)) ||
-        setup->extended[a] || setup->extended[b] || setup->halo_max[a] || setup->halo_max[b])
-        return;
-    fused_plan *f = &plan->fused;
-    f->ny = d->shape[a], f->nx = d->shape[b], f->hy = setup->halo[a], f->hx = setup->halo[b];
-    if (f->ny < FUSED_W || f->nx < FUSED_W || 2 * f->hy + 16 > FUSED_W || 2 * f->hx + 16 > FUSED_W)
-        return;
-    f->Ly = FUSED_W - 2 * f->hy, f->Lx = FUSED_W - 2 * f->hx;
-    f->tiles_y = (f->ny + f->Ly - 1) / f->Ly, f->tiles_x = (f->nx + f->Lx - 1) / f->Lx;
-    f->planes = 1;
-    for (int k = 0; k < a; k++)
-        f->planes *= d->shape[k];
-    f->local_bytes = f->Ly * (FUSED_W | 1) * sizeof(float);
-    double betas = 1.0;
-    for (int s = 0; s < 2; s++) {
-        cl_float4 *c = s ? &f->cx : &f->cy;
-        float alpha = (float)setup->alpha[s ? b : a], beta = 1.0f - alpha;
-        c->s[0] = alpha, c->s[1] = beta, c->s[2] = 1.0f / beta, c->s[3] = 1.0f + alpha;
-        betas *= pow((double)beta, 2.0 * d->K);
-    }
-    f->scale = (float)betas;
-    cl_int err;
-    cl_kernel k = clCreateKernel(program, "rf_fused", &err);
-    if (err != CL_SUCCESS)
-        return;
-    if (!(f->scale > 1e-30f) || kernel_local(plan->dev, k, FUSED_LOCAL) < FUSED_LOCAL ||
-        local_memory(plan->dev, k) < f->local_bytes) {
-        clReleaseKernel(k);
-        return;
-    }
-    f->kernel = k;
-}
-
-static cl_int run_fused(gauss_plan *plan, cl_mem src, cl_mem dst)
-{
-    const fused_plan *f = &plan->fused;
-    cl_kernel k = f->kernel;
-    cl_int K = plan->K, constant = plan->constant_boundary, err = CL_SUCCESS;
-    cl_uint i = 0;
-    err |= clSetKernelArg(k, i++, sizeof src, &src);
-    err |= clSetKernelArg(k, i++, sizeof dst, &dst);
-    const cl_ulong *u[] = {&f->ny, &f->nx, &f->hy, &f->hx, &f->Ly, &f->Lx, &f->tiles_x, &f->tiles_y};
-    for (int q = 0; q < 8; q++)
-        err |= clSetKernelArg(k, i++, sizeof(cl_ulong), u[q]);
-    err |= clSetKernelArg(k, i++, sizeof f->cy, &f->cy);
-    err |= clSetKernelArg(k, i++, sizeof f->cx, &f->cx);
-    err |= clSetKernelArg(k, i++, sizeof K, &K);
-    err |= clSetKernelArg(k, i++, sizeof constant, &constant);
-    err |= clSetKernelArg(k, i++, sizeof f->scale, &f->scale);
-    err |= clSetKernelArg(k, i++, f->local_bytes, NULL);
-    if (err != CL_SUCCESS)
-        return CL_INVALID_KERNEL_ARGS;
-    size_t local = FUSED_LOCAL, global = (size_t)(f->tiles_x * f->tiles_y * f->planes) * local;
-    return clEnqueueNDRangeKernel(plan->dev->queue, k, 1, NULL, &global, &local, 0, NULL, NULL);
 }
 
 /* deriche / vyv through extended_rows (a contiguous axis) or extended_cols
@@ -414,8 +332,6 @@ static void gauss_plan_destroy(void *handle)
         clReleaseMemObject(plan->scratch);
     if (plan->halo_kernel)
         clReleaseKernel(plan->halo_kernel);
-    if (plan->fused.kernel)
-        clReleaseKernel(plan->fused.kernel);
     if (plan->halo_scratch)
         clReleaseMemObject(plan->halo_scratch);
     free(plan);
@@ -474,7 +390,6 @@ static dk_status gauss_plan_create(void *device, const dk_gauss_setup *setup, vo
             plan->ext_cols[s] = clCreateKernel(program, name, &err);
             CL_TRY_GOTO(err, fail, "gauss: creating kernel %s", name);
         }
-        plan_fused(plan, setup, program);
     }
     for (int a = 0; a < d->ndim; a++) {
         if (!(d->axes & (1u << a)))
@@ -795,10 +710,6 @@ static dk_status gauss_execute(void *handle, const void *in_handle, void *out_ha
     dk_status st = dk_opencl_enter(dev, msg);
     if (st != DK_OK)
         return st;
-    if (plan->fused.kernel && in != out) {
-        CL_TRY_GOTO(run_fused(plan, in, out), fail, "gauss: launching rf_fused");
-        return dk_opencl_finish(dev, DK_OPENCL_MAY_QUEUE, msg, "gauss: finishing rf_fused");
-    }
 
     /* Pass i writes into out or temp, alternating so that the last pass
      * writes out and no pass writes the buffer it reads. Only when in is out
