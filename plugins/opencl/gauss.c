@@ -23,7 +23,7 @@
 #include "opencl_plugin.h"
 
 /* How one axis is filtered. */
-enum { PATH_WINDOWS, PATH_REG_STRIDED, PATH_REG_ROWS, PATH_EXT_ROWS, PATH_EXT_COLS };
+enum { PATH_WINDOWS, PATH_REG_STRIDED, PATH_REG_ROWS, PATH_EXT_ROWS, PATH_EXT_COLS, PATH_REG_BLOCKS };
 
 typedef struct axis_pass {
     int path;              /* PATH_*; PATH_WINDOWS: rf_windows or extended_segments */
@@ -52,6 +52,7 @@ typedef struct axis_pass {
     size_t local, local_bytes;
     cl_ulong ngroups;
     int S, So;
+    int reg_blocks;        /* PATH_REG_BLOCKS: its kernel, reg_blocks[reg_blocks] */
 } axis_pass;
 
 typedef struct gauss_plan {
@@ -64,6 +65,7 @@ typedef struct gauss_plan {
     cl_kernel extended_kernel;
     cl_kernel reg_strided, reg_rows; /* tiled; NULL elsewhere */
     cl_kernel ext_rows[3], ext_cols[3]; /* tiled, by section count (1 to 3) */
+    cl_kernel reg_blocks[4]; /* tiled overlap mode: rf_reg_blocks of REG_BLOCKS_W[i], made when needed */
     int boundary, rf;
     double cval;
     cl_mem temp;    /* count elements: the other half of the ping-pong */
@@ -86,6 +88,8 @@ static const char *const gauss_variants[] = {"auto", "tiled", "windows", NULL};
 /* The register window of the tiled rf kernels: RW in gauss.cl. */
 #define REG_WINDOW_F32 95
 #define REG_WINDOW_F64 63
+/* rf_reg_blocks' windows (gauss.cl), shortest first; float64 up to 63. */
+static const int REG_BLOCKS_W[4] = {31, 47, 63, 95};
 /* Work-groups of the tiled kernels: 128 work-items (JT lines x chunks on a
  * strided axis, chunks on a contiguous one); extended_rows / _cols: 32 rows,
  * two work-items a row (EXT_ROWS in gauss.cl). */
@@ -183,6 +187,42 @@ static int plan_tiled_rf(gauss_plan *plan, const dk_gauss_setup *setup, int a, a
     p->items = (cl_ulong)v.outer * p->ipl; /* chunks */
     p->ngroups = (p->items + local - 1) / local;
     return 1;
+}
+
+/* Overlap mode on rf_reg_blocks where the longest window fits one of its
+ * compiled lengths: work-groups of 128 work-items, fewer where the items
+ * are too few to fill the device. Returns 0 where it does not apply; the
+ * pass then takes rf_windows. Called after the caller set view, alpha,
+ * blocks, m and items. */
+static int plan_reg_blocks(gauss_plan *plan, cl_program program, axis_pass *p)
+{
+    dk_opencl_device *dev = plan->dev;
+    size_t longest = (p->view.n + p->blocks - 1) / p->blocks + 2 * p->m;
+    if (longest > p->view.n)
+        longest = p->view.n;
+    int most = plan->dtype == DK_F64 ? 3 : 4;
+    for (int i = 0; i < most; i++) {
+        if ((size_t)REG_BLOCKS_W[i] < longest)
+            continue;
+        if (!plan->reg_blocks[i]) {
+            char name[32];
+            cl_int err;
+            snprintf(name, sizeof name, "rf_reg_blocks%d", REG_BLOCKS_W[i]);
+            plan->reg_blocks[i] = clCreateKernel(program, name, &err);
+            if (err != CL_SUCCESS) {
+                plan->reg_blocks[i] = NULL;
+                return 0;
+            }
+        }
+        size_t fill = (size_t)dev->compute_units * 256;
+        size_t local = p->items >= fill ? TILED_LOCAL : p->items >= fill / 4 ? 64 : 32;
+        p->local = kernel_local(dev, plan->reg_blocks[i], local);
+        p->ngroups = (p->items + p->local - 1) / p->local;
+        p->reg_blocks = i;
+        p->path = PATH_REG_BLOCKS;
+        return 1;
+    }
+    return 0;
 }
 
 /* deriche / vyv through extended_rows (a contiguous axis) or extended_cols
@@ -323,6 +363,9 @@ static void gauss_plan_destroy(void *handle)
     for (int i = 0; i < 8; i++)
         if (tiled[i])
             clReleaseKernel(tiled[i]);
+    for (int i = 0; i < 4; i++)
+        if (plan->reg_blocks[i])
+            clReleaseKernel(plan->reg_blocks[i]);
     for (int i = 0; i < plan->npasses; i++)
         if (plan->pass[i].coef)
             clReleaseMemObject(plan->pass[i].coef);
@@ -421,6 +464,8 @@ static dk_status gauss_plan_create(void *device, const dk_gauss_setup *setup, vo
         p->blocks = blocks;
         p->m = m;
         p->items = (cl_ulong)v.outer * v.inner * blocks;
+        if (tiled && d->mode == DK_GAUSS_OVERLAP && plan_reg_blocks(plan, program, p))
+            continue;
         p->groups = (p->items + lanes - 1) / lanes;
         /* A GPU wants neighbouring work-items on neighbouring addresses:
          * strided whole lines already are, and are filtered in place in the
@@ -549,7 +594,8 @@ static cl_int launch_groups(gauss_plan *plan, const axis_pass *p, cl_kernel k, c
     return CL_SUCCESS;
 }
 
-/* rf_reg_strided or rf_reg_rows from src into dst (distinct buffers). */
+/* rf_reg_strided, rf_reg_rows or rf_reg_blocks from src into dst (distinct
+ * buffers). */
 static cl_int run_reg(gauss_plan *plan, const axis_pass *p, cl_mem src, cl_mem dst)
 {
     cl_ulong n = p->view.n, inner = p->view.inner;
@@ -558,6 +604,23 @@ static cl_int run_reg(gauss_plan *plan, const axis_pass *p, cl_mem src, cl_mem d
     double alpha64 = p->alpha;
     int f64 = plan->dtype == DK_F64;
     cl_int err = CL_SUCCESS;
+    if (p->path == PATH_REG_BLOCKS) {
+        cl_kernel k = plan->reg_blocks[p->reg_blocks];
+        cl_uint i = 0;
+        err |= clSetKernelArg(k, i++, sizeof src, &src);
+        err |= clSetKernelArg(k, i++, sizeof dst, &dst);
+        err |= clSetKernelArg(k, i++, sizeof n, &n);
+        err |= clSetKernelArg(k, i++, sizeof inner, &inner);
+        err |= clSetKernelArg(k, i++, sizeof p->items, &p->items);
+        err |= clSetKernelArg(k, i++, sizeof p->blocks, &p->blocks);
+        err |= clSetKernelArg(k, i++, sizeof p->m, &p->m);
+        err |= f64 ? clSetKernelArg(k, i++, sizeof alpha64, &alpha64) : clSetKernelArg(k, i++, sizeof alpha32, &alpha32);
+        err |= clSetKernelArg(k, i++, sizeof K, &K);
+        err |= clSetKernelArg(k, i++, sizeof constant, &constant);
+        if (err != CL_SUCCESS)
+            return CL_INVALID_KERNEL_ARGS;
+        return launch_groups(plan, p, k, i);
+    }
     if (p->path == PATH_REG_STRIDED) {
         cl_kernel k = plan->reg_strided;
         err |= clSetKernelArg(k, 0, sizeof src, &src);

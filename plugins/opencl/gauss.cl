@@ -185,6 +185,52 @@ __kernel void rf_windows(__global const REAL *src, __global REAL *dst,
                     w[(win[l].begin - win[l].wbegin + i) * value_stride + l];
 }
 
+/* Overlap mode in registers (variant "tiled"): work-item g filters item g
+ * (window_of's order, so adjacent lines of a strided axis sit side by side)
+ * over its window of at most W values held in registers, every loop
+ * unrolled with the window's length as a predicate; the arithmetic and the
+ * boundary rule are rf_span's. One kernel a W (rf_reg_blocks31 to 95): the
+ * plan takes the shortest that holds its longest window. Launches may
+ * cover a part of the groups: group0 is the first's index. */
+#define DEFINE_RF_REG_BLOCKS(W)                                                                    \
+    __kernel void rf_reg_blocks##W(__global const REAL *src, __global REAL *dst, ulong n, ulong inner, \
+                                   ulong items, ulong blocks, ulong m, REAL alpha, int K,          \
+                                   int constant_boundary, ulong group0)                            \
+    {                                                                                              \
+        const ulong g = (group0 + get_group_id(0)) * get_local_size(0) + get_local_id(0);          \
+        if (g >= items)                                                                            \
+            return;                                                                                \
+        const window w = window_of(g, n, inner, blocks, m);                                        \
+        const int len = (int)w.wn;                                                                 \
+        const REAL beta = (REAL)1 - alpha;                                                         \
+        REAL x[W];                                                                                 \
+        _Pragma("unroll") for (int i = 0; i < W; i++) x[i] =                                       \
+            i < len ? src[w.first + (w.wbegin + (ulong)i) * inner] : (REAL)0;                      \
+        for (int k = 0; k < K; k++) {                                                              \
+            REAL u = (REAL)0;                                                                      \
+            REAL p = constant_boundary ? x[0] : (REAL)0;                                           \
+            _Pragma("unroll") for (int i = 0; i < W; i++) if (i < len) {                           \
+                u = i == len - 1 ? x[i] : u;                                                       \
+                p = beta * x[i] + alpha * p;                                                       \
+                x[i] = p;                                                                          \
+            }                                                                                      \
+            REAL s = constant_boundary ? u + (p - u) / ((REAL)1 + alpha) : beta * p;               \
+            _Pragma("unroll") for (int i = W - 1; i >= 0; i--) if (i < len) {                      \
+                s = i == len - 1 ? s : beta * x[i] + alpha * s;                                    \
+                x[i] = s;                                                                          \
+            }                                                                                      \
+        }                                                                                          \
+        const int a = (int)(w.begin - w.wbegin), e = (int)(w.end - w.wbegin);                      \
+        _Pragma("unroll") for (int i = 0; i < W; i++) if (i >= a && i < e)                         \
+            dst[w.first + (w.wbegin + (ulong)i) * inner] = x[i];                                   \
+    }
+DEFINE_RF_REG_BLOCKS(31)
+DEFINE_RF_REG_BLOCKS(47)
+DEFINE_RF_REG_BLOCKS(63)
+#ifndef DK_FP64
+DEFINE_RF_REG_BLOCKS(95)
+#endif
+
 /* ---- extended axes (deriche, vyv; rf with scipy's modes) ----
  * Boundary codes as dk_boundary: 0 zero, 1 constant (as nearest here),
  * 2 reflect, 3 mirror, 4 nearest, 5 wrap, 6 cval. */
