@@ -189,17 +189,14 @@ static int plan_tiled_rf(gauss_plan *plan, const dk_gauss_setup *setup, int a, a
     return 1;
 }
 
-/* Overlap mode on rf_reg_blocks where the longest window fits one of its
- * compiled lengths: work-groups of 128 work-items, fewer where the items
+/* Overlap mode on rf_reg_blocks where the longest window (`longest`
+ * values) fits one of its compiled lengths: work-groups of 128 work-items, fewer where the items
  * are too few to fill the device. Returns 0 where it does not apply; the
  * pass then takes rf_windows. Called after the caller set view, alpha,
  * blocks, m and items. */
-static int plan_reg_blocks(gauss_plan *plan, cl_program program, axis_pass *p)
+static int plan_reg_blocks(gauss_plan *plan, cl_program program, axis_pass *p, size_t longest)
 {
     dk_opencl_device *dev = plan->dev;
-    size_t longest = (p->view.n + p->blocks - 1) / p->blocks + 2 * p->m;
-    if (longest > p->view.n)
-        longest = p->view.n;
     int most = plan->dtype == DK_F64 ? 3 : 4;
     for (int i = 0; i < most; i++) {
         if ((size_t)REG_BLOCKS_W[i] < longest)
@@ -464,7 +461,10 @@ static dk_status gauss_plan_create(void *device, const dk_gauss_setup *setup, vo
         p->blocks = blocks;
         p->m = m;
         p->items = (cl_ulong)v.outer * v.inner * blocks;
-        if (tiled && d->mode == DK_GAUSS_OVERLAP && plan_reg_blocks(plan, program, p))
+        size_t longest = (v.n + blocks - 1) / blocks + 2 * m;
+        if (longest > v.n)
+            longest = v.n;
+        if (tiled && d->mode == DK_GAUSS_OVERLAP && plan_reg_blocks(plan, program, p, longest))
             continue;
         p->groups = (p->items + lanes - 1) / lanes;
         /* A GPU wants neighbouring work-items on neighbouring addresses:
@@ -475,9 +475,6 @@ static dk_status gauss_plan_create(void *device, const dk_gauss_setup *setup, vo
         p->in_dst = lanes == 1 && blocks == 1 && v.inner > 1;
         p->batch = p->groups;
         if (!p->in_dst) {
-            size_t longest = (v.n + blocks - 1) / blocks + 2 * m;
-            if (longest > v.n)
-                longest = v.n;
             size_t fit = budget / (longest * lanes * esize);
             if (fit < 1)
                 fit = 1;

@@ -59,10 +59,11 @@ template <int W> __host__ __device__ __forceinline__ void rf_scaled(float (&x)[W
  * not (exact mode's halo); at a line's end the reference's (F B)^K order is
  * the result. Each recursion starts from the steady state of its first
  * input. */
-template <int W, int K> __host__ __device__ __forceinline__ void rf_cascade(float (&x)[W], const Scaled &c)
+template <int W, int K, bool BACK>
+__host__ __device__ __forceinline__ void cascade_sweep(float (&x)[W], const Scaled &c)
 {
     float p[K];
-    float v = c.constant ? x[0] : 0.0f;
+    float v = c.constant ? x[BACK ? W - 1 : 0] : 0.0f;
 #pragma unroll
     for (int k = 0; k < K; k++)
         p[k] = v = v * c.rbeta;
@@ -70,24 +71,16 @@ template <int W, int K> __host__ __device__ __forceinline__ void rf_cascade(floa
     for (int i = 0; i < W + K - 1; i++) {
 #pragma unroll
         for (int k = 0; k < K; k++) {
-            const int j = i - k;
+            const int j = BACK ? W - 1 - (i - k) : i - k;
             if (j >= 0 && j < W)
                 x[j] = p[k] = fmaf(c.alpha, p[k], x[j]);
         }
     }
-    v = c.constant ? x[W - 1] : 0.0f;
-#pragma unroll
-    for (int k = 0; k < K; k++)
-        p[k] = v = v * c.rbeta;
-#pragma unroll
-    for (int i = 0; i < W + K - 1; i++) {
-#pragma unroll
-        for (int k = 0; k < K; k++) {
-            const int j = W - 1 - (i - k);
-            if (j >= 0 && j < W)
-                x[j] = p[k] = fmaf(c.alpha, p[k], x[j]);
-        }
-    }
+}
+template <int W, int K> __host__ __device__ __forceinline__ void rf_cascade(float (&x)[W], const Scaled &c)
+{
+    cascade_sweep<W, K, false>(x, c);
+    cascade_sweep<W, K, true>(x, c);
 }
 
 /* A window's sweeps: the cascade inside the line, the reference's order
@@ -212,6 +205,7 @@ const int kFusedK = 4;
 
 void *fused_kernel(int W, int K) { return W == 127 ? fused_kernel<127>(K) : W == 95 ? fused_kernel<95>(K) : NULL; }
 size_t fused_smem(int W) { return W == 127 ? fused_smem<127>() : fused_smem<95>(); }
+unsigned fused_block(int W) { return W == 127 ? fused_threads<127>() : fused_threads<95>(); }
 
 Scaled scaled_of(double alpha, const dk_gauss_desc *d)
 {
@@ -250,7 +244,7 @@ bool dk_cuda_gauss::plan_fused(Plan *p)
     i64 outer = 1;
     for (int k = 0; k < a; k++)
         outer *= (i64)d->shape[k];
-    const long forced = dk_tuning_long("DAKIT_CUDA_WINDOW", 0, 1, INT_MAX);
+    const int forced = forced_window();
     for (int W : kFusedW) {
         const i64 Ly = W - 2 * hy, Lx = W - 2 * hx;
         if ((forced && forced != W) || Ly < 16 || Lx < 16 || ny < W || nx < W || outer > 65535 ||
@@ -267,9 +261,12 @@ bool dk_cuda_gauss::plan_fused(Plan *p)
         size_t smem = fused_smem(W);
         if (smem > p->dev->smem_optin)
             continue;
-        if (dk_cuda_failed(cudaFuncSetAttribute(fused_kernel(W, d->K), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                (int)smem)))
+        void *kernel = fused_kernel(W, d->K);
+        if (dk_cuda_failed(allow_smem(kernel, smem)))
             return false;
+        p->fused_kernel = kernel;
+        p->fused_block = fused_block(W);
+        p->fused_smem = smem;
         p->fused_W = W;
         return true;
     }
@@ -279,11 +276,7 @@ bool dk_cuda_gauss::plan_fused(Plan *p)
 cudaError_t dk_cuda_gauss::launch_fused(const Plan *p, const float *src, float *dst, cudaStream_t st)
 {
     const FusedGeo &g = p->fused;
-    void *kernel = fused_kernel(p->fused_W, g.cy.K);
-    if (!kernel)
-        return cudaErrorInvalidValue;
     dim3 grid((unsigned)ceil_div(g.nx, g.Lx), (unsigned)ceil_div(g.ny, g.Ly), (unsigned)g.outer);
     void *args[] = {&src, &dst, (void *)&g};
-    return cudaLaunchKernel(kernel, grid, dim3((unsigned)((p->fused_W + 31) / 32 * 32)),
-                            args, fused_smem(p->fused_W), st);
+    return cudaLaunchKernel(p->fused_kernel, grid, dim3(p->fused_block), args, p->fused_smem, st);
 }

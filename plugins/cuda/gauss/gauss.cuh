@@ -372,9 +372,16 @@ struct Plan {
     Pass halo_tile; /* execute_halo's k_tile on a strided axis (PATH_TILE; W 0: none) */
     int fused_W;    /* k_fused's window where it applies (out of place), else 0 */
     FusedGeo fused;
+    void *fused_kernel; /* k_fused<W, K>, its block and shared memory */
+    unsigned fused_block;
+    size_t fused_smem;
 };
 
 inline i64 ceil_div(i64 a, i64 b) { return (a + b - 1) / b; }
+
+/* A window length for the register schemes and k_fused, from
+ * DAKIT_CUDA_WINDOW (tuning); 0: the plan's choice. */
+inline int forced_window(void) { return (int)dk_tuning_long("DAKIT_CUDA_WINDOW", 0, 1, INT_MAX); }
 
 /* What a solver's launch needs for one pass from src to dst (the same only
  * where the pass may run in place). */

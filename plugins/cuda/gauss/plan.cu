@@ -26,13 +26,6 @@ void tile(Geo &g, unsigned threads)
     g.nblocks = g.nj * g.nk * g.outer;
 }
 
-/* A window length for the register schemes, from DAKIT_CUDA_WINDOW (tuning);
- * 0: the plan's choice. */
-int forced_window(void)
-{
-    return (int)dk_tuning_long("DAKIT_CUDA_WINDOW", 0, 1, INT_MAX);
-}
-
 /* An extended axis: segments of `keep` values, several per line only when
  * the lines are too few to fill the GPU, each at least four reaches long. */
 void plan_extended(Plan *p, int axis, Pass *ps)
