@@ -89,6 +89,45 @@ DK_API dk_status dk_buffer_wrap(dk_context *ctx, dk_memory_kind kind, void *memo
     return DK_OK;
 }
 
+DK_API dk_status dk_host_alloc(dk_context *ctx, size_t bytes, void **memory)
+{
+    if (!ctx || !memory)
+        return dk_fail(ctx, DK_ERR_INVALID_ARGUMENT, "dk_host_alloc: ctx and memory must not be NULL");
+    *memory = NULL;
+    if (bytes == 0)
+        return dk_fail(ctx, DK_ERR_INVALID_ARGUMENT, "dk_host_alloc: 0 bytes asked");
+    const dk_plugin *p = ctx->backend->plugin;
+    if (!p->host_alloc || !p->host_free) {
+        void *m = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        if (!m)
+            return dk_fail(ctx, DK_ERR_OUT_OF_MEMORY, "dk_host_alloc: %zu bytes of host memory are not available",
+                           bytes);
+        *memory = m;
+        return DK_OK;
+    }
+    dk_msg msg = {{0}};
+    dk_device_enter(ctx);
+    dk_status st = p->host_alloc(ctx->device, bytes, memory, &msg);
+    dk_device_leave(ctx);
+    if (st != DK_OK)
+        *memory = NULL;
+    return st == DK_OK ? DK_OK : dk_fail_msg(ctx, st, &msg, "allocating page-locked host memory");
+}
+
+DK_API void dk_host_free(dk_context *ctx, void *memory)
+{
+    if (!ctx || !memory)
+        return;
+    const dk_plugin *p = ctx->backend->plugin;
+    if (!p->host_alloc || !p->host_free) {
+        free(memory);
+        return;
+    }
+    dk_device_enter(ctx);
+    p->host_free(ctx->device, memory);
+    dk_device_leave(ctx);
+}
+
 DK_API dk_status dk_context_native(dk_context *ctx, dk_native *native)
 {
     if (!ctx || !native)

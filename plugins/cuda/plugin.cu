@@ -254,6 +254,28 @@ static void cuda_buffer_unwrap(void *device, void *buffer)
     free(buffer);
 }
 
+/* Page-locked host memory: the copy engines read and write it directly,
+ * where pageable memory goes through the driver's own staging. */
+static dk_status cuda_host_alloc(void *device, size_t bytes, void **memory, dk_msg *msg)
+{
+    dk_cuda_device *dev = (dk_cuda_device *)device;
+    CUDA_TRY(cudaSetDevice(dev->ordinal), "cudaSetDevice");
+    if (cudaMallocHost(memory, bytes) != cudaSuccess) {
+        (void)cudaGetLastError();
+        *memory = NULL;
+        dk_msg_set(msg, "cuda: %zu bytes of page-locked host memory are not available", bytes);
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    return DK_OK;
+}
+
+static void cuda_host_free(void *device, void *memory)
+{
+    (void)device;
+    cudaFreeHost(memory);
+    (void)cudaGetLastError();
+}
+
 static dk_status cuda_device_native(void *device, dk_native *native, dk_msg *msg)
 {
     (void)msg;
@@ -421,6 +443,8 @@ static const dk_plugin cuda_plugin = {
     .comm_queue = &dk_cuda_comm_queue_ops,
 #endif
     .ops_generation = DK_PLUGIN_OPS_GENERATION,
+    .host_alloc = cuda_host_alloc,
+    .host_free = cuda_host_free,
 };
 
 extern "C" DK_PLUGIN_EXPORT const dk_plugin *DK_PLUGIN_ENTRY(void)

@@ -44,6 +44,8 @@ typedef struct dk_opencl_device {
         int key;
         cl_program program;
     } letkf[DK_OPENCL_LETKF_PROGRAMS];
+    /* dk_host_alloc's mapped buffers, newest first */
+    struct dk_opencl_host_block *host_blocks;
 } dk_opencl_device;
 
 /* "CL_OUT_OF_RESOURCES" for -5, and so on; never NULL. */

@@ -311,11 +311,71 @@ static int has_extension(cl_device_id device, const char *name)
     return found;
 }
 
+/* Host memory the driver copies from fastest: a buffer of
+ * CL_MEM_ALLOC_HOST_PTR (page-locked on GPU drivers), mapped for good. */
+struct dk_opencl_host_block {
+    void *ptr;
+    cl_mem mem;
+    struct dk_opencl_host_block *next;
+};
+
+static void host_block_release(dk_opencl_device *dev, struct dk_opencl_host_block *b)
+{
+    clEnqueueUnmapMemObject(dev->queue, b->mem, b->ptr, 0, NULL, NULL);
+    clFinish(dev->queue);
+    clReleaseMemObject(b->mem);
+    free(b);
+}
+
+static dk_status opencl_host_alloc(void *handle, size_t bytes, void **memory, dk_msg *msg)
+{
+    dk_opencl_device *dev = handle;
+    struct dk_opencl_host_block *b = calloc(1, sizeof *b);
+    if (!b) {
+        dk_msg_set(msg, "opencl: out of host memory");
+        return DK_ERR_OUT_OF_MEMORY;
+    }
+    cl_int err;
+    b->mem = clCreateBuffer(dev->context, CL_MEM_READ_WRITE | CL_MEM_ALLOC_HOST_PTR, bytes, NULL, &err);
+    if (err != CL_SUCCESS) {
+        free(b);
+        return dk_opencl_fail(msg, dev, err, "allocating %zu bytes of host memory", bytes);
+    }
+    b->ptr = clEnqueueMapBuffer(dev->queue, b->mem, CL_TRUE, CL_MAP_READ | CL_MAP_WRITE, 0, bytes, 0, NULL, NULL,
+                                &err);
+    if (err != CL_SUCCESS) {
+        clReleaseMemObject(b->mem);
+        free(b);
+        return dk_opencl_fail(msg, dev, err, "mapping %zu bytes of host memory", bytes);
+    }
+    b->next = dev->host_blocks;
+    dev->host_blocks = b;
+    *memory = b->ptr;
+    return DK_OK;
+}
+
+static void opencl_host_free(void *handle, void *memory)
+{
+    dk_opencl_device *dev = handle;
+    for (struct dk_opencl_host_block **at = &dev->host_blocks; *at; at = &(*at)->next)
+        if ((*at)->ptr == memory) {
+            struct dk_opencl_host_block *b = *at;
+            *at = b->next;
+            host_block_release(dev, b);
+            return;
+        }
+}
+
 static void opencl_device_close(void *handle)
 {
     dk_opencl_device *dev = handle;
     if (!dev)
         return;
+    while (dev->host_blocks) { /* memory the caller did not free */
+        struct dk_opencl_host_block *b = dev->host_blocks;
+        dev->host_blocks = b->next;
+        host_block_release(dev, b);
+    }
     if (dev->gauss_f32)
         clReleaseProgram(dev->gauss_f32);
     if (dev->gauss_f64)
@@ -586,6 +646,8 @@ static const dk_plugin opencl_plugin = {
 #ifdef DK_OPENCL_ENKF
     .enkf = &dk_opencl_enkf_ops,
 #endif
+    .host_alloc = opencl_host_alloc,
+    .host_free = opencl_host_free,
 };
 
 DK_PLUGIN_EXPORT const dk_plugin *DK_PLUGIN_ENTRY(void)

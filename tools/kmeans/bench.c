@@ -6,7 +6,9 @@
  *                      k = 6, lambda 0.7, window 5, 20 iterations. Timed: from
  *                      the decoded reflectivity in host memory (900 x 900
  *                      float32, NaN = no data) to the labels (int32) and
- *                      centroids in host memory: the upload of the
+ *                      centroids in host memory (page-locked, from
+ *                      dk_host_alloc, as a caller who keeps data moving
+ *                      would hold it): the upload of the
  *                      reflectivity, its texture planes, their gauss
  *                      smoothing, the standardized features with the initial
  *                      centroids, the clustering, and the copies back. Not
@@ -53,6 +55,8 @@ typedef struct state {
     double feature_seconds, cluster_seconds;
     dk_radolan r;
     radar_pipeline *radar;
+    dk_context *ctx;  /* for dk_host_free */
+    float *h_value;   /* the reflectivity, in dk_host_alloc memory */
     int32_t *h_labels;
     float h_cent[6 * RADAR_FEATURES];
 } state;
@@ -122,8 +126,9 @@ static void teardown(void *p)
     dk_buffer_destroy(s->cent);
     dk_buffer_destroy(s->weights);
     radar_pipeline_destroy(s->radar);
+    dk_host_free(s->ctx, s->h_value);
+    dk_host_free(s->ctx, s->h_labels);
     dk_radolan_free(&s->r);
-    free(s->h_labels);
     free(s->h_points);
     free(s->h_init);
     free(s);
@@ -161,7 +166,15 @@ static void *setup(dk_context *ctx, int i, const char *variant, char *err, size_
             teardown(s);
             return NULL;
         }
-        s->h_labels = malloc(s->r.rows * s->r.cols * sizeof *s->h_labels);
+        const size_t n = s->r.rows * s->r.cols;
+        s->ctx = ctx;
+        if (dk_host_alloc(ctx, n * sizeof *s->h_value, (void **)&s->h_value) != DK_OK ||
+            dk_host_alloc(ctx, n * sizeof *s->h_labels, (void **)&s->h_labels) != DK_OK) {
+            snprintf(err, len, "%s", dk_last_error(ctx));
+            teardown(s);
+            return NULL;
+        }
+        memcpy(s->h_value, s->r.value, n * sizeof *s->h_value);
         return s;
     }
     dk_kmeans_desc d;
@@ -230,7 +243,7 @@ static dk_status run(void *p)
         char err[512];
         radar_result res;
         memset(&res, 0, sizeof res);
-        dk_status st = radar_pipeline_run(s->radar, s->r.value, s->h_labels, s->h_cent, &res, err, sizeof err);
+        dk_status st = radar_pipeline_run(s->radar, s->h_value, s->h_labels, s->h_cent, &res, err, sizeof err);
         if (st == DK_OK) {
             s->last = res.kmeans;
             s->feature_seconds = res.feature_seconds;

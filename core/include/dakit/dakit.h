@@ -68,6 +68,17 @@ dk_status dk_buffer_read(const dk_buffer *buf, void *dst, size_t bytes);
 /* Device-to-device copy of the first `bytes` bytes. */
 dk_status dk_buffer_copy(dk_buffer *dst, const dk_buffer *src, size_t bytes);
 
+/* Host memory for data that moves often between the host and ctx's
+ * device: page-locked where the backend can (cuda: cudaMallocHost, whose
+ * copies run at the bus's speed where pageable memory is staged by the
+ * driver at a fraction of it; opencl: a mapped buffer of
+ * CL_MEM_ALLOC_HOST_PTR), ordinary memory aligned to 64 bytes elsewhere.
+ * Any dakit call takes it as host memory. Page-locked memory is scarce:
+ * allocate what moves, not everything. Free it with dk_host_free on the
+ * same context, before the context is destroyed. */
+dk_status dk_host_alloc(dk_context *ctx, size_t bytes, void **memory);
+void dk_host_free(dk_context *ctx, void *memory);
+
 /* ---- the caller's own memory ---- */
 
 typedef enum dk_memory_kind {

@@ -275,6 +275,13 @@ typedef struct dk_plugin {
      * an older plugin's shorter tables are never read past their end (0,
      * a plugin built before this member: every table ends where it did). */
     uint32_t ops_generation;
+    /* Optional: host memory the device copies to and from fastest
+     * (page-locked: cudaMallocHost, an OpenCL buffer of
+     * CL_MEM_ALLOC_HOST_PTR mapped), for dk_host_alloc; NULL: the core
+     * allocates ordinary memory. */
+    dk_status (*host_alloc)(void *device, size_t bytes, void **memory, dk_msg *msg);
+    /* Required with host_alloc: releases what it returned. */
+    void (*host_free)(void *device, void *memory);
 } dk_plugin;
 
 #define DK_PLUGIN_SIZE ((uint32_t)sizeof(dk_plugin))

@@ -46,6 +46,8 @@ struct Args {
     double *move2;          /* k * d: squared move per feature */
     double *corr, *corr_old; /* k * d: the objective's correction (see k_lloyd's end) */
     unsigned long long *ccount; /* k: the last iteration's cluster sizes */
+    int *tile_valid;        /* contiguity: valid pixels per tile, zeroed before the launch */
+    size_t tiles;
     double *pobj;           /* gridDim */
     unsigned long long *pvalid; /* gridDim */
     double *result;         /* iterations, objective, move, valid, assign_ns, update_ns */

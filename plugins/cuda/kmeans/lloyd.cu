@@ -63,13 +63,24 @@ __device__ __forceinline__ void load_point(const Args &a, long long i, float *x)
  * otherwise the block's one copy takes shared atomics. Rows are ds = d | 1
  * floats apart: an odd stride puts the same feature of different labels in
  * different banks (with 8 the adding lanes of 16 labels met in 4 banks).
- * Every lane calls it. */
-template <int DMAX, bool WSUM>
+ * UNIFORM: a warp of one label (common in contiguous images) sums by a
+ * butterfly, and a warp of none returns at once. Every lane calls it. */
+template <int DMAX, bool WSUM, bool UNIFORM = false>
 __device__ __forceinline__ void accumulate(int l, float *x, int d, int ds, float *sums, unsigned *counts)
 {
     const int lane = threadIdx.x & 31;
     unsigned peers = __match_any_sync(0xffffffffu, l);
-    sum_peers<DMAX>(peers, x, d);
+    if (UNIFORM && peers == 0xffffffffu) { /* one label in the whole warp: a butterfly, or nothing to add */
+        if (l < 0)
+            return;
+#pragma unroll
+        for (int f = 0; f < DMAX; f++)
+            if (f < d)
+                for (int o = 16; o > 0; o >>= 1)
+                    x[f] += __shfl_xor_sync(0xffffffffu, x[f], o);
+    } else {
+        sum_peers<DMAX>(peers, x, d);
+    }
     if (l >= 0 && lane == __ffs(peers) - 1) {
 #pragma unroll
         for (int f = 0; f < DMAX; f++)
@@ -91,37 +102,23 @@ __device__ __forceinline__ void accumulate(int l, float *x, int d, int ds, float
 /* The contiguity cost with the previous labels of the window staged in
  * shared memory: halo holds the labels of a (TILE_H + 2r) x (32 + 2r) patch
  * (-1 outside the image or masked), and (hy, hx) is this pixel in it. The
- * arithmetic is the reference's, rounded as it rounds. */
+ * arithmetic is the reference's, rounded as it rounds. For plans whose
+ * counts do not pack (see ContigShape). */
 template <int DMAX>
 __device__ __forceinline__ int best_label_tile(const Args &a, const float *x, const float *Cs, const short *halo,
-                                               int hw, int hy, int hx)
+                                               int hw, int hy, int hx, float inv_d)
 {
     const int r = a.window / 2;
-    /* the neighbours' labels counted once, each count in `bits` bits of one
-     * 64-bit word where k of them fit (window 5, k <= 12), instead of one
-     * pass over the window per centroid */
-    const int neighbours = (2 * r + 1) * (2 * r + 1) - 1, bits = 32 - __clz(neighbours);
-    const bool packed = a.k * bits <= 64;
-    unsigned long long counts = 0;
     int m = 0;
     for (int y = -r; y <= r; y++)
-        for (int c = -r; c <= r; c++) {
-            const int l = halo[(hy + y) * hw + hx + c];
-            if ((y || c) && l >= 0) {
-                m++;
-                if (packed)
-                    counts += 1ull << (bits * l);
-            }
-        }
-    const float inv_d = __fdiv_rn(1.0f, (float)a.d);
+        for (int c = -r; c <= r; c++)
+            m += (y || c) && halo[(hy + y) * hw + hx + c] >= 0;
     int best = 0;
     float best_cost = 0.0f;
     for (int c = 0; c < a.k; c++) {
         const float dist = distance2<DMAX>(x, Cs + c * DMAX);
         int same = 0;
-        if (packed)
-            same = (int)((counts >> (bits * c)) & ((1ull << bits) - 1ull));
-        else if (m)
+        if (m)
             for (int y = -r; y <= r; y++)
                 for (int cx = -r; cx <= r; cx++)
                     same += (y || cx) && halo[(hy + y) * hw + hx + cx] == c;
@@ -134,7 +131,247 @@ __device__ __forceinline__ int best_label_tile(const Args &a, const float *x, co
     return best;
 }
 
+/* How the window's label counts are made. Packed: each previous label
+ * becomes one word with a field of `bits` bits per cluster (1 in its
+ * label's field; 32-bit words where k fields fit, else 64-bit); a window's
+ * counts are then sums of words: each warp sums along the patch's rows by
+ * shuffles, from the labels it loaded, into shared memory, and each pixel
+ * sums 2r + 1 of those down its column (2w words a pixel instead of w^2
+ * labels, and one barrier a tile). The fields hold w^2, so no sum carries
+ * into the next field. Otherwise the labels themselves are staged (shorts)
+ * and counted per pixel. Table: the reference's (1 - lambda) (m - same) / m
+ * for every m and same of the window, computed once a launch with the same
+ * roundings, so no division is left in the loop over the clusters. */
+struct ContigShape {
+    int bits, packed, table; /* packed: the word's bits, 32 or 64, or 0 */
+};
+
+__host__ __device__ inline ContigShape contig_shape(int window, int k)
+{
+    const int full = window * window;
+    int bits = 0;
+    while ((1 << bits) <= full)
+        bits++;
+    ContigShape s;
+    s.bits = bits;
+    s.packed = k * bits <= 32 ? 32 : k * bits <= 64 ? 64 : 0;
+    s.table = full <= 49;
+    return s;
+}
+
+/* Shared memory of the contiguity tiles, in bytes: the row sums (two
+ * buffers, alternating by tile) or the staged labels, then the cost table. */
+__host__ __device__ inline size_t contig_smem(int window, int k)
+{
+    const ContigShape s = contig_shape(window, k);
+    const int r = window / 2, hw = 32 + 2 * r, hh = THREADS / 32 + 2 * r;
+    const size_t staged = s.packed ? (size_t)2 * hh * 32 * (s.packed / 8) : (size_t)hh * hw * sizeof(short);
+    return staged + (s.table ? (size_t)window * window * window * window * sizeof(float) : 0);
+}
+
+/* The least-cost label from the packed counts of the pixel's window (its
+ * own label already taken out); m, the valid neighbours, is their sum. */
+template <int DMAX, typename W>
+__device__ __forceinline__ int best_label_packed(const Args &a, const float *x, const float *Cs, W counts, int bits,
+                                                 const float *table, float inv_d)
+{
+    const W field = (W(1) << bits) - W(1);
+    int m = 0;
+    W rest = counts;
+    for (int c = 0; c < a.k; c++, rest >>= bits)
+        m += (int)(rest & field);
+    const float *row = table ? table + m * a.window * a.window : nullptr;
+    int best = 0;
+    float best_cost = 0.0f;
+    for (int c = 0; c < a.k; c++, counts >>= bits) {
+        const int same = (int)(counts & field);
+        const float dist = distance2<DMAX>(x, Cs + c * DMAX);
+        const float cost = table ? __fadd_rn(__fmul_rn(a.lambda, __fmul_rn(dist, inv_d)), row[same])
+                                 : contig_cost(a.lambda, dist, inv_d, m, same);
+        if (c == 0 || cost < best_cost) {
+            best = c;
+            best_cost = cost;
+        }
+    }
+    return best;
+}
+
 const int TILE_H = THREADS / 32; /* contiguity tiles: one warp per row of 32 pixels */
+
+/* What a tile costs, in about a valid pixel's work: one without valid
+ * pixels is skipped but for its labels. */
+__device__ __forceinline__ long long tile_cost(int valid) { return valid ? 128 + valid : 16; }
+
+/* The block's tiles, [*lo, *hi) in raster order: the tiles are dealt out
+ * in contiguous runs of about equal cost (tile_cost of the valid pixels
+ * counted before the first iteration). Every block computes the same deal
+ * from the same counts, so which block sums which pixels does not depend on
+ * timing. Each block scans all the counts: once a launch. */
+__device__ void tile_range(const Args &a, long long tiles, long long *lo, long long *hi)
+{
+    __shared__ long long part[THREADS];
+    __shared__ long long edge[2];
+    const long long chunk = (tiles + THREADS - 1) / THREADS;
+    const long long t0 = min(tiles, (long long)threadIdx.x * chunk), t1 = min(tiles, t0 + chunk);
+    long long mine = 0;
+    for (long long t = t0; t < t1; t++)
+        mine += tile_cost(__ldcg(a.tile_valid + t));
+    part[threadIdx.x] = mine;
+    if (threadIdx.x < 2)
+        edge[threadIdx.x] = tiles;
+    __syncthreads();
+    for (int off = 1; off < THREADS; off <<= 1) { /* inclusive scan */
+        const long long v = threadIdx.x >= off ? part[threadIdx.x - off] : 0;
+        __syncthreads();
+        part[threadIdx.x] += v;
+        __syncthreads();
+    }
+    const long long total = part[THREADS - 1];
+    long long run = part[threadIdx.x] - mine;
+    for (long long t = t0; t < t1; t++) {
+        const long long c = tile_cost(__ldcg(a.tile_valid + t));
+        const long long owner = (run + c / 2) * gridDim.x / total;
+        if (owner >= blockIdx.x)
+            atomicMin(&edge[0], t);
+        if (owner > blockIdx.x) {
+            atomicMin(&edge[1], t);
+            break;
+        }
+        run += c;
+    }
+    __syncthreads();
+    *lo = edge[0];
+    *hi = edge[1];
+    __syncthreads(); /* edge is read before any thread may call again */
+}
+
+/* Tiles t in [lo, hi) as tile rows and columns, stepped without a division. */
+struct TileWalk {
+    long long t, end, ty, tx, tiles_x;
+    __device__ TileWalk(const Args &a, long long lo, long long hi) : t(lo), end(hi)
+    {
+        tiles_x = (a.cols + 31) / 32;
+        ty = lo / tiles_x;
+        tx = lo % tiles_x;
+    }
+    __device__ bool more() const { return t < end; }
+    __device__ void next()
+    {
+        t++;
+        if (++tx == tiles_x) {
+            tx = 0;
+            ty++;
+        }
+    }
+};
+
+/* The pixel's point and validity in a tile (zeros where there is none). */
+template <int DMAX>
+__device__ __forceinline__ bool tile_point(const Args &a, long long row, long long col, float *x)
+{
+#pragma unroll
+    for (int f = 0; f < DMAX; f++)
+        x[f] = 0.0f;
+    if (row >= a.rows || col >= a.cols)
+        return false;
+    const long long i = row * a.cols + col;
+    if (a.mask && !a.mask[i])
+        return false;
+    load_point<DMAX>(a, i, x);
+    return true;
+}
+
+/* One iteration's contiguity labels over the block's tiles, packed counts
+ * (ContigShape): a warp loads a patch row's labels (32 lanes plus 2r more
+ * in the lanes below 2r), sums their words along the row by shuffles into
+ * rowsum, and after one barrier each pixel sums its column of 2r + 1 row
+ * sums less its own word. rowsum has two buffers, alternating by tile: a
+ * tile's writes cannot meet the last tile's reads, and the next barrier
+ * keeps the one after from meeting them. */
+template <int DMAX, bool WSUM, typename W>
+__device__ __forceinline__ void contig_tiles_packed(const Args &a, long long lo, long long hi, int bits,
+                                                    const int32_t *prev, int32_t *cur,
+                                                    const float *Cs, W *rowsum, const float *table, float inv_d,
+                                                    float *my_sums, unsigned *my_counts, int ds)
+{
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    const int r = a.window / 2, hh = TILE_H + 2 * r;
+    auto word = [&](int l) { return l >= 0 ? W(1) << (bits * l) : W(0); };
+    int buf = 0;
+    for (TileWalk w(a, lo, hi); w.more(); w.next()) {
+        const long long row0 = w.ty * TILE_H, col0 = w.tx * 32;
+        const long long row = row0 + warp, col = col0 + lane;
+        if (!__ldcg(a.tile_valid + w.t)) { /* no valid pixel: labels -1, nothing to sum */
+            if (row < a.rows && col < a.cols)
+                cur[row * a.cols + col] = -1;
+            continue;
+        }
+        float x[DMAX];
+        const bool valid = tile_point<DMAX>(a, row, col, x);
+        const int own = valid ? __ldcg(prev + row * a.cols + col) : -1;
+        W *rs = rowsum + buf * hh * 32;
+        for (int y = warp; y < hh; y += TILE_H) {
+            const long long gy = row0 - r + y, c0 = col0 - r + lane, c1 = c0 + 32;
+            const bool row_in = gy >= 0 && gy < a.rows;
+            const W here = word(row_in && c0 >= 0 && c0 < a.cols ? __ldcg(prev + gy * a.cols + c0) : -1);
+            const W past = word(row_in && lane < 2 * r && c1 < a.cols ? __ldcg(prev + gy * a.cols + c1) : -1);
+            W sum = here;
+            for (int dc = 1; dc <= 2 * r; dc++) {
+                const int from = (lane + dc) & 31;
+                const W w0 = __shfl_sync(0xffffffffu, here, from), w1 = __shfl_sync(0xffffffffu, past, from);
+                sum += lane + dc < 32 ? w0 : w1;
+            }
+            rs[y * 32 + lane] = sum;
+        }
+        __syncthreads();
+        int l = -1;
+        if (valid) {
+            W counts = 0;
+            for (int y = 0; y <= 2 * r; y++)
+                counts += rs[(warp + y) * 32 + lane];
+            l = best_label_packed<DMAX, W>(a, x, Cs, counts - word(own), bits, table, inv_d);
+        }
+        if (row < a.rows && col < a.cols)
+            cur[row * a.cols + col] = l;
+        accumulate<DMAX, WSUM, true>(l, x, a.d, ds, my_sums, my_counts);
+        buf ^= 1;
+    }
+}
+
+/* The same where the counts do not pack: the patch's labels staged as
+ * shorts (-1 outside the image or masked) and counted per pixel. */
+template <int DMAX, bool WSUM>
+__device__ __forceinline__ void contig_tiles_halo(const Args &a, long long lo, long long hi, const int32_t *prev,
+                                                  int32_t *cur, const float *Cs,
+                                                  short *halo, float inv_d, float *my_sums, unsigned *my_counts,
+                                                  int ds)
+{
+    const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
+    const int r = a.window / 2, hw = 32 + 2 * r, hh = TILE_H + 2 * r;
+    for (TileWalk w(a, lo, hi); w.more(); w.next()) {
+        const long long row0 = w.ty * TILE_H, col0 = w.tx * 32;
+        const long long row = row0 + warp, col = col0 + lane;
+        if (!__ldcg(a.tile_valid + w.t)) {
+            if (row < a.rows && col < a.cols)
+                cur[row * a.cols + col] = -1;
+            continue;
+        }
+        float x[DMAX];
+        const bool valid = tile_point<DMAX>(a, row, col, x);
+        __syncthreads(); /* the last tile's readers are done with halo */
+        for (int y = warp; y < hh; y += TILE_H)
+            for (int c = lane; c < hw; c += 32) {
+                const long long gy = row0 - r + y, gc = col0 - r + c;
+                halo[y * hw + c] =
+                    gy >= 0 && gy < a.rows && gc >= 0 && gc < a.cols ? (short)__ldcg(prev + gy * a.cols + gc) : (short)-1;
+            }
+        __syncthreads();
+        const int l = valid ? best_label_tile<DMAX>(a, x, Cs, halo, hw, warp + r, lane + r, inv_d) : -1;
+        if (row < a.rows && col < a.cols)
+            cur[row * a.cols + col] = l;
+        accumulate<DMAX, WSUM, true>(l, x, a.d, ds, my_sums, my_counts);
+    }
+}
 
 /* WSUM per-warp partial sums without atomics (see accumulate); SCREEN the
  * plain labels through screened_labels (else exact_labels for every point);
@@ -155,7 +392,13 @@ __global__ void __launch_bounds__(THREADS, DMAX <= 8 ? 3 : 1) k_lloyd(Args a)
     float *Ch = Cs + kdpad;
     float *sums = Ch + a.k;
     unsigned *counts = (unsigned *)(sums + copies * a.k * ds);
-    short *halo = (short *)(counts + copies * a.k);
+    /* contiguity: the row sums or the staged labels, then the cost table
+     * (see ContigShape) */
+    const ContigShape shape = contig_shape(a.window, a.k);
+    unsigned char *staged = (unsigned char *)(((uintptr_t)(counts + copies * a.k) + 7) & ~(uintptr_t)7);
+    float *table = shape.table ? (float *)(staged + contig_smem(a.window, a.k)) - a.window * a.window * a.window * a.window
+                               : nullptr;
+    const float inv_d = __fdiv_rn(1.0f, (float)a.d);
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
     float *my_sums = WSUM ? sums + warp * a.k * ds : sums;
     unsigned *my_counts = WSUM ? counts + warp * a.k : counts;
@@ -170,23 +413,42 @@ __global__ void __launch_bounds__(THREADS, DMAX <= 8 ? 3 : 1) k_lloyd(Args a)
     if (threadIdx.x == 0)
         stop = 0; /* read first after phase A's __syncthreads */
 
+    long long tile_lo = 0, tile_hi = 0; /* contiguity: this block's tiles (tile_range) */
     if (CONTIG) {
         /* labels of iteration 0: plain nearest centroid to the initial ones */
         for (int j = threadIdx.x; j < kdpad; j += blockDim.x)
             Cs[j] = j % DMAX < a.d ? a.init[j / DMAX * a.d + j % DMAX] : 0.0f;
-        __syncthreads();
-        for (long long i = first; i < a.n; i += stride) {
-            if (a.mask && !a.mask[i]) {
-                a.lab[0][i] = -1;
-                continue;
+        if (shape.table) {
+            const int full = a.window * a.window;
+            const float keep = __fsub_rn(1.0f, a.lambda);
+            for (int j = threadIdx.x; j < full * full; j += blockDim.x) {
+                const int m = j / full, same = j % full;
+                table[j] = __fmul_rn(keep, m ? __fdiv_rn((float)(m - same), (float)m) : 0.0f);
             }
-            float x[1][DMAX];
-            load_point<DMAX>(a, i, x[0]);
-            int l;
-            exact_labels<DMAX, 1>(x, Cs, a.k, &l);
-            a.lab[0][i] = l;
+        }
+        __syncthreads();
+        /* whole warps step together (see the plain path), for the vote */
+        const long long tiles_x = (a.cols + 31) / 32;
+        for (long long base = first - lane; base < a.n; base += stride) {
+            const long long i = base + lane;
+            const bool valid = i < a.n && (!a.mask || a.mask[i]);
+            int l = -1;
+            if (valid) {
+                float x[1][DMAX];
+                load_point<DMAX>(a, i, x[0]);
+                exact_labels<DMAX, 1>(x, Cs, a.k, &l);
+            }
+            if (i < a.n)
+                a.lab[0][i] = l;
+            /* the tiles' valid pixels, one atomic per tile the warp meets */
+            const long long row = i / a.cols, tile = row / TILE_H * tiles_x + (i - row * a.cols) / 32;
+            const unsigned peers = __match_any_sync(0xffffffffu, (unsigned long long)tile);
+            const unsigned hits = peers & __ballot_sync(0xffffffffu, valid);
+            if (hits && lane == __ffs(peers) - 1)
+                atomicAdd(a.tile_valid + tile, __popc(hits));
         }
         grid.sync();
+        tile_range(a, tiles_x * ((a.rows + TILE_H - 1) / TILE_H), &tile_lo, &tile_hi);
     }
 
     int it = 0;
@@ -217,35 +479,17 @@ __global__ void __launch_bounds__(THREADS, DMAX <= 8 ? 3 : 1) k_lloyd(Args a)
             rmax2 = __int_as_float(rmax_bits);
         }
         if (CONTIG) {
-            /* tiles of TILE_H rows x 32 columns, their window's labels staged
-             * in shared memory once instead of read k + 1 times per pixel */
-            const int r = a.window / 2, hw = 32 + 2 * r, hh = TILE_H + 2 * r;
-            const long long tiles_x = (a.cols + 31) / 32, tiles = tiles_x * ((a.rows + TILE_H - 1) / TILE_H);
-            for (long long t = blockIdx.x; t < tiles; t += gridDim.x) {
-                const long long row0 = t / tiles_x * TILE_H, col0 = t % tiles_x * 32;
-                __syncthreads(); /* the last tile's readers are done with halo */
-                for (int j = threadIdx.x; j < hh * hw; j += blockDim.x) {
-                    long long y = row0 - r + j / hw, c = col0 - r + j % hw;
-                    halo[j] = y >= 0 && y < a.rows && c >= 0 && c < a.cols ? (short)__ldcg(prev + y * a.cols + c)
-                                                                           : (short)-1;
-                }
-                __syncthreads();
-                const long long row = row0 + warp, col = col0 + lane;
-                int l = -1;
-                float x[DMAX];
-#pragma unroll
-                for (int f = 0; f < DMAX; f++)
-                    x[f] = 0.0f;
-                if (row < a.rows && col < a.cols) {
-                    const long long i = row * a.cols + col;
-                    if (!a.mask || a.mask[i]) {
-                        load_point<DMAX>(a, i, x);
-                        l = best_label_tile<DMAX>(a, x, Cs, halo, hw, warp + r, lane + r);
-                    }
-                    cur[i] = l;
-                }
-                accumulate<DMAX, WSUM>(l, x, a.d, ds, my_sums, my_counts);
-            }
+            /* tiles of TILE_H rows x 32 columns, their window's labels
+             * staged in shared memory instead of read k + 1 times per pixel */
+            if (shape.packed == 32)
+                contig_tiles_packed<DMAX, WSUM, unsigned>(a, tile_lo, tile_hi, shape.bits, prev, cur, Cs, (unsigned *)staged, table,
+                                                          inv_d, my_sums, my_counts, ds);
+            else if (shape.packed == 64)
+                contig_tiles_packed<DMAX, WSUM, unsigned long long>(a, tile_lo, tile_hi, shape.bits, prev, cur, Cs,
+                                                                    (unsigned long long *)staged, table, inv_d,
+                                                                    my_sums, my_counts, ds);
+            else
+                contig_tiles_halo<DMAX, WSUM>(a, tile_lo, tile_hi, prev, cur, Cs, (short *)staged, inv_d, my_sums, my_counts, ds);
         } else {
             /* P points per thread, all loads issued before any is used;
              * whole warps step together (stride and first - lane are
@@ -529,8 +773,7 @@ dk_status lloyd_plan(Plan *p, const dk_kmeans_setup *setup, bool wsum, bool scre
     p->kernel = pick(d.d, setup->contiguity != 0, wsum, screen, prefetch);
     size_t copies = wsum ? THREADS / 32 : 1;
     size_t ds = (size_t)(d.d | 1);
-    int r = d.window / 2;
-    size_t halo = setup->contiguity ? (size_t)(TILE_H + 2 * r) * (32 + 2 * r) * sizeof(short) : 0;
+    size_t halo = setup->contiguity ? 8 + contig_smem(d.window, d.k) : 0; /* 8: the words' alignment */
     p->smem = ((size_t)d.k * dmax + d.k + copies * d.k * ds) * sizeof(float) + copies * d.k * sizeof(unsigned) + halo;
     int per_sm = 0;
     if (p->smem > 48 * 1024)
@@ -550,12 +793,14 @@ dk_status lloyd_plan(Plan *p, const dk_kmeans_setup *setup, bool wsum, bool scre
 
     size_t B = (size_t)p->blocks;
     size_t lab = setup->contiguity ? align256(d.n * sizeof(int32_t)) : 0;
+    size_t tiles = setup->contiguity ? (size_t)((d.cols + 31) / 32) * ((d.rows + TILE_H - 1) / TILE_H) : 0;
+    p->a.tiles = tiles;
     size_t sizes[] = {lab, lab, align256(kd * sizeof(float)), align256(kd * sizeof(float)),
                       align256(B * kd * sizeof(float)), align256(B * d.k * sizeof(unsigned)),
                       align256(kd * sizeof(double)), align256(B * sizeof(double)),
                       align256(B * sizeof(unsigned long long)), align256(8 * sizeof(double)),
                       align256(kd * sizeof(double)), align256(kd * sizeof(double)),
-                      align256(d.k * sizeof(unsigned long long))};
+                      align256(d.k * sizeof(unsigned long long)), align256(tiles * sizeof(int))};
     const int nptr = (int)(sizeof sizes / sizeof sizes[0]);
     size_t total = 0;
     for (size_t s : sizes)
@@ -583,6 +828,7 @@ dk_status lloyd_plan(Plan *p, const dk_kmeans_setup *setup, bool wsum, bool scre
     a.corr = (double *)ptr[10];
     a.corr_old = (double *)ptr[11];
     a.ccount = (unsigned long long *)ptr[12];
+    a.tile_valid = tiles ? (int *)ptr[13] : nullptr;
     a.n = (long long)d.n;
     a.sp = (long long)setup->stride_point;
     a.sf = (long long)setup->stride_feature;
@@ -609,6 +855,8 @@ dk_status lloyd_execute(Plan *p, const void *points, const void *mask, const voi
     a.init = (const float *)((const dk_cuda_buffer *)init)->ptr;
     a.labels = (int32_t *)((dk_cuda_buffer *)labels)->ptr;
     a.out_centroids = (float *)((dk_cuda_buffer *)centroids)->ptr;
+    if (a.tile_valid)
+        CUDA_TRY(cudaMemsetAsync(a.tile_valid, 0, a.tiles * sizeof(int), p->dev->stream), "clearing the tile counts");
     void *args[] = {&a};
     CUDA_TRY(cudaLaunchCooperativeKernel((const void *)p->kernel, dim3(p->blocks), dim3(THREADS), args, p->smem,
                                          p->dev->stream),
