@@ -36,7 +36,7 @@ struct radar_pipeline {
     dk_gauss_desc gd;
     dk_kmeans_desc kd;
     dk_plan *gauss, *kmeans;
-    dk_buffer *value, *planes, *points, *mask, *init, *labels, *centroids;
+    dk_buffer *value, *planes, *smoothed, *points, *mask, *init, *labels, *centroids;
     dk_kmeans_texture_stats stats;
     float *h_planes, *h_feat, *h_init; /* the serial references (ctx NULL) */
     uint8_t *h_mask;
@@ -50,6 +50,7 @@ void radar_pipeline_destroy(radar_pipeline *p)
     dk_plan_destroy(p->kmeans);
     dk_buffer_destroy(p->value);
     dk_buffer_destroy(p->planes);
+    dk_buffer_destroy(p->smoothed);
     dk_buffer_destroy(p->points);
     dk_buffer_destroy(p->mask);
     dk_buffer_destroy(p->init);
@@ -113,6 +114,7 @@ dk_status radar_pipeline_create(dk_context *ctx, size_t rows, size_t cols, const
                (st = dk_kmeans_plan_create(ctx, &p->kd, &p->kmeans)) != DK_OK ||
                (st = dk_buffer_create(ctx, n * sizeof(float), &p->value)) != DK_OK ||
                (st = dk_buffer_create(ctx, F * n * sizeof(float), &p->planes)) != DK_OK ||
+               (st = dk_buffer_create(ctx, F * n * sizeof(float), &p->smoothed)) != DK_OK ||
                (st = dk_buffer_create(ctx, F * n * sizeof(float), &p->points)) != DK_OK ||
                (st = dk_buffer_create(ctx, n, &p->mask)) != DK_OK ||
                (st = dk_buffer_create(ctx, kf * sizeof(float), &p->init)) != DK_OK ||
@@ -165,12 +167,12 @@ dk_status radar_pipeline_run(radar_pipeline *p, const float *value, int32_t *lab
     if (p->ctx) {
         if ((st = dk_buffer_write(p->value, value, n * sizeof(float))) != DK_OK ||
             (st = dk_kmeans_texture_planes(p->kmeans, p->value, p->planes)) != DK_OK ||
-            (st = dk_gauss_execute(p->gauss, p->planes, p->planes)) != DK_OK) {
+            (st = dk_gauss_execute(p->gauss, p->planes, p->smoothed)) != DK_OK) {
             snprintf(err, len, "texture features: %s", dk_last_error(p->ctx));
             return st;
         }
         p->stats.valid = SIZE_MAX; /* stays so when the call fails before counting */
-        st = dk_kmeans_texture_features(p->kmeans, p->value, p->planes, p->o.min_value, p->points, p->mask,
+        st = dk_kmeans_texture_features(p->kmeans, p->value, p->smoothed, p->o.min_value, p->points, p->mask,
                                         p->init, &p->stats);
         if (st == DK_ERR_INVALID_ARGUMENT && p->stats.valid < (size_t)p->o.k) {
             dry_scan(p, labels, centroids, res, t0);

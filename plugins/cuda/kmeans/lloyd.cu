@@ -379,7 +379,7 @@ __device__ __forceinline__ void contig_tiles_halo(const Args &a, long long lo, l
  * step's. The plain path takes P points per thread per step (2 for d <= 8:
  * each centroid row read from shared memory serves both). */
 template <int DMAX, bool CONTIG, bool WSUM, bool SCREEN, bool PF = false>
-__global__ void __launch_bounds__(THREADS, DMAX <= 8 ? 3 : 1) k_lloyd(Args a)
+__global__ void __launch_bounds__(THREADS, DMAX <= 8 ? (CONTIG ? 4 : 3) : 1) k_lloyd(Args a)
 {
     constexpr int P = DMAX <= 8 ? 2 : 1;
     cg::grid_group grid = cg::this_grid();

@@ -122,7 +122,11 @@ __global__ void k_tex_stats(const double *part, int blocks, int k, double *st)
 }
 
 /* Standardizes in place and sums each interval's points (block partials:
- * ipart[b][c][0..3] = sum of 3 features, count). */
+ * ipart[b][c][0..3] = sum of 3 features, count). The lanes of a warp in the
+ * same interval sum by shuffles first, so one shared atomic per interval a
+ * warp meets (not one per point: double atomics on shared memory are
+ * compare-and-swap loops, and every point of the image hits k addresses).
+ * Whole warps step together, for the shuffles. */
 __global__ void __launch_bounds__(THREADS) k_tex_standardize(float *points, const uint8_t *mask, const double *st,
                                                              double *ipart, int k, long long n)
 {
@@ -132,24 +136,32 @@ __global__ void __launch_bounds__(THREADS) k_tex_standardize(float *points, cons
     __syncthreads();
     const double mu[3] = {st[1], st[2], st[3]}, sd[3] = {st[4], st[5], st[6]};
     const double lo = st[7], width = st[8];
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-        bool in = mask[i];
-        float f[3];
+    const int lane = threadIdx.x & 31;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long base = (long long)blockIdx.x * blockDim.x + threadIdx.x - lane; base < n; base += stride) {
+        const long long i = base + lane;
+        const bool in = i < n && mask[i];
+        double v[4] = {0, 0, 0, 0};
+        if (i < n)
 #pragma unroll
-        for (int j = 0; j < 3; j++) {
-            f[j] = in ? (float)(((double)points[j * n + i] - mu[j]) / sd[j]) : 0.0f;
-            points[j * n + i] = f[j];
-        }
+            for (int j = 0; j < 3; j++) {
+                const float f = in ? (float)(((double)points[j * n + i] - mu[j]) / sd[j]) : 0.0f;
+                points[j * n + i] = f;
+                v[j] = f;
+            }
+        int c = -1;
         if (in) {
-            double v = f[0];
-            int c = width > 0 ? (int)((v - (double)(float)lo) / width) : 0;
+            c = width > 0 ? (int)((v[0] - (double)(float)lo) / width) : 0;
             c = c < 0 ? 0 : c >= k ? k - 1 : c;
-            /* the order of these adds varies; it moves bits far below the
-             * float the centroid is rounded to */
-            for (int j = 0; j < 3; j++)
-                atomicAdd(&isum[c * 4 + j], (double)f[j]);
-            atomicAdd(&isum[c * 4 + 3], 1.0);
+            v[3] = 1.0;
         }
+        const unsigned peers = __match_any_sync(0xffffffffu, c);
+        sum_peers<4, double>(peers, v, 4);
+        /* the order of these adds varies; it moves bits far below the
+         * float the centroid is rounded to */
+        if (c >= 0 && lane == __ffs(peers) - 1)
+            for (int j = 0; j < 4; j++)
+                atomicAdd(&isum[c * 4 + j], v[j]);
     }
     __syncthreads();
     for (int j = threadIdx.x; j < 4 * k; j += blockDim.x)
