@@ -35,6 +35,9 @@
 
 #ifdef _OPENMP
 #include <omp.h>
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
 #define GB_OMP(x) _Pragma(#x)
 #else
 #define GB_OMP(x)
@@ -79,6 +82,9 @@ typedef struct gb_grid {
     double t0;       /* where the open step started */
     int open;        /* a step was cut at the last target: its start is in wave */
     uint64_t steps, cell_steps;
+    int threads;     /* for the parallel loops (gb_pick_threads) */
+    int threads_max, adapt;
+    double picked_at; /* monotonic seconds of the last pick */
 } gb_grid;
 
 static int gb_reserve(gb_grid *g, size_t want)
@@ -146,6 +152,16 @@ static gb_grid *gb_create(const dk_gbees_setup *setup)
         return NULL;
     g->s = *setup;
     g->d = setup->dim;
+    g->threads = g->threads_max = 1;
+#ifdef _OPENMP
+    g->threads = g->threads_max = omp_get_max_threads();
+    /* the runnable count below is the whole machine's: adapt only where
+     * this process may run on every online CPU; never under active
+     * waiting, whose idle threads would count as other work */
+    const char *wait = dk_tuning_string("OMP_WAIT_POLICY");
+    g->adapt = dk_tuning_long("DAKIT_CPU_THREADS_ADAPT", 1, 0, 1) && g->threads_max > 1 &&
+               omp_get_num_procs() == sysconf(_SC_NPROCESSORS_ONLN) && !(wait && (wait[0] == 'a' || wait[0] == 'A'));
+#endif
     if (gb_reserve(g, 4096) != 0 || gb_hash_init(&g->ht, g->d, 4096) != 0) {
         gb_free(g);
         return NULL;
@@ -245,7 +261,7 @@ static int gb_cand_merge(gb_grid *g, size_t nblocks)
 static void gb_link_new(gb_grid *g, size_t from)
 {
     int d = g->d;
-    GB_OMP(omp parallel for schedule(dynamic, 64))
+    GB_OMP(omp parallel for num_threads(g->threads) schedule(dynamic, 64))
     for (size_t c = from; c < g->n; c++) {
         int32_t k[DK_GBEES_MAX_DIM];
         memcpy(k, g->key + c * d, d * sizeof *k);
@@ -261,7 +277,7 @@ static void gb_link_new(gb_grid *g, size_t from)
     /* old cells learn of new neighbours: a new cell's back neighbour, if
      * old, points forward to it. Each old cell's face slot is written only
      * by the one cell across that face, so no two writes meet. */
-    GB_OMP(omp parallel for schedule(dynamic, 64))
+    GB_OMP(omp parallel for num_threads(g->threads) schedule(dynamic, 64))
     for (size_t c = from; c < g->n; c++)
         for (int i = 0; i < d; i++) {
             int32_t b = g->nb[c * 2 * d + 2 * i], f = g->nb[c * 2 * d + 2 * i + 1];
@@ -275,7 +291,7 @@ static void gb_link_new(gb_grid *g, size_t from)
 static double gb_sum(gb_grid *g)
 {
     size_t chunks = (g->n + GB_CHUNK - 1) / GB_CHUNK;
-    GB_OMP(omp parallel for schedule(dynamic, 64))
+    GB_OMP(omp parallel for num_threads(g->threads) schedule(dynamic, 64))
     for (size_t b = 0; b < chunks; b++) {
         size_t end = (b + 1) * GB_CHUNK < g->n ? (b + 1) * GB_CHUNK : g->n;
         double s = 0.0;
@@ -295,7 +311,7 @@ static int gb_normalize(gb_grid *g)
     if (!(total > 0.0) || !isfinite(total))
         return -1;
     double scale = 1.0 / total;
-    GB_OMP(omp parallel for schedule(dynamic, 64))
+    GB_OMP(omp parallel for num_threads(g->threads) schedule(dynamic, 64))
     for (size_t c = 0; c < g->n; c++)
         g->p[c] *= scale;
     return 0;
@@ -335,7 +351,7 @@ static dk_status gb_init(gb_grid *g, const double *mean, const double *inv, doub
         if (gb_cand_reset(g, nblocks) != 0)
             goto nomem;
         int failed = 0;
-        GB_OMP(omp parallel for schedule(dynamic, 1) reduction(| : failed))
+        GB_OMP(omp parallel for num_threads(g->threads) schedule(dynamic, 1) reduction(| : failed))
         for (size_t b = 0; b < nblocks; b++) {
             size_t last = level + (b + 1) * GB_BLOCK < end ? level + (b + 1) * GB_BLOCK : end;
             for (size_t c = level + b * GB_BLOCK; c < last; c++) {
@@ -385,7 +401,7 @@ static dk_status gb_grow(gb_grid *g, dk_msg *msg)
     /* The grid is read-only here: links are complete among the old cells,
      * so a missing link is a missing cell, and only an edge neighbour seen
      * through a missing face cell needs the index. */
-    GB_OMP(omp parallel for schedule(dynamic, 1) reduction(| : failed))
+    GB_OMP(omp parallel for num_threads(g->threads) schedule(dynamic, 1) reduction(| : failed))
     for (size_t b = 0; b < nblocks; b++) {
         gb_cand *l = &g->cand[b];
         size_t last = (b + 1) * GB_BLOCK < old ? (b + 1) * GB_BLOCK : old;
@@ -449,7 +465,7 @@ static void gb_fluxes(gb_grid *g)
     double dt = g->dt, *wave = g->wave, *back = g->back;
     /* each face's wave once (the loop below reads every one up to
      * 4 (d - 1) + 1 times), and beside it what the back face brings in */
-    GB_OMP(omp parallel for schedule(dynamic, 64))
+    GB_OMP(omp parallel for num_threads(g->threads) schedule(dynamic, 64))
     for (size_t c = 0; c < g->n; c++)
         for (int i = 0; i < d; i++) {
             int32_t fwd = nbs[c * 2 * d + 2 * i + 1], a = nbs[c * 2 * d + 2 * i];
@@ -457,7 +473,7 @@ static void gb_fluxes(gb_grid *g)
             back[c * 2 * d + 2 * i] = a >= 0 ? gb_pos(vv[(size_t)a * d + i]) : 0.0;
             back[c * 2 * d + 2 * i + 1] = a >= 0 ? gb_wave(g, a, (int32_t)c, i) : 0.0;
         }
-    GB_OMP(omp parallel for schedule(dynamic, 64))
+    GB_OMP(omp parallel for num_threads(g->threads) schedule(dynamic, 64))
     for (size_t c = 0; c < g->n; c++) {
         const double *v = vv + c * d;
         const int32_t *nb = nbs + c * 2 * d;
@@ -514,7 +530,7 @@ static void gb_fluxes(gb_grid *g)
 static void gb_apply(gb_grid *g, const double *from, double part, int keep)
 {
     int d = g->d;
-    GB_OMP(omp parallel for schedule(dynamic, 64))
+    GB_OMP(omp parallel for num_threads(g->threads) schedule(dynamic, 64))
     for (size_t c = 0; c < g->n; c++) {
         double q = from[c];
         if (keep)
@@ -531,7 +547,7 @@ static void gb_apply(gb_grid *g, const double *from, double part, int keep)
 static double gb_max_rate(gb_grid *g)
 {
     size_t chunks = (g->n + GB_CHUNK - 1) / GB_CHUNK;
-    GB_OMP(omp parallel for schedule(dynamic, 64))
+    GB_OMP(omp parallel for num_threads(g->threads) schedule(dynamic, 64))
     for (size_t b = 0; b < chunks; b++) {
         size_t end = (b + 1) * GB_CHUNK < g->n ? (b + 1) * GB_CHUNK : g->n;
         double m = 0.0;
@@ -586,7 +602,7 @@ static dk_status gb_prune(gb_grid *g, dk_msg *msg)
 {
     int d = g->d;
     double thr = g->s.threshold;
-    GB_OMP(omp parallel for schedule(dynamic, 64))
+    GB_OMP(omp parallel for num_threads(g->threads) schedule(dynamic, 64))
     for (size_t c = 0; c < g->n; c++)
         g->mark[c] = g->p[c] < thr && !gb_fed(g, c);
     size_t w = 0;
@@ -612,7 +628,7 @@ static dk_status gb_prune(gb_grid *g, dk_msg *msg)
     }
     g->n = w;
     gb_hash_clear(&g->ht);
-    GB_OMP(omp parallel for schedule(dynamic, 64))
+    GB_OMP(omp parallel for num_threads(g->threads) schedule(dynamic, 64))
     for (size_t c = 0; c < g->n; c++)
         gb_hash_place_shared(&g->ht, g->key, (int32_t)c);
     g->ht.count = g->n;
@@ -630,6 +646,39 @@ static dk_status gb_prune_normalize(gb_grid *g, dk_msg *msg)
     return st;
 }
 
+/* Threads for the next steps: as many as the cores other work leaves.
+ * Every loop of a step ends by waiting for all its threads, so a thread
+ * whose core another process holds delays each loop by the scheduler's time
+ * slice, and fewer threads than cores run faster. Other work is the
+ * machine's runnable tasks (/proc/loadavg's instant count) less this
+ * thread (the loops' threads sleep between loops); read at most every 20
+ * ms. The result does not depend on the thread count. */
+static void gb_pick_threads(gb_grid *g)
+{
+#ifdef _OPENMP
+    if (!g->adapt)
+        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    const double now = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    if (now - g->picked_at < 0.02)
+        return;
+    g->picked_at = now;
+    FILE *f = fopen("/proc/loadavg", "r");
+    int running = 0, total = 0;
+    if (!f)
+        return;
+    const int got = fscanf(f, "%*s %*s %*s %d/%d", &running, &total);
+    fclose(f);
+    if (got != 2 || running < 1)
+        return;
+    const long free_cpus = sysconf(_SC_NPROCESSORS_ONLN) - (running - 1);
+    g->threads = free_cpus < 1 ? 1 : free_cpus > g->threads_max ? g->threads_max : (int)free_cpus;
+#else
+    (void)g;
+#endif
+}
+
 static dk_status gb_advance(gb_grid *g, double t_target, int max_steps, dk_msg *msg)
 {
     for (int done = 0; g->t < t_target;) {
@@ -637,6 +686,7 @@ static dk_status gb_advance(gb_grid *g, double t_target, int max_steps, dk_msg *
         if (!resume) {
             if (max_steps > 0 && done == max_steps)
                 break;
+            gb_pick_threads(g);
             dk_status st = gb_grow(g, msg);
             if (st != DK_OK)
                 return st;
@@ -689,7 +739,7 @@ static dk_status gb_update(gb_grid *g, const double *y, const double *r_inv, int
     dk_status st = gb_close_step(g, msg);
     if (st != DK_OK)
         return st;
-    GB_OMP(omp parallel for schedule(dynamic, 64))
+    GB_OMP(omp parallel for num_threads(g->threads) schedule(dynamic, 64))
     for (size_t c = 0; c < g->n; c++) {
         double x[DK_GBEES_MAX_DIM], hx[DK_GBEES_MAX_DIM];
         gb_center(g, c, x);
@@ -709,7 +759,7 @@ static dk_status gb_snapshot(gb_grid *g, double *out, size_t max, size_t *cells,
     int d = g->d;
     *cells = g->n;
     size_t rows = max < g->n ? max : g->n;
-    GB_OMP(omp parallel for schedule(dynamic, 64))
+    GB_OMP(omp parallel for num_threads(g->threads) schedule(dynamic, 64))
     for (size_t c = 0; c < rows; c++) {
         gb_center(g, c, out + c * (d + 1));
         out[c * (d + 1) + d] = g->p[c];
