@@ -44,12 +44,14 @@ class Context(Closing):
         self._handle = None
         self._pid = os.getpid()
         self._plans = weakref.WeakSet()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entered by a pinned array freed by the collector
         if backend is not None and not isinstance(backend, str):
             raise invalid("dakit.Context: backend must be None or a name such as 'cpu', not %r" % (backend,))
         handle = ctypes.c_void_p()
         check(C.dk_context_create(backend.encode() if backend else None, ctypes.byref(handle)), None)
         self._handle = handle
+        self._dk = handle     # the C context, destroyed when closed and no pinned array is left
+        self._pinned = set()  # addresses from dk_host_alloc still in use (empty_pinned)
         self.backend = text(C.dk_context_backend(handle))
         self.device = text(C.dk_context_device(handle))
         native = Native()
@@ -122,8 +124,49 @@ class Context(Closing):
             raise invalid("dakit: no algorithm %r; the binding knows gauss, kmeans, enkf and letkf" % (algorithm,))
         return string_list(f(self.handle))
 
+    def empty_pinned(self, shape, dtype="float32"):
+        """A NumPy array in host memory this context's device copies to and
+        from fastest (dk_host_alloc: page-locked on cuda and opencl, as
+        cupyx.empty_pinned), uninitialized. Data that moves between the host
+        and the device often (a radar scan in, its labels out) belongs in
+        one; any dakit call takes it as a NumPy array. The memory is freed
+        when the array (and every view of it) is gone; the context's device
+        is kept open until then, even after close()."""
+        import numpy as np
+        dt = np.dtype(dtype)
+        shape = (int(shape),) if np.isscalar(shape) else tuple(int(n) for n in shape)
+        if any(n < 0 for n in shape):
+            raise invalid("dakit.Context.empty_pinned: shape %r has a negative extent" % (shape,))
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+        if nbytes == 0:
+            return np.empty(shape, dt)
+        with self._lock:
+            if self._handle is None:
+                raise invalid("dakit.Context.empty_pinned: the context is closed")
+            ptr = ctypes.c_void_p()
+            check(C.dk_host_alloc(self._handle, nbytes, ctypes.byref(ptr)), self._handle)
+            self._pinned.add(ptr.value)
+        raw = (ctypes.c_char * nbytes).from_address(ptr.value)
+        # every view's base chain ends at raw: the memory goes when raw does
+        weakref.finalize(raw, self._free_pinned, ptr.value)
+        return np.frombuffer(raw, dtype=dt).reshape(shape)
+
+    def _free_pinned(self, address):
+        with self._lock:
+            self._pinned.discard(address)
+            if self._pid == os.getpid():
+                C.dk_host_free(self._dk, address)
+            if self._handle is None and not self._pinned:
+                self._destroy()
+
+    def _destroy(self):
+        if self._dk is not None and self._pid == os.getpid():
+            C.dk_context_destroy(self._dk)
+        self._dk = None
+
     def close(self):
-        """Releases the device; plans made on this context are closed first."""
+        """Releases the device; plans made on this context are closed first.
+        Arrays from empty_pinned keep the device open until they are gone."""
         with self._lock:
             if self._handle is None:
                 return
@@ -132,9 +175,10 @@ class Context(Closing):
             if self._pid == os.getpid():
                 for h in self._wraps.values():
                     C.dk_buffer_destroy(h)
-                C.dk_context_destroy(self._handle)
             self._wraps = {}
             self._handle = None
+            if not self._pinned:
+                self._destroy()
 
     def __repr__(self):
         state = "" if self._handle is not None else ", closed"

@@ -254,6 +254,8 @@ for _name, _res, _args in [
     ("dk_context_wait", c_int, [_ctx]),
     ("dk_buffer_create", c_int, [_ctx, c_size_t, _pbuf]),
     ("dk_buffer_wrap", c_int, [_ctx, c_int, c_void_p, c_size_t, _pbuf]),
+    ("dk_host_alloc", c_int, [_ctx, c_size_t, POINTER(c_void_p)]),
+    ("dk_host_free", None, [_ctx, c_void_p]),
     ("dk_buffer_destroy", None, [_buf]),
     ("dk_buffer_write", c_int, [_buf, c_void_p, c_size_t]),
     ("dk_buffer_read", c_int, [_buf, c_void_p, c_size_t]),

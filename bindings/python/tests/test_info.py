@@ -97,3 +97,37 @@ def test_errors_are_python_exceptions_too():
     with pytest.raises(ValueError) as e:
         dakit.gauss(np.zeros(3), -1.0)
     assert e.value.status == "DK_ERR_INVALID_ARGUMENT"
+
+
+@pytest.mark.parametrize("backend", INFO.usable)
+def test_empty_pinned_carries_data_and_outlives_close(backend):
+    """Context.empty_pinned: dk_host_alloc memory as a NumPy array of the
+    asked shape and dtype, which a dakit call takes as host memory (gauss
+    equals the same call on an ordinary array); a context closed while such
+    an array lives keeps its device until the array is gone."""
+    import gc
+    ctx = dakit.Context(backend)
+    a = ctx.empty_pinned((64, 48), np.float32)
+    assert a.shape == (64, 48) and a.dtype == np.float32 and a.flags.writeable and a.flags.c_contiguous
+    rng = np.random.default_rng(3)
+    a[...] = rng.standard_normal(a.shape, dtype=np.float32)
+    want = dakit.gauss(np.array(a), 2.0, backend=ctx)
+    got = dakit.gauss(a, 2.0, backend=ctx)
+    np.testing.assert_array_equal(got, want)
+    b = ctx.empty_pinned(10, "int32")
+    assert b.shape == (10,) and b.dtype == np.int32
+    assert ctx.empty_pinned((0, 3)).shape == (0, 3)
+    with raises(dakit.InvalidArgumentError, "negative"):
+        ctx.empty_pinned((-1, 2))
+    view = a[1:3]
+    ctx.close()
+    assert len(ctx._pinned) == 2 and ctx._dk is not None  # still open for a and b
+    view[...] = 1.0  # the memory is still there
+    del a, b
+    gc.collect()
+    assert len(ctx._pinned) == 1  # the view holds a's memory
+    del view
+    gc.collect()
+    assert not ctx._pinned and ctx._dk is None
+    with raises(dakit.InvalidArgumentError, "closed"):
+        ctx.empty_pinned(4)
