@@ -156,7 +156,11 @@ static int write_file(fuzz_bytes *b, int *ndims_out)
         free(x);
     } else if (nc4 && (flags & 4)) { /* one value far out along the unlimited dimension */
         size_t start[4] = {0}, count[4] = {1, 1, 1, 1};
-        start[0] = (size_t)1 << (fb_u8(b) % 62);
+        /* near (a read of at most tens of MB) or past any memory (a read
+         * that must be refused): between, a read this machine can hold
+         * would be legitimate, and past libFuzzer's 2 GB memory limit */
+        const uint8_t k = fb_u8(b);
+        start[0] = (size_t)1 << (k < 128 ? k % 16 : 40 + k % 12);
         for (int d = 1; d < nd; d++)
             count[d] = size[d] && size[d] <= 4 ? size[d] : 0;
         double x[64] = {0};
