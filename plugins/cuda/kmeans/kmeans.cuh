@@ -46,8 +46,7 @@ struct Args {
     double *move2;          /* k * d: squared move per feature */
     double *corr, *corr_old; /* k * d: the objective's correction (see k_lloyd's end) */
     unsigned long long *ccount; /* k: the last iteration's cluster sizes */
-    int *tile_valid;        /* contiguity: valid pixels per tile, zeroed before the launch */
-    size_t tiles;
+    int *tile_valid;        /* contiguity: valid pixels per tile (lloyd.cu), zeroed before the launch */
     double *pobj;           /* gridDim */
     unsigned long long *pvalid; /* gridDim */
     double *result;         /* iterations, objective, move, valid, assign_ns, update_ns */
@@ -138,11 +137,21 @@ static __device__ __forceinline__ float distance2(const float *x, const float *c
     return dist;
 }
 
-/* The contiguity cost as the reference rounds it. */
+/* The contiguity cost as the reference rounds it: contig_term is its
+ * neighbours' part, (1 - lambda) (m - same) / m, which k_lloyd tabulates. */
+static __device__ __forceinline__ float contig_term(float lambda, int m, int same)
+{
+    return __fmul_rn(__fsub_rn(1.0f, lambda), m ? __fdiv_rn((float)(m - same), (float)m) : 0.0f);
+}
+
+static __device__ __forceinline__ float contig_cost_with(float lambda, float dist, float inv_d, float term)
+{
+    return __fadd_rn(__fmul_rn(lambda, __fmul_rn(dist, inv_d)), term);
+}
+
 static __device__ __forceinline__ float contig_cost(float lambda, float dist, float inv_d, int m, int same)
 {
-    const float frac = m ? __fdiv_rn((float)(m - same), (float)m) : 0.0f;
-    return __fadd_rn(__fmul_rn(lambda, __fmul_rn(dist, inv_d)), __fmul_rn(__fsub_rn(1.0f, lambda), frac));
+    return contig_cost_with(lambda, dist, inv_d, contig_term(lambda, m, same));
 }
 
 /* Plain nearest centroids of P points by the exact distances, each centroid

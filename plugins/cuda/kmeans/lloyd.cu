@@ -103,16 +103,17 @@ __device__ __forceinline__ void accumulate(int l, float *x, int d, int ds, float
  * shared memory: halo holds the labels of a (TILE_H + 2r) x (32 + 2r) patch
  * (-1 outside the image or masked), and (hy, hx) is this pixel in it. The
  * arithmetic is the reference's, rounded as it rounds. For plans whose
- * counts do not pack (see ContigShape). */
+ * counts do not pack (see ContigShape); table as in best_label_packed. */
 template <int DMAX>
 __device__ __forceinline__ int best_label_tile(const Args &a, const float *x, const float *Cs, const short *halo,
-                                               int hw, int hy, int hx, float inv_d)
+                                               int hw, int hy, int hx, const float *table, float inv_d)
 {
     const int r = a.window / 2;
     int m = 0;
     for (int y = -r; y <= r; y++)
         for (int c = -r; c <= r; c++)
             m += (y || c) && halo[(hy + y) * hw + hx + c] >= 0;
+    const float *row = table ? table + m * a.window * a.window : nullptr;
     int best = 0;
     float best_cost = 0.0f;
     for (int c = 0; c < a.k; c++) {
@@ -122,13 +123,22 @@ __device__ __forceinline__ int best_label_tile(const Args &a, const float *x, co
             for (int y = -r; y <= r; y++)
                 for (int cx = -r; cx <= r; cx++)
                     same += (y || cx) && halo[(hy + y) * hw + hx + cx] == c;
-        const float cost = contig_cost(a.lambda, dist, inv_d, m, same);
+        const float cost = contig_cost_with(a.lambda, dist, inv_d, row ? row[same] : contig_term(a.lambda, m, same));
         if (c == 0 || cost < best_cost) {
             best = c;
             best_cost = cost;
         }
     }
     return best;
+}
+
+const int TILE_H = THREADS / 32; /* contiguity tiles: one warp per row of 32 pixels */
+
+/* Tiles across an image of cols columns, and in an image. */
+__host__ __device__ inline long long tiles_across(long long cols) { return (cols + 31) / 32; }
+__host__ __device__ inline long long tile_count(long long rows, long long cols)
+{
+    return tiles_across(cols) * ((rows + TILE_H - 1) / TILE_H);
 }
 
 /* How the window's label counts are made. Packed: each previous label
@@ -164,13 +174,14 @@ __host__ __device__ inline ContigShape contig_shape(int window, int k)
 __host__ __device__ inline size_t contig_smem(int window, int k)
 {
     const ContigShape s = contig_shape(window, k);
-    const int r = window / 2, hw = 32 + 2 * r, hh = THREADS / 32 + 2 * r;
+    const int r = window / 2, hw = 32 + 2 * r, hh = TILE_H + 2 * r;
     const size_t staged = s.packed ? (size_t)2 * hh * 32 * (s.packed / 8) : (size_t)hh * hw * sizeof(short);
     return staged + (s.table ? (size_t)window * window * window * window * sizeof(float) : 0);
 }
 
 /* The least-cost label from the packed counts of the pixel's window (its
- * own label already taken out); m, the valid neighbours, is their sum. */
+ * own label already taken out); m, the valid neighbours, is their sum.
+ * table (or NULL): contig_term for every m and same of the window. */
 template <int DMAX, typename W>
 __device__ __forceinline__ int best_label_packed(const Args &a, const float *x, const float *Cs, W counts, int bits,
                                                  const float *table, float inv_d)
@@ -186,8 +197,7 @@ __device__ __forceinline__ int best_label_packed(const Args &a, const float *x, 
     for (int c = 0; c < a.k; c++, counts >>= bits) {
         const int same = (int)(counts & field);
         const float dist = distance2<DMAX>(x, Cs + c * DMAX);
-        const float cost = table ? __fadd_rn(__fmul_rn(a.lambda, __fmul_rn(dist, inv_d)), row[same])
-                                 : contig_cost(a.lambda, dist, inv_d, m, same);
+        const float cost = contig_cost_with(a.lambda, dist, inv_d, row ? row[same] : contig_term(a.lambda, m, same));
         if (c == 0 || cost < best_cost) {
             best = c;
             best_cost = cost;
@@ -196,7 +206,6 @@ __device__ __forceinline__ int best_label_packed(const Args &a, const float *x, 
     return best;
 }
 
-const int TILE_H = THREADS / 32; /* contiguity tiles: one warp per row of 32 pixels */
 
 /* What a tile costs, in about a valid pixel's work: one without valid
  * pixels is skipped but for its labels. */
@@ -250,7 +259,7 @@ struct TileWalk {
     long long t, end, ty, tx, tiles_x;
     __device__ TileWalk(const Args &a, long long lo, long long hi) : t(lo), end(hi)
     {
-        tiles_x = (a.cols + 31) / 32;
+        tiles_x = tiles_across(a.cols);
         ty = lo / tiles_x;
         tx = lo % tiles_x;
     }
@@ -342,9 +351,8 @@ __device__ __forceinline__ void contig_tiles_packed(const Args &a, long long lo,
  * shorts (-1 outside the image or masked) and counted per pixel. */
 template <int DMAX, bool WSUM>
 __device__ __forceinline__ void contig_tiles_halo(const Args &a, long long lo, long long hi, const int32_t *prev,
-                                                  int32_t *cur, const float *Cs,
-                                                  short *halo, float inv_d, float *my_sums, unsigned *my_counts,
-                                                  int ds)
+                                                  int32_t *cur, const float *Cs, short *halo, const float *table,
+                                                  float inv_d, float *my_sums, unsigned *my_counts, int ds)
 {
     const int warp = threadIdx.x / 32, lane = threadIdx.x & 31;
     const int r = a.window / 2, hw = 32 + 2 * r, hh = TILE_H + 2 * r;
@@ -366,7 +374,7 @@ __device__ __forceinline__ void contig_tiles_halo(const Args &a, long long lo, l
                     gy >= 0 && gy < a.rows && gc >= 0 && gc < a.cols ? (short)__ldcg(prev + gy * a.cols + gc) : (short)-1;
             }
         __syncthreads();
-        const int l = valid ? best_label_tile<DMAX>(a, x, Cs, halo, hw, warp + r, lane + r, inv_d) : -1;
+        const int l = valid ? best_label_tile<DMAX>(a, x, Cs, halo, hw, warp + r, lane + r, table, inv_d) : -1;
         if (row < a.rows && col < a.cols)
             cur[row * a.cols + col] = l;
         accumulate<DMAX, WSUM, true>(l, x, a.d, ds, my_sums, my_counts);
@@ -420,15 +428,12 @@ __global__ void __launch_bounds__(THREADS, DMAX <= 8 ? (CONTIG ? 4 : 3) : 1) k_l
             Cs[j] = j % DMAX < a.d ? a.init[j / DMAX * a.d + j % DMAX] : 0.0f;
         if (shape.table) {
             const int full = a.window * a.window;
-            const float keep = __fsub_rn(1.0f, a.lambda);
-            for (int j = threadIdx.x; j < full * full; j += blockDim.x) {
-                const int m = j / full, same = j % full;
-                table[j] = __fmul_rn(keep, m ? __fdiv_rn((float)(m - same), (float)m) : 0.0f);
-            }
+            for (int j = threadIdx.x; j < full * full; j += blockDim.x)
+                table[j] = contig_term(a.lambda, j / full, j % full);
         }
         __syncthreads();
         /* whole warps step together (see the plain path), for the vote */
-        const long long tiles_x = (a.cols + 31) / 32;
+        const long long tiles_x = tiles_across(a.cols);
         for (long long base = first - lane; base < a.n; base += stride) {
             const long long i = base + lane;
             const bool valid = i < a.n && (!a.mask || a.mask[i]);
@@ -448,7 +453,7 @@ __global__ void __launch_bounds__(THREADS, DMAX <= 8 ? (CONTIG ? 4 : 3) : 1) k_l
                 atomicAdd(a.tile_valid + tile, __popc(hits));
         }
         grid.sync();
-        tile_range(a, tiles_x * ((a.rows + TILE_H - 1) / TILE_H), &tile_lo, &tile_hi);
+        tile_range(a, tile_count(a.rows, a.cols), &tile_lo, &tile_hi);
     }
 
     int it = 0;
@@ -489,7 +494,8 @@ __global__ void __launch_bounds__(THREADS, DMAX <= 8 ? (CONTIG ? 4 : 3) : 1) k_l
                                                                     (unsigned long long *)staged, table, inv_d,
                                                                     my_sums, my_counts, ds);
             else
-                contig_tiles_halo<DMAX, WSUM>(a, tile_lo, tile_hi, prev, cur, Cs, (short *)staged, inv_d, my_sums, my_counts, ds);
+                contig_tiles_halo<DMAX, WSUM>(a, tile_lo, tile_hi, prev, cur, Cs, (short *)staged, table, inv_d, my_sums,
+                                              my_counts, ds);
         } else {
             /* P points per thread, all loads issued before any is used;
              * whole warps step together (stride and first - lane are
@@ -793,8 +799,7 @@ dk_status lloyd_plan(Plan *p, const dk_kmeans_setup *setup, bool wsum, bool scre
 
     size_t B = (size_t)p->blocks;
     size_t lab = setup->contiguity ? align256(d.n * sizeof(int32_t)) : 0;
-    size_t tiles = setup->contiguity ? (size_t)((d.cols + 31) / 32) * ((d.rows + TILE_H - 1) / TILE_H) : 0;
-    p->a.tiles = tiles;
+    size_t tiles = setup->contiguity ? (size_t)tile_count((long long)d.rows, (long long)d.cols) : 0;
     size_t sizes[] = {lab, lab, align256(kd * sizeof(float)), align256(kd * sizeof(float)),
                       align256(B * kd * sizeof(float)), align256(B * d.k * sizeof(unsigned)),
                       align256(kd * sizeof(double)), align256(B * sizeof(double)),
@@ -856,7 +861,8 @@ dk_status lloyd_execute(Plan *p, const void *points, const void *mask, const voi
     a.labels = (int32_t *)((dk_cuda_buffer *)labels)->ptr;
     a.out_centroids = (float *)((dk_cuda_buffer *)centroids)->ptr;
     if (a.tile_valid)
-        CUDA_TRY(cudaMemsetAsync(a.tile_valid, 0, a.tiles * sizeof(int), p->dev->stream), "clearing the tile counts");
+        CUDA_TRY(cudaMemsetAsync(a.tile_valid, 0, (size_t)tile_count(a.rows, a.cols) * sizeof(int), p->dev->stream),
+                 "clearing the tile counts");
     void *args[] = {&a};
     CUDA_TRY(cudaLaunchCooperativeKernel((const void *)p->kernel, dim3(p->blocks), dim3(THREADS), args, p->smem,
                                          p->dev->stream),
