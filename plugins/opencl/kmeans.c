@@ -115,6 +115,20 @@ static size_t pow2_below(size_t v)
 /* Work-group size and tile of the assignment: GROUP work-items (fewer where
  * the kernels allow fewer, but never fewer than k), and the largest
  * power-of-two tile whose local memory fits the device. */
+/* The centroids' local memory: k rows of DM floats, then the screening
+ * terms (stage_centroids in kmeans.cl). */
+static size_t centroid_bytes(const kmeans_plan *p)
+{
+    return ((size_t)p->s.desc.k * (size_t)(p->dm + 1) + 4) / 4 * 4 * sizeof(float); /* whole float4s */
+}
+
+/* A point's row in a tile's local memory: DM features, then its weight in a
+ * float4 (XS_ROW in kmeans.cl). */
+static size_t tile_row_bytes(const kmeans_plan *p)
+{
+    return (size_t)(p->dm + 4) * sizeof(float);
+}
+
 static dk_status size_groups(kmeans_plan *p, cl_kernel *ks, int nk, dk_msg *msg)
 {
     dk_opencl_device *dev = p->dev;
@@ -138,7 +152,7 @@ static dk_status size_groups(kmeans_plan *p, cl_kernel *ks, int nk, dk_msg *msg)
         while (rows > 1 && rows * p->dm * sizeof(float) + group * sizeof(double) + 256 > local)
             rows /= 2;
         size_t t = group;
-        while (t > 1 && t * ((p->dm + 1) * sizeof(float) + sizeof(cl_int)) + 256 > local)
+        while (t > 1 && t * (tile_row_bytes(p) + sizeof(cl_int)) + 256 > local)
             t /= 2;
         if (rows * p->dm * sizeof(float) + group * sizeof(double) + 256 > local) {
             dk_msg_set(msg, "opencl kmeans: %s has %llu bytes of local memory, too few for one centroid row "
@@ -160,11 +174,11 @@ static dk_status size_groups(kmeans_plan *p, cl_kernel *ks, int nk, dk_msg *msg)
     p->group = group;
     const int r = d->window / 2;
     /* besides the tile: centroids, the reduction, the flag and some slack */
-    const size_t fixed = (size_t)d->k * p->dm * sizeof(float) + group * sizeof(double) + 256;
+    const size_t fixed = centroid_bytes(p) + group * sizeof(double) + 256;
     for (size_t t = group; t >= 1; t /= 2) {
         size_t tw = t < 32 ? t : 32, th = t / tw;
         size_t halo = p->s.contiguity ? (th + 2 * r) * (tw + 2 * r) * sizeof(cl_short) : 0;
-        size_t need = fixed + t * ((p->dm + 1) * sizeof(float) + sizeof(cl_int)) + halo;
+        size_t need = fixed + t * (tile_row_bytes(p) + sizeof(cl_int)) + halo;
         if (need <= local) {
             p->tile = (int)t;
             p->tile_w = (int)tw;
@@ -405,7 +419,7 @@ static dk_status big_execute(kmeans_plan *p, cl_mem X, cl_mem mask, cl_int has_m
                  {sizeof p->shape, &p->shape},
                  {sizeof vec4, &vec4},
                  {sizeof tile, &tile},
-                 {(size_t)tile * (p->dm + 1) * sizeof(float), NULL},
+                 {(size_t)tile * tile_row_bytes(p), NULL},
                  {(size_t)tile * sizeof(cl_int), NULL}};
     karg ua[] = {{sizeof p->partial, &p->partial}, {sizeof groups, &groups},       {sizeof p->C, &p->C},
                  {sizeof p->state, &p->state},     {sizeof p->move2, &p->move2},   {sizeof p->shape, &p->shape},
@@ -461,7 +475,7 @@ static dk_status execute(void *handle, const void *points, const void *mask_, co
      * start aligned far beyond 16 bytes) */
     cl_int vec4 = p->s.stride_feature == 1 && p->s.stride_point % 4 == 0 && d->d % 4 == 0;
     const cl_ulong groups = p->groups;
-    const size_t cs_bytes = (size_t)d->k * p->dm * sizeof(float);
+    const size_t cs_bytes = centroid_bytes(p);
     dk_status st = dk_opencl_enter(dev, msg);
     if (st != DK_OK)
         return st;
@@ -501,7 +515,7 @@ static dk_status execute(void *handle, const void *points, const void *mask_, co
                  {sizeof tile, &tile},
                  {sizeof tile_w, &tile_w},
                  {cs_bytes, NULL},
-                 {(size_t)tile * (p->dm + 1) * sizeof(float), NULL},
+                 {(size_t)tile * tile_row_bytes(p), NULL},
                  {(size_t)tile * sizeof(cl_int), NULL},
                  {p->halo_bytes, NULL},
                  {G * sizeof(double), NULL}};
@@ -588,8 +602,8 @@ static dk_status assign_weighted(void *handle, const void *points, const void *m
                  {sizeof vec4, &vec4},
                  {sizeof tile, &tile},
                  {sizeof tile_w, &tile_w},
-                 {(size_t)d->k * p->dm * sizeof(float), NULL},
-                 {(size_t)tile * (p->dm + 1) * sizeof(float), NULL},
+                 {centroid_bytes(p), NULL},
+                 {(size_t)tile * tile_row_bytes(p), NULL},
                  {(size_t)tile * sizeof(cl_int), NULL},
                  {p->halo_bytes, NULL},
                  {G * sizeof(double), NULL},
@@ -613,7 +627,7 @@ static dk_status assign_weighted(void *handle, const void *points, const void *m
                      {sizeof p->shape, &p->shape},
                      {sizeof vec4, &vec4},
                      {sizeof tile, &tile},
-                     {(size_t)tile * (p->dm + 1) * sizeof(float), NULL},
+                     {(size_t)tile * tile_row_bytes(p), NULL},
                      {(size_t)tile * sizeof(cl_int), NULL},
                      {sizeof wts, &wts},
                      {sizeof has_w, &has_w}};
@@ -683,7 +697,7 @@ static dk_status objective_weighted(void *handle, const void *points, const void
     /* the big kernel reads the centroid rows from global memory */
     karg oa[] = {{sizeof X, &X},         {sizeof labels, &labels}, {sizeof C, &C},
                  {sizeof p->obj, &p->obj}, {sizeof p->shape, &p->shape}, {sizeof vec4, &vec4},
-                 {(size_t)d->k * p->dm * sizeof(float), NULL}, {G * sizeof(double), NULL},
+                 {centroid_bytes(p), NULL}, {G * sizeof(double), NULL},
                  {sizeof wts, &wts},       {sizeof has_w, &has_w}};
     karg ba[] = {{sizeof X, &X},           {sizeof labels, &labels},     {sizeof C, &C},
                  {sizeof p->obj, &p->obj}, {sizeof p->shape, &p->shape}, {sizeof vec4, &vec4},
@@ -765,7 +779,7 @@ static dk_status texture_features(void *handle, const void *value_, const void *
                  {G * sizeof(float), NULL}};
     karg za[] = {{sizeof points, &points}, {sizeof mask, &mask},  {sizeof p->tex_st, &p->tex_st},
                  {sizeof p->tex_partial, &p->tex_partial}, {sizeof k, &k}, {sizeof n, &n}, {sizeof tile, &tile},
-                 {G * 5 * sizeof(float), NULL}, {G * sizeof(cl_int), NULL}, {G * sizeof(double), NULL}};
+                 {G * tile_row_bytes(p), NULL}, {G * sizeof(cl_int), NULL}, {G * sizeof(double), NULL}};
     karg ia[] = {{sizeof p->tex_partial, &p->tex_partial}, {sizeof groups, &groups}, {sizeof k, &k},
                  {sizeof p->tex_st, &p->tex_st}, {sizeof init, &init}, {sizeof p->tex_out, &p->tex_out},
                  {G * sizeof(double), NULL}, {4 * (size_t)k * sizeof(double), NULL}};

@@ -70,11 +70,30 @@ INLINE int broadcast(int v, __local int *slot)
     return *slot;
 }
 
-/* The centroids into local memory, rows padded to DM floats with zeros. */
+/* The centroids into local memory, rows padded to DM floats with zeros,
+ * then nearest()'s screening terms after the rows: h[c] = -|c|^2 / 2 and
+ * h[k] the largest |c|^2 (NaN if any is NaN). Cs holds k DM + k + 1 floats. */
 INLINE void stage_centroids(const int DM, __global const float *C, __local float *Cs, int k, int d)
 {
     for (int j = get_local_id(0); j < k * DM; j += get_local_size(0))
         Cs[j] = j % DM < d ? C[j / DM * d + j % DM] : 0.0f;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    __local float *h = Cs + k * DM;
+    for (int c = get_local_id(0); c < k; c += get_local_size(0)) {
+        float q = 0.0f;
+        for (int f = 0; f < DM; f++)
+            q = fma(Cs[c * DM + f], Cs[c * DM + f], q);
+        h[c] = -0.5f * q;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (get_local_id(0) == 0) {
+        float most = 0.0f;
+        for (int c = 0; c < k; c++) {
+            const float q = -2.0f * h[c];
+            most = isnan(most) || q <= most ? most : q;
+        }
+        h[k] = most;
+    }
     barrier(CLK_LOCAL_MEM_FENCE);
 }
 
@@ -118,7 +137,7 @@ INLINE float distance2(const int DM, const float *x, __local const float4 *c)
 }
 
 /* Nearest centroid by the plain cost, ties to the lowest index. */
-INLINE int nearest(const int DM, const float *x, __local const float4 *Cs, int k)
+INLINE int exact_nearest(const int DM, const float *x, __local const float4 *Cs, int k)
 {
     int best = 0;
     float best_dist = 0.0f;
@@ -132,24 +151,68 @@ INLINE int nearest(const int DM, const float *x, __local const float4 *Cs, int k
     return best;
 }
 
+/* exact_nearest's label, screened: the nearest centroid maximizes
+ * B_c = x.c - |c|^2 / 2, a chain of DM FMAs from h[c], where the exact
+ * distance takes 3 d separately rounded operations. With s2 = |x|^2 the
+ * float distance is s2 - 2 B_c + e_c, |e_c| <= 3 (d + 2) u R^2 to first
+ * order (u = 2^-24, R^2 <= 2 (s2 + max|c|^2)); so where the best B beats
+ * the second by more than eps = 12 (d + 2) u (s2 + max|c|^2) it is the
+ * strict exact minimum. Otherwise (a near tie, inf or NaN) the exact
+ * distances decide. The tiny absolute term covers subnormal rounding. */
+INLINE int nearest(const int DM, const float *x, __local const float4 *Cs, int k, int d)
+{
+    __local const float *h = (__local const float *)Cs + k * DM;
+    float b1 = -INFINITY, b2 = -INFINITY, s2 = 0.0f;
+    int i1 = 0;
+    for (int c = 0; c < k; c++) {
+        float B = h[c];
+#pragma unroll
+        for (int q = 0; q < DM / 4; q++) {
+            const float4 v = Cs[c * (DM / 4) + q];
+            B = fma(x[4 * q], v.x, B);
+            B = fma(x[4 * q + 1], v.y, B);
+            B = fma(x[4 * q + 2], v.z, B);
+            B = fma(x[4 * q + 3], v.w, B);
+        }
+        i1 = B > b1 ? c : i1;
+        b2 = fmin(b1, fmax(b2, B));
+        b1 = fmax(b1, B);
+    }
+#pragma unroll
+    for (int f = 0; f < DM; f++)
+        s2 = fma(x[f], x[f], s2);
+    const float eps = fma(12.0f * (float)(d + 2) * 0x1p-24f, s2 + h[k], 1e-37f);
+    return b1 - b2 > eps ? i1 : exact_nearest(DM, x, Cs, k);
+}
+
 /* The contiguity cost's least-cost label: halo holds the previous labels of
  * the tile's window (-1 outside the image or masked), hw wide, and (hy, hx)
- * is this pixel in it. */
+ * is this pixel in it. Where a field of `bits` bits per cluster (enough for
+ * the window's count) fits k times in a ulong, one pass over the window
+ * counts every cluster's neighbours at once; otherwise each cluster scans
+ * the window. */
 INLINE int contig_label(const int DM, km_shape s, const float *x, __local const float4 *Cs,
                         __local const short *halo, int hw, int hy, int hx)
 {
     const int r = s.window / 2;
+    const int bits = 32 - clz(s.window * s.window - 1), packed = bits * s.k <= 64;
     int m = 0;
+    ulong counts = 0;
     for (int y = -r; y <= r; y++)
-        for (int c = -r; c <= r; c++)
-            m += (y || c) && halo[(hy + y) * hw + hx + c] >= 0;
+        for (int c = -r; c <= r; c++) {
+            const int l = halo[(hy + y) * hw + hx + c];
+            if ((y || c) && l >= 0) {
+                m++;
+                counts += packed ? (ulong)1 << (bits * l) : 0;
+            }
+        }
     const float inv_d = 1.0f / (float)s.d;
     int best = 0;
     float best_cost = 0.0f;
     for (int c = 0; c < s.k; c++) {
         const float dist = distance2(DM, x, Cs + c * (DM / 4));
-        int same = 0;
-        if (m)
+        int same = packed ? (int)(counts >> (bits * c)) & ((1 << bits) - 1) : 0;
+        if (m && !packed)
             for (int y = -r; y <= r; y++)
                 for (int cx = -r; cx <= r; cx++)
                     same += (y || cx) && halo[(hy + y) * hw + hx + cx] == c;
@@ -165,26 +228,52 @@ INLINE int contig_label(const int DM, km_shape s, const float *x, __local const 
     return best;
 }
 
+/* A tile's rows in xs: a point's DM features, then its weight, in float4s. */
+#define XS_ROW(DM) ((DM) + 4)
+
+/* Adds rows [j0, j1) of a tile (labels ls, rows xs) that carry label c to
+ * acc, each feature times the weight, and their weights to cnt: in float
+ * over the rows, then into the double sums, so that a feature is converted
+ * to double once a tile, not once a point (GPUs convert at their slow fp64
+ * rate). */
+INLINE void add_rows(const int DM, __local const int *ls, __local const float4 *xs, int j0, int j1, int c,
+                     double *acc, double *cnt)
+{
+    float sum[MAX_DM], wsum = 0.0f;
+#pragma unroll
+    for (int f = 0; f < DM; f++)
+        sum[f] = 0.0f;
+    for (int j = j0; j < j1; j++)
+        if (ls[j] == c) {
+            __local const float4 *row = xs + j * (XS_ROW(DM) / 4);
+            const float w = row[DM / 4].x;
+#pragma unroll
+            for (int q = 0; q < DM / 4; q++) {
+                const float4 v = row[q];
+                sum[4 * q] += w * v.x;
+                sum[4 * q + 1] += w * v.y;
+                sum[4 * q + 2] += w * v.z;
+                sum[4 * q + 3] += w * v.w;
+            }
+            wsum += w;
+        }
+#pragma unroll
+    for (int f = 0; f < DM; f++)
+        acc[f] += (double)sum[f];
+    *cnt += (double)wsum;
+}
+
 /* Work-item (c, s) = (l % k, l / k) adds the points of slice s of the tile
- * (T points, labels ls, features xs with rows DM + 1 floats apart, the
- * point's weight last) that carry label c, each feature times the weight,
- * and their weights. */
-INLINE void add_tile(const int DM, __local const int *ls, __local const float *xs, int T, int k, double *acc,
+ * (T points) that carry label c. */
+INLINE void add_tile(const int DM, __local const int *ls, __local const float4 *xs, int T, int k, double *acc,
                      double *cnt)
 {
     const int l = get_local_id(0), slices = get_local_size(0) / k;
     const int c = l % k, s = l / k;
     if (s >= slices)
         return;
-    const int len = (T + slices - 1) / slices, end = min(T, (s + 1) * len);
-    for (int j = s * len; j < end; j++)
-        if (ls[j] == c) {
-            const double w = (double)xs[j * (DM + 1) + DM];
-#pragma unroll
-            for (int f = 0; f < DM; f++)
-                acc[f] += w * (double)xs[j * (DM + 1) + f];
-            *cnt += w;
-        }
+    const int len = (T + slices - 1) / slices;
+    add_rows(DM, ls, xs, s * len, min(T, (s + 1) * len), c, acc, cnt);
 }
 
 /* The slices' sums in slice order into partial[pair * groups + group],
@@ -236,14 +325,15 @@ INLINE int converged(__global const double *move2, int k, int d, double tol, __l
 
 /* Iteration t: labels under C into cur (prev: the previous labels, with
  * contiguity) and the group's partial sums. T points per tile (with
- * contiguity TH x TW = T pixels); Cs k * DM floats, xs T * (DM + 1), ls T,
+ * contiguity TH x TW = T pixels); Cs k * DM floats, xs T * XS_ROW(DM), ls T,
  * halo (TH + 2r) x (TW + 2r) with contiguity, red one double per work-item. */
 INLINE void assign(const int DM, __global const float *X, __global const uchar *mask, int has_mask,
                    __global const float *C, __global const int *prev, __global int *cur, __global double *partial,
                    __global int *state, __global const double *move2, __global const ulong *shape, int t,
-                   double tol, int vec4, int T, int TW, __local float4 *Cs, __local float *xs, __local int *ls,
+                   double tol, int vec4, int T, int TW, __local float4 *Cs, __local float4 *xs4, __local int *ls,
                    __local short *halo, __local double *red, __local int *flag)
 {
+    __local float *xs = (__local float *)xs4; /* rows of XS_ROW(DM) floats */
     const km_shape s = shape_of(shape);
     const int l = get_local_id(0);
     const ulong g = get_group_id(0), groups = get_num_groups(0);
@@ -295,18 +385,18 @@ INLINE void assign(const int DM, __global const float *X, __global const uchar *
             if (inside && (!has_mask || mask[i])) {
                 load_point(DM, X, i, s, vec4, x);
                 label = s.contig ? contig_label(DM, s, x, Cs, halo, hw, l / TW + r, l % TW + r)
-                                 : nearest(DM, x, Cs, s.k);
+                                 : nearest(DM, x, Cs, s.k, s.d);
             }
             if (inside)
                 cur[i] = label;
             ls[l] = label;
 #pragma unroll
             for (int f = 0; f < DM; f++)
-                xs[l * (DM + 1) + f] = x[f];
-            xs[l * (DM + 1) + DM] = 1.0f;
+                xs[l * XS_ROW(DM) + f] = x[f];
+            xs[l * XS_ROW(DM) + DM] = 1.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        add_tile(DM, ls, xs, T, s.k, acc, &cnt);
+        add_tile(DM, ls, xs4, T, s.k, acc, &cnt);
     }
     write_partials(DM, acc, cnt, s.k, s.d, !done, red, partial, groups);
 }
@@ -325,7 +415,7 @@ INLINE void first_labels(const int DM, __global const float *X, __global const u
         }
         float x[MAX_DM];
         load_point(DM, X, i, s, vec4, x);
-        out[i] = nearest(DM, x, Cs, s.k);
+        out[i] = nearest(DM, x, Cs, s.k, s.d);
     }
 }
 
@@ -402,11 +492,11 @@ INLINE void objective(const int DM, __global const float *X, __global const int 
                                  __global const float *C, __global const int *prev, __global int *cur,            \
                                  __global double *partial, __global int *state, __global const double *move2,     \
                                  __global const ulong *shape, int t, double tol, int vec4, int T, int TW,         \
-                                 __local float4 *Cs, __local float *xs, __local int *ls, __local short *halo,     \
+                                 __local float4 *Cs, __local float4 *xs4, __local int *ls, __local short *halo,     \
                                  __local double *red)                                                             \
     {                                                                                                             \
         __local int flag;                                                                                         \
-        assign(DM, X, mask, has_mask, C, prev, cur, partial, state, move2, shape, t, tol, vec4, T, TW, Cs, xs,    \
+        assign(DM, X, mask, has_mask, C, prev, cur, partial, state, move2, shape, t, tol, vec4, T, TW, Cs, xs4,   \
                ls, halo, red, &flag);                                                                             \
     }                                                                                                             \
     __kernel void km_first_labels_##DM(__global const float *X, __global const uchar *mask, int has_mask,        \
@@ -481,10 +571,11 @@ __kernel void km_update(__global const double *partial, ulong groups, __global f
 INLINE void part_assign(const int DM, __global const float *X, __global const uchar *mask, int has_mask,
                         __global const float *C, __global const int *prev, __global int *next, int has_prev,
                         int has_next, __global int *cur, __global double *partial, __global const double *state,
-                        __global const ulong *shape, int vec4, int T, int TW, __local float4 *Cs, __local float *xs,
+                        __global const ulong *shape, int vec4, int T, int TW, __local float4 *Cs, __local float4 *xs4,
                         __local int *ls, __local short *halo, __local double *red, __local int *flag,
                         __global const float *wts, int has_w)
 {
+    __local float *xs = (__local float *)xs4; /* rows of XS_ROW(DM) floats */
     const km_shape s = shape_of(shape);
     const int l = get_local_id(0);
     const ulong groups = get_num_groups(0);
@@ -534,7 +625,7 @@ INLINE void part_assign(const int DM, __global const float *X, __global const uc
             if (inside && (!has_mask || mask[i])) {
                 load_point(DM, X, i, s, vec4, x);
                 label = window ? contig_label(DM, s, x, Cs, halo, hw, l / TW + r, l % TW + r)
-                               : nearest(DM, x, Cs, s.k);
+                               : nearest(DM, x, Cs, s.k, s.d);
             }
             if (inside) {
                 cur[i] = label;
@@ -544,11 +635,11 @@ INLINE void part_assign(const int DM, __global const float *X, __global const uc
             ls[l] = label;
 #pragma unroll
             for (int f = 0; f < DM; f++)
-                xs[l * (DM + 1) + f] = x[f];
-            xs[l * (DM + 1) + DM] = has_w && label >= 0 ? wts[i] : 1.0f;
+                xs[l * XS_ROW(DM) + f] = x[f];
+            xs[l * XS_ROW(DM) + DM] = has_w && label >= 0 ? wts[i] : 1.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        add_tile(DM, ls, xs, T, s.k, acc, &cnt);
+        add_tile(DM, ls, xs4, T, s.k, acc, &cnt);
     }
     write_partials(DM, acc, cnt, s.k, s.d, !done, red, partial, groups);
 }
@@ -579,13 +670,13 @@ INLINE void part_objective(const int DM, __global const float *X, __global const
                                       __global const float *C, __global const int *prev, __global int *next,     \
                                       int has_prev, int has_next, __global int *cur, __global double *partial,    \
                                       __global const double *state, __global const ulong *shape, int vec4, int T, \
-                                      int TW, __local float4 *Cs, __local float *xs, __local int *ls,             \
+                                      int TW, __local float4 *Cs, __local float4 *xs4, __local int *ls,             \
                                       __local short *halo, __local double *red, __global const float *wts,        \
                                       int has_w)                                                                  \
     {                                                                                                             \
         __local int flag;                                                                                         \
         part_assign(DM, X, mask, has_mask, C, prev, next, has_prev, has_next, cur, partial, state, shape, vec4,   \
-                    T, TW, Cs, xs, ls, halo, red, &flag, wts, has_w);                                             \
+                    T, TW, Cs, xs4, ls, halo, red, &flag, wts, has_w);                                             \
     }                                                                                                             \
     __kernel void km_part_objective_##DM(__global const float *X, __global const int *labels,                    \
                                          __global const float *C, __global double *partial,                      \
@@ -794,9 +885,10 @@ __kernel void km_tex_stats(__global const double *part, ulong groups, int k, __g
  * standardized points as km_assign_4 forms its partials (tiles of T points,
  * one per work-item). */
 __kernel void km_tex_standardize(__global float *points, __global const uchar *mask, __global const double *st,
-                                 __global double *partial, int k, ulong n, int T, __local float *xs,
+                                 __global double *partial, int k, ulong n, int T, __local float4 *xs4,
                                  __local int *ls, __local double *red)
 {
+    __local float *xs = (__local float *)xs4; /* rows of XS_ROW(DM) floats */
     const int l = get_local_id(0);
     const ulong g = get_group_id(0), groups = get_num_groups(0), tiles = (n + T - 1) / T;
     const double mu[3] = {st[1], st[2], st[3]}, sd[3] = {st[4], st[5], st[6]};
@@ -822,12 +914,12 @@ __kernel void km_tex_standardize(__global float *points, __global const uchar *m
             }
             ls[l] = label;
             for (int j = 0; j < 3; j++)
-                xs[l * 5 + j] = f[j];
-            xs[l * 5 + 3] = 0.0f;
-            xs[l * 5 + 4] = 1.0f;
+                xs[l * XS_ROW(4) + j] = f[j];
+            xs[l * XS_ROW(4) + 3] = 0.0f;
+            xs[l * XS_ROW(4) + 4] = 1.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        add_tile(4, ls, xs, T, k, acc, &cnt);
+        add_tile(4, ls, xs4, T, k, acc, &cnt);
     }
     write_partials(4, acc, cnt, k, 3, 1, red, partial, groups);
 }
@@ -944,12 +1036,13 @@ INLINE void big_assign(const int DM, __global const float *X, __global const uch
 }
 
 /* Group g's partials of its contiguous chunk of the points: per cluster the
- * sums of w x_f (double products) and of w (w = 1 without weights), in
- * point order; nothing when done. */
+ * sums of w x_f and of w (w = 1 without weights), in point order (add_rows);
+ * nothing when done. */
 INLINE void big_sums(const int DM, __global const float *X, __global const int *labels, __global double *partial,
-                     int done, __global const ulong *shape, int vec4, int T, __local float *xs, __local int *ls,
+                     int done, __global const ulong *shape, int vec4, int T, __local float4 *xs4, __local int *ls,
                      __global const float *wts, int has_w)
 {
+    __local float *xs = (__local float *)xs4; /* rows of XS_ROW(DM) floats */
     const km_shape s = shape_of(shape);
     const int l = get_local_id(0), G = get_local_size(0);
     const ulong g = get_group_id(0), groups = get_num_groups(0);
@@ -975,20 +1068,12 @@ INLINE void big_sums(const int DM, __global const float *X, __global const int *
                 }
 #pragma unroll
                 for (int f = 0; f < DM; f++)
-                    xs[l * (DM + 1) + f] = label >= 0 ? x[f] : 0.0f;
-                xs[l * (DM + 1) + DM] = has_w && label >= 0 ? wts[i] : 1.0f;
+                    xs[l * XS_ROW(DM) + f] = label >= 0 ? x[f] : 0.0f;
+                xs[l * XS_ROW(DM) + DM] = has_w && label >= 0 ? wts[i] : 1.0f;
                 ls[l] = label;
             }
             barrier(CLK_LOCAL_MEM_FENCE);
-            const int count = (int)min((ulong)T, last - at);
-            for (int j = 0; j < count; j++)
-                if (ls[j] == c) {
-                    const double w = (double)xs[j * (DM + 1) + DM];
-#pragma unroll
-                    for (int f = 0; f < DM; f++)
-                        acc[f] += w * (double)xs[j * (DM + 1) + f];
-                    cnt += w;
-                }
+            add_rows(DM, ls, xs4, 0, (int)min((ulong)T, last - at), c, acc, &cnt);
         }
         if (!done && c < s.k) {
             for (int f = 0; f < s.d; f++)
@@ -1038,10 +1123,10 @@ INLINE void big_objective(const int DM, __global const float *X, __global const 
     }                                                                                                             \
     __kernel void km_big_sums_##DM(__global const float *X, __global const int *labels,                          \
                                    __global double *partial, __global const int *state,                           \
-                                   __global const ulong *shape, int vec4, int T, __local float *xs,              \
+                                   __global const ulong *shape, int vec4, int T, __local float4 *xs4,              \
                                    __local int *ls)                                                               \
     {                                                                                                             \
-        big_sums(DM, X, labels, partial, state[1], shape, vec4, T, xs, ls, X, 0);                                 \
+        big_sums(DM, X, labels, partial, state[1], shape, vec4, T, xs4, ls, X, 0);                                 \
     }                                                                                                             \
     __kernel void km_big_objective_##DM(__global const float *X, __global const int *labels,                     \
                                         __global const float *C, __global double *partial,                        \
@@ -1060,10 +1145,10 @@ INLINE void big_objective(const int DM, __global const float *X, __global const 
     }                                                                                                             \
     __kernel void km_big_part_sums_##DM(__global const float *X, __global const int *labels,                     \
                                         __global double *partial, __global const double *state,                   \
-                                        __global const ulong *shape, int vec4, int T, __local float *xs,         \
+                                        __global const ulong *shape, int vec4, int T, __local float4 *xs4,         \
                                         __local int *ls, __global const float *wts, int has_w)                   \
     {                                                                                                             \
-        big_sums(DM, X, labels, partial, state[1] != 0.0, shape, vec4, T, xs, ls, wts, has_w);                   \
+        big_sums(DM, X, labels, partial, state[1] != 0.0, shape, vec4, T, xs4, ls, wts, has_w);                   \
     }                                                                                                             \
     __kernel void km_big_part_objective_##DM(__global const float *X, __global const int *labels,                \
                                              __global const float *C, __global double *partial,                   \
