@@ -232,8 +232,8 @@ INLINE int contig_label(const int DM, km_shape s, const float *x, __local const 
 #define XS_ROW(DM) ((DM) + 4)
 
 /* Adds rows [j0, j1) of a tile (labels ls, rows xs) that carry label c to
- * acc, each feature times the weight, and their weights to cnt: in float
- * over the rows, then into the double sums, so that a feature is converted
+ * acc, each feature times the weight (one rounding), and their weights to
+ * cnt: in float over the rows, then into the double sums, so that a feature is converted
  * to double once a tile, not once a point (GPUs convert at their slow fp64
  * rate). */
 INLINE void add_rows(const int DM, __local const int *ls, __local const float4 *xs, int j0, int j1, int c,
@@ -250,10 +250,10 @@ INLINE void add_rows(const int DM, __local const int *ls, __local const float4 *
 #pragma unroll
             for (int q = 0; q < DM / 4; q++) {
                 const float4 v = row[q];
-                sum[4 * q] += w * v.x;
-                sum[4 * q + 1] += w * v.y;
-                sum[4 * q + 2] += w * v.z;
-                sum[4 * q + 3] += w * v.w;
+                sum[4 * q] = fma(w, v.x, sum[4 * q]);
+                sum[4 * q + 1] = fma(w, v.y, sum[4 * q + 1]);
+                sum[4 * q + 2] = fma(w, v.z, sum[4 * q + 2]);
+                sum[4 * q + 3] = fma(w, v.w, sum[4 * q + 3]);
             }
             wsum += w;
         }
