@@ -23,6 +23,9 @@
 /* Assignment groups per compute unit: enough to hide memory latency, few
  * enough that the partials stay small (groups * k * (d + 1) doubles). */
 #define GROUPS_PER_CU 8
+/* The lanes' sums (add_lanes in kmeans.cl) need this many slices of a tile
+ * to beat add_tile: fewer make long serial chains. */
+#define LANE_SLICES_MIN 8
 #define TEX_GROUPS_PER_CU 4
 #define TEX_STATS 9
 
@@ -44,6 +47,7 @@ typedef struct kmeans_plan {
     size_t groups;         /* assignment groups */
     size_t update_group;   /* km_update's work-group size */
     int tile, tile_w;      /* points per tile; with contiguity its width in pixels */
+    int lane_slices;       /* slices of the lanes' sums, 0 for add_tile */
     size_t halo_bytes;
     size_t tex_groups;
     cl_mem lab[2];         /* contiguity: previous and current labels */
@@ -122,6 +126,13 @@ static size_t centroid_bytes(const kmeans_plan *p)
     return ((size_t)p->s.desc.k * (size_t)(p->dm + 1) + 4) / 4 * 4 * sizeof(float); /* whole float4s */
 }
 
+/* The lanes' sums' local memory (at least one float, a valid size). */
+static size_t lane_sums_bytes(const kmeans_plan *p)
+{
+    size_t n = (size_t)p->lane_slices * (size_t)(p->dm + 1) * (size_t)(p->s.desc.k + 1);
+    return (n ? n : 1) * sizeof(float);
+}
+
 /* A point's row in a tile's local memory: DM features, then its weight in a
  * float4 (XS_ROW in kmeans.cl). */
 static size_t tile_row_bytes(const kmeans_plan *p)
@@ -183,6 +194,12 @@ static dk_status size_groups(kmeans_plan *p, cl_kernel *ks, int nk, dk_msg *msg)
             p->tile = (int)t;
             p->tile_w = (int)tw;
             p->halo_bytes = halo ? halo : sizeof(cl_short);
+            /* the lanes' sums in what is left, or none (add_tile) where
+             * fewer than LANE_SLICES_MIN slices fit */
+            size_t slice = (size_t)(p->dm + 1) * (size_t)(d->k + 1) * sizeof(float);
+            size_t ls = group / (size_t)(p->dm + 1), fit = (local - need) / slice;
+            ls = ls < fit ? ls : fit;
+            p->lane_slices = ls >= LANE_SLICES_MIN && dk_tuning_long("DAKIT_OPENCL_KMEANS_LANES", 1, 0, 1) ? (int)ls : 0;
             return DK_OK;
         }
     }
@@ -498,7 +515,7 @@ static dk_status execute(void *handle, const void *points, const void *mask_, co
         CL_TRY(err, "kmeans: the first labels");
     }
 
-    cl_int tile = p->tile, tile_w = p->tile_w, t0 = 0;
+    cl_int tile = p->tile, tile_w = p->tile_w, t0 = 0, lanes = p->lane_slices;
     karg aa[] = {{sizeof X, &X},
                  {sizeof mask, &mask},
                  {sizeof has_mask, &has_mask},
@@ -518,11 +535,13 @@ static dk_status execute(void *handle, const void *points, const void *mask_, co
                  {(size_t)tile * tile_row_bytes(p), NULL},
                  {(size_t)tile * sizeof(cl_int), NULL},
                  {p->halo_bytes, NULL},
-                 {G * sizeof(double), NULL}};
+                 {G * sizeof(double), NULL},
+                 {sizeof lanes, &lanes},
+                 {lane_sums_bytes(p), NULL}};
     karg ua[] = {{sizeof p->partial, &p->partial}, {sizeof groups, &groups},       {sizeof p->C, &p->C},
                  {sizeof p->state, &p->state},     {sizeof p->move2, &p->move2},   {sizeof p->shape, &p->shape},
                  {UG * sizeof(double), NULL},      {UG * sizeof(double), NULL}};
-    err = set_args(p->assign, aa, 20);
+    err = set_args(p->assign, aa, 22);
     if (err == CL_SUCCESS)
         err = set_args(p->update, ua, 8);
     CL_TRY(err, "kmeans: setting the kernels' arguments");
@@ -583,7 +602,7 @@ static dk_status assign_weighted(void *handle, const void *points, const void *m
         X = p->C, labels = p->partial; /* no points: nothing is read or written */
     cl_int has_mask = mask_ != NULL, has_prev = prev_ != NULL, has_next = next_ != NULL;
     cl_int vec4 = p->s.stride_feature == 1 && p->s.stride_point % 4 == 0 && d->d % 4 == 0;
-    cl_int tile = p->tile, tile_w = p->tile_w, k = d->k, dd = d->d, always = 0;
+    cl_int tile = p->tile, tile_w = p->tile_w, k = d->k, dd = d->d, always = 0, lanes = p->lane_slices;
     const cl_ulong groups = p->groups;
     const size_t G = p->group, UG = p->update_group, wide = p->groups * G;
     const size_t pairs_global = (size_t)d->k * (d->d + 1) * UG;
@@ -608,7 +627,9 @@ static dk_status assign_weighted(void *handle, const void *points, const void *m
                  {p->halo_bytes, NULL},
                  {G * sizeof(double), NULL},
                  {sizeof wts, &wts},
-                 {sizeof has_w, &has_w}};
+                 {sizeof has_w, &has_w},
+                 {sizeof lanes, &lanes},
+                 {lane_sums_bytes(p), NULL}};
     karg sa[] = {{sizeof p->partial, &p->partial}, {sizeof groups, &groups}, {sizeof k, &k},
                  {sizeof dd, &dd},                 {sizeof sums, &sums},     {sizeof state, &state},
                  {sizeof always, &always},         {UG * sizeof(double), NULL}};
@@ -639,7 +660,7 @@ static dk_status assign_weighted(void *handle, const void *points, const void *m
         if (err == CL_SUCCESS)
             err = clEnqueueNDRangeKernel(dev->queue, p->big_part_sums, 1, NULL, &wide, &G, 0, NULL, NULL);
     } else {
-        err = set_args(p->part_assign, aa, 22);
+        err = set_args(p->part_assign, aa, 24);
         if (err == CL_SUCCESS)
             err = clEnqueueNDRangeKernel(dev->queue, p->part_assign, 1, NULL, &wide, &G, 0, NULL, NULL);
     }

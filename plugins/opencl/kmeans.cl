@@ -299,6 +299,51 @@ INLINE void write_partials(const int DM, const double *acc, double cnt, int k, i
     }
 }
 
+/* The lanes' sums, where the host gives them LS > 0 slices of local memory:
+ * work-item (s, f) = (l / (DM + 1), l % (DM + 1)) keeps the float sums of
+ * feature f (f = DM: the weights) of slice s's points, per cluster, in
+ * sums[(s (DM + 1) + f) (k + 1) + c] (rows k + 1 apart: a slice's lanes
+ * fall in distinct banks). Every lane then adds one term a point, where
+ * add_tile's work-items test each point against their own cluster. */
+INLINE void zero_lane_sums(const int DM, int k, int LS, __local float *sums)
+{
+    for (int j = get_local_id(0); j < LS * (DM + 1) * (k + 1); j += get_local_size(0))
+        sums[j] = 0.0f;
+}
+
+INLINE void add_lanes(const int DM, __local const int *ls, __local const float *xs, int T, int k, int LS,
+                      __local float *sums)
+{
+    const int l = get_local_id(0), s = l / (DM + 1), f = l % (DM + 1);
+    if (s >= LS)
+        return;
+    const int len = (T + LS - 1) / LS, end = min(T, (s + 1) * len);
+    __local float *row = sums + (s * (DM + 1) + f) * (k + 1);
+    for (int j = s * len; j < end; j++) {
+        const int c = ls[j];
+        if (c >= 0) {
+            const float w = xs[j * XS_ROW(DM) + DM], v = f < DM ? xs[j * XS_ROW(DM) + f] : 1.0f;
+            row[c] = fma(w, v, row[c]);
+        }
+    }
+}
+
+/* write_partials from the lanes' sums: each (cluster, feature or count)
+ * pair summed over the slices in order, in double. */
+INLINE void write_lane_partials(const int DM, __local const float *sums, int k, int d, int LS, int active,
+                                __global double *partial, ulong groups)
+{
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const ulong g = get_group_id(0);
+    for (int q = get_local_id(0); active && q < k * (d + 1); q += get_local_size(0)) {
+        const int c = q / (d + 1), f = q % (d + 1), lane = f < d ? f : DM;
+        double t = 0.0;
+        for (int s = 0; s < LS; s++)
+            t += (double)sums[(s * (DM + 1) + lane) * (k + 1) + c];
+        partial[(ulong)q * groups + g] = t;
+    }
+}
+
 /* Whether iteration t's test stops the run: the largest move of iteration
  * t - 1 below tol (each cluster's squared move summed over its features in
  * order, as the reference); never for tol <= 0, without reading the moves.
@@ -331,7 +376,7 @@ INLINE void assign(const int DM, __global const float *X, __global const uchar *
                    __global const float *C, __global const int *prev, __global int *cur, __global double *partial,
                    __global int *state, __global const double *move2, __global const ulong *shape, int t,
                    double tol, int vec4, int T, int TW, __local float4 *Cs, __local float4 *xs4, __local int *ls,
-                   __local short *halo, __local double *red, __local int *flag)
+                   __local short *halo, __local double *red, __local int *flag, int LS, __local float *sums)
 {
     __local float *xs = (__local float *)xs4; /* rows of XS_ROW(DM) floats */
     const km_shape s = shape_of(shape);
@@ -352,6 +397,7 @@ INLINE void assign(const int DM, __global const float *X, __global const uchar *
     for (int f = 0; f < DM; f++)
         acc[f] = 0.0;
     double cnt = 0.0;
+    zero_lane_sums(DM, s.k, LS, sums);
     for (ulong tile = g; tile < tiles; tile += groups) {
         barrier(CLK_LOCAL_MEM_FENCE); /* the last tile's readers are done */
         ulong row0 = 0, col0 = 0;
@@ -396,9 +442,15 @@ INLINE void assign(const int DM, __global const float *X, __global const uchar *
             xs[l * XS_ROW(DM) + DM] = 1.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        add_tile(DM, ls, xs4, T, s.k, acc, &cnt);
+        if (LS)
+            add_lanes(DM, ls, xs, T, s.k, LS, sums);
+        else
+            add_tile(DM, ls, xs4, T, s.k, acc, &cnt);
     }
-    write_partials(DM, acc, cnt, s.k, s.d, !done, red, partial, groups);
+    if (LS)
+        write_lane_partials(DM, sums, s.k, s.d, LS, !done, partial, groups);
+    else
+        write_partials(DM, acc, cnt, s.k, s.d, !done, red, partial, groups);
 }
 
 /* The labels of iteration 0 under contiguity: plain nearest centroid. */
@@ -493,11 +545,11 @@ INLINE void objective(const int DM, __global const float *X, __global const int 
                                  __global double *partial, __global int *state, __global const double *move2,     \
                                  __global const ulong *shape, int t, double tol, int vec4, int T, int TW,         \
                                  __local float4 *Cs, __local float4 *xs4, __local int *ls, __local short *halo,     \
-                                 __local double *red)                                                             \
+                                 __local double *red, int LS, __local float *sums)                                \
     {                                                                                                             \
         __local int flag;                                                                                         \
         assign(DM, X, mask, has_mask, C, prev, cur, partial, state, move2, shape, t, tol, vec4, T, TW, Cs, xs4,   \
-               ls, halo, red, &flag);                                                                             \
+               ls, halo, red, &flag, LS, sums);                                                                   \
     }                                                                                                             \
     __kernel void km_first_labels_##DM(__global const float *X, __global const uchar *mask, int has_mask,        \
                                        __global const float *C, __global int *out, __global const ulong *shape,   \
@@ -573,7 +625,7 @@ INLINE void part_assign(const int DM, __global const float *X, __global const uc
                         int has_next, __global int *cur, __global double *partial, __global const double *state,
                         __global const ulong *shape, int vec4, int T, int TW, __local float4 *Cs, __local float4 *xs4,
                         __local int *ls, __local short *halo, __local double *red, __local int *flag,
-                        __global const float *wts, int has_w)
+                        __global const float *wts, int has_w, int LS, __local float *sums)
 {
     __local float *xs = (__local float *)xs4; /* rows of XS_ROW(DM) floats */
     const km_shape s = shape_of(shape);
@@ -590,6 +642,7 @@ INLINE void part_assign(const int DM, __global const float *X, __global const uc
     for (int f = 0; f < DM; f++)
         acc[f] = 0.0;
     double cnt = 0.0;
+    zero_lane_sums(DM, s.k, LS, sums);
     for (ulong tile = get_group_id(0); tile < tiles; tile += groups) {
         barrier(CLK_LOCAL_MEM_FENCE); /* the last tile's readers are done */
         ulong row0 = 0, col0 = 0;
@@ -639,9 +692,15 @@ INLINE void part_assign(const int DM, __global const float *X, __global const uc
             xs[l * XS_ROW(DM) + DM] = has_w && label >= 0 ? wts[i] : 1.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        add_tile(DM, ls, xs4, T, s.k, acc, &cnt);
+        if (LS)
+            add_lanes(DM, ls, xs, T, s.k, LS, sums);
+        else
+            add_tile(DM, ls, xs4, T, s.k, acc, &cnt);
     }
-    write_partials(DM, acc, cnt, s.k, s.d, !done, red, partial, groups);
+    if (LS)
+        write_lane_partials(DM, sums, s.k, s.d, LS, !done, partial, groups);
+    else
+        write_partials(DM, acc, cnt, s.k, s.d, !done, red, partial, groups);
 }
 
 /* Per work-group: the objective and the count of labelled points into
@@ -672,11 +731,11 @@ INLINE void part_objective(const int DM, __global const float *X, __global const
                                       __global const double *state, __global const ulong *shape, int vec4, int T, \
                                       int TW, __local float4 *Cs, __local float4 *xs4, __local int *ls,             \
                                       __local short *halo, __local double *red, __global const float *wts,        \
-                                      int has_w)                                                                  \
+                                      int has_w, int LS, __local float *sums)                                     \
     {                                                                                                             \
         __local int flag;                                                                                         \
         part_assign(DM, X, mask, has_mask, C, prev, next, has_prev, has_next, cur, partial, state, shape, vec4,   \
-                    T, TW, Cs, xs4, ls, halo, red, &flag, wts, has_w);                                             \
+                    T, TW, Cs, xs4, ls, halo, red, &flag, wts, has_w, LS, sums);                                   \
     }                                                                                                             \
     __kernel void km_part_objective_##DM(__global const float *X, __global const int *labels,                    \
                                          __global const float *C, __global double *partial,                      \
