@@ -5,13 +5,16 @@
  *                 or with contiguity a TH x TW block of pixels whose window
  *                 labels it stages in local memory first). Each work-item
  *                 labels one point of the tile (centroids in local memory,
- *                 rows padded to DM floats with zeros) and leaves its label
- *                 and features in local memory; then work-item (c, s) adds
- *                 the points of slice s of the tile that carry label c to
- *                 its own private sums (double). After its last tile the
- *                 group sums the slices in a fixed order and writes one
- *                 partial per (cluster, feature or count) pair: no atomics,
- *                 so the sums do not depend on scheduling.
+ *                 rows padded to DM floats with zeros; plain k-means
+ *                 screens them first, nearest()) and leaves its label and
+ *                 features in local memory; then work-item (slice,
+ *                 feature) adds its slice's points to that feature's sums
+ *                 per cluster in local memory (add_lanes; where those do
+ *                 not fit, work-item (c, s) adds the points of slice s
+ *                 that carry label c, add_tile). After its last tile the
+ *                 group sums the slices in a fixed order, in double, and
+ *                 writes one partial per (cluster, feature or count) pair:
+ *                 no atomics, so the sums do not depend on scheduling.
  *   km_update     one work-group per (cluster, feature) sums that pair's
  *                 partials over the groups (pair-major, read coalesced),
  *                 writes the new coordinate (the old one for an empty
