@@ -347,6 +347,26 @@ INLINE void write_lane_partials(const int DM, __local const float *sums, int k, 
     }
 }
 
+/* A tile's sums by add_lanes (LS > 0) or add_tile, and the group's partials
+ * from them. */
+INLINE void add_sums(const int DM, __local const int *ls, __local const float4 *xs4, int T, int k, int LS,
+                     __local float *sums, double *acc, double *cnt)
+{
+    if (LS)
+        add_lanes(DM, ls, (__local const float *)xs4, T, k, LS, sums);
+    else
+        add_tile(DM, ls, xs4, T, k, acc, cnt);
+}
+
+INLINE void write_sums(const int DM, const double *acc, double cnt, int k, int d, int LS, __local const float *sums,
+                       int active, __local double *red, __global double *partial, ulong groups)
+{
+    if (LS)
+        write_lane_partials(DM, sums, k, d, LS, active, partial, groups);
+    else
+        write_partials(DM, acc, cnt, k, d, active, red, partial, groups);
+}
+
 /* Whether iteration t's test stops the run: the largest move of iteration
  * t - 1 below tol (each cluster's squared move summed over its features in
  * order, as the reference); never for tol <= 0, without reading the moves.
@@ -445,15 +465,9 @@ INLINE void assign(const int DM, __global const float *X, __global const uchar *
             xs[l * XS_ROW(DM) + DM] = 1.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (LS)
-            add_lanes(DM, ls, xs, T, s.k, LS, sums);
-        else
-            add_tile(DM, ls, xs4, T, s.k, acc, &cnt);
+        add_sums(DM, ls, xs4, T, s.k, LS, sums, acc, &cnt);
     }
-    if (LS)
-        write_lane_partials(DM, sums, s.k, s.d, LS, !done, partial, groups);
-    else
-        write_partials(DM, acc, cnt, s.k, s.d, !done, red, partial, groups);
+    write_sums(DM, acc, cnt, s.k, s.d, LS, sums, !done, red, partial, groups);
 }
 
 /* The labels of iteration 0 under contiguity: plain nearest centroid. */
@@ -695,15 +709,9 @@ INLINE void part_assign(const int DM, __global const float *X, __global const uc
             xs[l * XS_ROW(DM) + DM] = has_w && label >= 0 ? wts[i] : 1.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        if (LS)
-            add_lanes(DM, ls, xs, T, s.k, LS, sums);
-        else
-            add_tile(DM, ls, xs4, T, s.k, acc, &cnt);
+        add_sums(DM, ls, xs4, T, s.k, LS, sums, acc, &cnt);
     }
-    if (LS)
-        write_lane_partials(DM, sums, s.k, s.d, LS, !done, partial, groups);
-    else
-        write_partials(DM, acc, cnt, s.k, s.d, !done, red, partial, groups);
+    write_sums(DM, acc, cnt, s.k, s.d, LS, sums, !done, red, partial, groups);
 }
 
 /* Per work-group: the objective and the count of labelled points into
