@@ -64,7 +64,7 @@ typedef struct gb_ocl {
     cl_program prog;
     int owns_prog; /* built for this plan alone (the device's cache was full) */
     int per_step; /* the variant per-step: batches of one step (the host waits every step) */
-    cl_kernel init_level, grow, insert, assign, link_new, reduce, reduce_final, scale, waves,
+    cl_kernel init_level, grow, insert, link_new, reduce, reduce_final, scale, waves,
         fluxes, apply, total, settle, prune_mark, scan_top, scan_remap, prune_move, prune_total,
         hash_place, update;
     size_t group; /* work-group size, a power of two */
@@ -77,7 +77,7 @@ typedef struct gb_ocl {
     size_t hcap;                          /* index slots, a power of two */
     cl_mem slot;
     size_t ccap; /* candidates */
-    cl_mem cand, cand_slot;
+    cl_mem cand, cand_cell;
     cl_mem ctr;      /* int[16], gbees.cl says what */
     cl_mem clk;      /* double[16], gbees.cl says what */
     cl_int ctr_host[16];
@@ -109,7 +109,7 @@ static void plan_destroy(void *handle)
     gb_ocl *g = handle;
     if (!g)
         return;
-    cl_kernel ks[] = {g->init_level, g->grow,       g->insert,     g->assign,     g->link_new,
+    cl_kernel ks[] = {g->init_level, g->grow,       g->insert,     g->link_new,
                       g->reduce,     g->reduce_final, g->scale,    g->waves,
                       g->fluxes,     g->apply,      g->total,      g->settle,     g->prune_mark,
                       g->scan_top,   g->scan_remap, g->prune_move, g->prune_total, g->hash_place,
@@ -119,7 +119,7 @@ static void plan_destroy(void *handle)
             clReleaseKernel(ks[i]);
     cl_mem ms[] = {g->key,  g->v,    g->nb,   g->p,     g->rate,      g->key2,     g->v2,
                    g->nb2,  g->p2,   g->rate2, g->flux, g->wave,      g->back,     g->keep,
-                   g->remap, g->blocks, g->slot, g->cand, g->cand_slot, g->ctr, g->clk, g->scalars,
+                   g->remap, g->blocks, g->slot, g->cand, g->cand_cell, g->ctr, g->clk, g->scalars,
                    g->partial, g->par, g->gauss, g->sum_part, g->max_part, g->rate_part};
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
         release(ms[i]);
@@ -369,21 +369,21 @@ static dk_status reserve_candidates(gb_ocl *g, size_t want, dk_msg *msg)
                    want);
         return DK_ERR_OUT_OF_MEMORY;
     }
-    cl_mem cand = NULL, cand_slot = NULL;
+    cl_mem cand = NULL, cand_cell = NULL;
     dk_status st = dk_opencl_alloc(dev, cap * g->d * sizeof(cl_int), NULL, &cand, msg,
                                    "gbees: allocating the list for %zu candidate cells", want);
     if (st == DK_OK)
-        st = dk_opencl_alloc(dev, cap * sizeof(cl_int), NULL, &cand_slot, msg,
-                             "gbees: allocating the slots of %zu candidate cells", want);
+        st = dk_opencl_alloc(dev, cap * sizeof(cl_int), NULL, &cand_cell, msg,
+                             "gbees: allocating the cells of %zu candidate cells", want);
     if (st != DK_OK) {
         release(cand);
-        release(cand_slot);
+        release(cand_cell);
         return st;
     }
     release(g->cand);
-    release(g->cand_slot);
+    release(g->cand_cell);
     g->cand = cand;
-    g->cand_slot = cand_slot;
+    g->cand_cell = cand_cell;
     g->ccap = cap;
     return DK_OK;
 }
@@ -461,23 +461,16 @@ static dk_status finish(gb_ocl *g, dk_msg *msg)
 
 /* Enqueues the insertion of the candidates the last candidate-making
  * launch listed (ctr[0] of them, at most room; the cells are ctr[3]) as
- * cells n, n + 1, ... (ctr[1] of them). */
+ * cells n, n + 1, ... (ctr[1] of them); link_new then puts them in their
+ * slots. */
 static cl_int insert_candidates(gb_ocl *g, size_t room, size_t n_bound)
 {
     cl_int r = (cl_int)room, nb = (cl_int)n_bound;
     cl_uint mask = (cl_uint)(g->hcap - 1);
     cl_kernel k = g->insert;
     cl_int err = ARG(k, 0, r) | ARG(k, 1, nb) | ARG(k, 2, g->ctr) | ARG(k, 3, g->cand) | ARG(k, 4, g->key) |
-                 ARG(k, 5, g->slot) | ARG(k, 6, mask) | ARG(k, 7, g->cand_slot);
-    if (err == CL_SUCCESS)
-        err = launch(g, k, room);
-    k = g->assign;
-    if (err == CL_SUCCESS)
-        err = ARG(k, 0, r) | ARG(k, 1, nb) | ARG(k, 2, g->cand) | ARG(k, 3, g->cand_slot) | ARG(k, 4, g->key) |
-              ARG(k, 5, g->p) | ARG(k, 6, g->slot) | ARG(k, 7, g->ctr);
-    if (err == CL_SUCCESS)
-        err = launch(g, k, room);
-    return err;
+                 ARG(k, 5, g->p) | ARG(k, 6, g->slot) | ARG(k, 7, mask) | ARG(k, 8, g->cand_cell);
+    return err != CL_SUCCESS ? err : launch(g, k, room);
 }
 
 /* Links cells [ctr[3], ctr[3] + ctr[1]), `items` at most, and leaves their
@@ -488,8 +481,9 @@ static cl_int link_new(gb_ocl *g, size_t room, size_t n_bound, size_t items)
     cl_uint mask = (cl_uint)(g->hcap - 1);
     cl_kernel k = g->link_new;
     cl_int err = ARG(k, 0, r) | ARG(k, 1, nb) | ARG(k, 2, g->ctr) | ARG(k, 3, g->par) | ARG(k, 4, g->key) |
-                 ARG(k, 5, g->slot) | ARG(k, 6, mask) | ARG(k, 7, g->nb) | ARG(k, 8, g->v) | ARG(k, 9, g->rate) |
-                 ARG(k, 10, g->rate_part) | clSetKernelArg(k, 11, g->group * sizeof(double), NULL);
+                 ARG(k, 5, g->slot) | ARG(k, 6, mask) | ARG(k, 7, g->cand) | ARG(k, 8, g->cand_cell) |
+                 ARG(k, 9, g->nb) | ARG(k, 10, g->v) | ARG(k, 11, g->rate) | ARG(k, 12, g->rate_part) |
+                 clSetKernelArg(k, 13, g->group * sizeof(double), NULL);
     return err != CL_SUCCESS ? err : launch(g, k, items);
 }
 
@@ -548,8 +542,7 @@ static dk_status plan_create(void *device, const dk_gbees_setup *setup, void **o
         const char *name;
     } kernels[] = {
         {&g->init_level, "gb_init_level"}, {&g->grow, "gb_grow"},
-        {&g->insert, "gb_insert"},         {&g->assign, "gb_assign"},
-        {&g->link_new, "gb_link_new"},
+        {&g->insert, "gb_insert"},         {&g->link_new, "gb_link_new"},
         {&g->reduce, "gb_reduce"},         {&g->reduce_final, "gb_reduce_final"},
         {&g->scale, "gb_scale"},           {&g->waves, "gb_waves"},
         {&g->fluxes, "gb_fluxes"},         {&g->apply, "gb_apply"},
@@ -661,7 +654,10 @@ static dk_status init(void *handle, const double *mean, const double *inv, doubl
             if ((st = reserve_cells(g, g->n + ncand, msg)) != DK_OK ||
                 (st = reserve_index(g, g->n + ncand, msg)) != DK_OK)
                 return st;
+            /* the level's cells into their slots before the next level looks */
             err = insert_candidates(g, ncand, g->cap);
+            if (err == CL_SUCCESS)
+                err = link_new(g, ncand, g->cap, ncand);
             cl_int counters[16];
             if (err == CL_SUCCESS)
                 err = clEnqueueReadBuffer(q, g->ctr, CL_TRUE, 0, sizeof counters, counters, 0, NULL, NULL);
@@ -714,10 +710,10 @@ static cl_int enqueue_apply(gb_ocl *g, cl_int step, size_t n_bound, int total)
 /* Enqueues step `step` of a batch (1 for the first) whose cells stay
  * within n_bound and whose growth lists at most `room` candidates a step:
  * growth (gb_grow, which also applies the last normalization's scaling,
- * gb_insert, gb_assign, gb_link_new), transport (gb_waves, which first
+ * gb_insert, gb_link_new), transport (gb_waves, which first
  * takes n, the largest rate, dt and t as the engine's clock does,
  * gb_fluxes, gb_apply with the sum's first stage) and, with `total`, the
- * total (gb_total): seven or eight launches, no wait. sum_groups > 0: gb_grow takes the last step's total
+ * total (gb_total): six or seven launches, no wait. sum_groups > 0: gb_grow takes the last step's total
  * itself (that step left out gb_total). */
 static cl_int enqueue_step(gb_ocl *g, cl_int step, size_t room, size_t n_bound, cl_int sum_groups, int total)
 {

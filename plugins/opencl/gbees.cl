@@ -13,16 +13,20 @@
  * coefficients (GB_NCOEF) and the threshold.
  *
  * The index is an open-addressing table of 32-bit slots (linear probing,
- * occupancy at most one half): -1 empty, c >= 0 a cell. New cells come in
+ * occupancy at most one half): -1 empty, c >= 0 a cell, -2 - q this
+ * step's candidate q, which became cell cand_cell[q]. New cells come in
  * three launches, none of which waits on another work-item:
  *   gb_grow / gb_init_level  cells write the keys of missing neighbours
  *              into a candidate list (atomic_inc; the table is read-only);
  *   gb_insert  each candidate claims a slot by atomic_cmpxchg with the
  *              value -2 - candidate, whose key is already in the list, so
  *              a racing candidate compares keys at once; a candidate that
- *              meets its own key is a duplicate and drops out;
- *   gb_assign  each winner takes a cell position (atomic_inc), writes its
- *              key and puts the position in its slot.
+ *              meets its own key is a duplicate and drops out; a winner
+ *              takes a cell position (atomic_inc) and writes its key,
+ *              leaving the slot's value as it is (another work-item could
+ *              see a new position before its key);
+ *   gb_link_new  each new cell puts its position in its slot, reading
+ *              the others' slots through cand_cell meanwhile.
  * Only 32-bit atomics are used (64-bit ones are not on every device).
  *
  * Steps run without the host: each launch is sized by an upper bound and
@@ -136,6 +140,24 @@ static int gb_find(__global const int *slot, uint mask, __global const int *key,
             return -1;
         if (gb_key_eq(key + (size_t)pos * D, k))
             return pos;
+        s = (s + 1) & mask;
+    }
+}
+
+/* gb_find in gb_link_new, where slots may still hold this step's
+ * candidates (-2 - q: candidate q, now cell cand_cell[q]); *at: the slot. */
+static int gb_find_new(__global const int *slot, uint mask, __global const int *key, __global const int *cand,
+                       __global const int *cand_cell, const int *k, uint *at)
+{
+    uint s = (uint)gb_hash_key(k) & mask;
+    for (;;) {
+        int pos = slot[s];
+        if (pos == -1)
+            return -1;
+        if (gb_key_eq(pos >= 0 ? key + (size_t)pos * D : cand + (size_t)(-2 - pos) * D, k)) {
+            *at = s;
+            return pos >= 0 ? pos : cand_cell[-2 - pos];
+        }
         s = (s + 1) & mask;
     }
 }
@@ -288,11 +310,12 @@ __kernel void gb_grow(int step, __global const double *par, __global const int *
 }
 
 /* Each candidate claims a slot or finds its key already there (a cell, or
- * a candidate that claimed first). cand_slot: the slot won, or -1. Room:
- * at most `room` candidates and n_bound cells, else the step stalls. */
-__kernel void gb_insert(int room, int n_bound, __global const int *ctr, __global const int *cand,
-                        __global const int *key, __global int *slot, uint mask,
-                        __global int *cand_slot)
+ * a candidate that claimed first); a winner becomes cell n + ctr[1]++
+ * (n = ctr[3]): key, zero mass, cand_cell[c] (-1 for the others). Room: at
+ * most `room` candidates and n_bound cells, else the step stalls. */
+__kernel void gb_insert(int room, int n_bound, __global int *ctr, __global const int *cand,
+                        __global int *key, __global double *p, __global int *slot, uint mask,
+                        __global int *cand_cell)
 {
     int c = (int)get_global_id(0);
     if (c >= ctr[0] || !gb_may_grow(ctr) || gb_stalled(ctr, room, n_bound))
@@ -306,60 +329,48 @@ __kernel void gb_insert(int room, int n_bound, __global const int *ctr, __global
         if (cur == -1) {
             int prev = atomic_cmpxchg(&slot[s], -1, -2 - c);
             if (prev == -1) {
-                cand_slot[c] = (int)s;
+                int at = ctr[3] + atomic_inc(&ctr[1]);
+                for (int i = 0; i < D; i++)
+                    key[(size_t)at * D + i] = k[i];
+                p[at] = 0.0;
+                cand_cell[c] = at;
                 return;
             }
             cur = prev;
         }
         __global const int *other = cur >= 0 ? key + (size_t)cur * D : cand + (size_t)(-2 - cur) * D;
         if (gb_key_eq(other, k)) {
-            cand_slot[c] = -1;
+            cand_cell[c] = -1;
             return;
         }
         s = (s + 1) & mask;
     }
 }
 
-/* Winners become cells n, n + 1, ...: key, zero mass, the slot's value.
- * ctr[1] counts them. */
-__kernel void gb_assign(int room, int n_bound, __global const int *cand, __global const int *cand_slot,
-                        __global int *key, __global double *p, __global int *slot,
-                        __global int *ctr)
-{
-    int c = (int)get_global_id(0);
-    if (c >= ctr[0] || !gb_may_grow(ctr) || gb_stalled(ctr, room, n_bound))
-        return;
-    int s = cand_slot[c];
-    if (s < 0)
-        return;
-    int at = ctr[3] + atomic_inc(&ctr[1]);
-    for (int i = 0; i < D; i++)
-        key[(size_t)at * D + i] = cand[(size_t)c * D + i];
-    p[at] = 0.0;
-    slot[s] = at;
-}
-
-/* Cells [n, n + ctr[1]) (n = ctr[3]) find their face neighbours, tell the
- * older ones about themselves (each older cell's face slot has exactly one
+/* Cells [n, n + ctr[1]) (n = ctr[3]) put their positions in their slots,
+ * find their face neighbours, tell the older ones about themselves (each older cell's face slot has exactly one
  * cell across it, so no two writes meet) and get their velocities: f at
  * the centre moved half a cell along each axis, once per cell. The
  * work-group's largest new rate goes to rate_part[group]. */
 __kernel void gb_link_new(int room, int n_bound, __global const int *ctr, __global const double *par,
-                          __global const int *key, __global const int *slot, uint mask,
-                          __global int *nb, __global double *v, __global double *rate,
-                          __global double *rate_part, __local double *tmp)
+                          __global const int *key, __global int *slot, uint mask, __global const int *cand,
+                          __global const int *cand_cell, __global int *nb, __global double *v,
+                          __global double *rate, __global double *rate_part, __local double *tmp)
 {
     int from = ctr[3];
     int c = from + (int)get_global_id(0);
     double r = 0.0;
     if (c < from + ctr[1] && gb_may_grow(ctr) && !gb_stalled(ctr, room, n_bound)) {
         int k[D];
+        uint at = 0, unused;
         gb_load_key(key, c, k);
+        gb_find_new(slot, mask, key, cand, cand_cell, k, &at);
+        slot[at] = c;
         for (int i = 0; i < D; i++) {
             k[i]--;
-            int b = gb_find(slot, mask, key, k);
+            int b = gb_find_new(slot, mask, key, cand, cand_cell, k, &unused);
             k[i] += 2;
-            int f = gb_find(slot, mask, key, k);
+            int f = gb_find_new(slot, mask, key, cand, cand_cell, k, &unused);
             k[i]--;
             nb[(size_t)c * 2 * D + 2 * i] = b;
             nb[(size_t)c * 2 * D + 2 * i + 1] = f;
