@@ -126,11 +126,11 @@ static size_t centroid_bytes(const kmeans_plan *p)
     return ((size_t)p->s.desc.k * (size_t)(p->dm + 1) + 4) / 4 * 4 * sizeof(float); /* whole float4s */
 }
 
-/* The lanes' sums' local memory (at least one float, a valid size). */
+/* The lanes' sums' local memory (at least one double, a valid size). */
 static size_t lane_sums_bytes(const kmeans_plan *p)
 {
     size_t n = (size_t)p->lane_slices * (size_t)(p->dm + 1) * (size_t)(p->s.desc.k + 1);
-    return (n ? n : 1) * sizeof(float);
+    return (n ? n : 1) * sizeof(double);
 }
 
 /* A point's row in a tile's local memory: DM features, then its weight in a
@@ -196,7 +196,7 @@ static dk_status size_groups(kmeans_plan *p, cl_kernel *ks, int nk, dk_msg *msg)
             p->halo_bytes = halo ? halo : sizeof(cl_short);
             /* the lanes' sums in what is left, or none (add_tile) where
              * fewer than LANE_SLICES_MIN slices fit */
-            size_t slice = (size_t)(p->dm + 1) * (size_t)(d->k + 1) * sizeof(float);
+            size_t slice = (size_t)(p->dm + 1) * (size_t)(d->k + 1) * sizeof(double);
             size_t ls = group / (size_t)(p->dm + 1), fit = (local - need) / slice;
             ls = ls < fit ? ls : fit;
             p->lane_slices = ls >= LANE_SLICES_MIN && dk_tuning_long("DAKIT_OPENCL_KMEANS_LANES", 1, 0, 1) ? (int)ls : 0;

@@ -235,35 +235,27 @@ INLINE int contig_label(const int DM, km_shape s, const float *x, __local const 
 #define XS_ROW(DM) ((DM) + 4)
 
 /* Adds rows [j0, j1) of a tile (labels ls, rows xs) that carry label c to
- * acc, each feature times the weight (one rounding), and their weights to
- * cnt: in float over the rows, then into the double sums, so that a feature is converted
- * to double once a tile, not once a point (GPUs convert at their slow fp64
- * rate). */
+ * acc, each feature times the weight, and their weights to cnt, in double:
+ * products and sums of floats are exact there at the usual magnitudes, so
+ * the sums do not depend on how the points fall into tiles (a masked point
+ * changes nothing). */
 INLINE void add_rows(const int DM, __local const int *ls, __local const float4 *xs, int j0, int j1, int c,
                      double *acc, double *cnt)
 {
-    float sum[MAX_DM], wsum = 0.0f;
-#pragma unroll
-    for (int f = 0; f < DM; f++)
-        sum[f] = 0.0f;
     for (int j = j0; j < j1; j++)
         if (ls[j] == c) {
             __local const float4 *row = xs + j * (XS_ROW(DM) / 4);
-            const float w = row[DM / 4].x;
+            const double w = (double)row[DM / 4].x;
 #pragma unroll
             for (int q = 0; q < DM / 4; q++) {
                 const float4 v = row[q];
-                sum[4 * q] = fma(w, v.x, sum[4 * q]);
-                sum[4 * q + 1] = fma(w, v.y, sum[4 * q + 1]);
-                sum[4 * q + 2] = fma(w, v.z, sum[4 * q + 2]);
-                sum[4 * q + 3] = fma(w, v.w, sum[4 * q + 3]);
+                acc[4 * q] = fma(w, (double)v.x, acc[4 * q]);
+                acc[4 * q + 1] = fma(w, (double)v.y, acc[4 * q + 1]);
+                acc[4 * q + 2] = fma(w, (double)v.z, acc[4 * q + 2]);
+                acc[4 * q + 3] = fma(w, (double)v.w, acc[4 * q + 3]);
             }
-            wsum += w;
+            *cnt += w;
         }
-#pragma unroll
-    for (int f = 0; f < DM; f++)
-        acc[f] += (double)sum[f];
-    *cnt += (double)wsum;
 }
 
 /* Work-item (c, s) = (l % k, l / k) adds the points of slice s of the tile
@@ -303,37 +295,38 @@ INLINE void write_partials(const int DM, const double *acc, double cnt, int k, i
 }
 
 /* The lanes' sums, where the host gives them LS > 0 slices of local memory:
- * work-item (s, f) = (l / (DM + 1), l % (DM + 1)) keeps the float sums of
- * feature f (f = DM: the weights) of slice s's points, per cluster, in
- * sums[(s (DM + 1) + f) (k + 1) + c] (rows k + 1 apart: a slice's lanes
- * fall in distinct banks). Every lane then adds one term a point, where
- * add_tile's work-items test each point against their own cluster. */
-INLINE void zero_lane_sums(const int DM, int k, int LS, __local float *sums)
+ * work-item (s, f) = (l / (DM + 1), l % (DM + 1)) keeps the sums (double,
+ * as add_rows') of feature f (f = DM: the weights) of slice s's points, per
+ * cluster, in sums[(s (DM + 1) + f) (k + 1) + c] (rows k + 1 apart: a
+ * slice's lanes fall in distinct banks). Every lane then adds one term a
+ * point, where add_tile's work-items test each point against their own
+ * cluster. weighted: the rows' weights may differ from 1. */
+INLINE void zero_lane_sums(const int DM, int k, int LS, __local double *sums)
 {
     for (int j = get_local_id(0); j < LS * (DM + 1) * (k + 1); j += get_local_size(0))
-        sums[j] = 0.0f;
+        sums[j] = 0.0;
 }
 
 INLINE void add_lanes(const int DM, __local const int *ls, __local const float *xs, int T, int k, int LS,
-                      __local float *sums)
+                      int weighted, __local double *sums)
 {
     const int l = get_local_id(0), s = l / (DM + 1), f = l % (DM + 1);
     if (s >= LS)
         return;
     const int len = (T + LS - 1) / LS, end = min(T, (s + 1) * len);
-    __local float *row = sums + (s * (DM + 1) + f) * (k + 1);
+    __local double *row = sums + (s * (DM + 1) + f) * (k + 1);
     for (int j = s * len; j < end; j++) {
         const int c = ls[j];
         if (c >= 0) {
-            const float w = xs[j * XS_ROW(DM) + DM], v = f < DM ? xs[j * XS_ROW(DM) + f] : 1.0f;
-            row[c] = fma(w, v, row[c]);
+            const double v = f < DM ? (double)xs[j * XS_ROW(DM) + f] : 1.0;
+            row[c] += weighted ? (double)xs[j * XS_ROW(DM) + DM] * v : v;
         }
     }
 }
 
 /* write_partials from the lanes' sums: each (cluster, feature or count)
  * pair summed over the slices in order, in double. */
-INLINE void write_lane_partials(const int DM, __local const float *sums, int k, int d, int LS, int active,
+INLINE void write_lane_partials(const int DM, __local const double *sums, int k, int d, int LS, int active,
                                 __global double *partial, ulong groups)
 {
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -342,7 +335,7 @@ INLINE void write_lane_partials(const int DM, __local const float *sums, int k, 
         const int c = q / (d + 1), f = q % (d + 1), lane = f < d ? f : DM;
         double t = 0.0;
         for (int s = 0; s < LS; s++)
-            t += (double)sums[(s * (DM + 1) + lane) * (k + 1) + c];
+            t += sums[(s * (DM + 1) + lane) * (k + 1) + c];
         partial[(ulong)q * groups + g] = t;
     }
 }
@@ -350,15 +343,15 @@ INLINE void write_lane_partials(const int DM, __local const float *sums, int k, 
 /* A tile's sums by add_lanes (LS > 0) or add_tile, and the group's partials
  * from them. */
 INLINE void add_sums(const int DM, __local const int *ls, __local const float4 *xs4, int T, int k, int LS,
-                     __local float *sums, double *acc, double *cnt)
+                     int weighted, __local double *sums, double *acc, double *cnt)
 {
     if (LS)
-        add_lanes(DM, ls, (__local const float *)xs4, T, k, LS, sums);
+        add_lanes(DM, ls, (__local const float *)xs4, T, k, LS, weighted, sums);
     else
         add_tile(DM, ls, xs4, T, k, acc, cnt);
 }
 
-INLINE void write_sums(const int DM, const double *acc, double cnt, int k, int d, int LS, __local const float *sums,
+INLINE void write_sums(const int DM, const double *acc, double cnt, int k, int d, int LS, __local const double *sums,
                        int active, __local double *red, __global double *partial, ulong groups)
 {
     if (LS)
@@ -399,7 +392,7 @@ INLINE void assign(const int DM, __global const float *X, __global const uchar *
                    __global const float *C, __global const int *prev, __global int *cur, __global double *partial,
                    __global int *state, __global const double *move2, __global const ulong *shape, int t,
                    double tol, int vec4, int T, int TW, __local float4 *Cs, __local float4 *xs4, __local int *ls,
-                   __local short *halo, __local double *red, __local int *flag, int LS, __local float *sums)
+                   __local short *halo, __local double *red, __local int *flag, int LS, __local double *sums)
 {
     __local float *xs = (__local float *)xs4; /* rows of XS_ROW(DM) floats */
     const km_shape s = shape_of(shape);
@@ -465,7 +458,7 @@ INLINE void assign(const int DM, __global const float *X, __global const uchar *
             xs[l * XS_ROW(DM) + DM] = 1.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        add_sums(DM, ls, xs4, T, s.k, LS, sums, acc, &cnt);
+        add_sums(DM, ls, xs4, T, s.k, LS, 0, sums, acc, &cnt);
     }
     write_sums(DM, acc, cnt, s.k, s.d, LS, sums, !done, red, partial, groups);
 }
@@ -562,7 +555,7 @@ INLINE void objective(const int DM, __global const float *X, __global const int 
                                  __global double *partial, __global int *state, __global const double *move2,     \
                                  __global const ulong *shape, int t, double tol, int vec4, int T, int TW,         \
                                  __local float4 *Cs, __local float4 *xs4, __local int *ls, __local short *halo,     \
-                                 __local double *red, int LS, __local float *sums)                                \
+                                 __local double *red, int LS, __local double *sums)                                \
     {                                                                                                             \
         __local int flag;                                                                                         \
         assign(DM, X, mask, has_mask, C, prev, cur, partial, state, move2, shape, t, tol, vec4, T, TW, Cs, xs4,   \
@@ -642,7 +635,7 @@ INLINE void part_assign(const int DM, __global const float *X, __global const uc
                         int has_next, __global int *cur, __global double *partial, __global const double *state,
                         __global const ulong *shape, int vec4, int T, int TW, __local float4 *Cs, __local float4 *xs4,
                         __local int *ls, __local short *halo, __local double *red, __local int *flag,
-                        __global const float *wts, int has_w, int LS, __local float *sums)
+                        __global const float *wts, int has_w, int LS, __local double *sums)
 {
     __local float *xs = (__local float *)xs4; /* rows of XS_ROW(DM) floats */
     const km_shape s = shape_of(shape);
@@ -709,7 +702,7 @@ INLINE void part_assign(const int DM, __global const float *X, __global const uc
             xs[l * XS_ROW(DM) + DM] = has_w && label >= 0 ? wts[i] : 1.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
-        add_sums(DM, ls, xs4, T, s.k, LS, sums, acc, &cnt);
+        add_sums(DM, ls, xs4, T, s.k, LS, has_w, sums, acc, &cnt);
     }
     write_sums(DM, acc, cnt, s.k, s.d, LS, sums, !done, red, partial, groups);
 }
@@ -742,7 +735,7 @@ INLINE void part_objective(const int DM, __global const float *X, __global const
                                       __global const double *state, __global const ulong *shape, int vec4, int T, \
                                       int TW, __local float4 *Cs, __local float4 *xs4, __local int *ls,             \
                                       __local short *halo, __local double *red, __global const float *wts,        \
-                                      int has_w, int LS, __local float *sums)                                     \
+                                      int has_w, int LS, __local double *sums)                                     \
     {                                                                                                             \
         __local int flag;                                                                                         \
         part_assign(DM, X, mask, has_mask, C, prev, next, has_prev, has_next, cur, partial, state, shape, vec4,   \
