@@ -18,7 +18,6 @@
  * Where pieces or blocks of a line overlap and the pass is in place, the
  * result goes to another buffer than the one the windows read (the plan's
  * scratch). */
-#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,9 +53,6 @@ void dk_cpu_copy(void *dst, const void *src, size_t bytes);
 #define FUSED_ROWS 384
 #define FUSED_TILE_BYTES ((size_t)512 << 10)
 #define FUSED_LIMIT ((size_t)4 << 20)
-/* The fused pass asks for a tile's rows this far ahead of its copy: the
- * rows lie a field's row apart, beyond the hardware prefetcher's reach. */
-#define PREFETCH_ROWS 8
 /* Exact mode: enough segments that each thread gets this many batches. */
 #define BATCHES_PER_THREAD 4
 
@@ -90,8 +86,6 @@ typedef struct cpu_gauss_plan {
     size_t width[DK_MAX_DIMS];    /* on it: lane buffer row, in elements */
     int fused;                    /* the last two axes in one pass (choose_fused) */
     size_t fuse_pieces, fuse_rows, fuse_tiles, fuse_stride, fuse_need;
-    double scale[DK_MAX_DIMS];    /* exact path: beta^(2K) for the scaled sweeps, 0: unscaled */
-    double fuse_scale;            /* fused pass: both axes' beta^(2K), 0: unscaled */
     size_t halo_elems;            /* execute_halo: per thread, a lane buffer of the longest line */
     void *halo_buffers;           /* threads * halo_elems elements, or NULL */
 } cpu_gauss_plan;
@@ -416,19 +410,6 @@ static dk_status cpu_gauss_plan_create(void *device, const dk_gauss_setup *setup
         p->buffer_elems = exact_need;
     if (choose_fused(p, esize) && p->buffer_elems < p->fuse_need)
         p->buffer_elems = p->fuse_need;
-    /* Scaled sweeps only where beta^(2K) keeps the values well inside the
-     * dtype's normal range. */
-    double least = d->dtype == DK_F32 ? 1e-20 : 1e-280;
-    for (int a = 0; a < d->ndim; a++) {
-        double beta = 1.0 - setup->alpha[a], sc = 1.0;
-        for (int k = 0; k < 2 * d->K; k++)
-            sc *= beta;
-        p->scale[a] = p->exact[a] && d->method == DK_GAUSS_RF && sc > least ? sc : 0.0;
-    }
-    if (p->fused) {
-        double sc = p->scale[d->ndim - 2] * p->scale[d->ndim - 1];
-        p->fuse_scale = sc > least ? sc : 0.0;
-    }
     /* Whole cache lines per thread, so threads never share one. */
     p->buffer_elems = div_up(p->buffer_elems * esize, CACHE_LINE) * CACHE_LINE / esize;
     size_t buffer_bytes = (size_t)p->threads * p->buffer_elems * esize;
@@ -546,144 +527,14 @@ DEFINE_RF(rf_lanes_f64_base, double, f64x2, ROW_BYTES, )
 DEFINE_RF(rf_single_f32, float, float, sizeof(float), )
 DEFINE_RF(rf_single_f64, double, double, sizeof(double), )
 
-/* Exact mode's sweeps on values divided by beta at each one, P = x + alpha P
- * (one FMA a value where the reference's beta x + alpha p takes two), the
- * input multiplied by `scale` (the plan's beta^(2K), or both axes' in the
- * fused pass; 1 for none) as the first sweep reads it. Where the window
- * reaches an end of the line (`inside` 0) the sweeps keep the reference's
- * order, the boundary rule in scaled form. Inside the line, with K at most
- * 4, the K forward recursions run together, each a row behind the one
- * before, then the K backward ones (F^K B^K): C * K independent chains
- * instead of R, and one load and store a value per direction. The order
- * changes nothing at rounding, as the window's artificial ends do not
- * (exact mode's halo); for larger K the one-sided B^K carries an end's
- * error deeper than the halo. Each recursion starts from the steady state
- * of its first input. */
-#define DEFINE_RF_SCALED(NAME, T, V, ROW, ATTR)                                        \
-    ATTR static inline __attribute__((always_inline)) void NAME##_sweeps(              \
-        V *rows, size_t n, ptrdiff_t step, T alpha, T rbeta, int G, int first,         \
-        int constant, T scale)                                                         \
-    {                                                                                  \
-        enum { R = (ROW) / sizeof(V) };                                                \
-        const int C = 8 / G < R ? 8 / G : R; /* C * G chains: enough to hide latency */ \
-        for (int c0 = 0; c0 < R; c0 += C) {                                            \
-            V p[4][8];                                                                 \
-            const V *in = rows + c0;                                                   \
-            V *out = rows + c0;                                                        \
-            _Pragma("GCC unroll 8") for (int c = 0; c < C; c++) {                      \
-                const V zero = {0};                                                    \
-                V v = constant ? (first ? in[c] * scale : in[c]) : zero;               \
-                _Pragma("GCC unroll 4") for (int k = 0; k < G; k++)                    \
-                    p[k][c] = v = v * rbeta;                                           \
-            }                                                                          \
-            _Pragma("GCC unroll 4") for (int i = 0; i < G - 1; i++, in += step)        \
-                _Pragma("GCC unroll 4") for (int k = i; k >= 0; k--)                   \
-                    _Pragma("GCC unroll 8") for (int c = 0; c < C; c++)                \
-                        p[k][c] = alpha * p[k][c] +                                    \
-                                  (k ? p[k - 1][c] : first ? in[c] * scale : in[c]);   \
-            for (size_t i = G - 1; i < n; i++, in += step, out += step) {              \
-                _Pragma("GCC unroll 4") for (int k = G - 1; k >= 0; k--)               \
-                    _Pragma("GCC unroll 8") for (int c = 0; c < C; c++)                \
-                        p[k][c] = alpha * p[k][c] +                                    \
-                                  (k ? p[k - 1][c] : first ? in[c] * scale : in[c]);   \
-                _Pragma("GCC unroll 8") for (int c = 0; c < C; c++)                    \
-                    out[c] = p[G - 1][c];                                              \
-            }                                                                          \
-            _Pragma("GCC unroll 4") for (int e = 1; e < G; e++, out += step) {         \
-                _Pragma("GCC unroll 4") for (int k = G - 1; k >= e; k--)               \
-                    _Pragma("GCC unroll 8") for (int c = 0; c < C; c++)                \
-                        p[k][c] = alpha * p[k][c] + p[k - 1][c];                       \
-                _Pragma("GCC unroll 8") for (int c = 0; c < C; c++)                    \
-                    out[c] = p[G - 1][c];                                              \
-            }                                                                          \
-        }                                                                              \
-    }                                                                                  \
-    /* G recursions (1 to 4) down the n rows from `rows` on, `step` V apart. */          \
-    ATTR static void NAME##_group(V *rows, size_t n, ptrdiff_t step, T alpha, T rbeta, \
-                                  int G, int first, int constant, T scale)             \
-    {                                                                                  \
-        switch (G * 4 + first * 2 + constant) {                                        \
-        case 4: NAME##_sweeps(rows, n, step, alpha, rbeta, 1, 0, 0, scale); break;     \
-        case 5: NAME##_sweeps(rows, n, step, alpha, rbeta, 1, 0, 1, scale); break;     \
-        case 6: NAME##_sweeps(rows, n, step, alpha, rbeta, 1, 1, 0, scale); break;     \
-        case 7: NAME##_sweeps(rows, n, step, alpha, rbeta, 1, 1, 1, scale); break;     \
-        case 8: NAME##_sweeps(rows, n, step, alpha, rbeta, 2, 0, 0, scale); break;     \
-        case 9: NAME##_sweeps(rows, n, step, alpha, rbeta, 2, 0, 1, scale); break;     \
-        case 10: NAME##_sweeps(rows, n, step, alpha, rbeta, 2, 1, 0, scale); break;    \
-        case 11: NAME##_sweeps(rows, n, step, alpha, rbeta, 2, 1, 1, scale); break;    \
-        case 12: NAME##_sweeps(rows, n, step, alpha, rbeta, 3, 0, 0, scale); break;    \
-        case 13: NAME##_sweeps(rows, n, step, alpha, rbeta, 3, 0, 1, scale); break;    \
-        case 14: NAME##_sweeps(rows, n, step, alpha, rbeta, 3, 1, 0, scale); break;    \
-        case 15: NAME##_sweeps(rows, n, step, alpha, rbeta, 3, 1, 1, scale); break;    \
-        case 16: NAME##_sweeps(rows, n, step, alpha, rbeta, 4, 0, 0, scale); break;    \
-        case 17: NAME##_sweeps(rows, n, step, alpha, rbeta, 4, 0, 1, scale); break;    \
-        case 18: NAME##_sweeps(rows, n, step, alpha, rbeta, 4, 1, 0, scale); break;    \
-        default: NAME##_sweeps(rows, n, step, alpha, rbeta, 4, 1, 1, scale); break;    \
-        }                                                                              \
-    }                                                                                  \
-    ATTR static void NAME(T *buf, size_t n, size_t stride, T alpha, int K,             \
-                          dk_boundary boundary, T scale, int inside)                   \
-    {                                                                                  \
-        enum { R = (ROW) / sizeof(V) };                                                \
-        const T beta = (T)1 - alpha, rbeta = (T)1 / beta, opa = (T)1 + alpha;          \
-        const size_t S = stride / (sizeof(V) / sizeof(T)); /* row stride in V */       \
-        const int constant = boundary == DK_BOUNDARY_CONSTANT, first = scale != (T)1;  \
-        V *rows = (V *)buf, *last = rows + (n - 1) * S;                                \
-        if (inside && K <= 4 && (size_t)K <= n) {                                      \
-            NAME##_group(rows, n, (ptrdiff_t)S, alpha, rbeta, K, first, constant, scale); \
-            NAME##_group(last, n, -(ptrdiff_t)S, alpha, rbeta, K, 0, constant, scale); \
-            return;                                                                    \
-        }                                                                              \
-        for (int k = 0; k < K; k++) {                                                  \
-            const T sc = k == 0 ? scale : (T)1;                                        \
-            V u[R], p[R];                                                              \
-            _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) {                     \
-                const V zero = {0};                                                    \
-                u[r] = last[r] * sc;                                                   \
-                p[r] = constant ? rows[r] * (sc * rbeta) : zero;                       \
-            }                                                                          \
-            if (k == 0 && first) {                                                     \
-                for (size_t i = 0; i < n; i++) {                                       \
-                    V *row = rows + i * S;                                             \
-                    _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)               \
-                        row[r] = p[r] = alpha * p[r] + row[r] * scale;                 \
-                }                                                                      \
-            } else {                                                                   \
-                for (size_t i = 0; i < n; i++) {                                       \
-                    V *row = rows + i * S;                                             \
-                    _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)               \
-                        row[r] = p[r] = alpha * p[r] + row[r];                         \
-                }                                                                      \
-            }                                                                          \
-            V *s = p; /* the backing pass starts from the advancing pass's end */      \
-            _Pragma("GCC unroll 16") for (int r = 0; r < R; r++) {                     \
-                s[r] = constant ? (u[r] + (beta * s[r] - u[r]) / opa) * (rbeta * rbeta) \
-                                : s[r];                                                \
-                last[r] = s[r];                                                        \
-            }                                                                          \
-            for (size_t i = n - 1; i-- > 0;) {                                         \
-                V *row = rows + i * S;                                                 \
-                _Pragma("GCC unroll 16") for (int r = 0; r < R; r++)                   \
-                    row[r] = s[r] = alpha * s[r] + row[r];                             \
-            }                                                                          \
-        }                                                                              \
-    }
-
-DEFINE_RF_SCALED(rf_scaled_f32_base, float, f32x4, ROW_BYTES, )
-DEFINE_RF_SCALED(rf_scaled_f64_base, double, f64x2, ROW_BYTES, )
-
 #ifdef HAVE_AVX2_KERNEL
 typedef float f32x8 __attribute__((vector_size(32)));
 typedef double f64x4 __attribute__((vector_size(32)));
 DEFINE_RF(rf_lanes_f32_avx2, float, f32x8, ROW_BYTES, TARGET_AVX2)
 DEFINE_RF(rf_lanes_f64_avx2, double, f64x4, ROW_BYTES, TARGET_AVX2)
-DEFINE_RF_SCALED(rf_scaled_f32_avx2, float, f32x8, ROW_BYTES, TARGET_AVX2)
-DEFINE_RF_SCALED(rf_scaled_f64_avx2, double, f64x4, ROW_BYTES, TARGET_AVX2)
 #else
 #define rf_lanes_f32_avx2 rf_lanes_f32_base
 #define rf_lanes_f64_avx2 rf_lanes_f64_base
-#define rf_scaled_f32_avx2 rf_scaled_f32_base
-#define rf_scaled_f64_avx2 rf_scaled_f64_base
 #endif
 
 /* Lanes [0, count) of a batch, all with windows of one length L: gathered
@@ -941,22 +792,10 @@ DEFINE_EXACT_LANES_IO(exact_gather_f32, exact_scatter_f32, float, LANES_F32, TRA
 DEFINE_EXACT_LANES_IO(exact_gather_f64, exact_scatter_f64, double, LANES_F64, TRANSPOSE_F64,
                       gather_f64_avx2, scatter_f64_avx2)
 
-/* Asks for the cache lines of `bytes` from p on, to read or (`write`) to write. */
-static inline void prefetch_run(const void *p, size_t bytes, int write)
-{
-    const char *c = p;
-    if (!bytes)
-        return;
-    for (size_t b = 0; b < bytes; b += CACHE_LINE)
-        write ? __builtin_prefetch(c + b, 1, 2) : __builtin_prefetch(c + b, 0, 2);
-    write ? __builtin_prefetch(c + bytes - 1, 1, 2) : __builtin_prefetch(c + bytes - 1, 0, 2);
-}
-
 /* One axis in exact mode: groups of lanes shared among the threads, each
  * walking its pieces window by window through two buffers (the next window
  * is read before this one is written). */
-#define DEFINE_EXACT_AXIS(NAME, T, LANES, GATHER, SCATTER, RF_AVX2, RF_BASE, RFS_AVX2,  \
-                          RFS_BASE)                                                    \
+#define DEFINE_EXACT_AXIS(NAME, T, LANES, GATHER, SCATTER, RF_AVX2, RF_BASE)            \
     static void NAME(const cpu_gauss_plan *p, int axis, const T *src, T *dst)          \
     {                                                                                  \
         const dk_gauss_desc *d = &p->setup.desc;                                       \
@@ -966,9 +805,6 @@ static inline void prefetch_run(const void *p, size_t bytes, int write)
         const size_t pieces = p->segments[axis], width = p->width[axis];               \
         const int rows = p->rows[axis];                                                \
         void (*rf)(T *, size_t, size_t, T, int, dk_boundary) = p->avx2 ? RF_AVX2 : RF_BASE; \
-        void (*rfs)(T *, size_t, size_t, T, int, dk_boundary, T, int) =                \
-            p->avx2 ? RFS_AVX2 : RFS_BASE;                                             \
-        const T scale = (T)p->scale[axis];                                             \
         size_t blocks = div_up(v.inner, width), lanes_total = v.outer * v.inner * pieces; \
         size_t groups = rows ? v.outer * pieces * blocks : div_up(lanes_total, LANES); \
         _Pragma("omp parallel num_threads(p->threads)")                                \
@@ -992,13 +828,8 @@ static inline void prefetch_run(const void *p, size_t bytes, int write)
                                count * sizeof(T));                                     \
                     for (size_t s = 0; s < l.count; s++) {                             \
                         T *cur = buf[s & 1], *other = buf[(s & 1) ^ 1];                \
-                        int inside = start > 0 && start + L < v.n;                     \
-                        for (size_t c = 0; c < count; c += LANES) {                    \
-                            if (scale > 0)                                             \
-                                rfs(cur + c, L, width, alpha, d->K, d->boundary, scale, inside); \
-                            else                                                       \
-                                rf(cur + c, L, width, alpha, d->K, d->boundary);       \
-                        }                                                              \
+                        for (size_t c = 0; c < count; c += LANES)                      \
+                            rf(cur + c, L, width, alpha, d->K, d->boundary);           \
                         if (s + 1 < l.count) {                                         \
                             exact_window(&l, s + 1, &next, &unused);             \
                             for (size_t i = 0; i < L; i++)                             \
@@ -1029,26 +860,7 @@ static inline void prefetch_run(const void *p, size_t bytes, int write)
                 GATHER(p, axis, l, count, 0, src, buf[0]);                             \
                 for (size_t s = 0; s < windows; s++) {                                 \
                     T *cur = buf[s & 1], *other = buf[(s & 1) ^ 1];                    \
-                    int inside = 1; /* no lane's window reaches an end of its line */ \
-                    for (size_t w = 0; w < count; w++) {                               \
-                        size_t start;                                                  \
-                        dk_span keep;                                                  \
-                        if (s < l[w].count) {                                          \
-                            exact_window(&l[w], s, &start, &keep);                     \
-                            inside &= start > 0 && start + L < v.n;                    \
-                            if (v.inner == 1)                                          \
-                                prefetch_run(dst + l[w].first + keep.begin,            \
-                                             (keep.end - keep.begin) * sizeof(T), 1);  \
-                        }                                                              \
-                        if (s + 1 < l[w].count && v.inner == 1) {                      \
-                            exact_window(&l[w], s + 1, &start, &keep);                 \
-                            prefetch_run(src + l[w].first + start, L * sizeof(T), 0);  \
-                        }                                                              \
-                    }                                                                  \
-                    if (scale > 0)                                                     \
-                        rfs(cur, L, LANES, alpha, d->K, d->boundary, scale, inside);   \
-                    else                                                               \
-                        rf(cur, L, LANES, alpha, d->K, d->boundary);                   \
+                    rf(cur, L, LANES, alpha, d->K, d->boundary);                       \
                     if (s + 1 < windows)                                               \
                         GATHER(p, axis, l, count, s + 1, src, other);                  \
                     SCATTER(p, axis, l, count, s, cur, dst);                           \
@@ -1058,9 +870,9 @@ static inline void prefetch_run(const void *p, size_t bytes, int write)
     }
 
 DEFINE_EXACT_AXIS(exact_axis_f32, float, LANES_F32, exact_gather_f32, exact_scatter_f32,
-                  rf_lanes_f32_avx2, rf_lanes_f32_base, rf_scaled_f32_avx2, rf_scaled_f32_base)
+                  rf_lanes_f32_avx2, rf_lanes_f32_base)
 DEFINE_EXACT_AXIS(exact_axis_f64, double, LANES_F64, exact_gather_f64, exact_scatter_f64,
-                  rf_lanes_f64_avx2, rf_lanes_f64_base, rf_scaled_f64_avx2, rf_scaled_f64_base)
+                  rf_lanes_f64_avx2, rf_lanes_f64_base)
 
 /* Exact mode with exactly the last two axes filtered, out of place: both in
  * one pass over tiles, so the field is read and written once instead of
@@ -1070,8 +882,7 @@ DEFINE_EXACT_AXIS(exact_axis_f64, double, LANES_F64, exact_gather_f64, exact_sca
  * (LANES rows transposed at a time), and its kept part is written. Each
  * value goes through the reference's two passes in its order; the tile's
  * artificial ends lie at least a halo away from what it keeps. */
-#define DEFINE_FUSED(NAME, T, LANES, G, GATHER_G, SCATTER_G, RF_AVX2, RF_BASE, RFS_AVX2, \
-                     RFS_BASE)                                                         \
+#define DEFINE_FUSED(NAME, T, LANES, G, GATHER_G, SCATTER_G, RF_AVX2, RF_BASE)         \
     static void NAME(const cpu_gauss_plan *p, const T *src, T *dst)                    \
     {                                                                                  \
         const dk_gauss_desc *d = &p->setup.desc;                                       \
@@ -1081,9 +892,6 @@ DEFINE_EXACT_AXIS(exact_axis_f64, double, LANES_F64, exact_gather_f64, exact_sca
         const size_t Ws = p->fuse_stride, units = p->setup.count / (n0 * n1) * pieces; \
         const T alpha0 = (T)p->setup.alpha[a0], alpha1 = (T)p->setup.alpha[a1];         \
         void (*rf)(T *, size_t, size_t, T, int, dk_boundary) = p->avx2 ? RF_AVX2 : RF_BASE; \
-        void (*rfs)(T *, size_t, size_t, T, int, dk_boundary, T, int) =                \
-            p->avx2 ? RFS_AVX2 : RFS_BASE;                                             \
-        const T scale = (T)p->fuse_scale; /* both axes', applied by the column pass */ \
         void (*const gather)(const T *const *, size_t, T *, size_t) = p->avx2 ? GATHER_G : NULL; \
         void (*const scatter)(const T *, size_t, size_t, T *const *) = p->avx2 ? SCATTER_G : NULL; \
         _Pragma("omp parallel num_threads(p->threads)")                                \
@@ -1104,23 +912,10 @@ DEFINE_EXACT_AXIS(exact_axis_f64, double, LANES_F64, exact_gather_f64, exact_sca
                         size_t w0 = c0 >= h1 ? c0 - h1 : 0;                            \
                         size_t wt = (n1 - c1 > h1 ? c1 + h1 : n1) - w0;                \
                         const T *in = src + base + start * n1 + w0;                    \
-                        size_t pad = div_up(wt, LANES) * LANES - wt;                   \
-                        for (size_t i = 0; i < l.len; i++) {                           \
-                            if (i + PREFETCH_ROWS < l.len)                                   \
-                                prefetch_run(in + (i + PREFETCH_ROWS) * n1, wt * sizeof(T), 0); \
+                        for (size_t i = 0; i < l.len; i++)                             \
                             memcpy(tile + i * Ws, in + i * n1, wt * sizeof(T));        \
-                            /* columns past the window: scaled sweeps would shrink */  \
-                            /* what is left there into denormals */                    \
-                            memset(tile + i * Ws + wt, 0, pad * sizeof(T));            \
-                        }                                                              \
-                        int inside0 = start > 0 && start + l.len < n0;                 \
-                        int inside1 = w0 > 0 && w0 + wt < n1;                          \
-                        for (size_t c = 0; c < wt; c += LANES) {                       \
-                            if (scale > 0)                                             \
-                                rfs(tile + c, l.len, Ws, alpha0, d->K, d->boundary, scale, inside0); \
-                            else                                                       \
-                                rf(tile + c, l.len, Ws, alpha0, d->K, d->boundary);    \
-                        }                                                              \
+                        for (size_t c = 0; c < wt; c += LANES)                         \
+                            rf(tile + c, l.len, Ws, alpha0, d->K, d->boundary);        \
                         for (size_t r = keep.begin - start; r < keep.end - start; r += LANES) { \
                             size_t rc = keep.end - start - r < LANES ? keep.end - start - r : LANES; \
                             size_t k = 0;                                              \
@@ -1133,10 +928,7 @@ DEFINE_EXACT_AXIS(exact_axis_f64, double, LANES_F64, exact_gather_f64, exact_sca
                             for (; k < rc; k++)                                        \
                                 for (size_t i = 0; i < wt; i++)                        \
                                     lanes[i * LANES + k] = tile[(r + k) * Ws + i];     \
-                            if (scale > 0)                                             \
-                                rfs(lanes, wt, LANES, alpha1, d->K, d->boundary, (T)1, inside1); \
-                            else                                                       \
-                                rf(lanes, wt, LANES, alpha1, d->K, d->boundary);       \
+                            rf(lanes, wt, LANES, alpha1, d->K, d->boundary);           \
                             T *out = dst + base + (start + r) * n1 + c0;               \
                             const T *kept = lanes + (c0 - w0) * LANES;                 \
                             k = 0;                                                     \
@@ -1157,9 +949,9 @@ DEFINE_EXACT_AXIS(exact_axis_f64, double, LANES_F64, exact_gather_f64, exact_sca
     }
 
 DEFINE_FUSED(fused_f32, float, LANES_F32, TRANSPOSE_F32, gather_f32_avx2, scatter_f32_avx2,
-             rf_lanes_f32_avx2, rf_lanes_f32_base, rf_scaled_f32_avx2, rf_scaled_f32_base)
+             rf_lanes_f32_avx2, rf_lanes_f32_base)
 DEFINE_FUSED(fused_f64, double, LANES_F64, TRANSPOSE_F64, gather_f64_avx2, scatter_f64_avx2,
-             rf_lanes_f64_avx2, rf_lanes_f64_base, rf_scaled_f64_avx2, rf_scaled_f64_base)
+             rf_lanes_f64_avx2, rf_lanes_f64_base)
 
 /* Extended axes, one segment of one line at a time: its stretch of the
  * continued input is gathered into buf, then computed as
