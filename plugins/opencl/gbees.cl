@@ -348,8 +348,9 @@ __kernel void gb_insert(int room, int n_bound, __global int *ctr, __global const
 }
 
 /* Cells [n, n + ctr[1]) (n = ctr[3]) put their positions in their slots,
- * find their face neighbours, tell the older ones about themselves (each older cell's face slot has exactly one
- * cell across it, so no two writes meet) and get their velocities: f at
+ * find their face neighbours, tell the older ones about themselves (each
+ * older cell's face slot has exactly one cell across it, so no two writes
+ * meet) and get their velocities: f at
  * the centre moved half a cell along each axis, once per cell. The
  * work-group's largest new rate goes to rate_part[group]. */
 __kernel void gb_link_new(int room, int n_bound, __global const int *ctr, __global const double *par,

@@ -116,9 +116,6 @@ static size_t pow2_below(size_t v)
     return p;
 }
 
-/* Work-group size and tile of the assignment: GROUP work-items (fewer where
- * the kernels allow fewer, but never fewer than k), and the largest
- * power-of-two tile whose local memory fits the device. */
 /* The centroids' local memory: k rows of DM floats, then the screening
  * terms (stage_centroids in kmeans.cl). */
 static size_t centroid_bytes(const kmeans_plan *p)
@@ -140,6 +137,9 @@ static size_t tile_row_bytes(const kmeans_plan *p)
     return (size_t)(p->dm + 4) * sizeof(float);
 }
 
+/* Work-group size and tile of the assignment: GROUP work-items (fewer where
+ * the kernels allow fewer, but never fewer than k), and the largest
+ * power-of-two tile whose local memory fits the device. */
 static dk_status size_groups(kmeans_plan *p, cl_kernel *ks, int nk, dk_msg *msg)
 {
     dk_opencl_device *dev = p->dev;

@@ -386,8 +386,9 @@ INLINE int converged(__global const double *move2, int k, int d, double tol, __l
 
 /* Iteration t: labels under C into cur (prev: the previous labels, with
  * contiguity) and the group's partial sums. T points per tile (with
- * contiguity TH x TW = T pixels); Cs k * DM floats, xs T * XS_ROW(DM), ls T,
- * halo (TH + 2r) x (TW + 2r) with contiguity, red one double per work-item. */
+ * contiguity TH x TW = T pixels); Cs as stage_centroids fills it, xs T *
+ * XS_ROW(DM), ls T, halo (TH + 2r) x (TW + 2r) with contiguity, red one
+ * double per work-item, sums LS (DM + 1) (k + 1) doubles (add_lanes). */
 INLINE void assign(const int DM, __global const float *X, __global const uchar *mask, int has_mask,
                    __global const float *C, __global const int *prev, __global int *cur, __global double *partial,
                    __global int *state, __global const double *move2, __global const ulong *shape, int t,
