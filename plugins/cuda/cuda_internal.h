@@ -23,11 +23,14 @@ typedef struct dk_cuda_device {
 } dk_cuda_device;
 
 /* A buffer handle: device memory of `bytes` bytes (ptr NULL when bytes == 0);
- * `wrapped`: the caller's memory, never freed here. */
+ * `wrapped`: the caller's memory, never freed here; `host`: that memory is
+ * page-locked host memory, which kernels reach across the bus at ptr (its
+ * device address). */
 typedef struct dk_cuda_buffer {
     void *ptr;
     size_t bytes;
     int wrapped;
+    int host;
 } dk_cuda_buffer;
 
 /* Turns a failed CUDA call into a status and a sentence in msg ("cuda:

@@ -213,25 +213,38 @@ static void cuda_buffer_free(void *device, void *buffer)
     free(b);
 }
 
-/* The caller's device memory, after checking that it is device (or managed)
- * memory of this context's GPU. */
+/* The caller's memory: device (or managed) memory of this context's GPU, or
+ * page-locked host memory mapped into its address space, which kernels then
+ * read and write across the bus. */
 static dk_status cuda_buffer_wrap(void *device, int kind, void *memory, size_t bytes, void **buffer, dk_msg *msg)
 {
     dk_cuda_device *dev = (dk_cuda_device *)device;
-    if (kind != DK_MEMORY_CUDA) {
-        dk_msg_set(msg, "cuda: only CUDA device memory can be wrapped; copy host memory in with dk_buffer_write");
+    if (kind != DK_MEMORY_CUDA && kind != DK_MEMORY_HOST) {
+        dk_msg_set(msg, "cuda: only CUDA device memory or page-locked host memory can be wrapped");
         return DK_ERR_NOT_IMPLEMENTED;
     }
     /* wrapping queues no work: nothing to order with the caller's stream */
     CUDA_TRY(cudaSetDevice(dev->ordinal), "cudaSetDevice");
     cudaPointerAttributes a;
     CUDA_TRY(cudaPointerGetAttributes(&a, memory), "cudaPointerGetAttributes on the memory to wrap");
-    if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged) {
+    void *ptr = memory;
+    if (kind == DK_MEMORY_HOST) {
+        if (a.type != cudaMemoryTypeHost || !a.devicePointer) {
+            dk_msg_set(msg, "cuda: the pointer %p is %s, not page-locked host memory mapped for GPU %d; allocate it "
+                       "with dk_host_alloc, or copy it in with dk_buffer_write",
+                       memory, a.type == cudaMemoryTypeHost ? "page-locked memory not mapped for this GPU"
+                                                            : a.type == cudaMemoryTypeUnregistered ? "pageable host memory"
+                                                                                                   : "device memory",
+                       dev->ordinal);
+            return DK_ERR_INVALID_ARGUMENT;
+        }
+        ptr = a.devicePointer;
+    } else if (a.type != cudaMemoryTypeDevice && a.type != cudaMemoryTypeManaged) {
         dk_msg_set(msg, "cuda: the pointer %p is not CUDA device memory (it is %s)", memory,
-                   a.type == cudaMemoryTypeHost ? "pinned host memory" : "unregistered host memory");
+                   a.type == cudaMemoryTypeHost ? "pinned host memory: wrap it as DK_MEMORY_HOST"
+                                                : "unregistered host memory");
         return DK_ERR_INVALID_ARGUMENT;
-    }
-    if (a.type == cudaMemoryTypeDevice && a.device != dev->ordinal) {
+    } else if (a.type == cudaMemoryTypeDevice && a.device != dev->ordinal) {
         dk_msg_set(msg, "cuda: the pointer %p is memory of GPU %d, but this context runs on GPU %d", memory,
                    a.device, dev->ordinal);
         return DK_ERR_INVALID_ARGUMENT;
@@ -241,9 +254,10 @@ static dk_status cuda_buffer_wrap(void *device, int kind, void *memory, size_t b
         dk_msg_set(msg, "cuda: cannot allocate a buffer record");
         return DK_ERR_OUT_OF_MEMORY;
     }
-    b->ptr = memory;
+    b->ptr = ptr;
     b->bytes = bytes;
     b->wrapped = 1;
+    b->host = kind == DK_MEMORY_HOST;
     *buffer = b;
     return DK_OK;
 }
@@ -255,12 +269,13 @@ static void cuda_buffer_unwrap(void *device, void *buffer)
 }
 
 /* Page-locked host memory: the copy engines read and write it directly,
- * where pageable memory goes through the driver's own staging. */
+ * where pageable memory goes through the driver's own staging; mapped for
+ * every GPU, so that any context can also wrap it (DK_MEMORY_HOST). */
 static dk_status cuda_host_alloc(void *device, size_t bytes, void **memory, dk_msg *msg)
 {
     dk_cuda_device *dev = (dk_cuda_device *)device;
     CUDA_TRY(cudaSetDevice(dev->ordinal), "cudaSetDevice");
-    if (cudaMallocHost(memory, bytes) != cudaSuccess) {
+    if (cudaHostAlloc(memory, bytes, cudaHostAllocPortable | cudaHostAllocMapped) != cudaSuccess) {
         (void)cudaGetLastError();
         *memory = NULL;
         dk_msg_set(msg, "cuda: %zu bytes of page-locked host memory are not available", bytes);
@@ -330,25 +345,31 @@ static dk_status check_size(const dk_cuda_buffer *b, size_t bytes, const char *w
 }
 
 /* Issues one copy on the device's stream and waits for it. */
-static dk_status copy_sync(dk_cuda_device *dev, void *dst, const void *src, size_t bytes,
-                           cudaMemcpyKind kind, const char *what, dk_msg *msg)
+static dk_status copy_sync(dk_cuda_device *dev, void *dst, const void *src, size_t bytes, const char *what,
+                           dk_msg *msg)
 {
     dk_status st = dk_cuda_enter(dev, msg);
     if (st != DK_OK || bytes == 0)
         return st;
-    CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, kind, dev->stream), what);
+    CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, dev->stream), what);
     CUDA_TRY(cudaStreamSynchronize(dev->stream), what);
     return DK_OK;
 }
 
+/* Under DK_QUEUE_ASYNC a write returns once queued: pageable memory has
+ * been staged by then, page-locked memory is read by the copy engine later. */
 static dk_status cuda_buffer_write(void *device, void *buffer, const void *src, size_t bytes,
                                    dk_msg *msg)
 {
+    dk_cuda_device *dev = (dk_cuda_device *)device;
     dk_cuda_buffer *b = (dk_cuda_buffer *)buffer;
     dk_status st = check_size(b, bytes, "a write", msg);
-    return st != DK_OK ? st
-                       : copy_sync((dk_cuda_device *)device, b->ptr, src, bytes,
-                                   cudaMemcpyHostToDevice, "copying to the device", msg);
+    if (st != DK_OK || !(dev->caller && dev->async))
+        return st != DK_OK ? st : copy_sync(dev, b->ptr, src, bytes, "copying to the device", msg);
+    if ((st = dk_cuda_enter(dev, msg)) != DK_OK || bytes == 0)
+        return st;
+    CUDA_TRY(cudaMemcpyAsync(b->ptr, src, bytes, cudaMemcpyDefault, dev->stream), "copying to the device");
+    return dk_cuda_finish(dev, "copying to the device", msg);
 }
 
 static dk_status cuda_buffer_read(void *device, const void *buffer, void *dst, size_t bytes,
@@ -357,8 +378,7 @@ static dk_status cuda_buffer_read(void *device, const void *buffer, void *dst, s
     const dk_cuda_buffer *b = (const dk_cuda_buffer *)buffer;
     dk_status st = check_size(b, bytes, "a read", msg);
     return st != DK_OK ? st
-                       : copy_sync((dk_cuda_device *)device, dst, b->ptr, bytes,
-                                   cudaMemcpyDeviceToHost, "copying from the device", msg);
+                       : copy_sync((dk_cuda_device *)device, dst, b->ptr, bytes, "copying from the device", msg);
 }
 
 static dk_status cuda_buffer_copy(void *device, void *dst, const void *src, size_t bytes,
@@ -375,7 +395,7 @@ static dk_status cuda_buffer_copy(void *device, void *dst, const void *src, size
     if ((st = dk_cuda_enter(dev, msg)) != DK_OK)
         return st;
     /* its result lies in a device buffer: queued only, under DK_QUEUE_ASYNC */
-    CUDA_TRY(cudaMemcpyAsync(d->ptr, s->ptr, bytes, cudaMemcpyDeviceToDevice, dev->stream), "a device-to-device copy");
+    CUDA_TRY(cudaMemcpyAsync(d->ptr, s->ptr, bytes, cudaMemcpyDefault, dev->stream), "a device-to-device copy");
     return dk_cuda_finish(dev, "a device-to-device copy", msg);
 }
 
@@ -396,7 +416,7 @@ static dk_status cuda_buffer_copy_box(void *device, void *dst, const void *src, 
     p.srcPos = make_cudaPos(b->src_lo[2] * es, b->src_lo[1], b->src_lo[0]);
     p.dstPos = make_cudaPos(b->dst_lo[2] * es, b->dst_lo[1], b->dst_lo[0]);
     p.extent = make_cudaExtent(b->count[2] * es, b->count[1], b->count[0]);
-    p.kind = cudaMemcpyDeviceToDevice;
+    p.kind = cudaMemcpyDefault;
     CUDA_TRY(cudaMemcpy3DAsync(&p, dev->stream), "a box copy on the device");
     return dk_cuda_finish(dev, "a box copy on the device", msg);
 }

@@ -58,7 +58,7 @@ typedef struct state {
     dk_context *ctx;  /* for dk_host_free */
     float *h_value;   /* the reflectivity, in dk_host_alloc memory */
     int32_t *h_labels;
-    float h_cent[6 * RADAR_FEATURES];
+    float *h_cent;
 } state;
 
 static int count(void) { return NCASES; }
@@ -128,6 +128,7 @@ static void teardown(void *p)
     radar_pipeline_destroy(s->radar);
     dk_host_free(s->ctx, s->h_value);
     dk_host_free(s->ctx, s->h_labels);
+    dk_host_free(s->ctx, s->h_cent);
     dk_radolan_free(&s->r);
     free(s->h_points);
     free(s->h_init);
@@ -169,7 +170,8 @@ static void *setup(dk_context *ctx, int i, const char *variant, char *err, size_
         const size_t n = s->r.rows * s->r.cols;
         s->ctx = ctx;
         if (dk_host_alloc(ctx, n * sizeof *s->h_value, (void **)&s->h_value) != DK_OK ||
-            dk_host_alloc(ctx, n * sizeof *s->h_labels, (void **)&s->h_labels) != DK_OK) {
+            dk_host_alloc(ctx, n * sizeof *s->h_labels, (void **)&s->h_labels) != DK_OK ||
+            dk_host_alloc(ctx, 6 * RADAR_FEATURES * sizeof *s->h_cent, (void **)&s->h_cent) != DK_OK) {
             snprintf(err, len, "%s", dk_last_error(ctx));
             teardown(s);
             return NULL;

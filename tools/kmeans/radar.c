@@ -155,8 +155,32 @@ static void dry_scan(radar_pipeline *p, int32_t *labels, float *centroids, radar
  * smoothing, the features with their standardization and the initial
  * centroids, and the clustering all stay there (dakit/kmeans.h's texture
  * functions), and the labels come back. */
+static dk_status pipeline_run(radar_pipeline *p, const float *value, int32_t *labels, float *centroids,
+                              radar_result *res, char *err, size_t len);
+
+/* On cuda the device calls queue back to back on the context's own stream
+ * (DK_QUEUE_ASYNC); the texture statistics and the clustering, whose
+ * results come to the host, still wait. */
 dk_status radar_pipeline_run(radar_pipeline *p, const float *value, int32_t *labels, float *centroids,
                              radar_result *res, char *err, size_t len)
+{
+    dk_native nat;
+    int queued = p->ctx && dk_context_native(p->ctx, &nat) == DK_OK && nat.memory == DK_MEMORY_CUDA && nat.queue &&
+                 dk_context_set_queue(p->ctx, nat.queue, DK_QUEUE_ASYNC) == DK_OK;
+    dk_status st = pipeline_run(p, value, labels, centroids, res, err, len);
+    if (queued) {
+        dk_status wt = dk_context_wait(p->ctx);
+        if (dk_context_set_queue(p->ctx, NULL, 0) != DK_OK || wt != DK_OK) {
+            if (st == DK_OK)
+                snprintf(err, len, "%s", dk_last_error(p->ctx));
+            st = st != DK_OK ? st : wt != DK_OK ? wt : DK_ERR_BACKEND;
+        }
+    }
+    return st;
+}
+
+static dk_status pipeline_run(radar_pipeline *p, const float *value, int32_t *labels, float *centroids,
+                              radar_result *res, char *err, size_t len)
 {
     const size_t n = p->n, F = RADAR_FEATURES, kf = (size_t)p->o.k * F;
     double t0 = cli_now(), t1;
@@ -183,13 +207,22 @@ dk_status radar_pipeline_run(radar_pipeline *p, const float *value, int32_t *lab
             return st;
         }
         t1 = cli_now();
-        if ((st = dk_kmeans_execute(p->kmeans, p->points, p->mask, p->init, p->labels, p->centroids, &kr)) !=
-                DK_OK ||
-            (st = dk_buffer_read(p->labels, labels, n * sizeof(int32_t))) != DK_OK ||
-            (st = dk_buffer_read(p->centroids, centroids, kf * sizeof(float))) != DK_OK) {
+        /* where the backend reaches the caller's memory (page-locked on
+         * cuda, any on cpu), the results are written there, with no copy back */
+        dk_buffer *to_labels = NULL, *to_centroids = NULL;
+        if (dk_buffer_wrap(p->ctx, DK_MEMORY_HOST, labels, n * sizeof(int32_t), &to_labels) != DK_OK)
+            to_labels = NULL;
+        if (dk_buffer_wrap(p->ctx, DK_MEMORY_HOST, centroids, kf * sizeof(float), &to_centroids) != DK_OK)
+            to_centroids = NULL;
+        if ((st = dk_kmeans_execute(p->kmeans, p->points, p->mask, p->init, to_labels ? to_labels : p->labels,
+                                    to_centroids ? to_centroids : p->centroids, &kr)) != DK_OK ||
+            (!to_labels && (st = dk_buffer_read(p->labels, labels, n * sizeof(int32_t))) != DK_OK) ||
+            (!to_centroids && (st = dk_buffer_read(p->centroids, centroids, kf * sizeof(float))) != DK_OK))
             snprintf(err, len, "clustering: %s", dk_last_error(p->ctx));
+        dk_buffer_destroy(to_labels);
+        dk_buffer_destroy(to_centroids);
+        if (st != DK_OK)
             return st;
-        }
     } else {
         if ((st = dk_kmeans_texture_planes_reference(&p->kd, value, p->h_planes)) != DK_OK ||
             (st = dk_gauss_reference(&p->gd, p->h_planes, p->h_planes)) != DK_OK) {

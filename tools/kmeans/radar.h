@@ -41,8 +41,12 @@ dk_status radar_pipeline_create(dk_context *ctx, size_t rows, size_t cols, const
                                 radar_pipeline **out, char *err, size_t len);
 /* Decoded values (NAN = no data) in host memory to labels in host memory;
  * on a device only the values go over and the labels and centroids come
- * back. Fills labels/centroids and result->kmeans, feature_seconds (upload
- * and features), cluster_seconds (clustering and the copies back). */
+ * back (written there by the kernels where the backend can wrap that
+ * memory: dk_host_alloc memory on cuda). On cuda the run queues its calls
+ * with DK_QUEUE_ASYNC on the context's own stream and leaves the context
+ * with no caller's queue. Fills labels/centroids and result->kmeans,
+ * feature_seconds (upload and features), cluster_seconds (clustering and
+ * the copies back). */
 dk_status radar_pipeline_run(radar_pipeline *p, const float *value, int32_t *labels, float *centroids,
                              radar_result *result, char *err, size_t len);
 void radar_pipeline_destroy(radar_pipeline *p);

@@ -91,7 +91,10 @@ typedef enum dk_memory_kind {
  * copying: kernels read and write the caller's memory. dk_buffer_destroy
  * releases the wrapper only, never the memory, which must outlive it. A
  * backend that cannot use memory of that kind refuses with a sentence
- * (DK_ERR_NOT_IMPLEMENTED). */
+ * (DK_ERR_NOT_IMPLEMENTED). cuda also takes DK_MEMORY_HOST memory from
+ * dk_host_alloc: its kernels then reach it across the bus, which suits a
+ * result written once (k-means labels land there with no copy back), not
+ * data read many times. */
 dk_status dk_buffer_wrap(dk_context *ctx, dk_memory_kind kind, void *memory, size_t bytes, dk_buffer **buf);
 
 /* The backend's own handles, so that a caller can allocate memory that
@@ -115,9 +118,11 @@ dk_status dk_context_native(dk_context *ctx, dk_native *native);
  * (cl_command_queue of the context's cl_context, from dk_context_native):
  * every later call waits on the device for the work queued there before it,
  * without the host waiting. With DK_QUEUE_ASYNC, the calls whose results all
- * lie in device buffers (dk_gauss_execute, dk_enkf_cov, dk_buffer_copy on
- * cuda) return once their
- * work is queued, and work queued on `queue` after them runs after them;
+ * lie in device buffers (dk_gauss_execute, dk_enkf_cov, dk_buffer_copy,
+ * dk_buffer_write and dk_kmeans_texture_planes on cuda) return once their
+ * work is queued, and work queued on `queue` after them runs after them
+ * (the host memory of such a write must stay unchanged until then);
+ * dk_kmeans_texture_features on cuda returns once its statistics are in;
  * dk_context_wait waits on the host. Every other call, and every _host
  * call, still returns when its work is done. queue NULL: back to the
  * default (nothing is ordered with the caller's queue; every call blocks).

@@ -326,9 +326,9 @@ dk_status dk_cuda_enkf::analysis(void *plan, void *x, const double *d, const dou
         CUBLAS_TRY(cublasSetStream(p->blas, st), "cublasSetStream");
     }
     prof_begin(p);
-    CUDA_TRY(cudaMemcpyAsync(p->d_host_copy, d, (size_t)(M * L) * sizeof(double), cudaMemcpyHostToDevice, st),
+    CUDA_TRY(cudaMemcpyAsync(p->d_host_copy, d, (size_t)(M * L) * sizeof(double), cudaMemcpyDefault, st),
              "copying the observations");
-    CUDA_TRY(cudaMemcpyAsync(p->r_dev, r, (size_t)M * sizeof(double), cudaMemcpyHostToDevice, st),
+    CUDA_TRY(cudaMemcpyAsync(p->r_dev, r, (size_t)M * sizeof(double), cudaMemcpyDefault, st),
              "copying the observation variances");
     void *xp = ((dk_cuda_buffer *)x)->ptr;
     int f32 = p->s->desc.dtype == DK_F32;
@@ -348,7 +348,7 @@ dk_status dk_cuda_enkf::analysis(void *plan, void *x, const double *d, const dou
     CUSOLVER_TRY(cusolverDnDpotrf(p->cusolver, CUBLAS_FILL_MODE_LOWER, (int)M, p->A, (int)M, p->work, p->lwork, p->info),
                "potrf");
     int info = 0;
-    CUDA_TRY(cudaMemcpyAsync(&info, p->info, sizeof info, cudaMemcpyDeviceToHost, st), "reading the solver status");
+    CUDA_TRY(cudaMemcpyAsync(&info, p->info, sizeof info, cudaMemcpyDefault, st), "reading the solver status");
     CUDA_TRY(cudaStreamSynchronize(st), "the Cholesky factorization");
     if (info != 0) {
         dk_msg_set(msg, info > 0 ? "HPHT + R is not positive definite (cusolverDnDpotrf, minor %d)"
@@ -367,11 +367,11 @@ dk_status dk_cuda_enkf::analysis(void *plan, void *x, const double *d, const dou
     if (f32)
         k_narrow<float><<<blocks_for(NL, THREADS), THREADS, 0, st>>>(p->x64, (float *)xp, NL);
     else
-        CUDA_TRY(cudaMemcpyAsync(xp, p->x64, (size_t)NL * sizeof(double), cudaMemcpyDeviceToDevice, st),
+        CUDA_TRY(cudaMemcpyAsync(xp, p->x64, (size_t)NL * sizeof(double), cudaMemcpyDefault, st),
                  "writing the analysis");
     CUDA_TRY(cudaGetLastError(), "the conversion kernel");
     prof_mark(p, "potrs, X += PHT Z");
-    CUDA_TRY(cudaMemcpyAsync(&info, p->info, sizeof info, cudaMemcpyDeviceToHost, st), "reading the solver status");
+    CUDA_TRY(cudaMemcpyAsync(&info, p->info, sizeof info, cudaMemcpyDefault, st), "reading the solver status");
     CUDA_TRY(cudaStreamSynchronize(st), "the analysis");
     if (info != 0) {
         dk_msg_set(msg, "cusolverDnDpotrs rejected argument %d", -info);
@@ -445,7 +445,7 @@ dk_status dk_cuda_enkf::cov_rows(void *plan, const void *e, const dk_enkf_box *o
         if (f32)
             k_narrow<float><<<blocks_for(count * M, THREADS), THREADS, 0, st>>>(first, (float *)pp, count * M);
         else
-            CUDA_TRY(cudaMemcpyAsync(pp, first, (size_t)(count * M) * sizeof(double), cudaMemcpyDeviceToDevice, st),
+            CUDA_TRY(cudaMemcpyAsync(pp, first, (size_t)(count * M) * sizeof(double), cudaMemcpyDefault, st),
                      "copying the covariance rows");
     } else if (count > 0 && !run) {
         if (f32)
@@ -516,11 +516,11 @@ dk_status dk_cuda_enkf::update(void *plan, const void *sums, size_t at, const do
         (rc = ensure(&p->x64, n > 0 ? n : 1, "allocating the analysis work arrays", msg)) != DK_OK)
         return rc;
     const double *sp = (const double *)((const dk_cuda_buffer *)sums)->ptr;
-    CUDA_TRY(cudaMemcpyAsync(p->d_host_copy, d, (size_t)(M * L) * sizeof(double), cudaMemcpyHostToDevice, st),
+    CUDA_TRY(cudaMemcpyAsync(p->d_host_copy, d, (size_t)(M * L) * sizeof(double), cudaMemcpyDefault, st),
              "copying the observations");
-    CUDA_TRY(cudaMemcpyAsync(p->r_dev, r, (size_t)M * sizeof(double), cudaMemcpyHostToDevice, st),
+    CUDA_TRY(cudaMemcpyAsync(p->r_dev, r, (size_t)M * sizeof(double), cudaMemcpyDefault, st),
              "copying the observation variances");
-    CUDA_TRY(cudaMemcpyAsync(p->A, sp + at, (size_t)(M * M) * sizeof(double), cudaMemcpyDeviceToDevice, st),
+    CUDA_TRY(cudaMemcpyAsync(p->A, sp + at, (size_t)(M * M) * sizeof(double), cudaMemcpyDefault, st),
              "copying HPHT");
     k_innovation_sums<<<blocks_for(M * L, THREADS), THREADS, 0, st>>>(sp + at + M * M, p->d_host_copy, p->r_dev, p->D,
                                                                        p->A, M, L);
@@ -533,7 +533,7 @@ dk_status dk_cuda_enkf::update(void *plan, const void *sums, size_t at, const do
     if (count > 0) {
         const double one = 1.0;
         CUDA_TRY(cudaMemcpyAsync(p->x64, ((const dk_cuda_buffer *)X)->ptr, (size_t)n * sizeof(double),
-                                 cudaMemcpyDeviceToDevice, st),
+                                 cudaMemcpyDefault, st),
                  "copying the forecast");
         CUBLAS_TRY(cublasDgemm(p->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)L, (int)count, (int)M, &one, p->D, (int)M,
                                (const double *)((const dk_cuda_buffer *)pht)->ptr, (int)M, &one, p->x64, (int)L),
@@ -547,8 +547,8 @@ dk_status dk_cuda_enkf::update(void *plan, const void *sums, size_t at, const do
     }
     int info[2] = {0, 0};
     double failures = 0;
-    CUDA_TRY(cudaMemcpyAsync(info, p->info, sizeof info, cudaMemcpyDeviceToHost, st), "reading the solver status");
-    CUDA_TRY(cudaMemcpyAsync(&failures, sp, sizeof failures, cudaMemcpyDeviceToHost, st), "reading the failures");
+    CUDA_TRY(cudaMemcpyAsync(info, p->info, sizeof info, cudaMemcpyDefault, st), "reading the solver status");
+    CUDA_TRY(cudaMemcpyAsync(&failures, sp, sizeof failures, cudaMemcpyDefault, st), "reading the failures");
     CUDA_TRY(cudaStreamSynchronize(st), "the analysis update");
     if (failures != 0)
         return DK_OK; /* a rank failed: the layer says so */

@@ -176,7 +176,7 @@ dk_status ensure(double **ptr, long long count, const char *what, dk_msg *msg);
 template <typename T>
 dk_status copy_in(T *dst, const T *src, size_t count, const char *what, dk_msg *msg)
 {
-    CUDA_TRY(cudaMemcpy(dst, src, count * sizeof(T), cudaMemcpyHostToDevice), what);
+    CUDA_TRY(cudaMemcpy(dst, src, count * sizeof(T), cudaMemcpyDefault), what);
     return DK_OK;
 }
 
@@ -186,7 +186,7 @@ dk_status upload(T **dst, const T *src, size_t count, const char *what, dk_msg *
 {
     CUDA_TRY(cudaMalloc(dst, (count ? count : 1) * sizeof(T)), what);
     if (count)
-        CUDA_TRY(cudaMemcpy(*dst, src, count * sizeof(T), cudaMemcpyHostToDevice), what);
+        CUDA_TRY(cudaMemcpy(*dst, src, count * sizeof(T), cudaMemcpyDefault), what);
     return DK_OK;
 }
 

@@ -187,9 +187,9 @@ dk_status forward_on_device(Plan *p, cufftHandle h, cufftDoubleComplex *dev, cuf
                             dk_msg *msg)
 {
     const char *what = "transforming C's embedding";
-    CUDA_TRY(cudaMemcpyAsync(dev, col, bytes, cudaMemcpyHostToDevice, p->dev->stream), what);
+    CUDA_TRY(cudaMemcpyAsync(dev, col, bytes, cudaMemcpyDefault, p->dev->stream), what);
     CUFFT_TRY(cufftExecZ2Z(h, dev, dev, CUFFT_FORWARD), what);
-    CUDA_TRY(cudaMemcpyAsync(col, dev, bytes, cudaMemcpyDeviceToHost, p->dev->stream), what);
+    CUDA_TRY(cudaMemcpyAsync(col, dev, bytes, cudaMemcpyDefault, p->dev->stream), what);
     CUDA_TRY(cudaStreamSynchronize(p->dev->stream), what);
     return DK_OK;
 }

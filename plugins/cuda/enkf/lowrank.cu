@@ -263,7 +263,7 @@ void low_release(void *, double *a)
 dk_status low_upload(void *self, const double *host, double *dst, size_t columns, dk_msg *msg)
 {
     Plan *p = ((Work *)self)->p;
-    CUDA_TRY(cudaMemcpyAsync(dst, host, columns * (size_t)p->N * sizeof(double), cudaMemcpyHostToDevice,
+    CUDA_TRY(cudaMemcpyAsync(dst, host, columns * (size_t)p->N * sizeof(double), cudaMemcpyDefault,
                              p->dev->stream),
              "copying the random vectors");
     CUDA_TRY(cudaStreamSynchronize(p->dev->stream), "copying the random vectors");
@@ -273,7 +273,7 @@ dk_status low_upload(void *self, const double *host, double *dst, size_t columns
 dk_status low_copy(void *self, const double *src, double *dst, size_t columns, dk_msg *msg)
 {
     Plan *p = ((Work *)self)->p;
-    CUDA_TRY(cudaMemcpyAsync(dst, src, columns * (size_t)p->N * sizeof(double), cudaMemcpyDeviceToDevice,
+    CUDA_TRY(cudaMemcpyAsync(dst, src, columns * (size_t)p->N * sizeof(double), cudaMemcpyDefault,
                              p->dev->stream),
              "copying the low-rank basis");
     return DK_OK;
@@ -293,7 +293,7 @@ dk_status low_gram(void *self, const double *A, size_t a, const double *B, size_
     CUBLAS_TRY(cublasDgemm(p->lr_blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)b, (int)a, (int)p->N, &one, B, (int)p->N, A,
                            (int)p->N, &zero, w->S, (int)b),
                "projecting on the low-rank basis");
-    CUDA_TRY(cudaMemcpyAsync(S, w->S, a * b * sizeof(double), cudaMemcpyDeviceToHost, p->dev->stream),
+    CUDA_TRY(cudaMemcpyAsync(S, w->S, a * b * sizeof(double), cudaMemcpyDefault, p->dev->stream),
              "projecting on the low-rank basis");
     CUDA_TRY(cudaStreamSynchronize(p->dev->stream), "projecting on the low-rank basis");
     return DK_OK;
@@ -306,7 +306,7 @@ dk_status low_subtract(void *self, const double *A, size_t a, const double *S, d
     Work *w = (Work *)self;
     Plan *p = w->p;
     const double minus = -1.0, one = 1.0;
-    CUDA_TRY(cudaMemcpyAsync(w->S, S, a * b * sizeof(double), cudaMemcpyHostToDevice, p->dev->stream),
+    CUDA_TRY(cudaMemcpyAsync(w->S, S, a * b * sizeof(double), cudaMemcpyDefault, p->dev->stream),
              "deflating by the low-rank basis");
     CUBLAS_TRY(cublasDgemm(p->lr_blas, CUBLAS_OP_N, CUBLAS_OP_T, (int)p->N, (int)b, (int)a, &minus, A, (int)p->N,
                            w->S, (int)b, &one, B, (int)p->N),
@@ -326,7 +326,7 @@ dk_status low_orthonormalize(void *self, double *B, size_t b, dk_msg *msg)
     CUSOLVER_TRY(cusolverDnDorgqr(p->lr_solver, (int)p->N, (int)b, (int)b, B, (int)p->N, w->tau, w->work, w->lwork,
                                   w->info),
                  "the QR of a low-rank block (orgqr)");
-    CUDA_TRY(cudaMemcpyAsync(&info, w->info, sizeof info, cudaMemcpyDeviceToHost, p->dev->stream),
+    CUDA_TRY(cudaMemcpyAsync(&info, w->info, sizeof info, cudaMemcpyDefault, p->dev->stream),
              "the QR of a low-rank block");
     CUDA_TRY(cudaStreamSynchronize(p->dev->stream), "the QR of a low-rank block");
     if (info != 0) {

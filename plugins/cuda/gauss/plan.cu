@@ -309,7 +309,7 @@ dk_status execute_t(Plan *p, const T *in, T *out, dk_msg *msg)
     }
     if (P == 0) {
         if (in != out)
-            CUDA_TRY(cudaMemcpyAsync(out, in, bytes, cudaMemcpyDeviceToDevice, stream), what);
+            CUDA_TRY(cudaMemcpyAsync(out, in, bytes, cudaMemcpyDefault, stream), what);
     } else {
         /* Each pass goes to out when an even number of the passes after it
          * cannot run in place, else to tmp: a pass that can run in place
@@ -338,7 +338,7 @@ dk_status execute_t(Plan *p, const T *in, T *out, dk_msg *msg)
             src = dst;
         }
         if (src != out)
-            CUDA_TRY(cudaMemcpyAsync(out, src, bytes, cudaMemcpyDeviceToDevice, stream), what);
+            CUDA_TRY(cudaMemcpyAsync(out, src, bytes, cudaMemcpyDefault, stream), what);
     }
     return dk_cuda_finish(p->dev, what, msg);
 }
@@ -375,7 +375,7 @@ dk_status cuda_gauss_execute(void *plan, const void *in, void *out, dk_msg *msg)
                             "buffers are not 16-byte aligned", need);
             return DK_ERR_OUT_OF_MEMORY;
         }
-        CUDA_TRY(cudaMemcpyAsync(p->aligned, src, need, cudaMemcpyDeviceToDevice, p->dev->stream),
+        CUDA_TRY(cudaMemcpyAsync(p->aligned, src, need, cudaMemcpyDefault, p->dev->stream),
                  "copying the field to aligned memory");
         src = dst = p->aligned;
     }
@@ -383,7 +383,7 @@ dk_status cuda_gauss_execute(void *plan, const void *in, void *out, dk_msg *msg)
                                        : execute_t<double>(p, (const double *)src, (double *)dst, msg);
     if (st != DK_OK || !misaligned)
         return st;
-    CUDA_TRY(cudaMemcpyAsync(bo->ptr, p->aligned, need, cudaMemcpyDeviceToDevice, p->dev->stream),
+    CUDA_TRY(cudaMemcpyAsync(bo->ptr, p->aligned, need, cudaMemcpyDefault, p->dev->stream),
              "copying the field from aligned memory");
     return dk_cuda_finish(p->dev, "the gauss kernels", msg);
 }

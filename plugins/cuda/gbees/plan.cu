@@ -24,13 +24,13 @@ size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
  * names the operation in an error's sentence. */
 dk_status copy_head_in(Plan *p, const char *what, dk_msg *msg)
 {
-    CUDA_TRY(cudaMemcpyAsync(p->st, &p->hs, HEAD, cudaMemcpyHostToDevice, p->dev->stream), what);
+    CUDA_TRY(cudaMemcpyAsync(p->st, &p->hs, HEAD, cudaMemcpyDefault, p->dev->stream), what);
     return DK_OK;
 }
 
 dk_status copy_head_out(Plan *p, const char *what, dk_msg *msg)
 {
-    CUDA_TRY(cudaMemcpyAsync(&p->hs, p->st, HEAD, cudaMemcpyDeviceToHost, p->dev->stream), what);
+    CUDA_TRY(cudaMemcpyAsync(&p->hs, p->st, HEAD, cudaMemcpyDefault, p->dev->stream), what);
     CUDA_TRY(cudaStreamSynchronize(p->dev->stream), what);
     return DK_OK;
 }
@@ -63,11 +63,11 @@ dk_status fill_grown(Plan *p, const Dev &ng, int n, dk_msg *msg)
     if (n > 0) {
         const Cells &o = p->g.c[0];
         size_t N = (size_t)n;
-        CUDA_TRY(cudaMemcpyAsync(ng.c[0].key, o.key, N * D * 4, cudaMemcpyDeviceToDevice, sm), what);
-        CUDA_TRY(cudaMemcpyAsync(ng.c[0].v, o.v, N * D * 8, cudaMemcpyDeviceToDevice, sm), what);
-        CUDA_TRY(cudaMemcpyAsync(ng.c[0].nb, o.nb, N * 2 * D * 4, cudaMemcpyDeviceToDevice, sm), what);
-        CUDA_TRY(cudaMemcpyAsync(ng.c[0].p, o.p, N * 8, cudaMemcpyDeviceToDevice, sm), what);
-        CUDA_TRY(cudaMemcpyAsync(ng.c[0].rate, o.rate, N * 8, cudaMemcpyDeviceToDevice, sm), what);
+        CUDA_TRY(cudaMemcpyAsync(ng.c[0].key, o.key, N * D * 4, cudaMemcpyDefault, sm), what);
+        CUDA_TRY(cudaMemcpyAsync(ng.c[0].v, o.v, N * D * 8, cudaMemcpyDefault, sm), what);
+        CUDA_TRY(cudaMemcpyAsync(ng.c[0].nb, o.nb, N * 2 * D * 4, cudaMemcpyDefault, sm), what);
+        CUDA_TRY(cudaMemcpyAsync(ng.c[0].p, o.p, N * 8, cudaMemcpyDefault, sm), what);
+        CUDA_TRY(cudaMemcpyAsync(ng.c[0].rate, o.rate, N * 8, cudaMemcpyDefault, sm), what);
     }
     CUDA_TRY(cudaMemsetAsync(ng.table, 0xff, (ng.hmask + 1) * 8, sm), what);
     /* every growth mark cleared: a step that overflowed marked items whose
@@ -484,7 +484,7 @@ dk_status update_body(void *handle, const double *y, const double *r_inv, int m,
     double parts[MAX_PARTS];
     const char *what = "running the gbees measurement update";
     CUDA_TRY(cudaGetLastError(), what);
-    CUDA_TRY(cudaMemcpyAsync(parts, p->st->part_sum, (size_t)b * sizeof(double), cudaMemcpyDeviceToHost, sm), what);
+    CUDA_TRY(cudaMemcpyAsync(parts, p->st->part_sum, (size_t)b * sizeof(double), cudaMemcpyDefault, sm), what);
     CUDA_TRY(cudaStreamSynchronize(sm), what);
     double total = 0.0;
     for (int i = 0; i < b; i++)
@@ -495,7 +495,7 @@ dk_status update_body(void *handle, const double *y, const double *r_inv, int m,
         return DK_ERR_INVALID_ARGUMENT;
     }
     p->hs.scale = 1.0 / total;
-    CUDA_TRY(cudaMemcpyAsync(&p->st->scale, &p->hs.scale, sizeof(double), cudaMemcpyHostToDevice, sm), what);
+    CUDA_TRY(cudaMemcpyAsync(&p->st->scale, &p->hs.scale, sizeof(double), cudaMemcpyDefault, sm), what);
     CUDA_TRY(cudaStreamSynchronize(sm), what);
     return DK_OK;
 }
@@ -526,7 +526,7 @@ dk_status snapshot_body(void *handle, double *out, size_t max, size_t *cells, dk
     p->grid_k->snapshot<<<blocks_for((long long)rows), THREADS, 0, sm>>>(p->g, p->snap, (int)rows);
     const char *what = "copying a gbees snapshot";
     CUDA_TRY(cudaGetLastError(), what);
-    CUDA_TRY(cudaMemcpyAsync(out, p->snap, rows * (p->d + 1) * sizeof(double), cudaMemcpyDeviceToHost, sm), what);
+    CUDA_TRY(cudaMemcpyAsync(out, p->snap, rows * (p->d + 1) * sizeof(double), cudaMemcpyDefault, sm), what);
     CUDA_TRY(cudaStreamSynchronize(sm), what);
     return DK_OK;
 }

@@ -205,7 +205,7 @@ dk_status big_execute(Plan *p, const void *points, const void *mask, const void 
     a.labels = (int32_t *)((dk_cuda_buffer *)labels)->ptr;
     a.state = p->big_state;
     CUDA_TRY(cudaMemcpyAsync(p->big_C, ((const dk_cuda_buffer *)init)->ptr, kd * sizeof(float),
-                             cudaMemcpyDeviceToDevice, sm),
+                             cudaMemcpyDefault, sm),
              "copying the initial centroids");
     CUDA_TRY(cudaMemsetAsync(p->big_state, 0, 4 * sizeof(double), sm), "clearing the kmeans state");
     CUDA_TRY(cudaMemsetAsync(p->big_sums_out, 0, (kd + d.k + 1) * sizeof(double), sm), "clearing the kmeans sums");
@@ -217,7 +217,7 @@ dk_status big_execute(Plan *p, const void *points, const void *mask, const void 
         part_update_launch(p, p->big_sums_out, p->big_C, p->big_state);
         CUDA_TRY(cudaGetLastError(), "queueing a large-k kmeans iteration");
         if (d.tol > 0 && (t + 1) % BIG_BATCH == 0 && t + 1 < d.max_iters) {
-            CUDA_TRY(cudaMemcpyAsync(state, p->big_state, sizeof state, cudaMemcpyDeviceToHost, sm),
+            CUDA_TRY(cudaMemcpyAsync(state, p->big_state, sizeof state, cudaMemcpyDefault, sm),
                      "running the kmeans iterations");
             CUDA_TRY(cudaStreamSynchronize(sm), "running the kmeans iterations");
             if (state[1] != 0.0)
@@ -227,12 +227,12 @@ dk_status big_execute(Plan *p, const void *points, const void *mask, const void 
     part_objective_launch(p, a, p->big_obj);
     CUDA_TRY(cudaGetLastError(), "queueing the kmeans objective");
     CUDA_TRY(cudaMemcpyAsync(((dk_cuda_buffer *)centroids)->ptr, p->big_C, kd * sizeof(float),
-                             cudaMemcpyDeviceToDevice, sm),
+                             cudaMemcpyDefault, sm),
              "copying the centroids");
     double obj[2];
-    CUDA_TRY(cudaMemcpyAsync(state, p->big_state, sizeof state, cudaMemcpyDeviceToHost, sm),
+    CUDA_TRY(cudaMemcpyAsync(state, p->big_state, sizeof state, cudaMemcpyDefault, sm),
              "running the kmeans iterations");
-    CUDA_TRY(cudaMemcpyAsync(obj, p->big_obj, sizeof obj, cudaMemcpyDeviceToHost, sm), "the kmeans objective");
+    CUDA_TRY(cudaMemcpyAsync(obj, p->big_obj, sizeof obj, cudaMemcpyDefault, sm), "the kmeans objective");
     CUDA_TRY(cudaStreamSynchronize(sm), "running the kmeans iterations");
     res->iterations = (int)state[0];
     res->objective = obj[0];

@@ -327,7 +327,8 @@ struct Plan {
     void *scratch; /* one allocation for everything below */
     Args a;
     int tex_blocks;     /* texture features: 0 when the plan cannot make them */
-    double *tex_part, *tex_st, *tex_ipart, *tex_out;
+    double *tex_part, *tex_st, *tex_ipart;
+    cudaEvent_t tex_stats_read; /* the statistics are in host_out */
     void *tex_scratch;
     /* the phases: kernels, grid, shared memory and the blocks' partials */
     part_fn part_assign, part_objective;
@@ -346,6 +347,12 @@ struct Plan {
     size_t big_assign_smem, big_sums_smem;
     double *big_sums_out, *big_state, *big_obj; /* k d + k + 1, 4, 2 doubles */
     float *big_C;
+    /* labels into the caller's page-locked host memory (lloyd.cu): made
+     * when first asked for */
+    int32_t *label_stage, *minus_ones; /* n each, device */
+    double *host_out; /* page-locked: the results the host reads (7 doubles) */
+    cudaStream_t side;
+    cudaEvent_t side_start, side_done;
 };
 
 /* lloyd.cu */

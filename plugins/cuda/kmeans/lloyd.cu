@@ -764,6 +764,64 @@ kernel_fn pick(int d, bool contig, bool wsum, bool screen, bool prefetch)
     return pick_d<64>(contig, wsum, screen, prefetch);
 }
 
+/* The labels into the caller's host memory, across the bus: with `all`
+ * every one, else those of the warps' 32-label runs that hold any label but
+ * -1 (the host memory holds -1 already). Whole runs go as whole 128-byte
+ * writes, which the bus moves faster than scattered ones. */
+__global__ void k_put_labels(const int32_t *__restrict__ lab, int32_t *host, long long n, bool all)
+{
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i - (threadIdx.x & 31) < n; i += stride) {
+        const int32_t l = i < n ? __ldcs(lab + i) : -1;
+        if ((all || __any_sync(0xffffffffu, l >= 0)) && i < n)
+            host[i] = l;
+    }
+}
+
+/* Labels for page-locked host memory: the kernel labels device memory
+ * (label_stage) and, with a mask, the copy engine meanwhile fills the host
+ * labels with -1 on a side stream, so that only the unmasked points' labels
+ * cross the bus after the kernel (host_labels_finish). */
+dk_status host_labels_start(Plan *p, int32_t *host, bool masked, dk_msg *msg)
+{
+    const size_t bytes = p->s.desc.n * sizeof(int32_t);
+    cudaStream_t sm = p->dev->stream;
+    if (!p->label_stage) {
+        void *m = NULL;
+        CUDA_TRY(cudaMalloc(&m, bytes), "allocating the kmeans labels' device copy");
+        p->label_stage = (int32_t *)m;
+    }
+    if (!masked)
+        return DK_OK;
+    if (!p->minus_ones) {
+        void *m = NULL;
+        CUDA_TRY(cudaMalloc(&m, bytes), "allocating the masked points' labels");
+        p->minus_ones = (int32_t *)m;
+        CUDA_TRY(cudaMemsetAsync(m, 0xff, bytes, sm), "filling the masked points' labels");
+    }
+    if (!p->side) {
+        CUDA_TRY(cudaStreamCreateWithFlags(&p->side, cudaStreamNonBlocking), "creating the kmeans side stream");
+        CUDA_TRY(cudaEventCreateWithFlags(&p->side_start, cudaEventDisableTiming), "cudaEventCreate");
+        CUDA_TRY(cudaEventCreateWithFlags(&p->side_done, cudaEventDisableTiming), "cudaEventCreate");
+    }
+    /* after what the stream holds, which may still use the host labels */
+    CUDA_TRY(cudaEventRecord(p->side_start, sm), "ordering the labels' fill");
+    CUDA_TRY(cudaStreamWaitEvent(p->side, p->side_start, 0), "ordering the labels' fill");
+    CUDA_TRY(cudaMemcpyAsync(host, p->minus_ones, bytes, cudaMemcpyDefault, p->side), "filling the host labels");
+    CUDA_TRY(cudaEventRecord(p->side_done, p->side), "ordering the labels' fill");
+    return DK_OK;
+}
+
+dk_status host_labels_finish(Plan *p, int32_t *host, bool masked, dk_msg *msg)
+{
+    cudaStream_t sm = p->dev->stream;
+    if (masked)
+        CUDA_TRY(cudaStreamWaitEvent(sm, p->side_done, 0), "waiting for the labels' fill");
+    k_put_labels<<<p->blocks, THREADS, 0, sm>>>(p->label_stage, host, (long long)p->s.desc.n, !masked);
+    CUDA_TRY(cudaGetLastError(), "writing the labels to host memory");
+    return DK_OK;
+}
+
 } // namespace
 
 namespace dk_cuda_kmeans {
@@ -858,8 +916,15 @@ dk_status lloyd_execute(Plan *p, const void *points, const void *mask, const voi
     a.vec4 = a.vec4 && (uintptr_t)a.x % 16 == 0;
     a.mask = mask ? (const uint8_t *)((const dk_cuda_buffer *)mask)->ptr : nullptr;
     a.init = (const float *)((const dk_cuda_buffer *)init)->ptr;
-    a.labels = (int32_t *)((dk_cuda_buffer *)labels)->ptr;
+    const dk_cuda_buffer *lb = (const dk_cuda_buffer *)labels;
+    a.labels = (int32_t *)lb->ptr;
     a.out_centroids = (float *)((dk_cuda_buffer *)centroids)->ptr;
+    dk_status st;
+    if (lb->host) {
+        if ((st = host_labels_start(p, a.labels, mask != nullptr, msg)) != DK_OK)
+            return st;
+        a.labels = p->label_stage;
+    }
     if (a.tile_valid)
         CUDA_TRY(cudaMemsetAsync(a.tile_valid, 0, (size_t)tile_count(a.rows, a.cols) * sizeof(int), p->dev->stream),
                  "clearing the tile counts");
@@ -867,8 +932,10 @@ dk_status lloyd_execute(Plan *p, const void *points, const void *mask, const voi
     CUDA_TRY(cudaLaunchCooperativeKernel((const void *)p->kernel, dim3(p->blocks), dim3(THREADS), args, p->smem,
                                          p->dev->stream),
              "launching the cooperative kmeans kernel");
-    double r[6];
-    CUDA_TRY(cudaMemcpyAsync(r, a.result, sizeof r, cudaMemcpyDeviceToHost, p->dev->stream),
+    if (lb->host && (st = host_labels_finish(p, (int32_t *)lb->ptr, mask != nullptr, msg)) != DK_OK)
+        return st;
+    double *r = p->host_out;
+    CUDA_TRY(cudaMemcpyAsync(r, a.result, 6 * sizeof *r, cudaMemcpyDefault, p->dev->stream),
              "running the kmeans kernel");
     CUDA_TRY(cudaStreamSynchronize(p->dev->stream), "running the kmeans kernel");
     res->iterations = (int)r[0];

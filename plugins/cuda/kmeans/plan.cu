@@ -18,8 +18,22 @@ void plan_destroy(void *handle)
         cudaFree(p->scratch);
     if (p->tex_scratch)
         cudaFree(p->tex_scratch);
+    if (p->tex_stats_read)
+        cudaEventDestroy(p->tex_stats_read);
     if (p->part_partial && !p->big)
         cudaFree(p->part_partial);
+    if (p->label_stage)
+        cudaFree(p->label_stage);
+    if (p->minus_ones)
+        cudaFree(p->minus_ones);
+    if (p->side_start)
+        cudaEventDestroy(p->side_start);
+    if (p->side_done)
+        cudaEventDestroy(p->side_done);
+    if (p->side)
+        cudaStreamDestroy(p->side);
+    if (p->host_out)
+        cudaFreeHost(p->host_out);
     free(p);
 }
 
@@ -54,6 +68,13 @@ dk_status plan_create(void *device, const dk_kmeans_setup *setup, void **out, dk
     }
     p->dev = dev;
     p->s = *setup;
+    /* the few results read back each call, page-locked: a shorter copy */
+    if (cudaMallocHost((void **)&p->host_out, 8 * sizeof(double)) != cudaSuccess) {
+        (void)cudaGetLastError();
+        free(p);
+        dk_msg_set(msg, "cuda kmeans: 64 bytes of page-locked host memory are not available");
+        return DK_ERR_OUT_OF_MEMORY;
+    }
     st = !setup->contiguity && setup->desc.k > DK_KMEANS_MAX_K ? big_plan(p, setup, msg)
                                                            : plan_fill(p, setup, msg);
     if (st != DK_OK) {

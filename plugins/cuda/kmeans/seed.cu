@@ -85,12 +85,12 @@ dk_status seed_read(void *handle, const void *points, const void *dist, size_t f
     cudaStream_t sm = p->dev->stream;
     if (count)
         CUDA_TRY(cudaMemcpyAsync(values, (const float *)((const dk_cuda_buffer *)dist)->ptr + first,
-                                 count * sizeof(float), cudaMemcpyDeviceToHost, sm),
+                                 count * sizeof(float), cudaMemcpyDefault, sm),
                  "reading the seeding's distances");
     const float *X = (const float *)((const dk_cuda_buffer *)points)->ptr;
     for (int f = 0; x && f < p->s.desc.d; f++)
         CUDA_TRY(cudaMemcpyAsync(x + f, X + point * p->s.stride_point + (size_t)f * p->s.stride_feature,
-                                 sizeof(float), cudaMemcpyDeviceToHost, sm),
+                                 sizeof(float), cudaMemcpyDefault, sm),
                  "reading a seeding's point");
     CUDA_TRY(cudaStreamSynchronize(sm), "reading the seeding's distances");
     return DK_OK;

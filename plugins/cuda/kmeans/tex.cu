@@ -168,11 +168,10 @@ __global__ void __launch_bounds__(THREADS) k_tex_standardize(float *points, cons
         ipart[(size_t)blockIdx.x * 4 * k + j] = isum[j];
 }
 
-/* The initial centroids from the interval partials; the statistics for
- * the host go to out = valid, mu[3], sd[3]. Each warp sums series (c, f)
+/* The initial centroids from the interval partials. Each warp sums series (c, f)
  * over the blocks as k_tex_stats does, in a fixed order; `series` holds
  * 4 k doubles of shared memory. */
-__global__ void k_tex_init(const double *ipart, int blocks, int k, const double *st, float *init, double *out)
+__global__ void k_tex_init(const double *ipart, int blocks, int k, const double *st, float *init)
 {
     extern __shared__ double series[]; /* [c * 4 + f]: f 0..2 the features' sums, 3 the count */
     __shared__ double all[4];
@@ -207,8 +206,6 @@ __global__ void k_tex_init(const double *ipart, int blocks, int k, const double 
             v = all[3] > 0 ? (float)(all[f] / all[3]) : 0.0f;
         init[c * 3 + f] = v;
     }
-    if (threadIdx.x < 7)
-        out[threadIdx.x] = st[threadIdx.x];
 }
 
 /* The device entered, for a plan that makes texture features. */
@@ -233,16 +230,16 @@ dk_status tex_plan(Plan *p, dk_msg *msg)
     const dk_kmeans_desc &d = p->s.desc;
     int tb = TEX_BLOCKS_PER_SM * dev->sm_count;
     size_t tsizes[] = {align256((size_t)tb * TEX_STATS * sizeof(double)), align256(16 * sizeof(double)),
-                       align256((size_t)tb * 4 * d.k * sizeof(double)), align256(8 * sizeof(double))};
+                       align256((size_t)tb * 4 * d.k * sizeof(double))};
     void *tex = NULL;
-    CUDA_TRY(cudaMalloc(&tex, tsizes[0] + tsizes[1] + tsizes[2] + tsizes[3]),
-             "allocating the kmeans texture scratch");
+    CUDA_TRY(cudaMalloc(&tex, tsizes[0] + tsizes[1] + tsizes[2]), "allocating the kmeans texture scratch");
     p->tex_scratch = tex;
     char *t = (char *)p->tex_scratch;
     p->tex_part = (double *)t;
     p->tex_st = (double *)(t += tsizes[0]);
     p->tex_ipart = (double *)(t += tsizes[1]);
-    p->tex_out = (double *)(t += tsizes[2]);
+    CUDA_TRY(cudaEventCreateWithFlags(&p->tex_stats_read, cudaEventDisableTiming),
+             "creating the texture statistics' event");
     p->tex_blocks = tb;
     return DK_OK;
 }
@@ -257,7 +254,7 @@ dk_status texture_planes(void *handle, const void *value, void *planes, dk_msg *
         (const float *)((const dk_cuda_buffer *)value)->ptr, (float *)((dk_cuda_buffer *)planes)->ptr,
         (long long)p->s.desc.n);
     CUDA_TRY(cudaGetLastError(), "launching the texture planes kernel");
-    return DK_OK;
+    return dk_cuda_finish(p->dev, "the texture planes", msg);
 }
 
 dk_status texture_features(void *handle, const void *value, const void *smoothed, double min_value, void *points,
@@ -280,13 +277,18 @@ dk_status texture_features(void *handle, const void *value, const void *smoothed
                                           (const float *)((const dk_cuda_buffer *)smoothed)->ptr, minf, pts, msk,
                                           p->tex_part, n);
     k_tex_stats<<<1, 32, 0, sm>>>(p->tex_part, B, k, p->tex_st);
+    /* valid, mu[3], sd[3] for the host, read as soon as they are made */
+    double *r = p->host_out;
+    CUDA_TRY(cudaMemcpyAsync(r, p->tex_st, 7 * sizeof *r, cudaMemcpyDefault, sm), "computing the texture features");
+    CUDA_TRY(cudaEventRecord(p->tex_stats_read, sm), "computing the texture features");
     k_tex_standardize<<<B, THREADS, (size_t)4 * k * sizeof(double), sm>>>(pts, msk, p->tex_st, p->tex_ipart, k, n);
-    k_tex_init<<<1, THREADS, (size_t)4 * k * sizeof(double), sm>>>(p->tex_ipart, B, k, p->tex_st, (float *)((dk_cuda_buffer *)init)->ptr,
-                                      p->tex_out);
-    double r[7];
+    k_tex_init<<<1, THREADS, (size_t)4 * k * sizeof(double), sm>>>(p->tex_ipart, B, k, p->tex_st,
+                                                                   (float *)((dk_cuda_buffer *)init)->ptr);
     CUDA_TRY(cudaGetLastError(), "computing the texture features");
-    CUDA_TRY(cudaMemcpyAsync(r, p->tex_out, sizeof r, cudaMemcpyDeviceToHost, sm), "computing the texture features");
-    CUDA_TRY(cudaStreamSynchronize(sm), "computing the texture features");
+    /* under DK_QUEUE_ASYNC only the statistics are waited for */
+    CUDA_TRY(cudaEventSynchronize(p->tex_stats_read), "computing the texture features");
+    if ((st = dk_cuda_finish(p->dev, "computing the texture features", msg)) != DK_OK)
+        return st;
     stats->valid = (size_t)r[0];
     for (int j = 0; j < 3; j++) {
         stats->mean[j] = r[1 + j];

@@ -61,7 +61,7 @@ dk_status upload(U **dst, const U *src, size_t count, cudaStream_t stream, const
 {
     CUDA_TRY(cudaMalloc((void **)dst, (count ? count : 1) * sizeof(U)), what);
     if (count)
-        CUDA_TRY(cudaMemcpyAsync(*dst, src, count * sizeof(U), cudaMemcpyHostToDevice, stream), what);
+        CUDA_TRY(cudaMemcpyAsync(*dst, src, count * sizeof(U), cudaMemcpyDefault, stream), what);
     return DK_OK;
 }
 
@@ -114,7 +114,7 @@ dk_status plan_fill(Plan *p, const dk_letkf_setup *s, dk_msg *msg)
     if ((st = count_candidates(p, msg)) != DK_OK)
         return st;
     unsigned maxc = 0;
-    CUDA_TRY(cudaMemcpyAsync(&maxc, p->d_overflow + 1, sizeof maxc, cudaMemcpyDeviceToHost, sm),
+    CUDA_TRY(cudaMemcpyAsync(&maxc, p->d_overflow + 1, sizeof maxc, cudaMemcpyDefault, sm),
              "counting the letkf candidates");
     CUDA_TRY(cudaStreamSynchronize(sm), "counting the letkf candidates");
     p->count_max = maxc;
@@ -215,7 +215,7 @@ dk_status analysis(void *handle, const void *xb, const void *yb, const void *obs
     if (!(p->dev->caller && p->dev->async)) {
         /* a candidate list longer than the plan counted would be a bug: say so rather than give a wrong answer */
         int flags[3] = {0, 0, 0};
-        CUDA_TRY(cudaMemcpyAsync(flags, p->d_overflow, sizeof flags, cudaMemcpyDeviceToHost, p->dev->stream),
+        CUDA_TRY(cudaMemcpyAsync(flags, p->d_overflow, sizeof flags, cudaMemcpyDefault, p->dev->stream),
                  "checking the letkf lists");
         CUDA_TRY(cudaStreamSynchronize(p->dev->stream), "checking the letkf lists");
         if (flags[0]) {
