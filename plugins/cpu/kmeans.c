@@ -13,7 +13,10 @@
  * multiply and add, so every distance is bit-identical to the reference's and
  * the labels equal it exactly (the expanded |x|^2 - 2 x.c + |c|^2 form would
  * round differently and flip near-ties; and FMA contraction is off in this
- * file, see below). Variant "scalar" forces the scalar loop. */
+ * file, see below). Variant "screen" (the default) first screens plain
+ * k-means' labels by x.c - |c|^2/2, 8 points a vector, and takes those exact
+ * distances only near ties (screened_block), where d <= 12 and k <= 128;
+ * "simd" takes them for every point; "scalar" forces the scalar loop. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +44,14 @@
 #pragma GCC optimize("fp-contract=off")
 #endif
 
+/* Points a screened block labels at once (one AVX2 vector of them), and
+ * the plans it pays for: beyond these a block's features no longer stay in
+ * registers, or near ties grow common, and the exact vector path is as
+ * fast (docs/kmeans.md). */
+#define KM_BLOCK 8
+#define KM_SCREEN_MAX_D 12
+#define KM_SCREEN_MAX_K 128
+
 typedef struct kmeans_plan {
     dk_kmeans_setup s;
     int threads;
@@ -48,8 +59,11 @@ typedef struct kmeans_plan {
     int32_t *prev;    /* contiguity: the previous labels */
     float *C;         /* k * d current centroids */
     int vector;       /* use the AVX2 assignment */
+    int screen;       /* plain labels screened (AVX2 and FMA, variant "screen") */
     int kv;           /* k in vectors of 8 (AVX2) */
     float *CT;        /* d * 8 kv: centroids transposed, padded with +inf */
+    float *H;         /* screen: -|c|^2 / 2 per centroid */
+    float rmax2;      /* screen: the largest |c|^2 (NaN if any is) */
 } kmeans_plan;
 
 static double now(void)
@@ -70,6 +84,7 @@ static void plan_destroy(void *handle)
     free(p->prev);
     free(p->C);
     free(p->CT);
+    free(p->H);
     free(p);
 }
 
@@ -94,11 +109,15 @@ static dk_status plan_create(void *device, const dk_kmeans_setup *setup, void **
         p->prev = malloc(d->n * sizeof *p->prev);
 #ifdef KM_AVX2
     p->vector = __builtin_cpu_supports("avx2") && strcmp(setup->desc.variant, "scalar") != 0;
+    p->screen = p->vector && __builtin_cpu_supports("fma") && !strcmp(setup->desc.variant, "screen") &&
+                d->d <= KM_SCREEN_MAX_D && d->k <= KM_SCREEN_MAX_K;
 #endif
     p->kv = (d->k + 7) / 8;
     if (p->vector)
         p->CT = aligned_alloc(32, (size_t)d->d * p->kv * 8 * sizeof *p->CT);
-    if (!p->partial || !p->C || (setup->contiguity && !p->prev) || (p->vector && !p->CT)) {
+    if (p->screen)
+        p->H = malloc((size_t)d->k * sizeof *p->H);
+    if (!p->partial || !p->C || (setup->contiguity && !p->prev) || (p->vector && !p->CT) || (p->screen && !p->H)) {
         plan_destroy(p);
         dk_msg_set(msg, "cpu kmeans: out of host memory for a plan of %zu points", d->n);
         return DK_ERR_OUT_OF_MEMORY;
@@ -250,6 +269,179 @@ __attribute__((target("avx2"))) static void best_labels_avx2(const float *const 
         }
     }
 }
+
+/* ---- variant "screen": plain labels, 8 points a vector ----
+ * The nearest centroid maximizes B_c = x.c - |c|^2 / 2: one FMA a feature
+ * from H_c = -|c|^2 / 2, with a block's 8 points in the lanes, so that each
+ * point's best and second-best B are kept by lane-wise max and min. Where
+ * the best beats the second by more than eps = 12 (d + 2) 2^-24 (|x|^2 +
+ * max |c|^2) it is the strict minimum of the exact distances, the
+ * reference's label (the bound of plugins/cuda/kmeans/kmeans.cuh's
+ * screened_labels); elsewhere (near-ties, inf or NaN) the point is labelled
+ * by the exact distances. */
+
+/* H and rmax2 for the centroids C (k x d). */
+__attribute__((target("avx2,fma"))) static void screen_terms(kmeans_plan *p, const float *C)
+{
+    const int k = p->s.desc.k, d = p->s.desc.d;
+    float rmax2 = 0.0f;
+    for (int c = 0; c < k; c++) {
+        float q = 0.0f;
+        for (int f = 0; f < d; f++)
+            q = fmaf(C[(size_t)c * d + f], C[(size_t)c * d + f], q);
+        p->H[c] = -0.5f * q;
+        rmax2 = q > rmax2 || q != q ? q : rmax2; /* a NaN stays */
+    }
+    p->rmax2 = rmax2;
+}
+
+/* One centroid's B for the lanes, and the running best two and best label. */
+#define KM_TOP2(B, c)                                                                                      \
+    do {                                                                                                   \
+        const __m256 gt_ = _mm256_cmp_ps(B, b1, _CMP_GT_OQ);                                               \
+        i1 = _mm256_blendv_ps(i1, _mm256_castsi256_ps(_mm256_set1_epi32(c)), gt_);                        \
+        b2 = _mm256_max_ps(b2, _mm256_min_ps(b1, B));                                                      \
+        b1 = _mm256_max_ps(b1, B);                                                                         \
+    } while (0)
+
+/* The lanes' best centroids into *label; returns the lanes whose best is
+ * not certain (bit q: lane q). D is a constant where inlined for d <= 8,
+ * so xt stays in registers; two centroids a step give two chains of FMAs. */
+__attribute__((target("avx2,fma"), always_inline)) static inline unsigned
+screen_lanes(const __m256 *xt, const int D, const float *C, const float *H, int k, float rmax2, __m256i *label)
+{
+    __m256 b1 = _mm256_set1_ps(-INFINITY), b2 = b1;
+    __m256 i1 = _mm256_setzero_ps(); /* the label's bits */
+    int c = 0;
+    for (; c + 1 < k; c += 2) {
+        const float *c0 = C + (size_t)c * D, *c1 = c0 + D;
+        __m256 B0 = _mm256_broadcast_ss(H + c), B1 = _mm256_broadcast_ss(H + c + 1);
+#pragma GCC unroll 8
+        for (int f = 0; f < D; f++) {
+            B0 = _mm256_fmadd_ps(xt[f], _mm256_broadcast_ss(c0 + f), B0);
+            B1 = _mm256_fmadd_ps(xt[f], _mm256_broadcast_ss(c1 + f), B1);
+        }
+        KM_TOP2(B0, c);
+        KM_TOP2(B1, c + 1);
+    }
+    if (c < k) {
+        const float *c0 = C + (size_t)c * D;
+        __m256 B0 = _mm256_broadcast_ss(H + c);
+#pragma GCC unroll 8
+        for (int f = 0; f < D; f++)
+            B0 = _mm256_fmadd_ps(xt[f], _mm256_broadcast_ss(c0 + f), B0);
+        KM_TOP2(B0, c);
+    }
+    __m256 s2 = _mm256_setzero_ps();
+#pragma GCC unroll 8
+    for (int f = 0; f < D; f++)
+        s2 = _mm256_fmadd_ps(xt[f], xt[f], s2);
+    const __m256 eps = _mm256_fmadd_ps(_mm256_set1_ps(12.0f * (float)(D + 2) * 0x1p-24f),
+                                       _mm256_add_ps(s2, _mm256_set1_ps(rmax2)), _mm256_set1_ps(1e-37f));
+    *label = _mm256_castps_si256(i1);
+    return ~(unsigned)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_sub_ps(b1, b2), eps, _CMP_GT_OQ)) & 0xffu;
+}
+#undef KM_TOP2
+
+/* Rows r[0..7] (8 floats each) to columns: r[j] becomes feature j of the 8 points. */
+__attribute__((target("avx2"), always_inline)) static inline void transpose8(__m256 *r)
+{
+    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    const __m256 u0 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(1, 0, 1, 0));
+    const __m256 u1 = _mm256_shuffle_ps(t0, t2, _MM_SHUFFLE(3, 2, 3, 2));
+    const __m256 u2 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(1, 0, 1, 0));
+    const __m256 u3 = _mm256_shuffle_ps(t1, t3, _MM_SHUFFLE(3, 2, 3, 2));
+    const __m256 u4 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(1, 0, 1, 0));
+    const __m256 u5 = _mm256_shuffle_ps(t4, t6, _MM_SHUFFLE(3, 2, 3, 2));
+    const __m256 u6 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(1, 0, 1, 0));
+    const __m256 u7 = _mm256_shuffle_ps(t5, t7, _MM_SHUFFLE(3, 2, 3, 2));
+    r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+    r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+    r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+    r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+    r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+    r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+    r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+    r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+/* The 8 points from i, feature f in xt[f]. */
+__attribute__((target("avx2"), always_inline)) static inline void load_block(const kmeans_plan *p, const float *X,
+                                                                            size_t i, const int D, __m256 *xt)
+{
+    const size_t sp = p->s.stride_point, sf = p->s.stride_feature;
+    if (sp == 1) {
+#pragma GCC unroll 8
+        for (int f = 0; f < D; f++)
+            xt[f] = _mm256_loadu_ps(X + (size_t)f * sf + i);
+    } else if (sf == 1) {
+        for (int f0 = 0; f0 < D; f0 += 8) {
+            const int w = D - f0 < 8 ? D - f0 : 8;
+            const __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(w), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+            __m256 r[8];
+#pragma GCC unroll 8
+            for (int q = 0; q < 8; q++)
+                r[q] = _mm256_maskload_ps(X + (i + q) * sp + f0, keep);
+            transpose8(r);
+#pragma GCC unroll 8
+            for (int j = 0; j < w; j++)
+                xt[f0 + j] = r[j];
+        }
+    } else {
+        for (int f = 0; f < D; f++) {
+            float v[8] __attribute__((aligned(32)));
+            for (int q = 0; q < 8; q++)
+                v[q] = X[(i + q) * sp + (size_t)f * sf];
+            xt[f] = _mm256_load_ps(v);
+        }
+    }
+}
+
+/* Labels of the 8 points from i (-1 where masked), d = D; C is the
+ * centroids the plan's H, rmax2 and CT were made from. */
+__attribute__((target("avx2,fma"), always_inline)) static inline void
+screened_block_d(const kmeans_plan *p, const float *X, const uint8_t *mask, const float *C, size_t i, int32_t *out,
+                 const int D)
+{
+    __m256 xt[D <= 8 ? 8 : DK_KMEANS_MAX_D];
+    load_block(p, X, i, D, xt);
+    __m256i lab;
+    unsigned near = screen_lanes(xt, D, C, p->H, p->s.desc.k, p->rmax2, &lab);
+    _mm256_storeu_si256((__m256i *)out, lab);
+    for (int q = 0; q < 8; q++) {
+        if (mask && !mask[i + q]) {
+            out[q] = -1;
+            continue;
+        }
+        if (!(near >> q & 1u))
+            continue;
+        float x[DK_KMEANS_MAX_D];
+        for (int f = 0; f < D; f++)
+            x[f] = X[(i + q) * p->s.stride_point + (size_t)f * p->s.stride_feature];
+        const float *xs[1] = {x};
+        best_labels_avx2(xs, 1, D, p->CT, p->kv, &out[q]);
+    }
+}
+
+__attribute__((target("avx2,fma"))) static void screened_block(const kmeans_plan *p, const float *X,
+                                                               const uint8_t *mask, const float *C, size_t i,
+                                                               int32_t *out)
+{
+    switch (p->s.desc.d) {
+    case 1: screened_block_d(p, X, mask, C, i, out, 1); break;
+    case 2: screened_block_d(p, X, mask, C, i, out, 2); break;
+    case 3: screened_block_d(p, X, mask, C, i, out, 3); break;
+    case 4: screened_block_d(p, X, mask, C, i, out, 4); break;
+    case 5: screened_block_d(p, X, mask, C, i, out, 5); break;
+    case 6: screened_block_d(p, X, mask, C, i, out, 6); break;
+    case 7: screened_block_d(p, X, mask, C, i, out, 7); break;
+    case 8: screened_block_d(p, X, mask, C, i, out, 8); break;
+    default: screened_block_d(p, X, mask, C, i, out, p->s.desc.d); break;
+    }
+}
 #endif
 
 /* The centroids transposed for the vector assignment. */
@@ -259,6 +451,17 @@ static void transpose_centroids(kmeans_plan *p, const float *C)
     for (int f = 0; f < d; f++)
         for (int c = 0; c < w; c++)
             p->CT[(size_t)f * w + c] = c < k ? C[(size_t)c * d + f] : INFINITY;
+}
+
+/* What the vector assignment reads of the centroids C: their transpose,
+ * and the screen's terms. */
+static void prepare_centroids(kmeans_plan *p, const float *C)
+{
+    transpose_centroids(p, C);
+#ifdef KM_AVX2
+    if (p->screen)
+        screen_terms(p, C);
+#endif
 }
 
 /* The contiguity window's label counts, slid along a row: moving one
@@ -407,6 +610,21 @@ static inline void assign_points(const kmeans_plan *p, const float *X, const uin
 #endif
 }
 
+/* Labels of the m points from i (m <= KM_BLOCK): a screened block of 8, or
+ * pairs through assign_points. */
+static inline void label_points(const kmeans_plan *p, const float *X, const uint8_t *mask, const int32_t *prev,
+                                const float *C, size_t i, int m, int32_t *out, window_counts *win)
+{
+#ifdef KM_AVX2
+    if (p->screen && !prev && m == KM_BLOCK) {
+        screened_block(p, X, mask, C, i, out);
+        return;
+    }
+#endif
+    for (int q = 0; q < m; q += 2)
+        assign_points(p, X, mask, prev, C, i + q, m - q < 2 ? m - q : 2, out + q, win);
+}
+
 static dk_status execute(void *handle, const void *points, const void *mask_, const void *init,
                          void *labels_, void *centroids, dk_kmeans_result *res, dk_msg *msg)
 {
@@ -422,12 +640,14 @@ static dk_status execute(void *handle, const void *points, const void *mask_, co
     memcpy(C, init, kd * sizeof *C);
     int32_t *prev = p->prev;
     if (p->vector)
-        transpose_centroids(p, C);
+        prepare_centroids(p, C);
     if (prev) {
 #pragma omp parallel for schedule(static) num_threads(T)
         for (size_t i = 0; i < n; i += 2)
             assign_points(p, X, mask, NULL, C, i, i + 1 < n ? 2 : 1, prev + i, NULL);
     }
+    /* contiguity's sliding window counts go pixel pair by pair */
+    const size_t step = p->screen && !prev ? KM_BLOCK : 2;
     double assign_s = 0, update_s = 0, move = 0;
     int it = 0;
     while (it < d->max_iters) {
@@ -444,10 +664,10 @@ static dk_status execute(void *handle, const void *points, const void *mask_, co
             window_counts win = {.row = -1};
             window_counts *w = prev && p->vector ? &win : NULL;
 #pragma omp for schedule(static)
-            for (size_t i = 0; i < n; i += 2) {
-                const int m = i + 1 < n ? 2 : 1;
-                int32_t l[2];
-                assign_points(p, X, mask, prev, C, i, m, l, w);
+            for (size_t i = 0; i < n; i += step) {
+                const int m = n - i < step ? (int)(n - i) : (int)step;
+                int32_t l[KM_BLOCK];
+                label_points(p, X, mask, prev, C, i, m, l, w);
                 for (int q = 0; q < m; q++) {
                     labels[i + q] = l[q];
                     if (l[q] < 0)
@@ -484,7 +704,7 @@ static dk_status execute(void *handle, const void *points, const void *mask_, co
         if (prev)
             memcpy(prev, labels, n * sizeof *prev);
         if (p->vector)
-            transpose_centroids(p, C);
+            prepare_centroids(p, C);
         double t2 = now();
         assign_s += t1 - t0;
         update_s += t2 - t1;
@@ -578,7 +798,8 @@ static dk_status assign_weighted(void *handle, const void *points, const void *m
     const int k = d->k, dd = d->d, stride = dd + 1, T = p->threads;
     const size_t n = d->n, kd = (size_t)k * dd;
     if (p->vector && !prev)
-        transpose_centroids(p, C);
+        prepare_centroids(p, C);
+    const size_t step = p->screen && !prev ? KM_BLOCK : 2;
 #pragma omp parallel num_threads(T)
     {
 #ifdef _OPENMP
@@ -589,14 +810,14 @@ static dk_status assign_weighted(void *handle, const void *points, const void *m
         double *part = p->partial + (size_t)t * k * stride;
         memset(part, 0, (size_t)k * stride * sizeof *part);
 #pragma omp for schedule(static)
-        for (size_t i = 0; i < n; i += 2) {
-            const int m = i + 1 < n ? 2 : 1;
-            int32_t l[2];
+        for (size_t i = 0; i < n; i += step) {
+            const int m = n - i < step ? (int)(n - i) : (int)step;
+            int32_t l[KM_BLOCK];
             if (prev) {
                 for (int q = 0; q < m; q++)
                     l[q] = mask && !mask[i + q] ? -1 : band_label(p, X, prev, i + q, C);
             } else {
-                assign_points(p, X, mask, NULL, C, i, m, l, NULL);
+                label_points(p, X, mask, NULL, C, i, m, l, NULL);
             }
             for (int q = 0; q < m; q++) {
                 labels[i + q] = l[q];
@@ -766,8 +987,9 @@ static dk_status seed_read(void *handle, const void *points, const void *dist, s
     return DK_OK;
 }
 
-/* "simd": the AVX2 assignment where the CPU has it (else scalar). */
-static const char *const variants[] = {"simd", "scalar", NULL};
+/* "screen": plain labels screened (AVX2 and FMA, d <= 12, k <= 128), else
+ * as "simd": the AVX2 assignment where the CPU has it (else scalar). */
+static const char *const variants[] = {"screen", "simd", "scalar", NULL};
 
 const dk_kmeans_ops dk_cpu_kmeans_ops = {
     .variants = variants,
