@@ -647,7 +647,8 @@ __device__ __forceinline__ void warp_reflect_regs(const double (&at)[NT][NT][2],
                 const int r = 8 * I + s;
                 const double val = ch ? at[I][J][1] : at[I][J][0];
                 vr[I] = I < J || t != ct || r < r0 ? 0.0 : r == r0 ? 1.0 : val;
-                if (I >= J)
+                /* u's padding rows (k and up) are never written, and 0 x a NaN left in shared memory is NaN */
+                if (I >= J && r < k)
                     dot = fma(vr[I], u[r], dot);
             }
 #pragma unroll
@@ -656,7 +657,7 @@ __device__ __forceinline__ void warp_reflect_regs(const double (&at)[NT][NT][2],
             const double c = tau * __shfl_sync(FULL, dot, ct);
 #pragma unroll
             for (int I = 0; I < NT; I++)
-                if (I >= J && t == ct && 8 * I + s >= r0)
+                if (I >= J && t == ct && 8 * I + s >= r0 && 8 * I + s < k)
                     u[8 * I + s] = fma(-c, vr[I], u[8 * I + s]);
             __syncwarp();
         }
