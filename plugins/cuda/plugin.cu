@@ -356,17 +356,16 @@ static dk_status copy_sync(dk_cuda_device *dev, void *dst, const void *src, size
     return DK_OK;
 }
 
-/* Under DK_QUEUE_ASYNC a write returns once queued: pageable memory has
- * been staged by then, page-locked memory is read by the copy engine later. */
+/* Under DK_QUEUE_ASYNC a write returns once queued (dk_cuda_finish):
+ * pageable memory has been staged by then, page-locked memory is read by
+ * the copy engine later. */
 static dk_status cuda_buffer_write(void *device, void *buffer, const void *src, size_t bytes,
                                    dk_msg *msg)
 {
     dk_cuda_device *dev = (dk_cuda_device *)device;
     dk_cuda_buffer *b = (dk_cuda_buffer *)buffer;
     dk_status st = check_size(b, bytes, "a write", msg);
-    if (st != DK_OK || !(dev->caller && dev->async))
-        return st != DK_OK ? st : copy_sync(dev, b->ptr, src, bytes, "copying to the device", msg);
-    if ((st = dk_cuda_enter(dev, msg)) != DK_OK || bytes == 0)
+    if (st != DK_OK || (st = dk_cuda_enter(dev, msg)) != DK_OK || bytes == 0)
         return st;
     CUDA_TRY(cudaMemcpyAsync(b->ptr, src, bytes, cudaMemcpyDefault, dev->stream), "copying to the device");
     return dk_cuda_finish(dev, "copying to the device", msg);

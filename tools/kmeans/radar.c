@@ -154,31 +154,8 @@ static void dry_scan(radar_pipeline *p, int32_t *labels, float *centroids, radar
 /* On a device: the reflectivity goes over once, the texture planes, their
  * smoothing, the features with their standardization and the initial
  * centroids, and the clustering all stay there (dakit/kmeans.h's texture
- * functions), and the labels come back. */
-static dk_status pipeline_run(radar_pipeline *p, const float *value, int32_t *labels, float *centroids,
-                              radar_result *res, char *err, size_t len);
-
-/* On cuda the device calls queue back to back on the context's own stream
- * (DK_QUEUE_ASYNC); the texture statistics and the clustering, whose
- * results come to the host, still wait. */
-dk_status radar_pipeline_run(radar_pipeline *p, const float *value, int32_t *labels, float *centroids,
-                             radar_result *res, char *err, size_t len)
-{
-    dk_native nat;
-    int queued = p->ctx && dk_context_native(p->ctx, &nat) == DK_OK && nat.memory == DK_MEMORY_CUDA && nat.queue &&
-                 dk_context_set_queue(p->ctx, nat.queue, DK_QUEUE_ASYNC) == DK_OK;
-    dk_status st = pipeline_run(p, value, labels, centroids, res, err, len);
-    if (queued) {
-        dk_status wt = dk_context_wait(p->ctx);
-        if (dk_context_set_queue(p->ctx, NULL, 0) != DK_OK || wt != DK_OK) {
-            if (st == DK_OK)
-                snprintf(err, len, "%s", dk_last_error(p->ctx));
-            st = st != DK_OK ? st : wt != DK_OK ? wt : DK_ERR_BACKEND;
-        }
-    }
-    return st;
-}
-
+ * functions), and the labels come back, or are written into the caller's
+ * memory where the backend can wrap it. */
 static dk_status pipeline_run(radar_pipeline *p, const float *value, int32_t *labels, float *centroids,
                               radar_result *res, char *err, size_t len)
 {
@@ -254,6 +231,26 @@ static dk_status pipeline_run(radar_pipeline *p, const float *value, int32_t *la
         res->seconds = t2 - t0;
     }
     return DK_OK;
+}
+
+/* On cuda the device calls queue back to back on the context's own stream
+ * (DK_QUEUE_ASYNC); the texture statistics and the clustering, whose
+ * results come to the host, still wait. */
+dk_status radar_pipeline_run(radar_pipeline *p, const float *value, int32_t *labels, float *centroids,
+                             radar_result *res, char *err, size_t len)
+{
+    dk_native nat;
+    int queued = p->ctx && dk_context_native(p->ctx, &nat) == DK_OK && nat.memory == DK_MEMORY_CUDA && nat.queue &&
+                 dk_context_set_queue(p->ctx, nat.queue, DK_QUEUE_ASYNC) == DK_OK;
+    dk_status st = pipeline_run(p, value, labels, centroids, res, err, len);
+    if (queued) {
+        dk_status wt = dk_context_wait(p->ctx), qt = dk_context_set_queue(p->ctx, NULL, 0);
+        if (st == DK_OK && (wt != DK_OK || qt != DK_OK)) {
+            st = wt != DK_OK ? wt : qt;
+            snprintf(err, len, "%s", dk_last_error(p->ctx));
+        }
+    }
+    return st;
 }
 
 /* Per-cluster means in physical units, from the standardized features

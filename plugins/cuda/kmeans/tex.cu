@@ -168,9 +168,9 @@ __global__ void __launch_bounds__(THREADS) k_tex_standardize(float *points, cons
         ipart[(size_t)blockIdx.x * 4 * k + j] = isum[j];
 }
 
-/* The initial centroids from the interval partials. Each warp sums series (c, f)
- * over the blocks as k_tex_stats does, in a fixed order; `series` holds
- * 4 k doubles of shared memory. */
+/* The initial centroids from the interval partials. Each warp sums series
+ * (c, f) over the blocks as k_tex_stats does, in a fixed order; `series`
+ * holds 4 k doubles of shared memory. */
 __global__ void k_tex_init(const double *ipart, int blocks, int k, const double *st, float *init)
 {
     extern __shared__ double series[]; /* [c * 4 + f]: f 0..2 the features' sums, 3 the count */
