@@ -299,7 +299,7 @@ __attribute__((target("avx2,fma"))) static void screen_terms(kmeans_plan *p, con
 #define KM_TOP2(B, c)                                                                                      \
     do {                                                                                                   \
         const __m256 gt_ = _mm256_cmp_ps(B, b1, _CMP_GT_OQ);                                               \
-        i1 = _mm256_blendv_ps(i1, _mm256_castsi256_ps(_mm256_set1_epi32(c)), gt_);                        \
+        i1 = _mm256_blendv_ps(i1, _mm256_castsi256_ps(c), gt_);                                            \
         b2 = _mm256_max_ps(b2, _mm256_min_ps(b1, B));                                                      \
         b1 = _mm256_max_ps(b1, B);                                                                         \
     } while (0)
@@ -312,7 +312,29 @@ screen_lanes(const __m256 *xt, const int D, const float *C, const float *H, int 
 {
     __m256 b1 = _mm256_set1_ps(-INFINITY), b2 = b1;
     __m256 i1 = _mm256_setzero_ps(); /* the label's bits */
+    __m256i cv = _mm256_setzero_si256(); /* centroid c in every lane */
+    const __m256i one = _mm256_set1_epi32(1);
     int c = 0;
+    for (; c + 3 < k; c += 4) {
+        const float *c0 = C + (size_t)c * D, *c1 = c0 + D, *c2 = c1 + D, *c3 = c2 + D;
+        __m256 B0 = _mm256_broadcast_ss(H + c), B1 = _mm256_broadcast_ss(H + c + 1);
+        __m256 B2 = _mm256_broadcast_ss(H + c + 2), B3 = _mm256_broadcast_ss(H + c + 3);
+#pragma GCC unroll 8
+        for (int f = 0; f < D; f++) {
+            B0 = _mm256_fmadd_ps(xt[f], _mm256_broadcast_ss(c0 + f), B0);
+            B1 = _mm256_fmadd_ps(xt[f], _mm256_broadcast_ss(c1 + f), B1);
+            B2 = _mm256_fmadd_ps(xt[f], _mm256_broadcast_ss(c2 + f), B2);
+            B3 = _mm256_fmadd_ps(xt[f], _mm256_broadcast_ss(c3 + f), B3);
+        }
+        KM_TOP2(B0, cv);
+        cv = _mm256_add_epi32(cv, one);
+        KM_TOP2(B1, cv);
+        cv = _mm256_add_epi32(cv, one);
+        KM_TOP2(B2, cv);
+        cv = _mm256_add_epi32(cv, one);
+        KM_TOP2(B3, cv);
+        cv = _mm256_add_epi32(cv, one);
+    }
     for (; c + 1 < k; c += 2) {
         const float *c0 = C + (size_t)c * D, *c1 = c0 + D;
         __m256 B0 = _mm256_broadcast_ss(H + c), B1 = _mm256_broadcast_ss(H + c + 1);
@@ -321,8 +343,10 @@ screen_lanes(const __m256 *xt, const int D, const float *C, const float *H, int 
             B0 = _mm256_fmadd_ps(xt[f], _mm256_broadcast_ss(c0 + f), B0);
             B1 = _mm256_fmadd_ps(xt[f], _mm256_broadcast_ss(c1 + f), B1);
         }
-        KM_TOP2(B0, c);
-        KM_TOP2(B1, c + 1);
+        KM_TOP2(B0, cv);
+        cv = _mm256_add_epi32(cv, one);
+        KM_TOP2(B1, cv);
+        cv = _mm256_add_epi32(cv, one);
     }
     if (c < k) {
         const float *c0 = C + (size_t)c * D;
@@ -330,7 +354,7 @@ screen_lanes(const __m256 *xt, const int D, const float *C, const float *H, int 
 #pragma GCC unroll 8
         for (int f = 0; f < D; f++)
             B0 = _mm256_fmadd_ps(xt[f], _mm256_broadcast_ss(c0 + f), B0);
-        KM_TOP2(B0, c);
+        KM_TOP2(B0, cv);
     }
     __m256 s2 = _mm256_setzero_ps();
 #pragma GCC unroll 8
@@ -382,9 +406,15 @@ __attribute__((target("avx2"), always_inline)) static inline void load_block(con
             const int w = D - f0 < 8 ? D - f0 : 8;
             const __m256i keep = _mm256_cmpgt_epi32(_mm256_set1_epi32(w), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
             __m256 r[8];
+            if (w == 8) { /* masked loads only where needed: they stream memory slower */
 #pragma GCC unroll 8
-            for (int q = 0; q < 8; q++)
-                r[q] = _mm256_maskload_ps(X + (i + q) * sp + f0, keep);
+                for (int q = 0; q < 8; q++)
+                    r[q] = _mm256_loadu_ps(X + (i + q) * sp + f0);
+            } else {
+#pragma GCC unroll 8
+                for (int q = 0; q < 8; q++)
+                    r[q] = _mm256_maskload_ps(X + (i + q) * sp + f0, keep);
+            }
             transpose8(r);
 #pragma GCC unroll 8
             for (int j = 0; j < w; j++)
@@ -610,6 +640,19 @@ static inline void assign_points(const kmeans_plan *p, const float *X, const uin
 #endif
 }
 
+#ifdef KM_AVX2
+/* row[f] += x[f] for f < d, four at a time: the same additions, in the same
+ * order per element, as the scalar loop. */
+__attribute__((target("avx2"))) static void add_point_avx2(double *row, const float *x, int d)
+{
+    int f = 0;
+    for (; f + 4 <= d; f += 4)
+        _mm256_storeu_pd(row + f, _mm256_add_pd(_mm256_loadu_pd(row + f), _mm256_cvtps_pd(_mm_loadu_ps(x + f))));
+    for (; f < d; f++)
+        row[f] += x[f];
+}
+#endif
+
 /* Labels of the m points from i (m <= KM_BLOCK): a screened block of 8, or
  * pairs through assign_points. */
 static inline void label_points(const kmeans_plan *p, const float *X, const uint8_t *mask, const int32_t *prev,
@@ -673,8 +716,13 @@ static dk_status execute(void *handle, const void *points, const void *mask_, co
                     if (l[q] < 0)
                         continue;
                     double *row = part + (size_t)l[q] * stride;
-                    for (int f = 0; f < dd; f++)
-                        row[f] += X[(i + q) * p->s.stride_point + (size_t)f * p->s.stride_feature];
+#ifdef KM_AVX2
+                    if (p->vector && p->s.stride_feature == 1)
+                        add_point_avx2(row, X + (i + q) * p->s.stride_point, dd);
+                    else
+#endif
+                        for (int f = 0; f < dd; f++)
+                            row[f] += X[(i + q) * p->s.stride_point + (size_t)f * p->s.stride_feature];
                     row[dd] += 1.0;
                 }
             }
