@@ -6,7 +6,8 @@
  * feature-major, k 3 to 130, every eleventh point masked (the screen takes
  * d <= 12 and k <= 128), and the same for variant "simd". The
  * screen decides most points alone; a near tie it got wrong would change a
- * label. Skipped where the cpu plugin has no AVX2 and FMA (the variant is
+ * label. Longer runs check the bounds by which a label stands from one
+ * iteration to the next without its distances. Skipped where the cpu plugin has no AVX2 and FMA (the variant is
  * then the exact path). */
 #include <math.h>
 #include <stdint.h>
@@ -26,14 +27,14 @@ static double uniform(void)
     return (double)(rng >> 11) * 0x1p-53;
 }
 
-static void one_case(dk_context *ctx, const char *variant, int d, int k, int feature_major, size_t n)
+static void one_case(dk_context *ctx, const char *variant, int d, int k, int feature_major, size_t n, int iters)
 {
     dk_kmeans_desc desc;
     dk_kmeans_desc_init(&desc);
     desc.n = n;
     desc.d = d;
     desc.k = k;
-    desc.max_iters = 4;
+    desc.max_iters = iters;
     desc.layout = feature_major ? DK_KMEANS_FEATURE_MAJOR : DK_KMEANS_POINT_MAJOR;
     desc.variant = variant;
     const size_t nd = n * (size_t)d, kd = (size_t)k * d;
@@ -110,10 +111,17 @@ int main(void)
     for (size_t a = 0; a < sizeof dims / sizeof *dims; a++)
         for (size_t b = 0; b < sizeof ks / sizeof *ks; b++)
             for (int fm = 0; fm < 2; fm++) {
-                one_case(ctx, "screen", dims[a], ks[b], fm, 3001);
-                one_case(ctx, "simd", dims[a], ks[b], fm, 3001);
+                one_case(ctx, "screen", dims[a], ks[b], fm, 3001, 4);
+                one_case(ctx, "simd", dims[a], ks[b], fm, 3001, 4);
                 cases += 2;
             }
+    /* longer runs, where most labels stand by the screen's bounds (Hamerly's)
+     * from one iteration to the next while the centroids settle */
+    for (int d = 2; d <= 8; d += 3)
+        for (int k = 5; k <= 17; k += 12) {
+            one_case(ctx, "screen", d, k, 0, 20003, 30);
+            cases++;
+        }
     printf("%d cases of screened and vector labels against the reference%s\n", cases,
            failures ? "" : ": every label and centroid the same");
     dk_context_destroy(ctx);

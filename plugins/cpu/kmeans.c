@@ -64,6 +64,15 @@ typedef struct kmeans_plan {
     float *CT;        /* d * 8 kv: centroids transposed, padded with +inf */
     float *H;         /* screen: -|c|^2 / 2 per centroid */
     float rmax2;      /* screen: the largest |c|^2 (NaN if any is) */
+    float rmax;       /* screen: sqrt(rmax2), rounded up */
+    /* screen: Hamerly's bounds. gap[i]: a lower bound on point i's distance
+     * to its second-nearest centroid minus that to its nearest, less what
+     * the centroids moved since it was computed; while it beats the
+     * rounding margin the label stands and the distances are not taken */
+    float *gap;
+    float *shift;     /* how far each centroid moved in the last update, rounded up */
+    float shift_max;
+    int bounds;       /* gap holds the bounds of every screened block */
 } kmeans_plan;
 
 static double now(void)
@@ -85,6 +94,8 @@ static void plan_destroy(void *handle)
     free(p->C);
     free(p->CT);
     free(p->H);
+    free(p->gap);
+    free(p->shift);
     free(p);
 }
 
@@ -115,9 +126,13 @@ static dk_status plan_create(void *device, const dk_kmeans_setup *setup, void **
     p->kv = (d->k + 7) / 8;
     if (p->vector)
         p->CT = aligned_alloc(32, (size_t)d->d * p->kv * 8 * sizeof *p->CT);
-    if (p->screen)
+    if (p->screen) {
         p->H = malloc((size_t)d->k * sizeof *p->H);
-    if (!p->partial || !p->C || (setup->contiguity && !p->prev) || (p->vector && !p->CT) || (p->screen && !p->H)) {
+        p->gap = malloc(d->n * sizeof *p->gap);
+        p->shift = malloc((size_t)d->k * sizeof *p->shift);
+    }
+    if (!p->partial || !p->C || (setup->contiguity && !p->prev) || (p->vector && !p->CT) ||
+        (p->screen && (!p->H || !p->gap || !p->shift))) {
         plan_destroy(p);
         dk_msg_set(msg, "cpu kmeans: out of host memory for a plan of %zu points", d->n);
         return DK_ERR_OUT_OF_MEMORY;
@@ -293,6 +308,7 @@ __attribute__((target("avx2,fma"))) static void screen_terms(kmeans_plan *p, con
         rmax2 = q > rmax2 || q != q ? q : rmax2; /* a NaN stays */
     }
     p->rmax2 = rmax2;
+    p->rmax = sqrtf(rmax2) * (1.0f + 0x1p-20f);
 }
 
 /* One centroid's B for the lanes, and the running best two and best label. */
@@ -308,7 +324,8 @@ __attribute__((target("avx2,fma"))) static void screen_terms(kmeans_plan *p, con
  * not certain (bit q: lane q). D is a constant where inlined for d <= 8,
  * so xt stays in registers; two centroids a step give two chains of FMAs. */
 __attribute__((target("avx2,fma"), always_inline)) static inline unsigned
-screen_lanes(const __m256 *xt, const int D, const float *C, const float *H, int k, float rmax2, __m256i *label)
+screen_lanes(const __m256 *xt, const int D, const float *C, const float *H, int k, float rmax2, __m256i *label,
+             __m256 *gap)
 {
     __m256 b1 = _mm256_set1_ps(-INFINITY), b2 = b1;
     __m256 i1 = _mm256_setzero_ps(); /* the label's bits */
@@ -363,6 +380,16 @@ screen_lanes(const __m256 *xt, const int D, const float *C, const float *H, int 
     const __m256 eps = _mm256_fmadd_ps(_mm256_set1_ps(12.0f * (float)(D + 2) * 0x1p-24f),
                                        _mm256_add_ps(s2, _mm256_set1_ps(rmax2)), _mm256_set1_ps(1e-37f));
     *label = _mm256_castps_si256(i1);
+    /* each B and s2 is within eps / 2 of its exact value, so the squared
+     * distances to the nearest and to any other centroid are at most U2
+     * and at least L2 (3 eps covers the rounding of U2, L2 and the roots);
+     * gap: the difference of the roots, rounded down */
+    const __m256 eps3 = _mm256_mul_ps(eps, _mm256_set1_ps(3.0f)), two = _mm256_set1_ps(2.0f);
+    const __m256 U2 = _mm256_add_ps(_mm256_fnmadd_ps(two, b1, s2), eps3);
+    const __m256 L2 = _mm256_sub_ps(_mm256_fnmadd_ps(two, b2, s2), eps3);
+    const __m256 zero = _mm256_setzero_ps();
+    *gap = _mm256_sub_ps(_mm256_mul_ps(_mm256_sqrt_ps(_mm256_max_ps(L2, zero)), _mm256_set1_ps(1.0f - 0x1p-20f)),
+                         _mm256_mul_ps(_mm256_sqrt_ps(_mm256_max_ps(U2, zero)), _mm256_set1_ps(1.0f + 0x1p-20f)));
     return ~(unsigned)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_sub_ps(b1, b2), eps, _CMP_GT_OQ)) & 0xffu;
 }
 #undef KM_TOP2
@@ -430,17 +457,66 @@ __attribute__((target("avx2"), always_inline)) static inline void load_block(con
     }
 }
 
+/* The lanes whose label `before` (the last iteration's) still stands by
+ * the bounds in gap, moved on by the last centroid update: the nearest
+ * centroid came at most shift[before] farther from the point, every other
+ * at most shift_max nearer. The new gap must beat the
+ * reference's rounding of the squared distances, below (d + 3) 2^-24
+ * times their sum for each; 4 (d + 3) 2^-24 (|x| + max |c|) covers it. */
+__attribute__((target("avx2,fma"), always_inline)) static inline unsigned
+kept_lanes(const kmeans_plan *p, const __m256 *xt, const int D, const int32_t *before, float *gap)
+{
+    const __m256i lab = _mm256_loadu_si256((const __m256i *)before);
+    const __m256i valid = _mm256_cmpgt_epi32(lab, _mm256_set1_epi32(-1));
+    const __m256 moved = _mm256_mask_i32gather_ps(_mm256_setzero_ps(), p->shift, _mm256_max_epi32(lab, _mm256_setzero_si256()),
+                                                  _mm256_castsi256_ps(valid), 4);
+    const __m256 g0 = _mm256_loadu_ps(gap), shift_max = _mm256_set1_ps(p->shift_max);
+    /* the two subtractions' rounding, taken off as well */
+    const __m256 slack = _mm256_mul_ps(_mm256_set1_ps(0x1p-21f),
+                                       _mm256_add_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), g0), _mm256_add_ps(moved, shift_max)));
+    const __m256 g = _mm256_sub_ps(_mm256_sub_ps(_mm256_sub_ps(g0, moved), shift_max), slack);
+    __m256 s2 = _mm256_setzero_ps();
+#pragma GCC unroll 8
+    for (int f = 0; f < D; f++)
+        s2 = _mm256_fmadd_ps(xt[f], xt[f], s2);
+    const __m256 tol = _mm256_mul_ps(_mm256_set1_ps(4.0f * (float)(D + 3) * 0x1p-24f),
+                                     _mm256_add_ps(_mm256_sqrt_ps(s2), _mm256_set1_ps(p->rmax)));
+    const unsigned keep = (unsigned)_mm256_movemask_ps(_mm256_and_ps(_mm256_cmp_ps(g, tol, _CMP_GT_OQ), _mm256_castsi256_ps(valid)));
+    _mm256_storeu_ps(gap, g);
+    return keep;
+}
+
 /* Labels of the 8 points from i (-1 where masked), d = D; C is the
- * centroids the plan's H, rmax2 and CT were made from. */
+ * centroids the plan's H, rmax2 and CT were made from. With p->bounds,
+ * before holds the last iteration's labels, and the block is labelled
+ * afresh only when a point of it may have changed. */
 __attribute__((target("avx2,fma"), always_inline)) static inline void
-screened_block_d(const kmeans_plan *p, const float *X, const uint8_t *mask, const float *C, size_t i, int32_t *out,
-                 const int D)
+screened_block_d(const kmeans_plan *p, const float *X, const uint8_t *mask, const float *C, size_t i,
+                 const int32_t *before, int32_t *out, const int D)
 {
     __m256 xt[D <= 8 ? 8 : DK_KMEANS_MAX_D];
     load_block(p, X, i, D, xt);
+    if (p->bounds) {
+        unsigned keep = kept_lanes(p, xt, D, before, p->gap + i);
+        if (mask)
+            for (int q = 0; q < 8; q++)
+                keep |= (unsigned)!mask[i + q] << q;
+        if (keep == 0xffu) {
+            for (int q = 0; q < 8; q++)
+                out[q] = mask && !mask[i + q] ? -1 : before[q];
+            return;
+        }
+    }
     __m256i lab;
-    unsigned near = screen_lanes(xt, D, C, p->H, p->s.desc.k, p->rmax2, &lab);
+    __m256 g;
+    unsigned near = screen_lanes(xt, D, C, p->H, p->s.desc.k, p->rmax2, &lab, &g);
     _mm256_storeu_si256((__m256i *)out, lab);
+    /* near ties have no bound: they are labelled afresh next time */
+    g = _mm256_blendv_ps(g, _mm256_set1_ps(-INFINITY),
+                         _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_and_si256(_mm256_set1_epi32((int)near),
+                                                                                 _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128)),
+                                                                _mm256_setzero_si256())));
+    _mm256_storeu_ps(p->gap + i, g);
     for (int q = 0; q < 8; q++) {
         if (mask && !mask[i + q]) {
             out[q] = -1;
@@ -458,18 +534,18 @@ screened_block_d(const kmeans_plan *p, const float *X, const uint8_t *mask, cons
 
 __attribute__((target("avx2,fma"))) static void screened_block(const kmeans_plan *p, const float *X,
                                                                const uint8_t *mask, const float *C, size_t i,
-                                                               int32_t *out)
+                                                               const int32_t *before, int32_t *out)
 {
     switch (p->s.desc.d) {
-    case 1: screened_block_d(p, X, mask, C, i, out, 1); break;
-    case 2: screened_block_d(p, X, mask, C, i, out, 2); break;
-    case 3: screened_block_d(p, X, mask, C, i, out, 3); break;
-    case 4: screened_block_d(p, X, mask, C, i, out, 4); break;
-    case 5: screened_block_d(p, X, mask, C, i, out, 5); break;
-    case 6: screened_block_d(p, X, mask, C, i, out, 6); break;
-    case 7: screened_block_d(p, X, mask, C, i, out, 7); break;
-    case 8: screened_block_d(p, X, mask, C, i, out, 8); break;
-    default: screened_block_d(p, X, mask, C, i, out, p->s.desc.d); break;
+    case 1: screened_block_d(p, X, mask, C, i, before, out, 1); break;
+    case 2: screened_block_d(p, X, mask, C, i, before, out, 2); break;
+    case 3: screened_block_d(p, X, mask, C, i, before, out, 3); break;
+    case 4: screened_block_d(p, X, mask, C, i, before, out, 4); break;
+    case 5: screened_block_d(p, X, mask, C, i, before, out, 5); break;
+    case 6: screened_block_d(p, X, mask, C, i, before, out, 6); break;
+    case 7: screened_block_d(p, X, mask, C, i, before, out, 7); break;
+    case 8: screened_block_d(p, X, mask, C, i, before, out, 8); break;
+    default: screened_block_d(p, X, mask, C, i, before, out, p->s.desc.d); break;
     }
 }
 #endif
@@ -656,11 +732,12 @@ __attribute__((target("avx2"))) static void add_point_avx2(double *row, const fl
 /* Labels of the m points from i (m <= KM_BLOCK): a screened block of 8, or
  * pairs through assign_points. */
 static inline void label_points(const kmeans_plan *p, const float *X, const uint8_t *mask, const int32_t *prev,
-                                const float *C, size_t i, int m, int32_t *out, window_counts *win)
+                                const float *C, size_t i, int m, const int32_t *before, int32_t *out,
+                                window_counts *win)
 {
 #ifdef KM_AVX2
     if (p->screen && !prev && m == KM_BLOCK) {
-        screened_block(p, X, mask, C, i, out);
+        screened_block(p, X, mask, C, i, before, out);
         return;
     }
 #endif
@@ -691,6 +768,7 @@ static dk_status execute(void *handle, const void *points, const void *mask_, co
     }
     /* contiguity's sliding window counts go pixel pair by pair */
     const size_t step = p->screen && !prev ? KM_BLOCK : 2;
+    p->bounds = 0;
     double assign_s = 0, update_s = 0, move = 0;
     int it = 0;
     while (it < d->max_iters) {
@@ -710,7 +788,7 @@ static dk_status execute(void *handle, const void *points, const void *mask_, co
             for (size_t i = 0; i < n; i += step) {
                 const int m = n - i < step ? (int)(n - i) : (int)step;
                 int32_t l[KM_BLOCK];
-                label_points(p, X, mask, prev, C, i, m, l, w);
+                label_points(p, X, mask, prev, C, i, m, labels + i, l, w);
                 for (int q = 0; q < m; q++) {
                     labels[i + q] = l[q];
                     if (l[q] < 0)
@@ -730,10 +808,14 @@ static dk_status execute(void *handle, const void *points, const void *mask_, co
         double t1 = now();
         it++;
         move = 0;
+        if (p->screen)
+            p->shift_max = 0.0f;
         for (int c = 0; c < k; c++) {
             double count = 0;
             for (int t = 0; t < T; t++)
                 count += p->partial[((size_t)t * k + c) * stride + dd];
+            if (p->screen)
+                p->shift[c] = 0.0f;
             if (count == 0)
                 continue;
             double m2 = 0;
@@ -748,7 +830,13 @@ static dk_status execute(void *handle, const void *points, const void *mask_, co
             }
             if (sqrt(m2) > move)
                 move = sqrt(m2);
+            if (p->screen) {
+                /* NaN stays NaN, and then no bound holds */
+                p->shift[c] = (float)sqrt(m2) * (1.0f + 0x1p-20f);
+                p->shift_max = p->shift[c] > p->shift_max || p->shift[c] != p->shift[c] ? p->shift[c] : p->shift_max;
+            }
         }
+        p->bounds = p->screen && !prev;
         if (prev)
             memcpy(prev, labels, n * sizeof *prev);
         if (p->vector)
@@ -759,6 +847,7 @@ static dk_status execute(void *handle, const void *points, const void *mask_, co
         if (move < d->tol)
             break;
     }
+    p->bounds = 0;
     double objective = 0;
     size_t valid = 0;
 #pragma omp parallel for schedule(static) num_threads(T) reduction(+ : objective, valid)
@@ -865,7 +954,7 @@ static dk_status assign_weighted(void *handle, const void *points, const void *m
                 for (int q = 0; q < m; q++)
                     l[q] = mask && !mask[i + q] ? -1 : band_label(p, X, prev, i + q, C);
             } else {
-                label_points(p, X, mask, NULL, C, i, m, l, NULL);
+                label_points(p, X, mask, NULL, C, i, m, NULL, l, NULL);
             }
             for (int q = 0; q < m; q++) {
                 labels[i + q] = l[q];
