@@ -332,26 +332,6 @@ screen_lanes(const __m256 *xt, const int D, const float *C, const float *H, int 
     __m256i cv = _mm256_setzero_si256(); /* centroid c in every lane */
     const __m256i one = _mm256_set1_epi32(1);
     int c = 0;
-    for (; c + 3 < k; c += 4) {
-        const float *c0 = C + (size_t)c * D, *c1 = c0 + D, *c2 = c1 + D, *c3 = c2 + D;
-        __m256 B0 = _mm256_broadcast_ss(H + c), B1 = _mm256_broadcast_ss(H + c + 1);
-        __m256 B2 = _mm256_broadcast_ss(H + c + 2), B3 = _mm256_broadcast_ss(H + c + 3);
-#pragma GCC unroll 8
-        for (int f = 0; f < D; f++) {
-            B0 = _mm256_fmadd_ps(xt[f], _mm256_broadcast_ss(c0 + f), B0);
-            B1 = _mm256_fmadd_ps(xt[f], _mm256_broadcast_ss(c1 + f), B1);
-            B2 = _mm256_fmadd_ps(xt[f], _mm256_broadcast_ss(c2 + f), B2);
-            B3 = _mm256_fmadd_ps(xt[f], _mm256_broadcast_ss(c3 + f), B3);
-        }
-        KM_TOP2(B0, cv);
-        cv = _mm256_add_epi32(cv, one);
-        KM_TOP2(B1, cv);
-        cv = _mm256_add_epi32(cv, one);
-        KM_TOP2(B2, cv);
-        cv = _mm256_add_epi32(cv, one);
-        KM_TOP2(B3, cv);
-        cv = _mm256_add_epi32(cv, one);
-    }
     for (; c + 1 < k; c += 2) {
         const float *c0 = C + (size_t)c * D, *c1 = c0 + D;
         __m256 B0 = _mm256_broadcast_ss(H + c), B1 = _mm256_broadcast_ss(H + c + 1);
@@ -380,6 +360,9 @@ screen_lanes(const __m256 *xt, const int D, const float *C, const float *H, int 
     const __m256 eps = _mm256_fmadd_ps(_mm256_set1_ps(12.0f * (float)(D + 2) * 0x1p-24f),
                                        _mm256_add_ps(s2, _mm256_set1_ps(rmax2)), _mm256_set1_ps(1e-37f));
     *label = _mm256_castps_si256(i1);
+    const unsigned near = ~(unsigned)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_sub_ps(b1, b2), eps, _CMP_GT_OQ)) & 0xffu;
+    if (!gap)
+        return near;
     /* each B and s2 is within eps / 2 of its exact value, so the squared
      * distances to the nearest and to any other centroid are at most U2
      * and at least L2 (3 eps covers the rounding of U2, L2 and the roots);
@@ -390,7 +373,7 @@ screen_lanes(const __m256 *xt, const int D, const float *C, const float *H, int 
     const __m256 zero = _mm256_setzero_ps();
     *gap = _mm256_sub_ps(_mm256_mul_ps(_mm256_sqrt_ps(_mm256_max_ps(L2, zero)), _mm256_set1_ps(1.0f - 0x1p-20f)),
                          _mm256_mul_ps(_mm256_sqrt_ps(_mm256_max_ps(U2, zero)), _mm256_set1_ps(1.0f + 0x1p-20f)));
-    return ~(unsigned)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_sub_ps(b1, b2), eps, _CMP_GT_OQ)) & 0xffu;
+    return near;
 }
 #undef KM_TOP2
 
@@ -509,14 +492,14 @@ screened_block_d(const kmeans_plan *p, const float *X, const uint8_t *mask, cons
     }
     __m256i lab;
     __m256 g;
-    unsigned near = screen_lanes(xt, D, C, p->H, p->s.desc.k, p->rmax2, &lab, &g);
+    unsigned near = screen_lanes(xt, D, C, p->H, p->s.desc.k, p->rmax2, &lab, before ? &g : NULL);
     _mm256_storeu_si256((__m256i *)out, lab);
-    /* near ties have no bound: they are labelled afresh next time */
-    g = _mm256_blendv_ps(g, _mm256_set1_ps(-INFINITY),
-                         _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_and_si256(_mm256_set1_epi32((int)near),
-                                                                                 _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128)),
-                                                                _mm256_setzero_si256())));
-    _mm256_storeu_ps(p->gap + i, g);
+    if (before) {
+        /* near ties have no bound: they are labelled afresh next time */
+        const __m256i bit = _mm256_and_si256(_mm256_set1_epi32((int)near), _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128));
+        g = _mm256_blendv_ps(g, _mm256_set1_ps(-INFINITY), _mm256_castsi256_ps(_mm256_cmpgt_epi32(bit, _mm256_setzero_si256())));
+        _mm256_storeu_ps(p->gap + i, g);
+    }
     for (int q = 0; q < 8; q++) {
         if (mask && !mask[i + q]) {
             out[q] = -1;
