@@ -19,26 +19,6 @@ summary.txt gives their times) and prints, at each, the probability within
 one and a half cells of the z-axis (|x|, |y| < 1.5 dx: the axis cells and
 their neighbours) for GBEES and Monte Carlo, and the rate at which each
 decays from the snapshot before; --png draws the two masses against time.
-Per-axis marginals of a GBEES Lorenz '63 snapshot against Monte Carlo.
-
-Usage: marginals.py PDF.npy T [SAMPLES] [SEED] [--png FILE]
-       marginals.py --axis RUN_DIR [SAMPLES] [SEED] [--png FILE]
-
-Draws SAMPLES points (default 200000) of the initial Gaussian of
-tests/data-gbees-lorenz63 (mean (-11.5, -10, 9.5), identity covariance),
-carries them with RK4 (step 1e-3) and compares them with GBEES.
-
-The first form histograms them at time T into the snapshot's cell columns
-along each axis and prints, per axis, the Bhattacharyya coefficient of the
-two 1-D marginals, then the mass in the x = 0 and y = 0 columns (the
-columns whose interval holds 0, or both neighbours when 0 is a face) and the
-columns around them; --png draws the three marginals.
-
-The second form reads every snapshot of a `dakit gbees` run (RUN_DIR's
-summary.txt gives their times) and prints, at each, the probability within
-one and a half cells of the z-axis (|x|, |y| < 1.5 dx: the axis cells and
-their neighbours) for GBEES and Monte Carlo, and the rate at which each
-decays from the snapshot before; --png draws the two masses against time.
 """
 import sys
 import numpy as np
