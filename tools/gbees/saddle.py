@@ -26,8 +26,11 @@ on the axis).
 import sys
 from math import erf
 
-import numpy as np
-from scipy.linalg import expm
+try:
+    import numpy as np
+    from scipy.linalg import expm
+except ImportError as e:
+    sys.exit(f"saddle.py needs numpy and scipy ({e}; apt-get install python3-numpy python3-scipy)")
 
 SCHEMES = ("centre", "split", "muscl", "muscl-t")
 
