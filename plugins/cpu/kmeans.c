@@ -443,9 +443,9 @@ __attribute__((target("avx2"), always_inline)) static inline void load_block(con
 /* The lanes whose label `before` (the last iteration's) still stands by
  * the bounds in gap, moved on by the last centroid update: the nearest
  * centroid came at most shift[before] farther from the point, every other
- * at most shift_max nearer. The new gap must beat the
- * reference's rounding of the squared distances, below (d + 3) 2^-24
- * times their sum for each; 4 (d + 3) 2^-24 (|x| + max |c|) covers it. */
+ * at most shift_max nearer. The new gap must beat the reference's rounding
+ * of the squared distances, below (d + 3) 2^-24 times their sum for each;
+ * 4 (d + 3) 2^-24 (|x| + max |c|) covers it. */
 __attribute__((target("avx2,fma"), always_inline)) static inline unsigned
 kept_lanes(const kmeans_plan *p, const __m256 *xt, const int D, const int32_t *before, float *gap)
 {
