@@ -7,8 +7,8 @@
  * d <= 12 and k <= 128), and the same for variant "simd". The
  * screen decides most points alone; a near tie it got wrong would change a
  * label. Longer runs check the bounds by which a label stands from one
- * iteration to the next without its distances. Skipped where the cpu plugin has no AVX2 and FMA (the variant is
- * then the exact path). */
+ * iteration to the next without its distances. Skipped where the cpu
+ * plugin has no AVX2 and FMA (the variant is then the exact path). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -128,11 +128,13 @@ static dk_status plan_create(void *device, const dk_kmeans_setup *setup, void **
         p->CT = aligned_alloc(32, (size_t)d->d * p->kv * 8 * sizeof *p->CT);
     if (p->screen) {
         p->H = malloc((size_t)d->k * sizeof *p->H);
-        p->gap = malloc(d->n * sizeof *p->gap);
-        p->shift = malloc((size_t)d->k * sizeof *p->shift);
+        if (!setup->contiguity) { /* the bounds: plain k-means only */
+            p->gap = malloc(d->n * sizeof *p->gap);
+            p->shift = malloc((size_t)d->k * sizeof *p->shift);
+        }
     }
     if (!p->partial || !p->C || (setup->contiguity && !p->prev) || (p->vector && !p->CT) ||
-        (p->screen && (!p->H || !p->gap || !p->shift))) {
+        (p->screen && (!p->H || (!setup->contiguity && (!p->gap || !p->shift))))) {
         plan_destroy(p);
         dk_msg_set(msg, "cpu kmeans: out of host memory for a plan of %zu points", d->n);
         return DK_ERR_OUT_OF_MEMORY;
@@ -315,7 +317,7 @@ __attribute__((target("avx2,fma"))) static void screen_terms(kmeans_plan *p, con
 #define KM_TOP2(B, c)                                                                                      \
     do {                                                                                                   \
         const __m256 gt_ = _mm256_cmp_ps(B, b1, _CMP_GT_OQ);                                               \
-        i1 = _mm256_blendv_ps(i1, _mm256_castsi256_ps(c), gt_);                                            \
+        i1 = _mm256_blendv_ps(i1, _mm256_castsi256_ps(_mm256_set1_epi32(c)), gt_);                        \
         b2 = _mm256_max_ps(b2, _mm256_min_ps(b1, B));                                                      \
         b1 = _mm256_max_ps(b1, B);                                                                         \
     } while (0)
@@ -324,13 +326,11 @@ __attribute__((target("avx2,fma"))) static void screen_terms(kmeans_plan *p, con
  * not certain (bit q: lane q). D is a constant where inlined for d <= 8,
  * so xt stays in registers; two centroids a step give two chains of FMAs. */
 __attribute__((target("avx2,fma"), always_inline)) static inline unsigned
-screen_lanes(const __m256 *xt, const int D, const float *C, const float *H, int k, float rmax2, __m256i *label,
-             __m256 *gap)
+screen_lanes(const __m256 *xt, const __m256 s2, const int D, const float *C, const float *H, int k, float rmax2,
+             __m256i *label, __m256 *gap)
 {
     __m256 b1 = _mm256_set1_ps(-INFINITY), b2 = b1;
     __m256 i1 = _mm256_setzero_ps(); /* the label's bits */
-    __m256i cv = _mm256_setzero_si256(); /* centroid c in every lane */
-    const __m256i one = _mm256_set1_epi32(1);
     int c = 0;
     for (; c + 1 < k; c += 2) {
         const float *c0 = C + (size_t)c * D, *c1 = c0 + D;
@@ -340,10 +340,8 @@ screen_lanes(const __m256 *xt, const int D, const float *C, const float *H, int 
             B0 = _mm256_fmadd_ps(xt[f], _mm256_broadcast_ss(c0 + f), B0);
             B1 = _mm256_fmadd_ps(xt[f], _mm256_broadcast_ss(c1 + f), B1);
         }
-        KM_TOP2(B0, cv);
-        cv = _mm256_add_epi32(cv, one);
-        KM_TOP2(B1, cv);
-        cv = _mm256_add_epi32(cv, one);
+        KM_TOP2(B0, c);
+        KM_TOP2(B1, c + 1);
     }
     if (c < k) {
         const float *c0 = C + (size_t)c * D;
@@ -351,12 +349,8 @@ screen_lanes(const __m256 *xt, const int D, const float *C, const float *H, int 
 #pragma GCC unroll 8
         for (int f = 0; f < D; f++)
             B0 = _mm256_fmadd_ps(xt[f], _mm256_broadcast_ss(c0 + f), B0);
-        KM_TOP2(B0, cv);
+        KM_TOP2(B0, c);
     }
-    __m256 s2 = _mm256_setzero_ps();
-#pragma GCC unroll 8
-    for (int f = 0; f < D; f++)
-        s2 = _mm256_fmadd_ps(xt[f], xt[f], s2);
     const __m256 eps = _mm256_fmadd_ps(_mm256_set1_ps(12.0f * (float)(D + 2) * 0x1p-24f),
                                        _mm256_add_ps(s2, _mm256_set1_ps(rmax2)), _mm256_set1_ps(1e-37f));
     *label = _mm256_castps_si256(i1);
@@ -447,7 +441,7 @@ __attribute__((target("avx2"), always_inline)) static inline void load_block(con
  * of the squared distances, below (d + 3) 2^-24 times their sum for each;
  * 4 (d + 3) 2^-24 (|x| + max |c|) covers it. */
 __attribute__((target("avx2,fma"), always_inline)) static inline unsigned
-kept_lanes(const kmeans_plan *p, const __m256 *xt, const int D, const int32_t *before, float *gap)
+kept_lanes(const kmeans_plan *p, const __m256 s2, const int D, const int32_t *before, float *gap)
 {
     const __m256i lab = _mm256_loadu_si256((const __m256i *)before);
     const __m256i valid = _mm256_cmpgt_epi32(lab, _mm256_set1_epi32(-1));
@@ -458,10 +452,6 @@ kept_lanes(const kmeans_plan *p, const __m256 *xt, const int D, const int32_t *b
     const __m256 slack = _mm256_mul_ps(_mm256_set1_ps(0x1p-21f),
                                        _mm256_add_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), g0), _mm256_add_ps(moved, shift_max)));
     const __m256 g = _mm256_sub_ps(_mm256_sub_ps(_mm256_sub_ps(g0, moved), shift_max), slack);
-    __m256 s2 = _mm256_setzero_ps();
-#pragma GCC unroll 8
-    for (int f = 0; f < D; f++)
-        s2 = _mm256_fmadd_ps(xt[f], xt[f], s2);
     const __m256 tol = _mm256_mul_ps(_mm256_set1_ps(4.0f * (float)(D + 3) * 0x1p-24f),
                                      _mm256_add_ps(_mm256_sqrt_ps(s2), _mm256_set1_ps(p->rmax)));
     const unsigned keep = (unsigned)_mm256_movemask_ps(_mm256_and_ps(_mm256_cmp_ps(g, tol, _CMP_GT_OQ), _mm256_castsi256_ps(valid)));
@@ -479,8 +469,12 @@ screened_block_d(const kmeans_plan *p, const float *X, const uint8_t *mask, cons
 {
     __m256 xt[D <= 8 ? 8 : DK_KMEANS_MAX_D];
     load_block(p, X, i, D, xt);
+    __m256 s2 = _mm256_setzero_ps(); /* |x|^2 */
+#pragma GCC unroll 8
+    for (int f = 0; f < D; f++)
+        s2 = _mm256_fmadd_ps(xt[f], xt[f], s2);
     if (p->bounds) {
-        unsigned keep = kept_lanes(p, xt, D, before, p->gap + i);
+        unsigned keep = kept_lanes(p, s2, D, before, p->gap + i);
         if (mask)
             for (int q = 0; q < 8; q++)
                 keep |= (unsigned)!mask[i + q] << q;
@@ -492,7 +486,7 @@ screened_block_d(const kmeans_plan *p, const float *X, const uint8_t *mask, cons
     }
     __m256i lab;
     __m256 g;
-    unsigned near = screen_lanes(xt, D, C, p->H, p->s.desc.k, p->rmax2, &lab, before ? &g : NULL);
+    unsigned near = screen_lanes(xt, s2, D, C, p->H, p->s.desc.k, p->rmax2, &lab, before ? &g : NULL);
     _mm256_storeu_si256((__m256i *)out, lab);
     if (before) {
         /* near ties have no bound: they are labelled afresh next time */
@@ -749,8 +743,10 @@ static dk_status execute(void *handle, const void *points, const void *mask_, co
         for (size_t i = 0; i < n; i += 2)
             assign_points(p, X, mask, NULL, C, i, i + 1 < n ? 2 : 1, prev + i, NULL);
     }
-    /* contiguity's sliding window counts go pixel pair by pair */
-    const size_t step = p->screen && !prev ? KM_BLOCK : 2;
+    /* contiguity's sliding window counts go pixel pair by pair; plain
+     * k-means in screened blocks keeps Hamerly's bounds */
+    const int screened = p->screen && !prev;
+    const size_t step = screened ? KM_BLOCK : 2;
     p->bounds = 0;
     double assign_s = 0, update_s = 0, move = 0;
     int it = 0;
@@ -791,13 +787,13 @@ static dk_status execute(void *handle, const void *points, const void *mask_, co
         double t1 = now();
         it++;
         move = 0;
-        if (p->screen)
+        if (screened)
             p->shift_max = 0.0f;
         for (int c = 0; c < k; c++) {
             double count = 0;
             for (int t = 0; t < T; t++)
                 count += p->partial[((size_t)t * k + c) * stride + dd];
-            if (p->screen)
+            if (screened)
                 p->shift[c] = 0.0f;
             if (count == 0)
                 continue;
@@ -813,13 +809,13 @@ static dk_status execute(void *handle, const void *points, const void *mask_, co
             }
             if (sqrt(m2) > move)
                 move = sqrt(m2);
-            if (p->screen) {
+            if (screened) {
                 /* NaN stays NaN, and then no bound holds */
                 p->shift[c] = (float)sqrt(m2) * (1.0f + 0x1p-20f);
                 p->shift_max = p->shift[c] > p->shift_max || p->shift[c] != p->shift[c] ? p->shift[c] : p->shift_max;
             }
         }
-        p->bounds = p->screen && !prev;
+        p->bounds = screened;
         if (prev)
             memcpy(prev, labels, n * sizeof *prev);
         if (p->vector)
