@@ -89,28 +89,16 @@ def test_bad_input_raises_the_sentence():
     assert "threshold" in str(info.value)
 
 
-def axis_share(points, probability, half=0.75):
-    near = (np.abs(points[:, 0]) < half) & (np.abs(points[:, 1]) < half)
-    return probability[near].sum() / probability.sum()
+TOOLS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "tools", "gbees")
 
 
-def lorenz63_samples(times, n=20000):
-    """Monte Carlo of the published case's initial Gaussian, RK4 step 1e-3."""
-    def f(p):
-        x, y, z = p[:, 0], p[:, 1], p[:, 2]
-        return np.stack([4.0 * (y - x), -y - x * z, -z + x * y - 48.0], axis=1)
-    p = np.random.default_rng(1).standard_normal((n, 3)) + np.array([-11.5, -10.0, 9.5])
-    out, step = [], 0
-    for t in times:
-        for _ in range(int(round(t / 1e-3)) - step):
-            k1 = f(p)
-            k2 = f(p + 5e-4 * k1)
-            k3 = f(p + 5e-4 * k2)
-            k4 = f(p + 1e-3 * k3)
-            p = p + 1e-3 / 6.0 * (k1 + 2 * k2 + 2 * k3 + k4)
-        step = int(round(t / 1e-3))
-        out.append(p.copy())
-    return out
+def tool(name):
+    """A module of tools/gbees (the validation scripts of docs/validation.md)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(name, os.path.join(TOOLS, name + ".py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.mark.xfail(strict=True, reason="GBEES's z-axis trap: docs/validation.md, issue 31")
@@ -120,11 +108,13 @@ def test_lorenz63_probability_leaves_the_z_axis():
     about 8 a time unit in Monte Carlo; the scheme keeps it there (0.8).
     Expected to fail until the trap is removed; then it passes, and strict
     makes that a failure until the mark goes."""
+    marginals = tool("marginals")
     run = dakit.gbees.propagate("lorenz63", LORENZ63, backend="reference", update=False, t_end=1.0,
                                 snapshots=6)
-    share = {round(s.t, 6): axis_share(s.points, s.probability) for s in run.snapshots}
-    mc = lorenz63_samples([0.8, 1.0])
-    mc_share = [axis_share(p, np.ones(len(p))) for p in mc]
+    share = {round(s.t, 6): marginals.axis_mass(s.points, s.probability, 0.75) / s.probability.sum()
+             for s in run.snapshots}
+    mc = marginals.monte_carlo([0.8, 1.0], 20000, 1)
+    mc_share = [marginals.axis_mass(p, np.full(len(p), 1.0 / len(p)), 0.75) for p in mc]
     mc_rate = np.log(mc_share[0] / mc_share[1]) / 0.2
     assert mc_rate > 6.0  # the samples leave, as the saddle says
     rate = np.log(share[0.8] / share[1.0]) / 0.2
@@ -135,11 +125,7 @@ def test_saddle_model_traps_only_the_turned_saddle():
     """tools/gbees/saddle.py, the 2-D model of docs/validation.md: the same
     saddle turned onto the grid's axes lets the donor-cell scheme's mass
     leave at the exact rate; as Lorenz '63 turns it, the mass stays."""
-    import importlib.util
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "tools", "gbees", "saddle.py")
-    spec = importlib.util.spec_from_file_location("saddle", path)
-    saddle = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(saddle)
+    saddle = tool("saddle")
 
     def late_rates(model):
         rows = model.run("centre")
