@@ -109,6 +109,12 @@ static gauss_case cases[] = {
     /* strided axes of whole groups of 32 lines, long enough for interior segments */
     {"deriche_lines32",     DK_F32, 2, {700, 64},        3, {2, 3},          0,  R, EX, 0, 0,    0, 1, DE, 5, 0, 0, {0}},
     {"vyv_lines32_f64",     DK_F64, 2, {500, 96},        3, {3, 2},          0,  W, EX, 0, 0,    1, 1, VY, 5, 0, 0, {1, 0}},
+    /* both of the last two float32 axes in one pass where a backend fuses them (cuda's k_fused_iir) */
+    {"deriche_2d_fused",    DK_F32, 2, {300, 257},       3, {2, 2},          0,  R, EX, 0, 0,    0, 1, DE, 5, 0, 0, {0}},
+    {"deriche_3d_fused_cval", DK_F32, 3, {3, 181, 90},   6, {0, 2, 1},       0,  V, EX, 0, 0,    0, 1, DE, 5, -3, 0, {0}},
+    {"deriche_fused_small_wrap", DK_F32, 2, {7, 5},      3, {2, 2},          0,  W, EX, 0, 0,    0, 1, DE, 5, 0, 0, {0}},
+    {"vyv4_2d_fused_mirror", DK_F32, 2, {200, 150},      3, {1, 0.7},        0,  M, EX, 0, 0,    0, 1, VY, 4, 0, 0, {0}},
+    {"deriche_2d_fused_nearest", DK_F32, 2, {150, 160},  3, {1.5, 1},        0,  N, EX, 0, 0,    0, 1, DE, 5, 0, 0, {0}},
 };
 
 #define NCASES ((int)(sizeof cases / sizeof cases[0]))

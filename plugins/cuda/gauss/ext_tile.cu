@@ -33,23 +33,6 @@ __device__ __forceinline__ void ext_stage(T *to, const T *line, i64 p, const Ext
     *to = k >= 0 ? line[k * g.inner] : g.boundary == DK_BOUNDARY_CVAL ? cval : T(0);
 }
 
-/* section_step for exactly SC sections, known at compile time: the same
- * operations in the same order, without the per-section test. */
-template <typename T, int SC>
-__device__ __forceinline__ T sections_step(const T *u, const T *w, const Iir<T> &f, T in0, T in1, T *s1,
-                                           T *s2)
-{
-    T sum;
-#pragma unroll
-    for (int k = 0; k < SC; k++) {
-        T v = u[k] * in0 + w[k] * in1 - f.a1[k] * s1[k] - f.a2[k] * s2[k];
-        s2[k] = s1[k];
-        s1[k] = v;
-        sum = k == 0 ? v : sum + v; /* 0 + v is v, up to the sign of a zero */
-    }
-    return sum;
-}
-
 /* The recursions of one row: x(i) = window value i (line position ws + i,
  * ws = k0 - R - 1), len kept values (position k0 + i). The causal one
  * writes its sums to o(i), the anti-causal one to a(i); o(i) + a(i) is the

@@ -23,7 +23,8 @@
  *                segment of a line per thread;
  *   ext_tile.cu  k_ext_tile: deriche and vyv staged through shared memory.
  * Where rf filters both of the last two axes of a float32 field in exact
- * mode, fused.cu's k_fused does both axes in one pass instead (out of place).
+ * mode, fused.cu's k_fused does both axes in one pass instead (out of place);
+ * fused_iir.cu's k_fused_iir does the same for deriche and vyv.
  * plan.cu picks the solver of each pass (plan_pass, plan_extended), makes
  * the plan and runs it, and holds the ops table; halo.cu holds
  * execute_halo (libdakit-mpi's split axes) and its kernels, beside tile.cu's
@@ -272,7 +273,7 @@ struct ExtGeo {
     int boundary;
 };
 
-__device__ __forceinline__ i64 extend_index(i64 j, i64 n, int boundary)
+__host__ __device__ __forceinline__ i64 extend_index(i64 j, i64 n, int boundary)
 {
     if (j >= 0 && j < n)
         return j;
@@ -299,6 +300,24 @@ __device__ __forceinline__ i64 extend_index(i64 j, i64 n, int boundary)
     }
 }
 
+/* One step of the parallel sections: each section's recursion on the inputs
+ * in0 and in1 (u and w: the causal or anti-causal feed-forward), their sum.
+ * Exactly SC sections, known at compile time (ext_tile.cu, fused_iir.cu). */
+template <typename T, int SC>
+__host__ __device__ __forceinline__ T sections_step(const T *u, const T *w, const Iir<T> &f, T in0, T in1, T *s1,
+                                                    T *s2)
+{
+    T sum;
+#pragma unroll
+    for (int k = 0; k < SC; k++) {
+        T v = u[k] * in0 + w[k] * in1 - f.a1[k] * s1[k] - f.a2[k] * s2[k];
+        s2[k] = s1[k];
+        s1[k] = v;
+        sum = k == 0 ? v : sum + v; /* 0 + v is v, up to the sign of a zero */
+    }
+    return sum;
+}
+
 /* ---- k_fused (fused.cu): both of the last two axes in one pass ---- */
 
 /* One axis's recursion on values scaled by 1/beta per sweep. */
@@ -313,6 +332,16 @@ struct FusedGeo {
     i64 Ly, Lx;        /* a tile's rows and columns: W - 2 h */
     Scaled cy, cx;
     float scale;       /* both axes' beta^(2K), applied to the input as it is read */
+};
+
+/* ---- k_fused_iir (fused_iir.cu): deriche and vyv over both of the last two
+ * axes in one pass ---- */
+struct FusedIir {
+    i64 ny, nx, outer; /* the two axes; the field's leading axes flattened */
+    i64 L;             /* a tile's rows and columns (the kernel's compiled W - 2 R - 3) */
+    int boundary;      /* dk_boundary: the continuation past the field's edges */
+    float cval;
+    Iir<float> fy, fx; /* each axis's sections */
 };
 
 /* ---- host side ---- */
@@ -370,11 +399,13 @@ struct Plan {
     i64 halo_L;
     void *halo_scratch;
     Pass halo_tile; /* execute_halo's k_tile on a strided axis (PATH_TILE; W 0: none) */
-    int fused_W;    /* k_fused's window where it applies (out of place), else 0 */
+    int fused_W;    /* k_fused's or k_fused_iir's window where one applies (out of place), else 0 */
     FusedGeo fused;
     void *fused_kernel; /* k_fused<W, K>, its block and shared memory */
     unsigned fused_block;
     size_t fused_smem;
+    bool fused_iir; /* fused_kernel is k_fused_iir (its geometry fiir), not k_fused */
+    FusedIir fiir;
 };
 
 inline i64 ceil_div(i64 a, i64 b) { return (a + b - 1) / b; }
@@ -468,6 +499,11 @@ cudaError_t launch_tile_halo(const Pass &ps, i64 lc, i64 uc, const T *lo, const 
  * runs it from src to dst (not the same). */
 bool plan_fused(Plan *p);
 cudaError_t launch_fused(const Plan *p, const float *src, float *dst, cudaStream_t st);
+
+/* fused_iir.cu: plans k_fused_iir for deriche and vyv where it applies
+ * (true: p->fused_W and p->fused_iir set), and runs it from src to dst. */
+bool plan_fused_iir(Plan *p);
+cudaError_t launch_fused_iir(const Plan *p, const float *src, float *dst, cudaStream_t st);
 
 /* halo.cu: execute_halo's kernel and buffers for the plan, and the entry. */
 dk_status plan_halo(Plan *p, dk_msg *msg);

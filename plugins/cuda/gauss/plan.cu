@@ -280,7 +280,8 @@ dk_status cuda_gauss_plan_create(void *device, const dk_gauss_setup *setup, void
         goto fail;
     }
     p->work_bytes = (p->tmp ? setup->count * p->esize : 0) + scratch_bytes;
-    plan_fused(p);
+    if (!plan_fused(p))
+        plan_fused_iir(p);
     if ((st = plan_halo(p, msg)) != DK_OK)
         goto fail;
     *plan = p;
@@ -303,7 +304,7 @@ dk_status execute_t(Plan *p, const T *in, T *out, dk_msg *msg)
     const char *what = p->dp ? "the gauss kernels (dp)" : "the gauss kernels";
     if constexpr (sizeof(T) == sizeof(float)) {
         if (p->fused_W && (const void *)in != (const void *)out) {
-            CUDA_TRY(launch_fused(p, in, out, stream), what);
+            CUDA_TRY(p->fused_iir ? launch_fused_iir(p, in, out, stream) : launch_fused(p, in, out, stream), what);
             return dk_cuda_finish(p->dev, what, msg);
         }
     }
