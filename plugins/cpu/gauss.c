@@ -14,7 +14,8 @@
  * rounding (choose_exact_path); with exactly the last two axes filtered and
  * in != out, both go in one pass over tiles (choose_fused). Overlap mode
  * cuts lines into the blocks of dk_gauss_block and dk_gauss_window, as the
- * reference does; scipy's modes and deriche / vyv take the extended path.
+ * reference does; rf with scipy's modes takes the extended path a segment
+ * at a time, deriche and vyv take it in lanes (DEFINE_IIR_AXIS).
  * Where pieces or blocks of a line overlap and the pass is in place, the
  * result goes to another buffer than the one the windows read (the plan's
  * scratch). */
@@ -37,6 +38,14 @@ void dk_cpu_copy(void *dst, const void *src, size_t bytes);
 #define LANES_F32 (ROW_BYTES / 4)
 #define LANES_F64 (ROW_BYTES / 8)
 
+/* deriche and vyv: a row of lanes is one cache line, a few vectors (the
+ * sections' states for every vector stay in the registers). */
+#define IIR_ROW_BYTES 64
+#define IIR_LANES_F32 (IIR_ROW_BYTES / 4)
+#define IIR_LANES_F64 (IIR_ROW_BYTES / 8)
+/* A strided axis reads IIR_RUNS rows of lanes from each row of the field. */
+#define IIR_RUNS 4
+
 /* A window's lane buffer should stay in the core's L2 for all 2K passes. */
 #define LANE_BUFFER_BYTES ((size_t)1 << 20)
 /* Beyond this a buffer of LANES windows is not worth it: lines that long are
@@ -53,6 +62,9 @@ void dk_cpu_copy(void *dst, const void *src, size_t bytes);
 #define FUSED_ROWS 384
 #define FUSED_TILE_BYTES ((size_t)512 << 10)
 #define FUSED_LIMIT ((size_t)4 << 20)
+/* Extended axes: a segment keeps at most this many values (unless four
+ * reaches are longer), so that a batch's lane buffers stay in L2. */
+#define EXTENDED_KEEP 8192
 /* Exact mode: enough segments that each thread gets this many batches. */
 #define BATCHES_PER_THREAD 4
 
@@ -194,6 +206,10 @@ static void choose_extended_segments(cpu_gauss_plan *p, int axis)
         segments = v.n / shortest;
     if (segments < 1)
         segments = 1;
+    /* a batch's buffers (two rows of lanes per kept value) stay within a core's caches */
+    size_t longest = EXTENDED_KEEP > shortest ? EXTENDED_KEEP : shortest;
+    if (div_up(v.n, segments) > longest)
+        segments = div_up(v.n, longest);
     p->keep[axis] = div_up(v.n, segments);
     p->segments[axis] = div_up(v.n, p->keep[axis]); /* every segment holds values: none starts past the end */
 }
@@ -378,7 +394,9 @@ static dk_status cpu_gauss_plan_create(void *device, const dk_gauss_setup *setup
             choose_extended_segments(p, a);
             if (p->segments[a] > 1)
                 overlapping = 1;
-            size_t w = 2 * p->keep[a] + 2 * setup->reach[a] + 4; /* gathered input, causal sums */
+            /* gathered input and causal sums, a line at a time (rf) or in lanes */
+            size_t w = (2 * p->keep[a] + 2 * setup->reach[a] + 3) * IIR_RUNS *
+                       (d->dtype == DK_F32 ? IIR_LANES_F32 : IIR_LANES_F64);
             if (w > extended_need)
                 extended_need = w;
             continue;
@@ -1032,6 +1050,225 @@ DEFINE_FUSED(fused_f64, double, LANES_F64, TRANSPOSE_F64, gather_f64_avx2, scatt
 DEFINE_EXTENDED_AXIS(extended_axis_f32, float, rf_single_f32)
 DEFINE_EXTENDED_AXIS(extended_axis_f64, double, rf_single_f64)
 
+/* deriche and vyv in lockstep over IIR_ROW_BYTES of lanes (a cache line),
+ * each lane a line's segment: the window buf (keep + 2 R + 3 rows, row i the
+ * segment's value k0 - R - 1 + i) runs the sections' causal recursions into
+ * acc (keep rows), then the anti-causal ones are added there, with the
+ * reference's operations in its order (FMA contraction aside). A row is a
+ * few vectors whose recursions are independent, so each section's
+ * dependency chain waits behind the others' work; the section count is a
+ * constant in each inlined copy, so its loop unrolls. */
+#define DEFINE_IIR(NAME, T, V, ATTR)                                                   \
+    ATTR static inline __attribute__((always_inline)) void NAME##_n(                  \
+        const T *buf, T *acc, size_t keep, size_t R, const dk_gauss_iir *f, const int n) \
+    {                                                                                  \
+        enum { NV = IIR_ROW_BYTES / sizeof(V) };                                       \
+        const V *rows = (const V *)buf;                                                \
+        V *out = (V *)acc;                                                             \
+        T b0[DK_GAUSS_MAX_SECTIONS], b1[DK_GAUSS_MAX_SECTIONS];                        \
+        T a1[DK_GAUSS_MAX_SECTIONS], a2[DK_GAUSS_MAX_SECTIONS];                        \
+        T c1[DK_GAUSS_MAX_SECTIONS], c2[DK_GAUSS_MAX_SECTIONS];                        \
+        for (int k = 0; k < n; k++) {                                                  \
+            b0[k] = (T)f->b0[k], b1[k] = (T)f->b1[k];                                  \
+            a1[k] = (T)f->a1[k], a2[k] = (T)f->a2[k];                                  \
+            c1[k] = (T)f->c1[k], c2[k] = (T)f->c2[k];                                  \
+        }                                                                              \
+        const V zero = {0};                                                            \
+        V s1[DK_GAUSS_MAX_SECTIONS][NV], s2[DK_GAUSS_MAX_SECTIONS][NV], sum[NV];        \
+        for (int k = 0; k < n; k++)                                                    \
+            for (int r = 0; r < NV; r++)                                               \
+                s1[k][r] = s2[k][r] = zero;                                            \
+        for (size_t i = 1; i <= R + keep; i++) {                                       \
+            const V *cur = rows + i * NV, *prev = cur - NV;                            \
+            _Pragma("GCC unroll 8") for (int r = 0; r < NV; r++) sum[r] = zero;        \
+            _Pragma("GCC unroll 3") for (int k = 0; k < n; k++)                        \
+                _Pragma("GCC unroll 8") for (int r = 0; r < NV; r++) {                 \
+                    V val = b0[k] * cur[r] + b1[k] * prev[r] - a1[k] * s1[k][r] - a2[k] * s2[k][r]; \
+                    s2[k][r] = s1[k][r];                                               \
+                    s1[k][r] = val;                                                    \
+                    sum[r] += val;                                                     \
+                }                                                                      \
+            if (i > R)                                                                 \
+                _Pragma("GCC unroll 8") for (int r = 0; r < NV; r++)                   \
+                    out[(i - R - 1) * NV + r] = sum[r];                                \
+        }                                                                              \
+        for (int k = 0; k < n; k++)                                                    \
+            for (int r = 0; r < NV; r++)                                               \
+                s1[k][r] = s2[k][r] = zero;                                            \
+        for (size_t i = keep + 2 * R; i > R; i--) {                                    \
+            const V *next = rows + (i + 1) * NV, *after = next + NV;                   \
+            _Pragma("GCC unroll 8") for (int r = 0; r < NV; r++) sum[r] = zero;        \
+            _Pragma("GCC unroll 3") for (int k = 0; k < n; k++)                        \
+                _Pragma("GCC unroll 8") for (int r = 0; r < NV; r++) {                 \
+                    V val = c1[k] * next[r] + c2[k] * after[r] - a1[k] * s1[k][r] - a2[k] * s2[k][r]; \
+                    s2[k][r] = s1[k][r];                                               \
+                    s1[k][r] = val;                                                    \
+                    sum[r] += val;                                                     \
+                }                                                                      \
+            if (i <= R + keep)                                                         \
+                _Pragma("GCC unroll 8") for (int r = 0; r < NV; r++)                   \
+                    out[(i - R - 1) * NV + r] += sum[r];                               \
+        }                                                                              \
+    }                                                                                  \
+    ATTR static void NAME(const T *buf, T *acc, size_t keep, size_t R, const dk_gauss_iir *f) \
+    {                                                                                  \
+        switch (f->count) {                                                            \
+        case 1: NAME##_n(buf, acc, keep, R, f, 1); break;                              \
+        case 2: NAME##_n(buf, acc, keep, R, f, 2); break;                              \
+        default: NAME##_n(buf, acc, keep, R, f, 3); break;                             \
+        }                                                                              \
+    }
+
+DEFINE_IIR(iir_lanes_f32_base, float, f32x4, )
+DEFINE_IIR(iir_lanes_f64_base, double, f64x2, )
+#ifdef HAVE_AVX2_KERNEL
+DEFINE_IIR(iir_lanes_f32_avx2, float, f32x8, TARGET_AVX2)
+DEFINE_IIR(iir_lanes_f64_avx2, double, f64x4, TARGET_AVX2)
+#else
+#define iir_lanes_f32_avx2 iir_lanes_f32_base
+#define iir_lanes_f64_avx2 iir_lanes_f64_base
+#endif
+
+/* An extended axis of deriche or vyv, in batches of IIR_RUNS x W lanes
+ * (lanes_of's numbering: adjacent lines of one segment along a strided axis,
+ * else consecutive segments). Each lane's continued window is gathered into
+ * a buffer of W lanes (a row per value), filtered by IIR into acc, and its
+ * kept values scattered to dst. Adjacent lines of one segment are one run of
+ * memory per row, read IIR_RUNS buffers wide so that each page of the field
+ * is touched once a row for 256 bytes of lines (the strided axis is bound by
+ * those touches); other lanes go W at a time, G lines of the contiguous axis
+ * through the AVX2 transpose where their windows lie inside the line. Every
+ * lane runs keep values; a line's last, shorter segment computes past the
+ * line's end on its continuation and keeps only its own. */
+#define DEFINE_IIR_AXIS(NAME, T, W, G, GATHER_G, SCATTER_G, IIR_AVX2, IIR_BASE)         \
+    static void NAME(const cpu_gauss_plan *p, int axis, const T *src, T *dst)          \
+    {                                                                                  \
+        enum { B = W * IIR_RUNS };                                                     \
+        const dk_gauss_desc *d = &p->setup.desc;                                       \
+        dk_axis_view v = dk_axis_view_of(d, axis);                                     \
+        const long long N = (long long)v.n, R = (long long)p->setup.reach[axis];       \
+        const long long keep = (long long)p->keep[axis], M = keep + 2 * R + 3;         \
+        const size_t segments = p->segments[axis], inner = v.inner;                    \
+        const size_t lanes_total = v.outer * segments * inner;                         \
+        const size_t group = inner >= B ? inner : lanes_total;                         \
+        const size_t per_group = div_up(group, B);                                     \
+        const size_t batches = lanes_total / group * per_group;                        \
+        const size_t stride = (size_t)(M + keep) * W; /* one buffer and its acc */     \
+        const int bnd = d->boundary;                                                   \
+        const T outside = bnd == DK_BOUNDARY_CVAL ? (T)d->cval : (T)0;                 \
+        const dk_gauss_iir *f = &p->setup.iir[axis];                                   \
+        void (*const iir)(const T *, T *, size_t, size_t, const dk_gauss_iir *) =      \
+            p->avx2 ? IIR_AVX2 : IIR_BASE;                                             \
+        void (*const gather)(const T *const *, size_t, T *, size_t) =                  \
+            p->avx2 && inner == 1 ? GATHER_G : NULL;                                   \
+        void (*const scatter)(const T *, size_t, size_t, T *const *) =                 \
+            p->avx2 && inner == 1 ? SCATTER_G : NULL;                                  \
+        _Pragma("omp parallel num_threads(p->threads)")                                \
+        {                                                                              \
+            T *work = (T *)p->buffers + (size_t)thread_index() * p->buffer_elems;      \
+            _Pragma("omp for schedule(dynamic, 1)")                                    \
+            for (size_t b = 0; b < batches; b++) {                                     \
+                size_t in_group = (b % per_group) * B;                                 \
+                size_t t0 = b / per_group * group + in_group;                          \
+                size_t count = group - in_group < B ? group - in_group : B;            \
+                size_t first[B];  /* the segment's first value */                      \
+                long long g0[B], n[B]; /* the window's first position, values kept */  \
+                for (size_t w = 0; w < count; w++) {                                   \
+                    size_t t = t0 + w, j = t % inner, rest = t / inner;                \
+                    long long k0 = (long long)(rest % segments) * keep;                \
+                    first[w] = rest / segments * v.n * inner + j + (size_t)k0 * inner; \
+                    g0[w] = k0 - R - 1;                                                \
+                    n[w] = N - k0 < keep ? N - k0 : keep;                              \
+                }                                                                      \
+                size_t subs = div_up(count, W);                                        \
+                for (size_t s = 0; s < subs; s++) /* lanes a short batch leaves */     \
+                    for (size_t w = count - s * W < W ? count - s * W : W; w < W; w++) \
+                        for (long long i = 0; i < M; i++)                              \
+                            work[s * stride + i * W + w] = (T)0;                       \
+                if (inner > 1 && t0 % inner + count <= inner) {                        \
+                    /* adjacent lines of one segment: each row one run of memory */   \
+                    const T *x = src + first[0] - (size_t)(g0[0] + R + 1) * inner;     \
+                    for (long long i = 0; i < M; i++) {                                \
+                        long long k = dk_gauss_extend(g0[0] + i, N, bnd);              \
+                        for (size_t s = 0; s < subs; s++) {                            \
+                            T *row = work + s * stride + i * W;                        \
+                            size_t c = count - s * W < W ? count - s * W : W;          \
+                            if (k >= 0 && c == W)                                      \
+                                memcpy(row, x + k * (long long)inner + s * W, W * sizeof(T)); \
+                            else if (k >= 0)                                           \
+                                memcpy(row, x + k * (long long)inner + s * W, c * sizeof(T)); \
+                            else                                                       \
+                                for (size_t w = 0; w < c; w++)                         \
+                                    row[w] = outside;                                  \
+                        }                                                              \
+                    }                                                                  \
+                    for (size_t s = 0; s < subs; s++)                                  \
+                        iir(work + s * stride, work + s * stride + M * W, (size_t)keep, (size_t)R, f); \
+                    for (long long i = 0; i < n[0]; i++)                               \
+                        for (size_t s = 0; s < subs; s++) {                            \
+                            T *out = dst + first[0] + i * (long long)inner + s * W;    \
+                            const T *row = work + s * stride + M * W + i * W;          \
+                            size_t c = count - s * W < W ? count - s * W : W;          \
+                            if (c == W)                                                \
+                                memcpy(out, row, W * sizeof(T));                       \
+                            else                                                       \
+                                memcpy(out, row, c * sizeof(T));                       \
+                        }                                                              \
+                    continue;                                                          \
+                }                                                                      \
+                for (size_t s = 0; s < subs; s++) {                                    \
+                    T *buf = work + s * stride, *acc = buf + M * W;                    \
+                    size_t w0 = s * W, c = count - w0 < W ? count - w0 : W, w = 0;     \
+                    long long lo = 0, hi = M; /* rows inside every lane's line */      \
+                    for (size_t u = 0; u < c; u++) {                                   \
+                        lo = -g0[w0 + u] > lo ? -g0[w0 + u] : lo;                      \
+                        hi = N - g0[w0 + u] < hi ? N - g0[w0 + u] : hi;                \
+                    }                                                                  \
+                    if (gather && hi > lo)                                             \
+                        for (; w + G <= c; w += G) {                                   \
+                            const T *line[G];                                          \
+                            for (int k = 0; k < G; k++)                                \
+                                line[k] = src + ((long long)first[w0 + w + k] - R - 1 + lo); \
+                            gather(line, (size_t)(hi - lo), buf + lo * W + w, W);      \
+                        }                                                              \
+                    for (size_t u = 0; u < c; u++) {                                   \
+                        const T *x = src + first[w0 + u] - (size_t)(g0[w0 + u] + R + 1) * inner; \
+                        for (long long i = 0; i < M; i++) {                            \
+                            if (u < w && i == lo) { /* transposed above */             \
+                                i = hi - 1;                                            \
+                                continue;                                              \
+                            }                                                          \
+                            long long k = dk_gauss_extend(g0[w0 + u] + i, N, bnd);     \
+                            buf[i * W + u] = k >= 0 ? x[k * (long long)inner] : outside; \
+                        }                                                              \
+                    }                                                                  \
+                    iir(buf, acc, (size_t)keep, (size_t)R, f);                         \
+                    w = 0;                                                             \
+                    if (scatter)                                                       \
+                        for (; w + G <= c; w += G) {                                   \
+                            T *line[G];                                                \
+                            int same = 1;                                              \
+                            for (int k = 0; k < G; k++) {                              \
+                                line[k] = dst + first[w0 + w + k];                     \
+                                same &= n[w0 + w + k] == n[w0 + w];                    \
+                            }                                                          \
+                            if (!same)                                                 \
+                                break;                                                 \
+                            scatter(acc + w, W, (size_t)n[w0 + w], line);              \
+                        }                                                              \
+                    for (; w < c; w++)                                                 \
+                        for (long long i = 0; i < n[w0 + w]; i++)                      \
+                            dst[first[w0 + w] + (size_t)i * inner] = acc[i * W + w];   \
+                }                                                                      \
+            }                                                                          \
+        }                                                                              \
+    }
+
+DEFINE_IIR_AXIS(iir_axis_f32, float, IIR_LANES_F32, TRANSPOSE_F32, gather_f32_avx2, scatter_f32_avx2,
+                iir_lanes_f32_avx2, iir_lanes_f32_base)
+DEFINE_IIR_AXIS(iir_axis_f64, double, IIR_LANES_F64, TRANSPOSE_F64, gather_f64_avx2, scatter_f64_avx2,
+                iir_lanes_f64_avx2, iir_lanes_f64_base)
+
 /* execute_halo: LANES whole lines at a time, each read from the lower halo,
  * the box and the upper halo into the lane buffer, filtered there as one
  * line (the boundary rule at its ends) and its box part written out. Lane
@@ -1124,7 +1361,12 @@ static dk_status cpu_gauss_execute(void *plan, const void *in, void *out, dk_msg
         if (!(d->axes & (1u << a)))
             continue;
         void *target = p->segments[a] > 1 && current == out ? p->scratch : out;
-        if (p->setup.extended[a] && d->dtype == DK_F32)
+        const int iir = p->setup.extended[a] && d->method != DK_GAUSS_RF;
+        if (iir && d->dtype == DK_F32)
+            iir_axis_f32(p, a, current, target);
+        else if (iir)
+            iir_axis_f64(p, a, current, target);
+        else if (p->setup.extended[a] && d->dtype == DK_F32)
             extended_axis_f32(p, a, current, target);
         else if (p->setup.extended[a])
             extended_axis_f64(p, a, current, target);
