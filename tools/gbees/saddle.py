@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """How fast finite-volume schemes let mass leave the Lorenz '63 saddle.
 
-Usage: saddle.py [--z Z] [--offset D] [--aligned] [SCHEME ...]
+Usage: saddle.py [--z Z] [--offset D] [--aligned] [--columns T] [SCHEME ...]
 
 Near the z-axis, at a fixed height z, the Lorenz '63 field of dakit's model
 (s = 4) is the linear saddle u = 4 (y - x), v = -y - x z (at z = -25 its
@@ -14,6 +14,11 @@ at which each decays. The exact one decays at the unstable rate.
 
 A linear field makes the scheme's rates independent of the cell width
 (velocities scale with it), so what this prints holds at every dx.
+
+--columns T prints instead, at time T, the probability in each x column
+with |x| < 2.5 beside the exact one: on the offset lattice the mass that
+reaches the stable manifold within a cell goes to the branch on whose side
+that cell's centre lies, where the exact flow splits it.
 
 Schemes: centre (donor cell, each face's velocity at its centre: GBEES's
 first-order flux), split (donor cell with the outflow and inflow parts of
@@ -100,15 +105,14 @@ class Saddle:
         ey = cdf((self.Y + h - mu[1]) / sd) - cdf((self.Y - h - mu[1]) / sd)
         return mu, ex * ey / self.dx ** 2
 
-    def run(self, scheme, t_end=0.9, every=0.1, sd=0.6):
+    def steps(self, scheme, times, sd=0.6):
+        """The scheme's densities and the exact samples at each of the sorted times."""
         mu, p = self.start(sd)
         rng = np.random.default_rng(0)
         samples = mu + sd * rng.standard_normal((400000, 2))
         rate = np.abs(self.u_centre).max() / self.dx + np.abs(self.v_centre).max() / self.dx
-        dt, t, rows = 0.4 / rate, 0.0, []
-        near = (np.abs(self.X) < 0.75) & (np.abs(self.Y) < 0.75)
-        for k in range(int(round(t_end / every)) + 1):
-            target = k * every
+        dt, t = 0.4 / rate, 0.0
+        for target in times:
             while t < target - 1e-12:
                 h = min(dt, target - t)
                 if scheme.startswith("muscl"):
@@ -117,10 +121,26 @@ class Saddle:
                 else:
                     p = p + h * self.rhs(p, scheme)
                 t += h
-            moved = samples @ expm(self.A * target).T
+            yield target, p, samples @ expm(self.A * target).T
+
+    def run(self, scheme, t_end=0.9, every=0.1, sd=0.6):
+        """(t, scheme's probability near the axis, exact one) every `every`."""
+        near = (np.abs(self.X) < 0.75) & (np.abs(self.Y) < 0.75)
+        times = [k * every for k in range(int(round(t_end / every)) + 1)]
+        rows = []
+        for t, p, moved in self.steps(scheme, times, sd):
             exact = np.mean((np.abs(moved[:, 0]) < 0.75) & (np.abs(moved[:, 1]) < 0.75))
-            rows.append((target, p[near].sum() * self.dx ** 2, exact))
+            rows.append((t, p[near].sum() * self.dx ** 2, exact))
         return rows
+
+    def columns(self, scheme, t, sd=0.6):
+        """At time t: the centres of the x columns, the scheme's probability
+        in each and the exact one (the samples histogrammed the same way)."""
+        _, p, moved = next(self.steps(scheme, [t], sd))
+        c = self.X[:, 0]
+        edges = np.append(c - self.dx / 2, c[-1] + self.dx / 2)
+        exact = np.histogram(moved[:, 0], bins=edges)[0] / len(moved)
+        return c, p.sum(1) * self.dx ** 2, exact
 
 
 def main():
@@ -128,14 +148,19 @@ def main():
     if args and args[0] in ("-h", "--help"):
         print(__doc__)
         return
-    z, offset, aligned, schemes = -25.0, 0.0, False, []
+    z, offset, aligned, schemes, at = -25.0, 0.0, False, [], None
     while args:
         a = args.pop(0)
-        if a in ("--z", "--offset"):
+        if a in ("--z", "--offset", "--columns"):
             if not args:
                 sys.exit(f"saddle.py: {a} needs a number")
             v = float(args.pop(0))
-            z, offset = (v, offset) if a == "--z" else (z, v)
+            if a == "--z":
+                z = v
+            elif a == "--offset":
+                offset = v
+            else:
+                at = v
         elif a == "--aligned":
             aligned = True
         elif a in SCHEMES:
@@ -147,6 +172,12 @@ def main():
     turned = "turned onto the grid's axes" if aligned else "as Lorenz '63 has it"
     print(f"z = {z:g}, lattice offset {offset:g}: saddle rates {w.max():+.2f} and {w.min():+.2f}, {turned}")
     for scheme in schemes or SCHEMES:
+        if at is not None:
+            c, got, exact = model.columns(scheme, at)
+            print(f"{scheme}: probability in each x column at t = {at:g} (scheme / exact, %)")
+            print("  " + "  ".join(f"{x:+.2f}: {g * 100:.2f}/{e * 100:.2f}"
+                                   for x, g, e in zip(c, got, exact) if abs(x) < 2.5))
+            continue
         rows = model.run(scheme)
         print(f"{scheme}: t, probability within |x|, |y| < 0.75 (scheme, exact), decay rates")
         for (t0, g0, e0), (t1, g1, e1) in zip(rows, rows[1:]):

@@ -136,3 +136,19 @@ def test_saddle_model_traps_only_the_turned_saddle():
     assert abs(got - exact) < 0.05 * exact
     got, exact = late_rates(saddle.Saddle(-25.0, 0.0))
     assert exact > 7.0 and got < 1.0
+
+
+def test_saddle_model_splits_by_the_cell_centre():
+    """The same model's x columns at t = 0.7 (docs/validation.md): the exact
+    flow splits the mass evenly between the branches; the donor-cell scheme
+    keeps it in the axis column as shipped and, on the lattice offset half a
+    cell, sends it down the branch on whose side the arriving cell's centre
+    lies."""
+    saddle = tool("saddle")
+    c, got, exact = saddle.Saddle(-25.0, 0.0).columns("centre", 0.7)
+    axis = np.argmin(np.abs(c))
+    assert got[axis] > 5 * exact[axis]
+    c, got, exact = saddle.Saddle(-25.0, 0.25).columns("centre", 0.7)
+    left, right = (c < 0) & (c > -1.5), (c > 0) & (c < 1.5)
+    assert 0.8 < exact[left].sum() / exact[right].sum() < 1.25
+    assert got[left].sum() > 2.5 * got[right].sum()
