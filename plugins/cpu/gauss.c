@@ -14,8 +14,8 @@
  * rounding (choose_exact_path); with exactly the last two axes filtered and
  * in != out, both go in one pass over tiles (choose_fused). Overlap mode
  * cuts lines into the blocks of dk_gauss_block and dk_gauss_window, as the
- * reference does; rf with scipy's modes takes the extended path a segment
- * at a time, deriche and vyv take it in lanes (DEFINE_IIR_AXIS).
+ * reference does; scipy's modes and deriche / vyv take the extended path,
+ * in lanes as well (DEFINE_IIR_AXIS).
  * Where pieces or blocks of a line overlap and the pass is in place, the
  * result goes to another buffer than the one the windows read (the plan's
  * scratch). */
@@ -545,14 +545,22 @@ DEFINE_RF(rf_lanes_f64_base, double, f64x2, ROW_BYTES, )
 DEFINE_RF(rf_single_f32, float, float, sizeof(float), )
 DEFINE_RF(rf_single_f64, double, double, sizeof(double), )
 
+/* The same on the extended path's rows of IIR_ROW_BYTES (rf with scipy's modes). */
+DEFINE_RF(rf_rows_f32_base, float, f32x4, IIR_ROW_BYTES, )
+DEFINE_RF(rf_rows_f64_base, double, f64x2, IIR_ROW_BYTES, )
+
 #ifdef HAVE_AVX2_KERNEL
 typedef float f32x8 __attribute__((vector_size(32)));
 typedef double f64x4 __attribute__((vector_size(32)));
 DEFINE_RF(rf_lanes_f32_avx2, float, f32x8, ROW_BYTES, TARGET_AVX2)
 DEFINE_RF(rf_lanes_f64_avx2, double, f64x4, ROW_BYTES, TARGET_AVX2)
+DEFINE_RF(rf_rows_f32_avx2, float, f32x8, IIR_ROW_BYTES, TARGET_AVX2)
+DEFINE_RF(rf_rows_f64_avx2, double, f64x4, IIR_ROW_BYTES, TARGET_AVX2)
 #else
 #define rf_lanes_f32_avx2 rf_lanes_f32_base
 #define rf_lanes_f64_avx2 rf_lanes_f64_base
+#define rf_rows_f32_avx2 rf_rows_f32_base
+#define rf_rows_f64_avx2 rf_rows_f64_base
 #endif
 
 /* Lanes [0, count) of a batch, all with windows of one length L: gathered
@@ -971,85 +979,6 @@ DEFINE_FUSED(fused_f32, float, LANES_F32, TRANSPOSE_F32, gather_f32_avx2, scatte
 DEFINE_FUSED(fused_f64, double, LANES_F64, TRANSPOSE_F64, gather_f64_avx2, scatter_f64_avx2,
              rf_lanes_f64_avx2, rf_lanes_f64_base)
 
-/* Extended axes, one segment of one line at a time: its stretch of the
- * continued input is gathered into buf, then computed as
- * algorithms/gauss/reference.c does (deriche / vyv: the sections' causal
- * and anti-causal recursions; rf: the zero rule on the whole window). */
-#define DEFINE_EXTENDED_AXIS(NAME, T, RF)                                              \
-    static void NAME(const cpu_gauss_plan *p, int axis, const T *src, T *dst)          \
-    {                                                                                  \
-        const dk_gauss_desc *d = &p->setup.desc;                                       \
-        const dk_gauss_iir *f = &p->setup.iir[axis];                                   \
-        dk_axis_view v = dk_axis_view_of(d, axis);                                     \
-        const long long N = (long long)v.n, R = (long long)p->setup.reach[axis];       \
-        const long long keep = (long long)p->keep[axis];                               \
-        const size_t segments = p->segments[axis], inner = v.inner;                    \
-        const size_t items = v.outer * v.inner * segments;                             \
-        const int S = f->count, bnd = d->boundary, rf = d->method == DK_GAUSS_RF;      \
-        const T cval = (T)d->cval, alpha = (T)p->setup.alpha[axis];                    \
-        T b0[DK_GAUSS_MAX_SECTIONS], b1[DK_GAUSS_MAX_SECTIONS];                        \
-        T a1[DK_GAUSS_MAX_SECTIONS], a2[DK_GAUSS_MAX_SECTIONS];                        \
-        T c1[DK_GAUSS_MAX_SECTIONS], c2[DK_GAUSS_MAX_SECTIONS];                        \
-        for (int k = 0; k < S; k++) {                                                  \
-            b0[k] = (T)f->b0[k], b1[k] = (T)f->b1[k];                                  \
-            a1[k] = (T)f->a1[k], a2[k] = (T)f->a2[k];                                  \
-            c1[k] = (T)f->c1[k], c2[k] = (T)f->c2[k];                                  \
-        }                                                                              \
-        _Pragma("omp parallel num_threads(p->threads)")                                \
-        {                                                                              \
-            T *buf = (T *)p->buffers + (size_t)thread_index() * p->buffer_elems;       \
-            _Pragma("omp for schedule(dynamic, 1)")                                    \
-            for (size_t t = 0; t < items; t++) {                                       \
-                size_t j = t % inner, rest = t / inner;                                \
-                size_t seg = rest % segments, o = rest / segments;                     \
-                const T *x = src + o * v.n * inner + j;                                \
-                T *y = dst + o * v.n * inner + j;                                      \
-                long long k0 = (long long)seg * keep;                                  \
-                long long k1 = k0 + keep < N ? k0 + keep : N;                          \
-                long long g0 = k0 - R - 1, g1 = k1 + R + 2; /* buf[i] is x[g0 + i] */  \
-                for (long long i = g0; i < g1; i++) {                                  \
-                    long long k = dk_gauss_extend(i, N, bnd);                          \
-                    buf[i - g0] = k >= 0 ? x[k * inner] : bnd == DK_BOUNDARY_CVAL ? cval : (T)0; \
-                }                                                              \
-                if (rf) {                                                              \
-                    RF(buf + 1, (size_t)(k1 - k0 + 2 * R), 1, alpha, d->K, DK_BOUNDARY_ZERO); \
-                    for (long long i = k0; i < k1; i++)                                \
-                        y[i * inner] = buf[i - g0];                                    \
-                    continue;                                                          \
-                }                                                                      \
-                T s1[DK_GAUSS_MAX_SECTIONS] = {0}, s2[DK_GAUSS_MAX_SECTIONS] = {0};    \
-                T *causal = buf + (g1 - g0); /* k1 - k0 causal sums */                 \
-                for (long long i = k0 - R; i < k1; i++) {                              \
-                    T cur = buf[i - g0], prev = buf[i - 1 - g0], sum = 0;              \
-                    for (int k = 0; k < S; k++) {                                      \
-                        T val = b0[k] * cur + b1[k] * prev - a1[k] * s1[k] - a2[k] * s2[k]; \
-                        s2[k] = s1[k];                                                 \
-                        s1[k] = val;                                                   \
-                        sum += val;                                                    \
-                    }                                                                  \
-                    if (i >= k0)                                                       \
-                        causal[i - k0] = sum;                                          \
-                }                                                                      \
-                for (int k = 0; k < S; k++)                                            \
-                    s1[k] = s2[k] = 0;                                                 \
-                for (long long i = k1 - 1 + R; i >= k0; i--) {                         \
-                    T next = buf[i + 1 - g0], after = buf[i + 2 - g0], sum = 0;        \
-                    for (int k = 0; k < S; k++) {                                      \
-                        T val = c1[k] * next + c2[k] * after - a1[k] * s1[k] - a2[k] * s2[k]; \
-                        s2[k] = s1[k];                                                 \
-                        s1[k] = val;                                                   \
-                        sum += val;                                                    \
-                    }                                                                  \
-                    if (i < k1)                                                        \
-                        y[i * inner] = causal[i - k0] + sum;                           \
-                }                                                                      \
-            }                                                                          \
-        }                                                                              \
-    }
-
-DEFINE_EXTENDED_AXIS(extended_axis_f32, float, rf_single_f32)
-DEFINE_EXTENDED_AXIS(extended_axis_f64, double, rf_single_f64)
-
 /* deriche and vyv in lockstep over IIR_ROW_BYTES of lanes (a cache line),
  * each lane a line's segment: the window buf (keep + 2 R + 3 rows, row i the
  * segment's value k0 - R - 1 + i) runs the sections' causal recursions into
@@ -1129,21 +1058,28 @@ DEFINE_IIR(iir_lanes_f64_avx2, double, f64x4, TARGET_AVX2)
 #define iir_lanes_f64_avx2 iir_lanes_f64_base
 #endif
 
-/* An extended axis of deriche or vyv, in batches of IIR_RUNS x W lanes
- * (lanes_of's numbering: adjacent lines of one segment along a strided axis,
- * else consecutive segments). Each lane's continued window is gathered into
- * a buffer of W lanes (a row per value), filtered by IIR into acc, and its
- * kept values scattered to dst. Adjacent lines of one segment are one run of
+/* An extended axis (deriche, vyv, rf with scipy's modes), in batches of
+ * IIR_RUNS x W lanes (lanes_of's numbering: adjacent lines of one segment
+ * along a strided axis, else consecutive segments). Each lane's continued
+ * window is gathered into a buffer of W lanes (a row per value), filtered
+ * (deriche and vyv: IIR into acc; rf: the zero rule on the window
+ * [k0 - R, k1 + R) in place, as algorithms/gauss/reference.c), and its kept
+ * values scattered to dst. Adjacent lines of one segment are one run of
  * memory per row, read IIR_RUNS buffers wide so that each page of the field
  * is touched once a row for 256 bytes of lines (the strided axis is bound by
  * those touches); other lanes go W at a time, G lines of the contiguous axis
  * through the AVX2 transpose where their windows lie inside the line. Every
  * lane runs keep values; a line's last, shorter segment computes past the
  * line's end on its continuation and keeps only its own. */
-#define DEFINE_IIR_AXIS(NAME, T, W, G, GATHER_G, SCATTER_G, IIR_AVX2, IIR_BASE)         \
+/* A gathered buffer filtered, and where its kept values then lie. */
+#define FILTER(buf)                                                                    \
+    (rf ? rf((buf) + LW, (size_t)(keep + 2 * R), LW, alpha, d->K, DK_BOUNDARY_ZERO)    \
+        : iir((buf), (buf) + M * LW, (size_t)keep, (size_t)R, f))
+#define RESULT(buf) (rf ? (buf) + (R + 1) * LW : (buf) + M * LW)
+#define DEFINE_IIR_AXIS(NAME, T, W, G, GATHER_G, SCATTER_G, IIR_AVX2, IIR_BASE, RF_AVX2, RF_BASE) \
     static void NAME(const cpu_gauss_plan *p, int axis, const T *src, T *dst)          \
     {                                                                                  \
-        enum { B = W * IIR_RUNS };                                                     \
+        enum { B = W * IIR_RUNS, LW = W };                                             \
         const dk_gauss_desc *d = &p->setup.desc;                                       \
         dk_axis_view v = dk_axis_view_of(d, axis);                                     \
         const long long N = (long long)v.n, R = (long long)p->setup.reach[axis];       \
@@ -1159,6 +1095,9 @@ DEFINE_IIR(iir_lanes_f64_avx2, double, f64x4, TARGET_AVX2)
         const dk_gauss_iir *f = &p->setup.iir[axis];                                   \
         void (*const iir)(const T *, T *, size_t, size_t, const dk_gauss_iir *) =      \
             p->avx2 ? IIR_AVX2 : IIR_BASE;                                             \
+        void (*const rf)(T *, size_t, size_t, T, int, dk_boundary) =                   \
+            d->method != DK_GAUSS_RF ? NULL : p->avx2 ? RF_AVX2 : RF_BASE;             \
+        const T alpha = (T)p->setup.alpha[axis];                                       \
         void (*const gather)(const T *const *, size_t, T *, size_t) =                  \
             p->avx2 && inner == 1 ? GATHER_G : NULL;                                   \
         void (*const scatter)(const T *, size_t, size_t, T *const *) =                 \
@@ -1203,11 +1142,11 @@ DEFINE_IIR(iir_lanes_f64_avx2, double, f64x4, TARGET_AVX2)
                         }                                                              \
                     }                                                                  \
                     for (size_t s = 0; s < subs; s++)                                  \
-                        iir(work + s * stride, work + s * stride + M * W, (size_t)keep, (size_t)R, f); \
+                        FILTER(work + s * stride);                                     \
                     for (long long i = 0; i < n[0]; i++)                               \
                         for (size_t s = 0; s < subs; s++) {                            \
                             T *out = dst + first[0] + i * (long long)inner + s * W;    \
-                            const T *row = work + s * stride + M * W + i * W;          \
+                            const T *row = RESULT(work + s * stride) + i * W;          \
                             size_t c = count - s * W < W ? count - s * W : W;          \
                             if (c == W)                                                \
                                 memcpy(out, row, W * sizeof(T));                       \
@@ -1217,7 +1156,7 @@ DEFINE_IIR(iir_lanes_f64_avx2, double, f64x4, TARGET_AVX2)
                     continue;                                                          \
                 }                                                                      \
                 for (size_t s = 0; s < subs; s++) {                                    \
-                    T *buf = work + s * stride, *acc = buf + M * W;                    \
+                    T *buf = work + s * stride, *acc = RESULT(buf);                    \
                     size_t w0 = s * W, c = count - w0 < W ? count - w0 : W, w = 0;     \
                     long long lo = 0, hi = M; /* rows inside every lane's line */      \
                     for (size_t u = 0; u < c; u++) {                                   \
@@ -1242,7 +1181,7 @@ DEFINE_IIR(iir_lanes_f64_avx2, double, f64x4, TARGET_AVX2)
                             buf[i * W + u] = k >= 0 ? x[k * (long long)inner] : outside; \
                         }                                                              \
                     }                                                                  \
-                    iir(buf, acc, (size_t)keep, (size_t)R, f);                         \
+                    FILTER(buf);                                                       \
                     w = 0;                                                             \
                     if (scatter)                                                       \
                         for (; w + G <= c; w += G) {                                   \
@@ -1264,10 +1203,12 @@ DEFINE_IIR(iir_lanes_f64_avx2, double, f64x4, TARGET_AVX2)
         }                                                                              \
     }
 
-DEFINE_IIR_AXIS(iir_axis_f32, float, IIR_LANES_F32, TRANSPOSE_F32, gather_f32_avx2, scatter_f32_avx2,
-                iir_lanes_f32_avx2, iir_lanes_f32_base)
-DEFINE_IIR_AXIS(iir_axis_f64, double, IIR_LANES_F64, TRANSPOSE_F64, gather_f64_avx2, scatter_f64_avx2,
-                iir_lanes_f64_avx2, iir_lanes_f64_base)
+DEFINE_IIR_AXIS(extended_axis_f32, float, IIR_LANES_F32, TRANSPOSE_F32, gather_f32_avx2, scatter_f32_avx2,
+                iir_lanes_f32_avx2, iir_lanes_f32_base, rf_rows_f32_avx2, rf_rows_f32_base)
+DEFINE_IIR_AXIS(extended_axis_f64, double, IIR_LANES_F64, TRANSPOSE_F64, gather_f64_avx2, scatter_f64_avx2,
+                iir_lanes_f64_avx2, iir_lanes_f64_base, rf_rows_f64_avx2, rf_rows_f64_base)
+#undef FILTER
+#undef RESULT
 
 /* execute_halo: LANES whole lines at a time, each read from the lower halo,
  * the box and the upper halo into the lane buffer, filtered there as one
@@ -1361,12 +1302,7 @@ static dk_status cpu_gauss_execute(void *plan, const void *in, void *out, dk_msg
         if (!(d->axes & (1u << a)))
             continue;
         void *target = p->segments[a] > 1 && current == out ? p->scratch : out;
-        const int iir = p->setup.extended[a] && d->method != DK_GAUSS_RF;
-        if (iir && d->dtype == DK_F32)
-            iir_axis_f32(p, a, current, target);
-        else if (iir)
-            iir_axis_f64(p, a, current, target);
-        else if (p->setup.extended[a] && d->dtype == DK_F32)
+        if (p->setup.extended[a] && d->dtype == DK_F32)
             extended_axis_f32(p, a, current, target);
         else if (p->setup.extended[a])
             extended_axis_f64(p, a, current, target);
