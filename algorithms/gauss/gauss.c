@@ -446,12 +446,27 @@ DK_API dk_status dk_gauss_execute(dk_plan *plan, const dk_buffer *in, dk_buffer 
     return run_plugin(plan, in->handle, out->handle);
 }
 
-/* One pass of the plan over host memory, through its staging buffer. */
+/* One pass of the plan over host memory: in place on the caller's own
+ * where the backend's buffers are host memory (the cpu plugin; out of place
+ * when in and out differ, so no copy and no in-place-only path), else
+ * through its staging buffer. */
 static dk_status staged(dk_plan *plan, const void *in, void *out)
 {
     const dk_gauss_setup *setup = plan->state;
     size_t bytes = setup->count * dk_dtype_size(setup->desc.dtype);
     dk_status st;
+    dk_native native;
+    dk_buffer *bin = NULL, *bout = NULL;
+    if (bytes > 0 && dk_context_native(plan->ctx, &native) == DK_OK && native.memory == DK_MEMORY_HOST &&
+        dk_buffer_wrap(plan->ctx, DK_MEMORY_HOST, (void *)in, bytes, &bin) == DK_OK) {
+        /* the plugin reads in and writes only out (or its own scratch) */
+        st = in == out ? DK_OK : dk_buffer_wrap(plan->ctx, DK_MEMORY_HOST, out, bytes, &bout);
+        if (st == DK_OK)
+            st = run_plugin(plan, bin->handle, (bout ? bout : bin)->handle);
+        dk_buffer_destroy(bout);
+        dk_buffer_destroy(bin);
+        return st;
+    }
     if (!plan->staging && (st = dk_buffer_create(plan->ctx, bytes, &plan->staging)) != DK_OK)
         return st;
     if ((st = dk_buffer_write(plan->staging, in, bytes)) != DK_OK ||

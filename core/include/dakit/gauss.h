@@ -94,7 +94,9 @@ dk_status dk_gauss_plan_create(dk_context *ctx, const dk_gauss_desc *desc, dk_pl
 /* in and out are buffers of at least the field's size on the plan's
  * context; in == out filters in place. Returns when the result is in out. */
 dk_status dk_gauss_execute(dk_plan *plan, const dk_buffer *in, dk_buffer *out);
-/* The same on host memory; the plan copies through buffers it owns. */
+/* The same on host memory; the plan copies through buffers it owns, except
+ * on a backend whose buffers are host memory (cpu), which reads in and
+ * writes out where they are. */
 dk_status dk_gauss_execute_host(dk_plan *plan, const void *in, void *out);
 
 /* Missing values (docs/gauss.md, "Missing data"): what a plan does with NaN
