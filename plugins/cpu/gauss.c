@@ -988,6 +988,24 @@ DEFINE_FUSED(fused_f64, double, LANES_F64, TRANSPOSE_F64, gather_f64_avx2, scatt
  * dependency chain waits behind the others' work; the section count is a
  * constant in each inlined copy, so its loop unrolls. */
 #define DEFINE_IIR(NAME, T, V, ATTR)                                                   \
+    /* one row: each section's recursion on the inputs in0, in1 (u and w its \
+     * causal or anti-causal feed-forward), their sum into sum */             \
+    ATTR static inline __attribute__((always_inline)) void NAME##_row(                \
+        const V *in0, const V *in1, const T *u, const T *w, const T *a1, const T *a2,   \
+        V (*s1)[IIR_ROW_BYTES / sizeof(V)], V (*s2)[IIR_ROW_BYTES / sizeof(V)], V *sum, \
+        const int n)                                                                   \
+    {                                                                                  \
+        enum { NV = IIR_ROW_BYTES / sizeof(V) };                                       \
+        const V zero = {0};                                                            \
+        _Pragma("GCC unroll 8") for (int r = 0; r < NV; r++) sum[r] = zero;            \
+        _Pragma("GCC unroll 3") for (int k = 0; k < n; k++)                            \
+            _Pragma("GCC unroll 8") for (int r = 0; r < NV; r++) {                     \
+                V val = u[k] * in0[r] + w[k] * in1[r] - a1[k] * s1[k][r] - a2[k] * s2[k][r]; \
+                s2[k][r] = s1[k][r];                                                   \
+                s1[k][r] = val;                                                        \
+                sum[r] += val;                                                         \
+            }                                                                          \
+    }                                                                                  \
     ATTR static inline __attribute__((always_inline)) void NAME##_n(                  \
         const T *buf, T *acc, size_t keep, size_t R, const dk_gauss_iir *f, const int n) \
     {                                                                                  \
@@ -1008,15 +1026,7 @@ DEFINE_FUSED(fused_f64, double, LANES_F64, TRANSPOSE_F64, gather_f64_avx2, scatt
             for (int r = 0; r < NV; r++)                                               \
                 s1[k][r] = s2[k][r] = zero;                                            \
         for (size_t i = 1; i <= R + keep; i++) {                                       \
-            const V *cur = rows + i * NV, *prev = cur - NV;                            \
-            _Pragma("GCC unroll 8") for (int r = 0; r < NV; r++) sum[r] = zero;        \
-            _Pragma("GCC unroll 3") for (int k = 0; k < n; k++)                        \
-                _Pragma("GCC unroll 8") for (int r = 0; r < NV; r++) {                 \
-                    V val = b0[k] * cur[r] + b1[k] * prev[r] - a1[k] * s1[k][r] - a2[k] * s2[k][r]; \
-                    s2[k][r] = s1[k][r];                                               \
-                    s1[k][r] = val;                                                    \
-                    sum[r] += val;                                                     \
-                }                                                                      \
+            NAME##_row(rows + i * NV, rows + (i - 1) * NV, b0, b1, a1, a2, s1, s2, sum, n); \
             if (i > R)                                                                 \
                 _Pragma("GCC unroll 8") for (int r = 0; r < NV; r++)                   \
                     out[(i - R - 1) * NV + r] = sum[r];                                \
@@ -1025,15 +1035,7 @@ DEFINE_FUSED(fused_f64, double, LANES_F64, TRANSPOSE_F64, gather_f64_avx2, scatt
             for (int r = 0; r < NV; r++)                                               \
                 s1[k][r] = s2[k][r] = zero;                                            \
         for (size_t i = keep + 2 * R; i > R; i--) {                                    \
-            const V *next = rows + (i + 1) * NV, *after = next + NV;                   \
-            _Pragma("GCC unroll 8") for (int r = 0; r < NV; r++) sum[r] = zero;        \
-            _Pragma("GCC unroll 3") for (int k = 0; k < n; k++)                        \
-                _Pragma("GCC unroll 8") for (int r = 0; r < NV; r++) {                 \
-                    V val = c1[k] * next[r] + c2[k] * after[r] - a1[k] * s1[k][r] - a2[k] * s2[k][r]; \
-                    s2[k][r] = s1[k][r];                                               \
-                    s1[k][r] = val;                                                    \
-                    sum[r] += val;                                                     \
-                }                                                                      \
+            NAME##_row(rows + (i + 1) * NV, rows + (i + 2) * NV, c1, c2, a1, a2, s1, s2, sum, n); \
             if (i <= R + keep)                                                         \
                 _Pragma("GCC unroll 8") for (int r = 0; r < NV; r++)                   \
                     out[(i - R - 1) * NV + r] += sum[r];                               \
