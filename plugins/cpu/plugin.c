@@ -13,7 +13,7 @@
 #include <dakit/plugin.h>
 #include <dakit/kmeans.h>
 
-/* Defined in gauss.c. */
+/* Defined in gauss/plan.c. */
 extern const dk_gauss_ops dk_cpu_gauss_ops;
 extern const dk_gbees_ops dk_cpu_gbees_ops; /* gbees.c */
 extern const dk_kmeans_ops dk_cpu_kmeans_ops; /* kmeans.c */
