@@ -3,8 +3,9 @@
 # finds its RADOLAN file (the source tree above its build folder), reports
 # the case as skipped with the reason when $DAKIT_DATA names a folder without
 # it (in the table and the CSV's `skipped` column) and exits non-zero only
-# when nothing ran; --progress writes progress lines to a stderr that is no
-# terminal (gbees, enkf l96, bench), --quiet and the default write none.
+# when nothing ran; --variant picks variants; --progress writes progress
+# lines to a stderr that is no terminal (gbees, enkf l96, bench), --quiet and
+# the default write none.
 exec python3 - "$1" <<'PY'
 import csv, os, subprocess, sys, tempfile
 dakit = sys.argv[1]
@@ -55,6 +56,19 @@ p = run(["bench", "--case", "radar_900,cpu_1e4_full", "--quiet"] + fast, {"DAKIT
 check(p.returncode == 0 and "skipped: data file" in p.stdout and "cpu_1e4_full" in p.stdout,
       "a skipped case beside one that ran: exit 0", f"exit {p.returncode}: {p.stdout[-300:]} {p.stderr[-300:]}")
 check("dakit bench: [" not in p.stderr, "bench --quiet writes no progress", p.stderr[-300:])
+
+# --variant: only the named variants of each backend; a name that no backend
+# offers is named on stderr, and when none is left bench exits 2
+p = run(["bench", "kmeans", "--case", "radar_900", "--variant", "simd,nosuch", "--csv", "variant.csv", "--quiet"]
+        + fast)
+r = rows(os.path.join(tmp, "variant.csv"))
+check(p.returncode == 0 and [x["variant"] for x in r] == ["simd"], "bench --variant times only the named variant",
+      f"exit {p.returncode}: {str(r)[:300]} {p.stderr[-300:]}")
+check("no backend timed offers variant 'nosuch'" in p.stderr and "screen" in p.stderr,
+      "a variant no backend offers is named on stderr with those offered", p.stderr[-300:])
+p = run(["bench", "kmeans", "--case", "radar_900", "--variant", "nosuch", "--quiet"] + fast)
+check(p.returncode == 2 and "names no variant to time" in p.stderr, "--variant naming nothing offered exits 2",
+      f"exit {p.returncode}: {p.stderr[-300:]}")
 
 # progress of gbees and enkf l96 into a log
 meas = os.path.join(tmp, "meas")

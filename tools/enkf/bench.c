@@ -49,22 +49,6 @@ static double bytes(int i)
     return 8.0 * (n * L_ + n * M_) + 16.0 * DENSITY * n * M_;
 }
 
-/* DAKIT_BENCH_ENKF_VARIANTS=fft,banded times only those of the backend's
- * variants (the tiled scheme is slow at N = 10^6). */
-static const char *const *variants(const dk_context *ctx)
-{
-    static const char *kept[8];
-    const char *const *all = dk_enkf_variants(ctx), *only = getenv("DAKIT_BENCH_ENKF_VARIANTS");
-    if (!only || !*only)
-        return all;
-    int n = 0;
-    for (const char *const *v = all; v && *v && n < 7; v++)
-        if (cli_in_list(only, *v))
-            kept[n++] = *v;
-    kept[n] = NULL;
-    return kept;
-}
-
 static void teardown(void *p)
 {
     state *s = p;
@@ -190,7 +174,7 @@ const bench_suite bench_enkf = {
     .name = name,
     .what = what,
     .bytes = bytes,
-    .variants = variants,
+    .variants = dk_enkf_variants,
     .setup = setup,
     .run = run,
     .teardown = teardown,

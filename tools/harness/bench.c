@@ -23,7 +23,8 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: dakit bench [[--algo] ALGO[,ALGO...]] [--backend NAME[,NAME...]|all] [--case NAME[,...]]\n"
-            "                   [--csv FILE] [--min-time SECONDS] [--max-runs N] [--progress|--quiet]\n"
+            "                   [--variant NAME[,...]] [--csv FILE] [--min-time SECONDS] [--max-runs N]\n"
+            "                   [--progress|--quiet]\n"
             "       dakit bench --ranks P [--backend NAME] [--case NAME[,...]] [--min-time S] [--max-runs N]\n"
             "\n"
             "Times each benchmark case on each backend and variant: one warm-up, then repeated\n"
@@ -37,6 +38,9 @@ static void usage(FILE *f)
             "                             (default: all)\n"
             "  --backend NAME[,...]|all   backends to time on (default: all usable)\n"
             "  --case NAME[,...]          cases to time, from the list below (default: all)\n"
+            "  --variant NAME[,...]       only these of each backend's variants (dakit info lists\n"
+            "                             them; a name no backend offers is reported and left out;\n"
+            "                             default: every variant)\n"
             "  --csv FILE                 also write one row per case, backend and variant\n"
             "  --min-time SECONDS         keep repeating a case this long, 0 to 86400 (default 1)\n"
             "  --max-runs N               timed runs per case at most, 3 to 200 (default 50)\n"
@@ -137,6 +141,44 @@ static int known_case(const char *p, size_t len)
     return 0;
 }
 
+/* The names of the comma list `want` that none of the selected backends
+ * offers for the selected algorithms are named on stderr with what they do
+ * offer (a plugin built without an optional library offers fewer); 0 when
+ * that leaves none to time. Makes each backend's context to ask. */
+static int check_variants(const char *cmd, const char *want, const char *algo_s, char names[][64], int nb)
+{
+    char offered[1024] = "";
+    size_t used = 0;
+    for (int b = 0; b < nb; b++) {
+        dk_context *ctx;
+        if (dk_context_create(names[b], &ctx) != DK_OK)
+            continue;
+        for (int s = 0; s < NSUITES; s++) {
+            if (!cli_in_list(algo_s, suites[s]->algo))
+                continue;
+            for (const char *const *v = suites[s]->variants(ctx); v && *v; v++)
+                if (!cli_in_list(offered, *v) && used + strlen(*v) + 2 < sizeof offered)
+                    used += (size_t)snprintf(offered + used, sizeof offered - used, "%s%s", used ? "," : "", *v);
+        }
+        dk_context_destroy(ctx);
+    }
+    int found = 0;
+    for (const char *p = want; *p;) {
+        size_t len = strcspn(p, ",");
+        char name[64];
+        snprintf(name, sizeof name, "%.*s", (int)(len < sizeof name ? len : sizeof name - 1), p);
+        if (cli_in_list(offered, name))
+            found++;
+        else
+            fprintf(stderr, "dakit %s: no backend timed offers variant '%s' for the algorithms timed (they offer: %s)\n",
+                    cmd, name, *offered ? offered : "none");
+        p += len;
+        if (*p == ',')
+            p++;
+    }
+    return found > 0;
+}
+
 /* A CSV field: quoted, its quotes doubled, its line breaks made blanks. */
 static void csv_text(FILE *f, const char *s)
 {
@@ -162,13 +204,14 @@ static void csv_skipped(FILE *csv, const char *algo, const char *name, const cha
 
 int cmd_bench(int argc, char **argv)
 {
-    const char *cmd = "bench", *backend_s = "all", *csv_path = NULL, *case_s = NULL, *algo_s = NULL;
+    const char *cmd = "bench", *backend_s = "all", *csv_path = NULL, *case_s = NULL, *algo_s = NULL,
+               *variant_s = NULL;
     double min_time = 1.0;
     int max_runs = 50, ranks = 0;
     progress prog;
     progress_init(&prog, cmd);
     static const struct option option_table[] = {CLI_FLAG("help"), CLI_VALUE("algo"), CLI_VALUE("backend"),
-        CLI_VALUE("case"), CLI_VALUE("csv"), CLI_VALUE("min-time"), CLI_VALUE("ranks"), CLI_VALUE("max-runs"),
+        CLI_VALUE("case"), CLI_VALUE("variant"), CLI_VALUE("csv"), CLI_VALUE("min-time"), CLI_VALUE("ranks"), CLI_VALUE("max-runs"),
         CLI_FLAG("progress"), CLI_FLAG("quiet"), {0}};
     /* the algorithms may also be given as an operand: dakit bench gauss */
     cli_args args = {.cmd = cmd, .argc = argc, .argv = argv, .options = option_table, .operands = 1};
@@ -186,6 +229,8 @@ int cmd_bench(int argc, char **argv)
             backend_s = v;
         } else if (!strcmp(a, "--case")) {
             case_s = v;
+        } else if (!strcmp(a, "--variant")) {
+            variant_s = v;
         } else if (!strcmp(a, "--csv")) {
             csv_path = v;
         } else if (!strcmp(a, "--min-time")) {
@@ -218,6 +263,10 @@ int cmd_bench(int argc, char **argv)
      * threads; the gbees cases look up their device's kind in that list */
     int found;
     cli_backends(&found);
+    char names[MAX_BACKENDS][64];
+    int nb = cli_select_backends(backend_s, names, MAX_BACKENDS);
+    if (variant_s && !check_variants(cmd, variant_s, algo_s, names, nb))
+        return cli_error(cmd, 2, "--variant %s names no variant to time", variant_s);
     FILE *csv = NULL;
     output out;
     char err[4200];
@@ -228,8 +277,6 @@ int cmd_bench(int argc, char **argv)
         fprintf(csv, "algo,case,backend,variant,device,median_ms,min_ms,runs,gb_per_s,copy_gb_per_s,floor_ms,"
                      "ratio_to_floor,skipped\n");
     }
-    char names[MAX_BACKENDS][64];
-    int nb = cli_select_backends(backend_s, names, MAX_BACKENDS);
     int ran = 0, failures = 0;
     progress_start(&prog);
     printf("%-6s %-15s %-16s %10s %10s %6s %9s %9s %7s\n", "algo", "case", "backend", "median ms", "min ms",
@@ -252,6 +299,8 @@ int cmd_bench(int argc, char **argv)
                 if (!cli_in_list(case_s, su->name(c)))
                     continue;
                 for (const char *const *v = variants; v && *v; v++) {
+                    if (variant_s && !cli_in_list(variant_s, *v))
+                        continue;
                     char label[96];
                     snprintf(label, sizeof label, "%s/%s", names[b], *v);
                     void *st = NULL;

@@ -25,9 +25,9 @@
  * analysis time, and the plan's time (dk_letkf_plan_create: the buckets and
  * the backend's copies) apart from the analysis. Unless
  * DAKIT_BENCH_LETKF_CHECK=0, it also compares 200 points spread over the
- * grid with dk_letkf_reference on the same data.
- * DAKIT_BENCH_LETKF_VARIANTS=syevd times only those of the backend's
- * variants (the cpu plugin's jacobi is several times slower than syevd). */
+ * grid with dk_letkf_reference on the same data. `dakit bench --variant`
+ * picks variants (the cpu plugin's jacobi is several times slower than
+ * syevd). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,20 +76,6 @@ typedef struct state {
 static int count(void) { return NCASES; }
 static const char *name(int i) { return cases[i].name; }
 static const char *what(int i) { return cases[i].what; }
-
-static const char *const *variants(const dk_context *ctx)
-{
-    static const char *kept[8];
-    const char *const *all = dk_letkf_variants(ctx), *only = getenv("DAKIT_BENCH_LETKF_VARIANTS");
-    if (!only || !*only)
-        return all;
-    int n = 0;
-    for (const char *const *v = all; v && *v && n < 7; v++)
-        if (cli_in_list(only, *v))
-            kept[n++] = *v;
-    kept[n] = NULL;
-    return kept;
-}
 
 static double bytes(int i)
 {
@@ -351,7 +337,7 @@ const bench_suite bench_letkf = {
     .name = name,
     .what = what,
     .bytes = bytes,
-    .variants = variants,
+    .variants = dk_letkf_variants,
     .setup = setup,
     .run = run,
     .teardown = teardown,
