@@ -105,7 +105,7 @@ static void check(state *s, const double *xa)
     const dk_letkf_desc *d = &s->desc;
     const size_t k = d->members, nc = (size_t)d->ncoords;
     size_t npts = d->n < CHECK_POINTS ? d->n : CHECK_POINTS;
-    double *grid = malloc(npts * nc * sizeof *grid), *xb = malloc(npts * k * sizeof *xb),
+    double *grid = malloc(npts * nc * sizeof *grid), *xb = calloc(npts * k, sizeof *xb),
            *ref = malloc(npts * k * sizeof *ref);
     if (!grid || !xb || !ref) {
         free(grid), free(xb), free(ref);
