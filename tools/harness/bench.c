@@ -39,7 +39,7 @@ static void usage(FILE *f)
             "  --backend NAME[,...]|all   backends to time on (default: all usable)\n"
             "  --case NAME[,...]          cases to time, from the list below (default: all)\n"
             "  --variant NAME[,...]       only these of each backend's variants (dakit info lists\n"
-            "                             them; a name no backend offers is reported and left out;\n"
+            "                             them; a name no backend offers is reported after the run;\n"
             "                             default: every variant)\n"
             "  --csv FILE                 also write one row per case, backend and variant\n"
             "  --min-time SECONDS         keep repeating a case this long, 0 to 86400 (default 1)\n"
@@ -141,27 +141,19 @@ static int known_case(const char *p, size_t len)
     return 0;
 }
 
-/* The names of the comma list `want` that none of the selected backends
- * offers for the selected algorithms are named on stderr with what they do
- * offer (a plugin built without an optional library offers fewer); 0 when
- * that leaves none to time. Makes each backend's context to ask. */
-static int check_variants(const char *cmd, const char *want, const char *algo_s, char names[][64], int nb)
+/* Adds the names of v that `offered` (a comma list) lacks. */
+static void add_offered(char *offered, size_t size, const char *const *v)
 {
-    char offered[1024] = "";
-    size_t used = 0;
-    for (int b = 0; b < nb; b++) {
-        dk_context *ctx;
-        if (dk_context_create(names[b], &ctx) != DK_OK)
-            continue;
-        for (int s = 0; s < NSUITES; s++) {
-            if (!cli_in_list(algo_s, suites[s]->algo))
-                continue;
-            for (const char *const *v = suites[s]->variants(ctx); v && *v; v++)
-                if (!cli_in_list(offered, *v) && used + strlen(*v) + 2 < sizeof offered)
-                    used += (size_t)snprintf(offered + used, sizeof offered - used, "%s%s", used ? "," : "", *v);
-        }
-        dk_context_destroy(ctx);
-    }
+    for (size_t used = strlen(offered); v && *v; v++)
+        if (!cli_in_list(offered, *v) && used + strlen(*v) + 2 < size)
+            used += (size_t)snprintf(offered + used, size - used, "%s%s", used ? "," : "", *v);
+}
+
+/* Names on stderr each name of the comma list `want` that is not in
+ * `offered` (a plugin built without an optional library offers fewer);
+ * returns how many are. */
+static int report_variants(const char *cmd, const char *want, const char *offered)
+{
     int found = 0;
     for (const char *p = want; *p;) {
         size_t len = strcspn(p, ",");
@@ -176,7 +168,7 @@ static int check_variants(const char *cmd, const char *want, const char *algo_s,
         if (*p == ',')
             p++;
     }
-    return found > 0;
+    return found;
 }
 
 /* A CSV field: quoted, its quotes doubled, its line breaks made blanks. */
@@ -265,8 +257,6 @@ int cmd_bench(int argc, char **argv)
     cli_backends(&found);
     char names[MAX_BACKENDS][64];
     int nb = cli_select_backends(backend_s, names, MAX_BACKENDS);
-    if (variant_s && !check_variants(cmd, variant_s, algo_s, names, nb))
-        return cli_error(cmd, 2, "--variant %s names no variant to time", variant_s);
     FILE *csv = NULL;
     output out;
     char err[4200];
@@ -278,6 +268,7 @@ int cmd_bench(int argc, char **argv)
                      "ratio_to_floor,skipped\n");
     }
     int ran = 0, failures = 0;
+    char offered[1024] = ""; /* the variants of the selected algorithms on the backends timed */
     progress_start(&prog);
     printf("%-6s %-15s %-16s %10s %10s %6s %9s %9s %7s\n", "algo", "case", "backend", "median ms", "min ms",
            "runs", "GB/s", "floor ms", "ratio");
@@ -295,6 +286,7 @@ int cmd_bench(int argc, char **argv)
             if (!cli_in_list(algo_s, su->algo))
                 continue;
             const char *const *variants = su->variants(ctx);
+            add_offered(offered, sizeof offered, variants);
             for (int c = 0; c < su->count(); c++) {
                 if (!cli_in_list(case_s, su->name(c)))
                     continue;
@@ -346,6 +338,11 @@ int cmd_bench(int argc, char **argv)
         dk_context_destroy(ctx);
     }
     progress_clear(&prog);
+    if (variant_s && !report_variants(cmd, variant_s, offered)) {
+        if (csv)
+            output_abort(&out);
+        return cli_error(cmd, 2, "--variant %s names no variant to time", variant_s);
+    }
     if (csv && output_commit(&out, err, sizeof err) != 0)
         return cli_error(cmd, 1, "%s", err);
     if (!ran)
