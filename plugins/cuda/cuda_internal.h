@@ -145,6 +145,21 @@ static __device__ __forceinline__ void dmma(double (&d)[4], const double (&a)[2]
         : "d"(a[1]), "d"(b));
 #endif
 }
+
+/* D (16 x 8) = A (16 x 8) B (8 x 8) + C across the warp on the TF32 tensor
+ * cores (mma.m16n8k8, float accumulators): lane (g, q) holds A[g][q],
+ * A[g+8][q], A[g][q+4], A[g+8][q+4], B[q][g], B[q+4][g] (float bit patterns,
+ * of which the tensor cores read the top 19) and C, D[g][2q], D[g][2q+1],
+ * D[g+8][2q], D[g+8][2q+1]. */
+static __device__ __forceinline__ void tf32mma(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2],
+                                               const float (&c)[4])
+{
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%10,%11,%12,%13};\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]),
+          "f"(c[3]));
+}
 #endif
 
 #endif

@@ -69,6 +69,7 @@ static const kmeans_case cases[] = {
     {"d1_k4",             5000,   1,  4,   20, 0,    1,   0,  PM, 0,   0,   1,   5, 0, 1, 0, DK_KMEANS_INIT_GIVEN, 0},
     {"blobs_d4_k5",       20000,  4,  5,   20, 0,    1,   0,  PM, 0,   0,   1,   5, 0, 1, 0, DK_KMEANS_INIT_GIVEN, 0},
     {"uniform_d8_k16",    60000,  8,  16,  20, 0,    0,   0,  PM, 0,   0,   1,   5, 0, 1, 0, DK_KMEANS_INIT_GIVEN, 0},
+    {"ragged_d8_k16",     60013,  8,  16,  20, 0,    1,   0,  PM, 0,   0,   1,   5, 0, 1, 0, DK_KMEANS_INIT_GIVEN, 0},
     {"empty_cluster",     8000,   2,  6,   10, 0,    1,   1,  PM, 0,   0,   1,   5, 0, 1, 0, DK_KMEANS_INIT_GIVEN, 0},
     {"tol_stops_early",   20000,  4,  5,   100, 1e-4, 1,  0,  PM, 0,   0,   1,   5, 0, 1, 0, DK_KMEANS_INIT_GIVEN, 0},
     {"feature_major",     30000,  5,  7,   15, 0,    0,   0,  FM, 0,   0,   1,   5, 0, 1, 0, DK_KMEANS_INIT_GIVEN, 0},

@@ -4,7 +4,7 @@
  * launches:
  *   lloyd.cu  k_lloyd, the whole Lloyd loop in one cooperative kernel: every
  *             plan with k <= DK_KMEANS_MAX_K, or contiguity; the variants
- *             (prefetch, screen, exact, atomic) are its template flags;
+ *             (mma, prefetch, screen, exact, atomic) are its template flags;
  *   big.cu    k_big_assign and k_big_sums, plain k-means with
  *             k > DK_KMEANS_MAX_K: four launches per iteration, the last two
  *             the phases' k_part_sums and k_part_update;
@@ -300,6 +300,31 @@ static __device__ __forceinline__ void part_point(const PartArgs &a, long long i
     load_row<DMAX>(a.x, a.sp, a.sf, a.d, a.vec4, i, x);
 }
 
+/* Sums made on the float64 tensor cores (part.cu's add_mma, lloyd.cu's
+ * mma_add) out of the warp: lane (g, q) holds clusters g + 8 h's
+ * features 2q and 2q + 1 (D[2h], D[2h + 1]); its weight sum is added over
+ * the four lanes of g first. put(c, f, v) for each c < k and f <= d (f == d
+ * the weight sum), each by one lane. Every lane calls it. */
+template <typename Put>
+static __device__ __forceinline__ void mma_sums_out(const double (&D)[4], double (&cnt)[2], int k, int d, Put put)
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        cnt[h] += __shfl_xor_sync(0xffffffffu, cnt[h], 1);
+        cnt[h] += __shfl_xor_sync(0xffffffffu, cnt[h], 2);
+        const int c = g + 8 * h;
+        if (c < k) {
+            if (2 * q < d)
+                put(c, 2 * q, D[2 * h]);
+            if (2 * q + 1 < d)
+                put(c, 2 * q + 1, D[2 * h + 1]);
+            if (q == 0)
+                put(c, d, cnt[h]);
+        }
+    }
+}
+
 /* screened_labels' per-centroid terms: Ch[c] = -|c|^2 / 2 for the rows of
  * Cs, and the largest |c|^2 into *rmax_bits (as int bits: q >= 0 orders as
  * ints). The block's threads share the rows; the caller syncs after. */
@@ -356,7 +381,8 @@ struct Plan {
 };
 
 /* lloyd.cu */
-dk_status lloyd_plan(Plan *p, const dk_kmeans_setup *setup, bool wsum, bool screen, bool prefetch, dk_msg *msg);
+dk_status lloyd_plan(Plan *p, const dk_kmeans_setup *setup, bool wsum, bool screen, bool prefetch, bool mma,
+                     dk_msg *msg);
 dk_status lloyd_execute(Plan *p, const void *points, const void *mask, const void *init, void *labels,
                         void *centroids, dk_kmeans_result *res, dk_msg *msg);
 /* big.cu */

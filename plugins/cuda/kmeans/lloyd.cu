@@ -381,12 +381,217 @@ __device__ __forceinline__ void contig_tiles_halo(const Args &a, long long lo, l
     }
 }
 
+/* The tensor-core screen (variant "mma": plain k-means without a mask,
+ * k <= 16, d <= 8, rows of 16-byte pieces). A warp takes 32 points a step, one a lane,
+ * copied into shared memory two steps ahead (cp.async), and reads them as
+ * TF32 operands (ldmatrix); each lane takes its point's |x|^2 from there
+ * as the other paths do. B_c = x.c - |c|^2 / 2 for
+ * every point and centroid is then one 32 x 8 by 8 x 16 product on the
+ * tensor cores, each operand split as x = hi + lo (hi its top 11
+ * significant bits, lo the rest, exactly) and taken as hi.lo + lo.hi +
+ * hi.hi (three mma.m16n8k8 a tile; lo.lo is left out). Against the FMA
+ * chain of screened_labels this moves each B by at most 60 u (|x|^2 +
+ * rmax2), u = 2^-24: lo.lo and the truncation of lo to TF32, 3 u |x_f|
+ * |c_f| a product, 24 u (|x|^2 + |c|^2) summed; the accumulation, at most
+ * 9 additions an mma each off by 2 u of the magnitudes added, 36 u over the
+ * three. So the best B must beat the second by screened_labels' eps plus
+ * 256 u (|x|^2 + rmax2) (twice the 2 x 60 u of two B's), which keeps the
+ * labels the reference's; near-ties take exact_labels. The scores go back
+ * through shared memory, a point's 16 to its lane, and the points into the
+ * sums on the float64 tensor cores (products exact, sums in float64). */
+const int MMA_BUFS = 3;                              /* point buffers: this step's and the next two's */
+const int MMA_STAGE = MMA_BUFS * 32 * 8 + 32 * 16; /* floats a warp stages: 3 x 32 points, then 32 x 16 scores */
+
+/* Where point p's feature f lies in the stage: rows of 8 floats, their
+ * 16-byte halves swapped where (p >> 2) & 1, so that 8 rows' same half
+ * fall in distinct banks (the stores and ldmatrix's reads). */
+__device__ __forceinline__ int stage_point(int p, int f) { return 8 * p + (f ^ (((p >> 2) & 1) << 2)); }
+
+/* Where point p's score of centroid c lies: rows of 16 floats after the
+ * points, their 32-byte halves swapped where (p >> 1) & 1 (the pair stores
+ * of four rows fall in distinct banks). */
+__device__ __forceinline__ int stage_score(int p, int c) { return MMA_BUFS * 256 + 16 * p + (c ^ (((p >> 1) & 1) << 3)); }
+
+/* Point i's row into point buffer `pts` (lane p's row) by two 16-byte
+ * asynchronous copies; zeros past n and past d. */
+template <int DMAX>
+__device__ __forceinline__ void mma_fetch(const Args &a, long long i, float *pts, int p)
+{
+    const bool valid = i < a.n;
+    const float *row = a.x + (valid ? i : a.n - 1) * a.sp;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const unsigned to = (unsigned)__cvta_generic_to_shared(pts + stage_point(p, 4 * h));
+        const int bytes = valid && (DMAX > 4 || h == 0) ? 16 : 0;
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(row + 4 * h), "r"(bytes)
+                     : "memory");
+    }
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+struct MmaCentroids {
+    unsigned hi[2][2], lo[2][2]; /* tile t (centroids 8t..8t+7): B[q][g], B[q+4][g] */
+    float h[2][2];               /* tile t: -|c|^2 / 2 of centroids 8t + 2q and 8t + 2q + 1, -inf past k */
+};
+
+/* x = hi + lo: hi keeps the top 11 significant bits (what TF32 holds), lo
+ * the bits cut off, exactly. */
+__device__ __forceinline__ void tf32_split(unsigned x, unsigned &hi, unsigned &lo)
+{
+    hi = x & 0xffffe000u;
+    lo = __float_as_uint(__fsub_rn(__uint_as_float(x), __uint_as_float(hi)));
+}
+
+/* Lane (g, q)'s operands of the centroids (Cs rows padded with zeros to
+ * DMAX; Ch from screen_terms). */
+template <int DMAX>
+__device__ __forceinline__ MmaCentroids mma_centroids(const float *Cs, const float *Ch, int k, int g, int q)
+{
+    MmaCentroids m;
+#pragma unroll
+    for (int t = 0; t < 2; t++) {
+        const int c = 8 * t + g;
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            const int f = q + 4 * j;
+            tf32_split(__float_as_uint(c < k && f < DMAX ? Cs[c * DMAX + f] : 0.0f), m.hi[t][j], m.lo[t][j]);
+            const int cj = 8 * t + 2 * q + j;
+            m.h[t][j] = cj < k ? Ch[cj] : -INFINITY;
+        }
+    }
+    return m;
+}
+
+/* The warp's 32 staged points' scores into the stage (every lane calls it). */
+__device__ __forceinline__ void mma_scores(const float *pts, float *stage, const MmaCentroids &m)
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+#pragma unroll 1
+    for (int grp = 0; grp < 2; grp++) {
+        /* ldmatrix: lanes 8j..8j+7 name the rows of matrix j, points
+         * 16 grp + (j & 1) 8 + r, features 4 (j >> 1) to 4 (j >> 1) + 3 */
+        const int p = 16 * grp + (lane & 7) + 8 * ((lane >> 3) & 1);
+        const unsigned at = (unsigned)__cvta_generic_to_shared(pts + stage_point(p, 4 * (lane >> 4)));
+        unsigned a[4], hi[4], lo[4];
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+                     : "r"(at)
+                     : "memory");
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            tf32_split(a[j], hi[j], lo[j]);
+#pragma unroll
+        for (int t = 0; t < 2; t++) {
+            const float h[4] = {m.h[t][0], m.h[t][1], m.h[t][0], m.h[t][1]};
+            float D[4];
+            tf32mma(D, hi, m.lo[t], h);
+            tf32mma(D, lo, m.hi[t], D);
+            tf32mma(D, hi, m.hi[t], D);
+            const int p0 = 16 * grp + g, c = 8 * t + 2 * q;
+            *(float2 *)(stage + stage_score(p0, c)) = make_float2(D[0], D[1]);
+            *(float2 *)(stage + stage_score(p0 + 8, c)) = make_float2(D[2], D[3]);
+        }
+    }
+    __syncwarp();
+}
+
+/* The 32 staged points into the warp's sums on the float64 tensor cores,
+ * 4 at a time: D[c][f] += [l_p = c] x_p[f] (dmma: lane (g, q) gives point
+ * 4s + q's rows g and g + 8 of A, its label l by a shuffle, and its
+ * feature g from the stage). Every lane calls it. */
+__device__ __forceinline__ void mma_add(const float *pts, int l, double (&D)[4])
+{
+    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+#pragma unroll
+    for (int s = 0; s < 8; s++) {
+        const int p = 4 * s + q;
+        const int lp = __shfl_sync(0xffffffffu, l, p);
+        const double A[2] = {lp == g ? 1.0 : 0.0, lp == g + 8 ? 1.0 : 0.0};
+        dmma(D, A, (double)pts[stage_point(p, g)]);
+    }
+}
+
+/* One iteration's labels and sums of plain k-means on the tensor cores:
+ * each warp takes 32 consecutive points a step in a grid-stride loop (the
+ * points of the next MMA_BUFS - 1 steps on their way), and leaves its sums
+ * and counts in its own copy (my_sums, my_counts, zeroed); stage, the
+ * warp's MMA_STAGE floats. */
+template <int DMAX>
+__device__ __forceinline__ void mma_assign(const Args &a, int32_t *cur, const float *Cs, const float *Ch, float rmax2,
+                                           float eps_coef, float *my_sums, unsigned *my_counts, int ds, float *stage)
+{
+    const int lane = threadIdx.x & 31;
+    const MmaCentroids m = mma_centroids<DMAX>(Cs, Ch, a.k, lane >> 2, lane & 3);
+    double D[4] = {0.0, 0.0, 0.0, 0.0};
+    const long long step = (long long)gridDim.x * THREADS;
+    long long i = ((long long)blockIdx.x * THREADS + (threadIdx.x & ~31)) + lane;
+    /* the points come by asynchronous copies MMA_BUFS - 1 steps ahead (mma_fetch) */
+#pragma unroll
+    for (int j = 0; j < MMA_BUFS - 1; j++)
+        mma_fetch<DMAX>(a, i + j * step, stage + 256 * j, lane);
+    for (int b = 0; i - lane < a.n; i += step, b = b == MMA_BUFS - 1 ? 0 : b + 1) {
+        mma_fetch<DMAX>(a, i + (MMA_BUFS - 1) * step, stage + 256 * (b == 0 ? MMA_BUFS - 1 : b - 1), lane);
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(MMA_BUFS - 1) : "memory");
+        __syncwarp();
+        const float *pts = stage + 256 * b;
+        const bool valid = i < a.n;
+        float s2 = 0.0f;
+        {
+            const float4 u = *(const float4 *)(pts + stage_point(lane, 0)), w = *(const float4 *)(pts + stage_point(lane, 4));
+            const float x[8] = {u.x, u.y, u.z, u.w, w.x, w.y, w.z, w.w};
+#pragma unroll
+            for (int f = 0; f < DMAX; f++)
+                s2 = __fmaf_rn(x[f], x[f], s2);
+        }
+        mma_scores(pts, stage, m);
+        float b1 = -INFINITY, b2 = -INFINITY;
+        int l = 0;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const float4 v = *(const float4 *)(stage + stage_score(lane, 4 * j));
+            const float B[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                l = B[e] > b1 ? 4 * j + e : l;
+                b2 = fminf(b1, fmaxf(b2, B[e]));
+                b1 = fmaxf(b1, B[e]);
+            }
+        }
+        const bool near = valid && !(b1 - b2 > __fmaf_rn(eps_coef, s2 + rmax2, 1e-36f));
+        if (__any_sync(0xffffffffu, near) && near) {
+            float xe[1][DMAX];
+#pragma unroll
+            for (int f = 0; f < DMAX; f++)
+                xe[0][f] = pts[stage_point(lane, f)];
+            exact_labels<DMAX, 1>(xe, Cs, a.k, &l);
+        }
+        if (!valid)
+            l = -1;
+        if (i < a.n)
+            cur[i] = l;
+        if (l >= 0)
+            atomicAdd(my_counts + l, 1u);
+        mma_add(pts, l, D);
+        __syncwarp(); /* the buffer and the scores are read before they are written again */
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    double none[2] = {0.0, 0.0};
+    mma_sums_out(D, none, a.k, a.d, [&](int c, int f, double v) {
+        if (f < a.d)
+            my_sums[c * ds + f] = (float)v;
+    });
+}
+
 /* WSUM per-warp partial sums without atomics (see accumulate); SCREEN the
  * plain labels through screened_labels (else exact_labels for every point);
  * PF the plain path loads the next step's points before it labels this
  * step's. The plain path takes P points per thread per step (2 for d <= 8:
- * each centroid row read from shared memory serves both). */
-template <int DMAX, bool CONTIG, bool WSUM, bool SCREEN, bool PF = false>
+ * each centroid row read from shared memory serves both). MMA (with WSUM,
+ * SCREEN and PF, k <= 16, d <= 8) labels and sums on the tensor cores
+ * (mma_assign) where the rows allow 16-byte copies (vec4) and no mask is
+ * given, but in the last iteration's fold, which takes the plain path's
+ * exact distances. */
+template <int DMAX, bool CONTIG, bool WSUM, bool SCREEN, bool PF = false, bool MMA = false>
 __global__ void __launch_bounds__(THREADS, DMAX <= 8 ? (CONTIG ? 4 : 3) : 1) k_lloyd(Args a)
 {
     constexpr int P = DMAX <= 8 ? 2 : 1;
@@ -496,6 +701,11 @@ __global__ void __launch_bounds__(THREADS, DMAX <= 8 ? (CONTIG ? 4 : 3) : 1) k_l
             else
                 contig_tiles_halo<DMAX, WSUM>(a, tile_lo, tile_hi, prev, cur, Cs, (short *)staged, table, inv_d, my_sums,
                                               my_counts, ds);
+        } else if (MMA && !fold && a.vec4 && !a.mask) {
+            /* the warps' stages after the counts, 16-byte aligned, indexed from smem (shared loads, not generic) */
+            const size_t at = ((size_t)((unsigned char *)(counts + copies * a.k) - smem) + 15) & ~(size_t)15;
+            mma_assign<DMAX>(a, cur, Cs, Ch, rmax2, eps_coef + 256.0f * 0x1p-24f, my_sums, my_counts, ds,
+                             (float *)(smem + at) + warp * MMA_STAGE);
         } else {
             /* P points per thread, all loads issued before any is used;
              * whole warps step together (stride and first - lane are
@@ -740,8 +950,10 @@ __global__ void __launch_bounds__(THREADS, DMAX <= 8 ? (CONTIG ? 4 : 3) : 1) k_l
 }
 
 template <int DMAX>
-kernel_fn pick_d(bool contig, bool wsum, bool screen, bool prefetch)
+kernel_fn pick_d(bool contig, bool wsum, bool screen, bool prefetch, bool mma)
 {
+    if (DMAX <= 8 && mma && !contig && wsum && screen)
+        return k_lloyd<DMAX, false, true, true, true, DMAX <= 8>;
     if (contig)
         return wsum ? k_lloyd<DMAX, true, true, false> : k_lloyd<DMAX, true, false, false>;
     if (screen && wsum && prefetch)
@@ -751,17 +963,17 @@ kernel_fn pick_d(bool contig, bool wsum, bool screen, bool prefetch)
     return wsum ? k_lloyd<DMAX, false, true, false> : k_lloyd<DMAX, false, false, false>;
 }
 
-kernel_fn pick(int d, bool contig, bool wsum, bool screen, bool prefetch)
+kernel_fn pick(int d, bool contig, bool wsum, bool screen, bool prefetch, bool mma)
 {
     if (d <= 4)
-        return pick_d<4>(contig, wsum, screen, prefetch);
+        return pick_d<4>(contig, wsum, screen, prefetch, mma);
     if (d <= 8)
-        return pick_d<8>(contig, wsum, screen, prefetch);
+        return pick_d<8>(contig, wsum, screen, prefetch, mma);
     if (d <= 16)
-        return pick_d<16>(contig, wsum, screen, prefetch);
+        return pick_d<16>(contig, wsum, screen, prefetch, false);
     if (d <= 32)
-        return pick_d<32>(contig, wsum, screen, prefetch);
-    return pick_d<64>(contig, wsum, screen, prefetch);
+        return pick_d<32>(contig, wsum, screen, prefetch, false);
+    return pick_d<64>(contig, wsum, screen, prefetch, false);
 }
 
 /* The labels into the caller's host memory, across the bus: with `all`
@@ -828,17 +1040,22 @@ namespace dk_cuda_kmeans {
 
 /* The cooperative kernel of the variant's flags, its grid and scratch, and
  * its arguments; the caller destroys p on failure. */
-dk_status lloyd_plan(Plan *p, const dk_kmeans_setup *setup, bool wsum, bool screen, bool prefetch, dk_msg *msg)
+dk_status lloyd_plan(Plan *p, const dk_kmeans_setup *setup, bool wsum, bool screen, bool prefetch, bool mma,
+                     dk_msg *msg)
 {
     const dk_cuda_device *dev = p->dev;
     const dk_kmeans_desc &d = setup->desc;
     size_t kd = (size_t)d.k * d.d;
     int dmax = d.d <= 4 ? 4 : d.d <= 8 ? 8 : d.d <= 16 ? 16 : d.d <= 32 ? 32 : 64; /* as pick() */
-    p->kernel = pick(d.d, setup->contiguity != 0, wsum, screen, prefetch);
+    /* the tensor-core screen's conditions (see mma_assign) */
+    mma = mma && d.k <= 16 && d.d <= 8 && !setup->contiguity && wsum && screen;
+    p->kernel = pick(d.d, setup->contiguity != 0, wsum, screen, prefetch, mma);
     size_t copies = wsum ? THREADS / 32 : 1;
     size_t ds = (size_t)(d.d | 1);
     size_t halo = setup->contiguity ? 8 + contig_smem(d.window, d.k) : 0; /* 8: the words' alignment */
-    p->smem = ((size_t)d.k * dmax + d.k + copies * d.k * ds) * sizeof(float) + copies * d.k * sizeof(unsigned) + halo;
+    size_t stage = mma ? 16 + (size_t)(THREADS / 32) * MMA_STAGE * sizeof(float) : 0; /* 16: the stage's alignment */
+    p->smem = ((size_t)d.k * dmax + d.k + copies * d.k * ds) * sizeof(float) + copies * d.k * sizeof(unsigned) + halo +
+              stage;
     int per_sm = 0;
     if (p->smem > 48 * 1024)
         CUDA_TRY(cudaFuncSetAttribute(p->kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)p->smem),

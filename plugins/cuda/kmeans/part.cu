@@ -181,30 +181,6 @@ __device__ __forceinline__ void add_mma(int l, const float *x, float w, float *s
     __syncwarp();
 }
 
-/* add_mma's sums out of the warp: lane (g, q) holds clusters g + 8 h's
- * features 2q and 2q + 1 (D[2h], D[2h + 1]); its weight sum is added over
- * the four lanes of g first. put(c, f, v) for each c < k and f <= d (f == d
- * the weight sum), each by one lane. Every lane calls it. */
-template <typename Put>
-__device__ __forceinline__ void mma_sums_out(const double (&D)[4], double (&cnt)[2], int k, int d, Put put)
-{
-    const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        cnt[h] += __shfl_xor_sync(0xffffffffu, cnt[h], 1);
-        cnt[h] += __shfl_xor_sync(0xffffffffu, cnt[h], 2);
-        const int c = g + 8 * h;
-        if (c < k) {
-            if (2 * q < d)
-                put(c, 2 * q, D[2 * h]);
-            if (2 * q + 1 < d)
-                put(c, 2 * q + 1, D[2 * h + 1]);
-            if (q == 0)
-                put(c, d, cnt[h]);
-        }
-    }
-}
-
 template <int DMAX>
 size_t part_screen_smem(int k, int d, bool mma)
 {

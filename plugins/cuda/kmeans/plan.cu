@@ -46,8 +46,9 @@ dk_status plan_fill(Plan *p, const dk_kmeans_setup *setup, dk_msg *msg)
     const char *variant = setup->desc.variant;
     bool wsum = kd <= 512 && strcmp(variant, "atomic") != 0;
     bool screen = strcmp(variant, "exact") != 0;
-    bool prefetch = !strcmp(variant, "prefetch");
-    dk_status st = lloyd_plan(p, setup, wsum, screen, prefetch, msg);
+    bool mma = !strcmp(variant, "mma");
+    bool prefetch = mma || !strcmp(variant, "prefetch");
+    dk_status st = lloyd_plan(p, setup, wsum, screen, prefetch, mma, msg);
     if (st == DK_OK && d.layout == DK_KMEANS_FEATURE_MAJOR && d.d == DK_KMEANS_TEXTURE_D && d.rows)
         st = tex_plan(p, msg);
     if (st == DK_OK)
@@ -99,12 +100,15 @@ dk_status execute(void *handle, const void *points, const void *mask, const void
 
 } // namespace
 
-/* "prefetch": screened labels (screened_labels), the next step's points
+/* "mma": plain k-means with k <= 16 and d <= 8 in point-major rows and
+ * no mask screened and summed on the tensor cores (lloyd.cu, mma_assign),
+ * else as "prefetch"; "prefetch":
+ * screened labels (screened_labels), the next step's points
  * loaded ahead, per-warp copies of the sums; "screen": the same without the
  * loads ahead; "exact": the exact distance to every centroid; "atomic": the
  * block's one copy of the sums with shared atomics (also taken by the others
  * when per-warp copies would be large, k * d > 512). */
-static const char *const cuda_kmeans_variants[] = {"prefetch", "screen", "exact", "atomic", NULL};
+static const char *const cuda_kmeans_variants[] = {"prefetch", "mma", "screen", "exact", "atomic", NULL};
 
 extern "C" const dk_kmeans_ops dk_cuda_kmeans_ops = {
     .variants = cuda_kmeans_variants,
