@@ -291,7 +291,7 @@ int cmd_bench(int argc, char **argv)
                 if (!cli_in_list(case_s, su->name(c)))
                     continue;
                 for (const char *const *v = variants; v && *v; v++) {
-                    if (variant_s && !cli_in_list(variant_s, *v))
+                    if (!cli_in_list(variant_s, *v))
                         continue;
                     char label[96];
                     snprintf(label, sizeof label, "%s/%s", names[b], *v);

@@ -952,7 +952,7 @@ __global__ void __launch_bounds__(THREADS, DMAX <= 8 ? (CONTIG ? 4 : 3) : 1) k_l
 template <int DMAX>
 kernel_fn pick_d(bool contig, bool wsum, bool screen, bool prefetch, bool mma)
 {
-    if (DMAX <= 8 && mma && !contig && wsum && screen)
+    if (mma) /* lloyd_plan checked its conditions; DMAX > 8 never asks */
         return k_lloyd<DMAX, false, true, true, true, DMAX <= 8>;
     if (contig)
         return wsum ? k_lloyd<DMAX, true, true, false> : k_lloyd<DMAX, true, false, false>;
