@@ -108,7 +108,7 @@ dk_status execute(void *handle, const void *points, const void *mask, const void
  * loads ahead; "exact": the exact distance to every centroid; "atomic": the
  * block's one copy of the sums with shared atomics (also taken by the others
  * when per-warp copies would be large, k * d > 512). */
-static const char *const cuda_kmeans_variants[] = {"prefetch", "mma", "screen", "exact", "atomic", NULL};
+static const char *const cuda_kmeans_variants[] = {"mma", "prefetch", "screen", "exact", "atomic", NULL};
 
 extern "C" const dk_kmeans_ops dk_cuda_kmeans_ops = {
     .variants = cuda_kmeans_variants,
