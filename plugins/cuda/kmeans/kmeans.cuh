@@ -44,6 +44,9 @@ struct Args {
     float *psum;            /* gridDim * k * d block partial sums */
     unsigned *pcount;       /* gridDim * k */
     double *move2;          /* k * d: squared move per feature */
+    float *gap;             /* mma: n Hamerly bounds (see mma_assign) */
+    double *tot[2];         /* mma: k * d cluster sums by iteration parity, moved on by the points that changed label */
+    long long *tot_count[2]; /* mma: k cluster sizes, likewise */
     double *corr, *corr_old; /* k * d: the objective's correction (see k_lloyd's end) */
     unsigned long long *ccount; /* k: the last iteration's cluster sizes */
     int *tile_valid;        /* contiguity: valid pixels per tile (lloyd.cu), zeroed before the launch */

@@ -382,10 +382,12 @@ __device__ __forceinline__ void contig_tiles_halo(const Args &a, long long lo, l
 }
 
 /* The tensor-core screen (variant "mma": plain k-means without a mask,
- * k <= 16, d <= 8, rows of 16-byte pieces). A warp takes 32 points a step, one a lane,
- * copied into shared memory two steps ahead (cp.async), and reads them as
- * TF32 operands (ldmatrix); each lane takes its point's |x|^2 from there
- * as the other paths do. B_c = x.c - |c|^2 / 2 for
+ * k <= 16, d <= 8, rows of 16-byte pieces). A warp scores 32 points a
+ * batch, one a lane, copied into shared memory two batches ahead
+ * (cp.async), and reads them as TF32 operands (ldmatrix); each lane takes
+ * its point's |x|^2 from there as the other paths do. From the second
+ * iteration only the points whose Hamerly bound fails are scored (see
+ * mma_assign). B_c = x.c - |c|^2 / 2 for
  * every point and centroid is then one 32 x 8 by 8 x 16 product on the
  * tensor cores, each operand split as x = hi + lo (hi its top 11
  * significant bits, lo the rest, exactly) and taken as hi.lo + lo.hi +
@@ -399,8 +401,13 @@ __device__ __forceinline__ void contig_tiles_halo(const Args &a, long long lo, l
  * labels the reference's; near-ties take exact_labels. The scores go back
  * through shared memory, a point's 16 to its lane, and the points into the
  * sums on the float64 tensor cores (products exact, sums in float64). */
-const int MMA_BUFS = 3;                              /* point buffers: this step's and the next two's */
-const int MMA_STAGE = MMA_BUFS * 32 * 8 + 32 * 16; /* floats a warp stages: 3 x 32 points, then 32 x 16 scores */
+const int MMA_BUFS = 3;    /* point buffers: this batch's and the next two's */
+const int MMA_CHUNK = 4;   /* steps whose bounds are tested together */
+const int MMA_BUF = 32 * 8; /* floats a point buffer */
+/* floats a warp stages: the point buffers, 32 x 16 scores, the bounds of
+ * two chunks (a step's 32 last labels, then their 32 bounds), and the
+ * chunk's list of points to score */
+const int MMA_STAGE = MMA_BUFS * MMA_BUF + 32 * 16 + 2 * MMA_CHUNK * 64 + MMA_CHUNK * 32;
 
 /* Where point p's feature f lies in the stage: rows of 8 floats, their
  * 16-byte halves swapped where (p >> 2) & 1, so that 8 rows' same half
@@ -410,9 +417,9 @@ __device__ __forceinline__ int stage_point(int p, int f) { return 8 * p + (f ^ (
 /* Where point p's score of centroid c lies: rows of 16 floats after the
  * points, their 32-byte halves swapped where (p >> 1) & 1 (the pair stores
  * of four rows fall in distinct banks). */
-__device__ __forceinline__ int stage_score(int p, int c) { return MMA_BUFS * 256 + 16 * p + (c ^ (((p >> 1) & 1) << 3)); }
+__device__ __forceinline__ int stage_score(int p, int c) { return MMA_BUFS * MMA_BUF + 16 * p + (c ^ (((p >> 1) & 1) << 3)); }
 
-/* Point i's row into point buffer `pts` (lane p's row) by two 16-byte
+/* Point i's row into buffer `pts` (lane p's row) by two 16-byte
  * asynchronous copies; zeros past n and past d. */
 template <int DMAX>
 __device__ __forceinline__ void mma_fetch(const Args &a, long long i, float *pts, int p)
@@ -426,8 +433,21 @@ __device__ __forceinline__ void mma_fetch(const Args &a, long long i, float *pts
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(row + 4 * h), "r"(bytes)
                      : "memory");
     }
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
+
+/* Point i's last label and bound (cur, a.gap) into `slot` (lane p's), by
+ * 4-byte asynchronous copies. */
+__device__ __forceinline__ void mma_fetch_bound(const Args &a, const int32_t *cur, long long i, float *slot, int p)
+{
+    const bool valid = i < a.n;
+    const long long at = valid ? i : a.n - 1;
+    const unsigned to = (unsigned)__cvta_generic_to_shared(slot + p);
+    const int bytes = valid ? 4 : 0;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(to), "l"(cur + at), "r"(bytes) : "memory");
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(to + 128), "l"(a.gap + at), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void mma_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 
 struct MmaCentroids {
     unsigned hi[2][2], lo[2][2]; /* tile t (centroids 8t..8t+7): B[q][g], B[q+4][g] */
@@ -495,84 +515,196 @@ __device__ __forceinline__ void mma_scores(const float *pts, float *stage, const
     __syncwarp();
 }
 
-/* The 32 staged points into the warp's sums on the float64 tensor cores,
- * 4 at a time: D[c][f] += [l_p = c] x_p[f] (dmma: lane (g, q) gives point
- * 4s + q's rows g and g + 8 of A, its label l by a shuffle, and its
- * feature g from the stage). Every lane calls it. */
-__device__ __forceinline__ void mma_add(const float *pts, int l, double (&D)[4])
+/* The 32 staged points' moves into the warp's sums on the float64 tensor
+ * cores, 4 at a time: D[c][f] += ([l_p = c] - [old_p = c]) x_p[f] (dmma:
+ * lane (g, q) gives point 4s + q's rows g and g + 8 of A, its labels by
+ * shuffles, and its feature g from the stage); old -1 adds the point
+ * whole, old = l leaves it out exactly. Every lane calls it. */
+template <bool MOVES>
+__device__ __forceinline__ void mma_add(const float *pts, int l, int old, double (&D)[4])
 {
     const int lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
 #pragma unroll
     for (int s = 0; s < 8; s++) {
         const int p = 4 * s + q;
-        const int lp = __shfl_sync(0xffffffffu, l, p);
-        const double A[2] = {lp == g ? 1.0 : 0.0, lp == g + 8 ? 1.0 : 0.0};
+        const int lp = __shfl_sync(0xffffffffu, l, p), op = MOVES ? __shfl_sync(0xffffffffu, old, p) : -1;
+        const double A[2] = {(lp == g ? 1.0 : 0.0) - (MOVES && op == g ? 1.0 : 0.0),
+                             (lp == g + 8 ? 1.0 : 0.0) - (MOVES && op == g + 8 ? 1.0 : 0.0)};
         dmma(D, A, (double)pts[stage_point(p, g)]);
     }
 }
 
-/* One iteration's labels and sums of plain k-means on the tensor cores:
- * each warp takes 32 consecutive points a step in a grid-stride loop (the
- * points of the next MMA_BUFS - 1 steps on their way), and leaves its sums
- * and counts in its own copy (my_sums, my_counts, zeroed); stage, the
- * warp's MMA_STAGE floats. */
-template <int DMAX>
+/* sqrt(v) for v >= 0 within 2^-21 relative (MUFU's reciprocal root,
+ * about 2 ulp): the bounds take their roots with a margin of 2^-20. */
+__device__ __forceinline__ float root(float v) { return v > 0.0f ? v * rsqrtf(v) : 0.0f; }
+
+/* A point's Hamerly bound from its best two scores b1 > b2: a lower bound
+ * on its distance to the second-nearest centroid minus that to the nearest,
+ * less keep_coef |x| (the point's part of the rounding that kept_bound must
+ * beat, so that the point need not be read to test it). Each score and s2
+ * is within eps / 2 of its exact value (see mma_assign), so the squared
+ * distances are at most U2 and at least L2 (3 eps covers their rounding
+ * and the roots'); -inf where the label came from the exact distances (a
+ * near tie); NaN stays NaN: no bound holds then. */
+__device__ __forceinline__ float mma_gap(float b1, float b2, float s2, float eps, float keep_coef, bool near)
+{
+    const float eps3 = 3.0f * eps;
+    const float U2 = __fadd_rn(__fmaf_rn(-2.0f, b1, s2), eps3), L2 = __fsub_rn(__fmaf_rn(-2.0f, b2, s2), eps3);
+    const float g = __fsub_rn(__fmul_rn(root(L2), 1.0f - 0x1p-20f), __fmul_rn(root(U2), 1.0f + 0x1p-20f));
+    return near ? -INFINITY : __fsub_rn(g, __fmul_rn(keep_coef * (1.0f + 0x1p-20f), root(s2)) * (1.0f + 0x1p-20f));
+}
+
+/* What the last centroid update did to the bounds: Bounds.shift[c], how
+ * far centroid c moved, rounded up; max, the largest (NaN if any is) */
+struct Bounds {
+    const float *shift;
+    float max;
+    float tol; /* keep_coef max |c|, rounded up */
+};
+
+/* A point's bound (mma_gap) moved on by the last update: the nearest
+ * centroid came at most shift[old] farther, every other at most max
+ * nearer, the subtractions' rounding taken off as well. Its label stands
+ * when the result beats bd.tol, as the cpu plugin's kept_lanes decides. */
+__device__ __forceinline__ float kept_bound(float gap, int old, const Bounds &bd)
+{
+    const float moved = old >= 0 ? bd.shift[old] : NAN;
+    const float slack = 0x1p-21f * (fabsf(gap) + moved + bd.max);
+    return __fsub_rn(__fsub_rn(__fsub_rn(gap, moved), bd.max), slack);
+}
+
+/* One iteration's labels and sums of plain k-means on the tensor cores.
+ * A warp takes its points (32 consecutive ones a step, in a grid-stride
+ * loop) MMA_CHUNK steps at a time: it lists the chunk's points to score
+ * and scores them 32 at a time, their rows copied into shared memory two
+ * batches ahead (cp.async) and read as TF32 operands (ldmatrix). It leaves
+ * its sums and counts in its own copy (my_sums, my_counts, zeroed); stage,
+ * the warp's MMA_STAGE floats.
+ *
+ * With `moves` (every iteration after the first) cur holds the last
+ * iteration's labels and a.gap their Hamerly bounds (mma_gap), which come
+ * a chunk ahead: a point whose bound still holds (kept_bound) keeps its
+ * label, is not listed and its row is not read, and the sums take only
+ * the points that changed label, as [new] - [old] (the update adds them to
+ * the last sums). */
+template <int DMAX, bool MOVES>
 __device__ __forceinline__ void mma_assign(const Args &a, int32_t *cur, const float *Cs, const float *Ch, float rmax2,
-                                           float eps_coef, float *my_sums, unsigned *my_counts, int ds, float *stage)
+                                           float eps_coef, float *my_sums, unsigned *my_counts, int ds, float *stage,
+                                           const Bounds &bd)
 {
     const int lane = threadIdx.x & 31;
     const MmaCentroids m = mma_centroids<DMAX>(Cs, Ch, a.k, lane >> 2, lane & 3);
     double D[4] = {0.0, 0.0, 0.0, 0.0};
     const long long step = (long long)gridDim.x * THREADS;
-    long long i = ((long long)blockIdx.x * THREADS + (threadIdx.x & ~31)) + lane;
-    /* the points come by asynchronous copies MMA_BUFS - 1 steps ahead (mma_fetch) */
-#pragma unroll
-    for (int j = 0; j < MMA_BUFS - 1; j++)
-        mma_fetch<DMAX>(a, i + j * step, stage + 256 * j, lane);
-    for (int b = 0; i - lane < a.n; i += step, b = b == MMA_BUFS - 1 ? 0 : b + 1) {
-        mma_fetch<DMAX>(a, i + (MMA_BUFS - 1) * step, stage + 256 * (b == 0 ? MMA_BUFS - 1 : b - 1), lane);
-        asm volatile("cp.async.wait_group %0;\n" ::"n"(MMA_BUFS - 1) : "memory");
+    const long long first = (long long)blockIdx.x * THREADS + (threadIdx.x & ~31); /* the warp's first point */
+    const long long steps = first < a.n ? (a.n - 1 - first) / step + 1 : 0;
+    /* the first iteration scores every point: one chunk of all the steps, unlisted */
+    const int chunks = MOVES ? (int)((steps + MMA_CHUNK - 1) / MMA_CHUNK) : steps > 0;
+    const float keep_coef = 4.0f * (float)(a.d + 3) * 0x1p-24f;
+    float *bounds = stage + MMA_BUFS * MMA_BUF + 32 * 16; /* two chunks' */
+    int *list = (int *)(bounds + 2 * MMA_CHUNK * 64);     /* t * 32 + lane of the chunk's points to score */
+    auto point = [&](int c, int e) { return first + ((long long)c * MMA_CHUNK + (e >> 5)) * step + (e & 31); };
+    auto fetch_bounds = [&](int c) {
+        if (MOVES && c < chunks)
+            for (int t = 0; t < MMA_CHUNK; t++)
+                mma_fetch_bound(a, cur, point(c, 32 * t + lane), bounds + 64 * (MMA_CHUNK * (c & 1) + t), lane);
+        mma_commit();
+    };
+    fetch_bounds(0);
+    for (int c = 0; c < chunks; c++) {
+        fetch_bounds(c + 1);
+        asm volatile("cp.async.wait_group 1;\n" ::: "memory");
         __syncwarp();
-        const float *pts = stage + 256 * b;
-        const bool valid = i < a.n;
-        float s2 = 0.0f;
-        {
-            const float4 u = *(const float4 *)(pts + stage_point(lane, 0)), w = *(const float4 *)(pts + stage_point(lane, 4));
-            const float x[8] = {u.x, u.y, u.z, u.w, w.x, w.y, w.z, w.w};
+        const float *cb = bounds + 64 * MMA_CHUNK * (c & 1);
+        int listed = MOVES ? 0 : (int)steps * 32;
 #pragma unroll
-            for (int f = 0; f < DMAX; f++)
-                s2 = __fmaf_rn(x[f], x[f], s2);
-        }
-        mma_scores(pts, stage, m);
-        float b1 = -INFINITY, b2 = -INFINITY;
-        int l = 0;
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const float4 v = *(const float4 *)(stage + stage_score(lane, 4 * j));
-            const float B[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                l = B[e] > b1 ? 4 * j + e : l;
-                b2 = fminf(b1, fmaxf(b2, B[e]));
-                b1 = fmaxf(b1, B[e]);
+        for (int t = 0; t < (MOVES ? MMA_CHUNK : 0); t++) {
+            const long long i = point(c, 32 * t + lane);
+            bool score = i < a.n;
+            if (MOVES && score) {
+                const float kept = kept_bound(cb[64 * t + 32 + lane], __float_as_int(cb[64 * t + lane]), bd);
+                if (kept > bd.tol) {
+                    score = false;
+                    a.gap[i] = kept;
+                }
             }
+            const unsigned votes = __ballot_sync(0xffffffffu, score);
+            if (score)
+                list[listed + __popc(votes & ((1u << lane) - 1u))] = 32 * t + lane;
+            listed += __popc(votes);
         }
-        const bool near = valid && !(b1 - b2 > __fmaf_rn(eps_coef, s2 + rmax2, 1e-36f));
-        if (__any_sync(0xffffffffu, near) && near) {
-            float xe[1][DMAX];
+        __syncwarp();
+        const int batches = (listed + 31) / 32;
+        /* batch j's rows into buffer j % MMA_BUFS, a group each (empty past the last) */
+        auto fetch_rows = [&](int j) {
+            if (j < batches) {
+                const int e = 32 * j + lane;
+                mma_fetch<DMAX>(a, !MOVES ? point(0, e) : e < listed ? point(c, list[e]) : a.n, stage + MMA_BUF * (j % MMA_BUFS),
+                                lane);
+            }
+            mma_commit();
+        };
 #pragma unroll
-            for (int f = 0; f < DMAX; f++)
-                xe[0][f] = pts[stage_point(lane, f)];
-            exact_labels<DMAX, 1>(xe, Cs, a.k, &l);
+        for (int j = 0; j < MMA_BUFS - 1; j++)
+            fetch_rows(j);
+        for (int j = 0; j < batches; j++) {
+            fetch_rows(j + MMA_BUFS - 1);
+            asm volatile("cp.async.wait_group %0;\n" ::"n"(MMA_BUFS - 1) : "memory");
+            __syncwarp();
+            const float *pts = stage + MMA_BUF * (j % MMA_BUFS);
+            const int e = 32 * j + lane;
+            const int entry = !MOVES ? e : e < listed ? list[e] : 0;
+            const long long i = point(c, entry);
+            const bool valid = MOVES ? e < listed : i < a.n;
+            const int old = MOVES && valid ? __float_as_int(cb[64 * (entry >> 5) + (entry & 31)]) : -1;
+            float s2 = 0.0f;
+            {
+                const float4 u = *(const float4 *)(pts + stage_point(lane, 0)), w = *(const float4 *)(pts + stage_point(lane, 4));
+                const float x[8] = {u.x, u.y, u.z, u.w, w.x, w.y, w.z, w.w};
+#pragma unroll
+                for (int f = 0; f < DMAX; f++)
+                    s2 = __fmaf_rn(x[f], x[f], s2);
+            }
+            mma_scores(pts, stage, m);
+            float b1 = -INFINITY, b2 = -INFINITY;
+            int l = 0;
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const float4 v = *(const float4 *)(stage + stage_score(lane, 4 * q));
+                const float B[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    l = B[r] > b1 ? 4 * q + r : l;
+                    b2 = fminf(b1, fmaxf(b2, B[r]));
+                    b1 = fmaxf(b1, B[r]);
+                }
+            }
+            const float eps = __fmaf_rn(eps_coef, s2 + rmax2, 1e-36f);
+            const bool near = valid && !(b1 - b2 > eps);
+            if (__any_sync(0xffffffffu, near) && near) {
+                float xe[1][DMAX];
+#pragma unroll
+                for (int f = 0; f < DMAX; f++)
+                    xe[0][f] = pts[stage_point(lane, f)];
+                exact_labels<DMAX, 1>(xe, Cs, a.k, &l);
+            }
+            if (!valid)
+                l = -1;
+            const bool changed = valid && l != old;
+            if (valid) {
+                a.gap[i] = mma_gap(b1, b2, s2, eps, keep_coef, near);
+                if (changed)
+                    cur[i] = l;
+            }
+            if (changed) {
+                atomicAdd(my_counts + l, 1u);
+                if (MOVES && old >= 0)
+                    atomicAdd(my_counts + old, ~0u); /* minus one: the counts are read as signed */
+            }
+            if (!MOVES || __any_sync(0xffffffffu, changed))
+                mma_add<MOVES>(pts, changed ? l : -1, changed ? old : -1, D);
+            __syncwarp(); /* the buffer and the scores are read before they are written again */
         }
-        if (!valid)
-            l = -1;
-        if (i < a.n)
-            cur[i] = l;
-        if (l >= 0)
-            atomicAdd(my_counts + l, 1u);
-        mma_add(pts, l, D);
-        __syncwarp(); /* the buffer and the scores are read before they are written again */
     }
     asm volatile("cp.async.wait_all;\n" ::: "memory");
     double none[2] = {0.0, 0.0};
@@ -616,7 +748,8 @@ __global__ void __launch_bounds__(THREADS, DMAX <= 8 ? (CONTIG ? 4 : 3) : 1) k_l
     float *my_sums = WSUM ? sums + warp * a.k * ds : sums;
     unsigned *my_counts = WSUM ? counts + warp * a.k : counts;
     __shared__ double scratch[THREADS / 32];
-    __shared__ int stop, rmax_bits;
+    __shared__ int stop, rmax_bits, shift_max_bits;
+    __shared__ float shift[MMA ? 16 : 1]; /* mma: Bounds.shift */
     const long long stride = (long long)gridDim.x * blockDim.x;
     const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     const bool timer = blockIdx.x == 0 && threadIdx.x == 0;
@@ -679,14 +812,30 @@ __global__ void __launch_bounds__(THREADS, DMAX <= 8 ? (CONTIG ? 4 : 3) : 1) k_l
             sums[j] = 0.0f;
         for (int j = threadIdx.x; j < copies * a.k; j += blockDim.x)
             counts[j] = 0;
-        if (threadIdx.x == 0)
+        if (threadIdx.x == 0) {
             rmax_bits = 0;
+            shift_max_bits = 0;
+        }
         __syncthreads();
         float rmax2 = 0.0f;
+        /* the tensor-core screen, and from the second iteration its bounds */
+        const bool mma_it = MMA && !fold && a.vec4 && !a.mask, moves = mma_it && it > 0;
+        Bounds bd = {shift, 0.0f, 0.0f};
         if (SCREEN && !CONTIG) {
             screen_terms<DMAX>(Cs, Ch, a.k, &rmax_bits);
+            if (moves)
+                for (int c = threadIdx.x; c < a.k; c += blockDim.x) {
+                    double m2 = 0.0;
+                    for (int f = 0; f < a.d; f++)
+                        m2 = __dadd_rn(m2, __ldcg(a.move2 + c * a.d + f));
+                    const float sh = __fmul_rn((float)sqrt(m2), 1.0f + 0x1p-20f);
+                    shift[c] = sh;
+                    atomicMax(&shift_max_bits, sh == sh ? __float_as_int(sh) : 0x7fffffff);
+                }
             __syncthreads();
             rmax2 = __int_as_float(rmax_bits);
+            bd.max = __int_as_float(shift_max_bits);
+            bd.tol = __fmul_ru(4.0f * (float)(a.d + 3) * 0x1p-24f, __fsqrt_ru(rmax2));
         }
         if (CONTIG) {
             /* tiles of TILE_H rows x 32 columns, their window's labels
@@ -701,11 +850,15 @@ __global__ void __launch_bounds__(THREADS, DMAX <= 8 ? (CONTIG ? 4 : 3) : 1) k_l
             else
                 contig_tiles_halo<DMAX, WSUM>(a, tile_lo, tile_hi, prev, cur, Cs, (short *)staged, table, inv_d, my_sums,
                                               my_counts, ds);
-        } else if (MMA && !fold && a.vec4 && !a.mask) {
+        } else if (mma_it) {
             /* the warps' stages after the counts, 16-byte aligned, indexed from smem (shared loads, not generic) */
             const size_t at = ((size_t)((unsigned char *)(counts + copies * a.k) - smem) + 15) & ~(size_t)15;
-            mma_assign<DMAX>(a, cur, Cs, Ch, rmax2, eps_coef + 256.0f * 0x1p-24f, my_sums, my_counts, ds,
-                             (float *)(smem + at) + warp * MMA_STAGE);
+            float *stage = (float *)(smem + at) + warp * MMA_STAGE;
+            if (moves)
+                mma_assign<DMAX, true>(a, cur, Cs, Ch, rmax2, eps_coef + 256.0f * 0x1p-24f, my_sums, my_counts, ds, stage, bd);
+            else
+                mma_assign<DMAX, false>(a, cur, Cs, Ch, rmax2, eps_coef + 256.0f * 0x1p-24f, my_sums, my_counts, ds, stage,
+                                        bd);
         } else {
             /* P points per thread, all loads issued before any is used;
              * whole warps step together (stride and first - lane are
@@ -798,22 +951,34 @@ __global__ void __launch_bounds__(THREADS, DMAX <= 8 ? (CONTIG ? 4 : 3) : 1) k_l
          * the partials' reads come from many SMs at once; each lane sums a
          * fixed set of blocks in double, then a fixed shuffle tree: the
          * result does not depend on timing. The count is summed again by
-         * each of the cluster's warps (integers: exact). */
+         * each of the cluster's warps (integers: exact; a block's count is
+         * read as signed, for mma's changes). mma's sums and counts are the
+         * changes since the last iteration's, kept in tot. */
         for (int w = blockIdx.x + gridDim.x * warp; w < kd; w += gridDim.x * (THREADS / 32)) {
             const int c = w / a.d;
+            /* mma: the last sums, read before the partials' sum needs them */
+            const double s_last = moves && lane == 0 ? __ldcg(a.tot[(it - 1) & 1] + w) : 0.0;
+            const long long cnt_last = moves && lane == 0 ? __ldcg(a.tot_count[(it - 1) & 1] + c) : 0;
             double s = 0.0;
-            unsigned long long cnt = 0;
+            long long cnt = 0;
             for (int b = lane; b < (int)gridDim.x; b += 32) {
                 s += (double)__ldcg(a.psum + (size_t)b * kd + w);
-                cnt += __ldcg(a.pcount + (size_t)b * a.k + c);
+                cnt += (int)__ldcg(a.pcount + (size_t)b * a.k + c);
             }
             for (int o = 16; o > 0; o >>= 1) {
                 s += __shfl_down_sync(0xffffffffu, s, o);
                 cnt += __shfl_down_sync(0xffffffffu, cnt, o);
             }
             if (lane == 0) {
+                if (mma_it) {
+                    s += s_last;
+                    cnt += cnt_last;
+                    a.tot[it & 1][w] = s;
+                    if (w % a.d == 0)
+                        a.tot_count[it & 1][c] = cnt;
+                }
                 const float old = __ldcg(Cprev + w);
-                const float next = cnt ? (float)(s / (double)cnt) : old;
+                const float next = cnt > 0 ? (float)(s / (double)cnt) : old;
                 const double diff = (double)next - (double)old;
                 Cnext[w] = next;
                 a.move2[w] = __dmul_rn(diff, diff);
@@ -821,7 +986,7 @@ __global__ void __launch_bounds__(THREADS, DMAX <= 8 ? (CONTIG ? 4 : 3) : 1) k_l
                     /* sum over the cluster's points of |x - next|^2 - |x - old|^2
                      * = cnt (|m - next|^2 - |m - old|^2), m their mean; this
                      * feature's share */
-                    const double m = cnt ? s / (double)cnt : 0.0, e = m - (double)next, g = m - (double)old;
+                    const double m = cnt > 0 ? s / (double)cnt : 0.0, e = m - (double)next, g = m - (double)old;
                     a.corr[w] = (double)cnt * (e * e - g * g);
                     a.corr_old[w] = (double)cnt * g * g;
                     if (w % a.d == 0)
@@ -1080,7 +1245,9 @@ dk_status lloyd_plan(Plan *p, const dk_kmeans_setup *setup, bool wsum, bool scre
                       align256(kd * sizeof(double)), align256(B * sizeof(double)),
                       align256(B * sizeof(unsigned long long)), align256(8 * sizeof(double)),
                       align256(kd * sizeof(double)), align256(kd * sizeof(double)),
-                      align256(d.k * sizeof(unsigned long long)), align256(tiles * sizeof(int))};
+                      align256(d.k * sizeof(unsigned long long)), align256(tiles * sizeof(int)),
+                      align256(mma ? d.n * sizeof(float) : 0), align256(mma ? 2 * kd * sizeof(double) : 0),
+                      align256(mma ? 2 * (size_t)d.k * sizeof(long long) : 0)};
     const int nptr = (int)(sizeof sizes / sizeof sizes[0]);
     size_t total = 0;
     for (size_t s : sizes)
@@ -1109,6 +1276,11 @@ dk_status lloyd_plan(Plan *p, const dk_kmeans_setup *setup, bool wsum, bool scre
     a.corr_old = (double *)ptr[11];
     a.ccount = (unsigned long long *)ptr[12];
     a.tile_valid = tiles ? (int *)ptr[13] : nullptr;
+    a.gap = (float *)ptr[14];
+    a.tot[0] = (double *)ptr[15];
+    a.tot[1] = a.tot[0] + kd;
+    a.tot_count[0] = (long long *)ptr[16];
+    a.tot_count[1] = a.tot_count[0] + d.k;
     a.n = (long long)d.n;
     a.sp = (long long)setup->stride_point;
     a.sf = (long long)setup->stride_feature;
