@@ -5,6 +5,7 @@
  *   lloyd.cu  k_lloyd, the whole Lloyd loop in one cooperative kernel: every
  *             plan with k <= DK_KMEANS_MAX_K, or contiguity; the variants
  *             (mma, prefetch, screen, exact, atomic) are its template flags;
+ *             mma's assignment is mma.cuh's mma_assign, inlined there;
  *   big.cu    k_big_assign and k_big_sums, plain k-means with
  *             k > DK_KMEANS_MAX_K: four launches per iteration, the last two
  *             the phases' k_part_sums and k_part_update;
